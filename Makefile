@@ -1,0 +1,123 @@
+# podsim: build, run, test, bench, plots, install.
+#
+# `make run` and `make test` are all a new user types: both depend on
+# `deps`, which installs the Debian packages pkg-config cannot find (as
+# root), or prints the apt-get command to run.
+
+PREFIX      ?= /usr/local
+CC          ?= cc
+PKGS        := glib-2.0 gio-2.0 json-c zlib
+DEB_PKGS    := libglib2.0-dev libjson-c-dev libopenblas-dev zlib1g-dev pkg-config \
+               gnuplot-nox dataset-fashion-mnist
+VERSION     := 0.1.0
+BUILD       ?= build
+
+PKG_CFLAGS   = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS     = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+BLAS_CFLAGS  = $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
+BLAS_LIBS    = $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+            -Wno-unused-parameter
+OPT      ?= -O2 -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -MMD -MP \
+            -DPS_VERSION='"$(VERSION)"' -DPS_DATA_DIR='"$(PREFIX)/share/podsim"' \
+            -Isim $(PKG_CFLAGS) $(BLAS_CFLAGS)
+LDLIBS   += $(PKG_LIBS) $(BLAS_LIBS) -lm
+
+LIB_SRC   := $(filter-out sim/main.c,$(wildcard sim/*.c sim/*/*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC  := $(wildcard tests/test_*.c)
+TEST_BIN  := $(TEST_SRC:tests/%.c=tests/bin/%)
+BENCH_SRC := $(wildcard bench/bench_*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all deps run test bench plots install uninstall clean check-asan check-valgrind
+
+all: podsim $(BUILD)/libpodsim.a
+
+deps:
+	@missing=""; \
+	for p in glib-2.0 gio-2.0 json-c zlib; do \
+	  pkg-config --exists $$p 2>/dev/null || missing="yes"; done; \
+	[ -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] || \
+	  pkg-config --exists openblas 2>/dev/null || missing="yes"; \
+	command -v gnuplot >/dev/null 2>&1 || missing="yes"; \
+	command -v prove >/dev/null 2>&1 || missing="yes"; \
+	[ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || missing="yes"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "deps: installing $(DEB_PKGS) perl"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends $(DEB_PKGS) perl make gcc >/dev/null; \
+	  else \
+	    echo "deps: missing packages; run as root:"; \
+	    echo "  apt-get install -y $(DEB_PKGS) perl"; exit 1; \
+	  fi; \
+	fi
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libpodsim.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+podsim: $(BUILD)/sim/main.o $(BUILD)/libpodsim.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+tests/bin/%: $(BUILD)/tests/%.o $(BUILD)/libpodsim.a
+	@mkdir -p tests/bin
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpodsim.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+run: deps all
+	./podsim run experiments/default.json
+
+# Each GTest binary speaks TAP (--tap); prove runs them and summarises.
+test: deps all $(TEST_BIN)
+	PODSIM=$(CURDIR)/podsim PODSIM_DATA_DIR=$(CURDIR) \
+	  prove -f $(TEST_BIN) :: --tap
+
+bench: deps all $(BENCH_BIN)
+	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
+
+plots: deps all
+	$(MAKE) -C plots
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	  $(DESTDIR)$(PREFIX)/include/podsim $(DESTDIR)$(PREFIX)/share/podsim
+	install -m 755 podsim $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(BUILD)/libpodsim.a $(DESTDIR)$(PREFIX)/lib/
+	cd sim && find . -name '*.h' ! -name '*-private.h' -exec install -D -m 644 {} \
+	  $(DESTDIR)$(PREFIX)/include/podsim/{} \;
+	cp -r topologies models experiments $(DESTDIR)$(PREFIX)/share/podsim/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' podsim.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/podsim.pc
+
+uninstall:
+	rm -rf $(DESTDIR)$(PREFIX)/bin/podsim $(DESTDIR)$(PREFIX)/lib/libpodsim.a \
+	  $(DESTDIR)$(PREFIX)/include/podsim $(DESTDIR)$(PREFIX)/share/podsim \
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/podsim.pc
+
+# Address and undefined-behaviour sanitizers over the whole test suite.
+check-asan:
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+	  LDFLAGS="-fsanitize=address,undefined" clean-tests test
+
+check-valgrind: all $(TEST_BIN)
+	@for t in $(TEST_BIN); do \
+	  PODSIM=$(CURDIR)/podsim PODSIM_DATA_DIR=$(CURDIR) \
+	  valgrind -q --error-exitcode=3 --leak-check=full $$t -q || exit 1; done
+
+clean-tests:
+	rm -rf tests/bin podsim
+
+clean:
+	rm -rf build build-asan tests/bin podsim traces/*.json
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,21 @@
+/* common.c: time conversions and the input error domain. */
+#include "common.h"
+
+#include <math.h>
+
+G_DEFINE_QUARK(ps-input-error-quark, ps_input_error)
+
+ps_time_t ps_time_from_s(double seconds)
+{
+  double ps = seconds * (double)PS_PS_PER_S;
+  if (!(ps < 9.2e18))
+    return PS_TIME_NEVER;
+  if (ps < 0)
+    return -(ps_time_t)llround(-ps);
+  return (ps_time_t)llround(ps);
+}
+
+double ps_time_to_s(ps_time_t t)
+{
+  return (double)t / (double)PS_PS_PER_S;
+}

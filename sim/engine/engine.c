@@ -1,0 +1,136 @@
+/* engine.c: the event loop over the heap, with handlers per event type.
+ *
+ * Invariant: now never decreases; an event scheduled in the past is a
+ * programming error. */
+#include "engine.h"
+
+typedef struct {
+  char *name;
+  PsHandler handler;
+  void *ctx;
+} HandlerEntry;
+
+struct PsEngine {
+  PsHeap heap;
+  ps_time_t now;
+  uint64_t next_seq;
+  uint64_t events_run;
+  GArray *handlers;     /* HandlerEntry */
+  GHashTable *cancelled; /* seq -> seq, NULL until the first cancel */
+  gboolean stop;
+};
+
+PsEngine *ps_engine_new(void)
+{
+  PsEngine *e = g_new0(PsEngine, 1);
+  ps_heap_init(&e->heap);
+  e->handlers = g_array_new(FALSE, TRUE, sizeof(HandlerEntry));
+  return e;
+}
+
+void ps_engine_free(PsEngine *engine)
+{
+  if (!engine)
+    return;
+  for (guint i = 0; i < engine->handlers->len; i++)
+    g_free(g_array_index(engine->handlers, HandlerEntry, i).name);
+  g_array_free(engine->handlers, TRUE);
+  if (engine->cancelled)
+    g_hash_table_destroy(engine->cancelled);
+  ps_heap_clear(&engine->heap);
+  g_free(engine);
+}
+
+uint32_t ps_engine_register(PsEngine *engine, const char *name, PsHandler handler, void *ctx)
+{
+  g_return_val_if_fail(engine && handler, 0);
+  HandlerEntry h = {g_strdup(name), handler, ctx};
+  g_array_append_val(engine->handlers, h);
+  return engine->handlers->len - 1;
+}
+
+const char *ps_engine_type_name(const PsEngine *engine, uint32_t type)
+{
+  g_return_val_if_fail(type < engine->handlers->len, NULL);
+  return g_array_index(engine->handlers, HandlerEntry, type).name;
+}
+
+uint64_t ps_engine_at(PsEngine *engine, ps_time_t time, uint32_t type, uint32_t target,
+                      uint64_t arg)
+{
+  g_assert(time >= engine->now);
+  g_assert(type < engine->handlers->len);
+  PsEvent ev = {.time = time, .seq = engine->next_seq++, .type = type, .target = target};
+  ev.arg.u = arg;
+  ps_heap_push(&engine->heap, &ev);
+  return ev.seq;
+}
+
+uint64_t ps_engine_at_ptr(PsEngine *engine, ps_time_t time, uint32_t type, uint32_t target,
+                          void *arg)
+{
+  g_assert(time >= engine->now);
+  g_assert(type < engine->handlers->len);
+  PsEvent ev = {.time = time, .seq = engine->next_seq++, .type = type, .target = target};
+  ev.arg.p = arg;
+  ps_heap_push(&engine->heap, &ev);
+  return ev.seq;
+}
+
+uint64_t ps_engine_after(PsEngine *engine, ps_time_t delay, uint32_t type, uint32_t target,
+                         uint64_t arg)
+{
+  g_assert(delay >= 0);
+  return ps_engine_at(engine, engine->now + delay, type, target, arg);
+}
+
+void ps_engine_cancel(PsEngine *engine, uint64_t seq)
+{
+  if (!engine->cancelled)
+    engine->cancelled = g_hash_table_new(g_int64_hash, g_int64_equal);
+  uint64_t *key = g_new(uint64_t, 1);
+  *key = seq;
+  g_hash_table_add(engine->cancelled, key);
+}
+
+ps_time_t ps_engine_now(const PsEngine *engine) { return engine->now; }
+size_t ps_engine_pending(const PsEngine *engine) { return engine->heap.len; }
+uint64_t ps_engine_events_run(const PsEngine *engine) { return engine->events_run; }
+void ps_engine_stop(PsEngine *engine) { engine->stop = TRUE; }
+
+static gboolean take_cancelled(PsEngine *engine, uint64_t seq)
+{
+  if (!engine->cancelled || g_hash_table_size(engine->cancelled) == 0)
+    return FALSE;
+  gpointer orig = NULL;
+  if (!g_hash_table_lookup_extended(engine->cancelled, &seq, &orig, NULL))
+    return FALSE;
+  g_hash_table_remove(engine->cancelled, &seq);
+  g_free(orig);
+  return TRUE;
+}
+
+uint64_t ps_engine_run(PsEngine *engine, ps_time_t until)
+{
+  uint64_t ran = 0;
+  engine->stop = FALSE;
+  const HandlerEntry *handlers;
+  PsEvent ev;
+  while (!engine->stop && engine->heap.len > 0) {
+    if (engine->heap.items[0].time > until)
+      break;
+    ps_heap_pop(&engine->heap, &ev);
+    if (take_cancelled(engine, ev.seq))
+      continue;
+    engine->now = ev.time;
+    handlers = (const HandlerEntry *)(void *)engine->handlers->data;
+    handlers[ev.type].handler(engine, &ev, handlers[ev.type].ctx);
+    ran++;
+    engine->events_run++;
+  }
+  /* Running until a time leaves the clock at that time, as if an empty
+   * event had fired there. */
+  if (!engine->stop && until != PS_TIME_NEVER && engine->now < until)
+    engine->now = until;
+  return ran;
+}

@@ -1,0 +1,145 @@
+/* config.h: typed topology and experiment configs, loaded from JSON with
+ * name lookup in topologies/ and models/ and --set overrides.
+ *
+ * Invariant: a PsTopology or PsExperiment returned by a loader has passed
+ * every check (positive sizes, consistent dims, batch divisible by replicas,
+ * model fits in HBM...); code downstream may rely on it without rechecking. */
+#ifndef PS_CONFIG_H
+#define PS_CONFIG_H
+
+#include "../common.h"
+#include "../model/layers.h"
+
+#include <json-c/json.h>
+
+#define PS_MAX_DIMS 3
+
+typedef struct {
+  char *name;
+  char *file;        /* where it was loaded from, or "<inline>" */
+  char *generation;  /* "v2", "v3", "v4", ... */
+  char *description;
+  /* chip */
+  int cores_per_chip;        /* TensorCores per chip */
+  gboolean megacore;         /* the chip's cores act as one device (v4) */
+  int mxus_per_core;
+  int mxu_size;              /* systolic array side, 128 */
+  double peak_flops;         /* per chip, bf16, multiply-add = 2 FLOPs */
+  int64_t hbm_bytes;         /* per chip */
+  double hbm_bandwidth_Bps;  /* per chip */
+  double mxu_efficiency;     /* fraction of peak a padded matmul reaches */
+  double op_overhead_s;      /* fixed cost per op launched on a core */
+  double on_chip_bandwidth_Bps; /* between the cores of one chip */
+  /* host */
+  int chips_per_host;
+  int cpu_threads;
+  double pcie_bandwidth_Bps; /* per host, shared by its chips, each way */
+  double cpu_flops;          /* host FLOP rate for outside compilation */
+  double loop_overhead_s;    /* host round trip per steps_per_run loop */
+  /* torus */
+  int ndims;
+  int dims[PS_MAX_DIMS];
+  gboolean wrap[PS_MAX_DIMS];
+  gboolean twisted;
+  /* ici */
+  double ici_bandwidth_Bps;  /* per link, one direction */
+  double ici_latency_s;      /* per hop */
+  int ici_links_per_neighbor;
+} PsTopology;
+
+int ps_topology_chips(const PsTopology *t);
+int ps_topology_hosts(const PsTopology *t);
+/* Devices a strategy can place a replica or stage on: chips x cores, or
+ * chips when megacore. */
+int ps_topology_devices(const PsTopology *t);
+int ps_topology_devices_per_chip(const PsTopology *t);
+/* Peak FLOP/s and HBM of one device (a core, or a megacore chip). */
+double ps_topology_device_peak_flops(const PsTopology *t);
+double ps_topology_device_hbm_bandwidth(const PsTopology *t);
+int64_t ps_topology_device_hbm_bytes(const PsTopology *t);
+
+typedef enum { PS_STRATEGY_REPLICATE, PS_STRATEGY_PIPELINE } PsStrategyKind;
+typedef enum { PS_LOSS_MEAN, PS_LOSS_SUM } PsLossReduction;
+typedef enum { PS_SCHEDULE_GPIPE, PS_SCHEDULE_1F1B } PsSchedule;
+typedef enum { PS_SOURCE_FASHION_MNIST, PS_SOURCE_SYNTHETIC } PsSourceKind;
+typedef enum { PS_OPT_SGD, PS_OPT_ADAM } PsOptimizerKind;
+
+typedef struct {
+  PsStrategyKind kind;
+  int replicas;
+  PsLossReduction loss_reduction;
+  int stages;
+  int micro_batches;
+  PsSchedule schedule;
+  gboolean rematerialize;
+} PsStrategyConfig;
+
+typedef struct {
+  PsSourceKind source;
+  char *data_dir;                 /* fashion-mnist idx .gz files */
+  double host_cost_per_example_s; /* decode + augment, one CPU thread */
+  int workers;                    /* CPU threads of the input pipeline */
+  int prefetch;                   /* batches buffered on the host */
+  int infeed_capacity;            /* batches in each core's infeed queue */
+  int64_t synthetic_examples;     /* size of the synthetic training set */
+  gboolean shuffle;
+} PsInputConfig;
+
+typedef struct {
+  PsOptimizerKind kind;
+  double learning_rate;
+  double momentum;
+  double beta1, beta2, epsilon;
+} PsOptimizerConfig;
+
+typedef struct {
+  gboolean enabled;
+  PsPrecision precision;
+  uint64_t seed;
+  gboolean evaluate;   /* test accuracy at the end (real data only) */
+} PsNumericsConfig;
+
+typedef struct {
+  char *name;
+  char *file;
+  PsTopology *topology;   /* owned */
+  PsModel *model;         /* owned */
+  int64_t global_batch;
+  int64_t steps;          /* 0 in the file means: one epoch of the data */
+  double epochs;
+  int64_t steps_per_run;
+  int64_t log_every;      /* print the loss every N steps */
+  PsStrategyConfig strategy;
+  PsInputConfig input;
+  PsOptimizerConfig optimizer;
+  PsNumericsConfig numerics;
+  gboolean fuse_elementwise; /* XLA-style fusion of element-wise ops */
+  json_object *resolved;  /* the fully resolved tree, for `describe` (owned) */
+} PsExperiment;
+
+/* Search path for names: the directory of the referring file, then
+ * $PODSIM_DATA_DIR, then the build-time PS_DATA_DIR, then "." (each with
+ * its topologies/ models/ experiments/ subfolder).  A name containing '/'
+ * or ending in ".json" is a path. */
+char *ps_config_find(const char *kind /* "topologies" | "models" | "experiments" */,
+                     const char *name, GError **error);
+
+/* (transfer full) */
+PsTopology *ps_topology_load(const char *name_or_path, const char *const *overrides,
+                             GError **error);
+PsTopology *ps_topology_from_json(json_object *obj, const char *file, const char *path,
+                                  GError **error);
+void ps_topology_free(PsTopology *t);
+
+/* Loads an experiment, resolves topology and model by name, applies
+ * overrides ("a.b=v", NULL-terminated, may be NULL) to the resolved tree,
+ * then checks everything.  (transfer full) */
+PsExperiment *ps_experiment_load(const char *name_or_path, const char *const *overrides,
+                                 GError **error);
+void ps_experiment_free(PsExperiment *e);
+
+/* Lists the names (without .json) found in the search path.  (transfer
+ * full, NULL-terminated, g_strfreev) */
+char **ps_config_list(const char *kind);
+
+#endif

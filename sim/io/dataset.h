@@ -1,0 +1,43 @@
+/* dataset.h: training data for numerics: Fashion-MNIST from its idx .gz
+ * files (decompressed with GIO's GZlibDecompressor) and a seeded synthetic
+ * source.
+ *
+ * Invariant: examples are float32 in [0, 1] (images) laid out as the
+ * model's input shape, labels in [0, classes); a dataset never changes
+ * after it is opened, so any number of readers may share it. */
+#ifndef PS_DATASET_H
+#define PS_DATASET_H
+
+#include "../common.h"
+
+typedef struct PsDataset PsDataset;
+
+/* Opens train (60,000) or test (10,000) Fashion-MNIST from `dir`
+ * (train-images-idx3-ubyte.gz, ...).  Errors name the file and what is
+ * wrong (missing, bad magic, truncated, sizes disagree).  (transfer full) */
+PsDataset *ps_dataset_open_fashion_mnist(const char *dir, gboolean train, GError **error);
+
+/* A learnable synthetic classification set: each class has a fixed random
+ * prototype, each example is its prototype plus seeded noise, clamped to
+ * [0, 1].  Same seed, same data.  (transfer full) */
+PsDataset *ps_dataset_new_synthetic(const int64_t *shape, int rank, int classes, size_t n,
+                                    uint64_t seed);
+
+void ps_dataset_free(PsDataset *ds);
+size_t ps_dataset_size(const PsDataset *ds);
+size_t ps_dataset_example_elems(const PsDataset *ds);
+int ps_dataset_classes(const PsDataset *ds);
+/* (transfer none) all examples / labels, contiguous */
+const float *ps_dataset_images(const PsDataset *ds);
+const int32_t *ps_dataset_labels(const PsDataset *ds);
+
+/* An epoch order: a permutation of [0, n) from `seed` (identity when
+ * shuffle is FALSE), so hosts can assemble batches deterministically. */
+typedef struct PsSampler PsSampler;
+PsSampler *ps_sampler_new(const PsDataset *ds, gboolean shuffle, uint64_t seed);
+void ps_sampler_free(PsSampler *s);
+/* Copies the next `batch` examples in order into x and labels; at the end
+ * of an epoch starts a new permutation. */
+void ps_sampler_next(PsSampler *s, int batch, float *x, int32_t *labels);
+
+#endif

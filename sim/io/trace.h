@@ -1,0 +1,48 @@
+/* trace.h: Chrome Trace Event JSON writer, streamed to disk.
+ *
+ * Loads in Perfetto (ui.perfetto.dev) and chrome://tracing.  Events are
+ * written as they come, never held in memory; the file is written under a
+ * temporary name in the same directory and renamed when closed, so a
+ * failed run never leaves a half-written trace.  Timestamps are exact:
+ * picoseconds printed as microseconds with six decimals.
+ * Invariant: after ps_trace_close() returns TRUE the file is a complete,
+ * valid JSON object {"traceEvents": [...], "displayTimeUnit": "ns", ...}. */
+#ifndef PS_TRACE_H
+#define PS_TRACE_H
+
+#include "../common.h"
+
+typedef struct PsTrace PsTrace;
+
+/* (transfer full) NULL with an error naming the path if it cannot be
+ * created. */
+PsTrace *ps_trace_open(const char *path, GError **error);
+
+/* Metadata: names and ordering of processes (pid) and threads (tid). */
+void ps_trace_process(PsTrace *t, int pid, const char *name, int sort_index);
+void ps_trace_thread(PsTrace *t, int pid, int tid, const char *name, int sort_index);
+
+/* A complete event (ph "X").  args_json is NULL or the text of a JSON
+ * object, e.g. "{\"layer\":\"dense1\"}", copied as is. */
+void ps_trace_complete(PsTrace *t, int pid, int tid, const char *name, const char *cat,
+                       ps_time_t start, ps_time_t dur, const char *args_json);
+/* A counter sample (ph "C") for track `name` of process pid. */
+void ps_trace_counter(PsTrace *t, int pid, const char *name, ps_time_t time, double value);
+/* Flow events tying a send to its receive: ph "s" at the source, ph "f"
+ * (binding to the enclosing slice) at the destination, same id. */
+void ps_trace_flow_start(PsTrace *t, int pid, int tid, const char *name, uint64_t id,
+                         ps_time_t time);
+void ps_trace_flow_end(PsTrace *t, int pid, int tid, const char *name, uint64_t id,
+                       ps_time_t time);
+/* An instant event (ph "i", thread scope). */
+void ps_trace_instant(PsTrace *t, int pid, int tid, const char *name, ps_time_t time);
+
+uint64_t ps_trace_events(const PsTrace *t);
+
+/* Finishes the JSON, flushes, renames into place.  Frees t either way.
+ * FALSE (and the temporary removed) on an I/O error. */
+gboolean ps_trace_close(PsTrace *t, GError **error);
+/* Removes the temporary file and frees t. */
+void ps_trace_abort(PsTrace *t);
+
+#endif

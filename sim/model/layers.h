@@ -1,0 +1,112 @@
+/* layers.h: model descriptions as flat lists of layers with shapes and
+ * costs, loaded from models/NAME.json.
+ *
+ * Conventions, used everywhere in podsim:
+ * - shapes are per example, without the batch dimension: (H, W, C) for
+ *   images, (S, D) for sequences, (D) for vectors;
+ * - a multiply-add counts as 2 FLOPs;
+ * - costs are per example; multiply by the batch.
+ * Invariant: layers[i].in_shape equals the out_shape of the layer feeding
+ * it (the previous layer, or the block input for a residual shortcut). */
+#ifndef PS_LAYERS_H
+#define PS_LAYERS_H
+
+#include "../common.h"
+
+#include <json-c/json.h>
+
+typedef enum {
+  PS_LAYER_DENSE,        /* y = x W + b over the last dimension */
+  PS_LAYER_RELU,
+  PS_LAYER_GELU,
+  PS_LAYER_TANH,
+  PS_LAYER_SOFTMAX_XENT, /* softmax + cross-entropy loss against labels */
+  PS_LAYER_CONV2D,       /* NHWC, square kernel, stride, "same"/"valid" */
+  PS_LAYER_MAXPOOL,
+  PS_LAYER_AVGPOOL,
+  PS_LAYER_GLOBAL_AVGPOOL, /* (H, W, C) -> (C) */
+  PS_LAYER_BATCHNORM,
+  PS_LAYER_LAYERNORM,
+  PS_LAYER_EMBEDDING,    /* token ids (S) -> (S, D), plus positions */
+  PS_LAYER_ATTENTION,    /* multi-head self-attention, (S, D) -> (S, D) */
+  PS_LAYER_FLATTEN,
+  PS_LAYER_ADD,          /* residual join: body output + shortcut output */
+  PS_LAYER_N_KINDS
+} PsLayerKind;
+
+/* One matrix product of a layer's forward pass, for one example:
+ * (rows x k) times (k x n), `count` times.  The cost model pads rows to the
+ * MXU's batch tile (times the batch) and k, n to the MXU size. */
+typedef struct {
+  int64_t rows;
+  int64_t k;
+  int64_t n;
+  int64_t count;
+} PsMatmul;
+
+#define PS_MAX_RANK 3
+#define PS_MAX_MATMULS 4
+
+typedef struct {
+  PsLayerKind kind;
+  char *name;                  /* unique, e.g. "stage2.block1.conv_a" */
+  int in_rank, out_rank;
+  int64_t in_shape[PS_MAX_RANK];
+  int64_t out_shape[PS_MAX_RANK];
+  /* hyper-parameters (those that apply to the kind) */
+  int64_t units, filters, kernel, stride, pool, heads, vocab, dim;
+  gboolean same_padding, bias;
+  int shortcut_of;             /* ADD: index of the first layer of the
+                                  block whose input feeds the shortcut */
+  /* costs per example */
+  int64_t params;              /* trainable parameters */
+  double fwd_flops, bwd_flops; /* all FLOPs, matmul and element-wise */
+  double fwd_bytes, bwd_bytes; /* HBM traffic unfused, in elements */
+  int64_t act_elems;           /* elements kept for the backward pass */
+  int n_mm;
+  PsMatmul mm[PS_MAX_MATMULS]; /* forward matmuls; backward does each twice */
+} PsLayer;
+
+typedef struct {
+  char *name;
+  char *file;
+  char *description;
+  int in_rank;
+  int64_t in_shape[PS_MAX_RANK];
+  gboolean token_input;        /* input is integer token ids */
+  int64_t classes;
+  int n_layers;
+  PsLayer *layers;
+  /* totals per example */
+  int64_t params;
+  double fwd_flops, bwd_flops;
+  int64_t act_elems;
+  gboolean numerics_supported; /* every layer has a real kernel */
+} PsModel;
+
+/* Builds a model from JSON; errors are "FILE: PATH: reason".  Schema:
+ *   {"name", "description", "input": {"shape": [...], "classes": N,
+ *    "tokens": bool}, "layers": [LAYER, ...]}
+ * where LAYER is {"type": KIND, ...params} or a group
+ *   {"type": "residual", "body": [...], "shortcut": [...]} or
+ *   {"type": "repeat", "count": N, "body": [...]}.
+ * (transfer full) */
+PsModel *ps_model_from_json(json_object *obj, const char *file, const char *path,
+                            GError **error);
+PsModel *ps_model_load_file(const char *file, GError **error);
+void ps_model_free(PsModel *model);
+
+const char *ps_layer_kind_name(PsLayerKind kind);
+int64_t ps_shape_elems(const int64_t *shape, int rank);
+
+/* Bytes a device needs for training with `batch` examples: weights,
+ * gradients and `optimizer_slots` copies (4 bytes each), plus activations
+ * kept for backward at `act_bytes` per element (all layers, or the layer
+ * range [first, last) for a pipeline stage). */
+int64_t ps_model_memory_bytes(const PsModel *model, int first, int last, int64_t batch,
+                              int optimizer_slots, int act_bytes);
+
+/* Prints a table of layers with shapes, params and FLOPs. */
+void ps_model_describe(const PsModel *model, GString *out);
+
+#endif
