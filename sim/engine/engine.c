@@ -1,4 +1,4 @@
-/* engine.c: the event loop over the heap, with handlers per event type.
+/* engine.c: the event loop over the calendar queue, with a handler per event type.
  *
  * Invariant: now never decreases; an event scheduled in the past is a
  * programming error. */
@@ -11,7 +11,7 @@ typedef struct {
 } HandlerEntry;
 
 struct PsEngine {
-  PsHeap heap;
+  PsQueue queue;
   ps_time_t now;
   uint64_t next_seq;
   uint64_t events_run;
@@ -23,7 +23,7 @@ struct PsEngine {
 PsEngine *ps_engine_new(void)
 {
   PsEngine *e = g_new0(PsEngine, 1);
-  ps_heap_init(&e->heap);
+  ps_queue_init(&e->queue);
   e->handlers = g_array_new(FALSE, TRUE, sizeof(HandlerEntry));
   return e;
 }
@@ -37,7 +37,7 @@ void ps_engine_free(PsEngine *engine)
   g_array_free(engine->handlers, TRUE);
   if (engine->cancelled)
     g_hash_table_destroy(engine->cancelled);
-  ps_heap_clear(&engine->heap);
+  ps_queue_clear(&engine->queue);
   g_free(engine);
 }
 
@@ -62,7 +62,7 @@ uint64_t ps_engine_at(PsEngine *engine, ps_time_t time, uint32_t type, uint32_t 
   g_assert(type < engine->handlers->len);
   PsEvent ev = {.time = time, .seq = engine->next_seq++, .type = type, .target = target};
   ev.arg.u = arg;
-  ps_heap_push(&engine->heap, &ev);
+  ps_queue_push(&engine->queue, &ev);
   return ev.seq;
 }
 
@@ -73,7 +73,7 @@ uint64_t ps_engine_at_ptr(PsEngine *engine, ps_time_t time, uint32_t type, uint3
   g_assert(type < engine->handlers->len);
   PsEvent ev = {.time = time, .seq = engine->next_seq++, .type = type, .target = target};
   ev.arg.p = arg;
-  ps_heap_push(&engine->heap, &ev);
+  ps_queue_push(&engine->queue, &ev);
   return ev.seq;
 }
 
@@ -94,7 +94,7 @@ void ps_engine_cancel(PsEngine *engine, uint64_t seq)
 }
 
 ps_time_t ps_engine_now(const PsEngine *engine) { return engine->now; }
-size_t ps_engine_pending(const PsEngine *engine) { return engine->heap.len; }
+size_t ps_engine_pending(const PsEngine *engine) { return ps_queue_len(&engine->queue); }
 uint64_t ps_engine_events_run(const PsEngine *engine) { return engine->events_run; }
 void ps_engine_stop(PsEngine *engine) { engine->stop = TRUE; }
 
@@ -116,10 +116,10 @@ uint64_t ps_engine_run(PsEngine *engine, ps_time_t until)
   engine->stop = FALSE;
   const HandlerEntry *handlers;
   PsEvent ev;
-  while (!engine->stop && engine->heap.len > 0) {
-    if (engine->heap.items[0].time > until)
+  while (!engine->stop && ps_queue_len(&engine->queue) > 0) {
+    if (until != PS_TIME_NEVER && ps_queue_peek(&engine->queue)->time > until)
       break;
-    ps_heap_pop(&engine->heap, &ev);
+    ps_queue_pop(&engine->queue, &ev);
     if (take_cancelled(engine, ev.seq))
       continue;
     engine->now = ev.time;

@@ -57,8 +57,8 @@ uint64_t ps_engine_events_run(const PsEngine *engine);
 uint64_t ps_engine_run(PsEngine *engine, ps_time_t until);
 void ps_engine_stop(PsEngine *engine);
 
-/* The queue itself, exposed for tests and the benchmark: a 4-ary min-heap
- * of PsEvent keyed on (time, seq). */
+/* The queues, exposed for tests and the benchmark.  PsHeap: a 4-ary
+ * min-heap of PsEvent keyed on (time, seq). */
 typedef struct {
   PsEvent *items;
   size_t len;
@@ -72,5 +72,38 @@ void ps_heap_push(PsHeap *heap, const PsEvent *event);
 gboolean ps_heap_pop(PsHeap *heap, PsEvent *out);
 /* Checks the heap property everywhere (for tests). */
 gboolean ps_heap_check(const PsHeap *heap);
+
+/* The engine's queue: a calendar queue (buckets of adaptive width) with a
+ * PsHeap in front; same order as PsHeap, amortized O(1) per operation on
+ * the usual hold workloads.  Fields are private to queue.c. */
+typedef struct {
+  PsEvent ev;
+  uint32_t next;        /* next slot in its bucket, far or free list */
+} PsQueueSlot;
+
+typedef struct {
+  PsHeap near;          /* events before near_end, heap-ordered */
+  PsQueueSlot *pool;    /* slots of bucketed and far events */
+  size_t pool_cap;
+  uint32_t free_head;
+  uint32_t *bucket;     /* per bucket: first slot, or UINT32_MAX */
+  size_t nb;            /* buckets in the window */
+  size_t cur;           /* next bucket to drain */
+  int shift;            /* bucket width is 2^shift ps */
+  ps_time_t win_start;
+  ps_time_t near_end;
+  uint32_t far_head;
+  size_t far_count;
+  size_t len;
+} PsQueue;
+
+void ps_queue_init(PsQueue *q);
+void ps_queue_clear(PsQueue *q);
+void ps_queue_push(PsQueue *q, const PsEvent *event);
+gboolean ps_queue_pop(PsQueue *q, PsEvent *out);
+/* The smallest event, or NULL; valid until the next push or pop. */
+const PsEvent *ps_queue_peek(PsQueue *q);
+size_t ps_queue_len(const PsQueue *q);
+gboolean ps_queue_check(const PsQueue *q);
 
 #endif
