@@ -58,7 +58,8 @@ deps:
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	@echo "  CC    $<"
+	@$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libpodsim.a: $(LIB_OBJ)
 	@rm -f $@

@@ -65,6 +65,12 @@ typedef struct {
   int64_t act_elems;           /* elements kept for the backward pass */
   int n_mm;
   PsMatmul mm[PS_MAX_MATMULS]; /* forward matmuls; backward does each twice */
+  /* data flow (added with layers.c): the layer whose output is this
+   * layer's input, -1 for the model input; for ADD, input_from is the last
+   * body layer and shortcut_from the last shortcut layer (or, for an
+   * identity shortcut, the block input's producer, -1 the model input). */
+  int input_from;
+  int shortcut_from;
 } PsLayer;
 
 typedef struct {

@@ -1,0 +1,68 @@
+/* pod.h: the hardware that executes programs: TensorCores (devices) that
+ * run their program op by op, hosts that prepare input batches with their
+ * CPU workers and push them over PCIe into each device's bounded infeed
+ * queue, and the steps_per_run loop the host drives.
+ *
+ * The pod knows costs, never strategies: it times the ops it is given.
+ * Observers are told what happened; they never steer it (numerics run in
+ * the op_done callback, before the device's next op starts).
+ * Invariant: a device's infeed queue never holds more than its capacity,
+ * counting batches still in flight over PCIe. */
+#ifndef PS_POD_H
+#define PS_POD_H
+
+#include "engine/engine.h"
+#include "strategy/program.h"
+
+typedef enum {
+  PS_TIME_COMPUTE,
+  PS_TIME_COLLECTIVE,
+  PS_TIME_INFEED_STALL,
+  PS_TIME_PIPELINE_BUBBLE,
+  PS_TIME_HOST,
+  PS_TIME_OTHER,
+  PS_TIME_N_CATEGORIES
+} PsTimeCategory;
+
+const char *ps_time_category_name(PsTimeCategory c);
+
+typedef struct {
+  void *ctx;
+  /* An op ran on a device from start to end. */
+  void (*op_done)(void *ctx, int device, int step, const PsOp *op, ps_time_t start,
+                  ps_time_t end);
+  /* A device waited (infeed empty, host loop, collective peers). */
+  void (*wait)(void *ctx, int device, int step, PsTimeCategory why, ps_time_t start,
+               ps_time_t end);
+  /* A device finished a step. */
+  void (*step_done)(void *ctx, int device, int step, ps_time_t end);
+  /* A device's infeed queue depth changed. */
+  void (*infeed_depth)(void *ctx, int device, int depth, ps_time_t t);
+  /* A host finished preparing a batch, or a PCIe transfer to a device. */
+  void (*host_work)(void *ctx, int host, const char *what, int device, ps_time_t start,
+                    ps_time_t end);
+  /* All members of a collective have arrived; runs before any leaves. */
+  void (*collective)(void *ctx, int step, const PsOp *op, ps_time_t t);
+} PsPodObserver;
+
+typedef struct PsPod PsPod;
+
+/* (transfer full); exp and plan must outlive the pod. */
+PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
+                  const PsPodObserver *observer);
+void ps_pod_free(PsPod *pod);
+
+/* Schedules the start of the run (hosts begin preparing, the first device
+ * loop is launched).  Then ps_engine_run() drives it to the end. */
+void ps_pod_start(PsPod *pod);
+
+/* Steps every device has finished. */
+int64_t ps_pod_steps_done(const PsPod *pod);
+
+/* Where devices and hosts are: device d is core (d % per_chip) of chip
+ * (d / per_chip); chip c is on host (c / chips_per_host). */
+int ps_pod_device_chip(const PsPod *pod, int device);
+int ps_pod_device_core(const PsPod *pod, int device);
+int ps_pod_chip_host(const PsPod *pod, int chip);
+
+#endif

@@ -1,0 +1,1433 @@
+/* config.c: topology and experiment configs: name lookup along the data
+ * search path, "extends" inheritance between topology files, --set
+ * overrides on the resolved tree, and every check a user's input must pass.
+ *
+ * Invariant: a PsTopology or PsExperiment leaves this file only after all
+ * of its checks have passed; every failure is a PS_INPUT_ERROR whose
+ * message reads "FILE: JSON.PATH: reason" and says what to change. */
+#include "io/config.h"
+#include "io/json.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifndef PS_DATA_DIR
+#define PS_DATA_DIR "/usr/local/share/podsim"
+#endif
+
+/* Fashion-MNIST: 60,000 training images of 28x28x1 in 10 classes. */
+#define FASHION_MNIST_TRAIN 60000
+#define FASHION_MNIST_ELEMS 784
+#define FASHION_MNIST_CLASSES 10
+#define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+/* Largest torus side and chip count we accept (well past any real pod). */
+#define MAX_DIM 4096
+#define MAX_CHIPS (1 << 20)
+
+static const char *where(const char *path)
+{
+  return (path && *path) ? path : "(root)";
+}
+
+static void fail(GError **error, int code, const char *file, const char *path, const char *fmt,
+                 ...) G_GNUC_PRINTF(5, 6);
+
+static void fail(GError **error, int code, const char *file, const char *path, const char *fmt,
+                 ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *reason = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  g_set_error(error, PS_INPUT_ERROR, code, "%s: %s: %s", file, where(path), reason);
+}
+
+static const char *json_kind(json_object *v)
+{
+  switch (json_object_get_type(v)) {
+  case json_type_null: return "null";
+  case json_type_boolean: return "boolean";
+  case json_type_double: return "number";
+  case json_type_int: return "integer";
+  case json_type_string: return "string";
+  case json_type_array: return "array";
+  case json_type_object: return "object";
+  }
+  return "unknown";
+}
+
+/* A double that prints as written by a person ("1e-06", not
+ * "9.9999999999999995e-07").  (transfer full) */
+static json_object *new_double(double d)
+{
+  char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  g_ascii_formatd(buf, sizeof buf, "%.15g", d);
+  if (!strpbrk(buf, ".eEni"))
+    g_strlcat(buf, ".0", sizeof buf);
+  return json_object_new_double_s(d, buf);
+}
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static double gib(int64_t bytes)
+{
+  return (double)bytes / GIB;
+}
+
+/* ============================================================ lookup */
+
+static const char *kind_singular(const char *kind)
+{
+  if (strcmp(kind, "topologies") == 0)
+    return "topology";
+  if (strcmp(kind, "models") == 0)
+    return "model";
+  if (strcmp(kind, "experiments") == 0)
+    return "experiment";
+  return kind;
+}
+
+/* The data directories, most specific first: $PODSIM_DATA_DIR, the
+ * install prefix, the working directory.  (transfer full) */
+static GPtrArray *search_dirs(void)
+{
+  GPtrArray *dirs = g_ptr_array_new_with_free_func(g_free);
+  const char *env = g_getenv("PODSIM_DATA_DIR");
+  if (env && *env)
+    g_ptr_array_add(dirs, g_strdup(env));
+  g_ptr_array_add(dirs, g_strdup(PS_DATA_DIR));
+  g_ptr_array_add(dirs, g_strdup("."));
+  return dirs;
+}
+
+static gboolean is_path(const char *name)
+{
+  return strchr(name, '/') != NULL || g_str_has_suffix(name, ".json");
+}
+
+static gboolean is_file(const char *path)
+{
+  return g_file_test(path, G_FILE_TEST_IS_REGULAR);
+}
+
+/* Why `path` cannot be opened, as strerror text. */
+static const char *unreadable_reason(const char *path)
+{
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return g_strerror(errno);
+  if (S_ISDIR(st.st_mode))
+    return g_strerror(EISDIR);
+  return "not a regular file";
+}
+
+/* Finds `name` of `kind` for a reference made at ref_file:ref_path (both
+ * NULL for the command line).  Paths are tried relative to the referring
+ * file's directory, then as given.  Names are tried next to the referring
+ * file when it is of the same kind (a topology extending another), in
+ * the referring file's sibling <kind>/ folder (experiments/x.json naming a
+ * topology finds topologies/), then along search_dirs().
+ * (transfer full) */
+static char *find_config(const char *kind, const char *name, const char *ref_file,
+                         const char *ref_path, gboolean same_kind, GError **error)
+{
+  g_autofree char *ref_dir = ref_file ? g_path_get_dirname(ref_file) : NULL;
+  g_autofree char *prefix =
+      ref_file ? g_strdup_printf("%s: %s: ", ref_file, where(ref_path)) : g_strdup("");
+
+  if (*name == '\0') {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "%sempty %s name", prefix,
+                kind_singular(kind));
+    return NULL;
+  }
+  if (is_path(name)) {
+    if (g_path_is_absolute(name) || !ref_dir) {
+      if (is_file(name))
+        return g_strdup(name);
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s%s: cannot read: %s", prefix,
+                  name, unreadable_reason(name));
+      return NULL;
+    }
+    g_autofree char *near = g_build_filename(ref_dir, name, NULL);
+    if (is_file(near))
+      return g_steal_pointer(&near);
+    if (is_file(name))
+      return g_strdup(name);
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s%s: cannot read: %s", prefix,
+                near, unreadable_reason(near));
+    return NULL;
+  }
+
+  g_autofree char *leaf = g_strconcat(name, ".json", NULL);
+  if (ref_dir) {
+    if (same_kind) {
+      g_autofree char *sib = g_build_filename(ref_dir, leaf, NULL);
+      if (is_file(sib))
+        return g_steal_pointer(&sib);
+    }
+    g_autofree char *up = g_build_filename(ref_dir, "..", kind, leaf, NULL);
+    if (is_file(up))
+      return g_steal_pointer(&up);
+  }
+  g_autoptr(GPtrArray) dirs = search_dirs();
+  GString *searched = g_string_new(NULL);
+  for (guint i = 0; i < dirs->len; i++) {
+    g_autofree char *cand = g_build_filename(dirs->pdata[i], kind, leaf, NULL);
+    if (is_file(cand)) {
+      g_string_free(searched, TRUE);
+      return g_steal_pointer(&cand);
+    }
+    g_autofree char *d = g_build_filename(dirs->pdata[i], kind, NULL);
+    g_string_append_printf(searched, "%s%s", i ? ", " : "", d);
+  }
+  g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
+              "%sunknown %s '%s' (see `podsim list %s`; searched %s)", prefix,
+              kind_singular(kind), name, kind, searched->str);
+  g_string_free(searched, TRUE);
+  return NULL;
+}
+
+char *ps_config_find(const char *kind, const char *name, GError **error)
+{
+  g_return_val_if_fail(kind != NULL && name != NULL, NULL);
+  return find_config(kind, name, NULL, NULL, FALSE, error);
+}
+
+static gint compare_names(gconstpointer a, gconstpointer b)
+{
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+char **ps_config_list(const char *kind)
+{
+  g_return_val_if_fail(kind != NULL, NULL);
+  g_autoptr(GHashTable) seen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+  g_autoptr(GPtrArray) dirs = search_dirs();
+  for (guint i = 0; i < dirs->len; i++) {
+    g_autofree char *d = g_build_filename(dirs->pdata[i], kind, NULL);
+    GDir *dir = g_dir_open(d, 0, NULL);
+    if (!dir)
+      continue;
+    const char *entry;
+    while ((entry = g_dir_read_name(dir)) != NULL) {
+      if (!g_str_has_suffix(entry, ".json") || entry[0] == '.')
+        continue;
+      g_autofree char *full = g_build_filename(d, entry, NULL);
+      if (!is_file(full))
+        continue;
+      g_hash_table_add(seen, g_strndup(entry, strlen(entry) - strlen(".json")));
+    }
+    g_dir_close(dir);
+  }
+  GPtrArray *names = g_ptr_array_new();
+  GHashTableIter it;
+  gpointer key;
+  g_hash_table_iter_init(&it, seen);
+  while (g_hash_table_iter_next(&it, &key, NULL)) {
+    g_ptr_array_add(names, g_strdup(key));
+  }
+  g_ptr_array_sort(names, compare_names);
+  g_ptr_array_add(names, NULL);
+  return (char **)g_ptr_array_free(names, FALSE);
+}
+
+/* ======================================================= tree helpers */
+
+/* (transfer full) */
+static json_object *deep_copy(json_object *src)
+{
+  json_object *dst = NULL;
+  if (src && json_object_deep_copy(src, &dst, NULL) != 0)
+    g_error("config: out of memory copying a JSON tree");
+  return dst;
+}
+
+/* Recursively writes src's keys over dst: objects merge, anything else
+ * (numbers, strings, arrays) replaces. */
+static void merge_over(json_object *dst, json_object *src)
+{
+  json_object_object_foreach(src, key, val) {
+    json_object *d = NULL;
+    if (val && json_object_is_type(val, json_type_object) &&
+        json_object_object_get_ex(dst, key, &d) && d && json_object_is_type(d, json_type_object))
+      merge_over(d, val);
+    else
+      json_object_object_add(dst, key, deep_copy(val));
+  }
+}
+
+/* The member `key` of obj when it must be an object: NULL and TRUE when
+ * absent and optional.  *sub is (transfer none). */
+static gboolean get_object(json_object *obj, const char *file, const char *path, const char *key,
+                           gboolean required, json_object **sub, GError **error)
+{
+  json_object *v = NULL;
+  *sub = NULL;
+  if (!json_object_object_get_ex(obj, key, &v) || v == NULL) {
+    if (required) {
+      fail(error, PS_INPUT_ERROR_KEY, file, path, "missing required key '%s'", key);
+      return FALSE;
+    }
+    return TRUE;
+  }
+  g_autofree char *p = ps_json_path_join(path, key);
+  if (!ps_json_expect_object(v, file, p, error))
+    return FALSE;
+  *sub = v;
+  return TRUE;
+}
+
+/* An array element as an integer (an integral double counts). */
+static gboolean elem_int(json_object *v, int64_t *out)
+{
+  if (json_object_is_type(v, json_type_int)) {
+    *out = json_object_get_int64(v);
+    return TRUE;
+  }
+  if (json_object_is_type(v, json_type_double)) {
+    double d = json_object_get_double(v);
+    if (fabs(d) < 9e18 && d == floor(d)) {
+      *out = (int64_t)d;
+      return TRUE;
+    }
+  }
+  return FALSE;
+}
+
+/* The key of an assignment "a.b=v", stripped.  (transfer full) */
+static char *override_key(const char *assignment)
+{
+  const char *eq = strchr(assignment, '=');
+  char *k = eq ? g_strndup(assignment, (gsize)(eq - assignment)) : g_strdup(assignment);
+  return g_strstrip(k);
+}
+
+/* ========================================================== topology */
+
+static const char *const topology_keys[] = {"name",  "generation", "description", "extends", "chip",
+                                            "host",  "torus",      "ici",         "sources", NULL};
+static const char *const chip_keys[] = {"cores",
+                                        "megacore",
+                                        "mxus_per_core",
+                                        "mxu_size",
+                                        "peak_flops",
+                                        "hbm_bytes",
+                                        "hbm_bandwidth_Bps",
+                                        "mxu_efficiency",
+                                        "op_overhead_s",
+                                        "on_chip_bandwidth_Bps",
+                                        NULL};
+static const char *const host_keys[] = {"chips",     "cpu_threads",     "pcie_bandwidth_Bps",
+                                        "cpu_flops", "loop_overhead_s", NULL};
+static const char *const torus_keys[] = {"dims", "wrap", "twisted", NULL};
+static const char *const ici_keys[] = {"bandwidth_Bps", "latency_s", "links_per_neighbor", NULL};
+
+/* Resolves "extends" of the topology object obj found at file:path: the
+ * named base (itself resolved) with obj's keys merged over it.  `chain`
+ * holds the canonical files being resolved, to report cycles.  Returns a
+ * new tree without "extends" (transfer full). */
+static json_object *topology_merge_extends(json_object *obj, const char *file, const char *path,
+                                           GPtrArray *chain, GError **error);
+
+/* Loads a topology file with its bases merged in.  (transfer full) */
+static json_object *topology_tree_load(const char *file, GPtrArray *chain, GError **error)
+{
+  json_object *obj = ps_json_load_file(file, error);
+  if (!obj)
+    return NULL;
+  if (!ps_json_expect_object(obj, file, "", error)) {
+    json_object_put(obj);
+    return NULL;
+  }
+  json_object *merged = topology_merge_extends(obj, file, "", chain, error);
+  json_object_put(obj);
+  return merged;
+}
+
+static json_object *topology_merge_extends(json_object *obj, const char *file, const char *path,
+                                           GPtrArray *chain, GError **error)
+{
+  json_object *ext = NULL;
+  if (!json_object_object_get_ex(obj, "extends", &ext) || ext == NULL)
+    return deep_copy(obj);
+  const char *base_name = NULL;
+  if (!ps_json_get_string(obj, file, path, "extends", TRUE, &base_name, error))
+    return NULL;
+  g_autofree char *ext_path = ps_json_path_join(path, "extends");
+  g_autofree char *base_file = find_config("topologies", base_name, file, ext_path, TRUE, error);
+  if (!base_file)
+    return NULL;
+  char *canon = g_canonicalize_filename(base_file, NULL);
+  for (guint i = 0; i < chain->len; i++) {
+    if (strcmp(chain->pdata[i], canon) == 0) {
+      GString *cycle = g_string_new(NULL);
+      for (guint j = i; j < chain->len; j++) {
+        g_autofree char *b = g_path_get_basename(chain->pdata[j]);
+        g_string_append_printf(cycle, "%s -> ", b);
+      }
+      g_autofree char *b = g_path_get_basename(canon);
+      g_string_append(cycle, b);
+      fail(error, PS_INPUT_ERROR_VALUE, file, ext_path,
+           "'%s' leads to a cycle of extends (%s); remove one of them", base_name, cycle->str);
+      g_string_free(cycle, TRUE);
+      g_free(canon);
+      return NULL;
+    }
+  }
+  g_ptr_array_add(chain, canon);
+  json_object *base = topology_tree_load(base_file, chain, error);
+  g_ptr_array_remove_index(chain, chain->len - 1);
+  if (!base)
+    return NULL;
+  json_object *mine = deep_copy(obj);
+  json_object_object_del(mine, "extends");
+  merge_over(base, mine);
+  json_object_put(mine);
+  return base;
+}
+
+/* True if the dotted `key` ("chip.peak_flops") names a member of root. */
+static gboolean tree_has_path(json_object *root, const char *key)
+{
+  g_auto(GStrv) parts = g_strsplit(key, ".", -1);
+  json_object *cur = root;
+  for (int i = 0; parts[i]; i++) {
+    json_object *next = NULL;
+    if (!json_object_is_type(cur, json_type_object) || parts[i][0] == '\0' ||
+        !json_object_object_get_ex(cur, parts[i], &next) || next == NULL)
+      return FALSE;
+    cur = next;
+  }
+  return TRUE;
+}
+
+static gboolean parse_sources(json_object *root, const char *file, const char *path,
+                              GError **error)
+{
+  json_object *src = NULL;
+  if (!get_object(root, file, path, "sources", FALSE, &src, error))
+    return FALSE;
+  if (!src)
+    return TRUE;
+  g_autofree char *sp = ps_json_path_join(path, "sources");
+  json_object_object_foreach(src, key, val) {
+    g_autofree char *kp = ps_json_path_join(sp, key);
+    if (!val || !json_object_is_type(val, json_type_string)) {
+      fail(error, PS_INPUT_ERROR_TYPE, file, kp, "must be a string (a citation), got %s",
+           val ? json_kind(val) : "null");
+      return FALSE;
+    }
+    if (strcmp(key, "sources") == 0 || strncmp(key, "sources.", 8) == 0 ||
+        !tree_has_path(root, key)) {
+      fail(error, PS_INPUT_ERROR_KEY, file, kp,
+           "cites '%s', which is not a key of this topology (use a dotted path such as "
+           "\"chip.peak_flops\")",
+           key);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+static gboolean parse_chip(json_object *root, const char *file, const char *path, PsTopology *t,
+                           GError **error)
+{
+  json_object *c;
+  if (!get_object(root, file, path, "chip", TRUE, &c, error))
+    return FALSE;
+  g_autofree char *p = ps_json_path_join(path, "chip");
+  int64_t hbm = 0;
+  t->megacore = FALSE;
+  t->mxu_size = 128;
+  t->mxu_efficiency = 1.0;
+  t->op_overhead_s = 1e-6;
+  if (!ps_json_check_keys(c, file, p, chip_keys, error) ||
+      !ps_json_get_int32(c, file, p, "cores", TRUE, 1, 1024, &t->cores_per_chip, error) ||
+      !ps_json_get_bool(c, file, p, "megacore", FALSE, &t->megacore, error) ||
+      !ps_json_get_int32(c, file, p, "mxus_per_core", TRUE, 1, 1024, &t->mxus_per_core,
+                         error) ||
+      !ps_json_get_int32(c, file, p, "mxu_size", FALSE, 1, 65536, &t->mxu_size, error) ||
+      !ps_json_get_double(c, file, p, "peak_flops", TRUE, 0, TRUE, INFINITY, &t->peak_flops,
+                          error) ||
+      !ps_json_get_int(c, file, p, "hbm_bytes", TRUE, 1, INT64_MAX, &hbm, error) ||
+      !ps_json_get_double(c, file, p, "hbm_bandwidth_Bps", TRUE, 0, TRUE, INFINITY,
+                          &t->hbm_bandwidth_Bps, error) ||
+      !ps_json_get_double(c, file, p, "mxu_efficiency", FALSE, 0, TRUE, 1.0,
+                          &t->mxu_efficiency, error) ||
+      !ps_json_get_double(c, file, p, "op_overhead_s", FALSE, 0, FALSE, INFINITY,
+                          &t->op_overhead_s, error) ||
+      !ps_json_get_double(c, file, p, "on_chip_bandwidth_Bps", TRUE, 0, TRUE, INFINITY,
+                          &t->on_chip_bandwidth_Bps, error))
+    return FALSE;
+  t->hbm_bytes = hbm;
+  return TRUE;
+}
+
+static gboolean parse_host(json_object *root, const char *file, const char *path, PsTopology *t,
+                           GError **error)
+{
+  json_object *h;
+  if (!get_object(root, file, path, "host", TRUE, &h, error))
+    return FALSE;
+  g_autofree char *p = ps_json_path_join(path, "host");
+  return ps_json_check_keys(h, file, p, host_keys, error) &&
+         ps_json_get_int32(h, file, p, "chips", TRUE, 1, MAX_CHIPS, &t->chips_per_host,
+                           error) &&
+         ps_json_get_int32(h, file, p, "cpu_threads", TRUE, 1, 1 << 16, &t->cpu_threads,
+                           error) &&
+         ps_json_get_double(h, file, p, "pcie_bandwidth_Bps", TRUE, 0, TRUE, INFINITY,
+                            &t->pcie_bandwidth_Bps, error) &&
+         ps_json_get_double(h, file, p, "cpu_flops", TRUE, 0, TRUE, INFINITY, &t->cpu_flops,
+                            error) &&
+         ps_json_get_double(h, file, p, "loop_overhead_s", TRUE, 0, FALSE, INFINITY,
+                            &t->loop_overhead_s, error);
+}
+
+static char *dims_text(const PsTopology *t)
+{
+  GString *s = g_string_new(NULL);
+  for (int i = 0; i < t->ndims; i++)
+    g_string_append_printf(s, "%s%d", i ? "x" : "", t->dims[i]);
+  return g_string_free(s, FALSE);
+}
+
+/* Cloud TPU v4 twisted tori: k x k x 2k or k x 2k x 2k, in any order. */
+static gboolean twistable_shape(const PsTopology *t)
+{
+  int d[3] = {t->dims[0], t->dims[1], t->dims[2]};
+  for (int i = 0; i < 3; i++)
+    for (int j = i + 1; j < 3; j++)
+      if (d[j] < d[i]) {
+        int x = d[i];
+        d[i] = d[j];
+        d[j] = x;
+      }
+  return (d[0] == d[1] && d[2] == 2 * d[0]) || (d[1] == 2 * d[0] && d[2] == d[1]);
+}
+
+static gboolean parse_torus(json_object *root, const char *file, const char *path, PsTopology *t,
+                            GError **error)
+{
+  json_object *tor;
+  if (!get_object(root, file, path, "torus", TRUE, &tor, error))
+    return FALSE;
+  g_autofree char *p = ps_json_path_join(path, "torus");
+  if (!ps_json_check_keys(tor, file, p, torus_keys, error))
+    return FALSE;
+
+  g_autofree char *dp = ps_json_path_join(p, "dims");
+  json_object *dims = NULL;
+  if (!json_object_object_get_ex(tor, "dims", &dims) || !dims) {
+    fail(error, PS_INPUT_ERROR_KEY, file, p, "missing required key 'dims'");
+    return FALSE;
+  }
+  if (!json_object_is_type(dims, json_type_array)) {
+    fail(error, PS_INPUT_ERROR_TYPE, file, dp, "must be an array of 1 to 3 integers, got %s",
+         json_kind(dims));
+    return FALSE;
+  }
+  size_t n = json_object_array_length(dims);
+  if (n < 1 || n > PS_MAX_DIMS) {
+    fail(error, PS_INPUT_ERROR_VALUE, file, dp,
+         "must have 1 to %d entries (a 1-D, 2-D or 3-D torus), got %zu", PS_MAX_DIMS, n);
+    return FALSE;
+  }
+  t->ndims = (int)n;
+  int64_t chips = 1;
+  for (size_t i = 0; i < n; i++) {
+    json_object *v = json_object_array_get_idx(dims, i);
+    g_autofree char *ep = ps_json_path_index(dp, (int)i);
+    int64_t x;
+    if (!v || !elem_int(v, &x)) {
+      fail(error, PS_INPUT_ERROR_TYPE, file, ep, "must be an integer, got %s",
+           v ? json_kind(v) : "null");
+      return FALSE;
+    }
+    if (x < 1 || x > MAX_DIM) {
+      fail(error, PS_INPUT_ERROR_VALUE, file, ep,
+           "must be between 1 and %d chips, got %" G_GINT64_FORMAT, MAX_DIM, x);
+      return FALSE;
+    }
+    t->dims[i] = (int)x;
+    chips *= x;
+  }
+  if (chips > MAX_CHIPS) {
+    fail(error, PS_INPUT_ERROR_VALUE, file, dp,
+         "%" G_GINT64_FORMAT " chips is more than the %d this simulator accepts", chips,
+         MAX_CHIPS);
+    return FALSE;
+  }
+
+  for (int i = 0; i < PS_MAX_DIMS; i++)
+    t->wrap[i] = FALSE;
+  json_object *wrap = NULL;
+  if (json_object_object_get_ex(tor, "wrap", &wrap) && wrap) {
+    g_autofree char *wp = ps_json_path_join(p, "wrap");
+    if (!json_object_is_type(wrap, json_type_array)) {
+      fail(error, PS_INPUT_ERROR_TYPE, file, wp,
+           "must be an array of true/false, one per entry of torus.dims, got %s",
+           json_kind(wrap));
+      return FALSE;
+    }
+    size_t m = json_object_array_length(wrap);
+    if (m != n) {
+      fail(error, PS_INPUT_ERROR_VALUE, file, wp,
+           "has %zu entries but torus.dims has %zu; give one true/false per dimension", m, n);
+      return FALSE;
+    }
+    for (size_t i = 0; i < m; i++) {
+      json_object *v = json_object_array_get_idx(wrap, i);
+      if (!v || !json_object_is_type(v, json_type_boolean)) {
+        g_autofree char *ep = ps_json_path_index(wp, (int)i);
+        fail(error, PS_INPUT_ERROR_TYPE, file, ep, "must be true or false, got %s",
+             v ? json_kind(v) : "null");
+        return FALSE;
+      }
+      t->wrap[i] = json_object_get_boolean(v) ? TRUE : FALSE;
+    }
+  }
+
+  t->twisted = FALSE;
+  if (!ps_json_get_bool(tor, file, p, "twisted", FALSE, &t->twisted, error))
+    return FALSE;
+  if (t->twisted) {
+    g_autofree char *tp = ps_json_path_join(p, "twisted");
+    g_autofree char *shape = dims_text(t);
+    gboolean all_wrap = t->ndims == 3 && t->wrap[0] && t->wrap[1] && t->wrap[2];
+    if (t->ndims != 3 || !all_wrap || !twistable_shape(t)) {
+      fail(error, PS_INPUT_ERROR_VALUE, file, tp,
+           "a twisted torus needs a 3-D k x k x 2k or k x 2k x 2k shape with wrap-around on "
+           "every axis (as Cloud TPU v4 offers), got %s%s; set torus.twisted=false",
+           shape, all_wrap ? "" : " without full wrap-around");
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+static gboolean parse_ici(json_object *root, const char *file, const char *path, PsTopology *t,
+                          GError **error)
+{
+  json_object *ici;
+  if (!get_object(root, file, path, "ici", TRUE, &ici, error))
+    return FALSE;
+  g_autofree char *p = ps_json_path_join(path, "ici");
+  t->ici_links_per_neighbor = 1;
+  return ps_json_check_keys(ici, file, p, ici_keys, error) &&
+         ps_json_get_double(ici, file, p, "bandwidth_Bps", TRUE, 0, TRUE, INFINITY,
+                            &t->ici_bandwidth_Bps, error) &&
+         ps_json_get_double(ici, file, p, "latency_s", TRUE, 0, FALSE, INFINITY,
+                            &t->ici_latency_s, error) &&
+         ps_json_get_int32(ici, file, p, "links_per_neighbor", FALSE, 1, 64,
+                           &t->ici_links_per_neighbor, error);
+}
+
+/* The name a file gives when it has no "name": its basename without
+ * ".json".  (transfer full) */
+static char *name_from_file(const char *file)
+{
+  char *base = g_path_get_basename(file);
+  if (g_str_has_suffix(base, ".json"))
+    base[strlen(base) - 5] = '\0';
+  return base;
+}
+
+static PsTopology *topology_parse(json_object *root, const char *file, const char *path,
+                                  GError **error)
+{
+  if (!ps_json_check_keys(root, file, path, topology_keys, error))
+    return NULL;
+  PsTopology *t = g_new0(PsTopology, 1);
+  const char *name = NULL, *gen = NULL, *desc = NULL;
+  if (!ps_json_get_string(root, file, path, "name", FALSE, &name, error) ||
+      !ps_json_get_string(root, file, path, "generation", FALSE, &gen, error) ||
+      !ps_json_get_string(root, file, path, "description", FALSE, &desc, error))
+    goto fail;
+  t->file = g_strdup(file);
+  t->name = name ? g_strdup(name) : (path && *path) ? g_strdup("inline") : name_from_file(file);
+  t->generation = g_strdup(gen ? gen : "");
+  t->description = g_strdup(desc ? desc : "");
+  if (!parse_chip(root, file, path, t, error) || !parse_host(root, file, path, t, error) ||
+      !parse_torus(root, file, path, t, error) || !parse_ici(root, file, path, t, error) ||
+      !parse_sources(root, file, path, error))
+    goto fail;
+
+  int chips = ps_topology_chips(t);
+  if (chips < t->chips_per_host) {
+    /* A slice smaller than a host: one host with just these chips. */
+    t->chips_per_host = chips;
+  } else if (chips % t->chips_per_host != 0) {
+    g_autofree char *hp = ps_json_path_join(path, "host.chips");
+    g_autofree char *shape = dims_text(t);
+    fail(error, PS_INPUT_ERROR_VALUE, file, hp,
+         "the slice's %d chips (torus.dims %s) are not divisible by host.chips = %d; change "
+         "torus.dims or host.chips",
+         chips, shape, t->chips_per_host);
+    goto fail;
+  }
+  return t;
+fail:
+  ps_topology_free(t);
+  return NULL;
+}
+
+PsTopology *ps_topology_from_json(json_object *obj, const char *file, const char *path,
+                                  GError **error)
+{
+  g_return_val_if_fail(obj != NULL && file != NULL, NULL);
+  if (!ps_json_expect_object(obj, file, path, error))
+    return NULL;
+  g_autoptr(GPtrArray) chain = g_ptr_array_new_with_free_func(g_free);
+  if (!(path && *path) && is_file(file))
+    g_ptr_array_add(chain, g_canonicalize_filename(file, NULL));
+  json_object *merged = topology_merge_extends(obj, file, path, chain, error);
+  if (!merged)
+    return NULL;
+  PsTopology *t = topology_parse(merged, file, path, error);
+  json_object_put(merged);
+  return t;
+}
+
+/* Applies NULL-terminated overrides to root.  Those whose key is listed
+ * in `only` (or all, when only is NULL) and not in `skip`. */
+static gboolean apply_overrides(json_object *root, const char *const *overrides,
+                                const char *const *only, const char *const *skip,
+                                GError **error)
+{
+  if (!overrides)
+    return TRUE;
+  for (const char *const *o = overrides; *o; o++) {
+    g_autofree char *key = override_key(*o);
+    if (only && !g_strv_contains(only, key))
+      continue;
+    if (skip && g_strv_contains(skip, key))
+      continue;
+    if (!ps_json_apply_override(root, *o, "--set", error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+PsTopology *ps_topology_load(const char *name_or_path, const char *const *overrides,
+                             GError **error)
+{
+  g_return_val_if_fail(name_or_path != NULL, NULL);
+  g_autofree char *file = ps_config_find("topologies", name_or_path, error);
+  if (!file)
+    return NULL;
+  g_autoptr(GPtrArray) chain = g_ptr_array_new_with_free_func(g_free);
+  g_ptr_array_add(chain, g_canonicalize_filename(file, NULL));
+  json_object *tree = topology_tree_load(file, chain, error);
+  if (!tree)
+    return NULL;
+  PsTopology *t = NULL;
+  if (apply_overrides(tree, overrides, NULL, NULL, error))
+    t = topology_parse(tree, file, "", error);
+  json_object_put(tree);
+  return t;
+}
+
+void ps_topology_free(PsTopology *t)
+{
+  if (!t)
+    return;
+  g_free(t->name);
+  g_free(t->file);
+  g_free(t->generation);
+  g_free(t->description);
+  g_free(t);
+}
+
+int ps_topology_chips(const PsTopology *t)
+{
+  g_return_val_if_fail(t != NULL, 0);
+  int n = 1;
+  for (int i = 0; i < t->ndims; i++)
+    n *= t->dims[i];
+  return n;
+}
+
+int ps_topology_hosts(const PsTopology *t)
+{
+  g_return_val_if_fail(t != NULL && t->chips_per_host > 0, 0);
+  return ps_topology_chips(t) / t->chips_per_host;
+}
+
+int ps_topology_devices_per_chip(const PsTopology *t)
+{
+  g_return_val_if_fail(t != NULL, 0);
+  return t->megacore ? 1 : t->cores_per_chip;
+}
+
+int ps_topology_devices(const PsTopology *t)
+{
+  return ps_topology_chips(t) * ps_topology_devices_per_chip(t);
+}
+
+double ps_topology_device_peak_flops(const PsTopology *t)
+{
+  return t->peak_flops / ps_topology_devices_per_chip(t);
+}
+
+double ps_topology_device_hbm_bandwidth(const PsTopology *t)
+{
+  return t->hbm_bandwidth_Bps / ps_topology_devices_per_chip(t);
+}
+
+int64_t ps_topology_device_hbm_bytes(const PsTopology *t)
+{
+  return t->hbm_bytes / ps_topology_devices_per_chip(t);
+}
+
+/* The topology as a loadable JSON object, every default filled in;
+ * `sources` (may be NULL) is copied.  (transfer full) */
+static json_object *topology_to_json(const PsTopology *t, json_object *sources)
+{
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "name", json_object_new_string(t->name));
+  json_object_object_add(o, "generation", json_object_new_string(t->generation));
+  json_object_object_add(o, "description", json_object_new_string(t->description));
+
+  json_object *c = json_object_new_object();
+  json_object_object_add(c, "cores", json_object_new_int(t->cores_per_chip));
+  json_object_object_add(c, "megacore", json_object_new_boolean(t->megacore));
+  json_object_object_add(c, "mxus_per_core", json_object_new_int(t->mxus_per_core));
+  json_object_object_add(c, "mxu_size", json_object_new_int(t->mxu_size));
+  json_object_object_add(c, "peak_flops", new_double(t->peak_flops));
+  json_object_object_add(c, "hbm_bytes", json_object_new_int64(t->hbm_bytes));
+  json_object_object_add(c, "hbm_bandwidth_Bps", new_double(t->hbm_bandwidth_Bps));
+  json_object_object_add(c, "mxu_efficiency", new_double(t->mxu_efficiency));
+  json_object_object_add(c, "op_overhead_s", new_double(t->op_overhead_s));
+  json_object_object_add(c, "on_chip_bandwidth_Bps",
+                         new_double(t->on_chip_bandwidth_Bps));
+  json_object_object_add(o, "chip", c);
+
+  json_object *h = json_object_new_object();
+  json_object_object_add(h, "chips", json_object_new_int(t->chips_per_host));
+  json_object_object_add(h, "cpu_threads", json_object_new_int(t->cpu_threads));
+  json_object_object_add(h, "pcie_bandwidth_Bps", new_double(t->pcie_bandwidth_Bps));
+  json_object_object_add(h, "cpu_flops", new_double(t->cpu_flops));
+  json_object_object_add(h, "loop_overhead_s", new_double(t->loop_overhead_s));
+  json_object_object_add(o, "host", h);
+
+  json_object *tor = json_object_new_object();
+  json_object *dims = json_object_new_array();
+  json_object *wrap = json_object_new_array();
+  for (int i = 0; i < t->ndims; i++) {
+    json_object_array_add(dims, json_object_new_int(t->dims[i]));
+    json_object_array_add(wrap, json_object_new_boolean(t->wrap[i]));
+  }
+  json_object_object_add(tor, "dims", dims);
+  json_object_object_add(tor, "wrap", wrap);
+  json_object_object_add(tor, "twisted", json_object_new_boolean(t->twisted));
+  json_object_object_add(o, "torus", tor);
+
+  json_object *ici = json_object_new_object();
+  json_object_object_add(ici, "bandwidth_Bps", new_double(t->ici_bandwidth_Bps));
+  json_object_object_add(ici, "latency_s", new_double(t->ici_latency_s));
+  json_object_object_add(ici, "links_per_neighbor",
+                         json_object_new_int(t->ici_links_per_neighbor));
+  json_object_object_add(o, "ici", ici);
+
+  if (sources)
+    json_object_object_add(o, "sources", deep_copy(sources));
+  return o;
+}
+
+/* ======================================================== experiment */
+
+static const char *const experiment_keys[] = {
+    "name",          "description", "topology",         "model",    "global_batch",
+    "steps",         "epochs",      "steps_per_run",    "log_every", "fuse_elementwise",
+    "strategy",      "input",       "optimizer",        "numerics", NULL};
+static const char *const strategy_keys[] = {"kind",          "replicas", "loss_reduction",
+                                            "stages",        "micro_batches", "schedule",
+                                            "rematerialize", NULL};
+static const char *const input_keys[] = {"source",   "data_dir",        "host_cost_per_example_s",
+                                         "workers",  "prefetch",        "infeed_capacity",
+                                         "synthetic_examples", "shuffle", NULL};
+static const char *const optimizer_keys[] = {"kind",  "learning_rate", "momentum", "beta1",
+                                             "beta2", "epsilon",       NULL};
+static const char *const numerics_keys[] = {"enabled", "precision", "seed", "evaluate", NULL};
+
+static const char *const strategy_kinds[] = {"replicate", "pipeline", NULL};
+static const char *const loss_reductions[] = {"mean", "sum", NULL};
+static const char *const schedules[] = {"gpipe", "1f1b", NULL};
+static const char *const sources[] = {"fashion-mnist", "synthetic", NULL};
+static const char *const optimizer_kinds[] = {"sgd", "adam", NULL};
+static const char *const precisions[] = {"f32", "bf16", NULL};
+
+/* Where each part of the resolved tree came from, for messages. */
+typedef struct {
+  char *file;           /* the experiment file */
+  char *topo_file;      /* file holding the topology, and its path there */
+  char *topo_path;
+  char *model_file;
+  char *model_path;
+  json_object *root;    /* the resolved tree (owned) */
+} Resolution;
+
+static void resolution_clear(Resolution *r)
+{
+  g_free(r->file);
+  g_free(r->topo_file);
+  g_free(r->topo_path);
+  g_free(r->model_file);
+  g_free(r->model_path);
+  if (r->root)
+    json_object_put(r->root);
+  memset(r, 0, sizeof *r);
+}
+
+/* Replaces root.topology (a name, a path or an inline object) by the
+ * topology's tree with its bases merged in. */
+static gboolean resolve_topology(Resolution *r, GError **error)
+{
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(r->root, "topology", &v) || !v) {
+    fail(error, PS_INPUT_ERROR_KEY, r->file, "", "missing required key 'topology' (a name such "
+         "as \"tpu-v3-8\", a path, or an object; see `podsim list topologies`)");
+    return FALSE;
+  }
+  g_autoptr(GPtrArray) chain = g_ptr_array_new_with_free_func(g_free);
+  json_object *tree;
+  if (json_object_is_type(v, json_type_string)) {
+    char *tfile = find_config("topologies", json_object_get_string(v), r->file, "topology",
+                              FALSE, error);
+    if (!tfile)
+      return FALSE;
+    g_ptr_array_add(chain, g_canonicalize_filename(tfile, NULL));
+    tree = topology_tree_load(tfile, chain, error);
+    r->topo_file = tfile;
+    r->topo_path = g_strdup("");
+  } else if (json_object_is_type(v, json_type_object)) {
+    tree = topology_merge_extends(v, r->file, "topology", chain, error);
+    r->topo_file = g_strdup(r->file);
+    r->topo_path = g_strdup("topology");
+  } else {
+    fail(error, PS_INPUT_ERROR_TYPE, r->file, "topology",
+         "must be a topology name, a path or an object, got %s", json_kind(v));
+    return FALSE;
+  }
+  if (!tree)
+    return FALSE;
+  json_object_object_add(r->root, "topology", tree);
+  return TRUE;
+}
+
+static gboolean resolve_model(Resolution *r, GError **error)
+{
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(r->root, "model", &v) || !v) {
+    fail(error, PS_INPUT_ERROR_KEY, r->file, "",
+         "missing required key 'model' (a name, a path, or an object; see `podsim list "
+         "models`)");
+    return FALSE;
+  }
+  if (json_object_is_type(v, json_type_string)) {
+    char *mfile = find_config("models", json_object_get_string(v), r->file, "model", FALSE,
+                              error);
+    if (!mfile)
+      return FALSE;
+    r->model_file = mfile;
+    r->model_path = g_strdup("");
+    json_object *tree = ps_json_load_file(mfile, error);
+    if (!tree)
+      return FALSE;
+    if (!ps_json_expect_object(tree, mfile, "", error)) {
+      json_object_put(tree);
+      return FALSE;
+    }
+    json_object_object_add(r->root, "model", tree);
+    return TRUE;
+  }
+  if (json_object_is_type(v, json_type_object)) {
+    r->model_file = g_strdup(r->file);
+    r->model_path = g_strdup("model");
+    return TRUE;
+  }
+  fail(error, PS_INPUT_ERROR_TYPE, r->file, "model",
+       "must be a model name, a path or an object, got %s", json_kind(v));
+  return FALSE;
+}
+
+static gboolean parse_strategy(json_object *root, const char *file, PsStrategyConfig *s,
+                               GError **error)
+{
+  s->kind = PS_STRATEGY_REPLICATE;
+  s->replicas = 1;
+  s->loss_reduction = PS_LOSS_MEAN;
+  s->stages = 1;
+  s->micro_batches = 1;
+  s->schedule = PS_SCHEDULE_GPIPE;
+  s->rematerialize = FALSE;
+  json_object *o;
+  if (!get_object(root, file, "", "strategy", FALSE, &o, error))
+    return FALSE;
+  if (!o)
+    return TRUE;
+  const char *p = "strategy";
+  int kind = s->kind, red = s->loss_reduction, sched = s->schedule;
+  if (!ps_json_check_keys(o, file, p, strategy_keys, error) ||
+      !ps_json_get_enum(o, file, p, "kind", FALSE, strategy_kinds, &kind, error) ||
+      !ps_json_get_int32(o, file, p, "replicas", FALSE, 1, MAX_CHIPS * 8, &s->replicas, error) ||
+      !ps_json_get_enum(o, file, p, "loss_reduction", FALSE, loss_reductions, &red, error) ||
+      !ps_json_get_int32(o, file, p, "stages", FALSE, 1, 1 << 16, &s->stages, error) ||
+      !ps_json_get_int32(o, file, p, "micro_batches", FALSE, 1, 1 << 24, &s->micro_batches,
+                         error) ||
+      !ps_json_get_enum(o, file, p, "schedule", FALSE, schedules, &sched, error) ||
+      !ps_json_get_bool(o, file, p, "rematerialize", FALSE, &s->rematerialize, error))
+    return FALSE;
+  s->kind = (PsStrategyKind)kind;
+  s->loss_reduction = (PsLossReduction)red;
+  s->schedule = (PsSchedule)sched;
+  return TRUE;
+}
+
+static gboolean parse_input(json_object *root, const char *file, PsInputConfig *in,
+                            GError **error)
+{
+  in->source = PS_SOURCE_SYNTHETIC;
+  in->host_cost_per_example_s = 0;
+  in->workers = 1;
+  in->prefetch = 2;
+  in->infeed_capacity = 2;
+  in->synthetic_examples = 60000;
+  in->shuffle = TRUE;
+  const char *dir = DEFAULT_DATA_DIR;
+  json_object *o;
+  if (!get_object(root, file, "", "input", FALSE, &o, error))
+    return FALSE;
+  if (o) {
+    const char *p = "input";
+    int src = in->source;
+    if (!ps_json_check_keys(o, file, p, input_keys, error) ||
+        !ps_json_get_enum(o, file, p, "source", FALSE, sources, &src, error) ||
+        !ps_json_get_string(o, file, p, "data_dir", FALSE, &dir, error) ||
+        !ps_json_get_double(o, file, p, "host_cost_per_example_s", FALSE, 0, FALSE, INFINITY,
+                            &in->host_cost_per_example_s, error) ||
+        !ps_json_get_int32(o, file, p, "workers", FALSE, 1, 1 << 16, &in->workers, error) ||
+        !ps_json_get_int32(o, file, p, "prefetch", FALSE, 1, 1 << 20, &in->prefetch, error) ||
+        !ps_json_get_int32(o, file, p, "infeed_capacity", FALSE, 1, 1 << 20,
+                           &in->infeed_capacity, error) ||
+        !ps_json_get_int(o, file, p, "synthetic_examples", FALSE, 1, INT64_MAX,
+                         &in->synthetic_examples, error) ||
+        !ps_json_get_bool(o, file, p, "shuffle", FALSE, &in->shuffle, error))
+      return FALSE;
+    in->source = (PsSourceKind)src;
+  }
+  in->data_dir = g_strdup(dir);
+  return TRUE;
+}
+
+/* A probability-like parameter in [0, 1). */
+static gboolean get_unit_interval(json_object *o, const char *file, const char *p,
+                                  const char *key, double *out, GError **error)
+{
+  double v = *out;
+  if (!ps_json_get_double(o, file, p, key, FALSE, 0, FALSE, INFINITY, &v, error))
+    return FALSE;
+  if (v >= 1.0) {
+    g_autofree char *kp = ps_json_path_join(p, key);
+    fail(error, PS_INPUT_ERROR_VALUE, file, kp, "must be >= 0 and < 1, got %g", v);
+    return FALSE;
+  }
+  *out = v;
+  return TRUE;
+}
+
+static gboolean parse_optimizer(json_object *root, const char *file, PsOptimizerConfig *opt,
+                                GError **error)
+{
+  opt->kind = PS_OPT_SGD;
+  opt->learning_rate = 0.01;
+  opt->momentum = 0.9;
+  opt->beta1 = 0.9;
+  opt->beta2 = 0.999;
+  opt->epsilon = 1e-7;
+  json_object *o;
+  if (!get_object(root, file, "", "optimizer", FALSE, &o, error))
+    return FALSE;
+  if (!o)
+    return TRUE;
+  const char *p = "optimizer";
+  int kind = opt->kind;
+  if (!ps_json_check_keys(o, file, p, optimizer_keys, error) ||
+      !ps_json_get_enum(o, file, p, "kind", FALSE, optimizer_kinds, &kind, error) ||
+      !ps_json_get_double(o, file, p, "learning_rate", FALSE, 0, TRUE, INFINITY,
+                          &opt->learning_rate, error) ||
+      !get_unit_interval(o, file, p, "momentum", &opt->momentum, error) ||
+      !get_unit_interval(o, file, p, "beta1", &opt->beta1, error) ||
+      !get_unit_interval(o, file, p, "beta2", &opt->beta2, error) ||
+      !ps_json_get_double(o, file, p, "epsilon", FALSE, 0, TRUE, INFINITY, &opt->epsilon,
+                          error))
+    return FALSE;
+  opt->kind = (PsOptimizerKind)kind;
+  return TRUE;
+}
+
+static gboolean parse_numerics(json_object *root, const char *file, gboolean default_enabled,
+                               PsNumericsConfig *n, GError **error)
+{
+  n->enabled = default_enabled;
+  n->precision = PS_PRECISION_F32;
+  n->seed = 1;
+  n->evaluate = TRUE;
+  json_object *o;
+  if (!get_object(root, file, "", "numerics", FALSE, &o, error))
+    return FALSE;
+  if (!o)
+    return TRUE;
+  const char *p = "numerics";
+  int prec = n->precision;
+  int64_t seed = 1;
+  if (!ps_json_check_keys(o, file, p, numerics_keys, error) ||
+      !ps_json_get_bool(o, file, p, "enabled", FALSE, &n->enabled, error) ||
+      !ps_json_get_enum(o, file, p, "precision", FALSE, precisions, &prec, error) ||
+      !ps_json_get_int(o, file, p, "seed", FALSE, 0, INT64_MAX, &seed, error) ||
+      !ps_json_get_bool(o, file, p, "evaluate", FALSE, &n->evaluate, error))
+    return FALSE;
+  n->precision = (PsPrecision)prec;
+  n->seed = (uint64_t)seed;
+  return TRUE;
+}
+
+static char *shape_text(const int64_t *shape, int rank)
+{
+  GString *s = g_string_new("(");
+  for (int i = 0; i < rank; i++)
+    g_string_append_printf(s, "%s%" G_GINT64_FORMAT, i ? ", " : "", shape[i]);
+  g_string_append_c(s, ')');
+  return g_string_free(s, FALSE);
+}
+
+/* Layer ranges of `stages` pipeline stages, balanced on forward FLOPs the
+ * way Lingvo's GPipe partitioner does it: layer i goes to stage
+ * min(floor(c_i * K), K - 1) with c_i the FLOP fraction before it.
+ * first[s] .. first[s+1] is stage s; first has stages + 1 entries. */
+static void stage_ranges(const PsModel *m, int stages, int *first)
+{
+  double total = 0;
+  for (int i = 0; i < m->n_layers; i++)
+    total += m->layers[i].fwd_flops;
+  int stage_of_prev = 0;
+  double before = 0;
+  first[0] = 0;
+  for (int s = 1; s <= stages; s++)
+    first[s] = m->n_layers;
+  for (int i = 0; i < m->n_layers; i++) {
+    int s = total > 0 ? (int)floor(before / total * stages) : i * stages / m->n_layers;
+    if (s > stages - 1)
+      s = stages - 1;
+    if (s < stage_of_prev)
+      s = stage_of_prev;
+    for (int k = stage_of_prev + 1; k <= s; k++)
+      first[k] = i;
+    stage_of_prev = s;
+    before += m->layers[i].fwd_flops;
+  }
+}
+
+/* The HBM check: every device must hold its weights, gradients, optimizer
+ * slots and the activations it keeps for the backward pass. */
+static gboolean check_memory(const PsExperiment *e, GError **error)
+{
+  const PsModel *m = e->model;
+  const PsStrategyConfig *s = &e->strategy;
+  int slots = e->optimizer.kind == PS_OPT_ADAM ? 2 : (e->optimizer.momentum > 0 ? 1 : 0);
+  int act_bytes = e->numerics.precision == PS_PRECISION_BF16 ? 2 : 4;
+  int64_t per_replica = e->global_batch / s->replicas;
+  int64_t micro = per_replica / s->micro_batches;
+  int64_t have = ps_topology_device_hbm_bytes(e->topology);
+
+  int stages = s->kind == PS_STRATEGY_PIPELINE ? s->stages : 1;
+  /* Micro-batches whose activations a stage holds at once. */
+  int64_t live = 1;
+  if (s->kind == PS_STRATEGY_PIPELINE && !s->rematerialize)
+    live = s->schedule == PS_SCHEDULE_1F1B ? MIN(s->stages, s->micro_batches) : s->micro_batches;
+  int64_t batch = micro * live;
+
+  int *first = g_new(int, stages + 1);
+  stage_ranges(m, stages, first);
+  gboolean ok = TRUE;
+  for (int st = 0; st < stages && ok; st++) {
+    if (first[st] >= first[st + 1])
+      continue;
+    /* In doubles from the per-example figure, so a huge batch cannot
+     * overflow into a small number that "fits". */
+    int64_t fixed = ps_model_memory_bytes(m, first[st], first[st + 1], 0, slots, act_bytes);
+    int64_t per_example =
+        ps_model_memory_bytes(m, first[st], first[st + 1], 1, slots, act_bytes) - fixed;
+    double need = (double)fixed + (double)per_example * (double)batch;
+    if (need <= (double)have)
+      continue;
+    g_autofree char *what =
+        stages > 1 ? g_strdup_printf("stage %d (layers %d..%d) of model '%s'", st, first[st],
+                                     first[st + 1] - 1, m->name)
+                   : g_strdup_printf("model '%s'", m->name);
+    g_autofree char *batch_text =
+        live > 1 ? g_strdup_printf("%" G_GINT64_FORMAT " (%" G_GINT64_FORMAT
+                                   " micro-batches of %" G_GINT64_FORMAT " in flight)",
+                                   batch, live, micro)
+                 : g_strdup_printf("%" G_GINT64_FORMAT, batch);
+    fail(error, PS_INPUT_ERROR_DOES_NOT_FIT, e->file, "global_batch",
+         "%s needs %.1f GiB per device at batch %s (weights, gradients and %d optimizer "
+         "slot%s %.1f GiB + activations %.1f GiB at %d bytes), %s has %.1f GiB per device; "
+         "lower global_batch, raise strategy.replicas, or %s",
+         what, need / GIB, batch_text, slots, slots == 1 ? "" : "s", gib(fixed),
+         (need - (double)fixed) / GIB, act_bytes, e->topology->name, gib(have),
+         s->kind != PS_STRATEGY_PIPELINE ? "use a pipeline with strategy.rematerialize=true"
+         : s->rematerialize ? "use more strategy.stages or micro_batches"
+                            : "set strategy.rematerialize=true");
+    ok = FALSE;
+  }
+  g_free(first);
+  return ok;
+}
+
+static gboolean check_experiment(PsExperiment *e, GError **error)
+{
+  const char *f = e->file;
+  PsStrategyConfig *s = &e->strategy;
+  const PsModel *m = e->model;
+
+  if (s->kind == PS_STRATEGY_REPLICATE && s->stages > 1) {
+    fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.stages",
+         "%d stages need strategy.kind = \"pipeline\" (got \"replicate\")", s->stages);
+    return FALSE;
+  }
+  if (e->global_batch % s->replicas != 0) {
+    fail(error, PS_INPUT_ERROR_VALUE, f, "global_batch",
+         "%" G_GINT64_FORMAT " is not divisible by strategy.replicas = %d; use a multiple of "
+         "%d or change strategy.replicas",
+         e->global_batch, s->replicas, s->replicas);
+    return FALSE;
+  }
+  int64_t per_replica = e->global_batch / s->replicas;
+  if (per_replica % s->micro_batches != 0) {
+    fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.micro_batches",
+         "the per-replica batch %" G_GINT64_FORMAT " (global_batch %" G_GINT64_FORMAT
+         " / %d replicas) is not divisible by micro_batches = %d; pick micro_batches that "
+         "divides %" G_GINT64_FORMAT,
+         per_replica, e->global_batch, s->replicas, s->micro_batches, per_replica);
+    return FALSE;
+  }
+  int devices = ps_topology_devices(e->topology);
+  int64_t needed = (int64_t)s->replicas * s->stages;
+  if (needed > devices) {
+    fail(error, PS_INPUT_ERROR_VALUE, f, s->stages > 1 ? "strategy" : "strategy.replicas",
+         "needs %" G_GINT64_FORMAT " devices, %s has %d (replicas %d x stages %d); lower "
+         "strategy.replicas%s or pick a larger topology",
+         needed, e->topology->name, devices, s->replicas, s->stages,
+         s->stages > 1 ? " or strategy.stages" : "");
+    return FALSE;
+  }
+  if (s->stages > m->n_layers) {
+    fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.stages",
+         "%d stages but model '%s' has only %d layers; use at most %d stages", s->stages,
+         m->name, m->n_layers, m->n_layers);
+    return FALSE;
+  }
+  if (e->numerics.enabled && !m->numerics_supported) {
+    fail(error, PS_INPUT_ERROR_VALUE, f, "numerics.enabled",
+         "model '%s' is timing-only (some of its layers have no numeric kernel); set "
+         "numerics.enabled=false (e.g. --set numerics.enabled=false)",
+         m->name);
+    return FALSE;
+  }
+  if (e->input.source == PS_SOURCE_FASHION_MNIST) {
+    int64_t elems = ps_shape_elems(m->in_shape, m->in_rank);
+    if (elems != FASHION_MNIST_ELEMS || m->classes != FASHION_MNIST_CLASSES || m->token_input) {
+      g_autofree char *shape = shape_text(m->in_shape, m->in_rank);
+      fail(error, PS_INPUT_ERROR_VALUE, f, "input.source",
+           "fashion-mnist gives 28x28x1 images (784 values) in 10 classes, but model '%s' "
+           "takes %s%s = %" G_GINT64_FORMAT " values with %" G_GINT64_FORMAT
+           " classes; use input.source=\"synthetic\" or a model with a (28, 28, 1) input and "
+           "10 classes",
+           m->name, m->token_input ? "tokens " : "", shape, elems, m->classes);
+      return FALSE;
+    }
+  }
+  return check_memory(e, error);
+}
+
+static json_object *new_int64(int64_t v)
+{
+  return json_object_new_int64(v);
+}
+
+/* The resolved tree for `describe`: every default filled in, loadable as
+ * an experiment again.  (transfer full) */
+static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
+{
+  json_object *o = json_object_new_object();
+  json_object *v = NULL;
+  json_object_object_add(o, "name", json_object_new_string(e->name));
+  if (json_object_object_get_ex(root, "description", &v) && v)
+    json_object_object_add(o, "description", deep_copy(v));
+  json_object *sources_obj = NULL;
+  json_object *topo = NULL;
+  if (json_object_object_get_ex(root, "topology", &topo) && topo)
+    json_object_object_get_ex(topo, "sources", &sources_obj);
+  json_object_object_add(o, "topology", topology_to_json(e->topology, sources_obj));
+  json_object *model = NULL;
+  json_object_object_get_ex(root, "model", &model);
+  json_object_object_add(o, "model", deep_copy(model));
+  json_object_object_add(o, "global_batch", new_int64(e->global_batch));
+  json_object_object_add(o, "steps", new_int64(e->steps));
+  json_object_object_add(o, "epochs", new_double(e->epochs));
+  json_object_object_add(o, "steps_per_run", new_int64(e->steps_per_run));
+  json_object_object_add(o, "log_every", new_int64(e->log_every));
+  json_object_object_add(o, "fuse_elementwise", json_object_new_boolean(e->fuse_elementwise));
+
+  const PsStrategyConfig *s = &e->strategy;
+  json_object *so = json_object_new_object();
+  json_object_object_add(so, "kind", json_object_new_string(strategy_kinds[s->kind]));
+  json_object_object_add(so, "replicas", json_object_new_int(s->replicas));
+  json_object_object_add(so, "loss_reduction",
+                         json_object_new_string(loss_reductions[s->loss_reduction]));
+  json_object_object_add(so, "stages", json_object_new_int(s->stages));
+  json_object_object_add(so, "micro_batches", json_object_new_int(s->micro_batches));
+  json_object_object_add(so, "schedule", json_object_new_string(schedules[s->schedule]));
+  json_object_object_add(so, "rematerialize", json_object_new_boolean(s->rematerialize));
+  json_object_object_add(o, "strategy", so);
+
+  const PsInputConfig *in = &e->input;
+  json_object *io = json_object_new_object();
+  json_object_object_add(io, "source", json_object_new_string(sources[in->source]));
+  json_object_object_add(io, "data_dir", json_object_new_string(in->data_dir));
+  json_object_object_add(io, "host_cost_per_example_s",
+                         new_double(in->host_cost_per_example_s));
+  json_object_object_add(io, "workers", json_object_new_int(in->workers));
+  json_object_object_add(io, "prefetch", json_object_new_int(in->prefetch));
+  json_object_object_add(io, "infeed_capacity", json_object_new_int(in->infeed_capacity));
+  json_object_object_add(io, "synthetic_examples", new_int64(in->synthetic_examples));
+  json_object_object_add(io, "shuffle", json_object_new_boolean(in->shuffle));
+  json_object_object_add(o, "input", io);
+
+  const PsOptimizerConfig *opt = &e->optimizer;
+  json_object *oo = json_object_new_object();
+  json_object_object_add(oo, "kind", json_object_new_string(optimizer_kinds[opt->kind]));
+  json_object_object_add(oo, "learning_rate", new_double(opt->learning_rate));
+  json_object_object_add(oo, "momentum", new_double(opt->momentum));
+  json_object_object_add(oo, "beta1", new_double(opt->beta1));
+  json_object_object_add(oo, "beta2", new_double(opt->beta2));
+  json_object_object_add(oo, "epsilon", new_double(opt->epsilon));
+  json_object_object_add(o, "optimizer", oo);
+
+  const PsNumericsConfig *n = &e->numerics;
+  json_object *no = json_object_new_object();
+  json_object_object_add(no, "enabled", json_object_new_boolean(n->enabled));
+  json_object_object_add(no, "precision", json_object_new_string(precisions[n->precision]));
+  json_object_object_add(no, "seed", new_int64((int64_t)n->seed));
+  json_object_object_add(no, "evaluate", json_object_new_boolean(n->evaluate));
+  json_object_object_add(o, "numerics", no);
+  return o;
+}
+
+static PsExperiment *experiment_parse(Resolution *r, GError **error)
+{
+  json_object *root = r->root;
+  const char *f = r->file;
+  if (!ps_json_check_keys(root, f, "", experiment_keys, error))
+    return NULL;
+  PsExperiment *e = g_new0(PsExperiment, 1);
+  e->file = g_strdup(f);
+  const char *name = NULL;
+  if (!ps_json_get_string(root, f, "", "name", FALSE, &name, error))
+    goto fail;
+  e->name = name ? g_strdup(name) : name_from_file(f);
+
+  json_object *topo = NULL, *model = NULL;
+  json_object_object_get_ex(root, "topology", &topo);
+  json_object_object_get_ex(root, "model", &model);
+  if (!ps_json_expect_object(topo, f, "topology", error) ||
+      !ps_json_expect_object(model, f, "model", error))
+    goto fail;
+  e->topology = ps_topology_from_json(topo, r->topo_file, r->topo_path, error);
+  if (!e->topology)
+    goto fail;
+  e->model = ps_model_from_json(model, r->model_file, r->model_path, error);
+  if (!e->model)
+    goto fail;
+
+  e->epochs = 1.0;
+  e->steps_per_run = 1;
+  e->fuse_elementwise = TRUE;
+  int64_t steps = 0, log_every = 0;
+  if (!ps_json_get_int(root, f, "", "global_batch", TRUE, 1, INT64_MAX, &e->global_batch,
+                       error) ||
+      !ps_json_get_int(root, f, "", "steps", FALSE, 1, INT64_MAX, &steps, error) ||
+      !ps_json_get_double(root, f, "", "epochs", FALSE, 0, TRUE, 1e6, &e->epochs, error) ||
+      !ps_json_get_int(root, f, "", "steps_per_run", FALSE, 1, INT64_MAX,
+                       &e->steps_per_run, error) ||
+      !ps_json_get_int(root, f, "", "log_every", FALSE, 1, INT64_MAX, &log_every,
+                       error) ||
+      !ps_json_get_bool(root, f, "", "fuse_elementwise", FALSE, &e->fuse_elementwise, error))
+    goto fail;
+
+  if (!parse_strategy(root, f, &e->strategy, error) || !parse_input(root, f, &e->input, error) ||
+      !parse_optimizer(root, f, &e->optimizer, error) ||
+      !parse_numerics(root, f, e->model->numerics_supported, &e->numerics, error))
+    goto fail;
+
+  if (steps == 0) {
+    double examples = e->input.source == PS_SOURCE_FASHION_MNIST
+                          ? (double)FASHION_MNIST_TRAIN
+                          : (double)e->input.synthetic_examples;
+    double n = ceil(e->epochs * examples / (double)e->global_batch);
+    steps = n < 1 ? 1 : n > 1e12 ? (int64_t)1e12 : (int64_t)n;
+  }
+  e->steps = steps;
+  e->log_every = log_every ? log_every : MAX(1, steps / 10);
+
+  if (!check_experiment(e, error))
+    goto fail;
+  e->resolved = experiment_to_json(e, root);
+  return e;
+fail:
+  ps_experiment_free(e);
+  return NULL;
+}
+
+PsExperiment *ps_experiment_load(const char *name_or_path, const char *const *overrides,
+                                 GError **error)
+{
+  g_return_val_if_fail(name_or_path != NULL, NULL);
+  static const char *const whole[] = {"topology", "model", NULL};
+  Resolution r = {0};
+  PsExperiment *e = NULL;
+  r.file = ps_config_find("experiments", name_or_path, error);
+  if (!r.file)
+    goto out;
+  r.root = ps_json_load_file(r.file, error);
+  if (!r.root || !ps_json_expect_object(r.root, r.file, "", error))
+    goto out;
+  /* "--set topology=tpu-v4-32" picks another topology before it is
+   * resolved; every other override applies to the resolved tree. */
+  if (!apply_overrides(r.root, overrides, whole, NULL, error) || !resolve_topology(&r, error) ||
+      !resolve_model(&r, error) || !apply_overrides(r.root, overrides, NULL, whole, error))
+    goto out;
+  e = experiment_parse(&r, error);
+out:
+  resolution_clear(&r);
+  return e;
+}
+
+void ps_experiment_free(PsExperiment *e)
+{
+  if (!e)
+    return;
+  g_free(e->name);
+  g_free(e->file);
+  ps_topology_free(e->topology);
+  if (e->model)
+    ps_model_free(e->model);
+  g_free(e->input.data_dir);
+  if (e->resolved)
+    json_object_put(e->resolved);
+  g_free(e);
+}

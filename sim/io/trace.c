@@ -1,0 +1,323 @@
+/* trace.c: the Chrome Trace Event JSON writer, one event per line,
+ * streamed through a large stdio buffer into "<path>.tmp-XXXXXX" and
+ * renamed onto <path> when closed.
+ *
+ * Invariant: the file on disk is always the prefix of one valid document
+ * '{"traceEvents":[' event (',\n' event)* ... and only ps_trace_close()
+ * appends the tail and gives it its final name, so <path> either does not
+ * exist (or keeps its old content) or holds a complete trace.  The text
+ * written depends only on the calls made, so equal calls give equal bytes. */
+#include "trace.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glib/gstdio.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TRACE_BUFFER_BYTES (1 << 20)
+
+struct PsTrace {
+  FILE *f;
+  char *path;     /* final name */
+  char *tmp_path; /* what is being written */
+  char *buf;      /* stdio's buffer, freed after fclose */
+  uint64_t events;
+  int write_errno; /* first failure while streaming, 0 if none */
+};
+
+/* Remembers the first write failure; stdio's error flag is sticky, so
+ * checking it once per event is enough to catch any failed write. */
+static void note_error(PsTrace *t)
+{
+  if (ferror(t->f) && t->write_errno == 0)
+    t->write_errno = errno ? errno : EIO;
+}
+
+PsTrace *ps_trace_open(const char *path, GError **error)
+{
+  g_return_val_if_fail(path != NULL && *path != '\0', NULL);
+  g_return_val_if_fail(error == NULL || *error == NULL, NULL);
+
+  char *tmp_path = g_strdup_printf("%s.tmp-XXXXXX", path);
+  int fd = g_mkstemp_full(tmp_path, O_WRONLY | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    int err = errno;
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
+                "%s: cannot create the trace file: %s", path, g_strerror(err));
+    g_free(tmp_path);
+    return NULL;
+  }
+  FILE *f = fdopen(fd, "w");
+  if (!f) {
+    int err = errno;
+    close(fd);
+    g_unlink(tmp_path);
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
+                "%s: cannot open the trace file for writing: %s", path, g_strerror(err));
+    g_free(tmp_path);
+    return NULL;
+  }
+  PsTrace *t = g_new0(PsTrace, 1);
+  t->f = f;
+  t->path = g_strdup(path);
+  t->tmp_path = tmp_path;
+  t->buf = g_malloc(TRACE_BUFFER_BYTES);
+  setvbuf(f, t->buf, _IOFBF, TRACE_BUFFER_BYTES);
+  fputs("{\"traceEvents\":[", f);
+  note_error(t);
+  return t;
+}
+
+/* Writes s as the body of a JSON string: quotes, backslashes and control
+ * characters escaped, bytes that are not UTF-8 replaced by U+FFFD. */
+static void put_escaped(PsTrace *t, const char *s)
+{
+  FILE *f = t->f;
+  const char *p = s;
+  const char *end = s + strlen(s);
+  while (p < end) {
+    unsigned char c = (unsigned char)*p;
+    if (c < 0x80) {
+      switch (c) {
+      case '"': fputs("\\\"", f); break;
+      case '\\': fputs("\\\\", f); break;
+      case '\b': fputs("\\b", f); break;
+      case '\f': fputs("\\f", f); break;
+      case '\n': fputs("\\n", f); break;
+      case '\r': fputs("\\r", f); break;
+      case '\t': fputs("\\t", f); break;
+      default:
+        if (c < 0x20)
+          fprintf(f, "\\u%04x", c);
+        else
+          putc(c, f);
+      }
+      p++;
+      continue;
+    }
+    gunichar u = g_utf8_get_char_validated(p, end - p);
+    if (u == (gunichar)-1 || u == (gunichar)-2) { /* invalid or cut short */
+      fputs("\\ufffd", f);
+      p++;
+      continue;
+    }
+    const char *after = g_utf8_next_char(p);
+    fwrite(p, 1, (size_t)(after - p), f);
+    p = after;
+  }
+}
+
+static void put_string(PsTrace *t, const char *s)
+{
+  putc('"', t->f);
+  put_escaped(t, s);
+  putc('"', t->f);
+}
+
+/* Picoseconds as microseconds with exactly six decimals. */
+static void put_time(PsTrace *t, ps_time_t ps)
+{
+  fprintf(t->f, "%" PRId64 ".%06" PRId64, ps / 1000000, ps % 1000000);
+}
+
+/* Shortest of %.15g and %.17g that reads back as the same double,
+ * independent of the locale. */
+static void put_double(PsTrace *t, double v)
+{
+  char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  g_ascii_formatd(buf, sizeof buf, "%.15g", v);
+  if (g_ascii_strtod(buf, NULL) != v)
+    g_ascii_formatd(buf, sizeof buf, "%.17g", v);
+  fputs(buf, t->f);
+}
+
+/* Starts an event: the separator, then {"ph":"<ph>","pid":P */
+static void begin_event(PsTrace *t, char ph, int pid)
+{
+  fprintf(t->f, "%s{\"ph\":\"%c\",\"pid\":%d", t->events ? ",\n" : "\n", ph, pid);
+  t->events++;
+}
+
+static void end_event(PsTrace *t)
+{
+  putc('}', t->f);
+  note_error(t);
+}
+
+static void put_metadata(PsTrace *t, int pid, const int *tid, const char *what,
+                         const char *name, const int *sort_index)
+{
+  begin_event(t, 'M', pid);
+  if (tid)
+    fprintf(t->f, ",\"tid\":%d", *tid);
+  fprintf(t->f, ",\"name\":\"%s\",\"args\":{", what);
+  if (name) {
+    fputs("\"name\":", t->f);
+    put_string(t, name);
+  } else {
+    fprintf(t->f, "\"sort_index\":%d", *sort_index);
+  }
+  putc('}', t->f);
+  end_event(t);
+}
+
+void ps_trace_process(PsTrace *t, int pid, const char *name, int sort_index)
+{
+  g_return_if_fail(t != NULL && name != NULL);
+  put_metadata(t, pid, NULL, "process_name", name, NULL);
+  put_metadata(t, pid, NULL, "process_sort_index", NULL, &sort_index);
+}
+
+void ps_trace_thread(PsTrace *t, int pid, int tid, const char *name, int sort_index)
+{
+  g_return_if_fail(t != NULL && name != NULL);
+  put_metadata(t, pid, &tid, "thread_name", name, NULL);
+  put_metadata(t, pid, &tid, "thread_sort_index", NULL, &sort_index);
+}
+
+void ps_trace_complete(PsTrace *t, int pid, int tid, const char *name, const char *cat,
+                       ps_time_t start, ps_time_t dur, const char *args_json)
+{
+  g_return_if_fail(t != NULL && name != NULL);
+  g_return_if_fail(start >= 0);
+  g_return_if_fail(dur >= 0);
+  begin_event(t, 'X', pid);
+  fprintf(t->f, ",\"tid\":%d,\"name\":", tid);
+  put_string(t, name);
+  if (cat) {
+    fputs(",\"cat\":", t->f);
+    put_string(t, cat);
+  }
+  fputs(",\"ts\":", t->f);
+  put_time(t, start);
+  fputs(",\"dur\":", t->f);
+  put_time(t, dur);
+  if (args_json) {
+    fputs(",\"args\":", t->f);
+    fputs(args_json, t->f);
+  }
+  end_event(t);
+}
+
+void ps_trace_counter(PsTrace *t, int pid, const char *name, ps_time_t time, double value)
+{
+  g_return_if_fail(t != NULL && name != NULL);
+  g_return_if_fail(time >= 0);
+  g_return_if_fail(isfinite(value)); /* JSON has no NaN or infinity */
+  begin_event(t, 'C', pid);
+  fputs(",\"name\":", t->f);
+  put_string(t, name);
+  fputs(",\"ts\":", t->f);
+  put_time(t, time);
+  fputs(",\"args\":{\"value\":", t->f);
+  put_double(t, value);
+  putc('}', t->f);
+  end_event(t);
+}
+
+/* Flows are matched by (cat, name, id) in both Catapult and Perfetto, so
+ * the category is fixed and the id is written as a hex string (exact in
+ * JavaScript beyond 2^53). */
+static void put_flow(PsTrace *t, char ph, int pid, int tid, const char *name, uint64_t id,
+                     ps_time_t time)
+{
+  begin_event(t, ph, pid);
+  fprintf(t->f, ",\"tid\":%d,\"name\":", tid);
+  put_string(t, name);
+  fprintf(t->f, ",\"cat\":\"flow\",\"id\":\"0x%" PRIx64 "\",\"ts\":", id);
+  put_time(t, time);
+  if (ph == 'f')
+    fputs(",\"bp\":\"e\"", t->f);
+  end_event(t);
+}
+
+void ps_trace_flow_start(PsTrace *t, int pid, int tid, const char *name, uint64_t id,
+                         ps_time_t time)
+{
+  g_return_if_fail(t != NULL && name != NULL);
+  g_return_if_fail(time >= 0);
+  put_flow(t, 's', pid, tid, name, id, time);
+}
+
+void ps_trace_flow_end(PsTrace *t, int pid, int tid, const char *name, uint64_t id,
+                       ps_time_t time)
+{
+  g_return_if_fail(t != NULL && name != NULL);
+  g_return_if_fail(time >= 0);
+  put_flow(t, 'f', pid, tid, name, id, time);
+}
+
+void ps_trace_instant(PsTrace *t, int pid, int tid, const char *name, ps_time_t time)
+{
+  g_return_if_fail(t != NULL && name != NULL);
+  g_return_if_fail(time >= 0);
+  begin_event(t, 'i', pid);
+  fprintf(t->f, ",\"tid\":%d,\"name\":", tid);
+  put_string(t, name);
+  fputs(",\"s\":\"t\",\"ts\":", t->f);
+  put_time(t, time);
+  end_event(t);
+}
+
+uint64_t ps_trace_events(const PsTrace *t)
+{
+  g_return_val_if_fail(t != NULL, 0);
+  return t->events;
+}
+
+static void trace_free(PsTrace *t)
+{
+  g_free(t->buf);
+  g_free(t->path);
+  g_free(t->tmp_path);
+  g_free(t);
+}
+
+gboolean ps_trace_close(PsTrace *t, GError **error)
+{
+  g_return_val_if_fail(t != NULL, FALSE);
+  g_return_val_if_fail(error == NULL || *error == NULL, FALSE);
+  fputs("\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"podsim\"}}\n", t->f);
+  note_error(t);
+  int err = t->write_errno;
+  if (!err && fflush(t->f) != 0)
+    err = errno ? errno : EIO;
+  if (!err && ferror(t->f))
+    err = EIO;
+  if (!err && fsync(fileno(t->f)) != 0 && errno != EINVAL && errno != EROFS)
+    err = errno;
+  if (fclose(t->f) != 0 && !err)
+    err = errno ? errno : EIO;
+  t->f = NULL;
+  if (err) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
+                "%s: cannot write the trace: %s", t->path, g_strerror(err));
+    g_unlink(t->tmp_path);
+    trace_free(t);
+    return FALSE;
+  }
+  if (g_rename(t->tmp_path, t->path) != 0) {
+    err = errno;
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
+                "%s: cannot rename the finished trace from %s: %s", t->path, t->tmp_path,
+                g_strerror(err));
+    g_unlink(t->tmp_path);
+    trace_free(t);
+    return FALSE;
+  }
+  trace_free(t);
+  return TRUE;
+}
+
+void ps_trace_abort(PsTrace *t)
+{
+  if (!t)
+    return;
+  fclose(t->f);
+  g_unlink(t->tmp_path);
+  trace_free(t);
+}

@@ -1,0 +1,303 @@
+/* main.c: the podsim command line.
+ *
+ *   podsim run EXPERIMENT [--set k=v]... [--steps N] [--seed N]
+ *              [--trace FILE | --no-trace] [--json]
+ *   podsim list topologies|models|experiments
+ *   podsim describe [experiment|topology|model] NAME [--set k=v]... [--program]
+ *   podsim --version | --help
+ *
+ * Exit status: 0 success, 2 bad input (config, data, command line),
+ * 1 internal failure.  Errors go to stderr as "podsim: <message>". */
+#include "io/config.h"
+#include "run.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define EXIT_INPUT 2
+
+static const char *const usage_text =
+    "Commands:\n"
+    "  run EXPERIMENT        simulate a training run and print where the time goes\n"
+    "  list KIND             list topologies, models or experiments\n"
+    "  describe [KIND] NAME  print a resolved experiment, topology or model\n"
+    "\n"
+    "EXPERIMENT, NAME: a name from experiments/, topologies/, models/, or a path.\n"
+    "Run `podsim run --help` or `podsim describe --help` for their options.";
+
+static int fail(GError *error)
+{
+  int status = error->domain == PS_INPUT_ERROR ? EXIT_INPUT : 1;
+  fprintf(stderr, "podsim: %s\n", error->message);
+  g_error_free(error);
+  return status;
+}
+
+static int usage_error(GOptionContext *ctx, const char *fmt, const char *arg)
+{
+  fprintf(stderr, "podsim: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n\n");
+  if (ctx) {
+    g_autofree char *help = g_option_context_get_help(ctx, TRUE, NULL);
+    fputs(help, stderr);
+  }
+  return EXIT_INPUT;
+}
+
+/* Makes the parent directory of a default trace path if it is missing. */
+static void ensure_parent(const char *path)
+{
+  g_autofree char *dir = g_path_get_dirname(path);
+  if (g_mkdir_with_parents(dir, 0755) != 0)
+    return; /* ps_trace_open reports the real error */
+}
+
+static int cmd_run(int argc, char **argv)
+{
+  g_auto(GStrv) sets = NULL;
+  gint64 steps = 0, seed = -1;
+  g_autofree char *trace = NULL;
+  gboolean no_trace = FALSE, json = FALSE, quiet = FALSE;
+  GOptionEntry entries[] = {
+      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets,
+       "Override a config field, e.g. --set global_batch=256 or "
+       "--set topology.ici.bandwidth_Bps=50GB/s (repeatable)",
+       "PATH=VALUE"},
+      {"steps", 'n', 0, G_OPTION_ARG_INT64, &steps, "Number of steps (same as --set steps=N)",
+       "N"},
+      {"seed", 0, 0, G_OPTION_ARG_INT64, &seed, "Seed for data order and weights", "N"},
+      {"trace", 't', 0, G_OPTION_ARG_FILENAME, &trace,
+       "Write a Chrome/Perfetto trace here (default traces/EXPERIMENT.json)", "FILE"},
+      {"no-trace", 0, 0, G_OPTION_ARG_NONE, &no_trace, "Do not write a trace", NULL},
+      {"json", 'j', 0, G_OPTION_ARG_NONE, &json, "Print the summary as one JSON object", NULL},
+      {"quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "Do not print the loss while training", NULL},
+      {NULL}};
+  g_autoptr(GOptionContext) ctx = g_option_context_new("EXPERIMENT - simulate a training run");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  g_option_context_set_summary(
+      ctx, "Simulates the experiment's training steps on the simulated TPU slice, running\n"
+           "the model's real arithmetic when numerics are on, and reports the step time,\n"
+           "its breakdown, throughput, MXU utilization, HBM use, loss and accuracy.");
+  GError *error = NULL;
+  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
+    int st = usage_error(ctx, "%s", error->message);
+    g_error_free(error);
+    return st;
+  }
+  if (argc != 2)
+    return usage_error(ctx, "run needs exactly one EXPERIMENT%s", argc > 2 ? " (extra arguments)" : "");
+
+  GPtrArray *ov = g_ptr_array_new_with_free_func(g_free);
+  for (char **s = sets; s && *s; s++)
+    g_ptr_array_add(ov, g_strdup(*s));
+  if (steps != 0) {
+    if (steps < 0)
+      return usage_error(ctx, "--steps must be positive, got %s", "a negative number");
+    g_ptr_array_add(ov, g_strdup_printf("steps=%" G_GINT64_FORMAT, steps));
+  }
+  if (seed >= 0)
+    g_ptr_array_add(ov, g_strdup_printf("numerics.seed=%" G_GINT64_FORMAT, seed));
+  g_ptr_array_add(ov, NULL);
+
+  PsExperiment *exp = ps_experiment_load(argv[1], (const char *const *)ov->pdata, &error);
+  g_ptr_array_free(ov, TRUE);
+  if (!exp)
+    return fail(error);
+
+  if (!trace && !no_trace) {
+    trace = g_strdup_printf("traces/%s.json", exp->name);
+    ensure_parent(trace);
+  }
+  FILE *log = json || quiet ? NULL : stdout;
+  if (log) {
+    printf("podsim %s: %s: model %s on %s, %d replica%s, global batch %" G_GINT64_FORMAT
+           ", %" G_GINT64_FORMAT " steps, numerics %s\n",
+           PS_VERSION, exp->name, exp->model->name, exp->topology->name, exp->strategy.replicas,
+           exp->strategy.replicas == 1 ? "" : "s", exp->global_batch, exp->steps,
+           exp->numerics.enabled
+               ? (exp->numerics.precision == PS_PRECISION_BF16 ? "on (bf16)" : "on (f32)")
+               : "off");
+    fflush(stdout);
+  }
+  PsRunOptions opt = {.trace_path = no_trace ? NULL : trace, .log = log};
+  PsSummary sum;
+  gboolean ok = ps_run(exp, &opt, &sum, &error);
+  if (!ok) {
+    ps_experiment_free(exp);
+    return fail(error);
+  }
+  if (json) {
+    g_autofree char *text = ps_summary_to_json(exp, &sum);
+    printf("%s\n", text);
+  } else {
+    ps_summary_print(exp, &sum, stdout);
+    if (opt.trace_path)
+      printf("trace            %s (%" G_GUINT64_FORMAT
+             " events): open it at https://ui.perfetto.dev or chrome://tracing\n",
+             opt.trace_path, sum.trace_events);
+  }
+  ps_experiment_free(exp);
+  return 0;
+}
+
+static int cmd_list(int argc, char **argv)
+{
+  static const char *const kinds[] = {"topologies", "models", "experiments"};
+  if (argc != 2 || (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    fprintf(argc == 2 ? stdout : stderr, "Usage: podsim list topologies|models|experiments\n");
+    return argc == 2 ? 0 : EXIT_INPUT;
+  }
+  for (guint i = 0; i < G_N_ELEMENTS(kinds); i++) {
+    if (strcmp(argv[1], kinds[i]) != 0)
+      continue;
+    g_auto(GStrv) names = ps_config_list(kinds[i]);
+    for (char **n = names; n && *n; n++)
+      printf("%s\n", *n);
+    return 0;
+  }
+  fprintf(stderr, "podsim: list: unknown kind '%s' (expected topologies, models or experiments)\n",
+          argv[1]);
+  return EXIT_INPUT;
+}
+
+static void print_json(json_object *o)
+{
+  printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
+                                                       JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
+static void describe_topology(const PsTopology *t)
+{
+  printf("%s: %s\n", t->name, t->description ? t->description : "");
+  printf("  chips %d (torus", ps_topology_chips(t));
+  for (int i = 0; i < t->ndims; i++)
+    printf("%s%d%s", i ? " x " : " ", t->dims[i], t->wrap[i] ? "w" : "");
+  printf("), hosts %d, devices %d (%d TensorCore%s per chip%s)\n", ps_topology_hosts(t),
+         ps_topology_devices(t), t->cores_per_chip, t->cores_per_chip == 1 ? "" : "s",
+         t->megacore ? ", megacore" : "");
+  printf("  per device: %.1f TFLOP/s bf16, %.1f GiB HBM at %.0f GB/s\n",
+         ps_topology_device_peak_flops(t) / 1e12,
+         ps_topology_device_hbm_bytes(t) / 1073741824.0,
+         ps_topology_device_hbm_bandwidth(t) / 1e9);
+  printf("  ICI %.1f GB/s per link one way, %.2f us per hop; PCIe %.1f GB/s per host\n",
+         t->ici_bandwidth_Bps / 1e9, t->ici_latency_s * 1e6, t->pcie_bandwidth_Bps / 1e9);
+}
+
+static int cmd_describe(int argc, char **argv)
+{
+  g_auto(GStrv) sets = NULL;
+  gboolean program = FALSE;
+  GOptionEntry entries[] = {
+      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets, "Override a config field (repeatable)",
+       "PATH=VALUE"},
+      {"program", 'p', 0, G_OPTION_ARG_NONE, &program,
+       "For an experiment: also print the program compiled for device 0", NULL},
+      {NULL}};
+  g_autoptr(GOptionContext) ctx =
+      g_option_context_new("[experiment|topology|model] NAME - print a resolved config");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  GError *error = NULL;
+  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
+    int st = usage_error(ctx, "%s", error->message);
+    g_error_free(error);
+    return st;
+  }
+  const char *kind = NULL, *name = NULL;
+  if (argc == 3) {
+    kind = argv[1];
+    name = argv[2];
+  } else if (argc == 2) {
+    name = argv[1];
+  } else {
+    return usage_error(ctx, "describe needs a NAME%s", "");
+  }
+  if (kind && strcmp(kind, "experiment") && strcmp(kind, "topology") && strcmp(kind, "model"))
+    return usage_error(ctx, "describe: unknown kind '%s' (experiment, topology or model)", kind);
+  if (!kind) {
+    /* the first kind that knows the name */
+    static const char *const dirs[][2] = {
+        {"experiments", "experiment"}, {"topologies", "topology"}, {"models", "model"}};
+    for (guint i = 0; i < G_N_ELEMENTS(dirs) && !kind; i++) {
+      g_autofree char *p = ps_config_find(dirs[i][0], name, NULL);
+      if (p)
+        kind = dirs[i][1];
+    }
+    if (!kind) {
+      fprintf(stderr, "podsim: describe: no experiment, topology or model named '%s'\n", name);
+      return EXIT_INPUT;
+    }
+  }
+  const char *const *ov = (const char *const *)sets;
+  if (strcmp(kind, "experiment") == 0) {
+    PsExperiment *exp = ps_experiment_load(name, ov, &error);
+    if (!exp)
+      return fail(error);
+    print_json(exp->resolved);
+    if (program) {
+      PsPlan *plan = ps_strategy_compile(exp, &error);
+      if (!plan) {
+        ps_experiment_free(exp);
+        return fail(error);
+      }
+      GString *s = g_string_new(NULL);
+      ps_program_describe(&plan->programs[0], s);
+      printf("\n%s", s->str);
+      g_string_free(s, TRUE);
+      ps_plan_free(plan);
+    }
+    ps_experiment_free(exp);
+  } else if (strcmp(kind, "topology") == 0) {
+    PsTopology *t = ps_topology_load(name, ov, &error);
+    if (!t)
+      return fail(error);
+    describe_topology(t);
+    ps_topology_free(t);
+  } else {
+    g_autofree char *path = ps_config_find("models", name, &error);
+    if (!path)
+      return fail(error);
+    PsModel *m = ps_model_load_file(path, &error);
+    if (!m)
+      return fail(error);
+    GString *s = g_string_new(NULL);
+    ps_model_describe(m, s);
+    fputs(s->str, stdout);
+    g_string_free(s, TRUE);
+    ps_model_free(m);
+  }
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc >= 2 && strcmp(argv[1], "run") == 0)
+    return cmd_run(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "list") == 0)
+    return cmd_list(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "describe") == 0)
+    return cmd_describe(argc - 1, argv + 1);
+
+  gboolean version = FALSE;
+  GOptionEntry entries[] = {
+      {"version", 'V', 0, G_OPTION_ARG_NONE, &version, "Print the version and exit", NULL},
+      {NULL}};
+  g_autoptr(GOptionContext) ctx = g_option_context_new("COMMAND [ARGS...] - TPU pod simulator");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  g_option_context_set_description(ctx, usage_text);
+  GError *error = NULL;
+  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
+    int st = usage_error(ctx, "%s", error->message);
+    g_error_free(error);
+    return st;
+  }
+  if (version) {
+    printf("podsim %s\n", PS_VERSION);
+    return 0;
+  }
+  if (argc < 2)
+    return usage_error(ctx, "missing COMMAND%s", "");
+  return usage_error(ctx, "unknown command '%s'", argv[1]);
+}

@@ -1,0 +1,50 @@
+/* run.h: one simulated training run, end to end: compile the strategy,
+ * build the pod on an engine, attach numerics, statistics and the trace,
+ * run, and summarise.
+ *
+ * Invariant: the summary's breakdown sums to step_time_s (every moment of
+ * device 0's measured steps is in exactly one category). */
+#ifndef PS_RUN_H
+#define PS_RUN_H
+
+#include "hw/pod.h"
+#include "io/config.h"
+
+#include <stdio.h>
+
+typedef struct {
+  const char *trace_path; /* NULL: no trace */
+  FILE *log;              /* progress lines (loss), NULL for none */
+} PsRunOptions;
+
+typedef struct {
+  int64_t steps;
+  int64_t measured_steps;   /* steps after the warm-up loop */
+  double step_time_s;       /* mean over measured steps */
+  double breakdown[PS_TIME_N_CATEGORIES]; /* seconds per step */
+  double examples_per_s;
+  double mxu_utilization;   /* useful matmul FLOPs / (time x peak), device 0 */
+  int64_t hbm_peak_bytes;   /* device 0 */
+  gboolean has_numerics;
+  double loss_first, loss_last;
+  gboolean has_accuracy;
+  double test_accuracy;
+  double sim_time_s;        /* simulated time of the whole run */
+  uint64_t events;
+  double wall_s;
+  double events_per_s;
+  uint64_t trace_events;
+} PsSummary;
+
+/* Runs the experiment.  Fails on input problems found late (data files,
+ * trace path) with PS_INPUT_ERROR; the trace is only left on disk if the
+ * run succeeded. */
+gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out,
+                GError **error);
+
+/* The summary object of DESIGN.md ("What a run reports"), as JSON text. */
+char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s);
+/* The same as a short human-readable table. */
+void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f);
+
+#endif

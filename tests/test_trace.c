@@ -1,0 +1,536 @@
+/* test_trace.c: the Chrome Trace Event writer.
+ *
+ * Every test writes into its own temporary directory and reads the result
+ * back with json-c; expected timestamps are built from the picosecond
+ * integers by string surgery, not by the writer's arithmetic.  Checks:
+ * every field of every kind of event, JSON escaping, the temporary name
+ * and the rename, abort, errors that name the path, write errors at
+ * close, byte-identical output for identical calls. */
+#include "io/trace.h"
+
+#include <glib/gstdio.h>
+#include <json-c/json.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+
+typedef struct {
+  char *dir;
+  char *path;
+} Fixture;
+
+static void fixture_setup(Fixture *fx, gconstpointer data)
+{
+  GError *error = NULL;
+  fx->dir = g_dir_make_tmp("podsim-trace-XXXXXX", &error);
+  g_assert_no_error(error);
+  fx->path = g_build_filename(fx->dir, "run.json", NULL);
+}
+
+static void remove_all(const char *dir)
+{
+  GDir *d = g_dir_open(dir, 0, NULL);
+  if (!d)
+    return;
+  const char *name;
+  while ((name = g_dir_read_name(d))) {
+    g_autofree char *p = g_build_filename(dir, name, NULL);
+    g_unlink(p);
+  }
+  g_dir_close(d);
+  g_rmdir(dir);
+}
+
+static void fixture_teardown(Fixture *fx, gconstpointer data)
+{
+  remove_all(fx->dir);
+  g_free(fx->dir);
+  g_free(fx->path);
+}
+
+/* Names of the entries of dir, sorted, as one comma-separated string. */
+static char *list_dir(const char *dir)
+{
+  GDir *d = g_dir_open(dir, 0, NULL);
+  g_assert_nonnull(d);
+  GPtrArray *names = g_ptr_array_new_with_free_func(g_free);
+  const char *name;
+  while ((name = g_dir_read_name(d)))
+    g_ptr_array_add(names, g_strdup(name));
+  g_dir_close(d);
+  g_ptr_array_sort(names, (GCompareFunc)g_strcmp0);
+  g_ptr_array_add(names, NULL);
+  char *joined = g_strjoinv(",", (char **)names->pdata);
+  g_ptr_array_free(names, TRUE);
+  return joined;
+}
+
+/* The decimal text of ps / 10^6 with exactly six decimals, by inserting
+ * a point into the zero-padded integer. */
+static char *expected_us(int64_t ps)
+{
+  g_assert_cmpint(ps, >=, 0);
+  char digits[32];
+  g_snprintf(digits, sizeof digits, "%07lld", (long long)ps);
+  size_t len = strlen(digits);
+  return g_strdup_printf("%.*s.%s", (int)(len - 6), digits, digits + len - 6);
+}
+
+static json_object *get(json_object *o, const char *key)
+{
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, key, &v))
+    g_error("key \"%s\" missing in %s", key, json_object_to_json_string(o));
+  return v;
+}
+
+static gboolean has(json_object *o, const char *key)
+{
+  return json_object_object_get_ex(o, key, NULL);
+}
+
+static const char *get_str(json_object *o, const char *key)
+{
+  json_object *v = get(o, key);
+  g_assert_true(json_object_is_type(v, json_type_string));
+  return json_object_get_string(v);
+}
+
+static int get_int(json_object *o, const char *key)
+{
+  json_object *v = get(o, key);
+  g_assert_true(json_object_is_type(v, json_type_int));
+  return json_object_get_int(v);
+}
+
+/* A time field: its text exactly, and its value as a number. */
+static void assert_time(json_object *o, const char *key, int64_t ps)
+{
+  json_object *v = get(o, key);
+  g_assert_true(json_object_is_type(v, json_type_double));
+  g_autofree char *want = expected_us(ps);
+  g_assert_cmpstr(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN), ==, want);
+  g_assert_cmpfloat_with_epsilon(json_object_get_double(v), (double)ps / 1e6,
+                                 1e-9 * MAX(1.0, (double)ps / 1e6));
+}
+
+static json_object *read_trace(const char *path, size_t *n_events)
+{
+  json_object *root = json_object_from_file(path);
+  if (!root)
+    g_error("%s does not parse as JSON: %s", path, json_util_get_last_err());
+  g_assert_true(json_object_is_type(root, json_type_object));
+  g_assert_cmpstr(get_str(root, "displayTimeUnit"), ==, "ns");
+  g_assert_cmpstr(get_str(get(root, "otherData"), "generator"), ==, "podsim");
+  json_object *events = get(root, "traceEvents");
+  g_assert_true(json_object_is_type(events, json_type_array));
+  *n_events = json_object_array_length(events);
+  return root;
+}
+
+static json_object *event_at(json_object *root, size_t i)
+{
+  return json_object_array_get_idx(get(root, "traceEvents"), i);
+}
+
+#define NASTY "q\"b\\s/n\nt\tc\x01" "d\x1f" "e\x7f" "mu\xc2\xb5" "bad\xff" "cut\xe2\x82"
+
+/* The same sequence of calls, used by several tests. */
+static void write_sample(PsTrace *t)
+{
+  ps_trace_process(t, 1, "host 0", 0);
+  ps_trace_thread(t, 1, 7, "infeed", 2);
+  ps_trace_process(t, 2, NASTY, 1);
+  ps_trace_complete(t, 2, 3, "FWD(dense1, 0)", "compute", 1, 1234567890123,
+                    "{\"layer\":\"dense1\",\"flops\":12}");
+  ps_trace_complete(t, 2, 3, NASTY, NULL, 0, 0, NULL);
+  ps_trace_counter(t, 1, "infeed depth", 999999, 3.0);
+  ps_trace_counter(t, 2, "HBM bytes", 1000000, 0.1);
+  ps_trace_counter(t, 2, "HBM bytes", 2000000, -2.5e300);
+  ps_trace_flow_start(t, 1, 7, "send", G_MAXUINT64, 5000000);
+  ps_trace_flow_end(t, 2, 3, "send", G_MAXUINT64, 6000001);
+  ps_trace_instant(t, 2, 3, "step end", INT64_C(9223372036854775807));
+}
+
+static void test_events(Fixture *fx, gconstpointer data)
+{
+  GError *error = NULL;
+  PsTrace *t = ps_trace_open(fx->path, &error);
+  g_assert_no_error(error);
+  g_assert_nonnull(t);
+  write_sample(t);
+  g_assert_cmpuint(ps_trace_events(t), ==, 14);
+  g_assert_true(ps_trace_close(t, &error));
+  g_assert_no_error(error);
+
+  size_t n = 0;
+  json_object *root = read_trace(fx->path, &n);
+  g_assert_cmpuint(n, ==, 14);
+  const char *nasty_json = "q\"b\\s/n\nt\tc\x01" "d\x1f" "e\x7f" "mu\xc2\xb5"
+                           "bad\xef\xbf\xbd" "cut\xef\xbf\xbd\xef\xbf\xbd";
+
+  /* Metadata. */
+  json_object *e = event_at(root, 0);
+  g_assert_cmpstr(get_str(e, "ph"), ==, "M");
+  g_assert_cmpint(get_int(e, "pid"), ==, 1);
+  g_assert_cmpstr(get_str(e, "name"), ==, "process_name");
+  g_assert_cmpstr(get_str(get(e, "args"), "name"), ==, "host 0");
+  e = event_at(root, 1);
+  g_assert_cmpstr(get_str(e, "name"), ==, "process_sort_index");
+  g_assert_cmpint(get_int(get(e, "args"), "sort_index"), ==, 0);
+  e = event_at(root, 2);
+  g_assert_cmpstr(get_str(e, "ph"), ==, "M");
+  g_assert_cmpstr(get_str(e, "name"), ==, "thread_name");
+  g_assert_cmpint(get_int(e, "pid"), ==, 1);
+  g_assert_cmpint(get_int(e, "tid"), ==, 7);
+  g_assert_cmpstr(get_str(get(e, "args"), "name"), ==, "infeed");
+  e = event_at(root, 3);
+  g_assert_cmpstr(get_str(e, "name"), ==, "thread_sort_index");
+  g_assert_cmpint(get_int(e, "tid"), ==, 7);
+  g_assert_cmpint(get_int(get(e, "args"), "sort_index"), ==, 2);
+  e = event_at(root, 4);
+  g_assert_cmpstr(get_str(get(e, "args"), "name"), ==, nasty_json);
+  e = event_at(root, 5);
+  g_assert_cmpint(get_int(get(e, "args"), "sort_index"), ==, 1);
+  g_assert_cmpint(get_int(e, "pid"), ==, 2);
+
+  /* Complete events. */
+  e = event_at(root, 6);
+  g_assert_cmpstr(get_str(e, "ph"), ==, "X");
+  g_assert_cmpint(get_int(e, "pid"), ==, 2);
+  g_assert_cmpint(get_int(e, "tid"), ==, 3);
+  g_assert_cmpstr(get_str(e, "name"), ==, "FWD(dense1, 0)");
+  g_assert_cmpstr(get_str(e, "cat"), ==, "compute");
+  assert_time(e, "ts", 1);
+  assert_time(e, "dur", 1234567890123);
+  g_assert_cmpstr(json_object_to_json_string_ext(get(e, "ts"), JSON_C_TO_STRING_PLAIN), ==,
+                  "0.000001");
+  g_assert_cmpstr(json_object_to_json_string_ext(get(e, "dur"), JSON_C_TO_STRING_PLAIN), ==,
+                  "1234567.890123");
+  g_assert_cmpstr(get_str(get(e, "args"), "layer"), ==, "dense1");
+  g_assert_cmpint(get_int(get(e, "args"), "flops"), ==, 12);
+  e = event_at(root, 7);
+  g_assert_cmpstr(get_str(e, "name"), ==, nasty_json);
+  g_assert_false(has(e, "cat"));
+  g_assert_false(has(e, "args"));
+  assert_time(e, "ts", 0);
+  assert_time(e, "dur", 0);
+
+  /* Counters. */
+  e = event_at(root, 8);
+  g_assert_cmpstr(get_str(e, "ph"), ==, "C");
+  g_assert_cmpint(get_int(e, "pid"), ==, 1);
+  g_assert_cmpstr(get_str(e, "name"), ==, "infeed depth");
+  assert_time(e, "ts", 999999);
+  g_assert_cmpfloat(json_object_get_double(get(get(e, "args"), "value")), ==, 3.0);
+  e = event_at(root, 9);
+  assert_time(e, "ts", 1000000);
+  g_assert_cmpfloat(json_object_get_double(get(get(e, "args"), "value")), ==, 0.1);
+  e = event_at(root, 10);
+  g_assert_cmpstr(get_str(e, "name"), ==, "HBM bytes");
+  g_assert_cmpfloat(json_object_get_double(get(get(e, "args"), "value")), ==, -2.5e300);
+
+  /* Flows: same name, category and id at both ends; the end binds to the
+   * enclosing slice. */
+  json_object *s = event_at(root, 11);
+  json_object *f = event_at(root, 12);
+  g_assert_cmpstr(get_str(s, "ph"), ==, "s");
+  g_assert_cmpstr(get_str(f, "ph"), ==, "f");
+  g_assert_cmpint(get_int(s, "pid"), ==, 1);
+  g_assert_cmpint(get_int(s, "tid"), ==, 7);
+  g_assert_cmpint(get_int(f, "pid"), ==, 2);
+  g_assert_cmpint(get_int(f, "tid"), ==, 3);
+  g_assert_cmpstr(get_str(s, "name"), ==, "send");
+  g_assert_cmpstr(get_str(f, "name"), ==, "send");
+  g_assert_cmpstr(get_str(s, "cat"), ==, get_str(f, "cat"));
+  g_assert_cmpstr(get_str(s, "id"), ==, get_str(f, "id"));
+  g_assert_cmpuint(g_ascii_strtoull(get_str(s, "id"), NULL, 16), ==, G_MAXUINT64);
+  g_assert_false(has(s, "bp"));
+  g_assert_cmpstr(get_str(f, "bp"), ==, "e");
+  assert_time(s, "ts", 5000000);
+  assert_time(f, "ts", 6000001);
+
+  /* The instant, at the largest time there is. */
+  e = event_at(root, 13);
+  g_assert_cmpstr(get_str(e, "ph"), ==, "i");
+  g_assert_cmpstr(get_str(e, "s"), ==, "t");
+  g_assert_cmpint(get_int(e, "pid"), ==, 2);
+  g_assert_cmpint(get_int(e, "tid"), ==, 3);
+  g_assert_cmpstr(get_str(e, "name"), ==, "step end");
+  g_assert_cmpstr(json_object_to_json_string_ext(get(e, "ts"), JSON_C_TO_STRING_PLAIN), ==,
+                  "9223372036854.775807");
+  json_object_put(root);
+}
+
+static void test_timestamps(Fixture *fx, gconstpointer data)
+{
+  /* Many complete events at awkward times; every one must read back with
+   * exactly the text built independently from its integer. */
+  GError *error = NULL;
+  PsTrace *t = ps_trace_open(fx->path, &error);
+  g_assert_no_error(error);
+  GRand *rng = g_rand_new_with_seed(20240601);
+  enum { N = 2000 };
+  int64_t starts[N], durs[N];
+  for (int i = 0; i < N; i++) {
+    int digits = g_rand_int_range(rng, 0, 19);
+    int64_t scale = 1;
+    for (int k = 0; k < digits; k++)
+      scale *= 10;
+    starts[i] = (int64_t)(g_rand_double(rng) * (double)scale);
+    durs[i] = i % 7 == 0 ? 999999 : g_rand_int_range(rng, 0, 3000000);
+    ps_trace_complete(t, 1, 1, "op", "c", starts[i], durs[i], NULL);
+  }
+  g_rand_free(rng);
+  g_assert_true(ps_trace_close(t, &error));
+  g_assert_no_error(error);
+  size_t n = 0;
+  json_object *root = read_trace(fx->path, &n);
+  g_assert_cmpuint(n, ==, N);
+  for (int i = 0; i < N; i++) {
+    json_object *e = event_at(root, (size_t)i);
+    assert_time(e, "ts", starts[i]);
+    assert_time(e, "dur", durs[i]);
+  }
+  json_object_put(root);
+}
+
+static void test_large(Fixture *fx, gconstpointer data)
+{
+  /* Well past the stdio buffer, so the file is written in many pieces. */
+  GError *error = NULL;
+  PsTrace *t = ps_trace_open(fx->path, &error);
+  g_assert_no_error(error);
+  ps_trace_process(t, 1, "chip", 0);
+  enum { N = 60000 };
+  for (int i = 0; i < N; i++) {
+    ps_trace_complete(t, 1, i % 4, "BWD(layer, micro-batch)", "compute", (int64_t)i * 1000,
+                      900, "{\"i\":1}");
+    if (i % 10 == 0)
+      ps_trace_counter(t, 1, "hbm", (int64_t)i * 1000, i);
+  }
+  uint64_t written = ps_trace_events(t);
+  g_assert_cmpuint(written, ==, 2 + N + N / 10);
+  g_assert_true(ps_trace_close(t, &error));
+  GStatBuf st;
+  g_assert_cmpint(g_stat(fx->path, &st), ==, 0);
+  g_assert_cmpint(st.st_size, >, 4 << 20);
+  size_t n = 0;
+  json_object *root = read_trace(fx->path, &n);
+  g_assert_cmpuint(n, ==, written);
+  json_object *last = event_at(root, n - 1);
+  g_assert_cmpstr(get_str(last, "ph"), ==, "X");
+  assert_time(last, "ts", (int64_t)(N - 1) * 1000);
+  json_object_put(root);
+}
+
+static void test_empty(Fixture *fx, gconstpointer data)
+{
+  GError *error = NULL;
+  PsTrace *t = ps_trace_open(fx->path, &error);
+  g_assert_no_error(error);
+  g_assert_cmpuint(ps_trace_events(t), ==, 0);
+  g_assert_true(ps_trace_close(t, &error));
+  size_t n = 1;
+  json_object *root = read_trace(fx->path, &n);
+  g_assert_cmpuint(n, ==, 0);
+  json_object_put(root);
+}
+
+static void test_temporary(Fixture *fx, gconstpointer data)
+{
+  GError *error = NULL;
+  PsTrace *t = ps_trace_open(fx->path, &error);
+  g_assert_no_error(error);
+  write_sample(t);
+  /* Before close: only "run.json.tmp-XXXXXX", never "run.json". */
+  g_assert_false(g_file_test(fx->path, G_FILE_TEST_EXISTS));
+  g_autofree char *before = list_dir(fx->dir);
+  g_assert_true(g_str_has_prefix(before, "run.json.tmp-"));
+  g_assert_cmpuint(strlen(before), ==, strlen("run.json.tmp-XXXXXX"));
+  g_assert_true(ps_trace_close(t, &error));
+  g_assert_no_error(error);
+  g_autofree char *after = list_dir(fx->dir);
+  g_assert_cmpstr(after, ==, "run.json");
+}
+
+static void test_replace_existing(Fixture *fx, gconstpointer data)
+{
+  /* An old trace keeps its content until the new one is complete, and
+   * after an abort. */
+  GError *error = NULL;
+  g_assert_true(g_file_set_contents(fx->path, "old", -1, &error));
+  PsTrace *t = ps_trace_open(fx->path, &error);
+  g_assert_no_error(error);
+  write_sample(t);
+  g_autofree char *mid = NULL;
+  g_assert_true(g_file_get_contents(fx->path, &mid, NULL, NULL));
+  g_assert_cmpstr(mid, ==, "old");
+  ps_trace_abort(t);
+  g_autofree char *kept = NULL;
+  g_assert_true(g_file_get_contents(fx->path, &kept, NULL, NULL));
+  g_assert_cmpstr(kept, ==, "old");
+
+  t = ps_trace_open(fx->path, &error);
+  write_sample(t);
+  g_assert_true(ps_trace_close(t, &error));
+  size_t n = 0;
+  json_object *root = read_trace(fx->path, &n);
+  g_assert_cmpuint(n, ==, 14);
+  json_object_put(root);
+  g_autofree char *listing = list_dir(fx->dir);
+  g_assert_cmpstr(listing, ==, "run.json");
+}
+
+static void test_abort(Fixture *fx, gconstpointer data)
+{
+  GError *error = NULL;
+  PsTrace *t = ps_trace_open(fx->path, &error);
+  g_assert_no_error(error);
+  write_sample(t);
+  ps_trace_abort(t);
+  g_autofree char *listing = list_dir(fx->dir);
+  g_assert_cmpstr(listing, ==, "");
+}
+
+static void test_missing_dir(Fixture *fx, gconstpointer data)
+{
+  GError *error = NULL;
+  g_autofree char *bad = g_build_filename(fx->dir, "no-such-dir", "run.json", NULL);
+  PsTrace *t = ps_trace_open(bad, &error);
+  g_assert_null(t);
+  g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE);
+  g_assert_nonnull(strstr(error->message, bad));
+  g_assert_nonnull(strstr(error->message, g_strerror(ENOENT)));
+  g_clear_error(&error);
+  g_autofree char *listing = list_dir(fx->dir);
+  g_assert_cmpstr(listing, ==, "");
+}
+
+static void test_rename_fails(Fixture *fx, gconstpointer data)
+{
+  /* The target is a non-empty directory: rename fails at close, the error
+   * names the path and the temporary is removed. */
+  GError *error = NULL;
+  g_assert_cmpint(g_mkdir(fx->path, 0755), ==, 0);
+  g_autofree char *inner = g_build_filename(fx->path, "keep", NULL);
+  g_assert_true(g_file_set_contents(inner, "x", -1, NULL));
+  PsTrace *t = ps_trace_open(fx->path, &error);
+  g_assert_no_error(error);
+  write_sample(t);
+  g_assert_false(ps_trace_close(t, &error));
+  g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE);
+  g_assert_nonnull(strstr(error->message, fx->path));
+  g_clear_error(&error);
+  g_autofree char *listing = list_dir(fx->dir);
+  g_assert_cmpstr(listing, ==, "run.json");
+  g_assert_true(g_file_test(fx->path, G_FILE_TEST_IS_DIR));
+  g_unlink(inner);
+  g_rmdir(fx->path);
+}
+
+static void test_write_error(Fixture *fx, gconstpointer data)
+{
+  /* A file-size limit makes write(2) fail with EFBIG part-way through;
+   * close must report it, name the path and leave nothing behind.  Run in
+   * a subprocess so the limit does not outlive the test. */
+  if (g_test_subprocess()) {
+    struct rlimit lim = {.rlim_cur = 64 * 1024, .rlim_max = RLIM_INFINITY};
+    g_assert_cmpint(getrlimit(RLIMIT_FSIZE, &lim), ==, 0);
+    lim.rlim_cur = 64 * 1024;
+    g_assert_cmpint(setrlimit(RLIMIT_FSIZE, &lim), ==, 0);
+    signal(SIGXFSZ, SIG_IGN);
+    GError *error = NULL;
+    PsTrace *t = ps_trace_open(fx->path, &error);
+    g_assert_no_error(error);
+    for (int i = 0; i < 20000; i++)
+      ps_trace_complete(t, 1, 1, "op", "c", i, 1, NULL);
+    g_assert_false(ps_trace_close(t, &error));
+    g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE);
+    g_assert_nonnull(strstr(error->message, fx->path));
+    g_assert_nonnull(strstr(error->message, g_strerror(EFBIG)));
+    g_clear_error(&error);
+    g_autofree char *listing = list_dir(fx->dir);
+    g_assert_cmpstr(listing, ==, "");
+    return;
+  }
+  g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_INHERIT_STDERR);
+  g_test_trap_assert_passed();
+}
+
+static void test_negative_time(Fixture *fx, gconstpointer data)
+{
+  if (g_test_subprocess()) {
+    PsTrace *t = ps_trace_open(fx->path, NULL);
+    remove_all(fx->dir); /* the crash below skips the teardown */
+    ps_trace_complete(t, 1, 1, "op", NULL, -1, 5, NULL);
+    return;
+  }
+  g_test_trap_subprocess(NULL, 0, 0);
+  g_test_trap_assert_failed();
+  g_test_trap_assert_stderr("*start >= 0*");
+}
+
+static void test_negative_duration(Fixture *fx, gconstpointer data)
+{
+  if (g_test_subprocess()) {
+    PsTrace *t = ps_trace_open(fx->path, NULL);
+    remove_all(fx->dir); /* the crash below skips the teardown */
+    ps_trace_complete(t, 1, 1, "op", NULL, 10, -1, NULL);
+    return;
+  }
+  g_test_trap_subprocess(NULL, 0, 0);
+  g_test_trap_assert_failed();
+  g_test_trap_assert_stderr("*dur >= 0*");
+}
+
+static void test_deterministic(Fixture *fx, gconstpointer data)
+{
+  GError *error = NULL;
+  g_autofree char *other = g_build_filename(fx->dir, "again.json", NULL);
+  const char *paths[2] = {fx->path, other};
+  for (int k = 0; k < 2; k++) {
+    PsTrace *t = ps_trace_open(paths[k], &error);
+    g_assert_no_error(error);
+    write_sample(t);
+    for (int i = 0; i < 1000; i++)
+      ps_trace_counter(t, 1, "hbm", i, 1.0 / (i + 1));
+    g_assert_true(ps_trace_close(t, &error));
+  }
+  g_autofree char *a = NULL, *b = NULL;
+  gsize la = 0, lb = 0;
+  g_assert_true(g_file_get_contents(paths[0], &a, &la, NULL));
+  g_assert_true(g_file_get_contents(paths[1], &b, &lb, NULL));
+  g_assert_cmpuint(la, ==, lb);
+  g_assert_cmpmem(a, la, b, lb);
+  /* and the doubles read back exactly */
+  size_t n = 0;
+  json_object *root = read_trace(paths[0], &n);
+  for (int i = 0; i < 1000; i++) {
+    json_object *e = event_at(root, 14 + (size_t)i);
+    g_assert_cmpfloat(json_object_get_double(get(get(e, "args"), "value")), ==,
+                      1.0 / (i + 1));
+  }
+  json_object_put(root);
+}
+
+int main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+#define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
+  ADD("/trace/events", test_events);
+  ADD("/trace/timestamps", test_timestamps);
+  ADD("/trace/large", test_large);
+  ADD("/trace/empty", test_empty);
+  ADD("/trace/temporary", test_temporary);
+  ADD("/trace/replace-existing", test_replace_existing);
+  ADD("/trace/abort", test_abort);
+  ADD("/trace/missing-dir", test_missing_dir);
+  ADD("/trace/rename-fails", test_rename_fails);
+  ADD("/trace/write-error", test_write_error);
+  ADD("/trace/negative-time", test_negative_time);
+  ADD("/trace/negative-duration", test_negative_duration);
+  ADD("/trace/deterministic", test_deterministic);
+#undef ADD
+  return g_test_run();
+}
