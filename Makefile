@@ -63,17 +63,24 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/libpodsim.a: $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	@echo "  AR    $@"
+	@ar rcs $@ $^
 
 podsim: $(BUILD)/sim/main.o $(BUILD)/libpodsim.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@echo "  LD    $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 tests/bin/%: $(BUILD)/tests/%.o $(BUILD)/libpodsim.a
 	@mkdir -p tests/bin
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@echo "  LD    $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpodsim.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@echo "  LD    $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# keep test and bench objects between builds
+.SECONDARY:
 
 run: deps all
 	./podsim run experiments/default.json

@@ -95,11 +95,12 @@ static void test_all_topologies_load(void)
     g_assert_cmpfloat(t->ici_bandwidth_Bps, >, 0);
     g_assert_cmpfloat(t->mxu_efficiency, >, 0);
     g_assert_cmpfloat(t->mxu_efficiency, <=, 1);
-    g_assert_cmpint(t->mxu_size, ==, 128);
 
+    /* Slices of the generations shipped here; names count TensorCores. */
     int gen = 0, cores = 0;
-    if (sscanf(names[i], "tpu-v%d-%d", &gen, &cores) == 2) {
+    if (sscanf(names[i], "tpu-v%d-%d", &gen, &cores) == 2 && gen >= 2 && gen <= 4) {
       slices++;
+      g_assert_cmpint(t->mxu_size, ==, 128);
       g_assert_cmpint(chips * t->cores_per_chip, ==, cores);
       g_assert_cmpstr(t->generation, ==, gen == 2 ? "v2" : gen == 3 ? "v3" : "v4");
       if (gen == 4) {
@@ -119,6 +120,36 @@ static void test_all_topologies_load(void)
     ps_topology_free(t);
   }
   g_assert_cmpuint(slices, >=, 24);
+}
+
+/* Every shipped topology cites a source for each hardware figure. */
+static void test_all_topologies_sourced(void)
+{
+  static const char *const figures[] = {
+      "chip.cores",           "chip.mxus_per_core",      "chip.peak_flops",
+      "chip.hbm_bytes",       "chip.hbm_bandwidth_Bps",  "chip.on_chip_bandwidth_Bps",
+      "host.chips",           "host.cpu_threads",        "host.pcie_bandwidth_Bps",
+      "host.cpu_flops",       "host.loop_overhead_s",    "torus.dims",
+      "torus.wrap",           "ici.bandwidth_Bps",       "ici.latency_s",
+      NULL};
+  g_auto(GStrv) names = ps_config_list("topologies");
+  g_autofree char *f = data_path(GOOD_EXPERIMENT);
+  for (guint i = 0; names[i]; i++) {
+    g_autofree char *set = g_strdup_printf("topology=%s", names[i]);
+    const char *const ov[] = {set, "strategy.replicas=1", NULL};
+    GError *err = NULL;
+    PsExperiment *e = ps_experiment_load(f, ov, &err);
+    g_assert_no_error(err);
+    json_object *topo = NULL, *sources = NULL, *cite = NULL;
+    g_assert_true(json_object_object_get_ex(e->resolved, "topology", &topo));
+    g_assert_true(json_object_object_get_ex(topo, "sources", &sources));
+    for (const char *const *k = figures; *k; k++) {
+      if (!json_object_object_get_ex(sources, *k, &cite) || !cite ||
+          json_object_get_string_len(cite) < 10)
+        g_error("%s: no source for %s", names[i], *k);
+    }
+    ps_experiment_free(e);
+  }
 }
 
 static void test_derived_numbers(void)
@@ -705,6 +736,7 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/config/topology/list", test_list_sorted_and_complete);
   g_test_add_func("/config/topology/all-load", test_all_topologies_load);
+  g_test_add_func("/config/topology/sourced", test_all_topologies_sourced);
   g_test_add_func("/config/topology/derived", test_derived_numbers);
   g_test_add_func("/config/topology/overrides", test_topology_overrides);
   g_test_add_func("/config/topology/extends", test_extends_merges_deeply);

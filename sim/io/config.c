@@ -1254,11 +1254,6 @@ static gboolean check_experiment(PsExperiment *e, GError **error)
   return check_memory(e, error);
 }
 
-static json_object *new_int64(int64_t v)
-{
-  return json_object_new_int64(v);
-}
-
 /* The resolved tree for `describe`: every default filled in, loadable as
  * an experiment again.  (transfer full) */
 static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
@@ -1276,11 +1271,11 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object *model = NULL;
   json_object_object_get_ex(root, "model", &model);
   json_object_object_add(o, "model", deep_copy(model));
-  json_object_object_add(o, "global_batch", new_int64(e->global_batch));
-  json_object_object_add(o, "steps", new_int64(e->steps));
+  json_object_object_add(o, "global_batch", json_object_new_int64(e->global_batch));
+  json_object_object_add(o, "steps", json_object_new_int64(e->steps));
   json_object_object_add(o, "epochs", new_double(e->epochs));
-  json_object_object_add(o, "steps_per_run", new_int64(e->steps_per_run));
-  json_object_object_add(o, "log_every", new_int64(e->log_every));
+  json_object_object_add(o, "steps_per_run", json_object_new_int64(e->steps_per_run));
+  json_object_object_add(o, "log_every", json_object_new_int64(e->log_every));
   json_object_object_add(o, "fuse_elementwise", json_object_new_boolean(e->fuse_elementwise));
 
   const PsStrategyConfig *s = &e->strategy;
@@ -1304,7 +1299,7 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(io, "workers", json_object_new_int(in->workers));
   json_object_object_add(io, "prefetch", json_object_new_int(in->prefetch));
   json_object_object_add(io, "infeed_capacity", json_object_new_int(in->infeed_capacity));
-  json_object_object_add(io, "synthetic_examples", new_int64(in->synthetic_examples));
+  json_object_object_add(io, "synthetic_examples", json_object_new_int64(in->synthetic_examples));
   json_object_object_add(io, "shuffle", json_object_new_boolean(in->shuffle));
   json_object_object_add(o, "input", io);
 
@@ -1322,7 +1317,7 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object *no = json_object_new_object();
   json_object_object_add(no, "enabled", json_object_new_boolean(n->enabled));
   json_object_object_add(no, "precision", json_object_new_string(precisions[n->precision]));
-  json_object_object_add(no, "seed", new_int64((int64_t)n->seed));
+  json_object_object_add(no, "seed", json_object_new_int64((int64_t)n->seed));
   json_object_object_add(no, "evaluate", json_object_new_boolean(n->evaluate));
   json_object_object_add(o, "numerics", no);
   return o;

@@ -105,7 +105,7 @@ typedef struct {
   PsTopology *topology;   /* owned */
   PsModel *model;         /* owned */
   int64_t global_batch;
-  int64_t steps;          /* 0 in the file means: one epoch of the data */
+  int64_t steps;          /* absent in the file: ceil(epochs x training set / global_batch) */
   double epochs;
   int64_t steps_per_run;
   int64_t log_every;      /* print the loss every N steps */

@@ -1,0 +1,316 @@
+/* test_run.c: whole runs, checked against the issue's acceptance figures
+ * and against closed forms of the cost model.
+ *
+ * - one epoch of the shipped MLP on Fashion-MNIST reaches >= 84% test
+ *   accuracy, and the loss falls;
+ * - the trace parses, holds fwd/bwd/update complete events that never
+ *   overlap on the core's track, and the infeed depth counter never exceeds
+ *   the queue's capacity;
+ * - two runs with the same seed write byte-identical traces;
+ * - the step time equals the sum of the roofline op costs plus the host
+ *   loop overhead amortized over steps_per_run (picosecond exact);
+ * - MXU padding: a 100-wide layer costs exactly what a 128-wide one does;
+ * - a host slower than the core stalls the core by the closed form.
+ * (timing checks run with numerics off; time never depends on them) */
+#include "hw/cost.h"
+#include "io/config.h"
+#include "run.h"
+
+#include <glib/gstdio.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <string.h>
+
+static char *tmpdir;
+
+static char *write_experiment(const char *name, const char *json)
+{
+  char *path = g_build_filename(tmpdir, name, NULL);
+  g_assert_true(g_file_set_contents(path, json, -1, NULL));
+  return path;
+}
+
+static PsExperiment *load(const char *path, const char *const *ov)
+{
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load(path, ov, &error);
+  g_assert_no_error(error);
+  g_assert_nonnull(e);
+  return e;
+}
+
+/* Events of one kind on one track, sorted by start time. */
+typedef struct {
+  double ts, dur;
+  const char *name;
+} Slice;
+
+static gint cmp_slice(gconstpointer a, gconstpointer b)
+{
+  const Slice *x = a, *y = b;
+  return (x->ts > y->ts) - (x->ts < y->ts);
+}
+
+static void test_default_epoch(void)
+{
+  g_autofree char *trace = g_build_filename(tmpdir, "default.json", NULL);
+  PsExperiment *e = load("default", NULL);
+  g_assert_cmpint(e->numerics.enabled, ==, TRUE);
+  g_assert_cmpint(e->input.source, ==, PS_SOURCE_FASHION_MNIST);
+  /* one epoch */
+  g_assert_cmpint(e->steps, ==, (60000 + e->global_batch - 1) / e->global_batch);
+  PsRunOptions opt = {.trace_path = trace, .log = NULL};
+  PsSummary s;
+  GError *error = NULL;
+  g_assert_true(ps_run(e, &opt, &s, &error));
+  g_assert_no_error(error);
+  g_test_message("test accuracy %.4f, loss %.4f -> %.4f", s.test_accuracy, s.loss_first,
+                 s.loss_last);
+  g_assert_true(s.has_accuracy);
+  g_assert_cmpfloat(s.test_accuracy, >=, 0.84);
+  g_assert_cmpfloat(s.loss_last, <, 0.5 * s.loss_first);
+
+  /* the breakdown accounts for the whole step */
+  double sum = 0;
+  for (int c = 0; c < PS_TIME_N_CATEGORIES; c++) {
+    g_assert_cmpfloat(s.breakdown[c], >=, -1e-15);
+    sum += s.breakdown[c];
+  }
+  g_assert_cmpfloat(fabs(sum - s.step_time_s), <, 1e-9 * s.step_time_s);
+  g_assert_cmpfloat(s.breakdown[PS_TIME_COMPUTE], >, 0);
+
+  /* the trace */
+  json_object *root = json_object_from_file(trace);
+  g_assert_nonnull(root);
+  json_object *events = json_object_object_get(root, "traceEvents");
+  g_assert_true(json_object_is_type(events, json_type_array));
+  GArray *core = g_array_new(FALSE, FALSE, sizeof(Slice));
+  int fwd = 0, bwd = 0, upd = 0, counters = 0;
+  for (size_t i = 0; i < json_object_array_length(events); i++) {
+    json_object *ev = json_object_array_get_idx(events, i);
+    const char *ph = json_object_get_string(json_object_object_get(ev, "ph"));
+    int pid = json_object_get_int(json_object_object_get(ev, "pid"));
+    const char *name = json_object_get_string(json_object_object_get(ev, "name"));
+    if (strcmp(ph, "C") == 0 && g_str_has_prefix(name, "infeed queue")) {
+      json_object *args = json_object_object_get(ev, "args");
+      json_object *v = NULL;
+      json_object_object_get_ex(args, "value", &v);
+      g_assert_nonnull(v);
+      double depth = json_object_get_double(v);
+      g_assert_cmpfloat(depth, >=, 0);
+      g_assert_cmpfloat(depth, <=, e->input.infeed_capacity);
+      counters++;
+    }
+    if (strcmp(ph, "X") != 0 || pid != 1)
+      continue;
+    int tid = json_object_get_int(json_object_object_get(ev, "tid"));
+    g_assert_cmpint(tid, ==, 0);
+    Slice sl = {json_object_get_double(json_object_object_get(ev, "ts")),
+                json_object_get_double(json_object_object_get(ev, "dur")), name};
+    g_array_append_val(core, sl);
+    fwd += g_str_has_prefix(name, "fwd ");
+    bwd += g_str_has_prefix(name, "bwd ");
+    upd += strcmp(name, "apply update") == 0;
+  }
+  g_assert_cmpint(upd, ==, e->steps);
+  g_assert_cmpint(fwd, >=, e->steps);
+  g_assert_cmpint(bwd, ==, fwd);
+  g_assert_cmpint(counters, >=, 2 * e->steps);
+  g_array_sort(core, cmp_slice);
+  for (guint i = 1; i < core->len; i++) {
+    const Slice *a = &g_array_index(core, Slice, i - 1), *b = &g_array_index(core, Slice, i);
+    /* microseconds printed with 6 decimals: exact to the picosecond, but
+     * read back as doubles, so allow one rounding step */
+    g_assert_cmpfloat(a->ts + a->dur, <=, b->ts + 1e-6);
+  }
+  g_array_free(core, TRUE);
+  json_object_put(root);
+  ps_experiment_free(e);
+}
+
+static const char *synthetic_json =
+    "{\"name\": \"small\", \"topology\": \"tpu-v3-8\", \"model\": \"mlp\","
+    " \"global_batch\": 32, \"steps\": 20, \"steps_per_run\": 5,"
+    " \"input\": {\"source\": \"synthetic\", \"synthetic_examples\": 640,"
+    "             \"host_cost_per_example_s\": 0, \"workers\": 4},"
+    " \"numerics\": {\"enabled\": true, \"seed\": 7}}";
+
+static void test_deterministic_trace(void)
+{
+  g_autofree char *exp_path = write_experiment("small.json", synthetic_json);
+  g_autofree char *t1 = g_build_filename(tmpdir, "a.json", NULL);
+  g_autofree char *t2 = g_build_filename(tmpdir, "b.json", NULL);
+  PsSummary s1, s2;
+  for (int i = 0; i < 2; i++) {
+    PsExperiment *e = load(exp_path, NULL);
+    PsRunOptions opt = {.trace_path = i ? t2 : t1};
+    GError *error = NULL;
+    g_assert_true(ps_run(e, &opt, i ? &s2 : &s1, &error));
+    g_assert_no_error(error);
+    ps_experiment_free(e);
+  }
+  g_autofree char *a = NULL, *b = NULL;
+  gsize la, lb;
+  g_assert_true(g_file_get_contents(t1, &a, &la, NULL));
+  g_assert_true(g_file_get_contents(t2, &b, &lb, NULL));
+  g_assert_cmpuint(la, ==, lb);
+  g_assert_true(memcmp(a, b, la) == 0);
+  g_assert_cmpfloat(s1.loss_last, ==, s2.loss_last);
+  g_assert_cmpfloat(s1.step_time_s, ==, s2.step_time_s);
+  /* a different seed changes the numbers but not the time */
+  const char *ov[] = {"numerics.seed=8", NULL};
+  PsExperiment *e = load(exp_path, ov);
+  PsSummary s3;
+  GError *error = NULL;
+  g_assert_true(ps_run(e, &(PsRunOptions){0}, &s3, &error));
+  g_assert_cmpfloat(s3.loss_last, !=, s1.loss_last);
+  g_assert_cmpfloat(s3.step_time_s, ==, s1.step_time_s);
+  ps_experiment_free(e);
+}
+
+/* With an instant host and numerics off, a step is its ops back to back:
+ * infeed dequeue (op overhead), each FWD/BWD op, the update, the outfeed;
+ * plus one host loop overhead per steps_per_run steps. */
+static void test_step_time_closed_form(void)
+{
+  g_autofree char *exp_path = write_experiment("closed.json", synthetic_json);
+  const char *ov[] = {"numerics.enabled=false", "steps=40", "steps_per_run=8",
+                      "topology.host.loop_overhead_s=1e-3", NULL};
+  PsExperiment *e = load(exp_path, ov);
+  const PsTopology *t = e->topology;
+  GError *error = NULL;
+  PsPlan *plan = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  ps_time_t step = 0;
+  const PsProgram *p = &plan->programs[0];
+  for (int i = 0; i < p->n_ops; i++) {
+    const PsOp *op = &p->ops[i];
+    PsOpCost c;
+    switch (op->kind) {
+    case PS_OP_INFEED:
+      step += ps_time_from_s(t->op_overhead_s);
+      break;
+    case PS_OP_FWD:
+    case PS_OP_BWD:
+      ps_cost_layers(t, e->model, op->first, op->last, op->batch, e->numerics.precision,
+                     e->fuse_elementwise, op->kind == PS_OP_BWD, &c);
+      step += c.time;
+      break;
+    case PS_OP_UPDATE:
+      ps_cost_update(t, e->model->params, plan->optimizer_slots, &c);
+      step += c.time;
+      break;
+    case PS_OP_OUTFEED:
+      step += ps_cost_pcie(t, op->bytes) + ps_time_from_s(t->op_overhead_s);
+      break;
+    default:
+      g_assert_not_reached();
+    }
+  }
+  PsSummary s;
+  g_assert_true(ps_run(e, &(PsRunOptions){0}, &s, &error));
+  g_assert_no_error(error);
+  /* warm-up is the first loop; 4 loops of 8 steps are measured */
+  g_assert_cmpint(s.measured_steps, ==, 32);
+  double want = ps_time_to_s(step) + 1e-3 / 8;
+  g_test_message("step %.9g s, closed form %.9g s", s.step_time_s, want);
+  g_assert_cmpfloat(fabs(s.step_time_s - want), <, 1e-15);
+  g_assert_cmpfloat(fabs(s.breakdown[PS_TIME_HOST] -
+                         (1e-3 / 8 + ps_time_to_s(ps_cost_pcie(t, 8.0)) + t->op_overhead_s)),
+                    <, 1e-15);
+  g_assert_cmpfloat(s.breakdown[PS_TIME_INFEED_STALL], ==, 0);
+  ps_plan_free(plan);
+  ps_experiment_free(e);
+}
+
+/* A dense layer of 100 outputs costs what a 128-wide one does on the MXU;
+ * a 129-wide one costs as much as 256. */
+static void test_mxu_padding(void)
+{
+  const char *tmpl =
+      "{\"name\": \"w\", \"input\": {\"shape\": [512], \"classes\": 10}, \"layers\": ["
+      "{\"type\": \"dense\", \"units\": %d, \"bias\": false}, {\"type\": \"dense\", "
+      "\"units\": 10}, {\"type\": \"softmax_xent\"}]}";
+  g_autofree char *tp = NULL;
+  GError *error = NULL;
+  PsTopology *t = ps_topology_load("tpu-v3-8", (const char *const[]){
+      "chip.op_overhead_s=0", "chip.hbm_bandwidth_Bps=1e18", NULL}, &error);
+  g_assert_no_error(error);
+  double times[4];
+  int widths[] = {100, 128, 129, 256};
+  for (int i = 0; i < 4; i++) {
+    g_autofree char *text = g_strdup_printf(tmpl, widths[i]);
+    g_autofree char *name = g_strdup_printf("w%d.json", widths[i]);
+    g_autofree char *path = write_experiment(name, text);
+    PsModel *m = ps_model_load_file(path, &error);
+    g_assert_no_error(error);
+    PsOpCost c;
+    ps_cost_layers(t, m, 0, 0, 64, PS_PRECISION_BF16, TRUE, FALSE, &c);
+    times[i] = ps_time_to_s(c.time);
+    /* closed form: 2 * pad8(64) * pad128(512) * pad128(w) / peak */
+    double n_pad = widths[i] <= 128 ? 128 : 256;
+    double want = 2.0 * 64 * 512 * n_pad / (ps_topology_device_peak_flops(t) * t->mxu_efficiency);
+    g_assert_cmpfloat(fabs(times[i] - want), <, 1e-12);
+    g_assert_cmpfloat(c.mxu_flops, ==, 2.0 * 64 * 512 * widths[i]);
+    ps_model_free(m);
+  }
+  g_assert_cmpfloat(times[0], ==, times[1]);
+  g_assert_cmpfloat(times[2], ==, times[3]);
+  g_assert_cmpfloat(times[2], ==, 2 * times[1]);
+  ps_topology_free(t);
+}
+
+/* Host slower than the core: each batch takes P = ceil(b/w) * c to prepare
+ * and the core needs C < P per step, so in steady state a step lasts P and
+ * the core stalls P - C - (transfer overlap is hidden) per step. */
+static void test_infeed_stall_closed_form(void)
+{
+  g_autofree char *exp_path = write_experiment("stall.json", synthetic_json);
+  const char *ov[] = {"numerics.enabled=false", "steps=30", "steps_per_run=10",
+                      "input.host_cost_per_example_s=1e-5", "input.workers=4",
+                      "topology.host.loop_overhead_s=0", NULL};
+  PsExperiment *e = load(exp_path, ov);
+  PsSummary fast, slow;
+  GError *error = NULL;
+  /* the same run with an instant host gives the core's own step time C */
+  const char *ov_fast[] = {"numerics.enabled=false", "steps=30", "steps_per_run=10",
+                           "input.host_cost_per_example_s=0", "topology.host.loop_overhead_s=0",
+                           NULL};
+  PsExperiment *ef = load(exp_path, ov_fast);
+  g_assert_true(ps_run(ef, &(PsRunOptions){0}, &fast, &error));
+  g_assert_true(ps_run(e, &(PsRunOptions){0}, &slow, &error));
+  g_assert_no_error(error);
+  double P = 8 * 1e-5; /* ceil(32 / 4) examples per worker x 10 us */
+  double C = fast.step_time_s;
+  g_assert_cmpfloat(C, <, P);
+  g_test_message("core %.3g s/step, host %.3g s/batch, simulated %.3g s/step", C, P,
+                 slow.step_time_s);
+  /* Batch k is ready at (k+1)P and on the device T later, so step k ends
+   * at (k+1)P + T + C: after the warm-up loop (which holds the fill) a step
+   * lasts exactly P, of which P - C is spent waiting for infeed. */
+  g_assert_cmpint(slow.measured_steps, ==, 20);
+  g_assert_cmpfloat(fabs(slow.step_time_s - P), <, 1e-15);
+  g_assert_cmpfloat(fabs(slow.breakdown[PS_TIME_INFEED_STALL] - (P - C)), <, 1e-15);
+  ps_experiment_free(e);
+  ps_experiment_free(ef);
+}
+
+int main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  if (!g_getenv("PODSIM_DATA_DIR"))
+    g_setenv("PODSIM_DATA_DIR", ".", TRUE);
+  tmpdir = g_dir_make_tmp("podsim-test-run-XXXXXX", NULL);
+  g_assert_nonnull(tmpdir);
+  g_test_add_func("/run/step-time/closed-form", test_step_time_closed_form);
+  g_test_add_func("/run/cost/mxu-padding", test_mxu_padding);
+  g_test_add_func("/run/infeed/stall-closed-form", test_infeed_stall_closed_form);
+  g_test_add_func("/run/trace/deterministic", test_deterministic_trace);
+  g_test_add_func("/run/default/mlp-one-epoch", test_default_epoch);
+  int rc = g_test_run();
+  g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
+  if (system(cmd) != 0)
+    g_warning("could not remove %s", tmpdir);
+  g_free(tmpdir);
+  return rc;
+}
