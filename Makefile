@@ -11,6 +11,9 @@ DEB_PKGS    := libglib2.0-dev libjson-c-dev libopenblas-dev zlib1g-dev pkg-confi
                gnuplot-nox dataset-fashion-mnist
 VERSION     := 0.1.0
 BUILD       ?= build
+# where the CLI and test binaries go (the sanitizer build puts its own apart)
+PODSIM_BIN  ?= podsim
+TESTBIN     ?= tests/bin
 
 PKG_CFLAGS   = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS     = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -28,13 +31,13 @@ LDLIBS   += $(PKG_LIBS) $(BLAS_LIBS) -lm
 LIB_SRC   := $(filter-out sim/main.c,$(wildcard sim/*.c sim/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC  := $(wildcard tests/test_*.c)
-TEST_BIN  := $(TEST_SRC:tests/%.c=tests/bin/%)
+TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTBIN)/%)
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps run test bench plots install uninstall clean check-asan check-valgrind
 
-all: podsim $(BUILD)/libpodsim.a
+all: $(PODSIM_BIN) $(BUILD)/libpodsim.a
 
 deps:
 	@missing=""; \
@@ -66,12 +69,12 @@ $(BUILD)/libpodsim.a: $(LIB_OBJ)
 	@echo "  AR    $@"
 	@ar rcs $@ $^
 
-podsim: $(BUILD)/sim/main.o $(BUILD)/libpodsim.a
+$(PODSIM_BIN): $(BUILD)/sim/main.o $(BUILD)/libpodsim.a
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-tests/bin/%: $(BUILD)/tests/%.o $(BUILD)/libpodsim.a
-	@mkdir -p tests/bin
+$(TESTBIN)/%: $(BUILD)/tests/%.o $(BUILD)/libpodsim.a
+	@mkdir -p $(TESTBIN)
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -87,7 +90,7 @@ run: deps all
 
 # Each GTest binary speaks TAP (--tap); prove runs them and summarises.
 test: deps all $(TEST_BIN)
-	PODSIM=$(CURDIR)/podsim PODSIM_DATA_DIR=$(CURDIR) \
+	PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
 	  prove -f $(TEST_BIN) :: --tap
 
 bench: deps all $(BENCH_BIN)
@@ -114,16 +117,14 @@ uninstall:
 
 # Address and undefined-behaviour sanitizers over the whole test suite.
 check-asan:
-	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
-	  LDFLAGS="-fsanitize=address,undefined" clean-tests test
+	$(MAKE) BUILD=build-asan PODSIM_BIN=build-asan/podsim TESTBIN=build-asan/tests/bin \
+	  OPT="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+	  LDFLAGS="-fsanitize=address,undefined" test
 
 check-valgrind: all $(TEST_BIN)
 	@for t in $(TEST_BIN); do \
-	  PODSIM=$(CURDIR)/podsim PODSIM_DATA_DIR=$(CURDIR) \
-	  valgrind -q --error-exitcode=3 --leak-check=full $$t -q || exit 1; done
-
-clean-tests:
-	rm -rf tests/bin podsim
+	  PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
+	  valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite $$t -q || exit 1; done
 
 clean:
 	rm -rf build build-asan tests/bin podsim traces/*.json

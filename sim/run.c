@@ -502,6 +502,7 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
   if (s->has_accuracy)
     fprintf(f, "test accuracy    %10.2f%%\n", 100.0 * s->test_accuracy);
   fprintf(f, "simulated        %10.3f ms for %" G_GINT64_FORMAT " steps; %" G_GUINT64_FORMAT
-             " events in %.2f s wall (%.2f M events/s)\n",
-          s->sim_time_s * 1e3, s->steps, s->events, s->wall_s, s->events_per_s / 1e6);
+             " events in %.2f s wall (%.3g events/s%s)\n",
+          s->sim_time_s * 1e3, s->steps, s->events, s->wall_s, s->events_per_s,
+          s->has_numerics ? ", numerics included" : "");
 }

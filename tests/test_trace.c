@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 typedef struct {
   char *dir;
@@ -162,6 +163,24 @@ static void test_events(Fixture *fx, gconstpointer data)
   g_assert_cmpuint(ps_trace_events(t), ==, 14);
   g_assert_true(ps_trace_close(t, &error));
   g_assert_no_error(error);
+
+  /* Strict JSON: no raw control characters inside strings (json-c would
+   * accept them), one event per line, and the escapes as written. */
+  g_autofree char *text = NULL;
+  gsize len = 0;
+  g_assert_true(g_file_get_contents(fx->path, &text, &len, NULL));
+  gsize newlines = 0;
+  for (gsize i = 0; i < len; i++) {
+    guchar c = (guchar)text[i];
+    if (c == '\n')
+      newlines++;
+    else
+      g_assert_cmpuint(c, >=, 0x20);
+  }
+  g_assert_cmpuint(newlines, ==, 14 + 2);
+  g_assert_nonnull(strstr(text, "\"q\\\"b\\\\s/n\\nt\\tc\\u0001d\\u001fe\x7f" "mu\xc2\xb5"
+                                "bad\\ufffdcut\\ufffd\\ufffd\""));
+  g_assert_true(g_utf8_validate(text, (gssize)len, NULL));
 
   size_t n = 0;
   json_object *root = read_trace(fx->path, &n);
@@ -340,7 +359,9 @@ static void test_empty(Fixture *fx, gconstpointer data)
 static void test_temporary(Fixture *fx, gconstpointer data)
 {
   GError *error = NULL;
+  mode_t old_mask = umask(022);
   PsTrace *t = ps_trace_open(fx->path, &error);
+  umask(old_mask);
   g_assert_no_error(error);
   write_sample(t);
   /* Before close: only "run.json.tmp-XXXXXX", never "run.json". */
@@ -352,6 +373,10 @@ static void test_temporary(Fixture *fx, gconstpointer data)
   g_assert_no_error(error);
   g_autofree char *after = list_dir(fx->dir);
   g_assert_cmpstr(after, ==, "run.json");
+  /* An ordinary file for the umask, not mkstemp's private 0600. */
+  GStatBuf st;
+  g_assert_cmpint(g_stat(fx->path, &st), ==, 0);
+  g_assert_cmpint(st.st_mode & 0777, ==, 0644);
 }
 
 static void test_replace_existing(Fixture *fx, gconstpointer data)

@@ -13,7 +13,7 @@ int ps_cost_act_bytes(PsPrecision prec)
   return prec == PS_PRECISION_BF16 ? 2 : 4;
 }
 
-static gboolean is_elementwise(PsLayerKind k)
+gboolean ps_cost_fuses_into_producer(PsLayerKind k)
 {
   switch (k) {
   case PS_LAYER_RELU:
@@ -23,6 +23,7 @@ static gboolean is_elementwise(PsLayerKind k)
   case PS_LAYER_LAYERNORM:
   case PS_LAYER_ADD:
   case PS_LAYER_FLATTEN:
+  case PS_LAYER_SOFTMAX_XENT:
     return TRUE;
   default:
     return FALSE;
@@ -65,12 +66,14 @@ void ps_cost_layers(const PsTopology *topo, const PsModel *model, int first, int
     /* HBM traffic from shapes: forward reads x and W, writes y; backward
      * reads x, W and dy, writes dx and dW.  Inside a fused group an
      * element-wise layer's input and output never leave the core. */
+    if (l->kind == PS_LAYER_FLATTEN)
+      continue; /* a view: no traffic of its own */
     double in = (double)ps_shape_elems(l->in_shape, l->in_rank) * (double)batch;
     double outv = (double)ps_shape_elems(l->out_shape, l->out_rank) * (double)batch;
     double w = (double)l->params;
-    if (fused && i > first && is_elementwise(l->kind))
+    if (fused && i > first && ps_cost_fuses_into_producer(l->kind))
       in = 0; /* produced inside the group */
-    if (fused && i < last && is_elementwise(model->layers[i + 1].kind))
+    if (fused && i < last && ps_cost_fuses_into_producer(model->layers[i + 1].kind))
       outv = 0; /* consumed inside the group */
     c.bytes += eb * (backward ? 2.0 * in + outv + 2.0 * w : in + outv + w);
   }

@@ -29,6 +29,10 @@ typedef struct {
   gboolean memory_bound;
 } PsOpCost;
 
+/* Layers that XLA fuses into the op producing their input (element-wise
+ * work, reshapes, the loss); strategies group ops by it. */
+gboolean ps_cost_fuses_into_producer(PsLayerKind kind);
+
 /* Bytes of one activation element in HBM. */
 int ps_cost_act_bytes(PsPrecision prec);
 

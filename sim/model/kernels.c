@@ -126,15 +126,39 @@ void ps_dense_backward(PsPrecision prec, const float *x, const float *w, const f
 
 /* ---- element-wise activations ----------------------------------------- */
 
+/* ReLU works on blocks of PS_BLOCK floats computed into a local array and
+ * stored with memcpy: each block is then a fixed-size, branch-free select
+ * that the compiler vectorizes at -O2 even if x and y overlap (random signs
+ * would otherwise mispredict a branch per element). */
+#define PS_BLOCK 16
+
 void ps_relu_forward(const float *x, float *y, size_t n)
 {
-  for (size_t i = 0; i < n; i++)
+  size_t i = 0;
+  for (; i + PS_BLOCK <= n; i += PS_BLOCK) {
+    float blk[PS_BLOCK];
+    for (int j = 0; j < PS_BLOCK; j++) {
+      float v = x[i + j];
+      blk[j] = v > 0.0f ? v : 0.0f;
+    }
+    memcpy(y + i, blk, sizeof blk);
+  }
+  for (; i < n; i++)
     y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
 void ps_relu_backward(const float *x, const float *dy, float *dx, size_t n)
 {
-  for (size_t i = 0; i < n; i++)
+  size_t i = 0;
+  for (; i + PS_BLOCK <= n; i += PS_BLOCK) {
+    float blk[PS_BLOCK];
+    for (int j = 0; j < PS_BLOCK; j++) {
+      float v = x[i + j], g = dy[i + j];
+      blk[j] = v > 0.0f ? g : 0.0f;
+    }
+    memcpy(dx + i, blk, sizeof blk);
+  }
+  for (; i < n; i++)
     dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
 }
 
@@ -271,33 +295,43 @@ size_t ps_conv2d_workspace(const PsConvShape *s)
   return (size_t)conv_chunk_examples(s) * conv_col_per_example(s);
 }
 
+/* The part of a window row that lies inside the image: kernel columns
+ * [lo, hi) of the window starting at input column ix0. */
+static void window_cols(const PsConvShape *s, int ix0, int *lo, int *hi)
+{
+  *lo = ix0 < 0 ? -ix0 : 0;
+  *hi = MIN(s->kernel, s->w - ix0);
+  if (*hi < *lo)
+    *hi = *lo;
+}
+
 /* Lays out the windows of examples [b0, b0+nb) as rows of col: row (b, oy,
  * ox), columns (ky, kx, ci) to match the (kh, kw, cin, cout) weights;
- * zeros where a window hangs over the padding. */
+ * zeros where a window hangs over the padding.  A window row is one
+ * contiguous run of the input (kx, ci), so it is copied in one go. */
 static void im2col(const PsConvShape *s, const float *x, int b0, int nb, float *col)
 {
   const int k = s->kernel, cin = s->cin;
-  const size_t width = conv_col_width(s);
-  float *row = col;
+  const size_t run = (size_t)k * cin;
+  float *dst = col;
   for (int b = b0; b < b0 + nb; b++) {
     const float *img = x + (size_t)b * s->h * s->w * cin;
     for (int oy = 0; oy < s->out_h; oy++) {
-      for (int ox = 0; ox < s->out_w; ox++, row += width) {
-        float *dst = row;
-        for (int ky = 0; ky < k; ky++) {
+      for (int ox = 0; ox < s->out_w; ox++) {
+        int ix0 = ox * s->stride - s->pad_left, lo, hi;
+        window_cols(s, ix0, &lo, &hi);
+        for (int ky = 0; ky < k; ky++, dst += run) {
           int iy = oy * s->stride - s->pad_top + ky;
           if (iy < 0 || iy >= s->h) {
-            memset(dst, 0, (size_t)k * cin * sizeof *dst);
-            dst += (size_t)k * cin;
+            memset(dst, 0, run * sizeof *dst);
             continue;
           }
-          for (int kx = 0; kx < k; kx++, dst += cin) {
-            int ix = ox * s->stride - s->pad_left + kx;
-            if (ix < 0 || ix >= s->w)
-              memset(dst, 0, (size_t)cin * sizeof *dst);
-            else
-              memcpy(dst, img + ((size_t)iy * s->w + ix) * cin, (size_t)cin * sizeof *dst);
-          }
+          if (lo > 0)
+            memset(dst, 0, (size_t)lo * cin * sizeof *dst);
+          memcpy(dst + (size_t)lo * cin, img + ((size_t)iy * s->w + ix0 + lo) * cin,
+                 (size_t)(hi - lo) * cin * sizeof *dst);
+          if (hi < k)
+            memset(dst + (size_t)hi * cin, 0, (size_t)(k - hi) * cin * sizeof *dst);
         }
       }
     }
@@ -309,27 +343,23 @@ static void im2col(const PsConvShape *s, const float *x, int b0, int nb, float *
 static void col2im(const PsConvShape *s, const float *col, int b0, int nb, float *dx)
 {
   const int k = s->kernel, cin = s->cin;
-  const size_t width = conv_col_width(s);
-  const float *row = col;
+  const size_t run = (size_t)k * cin;
+  const float *src = col;
   for (int b = b0; b < b0 + nb; b++) {
     float *img = dx + (size_t)b * s->h * s->w * cin;
     for (int oy = 0; oy < s->out_h; oy++) {
-      for (int ox = 0; ox < s->out_w; ox++, row += width) {
-        const float *src = row;
-        for (int ky = 0; ky < k; ky++) {
+      for (int ox = 0; ox < s->out_w; ox++) {
+        int ix0 = ox * s->stride - s->pad_left, lo, hi;
+        window_cols(s, ix0, &lo, &hi);
+        for (int ky = 0; ky < k; ky++, src += run) {
           int iy = oy * s->stride - s->pad_top + ky;
-          if (iy < 0 || iy >= s->h) {
-            src += (size_t)k * cin;
+          if (iy < 0 || iy >= s->h)
             continue;
-          }
-          for (int kx = 0; kx < k; kx++, src += cin) {
-            int ix = ox * s->stride - s->pad_left + kx;
-            if (ix < 0 || ix >= s->w)
-              continue;
-            float *dst = img + ((size_t)iy * s->w + ix) * cin;
-            for (int c = 0; c < cin; c++)
-              dst[c] += src[c];
-          }
+          float *dst = img + ((size_t)iy * s->w + ix0 + lo) * cin;
+          const float *from = src + (size_t)lo * cin;
+          size_t len = (size_t)(hi - lo) * cin;
+          for (size_t i = 0; i < len; i++)
+            dst[i] += from[i];
         }
       }
     }
@@ -400,6 +430,27 @@ void ps_pool_shape(PsPoolShape *s)
   s->out_w = s->w >= s->size ? (s->w - s->size) / s->stride + 1 : 0;
 }
 
+/* Folds one window position into the running max of an output pixel; the
+ * later position wins only if strictly greater, so the first maximum in
+ * window order is kept.  Branch-free: which input wins is data-dependent
+ * and would mispredict. */
+static void maxpool_fold(const float *src, float *out, int32_t *arg, int32_t base, int c)
+{
+  if (!arg) {
+    for (int ch = 0; ch < c; ch++) {
+      float v = src[ch], o = out[ch];
+      out[ch] = v > o ? v : o;
+    }
+    return;
+  }
+  for (int ch = 0; ch < c; ch++) {
+    float v = src[ch], o = out[ch];
+    int32_t better = -(int32_t)(v > o); /* all ones or zero */
+    out[ch] = v > o ? v : o;
+    arg[ch] = (arg[ch] & ~better) | ((base + ch) & better);
+  }
+}
+
 void ps_maxpool_forward(const PsPoolShape *s, const float *x, float *y, int32_t *argmax)
 {
   g_return_if_fail(s != NULL && x != NULL && y != NULL);
@@ -410,26 +461,16 @@ void ps_maxpool_forward(const PsPoolShape *s, const float *x, float *y, int32_t 
   for (int b = 0; b < s->batch; b++) {
     for (int oy = 0; oy < s->out_h; oy++) {
       for (int ox = 0; ox < s->out_w; ox++, out += c) {
-        /* The first maximum in (ky, kx) order wins ties. */
+        int32_t corner = (int32_t)((((size_t)b * s->h + (size_t)oy * s->stride) * s->w +
+                                    (size_t)ox * s->stride) * c);
+        memcpy(out, x + corner, (size_t)c * sizeof *out);
+        if (arg)
+          for (int ch = 0; ch < c; ch++)
+            arg[ch] = corner + ch;
         for (int ky = 0; ky < s->size; ky++) {
-          for (int kx = 0; kx < s->size; kx++) {
-            int32_t base = (int32_t)((((size_t)b * s->h + (size_t)oy * s->stride + ky) * s->w +
-                                      (size_t)ox * s->stride + kx) * c);
-            const float *src = x + base;
-            if (ky == 0 && kx == 0) {
-              memcpy(out, src, (size_t)c * sizeof *out);
-              if (arg)
-                for (int ch = 0; ch < c; ch++)
-                  arg[ch] = base + ch;
-              continue;
-            }
-            for (int ch = 0; ch < c; ch++) {
-              if (src[ch] > out[ch]) {
-                out[ch] = src[ch];
-                if (arg)
-                  arg[ch] = base + ch;
-              }
-            }
+          for (int kx = ky == 0 ? 1 : 0; kx < s->size; kx++) {
+            int32_t base = corner + (int32_t)(((size_t)ky * s->w + kx) * c);
+            maxpool_fold(x + base, out, arg, base, c);
           }
         }
         if (arg)

@@ -9,14 +9,9 @@
  * Invariant: all replicas get identical programs, so collectives line up. */
 #include "strategy/program.h"
 
-#include <stdio.h>
+#include "hw/cost.h"
 
-static gboolean fusable(PsLayerKind k)
-{
-  return k == PS_LAYER_RELU || k == PS_LAYER_GELU || k == PS_LAYER_TANH ||
-         k == PS_LAYER_BATCHNORM || k == PS_LAYER_LAYERNORM || k == PS_LAYER_ADD ||
-         k == PS_LAYER_FLATTEN;
-}
+#include <stdio.h>
 
 static void op_name(PsOp *op, const PsModel *m, const char *prefix)
 {
@@ -31,9 +26,13 @@ static void op_name(PsOp *op, const PsModel *m, const char *prefix)
 static GArray *layer_groups(const PsModel *m, gboolean fuse)
 {
   GArray *starts = g_array_new(FALSE, FALSE, sizeof(int));
-  for (int i = 0; i < m->n_layers; i++)
-    if (!(fuse && i > 0 && fusable(m->layers[i].kind)))
+  for (int i = 0; i < m->n_layers; i++) {
+    /* a reshape is free: it also joins the op of the layer after it */
+    gboolean joins = i > 0 && (ps_cost_fuses_into_producer(m->layers[i].kind) ||
+                               m->layers[i - 1].kind == PS_LAYER_FLATTEN);
+    if (!(fuse && joins))
       g_array_append_val(starts, i);
+  }
   int end = m->n_layers;
   g_array_append_val(starts, end);
   return starts;
