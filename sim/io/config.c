@@ -45,20 +45,6 @@ static void fail(GError **error, int code, const char *file, const char *path, c
   g_set_error(error, PS_INPUT_ERROR, code, "%s: %s: %s", file, where(path), reason);
 }
 
-static const char *json_kind(json_object *v)
-{
-  switch (json_object_get_type(v)) {
-  case json_type_null: return "null";
-  case json_type_boolean: return "boolean";
-  case json_type_double: return "number";
-  case json_type_int: return "integer";
-  case json_type_string: return "string";
-  case json_type_array: return "array";
-  case json_type_object: return "object";
-  }
-  return "unknown";
-}
-
 /* A double that prints as written by a person ("1e-06", not
  * "9.9999999999999995e-07").  (transfer full) */
 static json_object *new_double(double d)
@@ -417,7 +403,7 @@ static gboolean parse_sources(json_object *root, const char *file, const char *p
     g_autofree char *kp = ps_json_path_join(sp, key);
     if (!val || !json_object_is_type(val, json_type_string)) {
       fail(error, PS_INPUT_ERROR_TYPE, file, kp, "must be a string (a citation), got %s",
-           val ? json_kind(val) : "null");
+           val ? ps_json_type_name(val) : "null");
       return FALSE;
     }
     if (strcmp(key, "sources") == 0 || strncmp(key, "sources.", 8) == 0 ||
@@ -526,7 +512,7 @@ static gboolean parse_torus(json_object *root, const char *file, const char *pat
   }
   if (!json_object_is_type(dims, json_type_array)) {
     fail(error, PS_INPUT_ERROR_TYPE, file, dp, "must be an array of 1 to 3 integers, got %s",
-         json_kind(dims));
+         ps_json_type_name(dims));
     return FALSE;
   }
   size_t n = json_object_array_length(dims);
@@ -543,7 +529,7 @@ static gboolean parse_torus(json_object *root, const char *file, const char *pat
     int64_t x;
     if (!v || !elem_int(v, &x)) {
       fail(error, PS_INPUT_ERROR_TYPE, file, ep, "must be an integer, got %s",
-           v ? json_kind(v) : "null");
+           v ? ps_json_type_name(v) : "null");
       return FALSE;
     }
     if (x < 1 || x > MAX_DIM) {
@@ -569,7 +555,7 @@ static gboolean parse_torus(json_object *root, const char *file, const char *pat
     if (!json_object_is_type(wrap, json_type_array)) {
       fail(error, PS_INPUT_ERROR_TYPE, file, wp,
            "must be an array of true/false, one per entry of torus.dims, got %s",
-           json_kind(wrap));
+           ps_json_type_name(wrap));
       return FALSE;
     }
     size_t m = json_object_array_length(wrap);
@@ -583,7 +569,7 @@ static gboolean parse_torus(json_object *root, const char *file, const char *pat
       if (!v || !json_object_is_type(v, json_type_boolean)) {
         g_autofree char *ep = ps_json_path_index(wp, (int)i);
         fail(error, PS_INPUT_ERROR_TYPE, file, ep, "must be true or false, got %s",
-             v ? json_kind(v) : "null");
+             v ? ps_json_type_name(v) : "null");
         return FALSE;
       }
       t->wrap[i] = json_object_get_boolean(v) ? TRUE : FALSE;
@@ -909,7 +895,7 @@ static gboolean resolve_topology(Resolution *r, GError **error)
     r->topo_path = g_strdup("topology");
   } else {
     fail(error, PS_INPUT_ERROR_TYPE, r->file, "topology",
-         "must be a topology name, a path or an object, got %s", json_kind(v));
+         "must be a topology name, a path or an object, got %s", ps_json_type_name(v));
     return FALSE;
   }
   if (!tree)
@@ -950,7 +936,7 @@ static gboolean resolve_model(Resolution *r, GError **error)
     return TRUE;
   }
   fail(error, PS_INPUT_ERROR_TYPE, r->file, "model",
-       "must be a model name, a path or an object, got %s", json_kind(v));
+       "must be a model name, a path or an object, got %s", ps_json_type_name(v));
   return FALSE;
 }
 

@@ -38,9 +38,7 @@ char *ps_json_path_index(const char *path, int index)
   return g_strdup_printf("%s[%d]", path ? path : "", index);
 }
 
-/* The JSON type a user would name: "integer" and "number" both read as
- * "number" in messages about the wrong type. */
-static const char *type_name(json_object *v)
+const char *ps_json_type_name(json_object *v)
 {
   switch (json_object_get_type(v)) {
   case json_type_null: return "null";
@@ -181,7 +179,7 @@ gboolean ps_json_expect_object(json_object *obj, const char *file, const char *p
   if (json_object_is_type(obj, json_type_object))
     return TRUE;
   g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_TYPE, "%s: %s: must be an object, got %s",
-              file, where(path), type_name(obj));
+              file, where(path), ps_json_type_name(obj));
   return FALSE;
 }
 
@@ -470,7 +468,7 @@ gboolean ps_json_get_int(json_object *obj, const char *file, const char *path, c
     /* fall through */
   default:
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_TYPE, "%s: %s: must be an integer, got %s",
-                file, p, type_name(v));
+                file, p, ps_json_type_name(v));
     return FALSE;
   }
   if (is_double) {
@@ -538,7 +536,7 @@ gboolean ps_json_get_double(json_object *obj, const char *file, const char *path
     /* fall through */
   default:
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_TYPE, "%s: %s: must be a number, got %s",
-                file, p, type_name(v));
+                file, p, ps_json_type_name(v));
     return FALSE;
   }
   if (!isfinite(d)) {
@@ -577,7 +575,7 @@ gboolean ps_json_get_bool(json_object *obj, const char *file, const char *path, 
   if (!json_object_is_type(v, json_type_boolean)) {
     g_autofree char *p = ps_json_path_join(path, key);
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_TYPE,
-                "%s: %s: must be true or false, got %s", file, p, type_name(v));
+                "%s: %s: must be true or false, got %s", file, p, ps_json_type_name(v));
     return FALSE;
   }
   *out = json_object_get_boolean(v) ? TRUE : FALSE;
@@ -596,7 +594,7 @@ gboolean ps_json_get_string(json_object *obj, const char *file, const char *path
   if (!json_object_is_type(v, json_type_string)) {
     g_autofree char *p = ps_json_path_join(path, key);
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_TYPE, "%s: %s: must be a string, got %s",
-                file, p, type_name(v));
+                file, p, ps_json_type_name(v));
     return FALSE;
   }
   *out = json_object_get_string(v);

@@ -18,6 +18,10 @@ json_object *ps_json_load_file(const char *path, GError **error);
 /* Parses text; `origin` names it in messages. */
 json_object *ps_json_parse(const char *text, const char *origin, GError **error);
 
+/* The JSON type of v as messages name it ("integer", "number", "string",
+ * "array", ...).  (transfer none) */
+const char *ps_json_type_name(json_object *v);
+
 /* "a.b" + "c" -> "a.b.c"; "" + "c" -> "c".  (transfer full) */
 char *ps_json_path_join(const char *path, const char *key);
 /* "layers" + 3 -> "layers[3]".  (transfer full) */
