@@ -139,6 +139,7 @@ static int cmd_run(int argc, char **argv)
              " events): open it at https://ui.perfetto.dev or chrome://tracing\n",
              opt.trace_path, sum.trace_events);
   }
+  ps_summary_clear(&sum);
   ps_experiment_free(exp);
   return 0;
 }

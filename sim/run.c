@@ -17,6 +17,12 @@
 #define SYNTHETIC_TEST_EXAMPLES 10000
 
 typedef struct {
+  float lo, hi;
+  int64_t calls;
+  int64_t *counts;
+} PsHistogram;
+
+typedef struct {
   const PsExperiment *exp;
   const PsPlan *plan;
   PsPod *pod;
@@ -33,6 +39,7 @@ typedef struct {
   float *reduce_buf;
   double *step_loss;    /* per step, mean over replicas */
   int *step_outfed;
+  PsHistogram *histograms; /* per host call, replica 0's last result */
   double log_loss_sum;
   int64_t log_loss_n;
   /* statistics, device 0 */
@@ -122,6 +129,36 @@ static void log_step(Run *r, int step, ps_time_t t)
   r->log_loss_n = 0;
 }
 
+/* Outside compilation with numerics on: the host really computes on the
+ * layer's output.  A histogram (over [min, max] of the tensor) is kept per
+ * call for the summary; a roundtrip brings the tensor back unchanged. */
+static void host_call_numerics(Run *r, int replica, const PsOp *op)
+{
+  if (replica != 0)
+    return; /* every replica calls its host; the summary shows replica 0's */
+  const PsHostCall *hc = &r->exp->host_calls[op->host_call];
+  if (hc->kind != PS_HOST_CALL_HISTOGRAM)
+    return;
+  size_t n = 0;
+  const float *x = ps_net_layer_output(r->nets[0], hc->after, &n);
+  PsHistogram *h = &r->histograms[op->host_call];
+  if (!h->counts)
+    h->counts = g_new0(int64_t, hc->bins);
+  float lo = x[0], hi = x[0];
+  for (size_t i = 1; i < n; i++) {
+    lo = fminf(lo, x[i]);
+    hi = fmaxf(hi, x[i]);
+  }
+  memset(h->counts, 0, sizeof(int64_t) * (size_t)hc->bins);
+  for (size_t i = 0; i < n; i++) {
+    int b = hi > lo ? (int)((x[i] - lo) / (hi - lo) * hc->bins) : 0;
+    h->counts[b < hc->bins ? b : hc->bins - 1]++;
+  }
+  h->lo = lo;
+  h->hi = hi;
+  h->calls++;
+}
+
 static void numerics_op(Run *r, int device, int step, const PsOp *op, ps_time_t end)
 {
   const PsPlan *plan = r->plan;
@@ -155,6 +192,9 @@ static void numerics_op(Run *r, int device, int step, const PsOp *op, ps_time_t 
     r->step_loss[step] += ps_net_loss(net) / plan->replicas;
     if (++r->step_outfed[step] == plan->replicas)
       log_step(r, step, end);
+    break;
+  case PS_OP_HOST_CALL:
+    host_call_numerics(r, replica, op);
     break;
   case PS_OP_ALL_REDUCE: /* done in numerics_collective, once for all */
   case PS_OP_N_KINDS:
@@ -223,6 +263,7 @@ static void on_op_done(void *ctx, int device, int step, const PsOp *op, ps_time_
       c = PS_TIME_COLLECTIVE;
       break;
     case PS_OP_OUTFEED:
+    case PS_OP_HOST_CALL:
       c = PS_TIME_HOST;
       break;
     default:
@@ -273,8 +314,8 @@ static void on_infeed_depth(void *ctx, int device, int depth, ps_time_t t)
   ps_trace_counter(r->trace, chip_pid(r, device), name, t, depth);
 }
 
-static void on_host_work(void *ctx, int host, const char *what, int device, ps_time_t start,
-                         ps_time_t end)
+static void on_host_work(void *ctx, int host, PsHostLane lane, const char *what, int device,
+                         ps_time_t start, ps_time_t end)
 {
   Run *r = ctx;
   if (!r->trace || end <= start)
@@ -282,8 +323,8 @@ static void on_host_work(void *ctx, int host, const char *what, int device, ps_t
   char args[64];
   if (device >= 0)
     g_snprintf(args, sizeof args, "{\"device\":%d}", device);
-  ps_trace_complete(r->trace, HOST_PID_BASE + host, device >= 0 ? 1 : 0, what, "host", start,
-                    end - start, device >= 0 ? args : NULL);
+  ps_trace_complete(r->trace, HOST_PID_BASE + host, (int)lane, what, "host", start, end - start,
+                    device >= 0 ? args : NULL);
 }
 
 static void on_collective(void *ctx, int step, const PsOp *op, ps_time_t t)
@@ -310,8 +351,8 @@ static void trace_metadata(Run *r)
       if (chip == 0 || ps_pod_chip_host(r->pod, last_chip) != host) {
         g_snprintf(name, sizeof name, "host %d", host);
         ps_trace_process(r->trace, HOST_PID_BASE + host, name, HOST_PID_BASE + host);
-        ps_trace_thread(r->trace, HOST_PID_BASE + host, 0, "input pipeline", 0);
-        ps_trace_thread(r->trace, HOST_PID_BASE + host, 1, "pcie", 1);
+        for (int lane = 0; lane < PS_HOST_N_LANES; lane++)
+          ps_trace_thread(r->trace, HOST_PID_BASE + host, lane, ps_host_lane_name(lane), lane);
       }
       last_chip = chip;
     }
@@ -360,6 +401,41 @@ static void summarise(Run *r, PsSummary *s)
   }
 }
 
+static void summarise_host_calls(Run *r, PsSummary *s)
+{
+  const PsExperiment *exp = r->exp;
+  if (exp->n_host_calls == 0)
+    return;
+  json_object *arr = json_object_new_array();
+  for (int i = 0; i < exp->n_host_calls; i++) {
+    const PsHostCall *hc = &exp->host_calls[i];
+    const PsHistogram *h = &r->histograms[i];
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "after", json_object_new_string(exp->model->layers[hc->after].name));
+    json_object_object_add(o, "kind", json_object_new_string(
+                                          hc->kind == PS_HOST_CALL_HISTOGRAM ? "histogram"
+                                                                             : "roundtrip"));
+    json_object_object_add(o, "calls_per_step", json_object_new_int(r->plan->replicas));
+    if (h->counts) {
+      json_object_object_add(o, "min", json_object_new_double(h->lo));
+      json_object_object_add(o, "max", json_object_new_double(h->hi));
+      json_object *c = json_object_new_array();
+      for (int b = 0; b < hc->bins; b++)
+        json_object_array_add(c, json_object_new_int64(h->counts[b]));
+      json_object_object_add(o, "last_histogram", c);
+    }
+    json_object_array_add(arr, o);
+  }
+  s->host_calls_json = g_strdup(json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PLAIN));
+  json_object_put(arr);
+}
+
+void ps_summary_clear(PsSummary *s)
+{
+  g_free(s->host_calls_json);
+  s->host_calls_json = NULL;
+}
+
 static gboolean evaluate(Run *r, PsSummary *s, GError **error)
 {
   const PsExperiment *exp = r->exp;
@@ -406,6 +482,7 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
   r.hbm_peak = r.hbm_static;
 
   r.numerics = exp->numerics.enabled;
+  r.histograms = g_new0(PsHistogram, exp->n_host_calls ? exp->n_host_calls : 1);
   if (r.numerics && !numerics_init(&r, error))
     goto out;
   if (opt && opt->trace_path) {
@@ -419,6 +496,7 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
   ps_engine_run(engine, PS_TIME_NEVER);
   g_assert(ps_pod_steps_done(r.pod) == steps);
   summarise(&r, out);
+  summarise_host_calls(&r, out);
   if (r.numerics && exp->numerics.evaluate && !evaluate(&r, out, error))
     goto out;
   out->events = ps_engine_events_run(engine);
@@ -433,6 +511,8 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
   out->events_per_s = out->wall_s > 0 ? (double)out->events / out->wall_s : 0;
   ok = TRUE;
 out:
+  if (!ok)
+    ps_summary_clear(out);
   if (r.trace)
     ps_trace_abort(r.trace);
   numerics_free(&r);
@@ -441,6 +521,9 @@ out:
   g_free(r.mxu_flops);
   g_free(r.step_loss);
   g_free(r.step_outfed);
+  for (int i = 0; i < exp->n_host_calls; i++)
+    g_free(r.histograms[i].counts);
+  g_free(r.histograms);
   ps_pod_free(r.pod);
   ps_engine_free(engine);
   ps_plan_free(plan);
@@ -471,6 +554,8 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
   }
   if (s->has_accuracy)
     json_object_object_add(o, "test_accuracy", json_object_new_double(s->test_accuracy));
+  if (s->host_calls_json)
+    json_object_object_add(o, "outside_compilation", json_tokener_parse(s->host_calls_json));
   json_object_object_add(o, "sim_time_s", json_object_new_double(s->sim_time_s));
   json_object_object_add(o, "events", json_object_new_int64((int64_t)s->events));
   json_object_object_add(o, "wall_s", json_object_new_double(s->wall_s));
@@ -501,6 +586,8 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
     fprintf(f, "loss             %10.4f -> %.4f\n", s->loss_first, s->loss_last);
   if (s->has_accuracy)
     fprintf(f, "test accuracy    %10.2f%%\n", 100.0 * s->test_accuracy);
+  if (s->host_calls_json)
+    fprintf(f, "host calls       %s\n", s->host_calls_json);
   fprintf(f, "simulated        %10.3f ms for %" G_GINT64_FORMAT " steps; %" G_GUINT64_FORMAT
              " events in %.2f s wall (%.3g events/s%s)\n",
           s->sim_time_s * 1e3, s->steps, s->events, s->wall_s, s->events_per_s,

@@ -34,7 +34,13 @@ typedef struct {
   double wall_s;
   double events_per_s;
   uint64_t trace_events;
+  /* outside compilation: a JSON array, one object per call site, with the
+   * calls made and (numerics on, histogram) replica 0's last histogram;
+   * NULL without host calls.  Owned: ps_summary_clear() frees it. */
+  char *host_calls_json;
 } PsSummary;
+
+void ps_summary_clear(PsSummary *s);
 
 /* Runs the experiment.  Fails on input problems found late (data files,
  * trace path) with PS_INPUT_ERROR; the trace is only left on disk if the

@@ -570,6 +570,11 @@ static const ConvCase conv_cases[] = {
   {"valid-k3-s2", 1, 7, 6, 2, 3, 2, 0, 2},
   {"same-k4-s1", 1, 5, 5, 2, 4, 1, 1, 2},
   {"pointwise-k1", 2, 4, 3, 3, 1, 1, 0, 2},
+  /* 3 x 12 channels: window rows long enough for the memcpy path */
+  {"same-k3-s2-wide", 1, 5, 6, 12, 3, 2, 1, 2},
+  {"valid-k3-s1-wide", 1, 5, 5, 11, 3, 1, 0, 2},
+  /* 17 filters: a full block of 16 and a tail in the bias loops */
+  {"same-k3-s1-cout17", 1, 4, 4, 2, 3, 1, 1, 17},
 };
 
 /* Output size and top/left padding, in TensorFlow's words: "SAME" gives
@@ -719,9 +724,14 @@ static void test_conv(gconstpointer data)
 /* A layer large enough that the kernels split the batch into chunks: check
  * forward and backward against plain double loops (the adjoint formulas,
  * written directly rather than by differences, to keep it fast). */
-static void test_conv_chunked(void)
+static const ConvCase chunked_cases[] = {
+  {"wide", 3, 40, 40, 96, 3, 1, 1, 3},   /* window rows copied with memcpy */
+  {"narrow", 3, 172, 172, 8, 3, 1, 1, 2}, /* gathered through the table */
+};
+
+static void test_conv_chunked(gconstpointer data)
 {
-  const ConvCase c = {"big", 3, 40, 40, 96, 3, 1, 1, 3};
+  const ConvCase c = *(const ConvCase *)data;
   GRand *r = g_rand_new_with_seed(37);
   ConvCtx ctx;
   conv_ctx_init(&ctx, &c, NULL);
@@ -731,8 +741,10 @@ static void test_conv_chunked(void)
   size_t per_example = (size_t)s.out_h * s.out_w * c.k * c.k * c.cin;
   size_t wsn = ps_conv2d_workspace(&s);
   g_test_message("workspace %zu floats for %zu per example", wsn, per_example);
-  g_assert_cmpuint(wsn, <, per_example * c.batch); /* it does chunk */
+  /* one example per chunk (plus, for few channels, a one-example table) */
   g_assert_cmpuint(wsn, >=, per_example);
+  g_assert_cmpuint(wsn, <=, 2 * per_example);
+  g_assert_cmpuint(wsn, <, per_example * c.batch);
 
   size_t nx = conv_nx(&c), nw = conv_nw(&c), nv = nx + nw + c.cout;
   size_t ny = (size_t)c.batch * ctx.oh * ctx.ow * c.cout;
@@ -743,7 +755,7 @@ static void test_conv_chunked(void)
   fill_uniform(r, dy, ny, -1, 1);
   double *vd = to_double(v, nv), *yref = g_new(double, ny);
   double *dxref = g_new0(double, nx), *dwref = g_new0(double, nw);
-  double dbref[3] = {0};
+  double *dbref = g_new0(double, c.cout);
 
   ref_conv(&ctx, vd, yref);
   ps_conv2d_forward(PS_PRECISION_F32, &s, v, v + nx, v + nx + nw, y, ws);
@@ -785,7 +797,7 @@ static void test_conv_chunked(void)
 
   g_free(v); g_free(y); g_free(dy); g_free(dx); g_free(dw); g_free(db); g_free(ws);
   g_free(dw2); g_free(dx2); g_free(db2);
-  g_free(vd); g_free(yref); g_free(dxref); g_free(dwref);
+  g_free(vd); g_free(yref); g_free(dxref); g_free(dwref); g_free(dbref);
   g_rand_free(r);
 }
 
@@ -831,6 +843,7 @@ static const PoolCase pool_cases[] = {
   {"3x3-s2-overlap", 1, 5, 5, 2, 3, 2},
   {"2x2-s1-overlap", 2, 5, 4, 2, 2, 1},
   {"2x2-s2-ragged", 1, 5, 7, 1, 2, 2},
+  {"2x2-s2-c18", 1, 4, 4, 18, 2, 2}, /* a block of 16 channels and a tail */
 };
 
 typedef struct {
@@ -1026,7 +1039,10 @@ int main(int argc, char **argv)
     g_autofree char *path = g_strdup_printf("/kernels/conv2d/backward/%s", conv_cases[i].name);
     g_test_add_data_func(path, &conv_cases[i], test_conv);
   }
-  g_test_add_func("/kernels/conv2d/chunked", test_conv_chunked);
+  for (size_t i = 0; i < G_N_ELEMENTS(chunked_cases); i++) {
+    g_autofree char *path = g_strdup_printf("/kernels/conv2d/chunked/%s", chunked_cases[i].name);
+    g_test_add_data_func(path, &chunked_cases[i], test_conv_chunked);
+  }
   g_test_add_func("/kernels/conv2d/bf16", test_conv_bf16);
   for (size_t i = 0; i < G_N_ELEMENTS(pool_cases); i++) {
     g_autofree char *mp = g_strdup_printf("/kernels/maxpool/backward/%s", pool_cases[i].name);

@@ -60,6 +60,8 @@ static PsLayer *add(PsModel *m, PsLayerKind kind, int64_t a, int64_t k, int64_t 
   const PsLayer *prev = m->n_layers ? &m->layers[m->n_layers - 1] : NULL;
   l->kind = kind;
   l->name = g_strdup_printf("l%d", m->n_layers);
+  l->input_from = m->n_layers - 1;
+  l->shortcut_from = -1;
   l->in_rank = prev ? prev->out_rank : m->in_rank;
   memcpy(l->in_shape, prev ? prev->out_shape : m->in_shape, sizeof l->in_shape);
   l->out_rank = l->in_rank;
@@ -817,6 +819,31 @@ static void test_errors(void)
   m = make_mlp();
   m->layers[0].params++;
   expect_error(m, "\"l0\"", "57");
+  model_free(m);
+
+  /* A layer fed by something other than the layer before it. */
+  m = make_mlp();
+  m->layers[3].input_from = 0;
+  expect_error(m, "\"l3\"", "sequential");
+  model_free(m);
+
+  /* "same" pooling is fine while it adds no padding (6x6 by 2), an error
+   * once it would (5x5 by 2 gives 3x3 windows, one hanging over). */
+  m = make_cnn();
+  m->layers[2].same_padding = TRUE;
+  GError *error = NULL;
+  PsNet *net = ps_net_new(m, 2, PS_PRECISION_F32, 1, &error);
+  g_assert_no_error(error);
+  ps_net_free(net);
+  model_free(m);
+  int64_t in5[] = {5, 5, 2};
+  m = model_new(3, in5, 3);
+  PsLayer *pool = add(m, PS_LAYER_MAXPOOL, 0, 2, 0, 1, 0);
+  pool->out_shape[0] = pool->out_shape[1] = 3;
+  add(m, PS_LAYER_FLATTEN, 0, 0, 0, 0, 0);
+  add(m, PS_LAYER_DENSE, 3, 0, 0, 0, 1);
+  add(m, PS_LAYER_SOFTMAX_XENT, 0, 0, 0, 0, 0);
+  expect_error(m, "\"l0\"", "\"same\"");
   model_free(m);
 
   /* A loss that is not last. */

@@ -200,8 +200,8 @@ static void test_step_time_closed_form(void)
       ps_cost_update(t, e->model->params, plan->optimizer_slots, &c);
       step += c.time;
       break;
-    case PS_OP_OUTFEED:
-      step += ps_cost_pcie(t, op->bytes) + ps_time_from_s(t->op_overhead_s);
+    case PS_OP_OUTFEED: /* queued for the host, which drains it in the background */
+      step += ps_time_from_s(t->op_overhead_s);
       break;
     default:
       g_assert_not_reached();
@@ -215,9 +215,7 @@ static void test_step_time_closed_form(void)
   double want = ps_time_to_s(step) + 1e-3 / 8;
   g_test_message("step %.9g s, closed form %.9g s", s.step_time_s, want);
   g_assert_cmpfloat(fabs(s.step_time_s - want), <, 1e-15);
-  g_assert_cmpfloat(fabs(s.breakdown[PS_TIME_HOST] -
-                         (1e-3 / 8 + ps_time_to_s(ps_cost_pcie(t, 8.0)) + t->op_overhead_s)),
-                    <, 1e-15);
+  g_assert_cmpfloat(fabs(s.breakdown[PS_TIME_HOST] - (1e-3 / 8 + t->op_overhead_s)), <, 1e-15);
   g_assert_cmpfloat(s.breakdown[PS_TIME_INFEED_STALL], ==, 0);
   ps_plan_free(plan);
   ps_experiment_free(e);
@@ -295,6 +293,73 @@ static void test_infeed_stall_closed_form(void)
   ps_experiment_free(ef);
 }
 
+/* Outside compilation with nothing else on PCIe (all batches are in the
+ * infeed queues before the first step): each call costs exactly the
+ * tensor's trip up, the host's work on one CPU thread, and the result's
+ * trip down. */
+static void test_host_call_closed_form(void)
+{
+  g_autofree char *exp_path = write_experiment("call.json", synthetic_json);
+  const char *base[] = {"numerics.enabled=false", "steps=8", "steps_per_run=8",
+                        "input.infeed_capacity=8", "input.prefetch=8",
+                        "topology.host.loop_overhead_s=1e-3", NULL};
+  const char *with[] = {"numerics.enabled=false", "steps=8", "steps_per_run=8",
+                        "input.infeed_capacity=8", "input.prefetch=8",
+                        "topology.host.loop_overhead_s=1e-3",
+                        "outside_compilation=[{\"after\": \"relu1\", \"kind\": \"histogram\","
+                        " \"bins\": 16, \"flops_per_element\": 5}]",
+                        NULL};
+  PsExperiment *e0 = load(exp_path, base), *e1 = load(exp_path, with);
+  PsSummary s0, s1;
+  GError *error = NULL;
+  g_assert_true(ps_run(e0, &(PsRunOptions){0}, &s0, &error));
+  g_assert_true(ps_run(e1, &(PsRunOptions){0}, &s1, &error));
+  g_assert_no_error(error);
+  const PsTopology *t = e1->topology;
+  double elems = 32.0 * 256; /* batch x relu1's width */
+  ps_time_t up = ps_cost_pcie(t, elems * 4), down = ps_cost_pcie(t, 16 * 4.0);
+  ps_time_t work = ps_time_from_s(elems * 5 / (t->cpu_flops / t->cpu_threads));
+  double want = ps_time_to_s(up + work + down);
+  double got = s1.step_time_s - s0.step_time_s;
+  g_test_message("host call %.6g s per step, closed form %.6g s", got, want);
+  g_assert_cmpfloat(fabs(got - want), <, 1e-15);
+  g_assert_cmpfloat(fabs((s1.breakdown[PS_TIME_HOST] - s0.breakdown[PS_TIME_HOST]) - want), <,
+                    1e-15);
+  g_assert_nonnull(s1.host_calls_json);
+  ps_summary_clear(&s0);
+  ps_summary_clear(&s1);
+  ps_experiment_free(e0);
+  ps_experiment_free(e1);
+}
+
+/* With numerics on, the host really computes the histogram of the ReLU's
+ * output: it counts every element once and sees no negative value. */
+static void test_host_call_numerics(void)
+{
+  g_autofree char *exp_path = write_experiment("calln.json", synthetic_json);
+  const char *ov[] = {"steps=3", "outside_compilation=[{\"after\": \"relu1\", \"bins\": 8}]",
+                      NULL};
+  PsExperiment *e = load(exp_path, ov);
+  PsSummary s;
+  GError *error = NULL;
+  g_assert_true(ps_run(e, &(PsRunOptions){0}, &s, &error));
+  g_assert_no_error(error);
+  json_object *arr = json_tokener_parse(s.host_calls_json);
+  g_assert_nonnull(arr);
+  json_object *call = json_object_array_get_idx(arr, 0);
+  json_object *counts = json_object_object_get(call, "last_histogram");
+  g_assert_cmpuint(json_object_array_length(counts), ==, 8);
+  int64_t total = 0;
+  for (size_t b = 0; b < 8; b++)
+    total += json_object_get_int64(json_object_array_get_idx(counts, b));
+  g_assert_cmpint(total, ==, 32 * 256);
+  g_assert_cmpfloat(json_object_get_double(json_object_object_get(call, "min")), >=, 0.0);
+  g_assert_cmpfloat(json_object_get_double(json_object_object_get(call, "max")), >, 0.0);
+  json_object_put(arr);
+  ps_summary_clear(&s);
+  ps_experiment_free(e);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -306,6 +371,8 @@ int main(int argc, char **argv)
   g_test_add_func("/run/cost/mxu-padding", test_mxu_padding);
   g_test_add_func("/run/infeed/stall-closed-form", test_infeed_stall_closed_form);
   g_test_add_func("/run/trace/deterministic", test_deterministic_trace);
+  g_test_add_func("/run/outside-compilation/closed-form", test_host_call_closed_form);
+  g_test_add_func("/run/outside-compilation/histogram", test_host_call_numerics);
   g_test_add_func("/run/default/mlp-one-epoch", test_default_epoch);
   int rc = g_test_run();
   g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);

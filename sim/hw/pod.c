@@ -8,6 +8,11 @@
  * while the next device's queue is full, as TPUStrategy's per-host enqueue
  * loop does.  Every steps_per_run steps the device loop returns to the host,
  * which relaunches it after a round trip.
+ * Each direction of a host's PCIe carries one transfer at a time, first
+ * come first served; infeed batches go down only when nothing else waits.
+ * An OUTFEED op queues the step's outputs for the host (blocking only when
+ * the outfeed queue is full); a HOST_CALL op sends a tensor up, lets the
+ * host compute on one CPU thread, and waits for the result to come down.
  * Invariant: depth + inflight <= capacity for every device, and every
  * moment of a device's time is in exactly one op or one wait. */
 #include "hw/pod.h"
@@ -21,10 +26,27 @@ typedef struct {
   int pc;
   int64_t step;
   int depth, inflight, capacity;
-  gboolean waiting_infeed;
+  int out_depth;
+  gboolean waiting_infeed, waiting_outfeed;
   ps_time_t wait_start;
   ps_time_t op_start;
 } Device;
+
+typedef enum { XFER_INFEED, XFER_OUTFEED, XFER_CALL_UP, XFER_CALL_DOWN } XferKind;
+
+typedef struct {
+  XferKind kind;
+  int device;
+  double bytes;
+} Xfer;
+
+/* One direction of a host's PCIe: one transfer at a time, FIFO. */
+typedef struct {
+  gboolean busy;
+  ps_time_t start;
+  Xfer cur;
+  GQueue pending; /* Xfer * */
+} PcieLink;
 
 typedef struct {
   int index;
@@ -34,8 +56,7 @@ typedef struct {
   int prepared;
   gboolean prep_busy;
   ps_time_t prep_start;
-  gboolean pcie_busy;
-  ps_time_t pcie_start;
+  PcieLink down, up;
   int loop_arrived;
 } Host;
 
@@ -53,7 +74,7 @@ struct PsPod {
   /* the one collective in flight: all replicas wait for each other */
   int coll_arrived;
   GArray *coll_waiting; /* int device */
-  uint32_t ev_op_done, ev_prep_done, ev_pcie_done, ev_loop_start;
+  uint32_t ev_op_done, ev_prep_done, ev_pcie_done, ev_loop_start, ev_call_done;
 };
 
 const char *ps_time_category_name(PsTimeCategory c)
@@ -62,6 +83,14 @@ const char *ps_time_category_name(PsTimeCategory c)
       "compute", "collective", "infeed_stall", "pipeline_bubble", "host", "other"};
   g_return_val_if_fail(c < PS_TIME_N_CATEGORIES, "?");
   return names[c];
+}
+
+const char *ps_host_lane_name(PsHostLane lane)
+{
+  static const char *const names[PS_HOST_N_LANES] = {"input pipeline", "pcie to devices",
+                                                     "pcie from devices", "outside compilation"};
+  g_return_val_if_fail(lane < PS_HOST_N_LANES, "?");
+  return names[lane];
 }
 
 int ps_pod_device_chip(const PsPod *pod, int device) { return device / pod->per_chip; }
@@ -101,25 +130,44 @@ static void on_prep_done(PsEngine *engine, const PsEvent *ev, void *ctx)
   h->prepared++;
   h->to_prepare--;
   if (pod->obs.host_work)
-    pod->obs.host_work(pod->obs.ctx, h->index, "prepare batch", -1, h->prep_start, now(pod));
+    pod->obs.host_work(pod->obs.ctx, h->index, PS_HOST_INPUT, "prepare batch", -1, h->prep_start,
+                       now(pod));
   host_try_transfer(pod, h);
   host_prepare_maybe(pod, h);
 }
 
+static void link_start(PsPod *pod, Host *h, PcieLink *link, Xfer x)
+{
+  link->busy = TRUE;
+  link->start = now(pod);
+  link->cur = x;
+  ps_engine_after(pod->engine, ps_cost_pcie(pod->exp->topology, x.bytes), pod->ev_pcie_done,
+                  (uint32_t)h->index, link == &h->up);
+}
+
+static void link_submit(PsPod *pod, Host *h, PcieLink *link, XferKind kind, int device,
+                        double bytes)
+{
+  Xfer x = {kind, device, bytes};
+  if (!link->busy) {
+    link_start(pod, h, link, x);
+    return;
+  }
+  Xfer *q = g_new(Xfer, 1);
+  *q = x;
+  g_queue_push_tail(&link->pending, q);
+}
+
 static void host_try_transfer(PsPod *pod, Host *h)
 {
-  if (h->pcie_busy || h->prepared == 0)
+  if (h->down.busy || !g_queue_is_empty(&h->down.pending) || h->prepared == 0)
     return;
   Device *d = &pod->devices[g_array_index(h->devs, int, h->rr)];
   if (d->depth + d->inflight >= d->capacity)
     return; /* the enqueue blocks on this device's full queue */
   h->prepared--;
   d->inflight++;
-  h->pcie_busy = TRUE;
-  h->pcie_start = now(pod);
-  double bytes = d->prog->ops[0].bytes;
-  ps_engine_after(pod->engine, ps_cost_pcie(pod->exp->topology, bytes), pod->ev_pcie_done,
-                  (uint32_t)h->index, (uint64_t)d->index);
+  link_start(pod, h, &h->down, (Xfer){XFER_INFEED, d->index, d->prog->ops[0].bytes});
   host_prepare_maybe(pod, h);
 }
 
@@ -137,27 +185,93 @@ static void set_depth(PsPod *pod, Device *d, int delta)
     pod->obs.infeed_depth(pod->obs.ctx, d->index, d->depth, now(pod));
 }
 
+static void outfeed_enqueue(PsPod *pod, Device *d, const PsOp *op)
+{
+  d->out_depth++;
+  g_assert(d->out_depth <= pod->exp->input.outfeed_capacity);
+  link_submit(pod, &pod->hosts[d->host], &pod->hosts[d->host].up, XFER_OUTFEED, d->index,
+              op->bytes);
+  finish_op_after(pod, d, ps_time_from_s(pod->exp->topology->op_overhead_s));
+}
+
+/* One CPU thread's share of the host's FLOP rate. */
+static ps_time_t host_call_time(const PsPod *pod, const PsOp *op)
+{
+  const PsTopology *t = pod->exp->topology;
+  return ps_time_from_s(op->host_flops / (t->cpu_flops / t->cpu_threads));
+}
+
+static void transfer_done(PsPod *pod, Host *h, const Xfer *x, ps_time_t start)
+{
+  Device *d = &pod->devices[x->device];
+  static const char *const what[] = {"infeed batch", "outfeed", "host call: tensor up",
+                                     "host call: result down"};
+  if (pod->obs.host_work)
+    pod->obs.host_work(pod->obs.ctx, h->index,
+                       x->kind == XFER_INFEED || x->kind == XFER_CALL_DOWN ? PS_HOST_PCIE_DOWN
+                                                                           : PS_HOST_PCIE_UP,
+                       what[x->kind], d->index, start, now(pod));
+  switch (x->kind) {
+  case XFER_INFEED:
+    d->inflight--;
+    set_depth(pod, d, +1);
+    h->rr = (h->rr + 1) % (int)h->devs->len;
+    if (d->waiting_infeed) {
+      d->waiting_infeed = FALSE;
+      if (pod->obs.wait)
+        pod->obs.wait(pod->obs.ctx, d->index, (int)d->step, PS_TIME_INFEED_STALL, d->wait_start,
+                      now(pod));
+      set_depth(pod, d, -1);
+      finish_op_after(pod, d, ps_time_from_s(pod->exp->topology->op_overhead_s));
+    }
+    break;
+  case XFER_OUTFEED: /* the host drains it */
+    d->out_depth--;
+    if (d->waiting_outfeed) {
+      d->waiting_outfeed = FALSE;
+      if (pod->obs.wait)
+        pod->obs.wait(pod->obs.ctx, d->index, (int)d->step, PS_TIME_HOST, d->wait_start,
+                      now(pod));
+      outfeed_enqueue(pod, d, &d->prog->ops[d->pc]);
+    }
+    break;
+  case XFER_CALL_UP:
+    ps_engine_after(pod->engine, host_call_time(pod, &d->prog->ops[d->pc]), pod->ev_call_done,
+                    (uint32_t)h->index, (uint64_t)d->index);
+    break;
+  case XFER_CALL_DOWN: /* the op ends; op_start was set when the call began */
+    ps_engine_after(pod->engine, 0, pod->ev_op_done, (uint32_t)d->index, 0);
+    break;
+  }
+}
+
 static void on_pcie_done(PsEngine *engine, const PsEvent *ev, void *ctx)
 {
   PsPod *pod = ctx;
   Host *h = &pod->hosts[ev->target];
-  Device *d = &pod->devices[ev->arg.u];
-  h->pcie_busy = FALSE;
-  d->inflight--;
-  set_depth(pod, d, +1);
-  if (pod->obs.host_work)
-    pod->obs.host_work(pod->obs.ctx, h->index, "pcie to device", d->index, h->pcie_start,
-                       now(pod));
-  h->rr = (h->rr + 1) % (int)h->devs->len;
-  if (d->waiting_infeed) {
-    d->waiting_infeed = FALSE;
-    if (pod->obs.wait)
-      pod->obs.wait(pod->obs.ctx, d->index, (int)d->step, PS_TIME_INFEED_STALL, d->wait_start,
-                    now(pod));
-    set_depth(pod, d, -1);
-    finish_op_after(pod, d, ps_time_from_s(pod->exp->topology->op_overhead_s));
+  PcieLink *link = ev->arg.u ? &h->up : &h->down;
+  Xfer x = link->cur;
+  ps_time_t start = link->start;
+  link->busy = FALSE;
+  Xfer *next = g_queue_pop_head(&link->pending);
+  if (next) {
+    link_start(pod, h, link, *next);
+    g_free(next);
   }
+  transfer_done(pod, h, &x, start);
   host_try_transfer(pod, h);
+}
+
+static void on_call_done(PsEngine *engine, const PsEvent *ev, void *ctx)
+{
+  PsPod *pod = ctx;
+  Host *h = &pod->hosts[ev->target];
+  Device *d = &pod->devices[ev->arg.u];
+  const PsOp *op = &d->prog->ops[d->pc];
+  if (pod->obs.host_work)
+    pod->obs.host_work(pod->obs.ctx, h->index, PS_HOST_CALLS, op->name, d->index,
+                       now(pod) - host_call_time(pod, op), now(pod));
+  link_submit(pod, h, &h->down, XFER_CALL_DOWN, d->index, op->bytes_back);
 }
 
 /* ---- host: the steps_per_run loop ----------------------------------- */
@@ -245,8 +359,17 @@ static void run_op(PsPod *pod, Device *d)
     finish_op_after(pod, d, cost.time);
     return;
   case PS_OP_OUTFEED:
-    finish_op_after(pod, d,
-                    ps_cost_pcie(topo, op->bytes) + ps_time_from_s(topo->op_overhead_s));
+    if (d->out_depth >= exp->input.outfeed_capacity) {
+      d->waiting_outfeed = TRUE;
+      d->wait_start = now(pod);
+      return;
+    }
+    outfeed_enqueue(pod, d, op);
+    return;
+  case PS_OP_HOST_CALL:
+    d->op_start = now(pod);
+    link_submit(pod, &pod->hosts[d->host], &pod->hosts[d->host].up, XFER_CALL_UP, d->index,
+                op->bytes);
     return;
   case PS_OP_ALL_REDUCE:
     collective_arrive(pod, d, op);
@@ -318,6 +441,7 @@ PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
   pod->ev_prep_done = ps_engine_register(engine, "prep-done", on_prep_done, pod);
   pod->ev_pcie_done = ps_engine_register(engine, "pcie-done", on_pcie_done, pod);
   pod->ev_loop_start = ps_engine_register(engine, "loop-start", on_loop_start, pod);
+  pod->ev_call_done = ps_engine_register(engine, "host-call-done", on_call_done, pod);
   return pod;
 }
 
@@ -325,8 +449,11 @@ void ps_pod_free(PsPod *pod)
 {
   if (!pod)
     return;
-  for (int i = 0; i < pod->n_hosts; i++)
+  for (int i = 0; i < pod->n_hosts; i++) {
     g_array_free(pod->hosts[i].devs, TRUE);
+    g_queue_clear_full(&pod->hosts[i].down.pending, g_free);
+    g_queue_clear_full(&pod->hosts[i].up.pending, g_free);
+  }
   g_array_free(pod->coll_waiting, TRUE);
   g_free(pod->hosts);
   g_free(pod->devices);

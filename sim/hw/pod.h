@@ -7,7 +7,8 @@
  * Observers are told what happened; they never steer it (numerics run in
  * the op_done callback, before the device's next op starts).
  * Invariant: a device's infeed queue never holds more than its capacity,
- * counting batches still in flight over PCIe. */
+ * counting batches still in flight over PCIe, and its outfeed queue never
+ * more than its capacity. */
 #ifndef PS_POD_H
 #define PS_POD_H
 
@@ -26,6 +27,17 @@ typedef enum {
 
 const char *ps_time_category_name(PsTimeCategory c);
 
+/* What a host's time goes to, one trace track each. */
+typedef enum {
+  PS_HOST_INPUT,      /* the input pipeline's workers */
+  PS_HOST_PCIE_DOWN,  /* host to device: infeed, host-call results */
+  PS_HOST_PCIE_UP,    /* device to host: outfeed, host-call tensors */
+  PS_HOST_CALLS,      /* outside-compilation work */
+  PS_HOST_N_LANES
+} PsHostLane;
+
+const char *ps_host_lane_name(PsHostLane lane);
+
 typedef struct {
   void *ctx;
   /* An op ran on a device from start to end. */
@@ -38,9 +50,10 @@ typedef struct {
   void (*step_done)(void *ctx, int device, int step, ps_time_t end);
   /* A device's infeed queue depth changed. */
   void (*infeed_depth)(void *ctx, int device, int depth, ps_time_t t);
-  /* A host finished preparing a batch, or a PCIe transfer to a device. */
-  void (*host_work)(void *ctx, int host, const char *what, int device, ps_time_t start,
-                    ps_time_t end);
+  /* A host finished a piece of work on one of its lanes (device is -1 when
+   * the work is for no device in particular). */
+  void (*host_work)(void *ctx, int host, PsHostLane lane, const char *what, int device,
+                    ps_time_t start, ps_time_t end);
   /* All members of a collective have arrived; runs before any leaves. */
   void (*collective)(void *ctx, int step, const PsOp *op, ps_time_t t);
 } PsPodObserver;

@@ -828,13 +828,17 @@ static json_object *topology_to_json(const PsTopology *t, json_object *sources)
 static const char *const experiment_keys[] = {
     "name",          "description", "topology",         "model",    "global_batch",
     "steps",         "epochs",      "steps_per_run",    "log_every", "fuse_elementwise",
-    "strategy",      "input",       "optimizer",        "numerics", NULL};
+    "strategy",      "input",       "optimizer",        "numerics", "outside_compilation",
+    NULL};
+static const char *const host_call_keys[] = {"after", "kind", "bins", "flops_per_element", NULL};
+static const char *const host_call_kinds[] = {"histogram", "roundtrip", NULL};
 static const char *const strategy_keys[] = {"kind",          "replicas", "loss_reduction",
                                             "stages",        "micro_batches", "schedule",
                                             "rematerialize", NULL};
 static const char *const input_keys[] = {"source",   "data_dir",        "host_cost_per_example_s",
                                          "workers",  "prefetch",        "infeed_capacity",
-                                         "synthetic_examples", "shuffle", NULL};
+                                         "synthetic_examples", "shuffle", "outfeed_capacity",
+                                         NULL};
 static const char *const optimizer_keys[] = {"kind",  "learning_rate", "momentum", "beta1",
                                              "beta2", "epsilon",       NULL};
 static const char *const numerics_keys[] = {"enabled", "precision", "seed", "evaluate", NULL};
@@ -981,6 +985,7 @@ static gboolean parse_input(json_object *root, const char *file, PsInputConfig *
   in->workers = 1;
   in->prefetch = 2;
   in->infeed_capacity = 2;
+  in->outfeed_capacity = 2;
   in->synthetic_examples = 60000;
   in->shuffle = TRUE;
   const char *dir = DEFAULT_DATA_DIR;
@@ -999,6 +1004,8 @@ static gboolean parse_input(json_object *root, const char *file, PsInputConfig *
         !ps_json_get_int32(o, file, p, "prefetch", FALSE, 1, 1 << 20, &in->prefetch, error) ||
         !ps_json_get_int32(o, file, p, "infeed_capacity", FALSE, 1, 1 << 20,
                            &in->infeed_capacity, error) ||
+        !ps_json_get_int32(o, file, p, "outfeed_capacity", FALSE, 1, 1 << 20,
+                           &in->outfeed_capacity, error) ||
         !ps_json_get_int(o, file, p, "synthetic_examples", FALSE, 1, INT64_MAX,
                          &in->synthetic_examples, error) ||
         !ps_json_get_bool(o, file, p, "shuffle", FALSE, &in->shuffle, error))
@@ -1006,6 +1013,68 @@ static gboolean parse_input(json_object *root, const char *file, PsInputConfig *
     in->source = (PsSourceKind)src;
   }
   in->data_dir = g_strdup(dir);
+  return TRUE;
+}
+
+static gint cmp_host_call(gconstpointer a, gconstpointer b)
+{
+  return ((const PsHostCall *)a)->after - ((const PsHostCall *)b)->after;
+}
+
+/* "outside_compilation": [{"after": LAYER, "kind": "histogram"|"roundtrip",
+ * "bins": N, "flops_per_element": F}, ...] */
+static gboolean parse_host_calls(json_object *root, const char *file, PsExperiment *e,
+                                 GError **error)
+{
+  json_object *arr = NULL;
+  if (!json_object_object_get_ex(root, "outside_compilation", &arr) || !arr)
+    return TRUE;
+  if (!json_object_is_type(arr, json_type_array)) {
+    fail(error, PS_INPUT_ERROR_TYPE, file, "outside_compilation", "must be an array, got %s",
+         ps_json_type_name(arr));
+    return FALSE;
+  }
+  int n = (int)json_object_array_length(arr);
+  e->host_calls = g_new0(PsHostCall, n ? n : 1);
+  for (int i = 0; i < n; i++) {
+    g_autofree char *p = ps_json_path_index("outside_compilation", i);
+    json_object *o = json_object_array_get_idx(arr, i);
+    PsHostCall *h = &e->host_calls[i];
+    const char *after = NULL;
+    int kind = PS_HOST_CALL_HISTOGRAM;
+    h->bins = 32;
+    h->flops_per_element = 4;
+    if (!ps_json_expect_object(o, file, p, error) ||
+        !ps_json_check_keys(o, file, p, host_call_keys, error) ||
+        !ps_json_get_string(o, file, p, "after", TRUE, &after, error) ||
+        !ps_json_get_enum(o, file, p, "kind", FALSE, host_call_kinds, &kind, error) ||
+        !ps_json_get_int32(o, file, p, "bins", FALSE, 1, 1 << 20, &h->bins, error) ||
+        !ps_json_get_double(o, file, p, "flops_per_element", FALSE, 0, FALSE, 1e9,
+                            &h->flops_per_element, error))
+      return FALSE;
+    h->kind = (PsHostCallKind)kind;
+    h->after = -1;
+    for (int l = 0; l < e->model->n_layers; l++)
+      if (strcmp(e->model->layers[l].name, after) == 0)
+        h->after = l;
+    if (h->after < 0 || h->after == e->model->n_layers - 1) {
+      g_autofree char *kp = ps_json_path_join(p, "after");
+      fail(error, PS_INPUT_ERROR_VALUE, file, kp,
+           h->after < 0 ? "no layer named '%s' in model '%s' (see `podsim describe model %s`)"
+                        : "'%s' is the loss of model '%s': pick a layer before it%s",
+           after, e->model->name, h->after < 0 ? e->model->name : "");
+      return FALSE;
+    }
+    e->n_host_calls++;
+  }
+  qsort(e->host_calls, (size_t)n, sizeof(PsHostCall), cmp_host_call);
+  for (int i = 1; i < n; i++)
+    if (e->host_calls[i].after == e->host_calls[i - 1].after) {
+      fail(error, PS_INPUT_ERROR_VALUE, file, "outside_compilation",
+           "two calls after layer '%s'; merge them into one",
+           e->model->layers[e->host_calls[i].after].name);
+      return FALSE;
+    }
   return TRUE;
 }
 
@@ -1285,6 +1354,7 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(io, "workers", json_object_new_int(in->workers));
   json_object_object_add(io, "prefetch", json_object_new_int(in->prefetch));
   json_object_object_add(io, "infeed_capacity", json_object_new_int(in->infeed_capacity));
+  json_object_object_add(io, "outfeed_capacity", json_object_new_int(in->outfeed_capacity));
   json_object_object_add(io, "synthetic_examples", json_object_new_int64(in->synthetic_examples));
   json_object_object_add(io, "shuffle", json_object_new_boolean(in->shuffle));
   json_object_object_add(o, "input", io);
@@ -1306,6 +1376,19 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(no, "seed", json_object_new_int64((int64_t)n->seed));
   json_object_object_add(no, "evaluate", json_object_new_boolean(n->evaluate));
   json_object_object_add(o, "numerics", no);
+  if (e->n_host_calls > 0) {
+    json_object *hc = json_object_new_array();
+    for (int i = 0; i < e->n_host_calls; i++) {
+      const PsHostCall *h = &e->host_calls[i];
+      json_object *ho = json_object_new_object();
+      json_object_object_add(ho, "after", json_object_new_string(e->model->layers[h->after].name));
+      json_object_object_add(ho, "kind", json_object_new_string(host_call_kinds[h->kind]));
+      json_object_object_add(ho, "bins", json_object_new_int(h->bins));
+      json_object_object_add(ho, "flops_per_element", new_double(h->flops_per_element));
+      json_object_array_add(hc, ho);
+    }
+    json_object_object_add(o, "outside_compilation", hc);
+  }
   return o;
 }
 
@@ -1352,7 +1435,8 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
 
   if (!parse_strategy(root, f, &e->strategy, error) || !parse_input(root, f, &e->input, error) ||
       !parse_optimizer(root, f, &e->optimizer, error) ||
-      !parse_numerics(root, f, e->model->numerics_supported, &e->numerics, error))
+      !parse_numerics(root, f, e->model->numerics_supported, &e->numerics, error) ||
+      !parse_host_calls(root, f, e, error))
     goto fail;
 
   if (steps == 0) {
@@ -1408,6 +1492,7 @@ void ps_experiment_free(PsExperiment *e)
   if (e->model)
     ps_model_free(e->model);
   g_free(e->input.data_dir);
+  g_free(e->host_calls);
   if (e->resolved)
     json_object_put(e->resolved);
   g_free(e);

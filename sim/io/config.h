@@ -81,6 +81,7 @@ typedef struct {
   int workers;                    /* CPU threads of the input pipeline */
   int prefetch;                   /* batches buffered on the host */
   int infeed_capacity;            /* batches in each core's infeed queue */
+  int outfeed_capacity;           /* step outputs a core may queue for its host */
   int64_t synthetic_examples;     /* size of the synthetic training set */
   gboolean shuffle;
 } PsInputConfig;
@@ -99,6 +100,18 @@ typedef struct {
   gboolean evaluate;   /* test accuracy at the end (real data only) */
 } PsNumericsConfig;
 
+/* Outside compilation: an op that runs on the host in the middle of a step.
+ * The output of layer `after` goes to the host over PCIe, the host works on
+ * it, the result comes back, and the core waits for it. */
+typedef enum { PS_HOST_CALL_HISTOGRAM, PS_HOST_CALL_ROUNDTRIP } PsHostCallKind;
+
+typedef struct {
+  int after;                /* layer index */
+  PsHostCallKind kind;      /* histogram: bins come back; roundtrip: the tensor */
+  int bins;
+  double flops_per_element; /* host work per element of the tensor */
+} PsHostCall;
+
 typedef struct {
   char *name;
   char *file;
@@ -114,6 +127,8 @@ typedef struct {
   PsOptimizerConfig optimizer;
   PsNumericsConfig numerics;
   gboolean fuse_elementwise; /* XLA-style fusion of element-wise ops */
+  int n_host_calls;
+  PsHostCall *host_calls;    /* owned; sorted by layer */
   json_object *resolved;  /* the fully resolved tree, for `describe` (owned) */
 } PsExperiment;
 

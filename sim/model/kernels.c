@@ -17,9 +17,16 @@
  * size (always at least one example). */
 #define PS_CONV_CHUNK_FLOATS ((size_t)1 << 21)
 
-/* Window rows shorter than this many floats are copied element by element
- * rather than with memcpy/memset. */
+/* Window rows (kernel x input channels) shorter than this many floats are
+ * gathered element by element rather than copied with memcpy/memset. */
 #define PS_IM2COL_SHORT_RUN 32
+
+/* Hot element-wise loops run over blocks of PS_BLOCK floats with a
+ * fixed-size inner loop whose results go to a local array, stored with
+ * memcpy: the compiler's cheap vectorizer (-O2) turns such a block into
+ * vector code, even when input and output might overlap; the tail is done
+ * one by one. */
+#define PS_BLOCK 16
 
 /* sqrt(2/pi) and the cubic coefficient of the tanh approximation of GELU
  * (Hendrycks and Gimpel, "Gaussian Error Linear Units", 2016, eq. 2). */
@@ -91,24 +98,16 @@ void ps_gemm(PsPrecision prec, gboolean trans_a, gboolean trans_b, int m, int n,
 
 /* ---- dense ------------------------------------------------------------- */
 
-/* Bias add and bias gradient run over column blocks of PS_BLOCK with a
- * fixed-size inner loop, which the compiler vectorizes at -O2; the column
- * tail is done one by one.  Both keep a fixed order (deterministic). */
-#define PS_BLOCK 16
-
-static void add_bias_rows(float *y, const float *b, size_t rows, int n)
+/* Starts each output row at the bias, so the GEMM can accumulate onto it
+ * (one pass over y fewer than adding the bias afterwards). */
+static void fill_bias_rows(float *y, const float *b, size_t rows, int n)
 {
-  int full = n - n % PS_BLOCK;
-  for (size_t r = 0; r < rows; r++) {
-    float *row = y + r * n;
-    for (int j0 = 0; j0 < full; j0 += PS_BLOCK)
-      for (int j = 0; j < PS_BLOCK; j++)
-        row[j0 + j] += b[j0 + j];
-    for (int j = full; j < n; j++)
-      row[j] += b[j];
-  }
+  for (size_t r = 0; r < rows; r++)
+    memcpy(y + r * n, b, (size_t)n * sizeof *y);
 }
 
+/* db += column sums of dy, over column blocks of PS_BLOCK (the tail one by
+ * one), in a fixed order. */
 static void sum_rows_into(const float *dy, float *db, size_t rows, int n)
 {
   int full = n - n % PS_BLOCK;
@@ -128,9 +127,9 @@ static void sum_rows_into(const float *dy, float *db, size_t rows, int n)
 void ps_dense_forward(PsPrecision prec, const float *x, const float *w, const float *b,
                       float *y, int rows, int in, int out)
 {
-  ps_gemm(prec, FALSE, FALSE, rows, out, in, x, w, FALSE, y);
   if (b)
-    add_bias_rows(y, b, (size_t)rows, out);
+    fill_bias_rows(y, b, (size_t)rows, out);
+  ps_gemm(prec, FALSE, FALSE, rows, out, in, x, w, b != NULL, y);
 }
 
 void ps_dense_backward(PsPrecision prec, const float *x, const float *w, const float *dy,
@@ -146,11 +145,8 @@ void ps_dense_backward(PsPrecision prec, const float *x, const float *w, const f
 
 /* ---- element-wise activations ----------------------------------------- */
 
-/* ReLU works on blocks of PS_BLOCK floats computed into a local array and
- * stored with memcpy: each block is then a fixed-size, branch-free select
- * that the compiler vectorizes at -O2 even if x and y overlap (random signs
- * would otherwise mispredict a branch per element). */
-
+/* ReLU is a branch-free select per block (random signs would mispredict a
+ * branch per element). */
 void ps_relu_forward(const float *x, float *y, size_t n)
 {
   size_t i = 0;
@@ -306,12 +302,52 @@ static int conv_chunk_examples(const PsConvShape *s)
   return (int)CLAMP(nb, (size_t)1, (size_t)MAX(s->batch, 1));
 }
 
+/* With few input channels, window rows are too short for memcpy: im2col
+ * then gathers through a table, built once per call, of where each column
+ * entry of one example comes from in its image. */
+static gboolean conv_uses_table(const PsConvShape *s)
+{
+  return (size_t)s->kernel * s->cin < PS_IM2COL_SHORT_RUN;
+}
+
 size_t ps_conv2d_workspace(const PsConvShape *s)
 {
   g_return_val_if_fail(s != NULL, 0);
   if (conv_is_pointwise(s))
     return 0;
-  return (size_t)conv_chunk_examples(s) * conv_col_per_example(s);
+  size_t per = conv_col_per_example(s);
+  return (size_t)conv_chunk_examples(s) * per + (conv_uses_table(s) ? per : 0);
+}
+
+/* The gather table lives in the float workspace; its int32 entries are
+ * moved in and out with memcpy, which is how C lets one reinterpret bytes. */
+static void table_set(float *table, size_t i, int32_t v)
+{
+  memcpy(table + i, &v, sizeof v);
+}
+
+static int32_t table_get(const float *table, size_t i)
+{
+  int32_t v;
+  memcpy(&v, table + i, sizeof v);
+  return v;
+}
+
+/* Entry q of one example's columns comes from image element table[q], or
+ * is padding (-1). */
+static void build_table(const PsConvShape *s, float *table)
+{
+  g_assert((size_t)s->h * s->w * s->cin <= G_MAXINT32);
+  size_t q = 0;
+  for (int oy = 0; oy < s->out_h; oy++)
+    for (int ox = 0; ox < s->out_w; ox++)
+      for (int ky = 0; ky < s->kernel; ky++)
+        for (int kx = 0; kx < s->kernel; kx++) {
+          int iy = oy * s->stride - s->pad_top + ky, ix = ox * s->stride - s->pad_left + kx;
+          gboolean inside = iy >= 0 && iy < s->h && ix >= 0 && ix < s->w;
+          for (int ci = 0; ci < s->cin; ci++)
+            table_set(table, q++, inside ? (int32_t)(((size_t)iy * s->w + ix) * s->cin + ci) : -1);
+        }
 }
 
 /* The part of a window row that lies inside the image: kernel columns
@@ -328,11 +364,23 @@ static void window_cols(const PsConvShape *s, int ix0, int *lo, int *hi)
  * ox), columns (ky, kx, ci) to match the (kh, kw, cin, cout) weights;
  * zeros where a window hangs over the padding.  A window row is one
  * contiguous run of the input (kx, ci), so it is copied in one go. */
-static void im2col(const PsConvShape *s, const float *x, int b0, int nb, float *col)
+static void im2col(const PsConvShape *s, const float *x, int b0, int nb, float *col,
+                   const float *table)
 {
   const int k = s->kernel, cin = s->cin;
   const size_t run = (size_t)k * cin;
   float *dst = col;
+  if (table) {
+    const size_t per = conv_col_per_example(s);
+    for (int b = b0; b < b0 + nb; b++, dst += per) {
+      const float *img = x + (size_t)b * s->h * s->w * cin;
+      for (size_t q = 0; q < per; q++) {
+        int32_t from = table_get(table, q);
+        dst[q] = from >= 0 ? img[from] : 0.0f;
+      }
+    }
+    return;
+  }
   for (int b = b0; b < b0 + nb; b++) {
     const float *img = x + (size_t)b * s->h * s->w * cin;
     for (int oy = 0; oy < s->out_h; oy++) {
@@ -346,14 +394,6 @@ static void im2col(const PsConvShape *s, const float *x, int b0, int nb, float *
             continue;
           }
           size_t a = (size_t)lo * cin, e = (size_t)hi * cin;
-          if (run < PS_IM2COL_SHORT_RUN) {
-            /* Short runs (few input channels): an element loop beats three
-             * library calls per window row. */
-            ptrdiff_t base = ((ptrdiff_t)iy * s->w + ix0) * cin;
-            for (size_t t = 0; t < run; t++)
-              dst[t] = t >= a && t < e ? img[base + (ptrdiff_t)t] : 0.0f;
-            continue;
-          }
           if (a > 0)
             memset(dst, 0, a * sizeof *dst);
           memcpy(dst + a, img + ((size_t)iy * s->w + ix0 + lo) * cin, (e - a) * sizeof *dst);
@@ -365,7 +405,7 @@ static void im2col(const PsConvShape *s, const float *x, int b0, int nb, float *
   }
 }
 
-/* dst += src over n floats, in blocks the compiler vectorizes. */
+/* dst += src over n floats, by blocks. */
 static void add_into(float *dst, const float *src, size_t n)
 {
   size_t i = 0;
@@ -381,11 +421,24 @@ static void add_into(float *dst, const float *src, size_t n)
 
 /* The adjoint of im2col: adds each column entry back onto the input pixel
  * it was copied from (dx must be zeroed by the caller). */
-static void col2im(const PsConvShape *s, const float *col, int b0, int nb, float *dx)
+static void col2im(const PsConvShape *s, const float *col, int b0, int nb, float *dx,
+                   const float *table)
 {
   const int k = s->kernel, cin = s->cin;
   const size_t run = (size_t)k * cin;
   const float *src = col;
+  if (table) {
+    const size_t per = conv_col_per_example(s);
+    for (int b = b0; b < b0 + nb; b++, src += per) {
+      float *img = dx + (size_t)b * s->h * s->w * cin;
+      for (size_t q = 0; q < per; q++) {
+        int32_t to = table_get(table, q);
+        if (to >= 0)
+          img[to] += src[q];
+      }
+    }
+    return;
+  }
   for (int b = b0; b < b0 + nb; b++) {
     float *img = dx + (size_t)b * s->h * s->w * cin;
     for (int oy = 0; oy < s->out_h; oy++) {
@@ -410,20 +463,25 @@ void ps_conv2d_forward(PsPrecision prec, const PsConvShape *s, const float *x, c
   g_return_if_fail(s != NULL && x != NULL && w != NULL && y != NULL);
   const size_t pixels = (size_t)s->out_h * s->out_w;
   const int width = (int)conv_col_width(s);
-  if (conv_is_pointwise(s)) {
-    ps_gemm(prec, FALSE, FALSE, (int)(s->batch * pixels), s->cout, width, x, w, FALSE, y);
-  } else {
-    g_return_if_fail(workspace != NULL);
-    const int chunk = conv_chunk_examples(s);
-    for (int b0 = 0; b0 < s->batch; b0 += chunk) {
-      int nb = MIN(chunk, s->batch - b0);
-      im2col(s, x, b0, nb, workspace);
-      ps_gemm(prec, FALSE, FALSE, (int)(nb * pixels), s->cout, width, workspace, w, FALSE,
-              y + (size_t)b0 * pixels * s->cout);
-    }
-  }
   if (b)
-    add_bias_rows(y, b, s->batch * pixels, s->cout);
+    fill_bias_rows(y, b, s->batch * pixels, s->cout);
+  if (conv_is_pointwise(s)) {
+    ps_gemm(prec, FALSE, FALSE, (int)(s->batch * pixels), s->cout, width, x, w, b != NULL, y);
+    return;
+  }
+  g_return_if_fail(workspace != NULL);
+  const int chunk = conv_chunk_examples(s);
+  float *table = NULL;
+  if (conv_uses_table(s)) {
+    table = workspace + (size_t)chunk * conv_col_per_example(s);
+    build_table(s, table);
+  }
+  for (int b0 = 0; b0 < s->batch; b0 += chunk) {
+    int nb = MIN(chunk, s->batch - b0);
+    im2col(s, x, b0, nb, workspace, table);
+    ps_gemm(prec, FALSE, FALSE, (int)(nb * pixels), s->cout, width, workspace, w, b != NULL,
+            y + (size_t)b0 * pixels * s->cout);
+  }
 }
 
 void ps_conv2d_backward(PsPrecision prec, const PsConvShape *s, const float *x, const float *w,
@@ -445,16 +503,21 @@ void ps_conv2d_backward(PsPrecision prec, const PsConvShape *s, const float *x, 
   if (dx)
     memset(dx, 0, (size_t)s->batch * s->h * s->w * s->cin * sizeof *dx);
   const int chunk = conv_chunk_examples(s);
+  float *table = NULL;
+  if (conv_uses_table(s)) {
+    table = workspace + (size_t)chunk * conv_col_per_example(s);
+    build_table(s, table);
+  }
   for (int b0 = 0; b0 < s->batch; b0 += chunk) {
     int nb = MIN(chunk, s->batch - b0);
     int rows = (int)(nb * pixels);
     const float *dyc = dy + (size_t)b0 * pixels * s->cout;
     /* dw += col^T dy, then the same buffer takes dcol = dy w^T. */
-    im2col(s, x, b0, nb, workspace);
+    im2col(s, x, b0, nb, workspace, table);
     ps_gemm(prec, TRUE, FALSE, width, s->cout, rows, workspace, dyc, TRUE, dw);
     if (dx) {
       ps_gemm(prec, FALSE, TRUE, rows, width, s->cout, dyc, w, FALSE, workspace);
-      col2im(s, workspace, b0, nb, dx);
+      col2im(s, workspace, b0, nb, dx, table);
     }
   }
 }
@@ -474,16 +537,29 @@ void ps_pool_shape(PsPoolShape *s)
  * and would mispredict. */
 static void maxpool_fold(const float *src, float *out, int32_t *arg, int32_t base, int c)
 {
+  int ch = 0;
   if (!arg) {
-    for (int ch = 0; ch < c; ch++) {
+    for (; ch < c; ch++) {
       float v = src[ch], o = out[ch];
       out[ch] = v > o ? v : o;
     }
     return;
   }
-  for (int ch = 0; ch < c; ch++) {
+  for (; ch + PS_BLOCK <= c; ch += PS_BLOCK) {
+    float o[PS_BLOCK];
+    int32_t a[PS_BLOCK];
+    for (int j = 0; j < PS_BLOCK; j++) {
+      float v = src[ch + j], w = out[ch + j];
+      int32_t better = -(int32_t)(v > w); /* all ones or zero */
+      o[j] = v > w ? v : w;
+      a[j] = (arg[ch + j] & ~better) | ((base + ch + j) & better);
+    }
+    memcpy(out + ch, o, sizeof o);
+    memcpy(arg + ch, a, sizeof a);
+  }
+  for (; ch < c; ch++) {
     float v = src[ch], o = out[ch];
-    int32_t better = -(int32_t)(v > o); /* all ones or zero */
+    int32_t better = -(int32_t)(v > o);
     out[ch] = v > o ? v : o;
     arg[ch] = (arg[ch] & ~better) | ((base + ch) & better);
   }

@@ -104,6 +104,12 @@ static gboolean plan_layer(const PsModel *model, int i, int rank, const int64_t 
   const char *kname = ps_layer_kind_name(l->kind);
   int64_t elems = ps_shape_elems(shape, rank);
 
+  if (l->input_from != i - 1) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: layer \"%s\": its input is not the previous layer's output (numerics "
+                "support sequential models only)", where, lname);
+    return FALSE;
+  }
   if (!shapes_equal(l->in_rank, l->in_shape, rank, shape)) {
     g_autofree char *got = shape_str(l->in_rank, l->in_shape);
     g_autofree char *want = shape_str(rank, shape);
@@ -183,6 +189,19 @@ static gboolean plan_layer(const PsModel *model, int i, int rank, const int64_t 
                        .size = (int)l->pool,
                        .stride = l->stride > 0 ? (int)l->stride : (int)l->pool};
     ps_pool_shape(p);
+    if (l->same_padding) {
+      /* "same" pooling equals "valid" exactly when it adds no padding:
+       * ceil(in / stride) windows that already fit. */
+      int need_h = (int)((shape[0] + p->stride - 1) / p->stride);
+      int need_w = (int)((shape[1] + p->stride - 1) / p->stride);
+      if (need_h != p->out_h || need_w != p->out_w) {
+        g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                    "%s: layer \"%s\": %s with \"same\" padding over a %dx%d input "
+                    "would pad, and the pooling kernels have valid windows only",
+                    where, lname, kname, p->h, p->w);
+        return FALSE;
+      }
+    }
     if (p->out_h <= 0 || p->out_w <= 0) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                   "%s: layer \"%s\": pool %d is larger than the %dx%d input", where, lname,
@@ -611,6 +630,15 @@ int ps_net_correct(const PsNet *net)
 {
   g_return_val_if_fail(net != NULL, 0);
   return net->correct;
+}
+
+const float *ps_net_layer_output(const PsNet *net, int layer, size_t *n)
+{
+  g_return_val_if_fail(net != NULL && layer >= 0 && layer < net->n_layers, NULL);
+  const NetLayer *l = &net->layers[layer];
+  if (n)
+    *n = (size_t)net->batch * l->out_elems;
+  return l->out;
 }
 
 size_t ps_net_n_params(const PsNet *net)

@@ -36,6 +36,10 @@ void ps_net_zero_grads(PsNet *net);
 double ps_net_loss(const PsNet *net);
 int ps_net_correct(const PsNet *net);
 
+/* The output of a layer in the last forward pass, batch x out elements
+ * (*n receives the count).  (transfer none) */
+const float *ps_net_layer_output(const PsNet *net, int layer, size_t *n);
+
 size_t ps_net_n_params(const PsNet *net);
 /* (transfer none) contiguous buffers of ps_net_n_params floats */
 float *ps_net_params(PsNet *net);

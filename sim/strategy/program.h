@@ -18,6 +18,7 @@ typedef enum {
   PS_OP_ALL_REDUCE, /* sum gradients across the replica group */
   PS_OP_UPDATE,     /* apply the optimizer to the device's weights */
   PS_OP_OUTFEED,    /* send the step's loss and metrics to the host */
+  PS_OP_HOST_CALL,  /* outside compilation: a round trip to the host */
   PS_OP_N_KINDS
 } PsOpKind;
 
@@ -25,7 +26,10 @@ typedef struct {
   PsOpKind kind;
   int first, last;      /* layer range, FWD/BWD */
   int64_t batch;        /* examples the op processes */
-  double bytes;         /* INFEED/OUTFEED/ALL_REDUCE payload */
+  double bytes;         /* INFEED/OUTFEED/ALL_REDUCE payload; HOST_CALL to host */
+  double bytes_back;    /* HOST_CALL: result back to the device */
+  double host_flops;    /* HOST_CALL: work on the host */
+  int host_call;        /* HOST_CALL: index in the experiment's host_calls */
   int group;            /* ALL_REDUCE: replica group id */
   char name[64];        /* for traces: "fwd dense_1+relu_1" */
 } PsOp;

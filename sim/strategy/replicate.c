@@ -22,15 +22,25 @@ static void op_name(PsOp *op, const PsModel *m, const char *prefix)
              m->layers[op->last].name);
 }
 
-/* Groups of layers that run as one op: [starts[g], starts[g+1]). */
-static GArray *layer_groups(const PsModel *m, gboolean fuse)
+static gboolean host_call_after(const PsExperiment *exp, int layer)
 {
+  for (int h = 0; h < exp->n_host_calls; h++)
+    if (exp->host_calls[h].after == layer)
+      return TRUE;
+  return FALSE;
+}
+
+/* Groups of layers that run as one op: [starts[g], starts[g+1]).  A layer
+ * whose output goes to the host ends its group. */
+static GArray *layer_groups(const PsExperiment *exp)
+{
+  const PsModel *m = exp->model;
   GArray *starts = g_array_new(FALSE, FALSE, sizeof(int));
   for (int i = 0; i < m->n_layers; i++) {
     /* a reshape is free: it also joins the op of the layer after it */
     gboolean joins = i > 0 && (ps_cost_fuses_into_producer(m->layers[i].kind) ||
                                m->layers[i - 1].kind == PS_LAYER_FLATTEN);
-    if (!(fuse && joins))
+    if (!(exp->fuse_elementwise && joins) || (i > 0 && host_call_after(exp, i - 1)))
       g_array_append_val(starts, i);
   }
   int end = m->n_layers;
@@ -42,7 +52,8 @@ static void build_program(PsProgram *p, const PsExperiment *exp, int64_t batch, 
 {
   const PsModel *m = exp->model;
   GArray *ops = g_array_new(FALSE, TRUE, sizeof(PsOp));
-  GArray *groups = layer_groups(m, exp->fuse_elementwise);
+  GArray *groups = layer_groups(exp);
+  int act_bytes = ps_cost_act_bytes(exp->numerics.precision);
   int n_groups = (int)groups->len - 1;
   int64_t in_elems = ps_shape_elems(m->in_shape, m->in_rank);
 
@@ -55,6 +66,21 @@ static void build_program(PsProgram *p, const PsExperiment *exp, int64_t batch, 
     f.last = g_array_index(groups, int, g + 1) - 1;
     op_name(&f, m, "fwd");
     g_array_append_val(ops, f);
+    for (int h = 0; h < exp->n_host_calls; h++) {
+      const PsHostCall *hc = &exp->host_calls[h];
+      if (hc->after != f.last)
+        continue;
+      const PsLayer *l = &m->layers[hc->after];
+      double elems = (double)(ps_shape_elems(l->out_shape, l->out_rank) * batch);
+      PsOp call = {.kind = PS_OP_HOST_CALL, .batch = batch, .host_call = h,
+                   .first = hc->after, .last = hc->after};
+      call.bytes = elems * act_bytes;
+      call.bytes_back = hc->kind == PS_HOST_CALL_HISTOGRAM ? 4.0 * hc->bins : call.bytes;
+      call.host_flops = elems * hc->flops_per_element;
+      snprintf(call.name, sizeof call.name, "host call: %s %s",
+               hc->kind == PS_HOST_CALL_HISTOGRAM ? "histogram of" : "roundtrip of", l->name);
+      g_array_append_val(ops, call);
+    }
   }
   for (int g = n_groups - 1; g >= 0; g--) {
     PsOp b = {.kind = PS_OP_BWD, .batch = batch};
@@ -119,8 +145,8 @@ void ps_plan_free(PsPlan *plan)
 
 const char *ps_op_kind_name(PsOpKind kind)
 {
-  static const char *const names[PS_OP_N_KINDS] = {"INFEED", "FWD",    "BWD",
-                                                    "ALL_REDUCE", "UPDATE", "OUTFEED"};
+  static const char *const names[PS_OP_N_KINDS] = {"INFEED", "FWD",     "BWD",      "ALL_REDUCE",
+                                                    "UPDATE", "OUTFEED", "HOST_CALL"};
   g_return_val_if_fail(kind < PS_OP_N_KINDS, "?");
   return names[kind];
 }
