@@ -17,4 +17,4 @@ set boxwidth 0.6 relative
 set xtics rotate by 0
 plot "batch-sweep.csv" every ::1 using 0:(($3+$4)*1e3):xtic(1) with boxes lc rgb "#d95f02" title "collective", \
      "" every ::1 using 0:($3*1e3) with boxes lc rgb "#1b9e77" title "compute", \
-     "" every ::1 using 0:($6*100) axes x1y2 with linespoints lw 2 pt 7 lc rgb "#7570b3" title "MXU utilization"
+     "" every ::1 using 0:($8*100) axes x1y2 with linespoints lw 2 pt 7 lc rgb "#7570b3" title "MXU utilization"

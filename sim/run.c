@@ -42,8 +42,11 @@ typedef struct {
   PsHistogram *histograms; /* per host call, replica 0's last result */
   double log_loss_sum;
   int64_t log_loss_n;
-  /* statistics, device 0 */
+  /* statistics: a step's breakdown is that of its critical device, the
+   * replica the step's collective waited for (device 0 without one) */
   double *cat;          /* steps x PS_TIME_N_CATEGORIES, seconds */
+  double *dev_cat;      /* devices x PS_TIME_N_CATEGORIES, the current step */
+  int *critical;        /* per step, or -1 */
   ps_time_t *step_end;
   double *mxu_flops;    /* per step */
   int64_t hbm_static, hbm_act, hbm_peak;
@@ -54,6 +57,11 @@ typedef struct {
 static double *cat_of(Run *r, int step)
 {
   return &r->cat[(size_t)step * PS_TIME_N_CATEGORIES];
+}
+
+static double *dev_cat_of(Run *r, int device)
+{
+  return &r->dev_cat[(size_t)device * PS_TIME_N_CATEGORIES];
 }
 
 /* ---- numerics ------------------------------------------------------- */
@@ -239,8 +247,27 @@ static void on_op_done(void *ctx, int device, int step, const PsOp *op, ps_time_
   Run *r = ctx;
   if (r->numerics)
     numerics_op(r, device, step, op, end);
+  PsTimeCategory c = PS_TIME_OTHER;
+  switch (op->kind) {
+  case PS_OP_FWD:
+  case PS_OP_BWD:
+    c = PS_TIME_COMPUTE;
+    break;
+  case PS_OP_UPDATE:
+    c = PS_TIME_COMPUTE;
+    break;
+  case PS_OP_ALL_REDUCE:
+    c = PS_TIME_COLLECTIVE;
+    break;
+  case PS_OP_OUTFEED:
+  case PS_OP_HOST_CALL:
+    c = PS_TIME_HOST;
+    break;
+  default:
+    break;
+  }
+  dev_cat_of(r, device)[c] += ps_time_to_s(end - start);
   if (device == 0) {
-    PsTimeCategory c = PS_TIME_OTHER;
     switch (op->kind) {
     case PS_OP_FWD:
     case PS_OP_BWD: {
@@ -249,27 +276,15 @@ static void on_op_done(void *ctx, int device, int step, const PsOp *op, ps_time_
                      r->exp->numerics.precision, r->exp->fuse_elementwise,
                      op->kind == PS_OP_BWD, &cost);
       r->mxu_flops[step] += cost.mxu_flops;
-      c = PS_TIME_COMPUTE;
       /* activations live from their forward to their backward */
       r->hbm_act += op->kind == PS_OP_FWD ? act_bytes_of(r, op) : -act_bytes_of(r, op);
       if (r->hbm_static + r->hbm_act > r->hbm_peak)
         r->hbm_peak = r->hbm_static + r->hbm_act;
       break;
     }
-    case PS_OP_UPDATE:
-      c = PS_TIME_COMPUTE;
-      break;
-    case PS_OP_ALL_REDUCE:
-      c = PS_TIME_COLLECTIVE;
-      break;
-    case PS_OP_OUTFEED:
-    case PS_OP_HOST_CALL:
-      c = PS_TIME_HOST;
-      break;
     default:
       break;
     }
-    cat_of(r, step)[c] += ps_time_to_s(end - start);
   }
   if (r->trace) {
     ps_trace_complete(r->trace, chip_pid(r, device), ps_pod_device_core(r->pod, device), op->name,
@@ -286,8 +301,7 @@ static void on_wait(void *ctx, int device, int step, PsTimeCategory why, ps_time
   Run *r = ctx;
   if (end <= start)
     return;
-  if (device == 0)
-    cat_of(r, step)[why] += ps_time_to_s(end - start);
+  dev_cat_of(r, device)[why] += ps_time_to_s(end - start);
   if (r->trace) {
     char name[64];
     g_snprintf(name, sizeof name, "wait: %s", ps_time_category_name(why));
@@ -301,6 +315,10 @@ static void on_step_done(void *ctx, int device, int step, ps_time_t end)
   Run *r = ctx;
   if (device == 0)
     r->step_end[step] = end;
+  double *dc = dev_cat_of(r, device);
+  if (device == (r->critical[step] >= 0 ? r->critical[step] : 0))
+    memcpy(cat_of(r, step), dc, sizeof(double) * PS_TIME_N_CATEGORIES);
+  memset(dc, 0, sizeof(double) * PS_TIME_N_CATEGORIES);
 }
 
 static void on_infeed_depth(void *ctx, int device, int depth, ps_time_t t)
@@ -327,9 +345,10 @@ static void on_host_work(void *ctx, int host, PsHostLane lane, const char *what,
                     device >= 0 ? args : NULL);
 }
 
-static void on_collective(void *ctx, int step, const PsOp *op, ps_time_t t)
+static void on_collective(void *ctx, int step, const PsOp *op, int last, ps_time_t t)
 {
   Run *r = ctx;
+  r->critical[step] = last;
   if (r->numerics)
     numerics_collective(r);
 }
@@ -474,6 +493,10 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
   r.pod = ps_pod_new(engine, exp, plan, &obs);
   int64_t steps = exp->steps;
   r.cat = g_new0(double, (size_t)steps * PS_TIME_N_CATEGORIES);
+  r.dev_cat = g_new0(double, (size_t)plan->n_programs * PS_TIME_N_CATEGORIES);
+  r.critical = g_new(int, (size_t)steps);
+  for (int64_t k = 0; k < steps; k++)
+    r.critical[k] = -1;
   r.step_end = g_new0(ps_time_t, (size_t)steps);
   r.mxu_flops = g_new0(double, (size_t)steps);
   r.step_loss = g_new0(double, (size_t)steps);
@@ -517,6 +540,8 @@ out:
     ps_trace_abort(r.trace);
   numerics_free(&r);
   g_free(r.cat);
+  g_free(r.dev_cat);
+  g_free(r.critical);
   g_free(r.step_end);
   g_free(r.mxu_flops);
   g_free(r.step_loss);

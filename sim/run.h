@@ -2,8 +2,9 @@
  * build the pod on an engine, attach numerics, statistics and the trace,
  * run, and summarise.
  *
- * Invariant: the summary's breakdown sums to step_time_s (every moment of
- * device 0's measured steps is in exactly one category). */
+ * Invariant: the summary's breakdown sums to step_time_s: every moment of
+ * a step is in exactly one category, as seen by the step's critical device
+ * (the replica its collective waited for, or device 0 without one). */
 #ifndef PS_RUN_H
 #define PS_RUN_H
 

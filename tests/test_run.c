@@ -258,7 +258,7 @@ static void test_mxu_padding(void)
   ps_topology_free(t);
 }
 
-/* Host slower than the core: each batch takes P = ceil(b/w) * c to prepare
+/* Host slower than the core: each batch takes P = b * c / w to prepare
  * and the core needs C < P per step, so in steady state a step lasts P and
  * the core stalls P - C - (transfer overlap is hidden) per step. */
 static void test_infeed_stall_closed_form(void)
@@ -278,7 +278,7 @@ static void test_infeed_stall_closed_form(void)
   g_assert_true(ps_run(ef, &(PsRunOptions){0}, &fast, &error));
   g_assert_true(ps_run(e, &(PsRunOptions){0}, &slow, &error));
   g_assert_no_error(error);
-  double P = 8 * 1e-5; /* ceil(32 / 4) examples per worker x 10 us */
+  double P = 32 * 1e-5 / 4; /* 32 examples x 10 us over 4 workers */
   double C = fast.step_time_s;
   g_assert_cmpfloat(C, <, P);
   g_test_message("core %.3g s/step, host %.3g s/batch, simulated %.3g s/step", C, P,

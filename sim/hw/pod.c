@@ -113,12 +113,12 @@ static void host_prepare_maybe(PsPod *pod, Host *h)
   const PsInputConfig *in = &pod->exp->input;
   if (h->prep_busy || h->to_prepare == 0 || h->prepared >= in->prefetch)
     return;
-  int64_t b = pod->plan->per_replica_batch;
-  /* each worker thread handles whole examples */
-  int64_t rounds = (b + in->workers - 1) / in->workers;
+  /* Workers process examples continuously, across batch boundaries, as a
+   * parallel map does: a batch of b takes b x cost / workers. */
+  double b = (double)pod->plan->per_replica_batch;
   h->prep_busy = TRUE;
   h->prep_start = now(pod);
-  ps_engine_after(pod->engine, ps_time_from_s((double)rounds * in->host_cost_per_example_s),
+  ps_engine_after(pod->engine, ps_time_from_s(b * in->host_cost_per_example_s / in->workers),
                   pod->ev_prep_done, (uint32_t)h->index, 0);
 }
 
@@ -318,7 +318,7 @@ static void collective_arrive(PsPod *pod, Device *d, const PsOp *op)
   if (++pod->coll_arrived < pod->plan->replicas)
     return;
   if (pod->obs.collective)
-    pod->obs.collective(pod->obs.ctx, (int)d->step, op, now(pod));
+    pod->obs.collective(pod->obs.ctx, (int)d->step, op, d->index, now(pod));
   ps_time_t dt = collective_time(pod, op);
   for (guint i = 0; i < pod->coll_waiting->len; i++) {
     Device *w = &pod->devices[g_array_index(pod->coll_waiting, int, i)];

@@ -54,8 +54,9 @@ typedef struct {
    * the work is for no device in particular). */
   void (*host_work)(void *ctx, int host, PsHostLane lane, const char *what, int device,
                     ps_time_t start, ps_time_t end);
-  /* All members of a collective have arrived; runs before any leaves. */
-  void (*collective)(void *ctx, int step, const PsOp *op, ps_time_t t);
+  /* All members of a collective have arrived, `last` the latest of them
+   * (the one the others waited for); runs before any leaves. */
+  void (*collective)(void *ctx, int step, const PsOp *op, int last, ps_time_t t);
 } PsPodObserver;
 
 typedef struct PsPod PsPod;
