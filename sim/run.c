@@ -47,6 +47,7 @@ typedef struct {
   double *cat;          /* steps x PS_TIME_N_CATEGORIES, seconds */
   double *dev_cat;      /* devices x PS_TIME_N_CATEGORIES, the current step */
   int *critical;        /* per step, or -1 */
+  double *loop_wait;    /* per step, device 0's wait for the host loop */
   ps_time_t *step_end;
   double *mxu_flops;    /* per step */
   int64_t hbm_static, hbm_act, hbm_peak;
@@ -295,16 +296,18 @@ static void on_op_done(void *ctx, int device, int step, const PsOp *op, ps_time_
   }
 }
 
-static void on_wait(void *ctx, int device, int step, PsTimeCategory why, ps_time_t start,
-                    ps_time_t end)
+static void on_wait(void *ctx, int device, int step, PsTimeCategory why, const char *what,
+                    ps_time_t start, ps_time_t end)
 {
   Run *r = ctx;
   if (end <= start)
     return;
   dev_cat_of(r, device)[why] += ps_time_to_s(end - start);
+  if (device == 0 && strcmp(what, PS_WAIT_HOST_LOOP) == 0)
+    r->loop_wait[step] += ps_time_to_s(end - start);
   if (r->trace) {
     char name[64];
-    g_snprintf(name, sizeof name, "wait: %s", ps_time_category_name(why));
+    g_snprintf(name, sizeof name, "wait: %s", what);
     ps_trace_complete(r->trace, chip_pid(r, device), ps_pod_device_core(r->pod, device), name,
                       "wait", start, end - start, NULL);
   }
@@ -394,6 +397,8 @@ static void summarise(Run *r, PsSummary *s)
   double measured = ps_time_to_s(t1 - t0);
   s->step_time_s = measured / (double)s->measured_steps;
   double flops = 0;
+  for (int64_t k = warm; k < steps; k++)
+    s->host_loop_s += r->loop_wait[k] / (double)s->measured_steps;
   for (int64_t k = warm; k < steps; k++) {
     for (int c = 0; c < PS_TIME_N_CATEGORIES; c++)
       s->breakdown[c] += cat_of(r, (int)k)[c];
@@ -495,6 +500,7 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
   r.cat = g_new0(double, (size_t)steps * PS_TIME_N_CATEGORIES);
   r.dev_cat = g_new0(double, (size_t)plan->n_programs * PS_TIME_N_CATEGORIES);
   r.critical = g_new(int, (size_t)steps);
+  r.loop_wait = g_new0(double, (size_t)steps);
   for (int64_t k = 0; k < steps; k++)
     r.critical[k] = -1;
   r.step_end = g_new0(ps_time_t, (size_t)steps);
@@ -542,6 +548,7 @@ out:
   g_free(r.cat);
   g_free(r.dev_cat);
   g_free(r.critical);
+  g_free(r.loop_wait);
   g_free(r.step_end);
   g_free(r.mxu_flops);
   g_free(r.step_loss);
@@ -570,6 +577,8 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
   for (int c = 0; c < PS_TIME_N_CATEGORIES; c++)
     json_object_object_add(b, ps_time_category_name(c), json_object_new_double(s->breakdown[c]));
   json_object_object_add(o, "breakdown", b);
+  json_object_object_add(o, "steps_per_run", json_object_new_int64(exp->steps_per_run));
+  json_object_object_add(o, "host_loop_s", json_object_new_double(s->host_loop_s));
   json_object_object_add(o, "examples_per_s", json_object_new_double(s->examples_per_s));
   json_object_object_add(o, "mxu_utilization", json_object_new_double(s->mxu_utilization));
   json_object_object_add(o, "hbm_peak_bytes", json_object_new_int64(s->hbm_peak_bytes));
@@ -602,6 +611,8 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
           s->step_time_s * 1e6, s->measured_steps);
   for (int c = 0; c < PS_TIME_N_CATEGORIES; c++)
     print_time(f, ps_time_category_name(c), s->breakdown[c], s->step_time_s);
+  fprintf(f, "  (host loop      %10.3f us per step: one round trip every %" G_GINT64_FORMAT
+             " steps)\n", s->host_loop_s * 1e6, exp->steps_per_run);
   fprintf(f, "examples/s       %10.0f\n", s->examples_per_s);
   fprintf(f, "MXU utilization  %10.2f%%\n", 100.0 * s->mxu_utilization);
   fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)\n",

@@ -23,6 +23,7 @@ typedef struct {
   int64_t measured_steps;   /* steps after the warm-up loop */
   double step_time_s;       /* mean over measured steps */
   double breakdown[PS_TIME_N_CATEGORIES]; /* seconds per step */
+  double host_loop_s;       /* of `host`: the steps_per_run round trip, per step */
   double examples_per_s;
   double mxu_utilization;   /* useful matmul FLOPs / (time x peak), device 0 */
   int64_t hbm_peak_bytes;   /* device 0 */

@@ -216,6 +216,8 @@ static void test_step_time_closed_form(void)
   g_test_message("step %.9g s, closed form %.9g s", s.step_time_s, want);
   g_assert_cmpfloat(fabs(s.step_time_s - want), <, 1e-15);
   g_assert_cmpfloat(fabs(s.breakdown[PS_TIME_HOST] - (1e-3 / 8 + t->op_overhead_s)), <, 1e-15);
+  /* the summary's amortized loop cost is overhead / steps_per_run */
+  g_assert_cmpfloat(fabs(s.host_loop_s - 1e-3 / 8), <, 1e-15);
   g_assert_cmpfloat(s.breakdown[PS_TIME_INFEED_STALL], ==, 0);
   ps_plan_free(plan);
   ps_experiment_free(e);

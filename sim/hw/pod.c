@@ -219,7 +219,8 @@ static void transfer_done(PsPod *pod, Host *h, const Xfer *x, ps_time_t start)
     if (d->waiting_infeed) {
       d->waiting_infeed = FALSE;
       if (pod->obs.wait)
-        pod->obs.wait(pod->obs.ctx, d->index, (int)d->step, PS_TIME_INFEED_STALL, d->wait_start,
+        pod->obs.wait(pod->obs.ctx, d->index, (int)d->step, PS_TIME_INFEED_STALL, "infeed empty",
+                      d->wait_start,
                       now(pod));
       set_depth(pod, d, -1);
       finish_op_after(pod, d, ps_time_from_s(pod->exp->topology->op_overhead_s));
@@ -230,8 +231,8 @@ static void transfer_done(PsPod *pod, Host *h, const Xfer *x, ps_time_t start)
     if (d->waiting_outfeed) {
       d->waiting_outfeed = FALSE;
       if (pod->obs.wait)
-        pod->obs.wait(pod->obs.ctx, d->index, (int)d->step, PS_TIME_HOST, d->wait_start,
-                      now(pod));
+        pod->obs.wait(pod->obs.ctx, d->index, (int)d->step, PS_TIME_HOST, "outfeed full",
+                      d->wait_start, now(pod));
       outfeed_enqueue(pod, d, &d->prog->ops[d->pc]);
     }
     break;
@@ -294,7 +295,8 @@ static void on_loop_start(PsEngine *engine, const PsEvent *ev, void *ctx)
   for (guint i = 0; i < h->devs->len; i++) {
     Device *d = &pod->devices[g_array_index(h->devs, int, i)];
     if (pod->obs.wait)
-      pod->obs.wait(pod->obs.ctx, d->index, (int)d->step, PS_TIME_HOST, d->wait_start, now(pod));
+      pod->obs.wait(pod->obs.ctx, d->index, (int)d->step, PS_TIME_HOST, PS_WAIT_HOST_LOOP,
+                    d->wait_start, now(pod));
     run_op(pod, d);
   }
 }
@@ -323,7 +325,8 @@ static void collective_arrive(PsPod *pod, Device *d, const PsOp *op)
   for (guint i = 0; i < pod->coll_waiting->len; i++) {
     Device *w = &pod->devices[g_array_index(pod->coll_waiting, int, i)];
     if (pod->obs.wait && w->wait_start < now(pod))
-      pod->obs.wait(pod->obs.ctx, w->index, (int)w->step, PS_TIME_COLLECTIVE, w->wait_start,
+      pod->obs.wait(pod->obs.ctx, w->index, (int)w->step, PS_TIME_COLLECTIVE, "collective peers",
+                    w->wait_start,
                     now(pod));
     finish_op_after(pod, w, dt);
   }

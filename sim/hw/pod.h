@@ -38,14 +38,18 @@ typedef enum {
 
 const char *ps_host_lane_name(PsHostLane lane);
 
+/* The name of the wait between two steps_per_run loops. */
+#define PS_WAIT_HOST_LOOP "host loop"
+
 typedef struct {
   void *ctx;
   /* An op ran on a device from start to end. */
   void (*op_done)(void *ctx, int device, int step, const PsOp *op, ps_time_t start,
                   ps_time_t end);
-  /* A device waited (infeed empty, host loop, collective peers). */
-  void (*wait)(void *ctx, int device, int step, PsTimeCategory why, ps_time_t start,
-               ps_time_t end);
+  /* A device waited; `what` names the wait ("infeed empty", "host loop",
+   * "outfeed full", "collective peers"), `why` is its category. */
+  void (*wait)(void *ctx, int device, int step, PsTimeCategory why, const char *what,
+               ps_time_t start, ps_time_t end);
   /* A device finished a step. */
   void (*step_done)(void *ctx, int device, int step, ps_time_t end);
   /* A device's infeed queue depth changed. */

@@ -55,7 +55,9 @@ void ps_softmax_xent_backward(const float *probs, const int32_t *labels, float *
 typedef struct {
   int batch, h, w, cin;    /* input NHWC */
   int kernel, stride;      /* square kernel */
-  gboolean same_padding;   /* "same" pads (kernel-1)/2 ... ; else "valid" */
+  gboolean same_padding;   /* TensorFlow "same": out = ceil(in / stride), total pad
+                              max((out-1)*stride + kernel - in, 0), the smaller half
+                              top/left; else "valid" */
   int cout;
   int out_h, out_w;        /* filled by ps_conv2d_shape() */
   int pad_top, pad_left;
