@@ -35,7 +35,7 @@ TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTBIN)/%)
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps run test bench plots install uninstall clean check-asan check-valgrind
+.PHONY: all deps run test golden bench plots install uninstall clean check-asan check-valgrind
 
 all: $(PODSIM_BIN) $(BUILD)/libpodsim.a
 
@@ -92,6 +92,11 @@ run: deps all
 test: deps all $(TEST_BIN)
 	PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
 	  prove -f $(TEST_BIN) :: --tap
+
+# Rewrites tests/golden/step-times.txt from the current model: do it on
+# purpose, and say in the commit why the predictions moved.
+golden: all
+	tests/golden/regen.sh
 
 bench: deps all $(BENCH_BIN)
 	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done

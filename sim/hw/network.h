@@ -1,0 +1,165 @@
+/* network.h: the interconnect of a pod as timed events: ICI links between
+ * torus neighbours, the on-chip path between the TensorCores of a chip, and
+ * PCIe between each host and its chips.
+ *
+ * Model.  Every pair of torus neighbours is joined by one link in each
+ * direction (ici_bandwidth_Bps per lane, ici_latency_s per hop), made of
+ * ici_links_per_neighbor parallel lanes.  A dimension with wrap-around is a
+ * ring, one without is a line (a mesh); a dimension of size 1 has no links.
+ * A message is cut into chunks of chunk_bytes (the last may be shorter).  A
+ * link direction is one FIFO queue served by its lanes: a chunk takes the
+ * lane that frees first, occupies it for bytes / bandwidth, and reaches the
+ * next chip `latency` after it left the lane.  Chunks are stored and
+ * forwarded whole at every hop, so a message's chunks pipeline across hops
+ * and messages that share a link interleave chunk by chunk; contention and
+ * pipelining come out of the events, not from formulas.  One message over h
+ * uncontended one-lane hops, n chunks of c bytes (S = n c), takes exactly
+ *     T = h * latency + S / B + (h - 1) * c / B
+ * (the last chunk leaves the first link at S/B, then each further hop adds
+ * its own serialization and every hop its latency); each serialization is
+ * rounded to the picosecond once per chunk and link.
+ *
+ * Endpoints.  Devices 0..D-1 as pod.h numbers them: device d is core
+ * (d % per_chip) of chip (d / per_chip), per_chip = cores per chip, or 1 when
+ * the chip is a megacore.  Hosts follow: endpoint D + h is host h, which
+ * owns chips [h * chips_per_host, (h + 1) * chips_per_host).  Chip c has
+ * coordinates row-major with x fastest: c = x + X * (y + Y * z), the order
+ * config.c's torus.dims lists them in.
+ *
+ * Routes.  Between devices of different chips: dimension order (x, then y,
+ * then z), the shortest way round each ring; on an even ring, a destination
+ * exactly half-way round goes in the + direction when the source's
+ * coordinate in that dimension is even and in the - direction when it is
+ * odd, which spreads such traffic over both directions.  Between the cores
+ * of one chip: the chip's on-chip path (on_chip_bandwidth_Bps, no latency;
+ * the topology files cite the figure), one link per ordered pair of cores.
+ * A chip's ICI router delivers to any of its cores directly.  Host h to a
+ * device: PCIe down (one link per host and direction, pcie_bandwidth_Bps,
+ * shared by its chips, no latency: the same figures as hw/cost.c's
+ * ps_cost_pcie), then, for a chip of another host, ICI from host h's first
+ * chip; the reverse way back.
+ *
+ * Twisted torus (topology torus.twisted, 3-D k x k x 2k or k x 2k x 2k
+ * only, as Cloud TPU v4 offers them [GC-v4]).  We implement the twist of
+ * Camara et al., "Twisted Torus Topologies for Enhanced Interconnection
+ * Networks", IEEE TPDS 21(12), 2010: the wrap-around link of each short
+ * dimension (size k) lands k further along every long dimension (size 2k),
+ * that is from (.., k-1 ,..) in + to (.., 0, ..) with each long coordinate
+ * moved by k mod 2k (and back the same way in -).  A route chooses, per
+ * short dimension, the direct way or the way over the wrap (which moves the
+ * long coordinates by k), then goes the shortest way round each long ring;
+ * of the choices it takes the fewest hops, ties to the fewest wrap
+ * crossings, then the lowest dimensions.  Hops are still taken in dimension
+ * order.
+ *
+ * Invariant: on every link direction each lane carries one chunk at a time
+ * and chunks leave a link in the order they reached it; a message's deliver
+ * callback runs once per chunk, with `last` set exactly once, after every
+ * chunk has arrived. */
+#ifndef PS_NETWORK_H
+#define PS_NETWORK_H
+
+#include "engine/engine.h"
+#include "io/config.h"
+#include "io/trace.h"
+
+typedef struct PsNetwork PsNetwork;
+
+/* The chunk size of `podsim collective` when --chunk is not given. */
+#define PS_NETWORK_DEFAULT_CHUNK (INT64_C(1) << 20)
+
+typedef enum {
+  PS_LINK_ICI,       /* between torus neighbours, one direction */
+  PS_LINK_ON_CHIP,   /* between two cores of one chip, one direction */
+  PS_LINK_PCIE_DOWN, /* host to its chips */
+  PS_LINK_PCIE_UP    /* chips to their host */
+} PsLinkKind;
+
+/* A link direction and what it carried so far. */
+typedef struct {
+  PsLinkKind kind;
+  int chip;           /* ICI, on-chip: the chip it leaves; PCIe: -1 */
+  int to_chip;        /* ICI: the neighbour (twist applied); else -1 */
+  int dim, dir;       /* ICI: dimension and +1 / -1; else -1, 0 */
+  int from_core, to_core; /* on-chip only; else -1 */
+  int host;           /* PCIe only; else -1 */
+  int lanes;
+  double bandwidth_Bps; /* per lane */
+  ps_time_t latency;
+  int64_t bytes;      /* carried so far */
+  int64_t chunks;
+  ps_time_t busy;     /* serialization time summed over lanes */
+} PsLinkInfo;
+
+/* A chunk of a message reaching its destination. */
+typedef struct {
+  uint64_t message;   /* the id ps_network_send returned */
+  int src, dst;
+  int64_t offset;     /* of the chunk's first byte in the message */
+  int64_t bytes;      /* of the chunk */
+  int64_t message_bytes;
+  gboolean last;      /* every chunk of the message has now arrived */
+  ps_time_t sent;     /* when the message was sent */
+} PsNetDelivery;
+
+/* Runs inside an event handler at the chunk's arrival time; it may send.
+ * `d` is valid only during the call. */
+typedef void (*PsNetDeliverFn)(void *ctx, const PsNetDelivery *d);
+
+/* (transfer full) topo must outlive the network.  chunk_bytes > 0 is the
+ * size messages are cut into.  Registers its event types with engine. */
+PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chunk_bytes);
+void ps_network_free(PsNetwork *net);
+
+PsEngine *ps_network_engine(const PsNetwork *net);
+const PsTopology *ps_network_topology(const PsNetwork *net);
+int64_t ps_network_chunk_bytes(const PsNetwork *net);
+
+int ps_network_devices(const PsNetwork *net);
+int ps_network_endpoints(const PsNetwork *net); /* devices + hosts */
+int ps_network_host_endpoint(const PsNetwork *net, int host);
+int ps_network_device_chip(const PsNetwork *net, int device);
+int ps_network_device_core(const PsNetwork *net, int device);
+int ps_network_chip_host(const PsNetwork *net, int chip);
+/* coords[d] for d < ndims (the rest set to 0). */
+void ps_network_chip_coords(const PsNetwork *net, int chip, int coords[PS_MAX_DIMS]);
+int ps_network_chip_at(const PsNetwork *net, const int coords[PS_MAX_DIMS]);
+
+/* Sends `bytes` (>= 0; an empty message is one empty chunk that still pays
+ * every hop's latency) from endpoint src to endpoint dst.  Returns the
+ * message id (1, 2, ...), also given to every delivery.  ctx is (transfer
+ * none): it must stay valid until the delivery with `last` set. */
+uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetDeliverFn fn,
+                         void *ctx);
+
+/* The link ids a message from src to dst crosses, in order, into out (at
+ * most max); returns the route's length (which may exceed max). */
+int ps_network_route(const PsNetwork *net, int src, int dst, int *out, int max);
+int ps_network_hops(const PsNetwork *net, int src, int dst);
+
+int ps_network_n_links(const PsNetwork *net);
+/* FALSE if `link` is not a link of this topology (a mesh edge, a dimension
+ * of size 1). */
+gboolean ps_network_link_info(const PsNetwork *net, int link, PsLinkInfo *out);
+/* The ICI link leaving chip in dimension dim, direction dir (+1 / -1), or
+ * -1 if there is none. */
+int ps_network_ici_link(const PsNetwork *net, int chip, int dim, int dir);
+/* "chip (1,2) -> (1,3) +y", "chip (0,0) core 0 -> core 1",
+ * "host 3 -> chips (PCIe)".  (transfer full) */
+char *ps_network_link_name(const PsNetwork *net, int link);
+
+/* Totals so far: messages sent, chunk-hops carried, chunks delivered. */
+uint64_t ps_network_messages(const PsNetwork *net);
+uint64_t ps_network_chunk_hops(const PsNetwork *net);
+/* Messages sent and not yet wholly delivered. */
+uint64_t ps_network_in_flight(const PsNetwork *net);
+
+/* Optional trace hook (trace may be NULL to stop).  Writes process `pid`
+ * named "links", a thread per link direction that carries something
+ * (tid = link + 1, named by ps_network_link_name), a complete event per
+ * chunk and hop (cat "ici", "on-chip" or "pcie"), and a flow from each
+ * message's first chunk on its first link to its last chunk on its last
+ * link.  (transfer none) trace must outlive its use. */
+void ps_network_set_trace(PsNetwork *net, PsTrace *trace, int pid);
+
+#endif
