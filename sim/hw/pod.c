@@ -22,6 +22,7 @@
 typedef struct {
   int index;
   const PsProgram *prog;
+  const ps_time_t *cost; /* per op of prog: FWD/BWD/UPDATE time, computed once */
   int host;
   int pc;
   int64_t step;
@@ -69,6 +70,7 @@ struct PsPod {
   int n_devices;
   Host *hosts;
   int n_hosts;
+  GPtrArray *costs;     /* owned ps_time_t arrays, shared by identical programs */
   int per_chip;
   int64_t steps_done;
   /* the one collective in flight: all replicas wait for each other */
@@ -339,7 +341,6 @@ static void run_op(PsPod *pod, Device *d)
   const PsExperiment *exp = pod->exp;
   const PsTopology *topo = exp->topology;
   const PsOp *op = &d->prog->ops[d->pc];
-  PsOpCost cost;
   switch (op->kind) {
   case PS_OP_INFEED:
     if (d->depth == 0) {
@@ -353,13 +354,8 @@ static void run_op(PsPod *pod, Device *d)
     return;
   case PS_OP_FWD:
   case PS_OP_BWD:
-    ps_cost_layers(topo, exp->model, op->first, op->last, op->batch, exp->numerics.precision,
-                   exp->fuse_elementwise, op->kind == PS_OP_BWD, &cost);
-    finish_op_after(pod, d, cost.time);
-    return;
   case PS_OP_UPDATE:
-    ps_cost_update(topo, exp->model->params, pod->plan->optimizer_slots, &cost);
-    finish_op_after(pod, d, cost.time);
+    finish_op_after(pod, d, d->cost[d->pc]);
     return;
   case PS_OP_OUTFEED:
     if (d->out_depth >= exp->input.outfeed_capacity) {
@@ -408,6 +404,39 @@ static void on_op_done(PsEngine *engine, const PsEvent *ev, void *ctx)
     run_op(pod, d);
 }
 
+/* The fixed cost of each compute op of a program. */
+static ps_time_t *program_costs(const PsPod *pod, const PsProgram *p)
+{
+  const PsExperiment *exp = pod->exp;
+  ps_time_t *cost = g_new0(ps_time_t, p->n_ops);
+  for (int i = 0; i < p->n_ops; i++) {
+    const PsOp *op = &p->ops[i];
+    PsOpCost c;
+    if (op->kind == PS_OP_FWD || op->kind == PS_OP_BWD) {
+      ps_cost_layers(exp->topology, exp->model, op->first, op->last, op->batch,
+                     exp->numerics.precision, exp->fuse_elementwise, op->kind == PS_OP_BWD, &c);
+      cost[i] = c.time;
+    } else if (op->kind == PS_OP_UPDATE) {
+      ps_cost_update(exp->topology, exp->model->params, pod->plan->optimizer_slots, &c);
+      cost[i] = c.time;
+    }
+  }
+  return cost;
+}
+
+/* Programs whose compute ops cost the same (replicas of one model). */
+static gboolean same_costs(const PsProgram *a, const PsProgram *b)
+{
+  if (a->n_ops != b->n_ops)
+    return FALSE;
+  for (int i = 0; i < a->n_ops; i++) {
+    const PsOp *x = &a->ops[i], *y = &b->ops[i];
+    if (x->kind != y->kind || x->first != y->first || x->last != y->last || x->batch != y->batch)
+      return FALSE;
+  }
+  return TRUE;
+}
+
 PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
                   const PsPodObserver *observer)
 {
@@ -420,6 +449,7 @@ PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
   pod->per_chip = ps_topology_devices_per_chip(exp->topology);
   pod->n_devices = plan->n_programs;
   pod->devices = g_new0(Device, pod->n_devices);
+  pod->costs = g_ptr_array_new_with_free_func(g_free);
   pod->n_hosts = ps_topology_hosts(exp->topology);
   pod->hosts = g_new0(Host, pod->n_hosts);
   for (int i = 0; i < pod->n_hosts; i++) {
@@ -433,6 +463,12 @@ PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
     d->index = i;
     d->prog = &plan->programs[i];
     d->capacity = exp->input.infeed_capacity;
+    if (i > 0 && same_costs(&plan->programs[i], pod->devices[i - 1].prog)) {
+      d->cost = pod->devices[i - 1].cost;
+    } else {
+      d->cost = program_costs(pod, &plan->programs[i]);
+      g_ptr_array_add(pod->costs, (gpointer)d->cost);
+    }
     d->host = ps_pod_chip_host(pod, ps_pod_device_chip(pod, d->index));
     g_assert(d->host < pod->n_hosts);
     g_array_append_val(pod->hosts[d->host].devs, i);
@@ -458,6 +494,7 @@ void ps_pod_free(PsPod *pod)
     g_queue_clear_full(&pod->hosts[i].up.pending, g_free);
   }
   g_array_free(pod->coll_waiting, TRUE);
+  g_ptr_array_free(pod->costs, TRUE);
   g_free(pod->hosts);
   g_free(pod->devices);
   g_free(pod);
