@@ -274,12 +274,17 @@ static int cmd_describe(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-  if (argc >= 2 && strcmp(argv[1], "run") == 0)
+  /* GOption's usage lines name the program: "podsim run [OPTION?] ..." */
+  if (argc >= 2 && strcmp(argv[1], "run") == 0) {
+    g_set_prgname("podsim run");
     return cmd_run(argc - 1, argv + 1);
+  }
   if (argc >= 2 && strcmp(argv[1], "list") == 0)
     return cmd_list(argc - 1, argv + 1);
-  if (argc >= 2 && strcmp(argv[1], "describe") == 0)
+  if (argc >= 2 && strcmp(argv[1], "describe") == 0) {
+    g_set_prgname("podsim describe");
     return cmd_describe(argc - 1, argv + 1);
+  }
 
   gboolean version = FALSE;
   GOptionEntry entries[] = {

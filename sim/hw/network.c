@@ -1,0 +1,692 @@
+/* network.c: links, routes and chunks as timed events (see network.h).
+ *
+ * Each chunk costs one event per hop: when a chunk reaches a link, the lane
+ * it will use and the time it starts are known at once (the link direction
+ * is a FIFO served by its lanes, so a chunk starts when the earliest lane is
+ * free, never before it arrives); the event fires when the chunk has crossed
+ * the link and its latency, at the next chip.  Messages live in fixed-size
+ * slabs so their addresses never move while callbacks send more.
+ * Invariant: lane_free[l] is the time lane l finishes the last chunk given
+ * to it, and no chunk is given to a lane before that time; a message is
+ * freed exactly when its last chunk is delivered. */
+#include "hw/network.h"
+
+#include <string.h>
+
+#define HOP_BITS 20
+#define HOP_MASK ((UINT64_C(1) << HOP_BITS) - 1)
+#define SLAB_SHIFT 10
+#define SLAB_SIZE (1u << SLAB_SHIFT)
+#define INLINE_ROUTE 14
+
+typedef struct {
+  double ps_per_byte;
+  ps_time_t latency;
+  int lanes;
+  int first_lane;
+  gboolean present;
+  int64_t bytes;
+  int64_t chunks;
+  ps_time_t busy;
+} Link;
+
+typedef struct {
+  int src, dst;
+  int hops;
+  int64_t bytes;
+  int64_t n_chunks;
+  int64_t delivered;
+  PsNetDeliverFn fn;
+  void *ctx;
+  ps_time_t sent;
+  ps_time_t last_start; /* latest start of a chunk on the final link (trace flow) */
+  uint64_t id;
+  int32_t *route;       /* inline_route or heap */
+  int32_t inline_route[INLINE_ROUTE];
+  uint32_t next_free;
+} Message;
+
+struct PsNetwork {
+  PsEngine *engine;
+  const PsTopology *topo;
+  int64_t chunk;
+  int ndims;
+  int dims[PS_MAX_DIMS];
+  gboolean wrap[PS_MAX_DIMS];
+  gboolean twisted;
+  gboolean is_short[PS_MAX_DIMS]; /* twisted only */
+  int twist_k;
+  int chips, per_chip, devices, hosts, chips_per_host;
+  int onchip_base, pcie_base, n_links;
+  Link *links;
+  ps_time_t *lane_free;
+  int32_t *nbr;         /* (chip * ndims + dim) * 2 + (dir < 0): neighbour or -1 */
+  Message **slabs;
+  uint32_t n_slabs;
+  uint32_t free_head;   /* UINT32_MAX when empty */
+  uint32_t ev_hop;
+  uint64_t next_id;
+  uint64_t chunk_hops;
+  uint64_t in_flight;
+  PsTrace *trace;
+  int trace_pid;
+  guint8 *named;        /* per link: thread name written */
+};
+
+/* ---- geometry ------------------------------------------------------- */
+
+static void coords_of(const PsNetwork *net, int chip, int c[PS_MAX_DIMS])
+{
+  for (int d = 0; d < PS_MAX_DIMS; d++) {
+    if (d < net->ndims) {
+      c[d] = chip % net->dims[d];
+      chip /= net->dims[d];
+    } else {
+      c[d] = 0;
+    }
+  }
+}
+
+static int chip_of(const PsNetwork *net, const int c[PS_MAX_DIMS])
+{
+  int chip = 0;
+  for (int d = net->ndims - 1; d >= 0; d--)
+    chip = chip * net->dims[d] + c[d];
+  return chip;
+}
+
+static int mod(int a, int n)
+{
+  int r = a % n;
+  return r < 0 ? r + n : r;
+}
+
+/* The chip one step from `chip` along dim in direction dir, twist applied;
+ * -1 at a mesh edge or in a dimension of size 1. */
+static int neighbour_compute(const PsNetwork *net, int chip, int dim, int dir)
+{
+  int n = net->dims[dim];
+  if (n == 1)
+    return -1;
+  int c[PS_MAX_DIMS];
+  coords_of(net, chip, c);
+  int x = c[dim] + dir;
+  if (x < 0 || x >= n) {
+    if (!net->wrap[dim])
+      return -1;
+    x = mod(x, n);
+    if (net->twisted && net->is_short[dim])
+      for (int l = 0; l < net->ndims; l++)
+        if (!net->is_short[l])
+          c[l] = mod(c[l] + net->twist_k, net->dims[l]);
+  }
+  c[dim] = x;
+  return chip_of(net, c);
+}
+
+static int ici_index(const PsNetwork *net, int chip, int dim, int dir)
+{
+  return (chip * net->ndims + dim) * 2 + (dir < 0 ? 1 : 0);
+}
+
+int ps_network_ici_link(const PsNetwork *net, int chip, int dim, int dir)
+{
+  g_return_val_if_fail(chip >= 0 && chip < net->chips && dim >= 0 && dim < net->ndims, -1);
+  int id = ici_index(net, chip, dim, dir);
+  return net->nbr[id] >= 0 ? id : -1;
+}
+
+static int onchip_link(const PsNetwork *net, int chip, int from, int to)
+{
+  int c = net->per_chip;
+  return net->onchip_base + chip * c * (c - 1) + from * (c - 1) + (to < from ? to : to - 1);
+}
+
+static int pcie_link(const PsNetwork *net, int host, gboolean up)
+{
+  return net->pcie_base + host * 2 + (up ? 1 : 0);
+}
+
+/* ---- routes --------------------------------------------------------- */
+
+typedef struct {
+  int *out;
+  int max;
+  int n;
+} RouteBuf;
+
+static void route_push(RouteBuf *r, int link)
+{
+  if (r->n < r->max)
+    r->out[r->n] = link;
+  r->n++;
+}
+
+/* Hops and direction to go round dimension d from a to b (no twist). */
+static int ring_way(const PsNetwork *net, int d, int a, int b, int *dir)
+{
+  int n = net->dims[d];
+  if (!net->wrap[d]) {
+    *dir = b >= a ? 1 : -1;
+    return b >= a ? b - a : a - b;
+  }
+  int fwd = mod(b - a, n), back = n - fwd;
+  if (fwd == 0) {
+    *dir = 1;
+    return 0;
+  }
+  if (fwd < back || (fwd == back && a % 2 == 0)) {
+    *dir = 1;
+    return fwd;
+  }
+  *dir = -1;
+  return back;
+}
+
+/* The chip-to-chip part of a route: per dimension a direction and a hop
+ * count, then walked in dimension order. */
+static void route_chips(const PsNetwork *net, int from, int to, RouteBuf *r)
+{
+  if (from == to)
+    return;
+  int a[PS_MAX_DIMS], b[PS_MAX_DIMS];
+  coords_of(net, from, a);
+  coords_of(net, to, b);
+  int hops[PS_MAX_DIMS] = {0}, dir[PS_MAX_DIMS] = {1, 1, 1};
+  if (!net->twisted) {
+    for (int d = 0; d < net->ndims; d++)
+      hops[d] = ring_way(net, d, a[d], b[d], &dir[d]);
+  } else {
+    int shorts[PS_MAX_DIMS], ns = 0;
+    for (int d = 0; d < net->ndims; d++)
+      if (net->is_short[d])
+        shorts[ns++] = d;
+    int best_total = INT32_MAX;
+    /* masks 0, 1, 2, 3: fewest wraps first, then lower dimensions; the
+     * first of equal totals wins */
+    for (int mask = 0; mask < (1 << ns); mask++) {
+      int h[PS_MAX_DIMS] = {0}, dr[PS_MAX_DIMS] = {1, 1, 1};
+      int wraps = 0, total = 0;
+      for (int i = 0; i < ns; i++) {
+        int d = shorts[i], n = net->dims[d], dx = b[d] - a[d];
+        if (mask & (1 << i)) {
+          wraps++;
+          h[d] = n - (dx < 0 ? -dx : dx);
+          dr[d] = dx > 0 ? -1 : 1;
+        } else {
+          h[d] = dx < 0 ? -dx : dx;
+          dr[d] = dx < 0 ? -1 : 1;
+        }
+        total += h[d];
+      }
+      for (int d = 0; d < net->ndims; d++) {
+        if (net->is_short[d])
+          continue;
+        int target = mod(b[d] - wraps * net->twist_k, net->dims[d]);
+        h[d] = ring_way(net, d, a[d], target, &dr[d]);
+        total += h[d];
+      }
+      if (total < best_total) {
+        best_total = total;
+        memcpy(hops, h, sizeof hops);
+        memcpy(dir, dr, sizeof dir);
+      }
+    }
+  }
+  int cur = from;
+  for (int d = 0; d < net->ndims; d++)
+    for (int i = 0; i < hops[d]; i++) {
+      int id = ici_index(net, cur, d, dir[d]);
+      g_assert(net->nbr[id] >= 0);
+      route_push(r, id);
+      cur = net->nbr[id];
+    }
+  g_assert(cur == to);
+}
+
+static void route_into(const PsNetwork *net, int src, int dst, RouteBuf *r)
+{
+  if (src == dst)
+    return;
+  int nd = net->devices;
+  if (src < nd && dst < nd) {
+    int sc = src / net->per_chip, dc = dst / net->per_chip;
+    if (sc == dc)
+      route_push(r, onchip_link(net, sc, src % net->per_chip, dst % net->per_chip));
+    else
+      route_chips(net, sc, dc, r);
+    return;
+  }
+  if (src >= nd) {
+    int sh = src - nd;
+    route_push(r, pcie_link(net, sh, FALSE));
+    if (dst >= nd) {
+      int dh = dst - nd;
+      route_chips(net, sh * net->chips_per_host, dh * net->chips_per_host, r);
+      route_push(r, pcie_link(net, dh, TRUE));
+    } else if (ps_network_chip_host(net, dst / net->per_chip) != sh) {
+      route_chips(net, sh * net->chips_per_host, dst / net->per_chip, r);
+    }
+    return;
+  }
+  int dh = dst - nd, sc = src / net->per_chip;
+  if (ps_network_chip_host(net, sc) != dh)
+    route_chips(net, sc, dh * net->chips_per_host, r);
+  route_push(r, pcie_link(net, dh, TRUE));
+}
+
+int ps_network_route(const PsNetwork *net, int src, int dst, int *out, int max)
+{
+  g_return_val_if_fail(src >= 0 && src < ps_network_endpoints(net), 0);
+  g_return_val_if_fail(dst >= 0 && dst < ps_network_endpoints(net), 0);
+  RouteBuf r = {out, max, 0};
+  route_into(net, src, dst, &r);
+  return r.n;
+}
+
+int ps_network_hops(const PsNetwork *net, int src, int dst)
+{
+  return ps_network_route(net, src, dst, NULL, 0);
+}
+
+/* ---- construction --------------------------------------------------- */
+
+static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx);
+
+static void link_init(PsNetwork *net, int id, double bw, double latency_s, int lanes,
+                      int *next_lane)
+{
+  Link *l = &net->links[id];
+  l->present = TRUE;
+  l->ps_per_byte = (double)PS_PS_PER_S / bw;
+  l->latency = ps_time_from_s(latency_s);
+  l->lanes = lanes;
+  l->first_lane = *next_lane;
+  *next_lane += lanes;
+}
+
+PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chunk_bytes)
+{
+  g_return_val_if_fail(engine != NULL && topo != NULL && chunk_bytes > 0, NULL);
+  PsNetwork *net = g_new0(PsNetwork, 1);
+  net->engine = engine;
+  net->topo = topo;
+  net->chunk = chunk_bytes;
+  net->ndims = topo->ndims;
+  for (int d = 0; d < net->ndims; d++) {
+    net->dims[d] = topo->dims[d];
+    net->wrap[d] = topo->wrap[d];
+  }
+  net->twisted = topo->twisted;
+  if (net->twisted) {
+    g_assert(net->ndims == 3);
+    int k = INT32_MAX;
+    for (int d = 0; d < 3; d++)
+      k = MIN(k, net->dims[d]);
+    net->twist_k = k;
+    for (int d = 0; d < 3; d++) {
+      net->is_short[d] = net->dims[d] == k;
+      g_assert(net->dims[d] == k || net->dims[d] == 2 * k);
+    }
+  }
+  net->chips = ps_topology_chips(topo);
+  net->per_chip = ps_topology_devices_per_chip(topo);
+  net->devices = net->chips * net->per_chip;
+  net->chips_per_host = topo->chips_per_host;
+  net->hosts = ps_topology_hosts(topo);
+  int n_ici = net->chips * net->ndims * 2;
+  net->onchip_base = n_ici;
+  net->pcie_base = n_ici + net->chips * net->per_chip * (net->per_chip - 1);
+  net->n_links = net->pcie_base + 2 * net->hosts;
+  net->links = g_new0(Link, net->n_links);
+  net->nbr = g_new(int32_t, n_ici);
+  int lanes = 0;
+  for (int c = 0; c < net->chips; c++)
+    for (int d = 0; d < net->ndims; d++)
+      for (int s = 0; s < 2; s++) {
+        int id = ici_index(net, c, d, s ? -1 : 1);
+        net->nbr[id] = neighbour_compute(net, c, d, s ? -1 : 1);
+        if (net->nbr[id] >= 0)
+          link_init(net, id, topo->ici_bandwidth_Bps, topo->ici_latency_s,
+                    topo->ici_links_per_neighbor, &lanes);
+      }
+  for (int id = net->onchip_base; id < net->pcie_base; id++)
+    link_init(net, id, topo->on_chip_bandwidth_Bps, 0.0, 1, &lanes);
+  for (int id = net->pcie_base; id < net->n_links; id++)
+    link_init(net, id, topo->pcie_bandwidth_Bps, 0.0, 1, &lanes);
+  net->lane_free = g_new0(ps_time_t, lanes > 0 ? lanes : 1);
+  net->free_head = UINT32_MAX;
+  net->ev_hop = ps_engine_register(engine, "net-chunk-hop", on_hop, net);
+  return net;
+}
+
+void ps_network_free(PsNetwork *net)
+{
+  if (!net)
+    return;
+  for (uint32_t s = 0; s < net->n_slabs; s++) {
+    for (uint32_t i = 0; i < SLAB_SIZE; i++) {
+      Message *m = &net->slabs[s][i];
+      if (m->route && m->route != m->inline_route)
+        g_free(m->route);
+    }
+    g_free(net->slabs[s]);
+  }
+  g_free(net->slabs);
+  g_free(net->links);
+  g_free(net->lane_free);
+  g_free(net->nbr);
+  g_free(net->named);
+  g_free(net);
+}
+
+/* ---- accessors ------------------------------------------------------ */
+
+PsEngine *ps_network_engine(const PsNetwork *net) { return net->engine; }
+const PsTopology *ps_network_topology(const PsNetwork *net) { return net->topo; }
+int64_t ps_network_chunk_bytes(const PsNetwork *net) { return net->chunk; }
+int ps_network_devices(const PsNetwork *net) { return net->devices; }
+int ps_network_endpoints(const PsNetwork *net) { return net->devices + net->hosts; }
+int ps_network_n_links(const PsNetwork *net) { return net->n_links; }
+uint64_t ps_network_messages(const PsNetwork *net) { return net->next_id; }
+uint64_t ps_network_chunk_hops(const PsNetwork *net) { return net->chunk_hops; }
+uint64_t ps_network_in_flight(const PsNetwork *net) { return net->in_flight; }
+
+int ps_network_host_endpoint(const PsNetwork *net, int host)
+{
+  g_return_val_if_fail(host >= 0 && host < net->hosts, -1);
+  return net->devices + host;
+}
+
+int ps_network_device_chip(const PsNetwork *net, int device)
+{
+  g_return_val_if_fail(device >= 0 && device < net->devices, -1);
+  return device / net->per_chip;
+}
+
+int ps_network_device_core(const PsNetwork *net, int device)
+{
+  g_return_val_if_fail(device >= 0 && device < net->devices, -1);
+  return device % net->per_chip;
+}
+
+int ps_network_chip_host(const PsNetwork *net, int chip)
+{
+  return chip / net->chips_per_host;
+}
+
+void ps_network_chip_coords(const PsNetwork *net, int chip, int coords[PS_MAX_DIMS])
+{
+  g_return_if_fail(chip >= 0 && chip < net->chips);
+  coords_of(net, chip, coords);
+}
+
+int ps_network_chip_at(const PsNetwork *net, const int coords[PS_MAX_DIMS])
+{
+  for (int d = 0; d < net->ndims; d++)
+    g_return_val_if_fail(coords[d] >= 0 && coords[d] < net->dims[d], -1);
+  return chip_of(net, coords);
+}
+
+gboolean ps_network_link_info(const PsNetwork *net, int link, PsLinkInfo *out)
+{
+  g_return_val_if_fail(out != NULL, FALSE);
+  if (link < 0 || link >= net->n_links || !net->links[link].present)
+    return FALSE;
+  const Link *l = &net->links[link];
+  PsLinkInfo info = {.chip = -1, .to_chip = -1, .dim = -1, .dir = 0, .from_core = -1,
+                     .to_core = -1, .host = -1, .lanes = l->lanes,
+                     .bandwidth_Bps = (double)PS_PS_PER_S / l->ps_per_byte,
+                     .latency = l->latency, .bytes = l->bytes, .chunks = l->chunks,
+                     .busy = l->busy};
+  if (link < net->onchip_base) {
+    info.kind = PS_LINK_ICI;
+    info.chip = link / 2 / net->ndims;
+    info.dim = link / 2 % net->ndims;
+    info.dir = link % 2 ? -1 : 1;
+    info.to_chip = net->nbr[link];
+  } else if (link < net->pcie_base) {
+    int c = net->per_chip, r = link - net->onchip_base;
+    info.kind = PS_LINK_ON_CHIP;
+    info.chip = r / (c * (c - 1));
+    info.from_core = r % (c * (c - 1)) / (c - 1);
+    int t = r % (c - 1);
+    info.to_core = t < info.from_core ? t : t + 1;
+  } else {
+    int r = link - net->pcie_base;
+    info.kind = r % 2 ? PS_LINK_PCIE_UP : PS_LINK_PCIE_DOWN;
+    info.host = r / 2;
+  }
+  *out = info;
+  return TRUE;
+}
+
+static void append_coords(GString *s, const PsNetwork *net, int chip)
+{
+  int c[PS_MAX_DIMS];
+  coords_of(net, chip, c);
+  g_string_append_c(s, '(');
+  for (int d = 0; d < net->ndims; d++)
+    g_string_append_printf(s, "%s%d", d ? "," : "", c[d]);
+  g_string_append_c(s, ')');
+}
+
+char *ps_network_link_name(const PsNetwork *net, int link)
+{
+  PsLinkInfo info;
+  if (!ps_network_link_info(net, link, &info))
+    return g_strdup_printf("no link %d", link);
+  GString *s = g_string_new(NULL);
+  switch (info.kind) {
+  case PS_LINK_ICI:
+    g_string_append(s, "chip ");
+    append_coords(s, net, info.chip);
+    g_string_append(s, " -> ");
+    append_coords(s, net, info.to_chip);
+    g_string_append_printf(s, " %c%c", info.dir > 0 ? '+' : '-', "xyz"[info.dim]);
+    break;
+  case PS_LINK_ON_CHIP:
+    g_string_append(s, "chip ");
+    append_coords(s, net, info.chip);
+    g_string_append_printf(s, " core %d -> core %d", info.from_core, info.to_core);
+    break;
+  case PS_LINK_PCIE_DOWN:
+    g_string_append_printf(s, "host %d -> chips (PCIe)", info.host);
+    break;
+  case PS_LINK_PCIE_UP:
+    g_string_append_printf(s, "chips -> host %d (PCIe)", info.host);
+    break;
+  }
+  return g_string_free(s, FALSE);
+}
+
+/* ---- messages ------------------------------------------------------- */
+
+static inline Message *msg_at(const PsNetwork *net, uint32_t idx)
+{
+  return &net->slabs[idx >> SLAB_SHIFT][idx & (SLAB_SIZE - 1)];
+}
+
+static uint32_t msg_alloc(PsNetwork *net)
+{
+  if (net->free_head == UINT32_MAX) {
+    g_assert(net->n_slabs < (UINT32_MAX >> SLAB_SHIFT));
+    net->slabs = g_renew(Message *, net->slabs, net->n_slabs + 1);
+    net->slabs[net->n_slabs] = g_new0(Message, SLAB_SIZE);
+    uint32_t base = net->n_slabs << SLAB_SHIFT;
+    for (uint32_t i = SLAB_SIZE; i-- > 0;) {
+      net->slabs[net->n_slabs][i].next_free = net->free_head;
+      net->free_head = base + i;
+    }
+    net->n_slabs++;
+  }
+  uint32_t idx = net->free_head;
+  net->free_head = msg_at(net, idx)->next_free;
+  return idx;
+}
+
+static void msg_release(PsNetwork *net, uint32_t idx)
+{
+  Message *m = msg_at(net, idx);
+  if (m->route != m->inline_route)
+    g_free(m->route);
+  m->route = NULL;
+  m->next_free = net->free_head;
+  net->free_head = idx;
+}
+
+static inline int64_t chunk_size(const PsNetwork *net, const Message *m, uint64_t chunk)
+{
+  int64_t off = (int64_t)chunk * net->chunk;
+  int64_t left = m->bytes - off;
+  return left < net->chunk ? left : net->chunk;
+}
+
+static const char *const link_cat[] = {"ici", "on-chip", "pcie", "pcie"};
+
+static void trace_chunk(PsNetwork *net, const Message *m, int link, uint64_t chunk,
+                        int64_t bytes, ps_time_t start, ps_time_t ser)
+{
+  if (!net->named[link]) {
+    net->named[link] = 1;
+    g_autofree char *name = ps_network_link_name(net, link);
+    ps_trace_thread(net->trace, net->trace_pid, link + 1, name, link);
+  }
+  PsLinkInfo info;
+  ps_network_link_info(net, link, &info);
+  char args[160];
+  g_snprintf(args, sizeof args,
+             "{\"message\":%" G_GUINT64_FORMAT ",\"chunk\":%" G_GUINT64_FORMAT
+             ",\"bytes\":%" G_GINT64_FORMAT ",\"src\":%d,\"dst\":%d}",
+             m->id, chunk, bytes, m->src, m->dst);
+  ps_trace_complete(net->trace, net->trace_pid, link + 1, "chunk", link_cat[info.kind], start,
+                    ser, args);
+}
+
+/* Gives chunk `chunk` of m to the link of hop `hop`; returns when it
+ * reaches the far end. */
+static ps_time_t transmit(PsNetwork *net, Message *m, uint64_t chunk, int hop)
+{
+  int li = m->route[hop];
+  Link *l = &net->links[li];
+  int64_t bytes = chunk_size(net, m, chunk);
+  ps_time_t now = ps_engine_now(net->engine);
+  ps_time_t *lane = net->lane_free + l->first_lane;
+  int best = 0;
+  for (int i = 1; i < l->lanes; i++)
+    if (lane[i] < lane[best])
+      best = i;
+  ps_time_t start = lane[best] > now ? lane[best] : now;
+  ps_time_t ser = (ps_time_t)((double)bytes * l->ps_per_byte + 0.5);
+  lane[best] = start + ser;
+  l->bytes += bytes;
+  l->chunks++;
+  l->busy += ser;
+  net->chunk_hops++;
+  if (G_UNLIKELY(net->trace != NULL)) {
+    trace_chunk(net, m, li, chunk, bytes, start, ser);
+    if (hop == 0 && chunk == 0)
+      ps_trace_flow_start(net->trace, net->trace_pid, li + 1, "message", m->id, start);
+    if (hop == m->hops - 1 && start > m->last_start)
+      m->last_start = start;
+  }
+  return start + ser + l->latency;
+}
+
+static inline uint64_t hop_arg(uint64_t chunk, int done)
+{
+  return (chunk << HOP_BITS) | (uint64_t)done;
+}
+
+static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
+{
+  PsNetwork *net = ctx;
+  uint32_t idx = ev->target;
+  Message *m = msg_at(net, idx);
+  uint64_t chunk = ev->arg.u >> HOP_BITS;
+  int done = (int)(ev->arg.u & HOP_MASK);
+  if (done < m->hops) {
+    ps_time_t t = transmit(net, m, chunk, done);
+    ps_engine_at(engine, t, net->ev_hop, idx, hop_arg(chunk, done + 1));
+    return;
+  }
+  m->delivered++;
+  PsNetDelivery d = {.message = m->id,
+                     .src = m->src,
+                     .dst = m->dst,
+                     .offset = (int64_t)chunk * net->chunk,
+                     .bytes = chunk_size(net, m, chunk),
+                     .message_bytes = m->bytes,
+                     .last = m->delivered == m->n_chunks,
+                     .sent = m->sent};
+  PsNetDeliverFn fn = m->fn;
+  void *fctx = m->ctx;
+  if (d.last) {
+    if (net->trace && m->hops > 0)
+      ps_trace_flow_end(net->trace, net->trace_pid, m->route[m->hops - 1] + 1, "message",
+                        m->id, m->last_start);
+    msg_release(net, idx);
+    net->in_flight--;
+  }
+  fn(fctx, &d);
+}
+
+uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetDeliverFn fn,
+                         void *ctx)
+{
+  g_return_val_if_fail(net != NULL && fn != NULL && bytes >= 0, 0);
+  g_return_val_if_fail(src >= 0 && src < ps_network_endpoints(net), 0);
+  g_return_val_if_fail(dst >= 0 && dst < ps_network_endpoints(net), 0);
+  uint32_t idx = msg_alloc(net);
+  Message *m = msg_at(net, idx);
+  int rbuf[INLINE_ROUTE];
+  RouteBuf r = {rbuf, INLINE_ROUTE, 0};
+  route_into(net, src, dst, &r);
+  if (r.n <= INLINE_ROUTE) {
+    m->route = m->inline_route;
+    for (int i = 0; i < r.n; i++)
+      m->route[i] = rbuf[i];
+  } else {
+    int *big = g_new(int, r.n);
+    RouteBuf r2 = {big, r.n, 0};
+    route_into(net, src, dst, &r2);
+    m->route = g_new(int32_t, r.n);
+    for (int i = 0; i < r.n; i++)
+      m->route[i] = big[i];
+    g_free(big);
+  }
+  g_assert(r.n <= (int)HOP_MASK);
+  m->src = src;
+  m->dst = dst;
+  m->hops = r.n;
+  m->bytes = bytes;
+  m->n_chunks = bytes == 0 ? 1 : (bytes + net->chunk - 1) / net->chunk;
+  g_assert((uint64_t)m->n_chunks < (UINT64_C(1) << (64 - HOP_BITS)));
+  m->delivered = 0;
+  m->fn = fn;
+  m->ctx = ctx;
+  m->sent = ps_engine_now(net->engine);
+  m->last_start = 0;
+  m->id = ++net->next_id;
+  net->in_flight++;
+  for (int64_t j = 0; j < m->n_chunks; j++) {
+    if (m->hops == 0) {
+      ps_engine_at(net->engine, m->sent, net->ev_hop, idx, hop_arg((uint64_t)j, 0));
+    } else {
+      ps_time_t t = transmit(net, m, (uint64_t)j, 0);
+      ps_engine_at(net->engine, t, net->ev_hop, idx, hop_arg((uint64_t)j, 1));
+    }
+  }
+  return m->id;
+}
+
+void ps_network_set_trace(PsNetwork *net, PsTrace *trace, int pid)
+{
+  net->trace = trace;
+  net->trace_pid = pid;
+  if (!trace)
+    return;
+  g_free(net->named);
+  net->named = g_new0(guint8, net->n_links);
+  ps_trace_process(trace, pid, "links", pid);
+}
