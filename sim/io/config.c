@@ -1,12 +1,12 @@
-/* config.c: topology and experiment configs: name lookup along the data
- * search path, "extends" inheritance between topology files, --set
- * overrides on the resolved tree, and every check a user's input must pass.
+/* config.c: experiment configs and the lookup every config shares: name
+ * lookup along the data search path, --set overrides on the resolved tree,
+ * and every check a user's experiment must pass (topology files are read by
+ * topology.c).
  *
  * Invariant: a PsTopology or PsExperiment leaves this file only after all
  * of its checks have passed; every failure is a PS_INPUT_ERROR whose
  * message reads "FILE: JSON.PATH: reason" and says what to change. */
-#include "io/config.h"
-#include "io/json.h"
+#include "io/config-private.h"
 
 #include <errno.h>
 #include <math.h>
@@ -23,19 +23,13 @@
 #define FASHION_MNIST_CLASSES 10
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 
-/* Largest torus side and chip count we accept (well past any real pod). */
-#define MAX_DIM 4096
-#define MAX_CHIPS (1 << 20)
 
 static const char *where(const char *path)
 {
   return (path && *path) ? path : "(root)";
 }
 
-static void fail(GError **error, int code, const char *file, const char *path, const char *fmt,
-                 ...) G_GNUC_PRINTF(5, 6);
-
-static void fail(GError **error, int code, const char *file, const char *path, const char *fmt,
+void ps_config__fail(GError **error, int code, const char *file, const char *path, const char *fmt,
                  ...)
 {
   va_list ap;
@@ -47,7 +41,7 @@ static void fail(GError **error, int code, const char *file, const char *path, c
 
 /* A double that prints as written by a person ("1e-06", not
  * "9.9999999999999995e-07").  (transfer full) */
-static json_object *new_double(double d)
+json_object *ps_config__new_double(double d)
 {
   char buf[G_ASCII_DTOSTR_BUF_SIZE];
   g_ascii_formatd(buf, sizeof buf, "%.15g", d);
@@ -56,9 +50,8 @@ static json_object *new_double(double d)
   return json_object_new_double_s(d, buf);
 }
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
 
-static double gib(int64_t bytes)
+double ps_config__gib(int64_t bytes)
 {
   return (double)bytes / GIB;
 }
@@ -94,7 +87,7 @@ static gboolean is_path(const char *name)
   return strchr(name, '/') != NULL || g_str_has_suffix(name, ".json");
 }
 
-static gboolean is_file(const char *path)
+gboolean ps_config__is_file(const char *path)
 {
   return g_file_test(path, G_FILE_TEST_IS_REGULAR);
 }
@@ -117,7 +110,7 @@ static const char *unreadable_reason(const char *path)
  * the referring file's sibling <kind>/ folder (experiments/x.json naming a
  * topology finds topologies/), then along search_dirs().
  * (transfer full) */
-static char *find_config(const char *kind, const char *name, const char *ref_file,
+char *ps_config__find_config(const char *kind, const char *name, const char *ref_file,
                          const char *ref_path, gboolean same_kind, GError **error)
 {
   g_autofree char *ref_dir = ref_file ? g_path_get_dirname(ref_file) : NULL;
@@ -131,16 +124,16 @@ static char *find_config(const char *kind, const char *name, const char *ref_fil
   }
   if (is_path(name)) {
     if (g_path_is_absolute(name) || !ref_dir) {
-      if (is_file(name))
+      if (ps_config__is_file(name))
         return g_strdup(name);
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s%s: cannot read: %s", prefix,
                   name, unreadable_reason(name));
       return NULL;
     }
     g_autofree char *near = g_build_filename(ref_dir, name, NULL);
-    if (is_file(near))
+    if (ps_config__is_file(near))
       return g_steal_pointer(&near);
-    if (is_file(name))
+    if (ps_config__is_file(name))
       return g_strdup(name);
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s%s: cannot read: %s", prefix,
                 near, unreadable_reason(near));
@@ -151,18 +144,18 @@ static char *find_config(const char *kind, const char *name, const char *ref_fil
   if (ref_dir) {
     if (same_kind) {
       g_autofree char *sib = g_build_filename(ref_dir, leaf, NULL);
-      if (is_file(sib))
+      if (ps_config__is_file(sib))
         return g_steal_pointer(&sib);
     }
     g_autofree char *up = g_build_filename(ref_dir, "..", kind, leaf, NULL);
-    if (is_file(up))
+    if (ps_config__is_file(up))
       return g_steal_pointer(&up);
   }
   g_autoptr(GPtrArray) dirs = search_dirs();
   GString *searched = g_string_new(NULL);
   for (guint i = 0; i < dirs->len; i++) {
     g_autofree char *cand = g_build_filename(dirs->pdata[i], kind, leaf, NULL);
-    if (is_file(cand)) {
+    if (ps_config__is_file(cand)) {
       g_string_free(searched, TRUE);
       return g_steal_pointer(&cand);
     }
@@ -179,7 +172,7 @@ static char *find_config(const char *kind, const char *name, const char *ref_fil
 char *ps_config_find(const char *kind, const char *name, GError **error)
 {
   g_return_val_if_fail(kind != NULL && name != NULL, NULL);
-  return find_config(kind, name, NULL, NULL, FALSE, error);
+  return ps_config__find_config(kind, name, NULL, NULL, FALSE, error);
 }
 
 static gint compare_names(gconstpointer a, gconstpointer b)
@@ -202,7 +195,7 @@ char **ps_config_list(const char *kind)
       if (!g_str_has_suffix(entry, ".json") || entry[0] == '.')
         continue;
       g_autofree char *full = g_build_filename(d, entry, NULL);
-      if (!is_file(full))
+      if (!ps_config__is_file(full))
         continue;
       g_hash_table_add(seen, g_strndup(entry, strlen(entry) - strlen(".json")));
     }
@@ -223,7 +216,7 @@ char **ps_config_list(const char *kind)
 /* ======================================================= tree helpers */
 
 /* (transfer full) */
-static json_object *deep_copy(json_object *src)
+json_object *ps_config__deep_copy(json_object *src)
 {
   json_object *dst = NULL;
   if (src && json_object_deep_copy(src, &dst, NULL) != 0)
@@ -233,28 +226,28 @@ static json_object *deep_copy(json_object *src)
 
 /* Recursively writes src's keys over dst: objects merge, anything else
  * (numbers, strings, arrays) replaces. */
-static void merge_over(json_object *dst, json_object *src)
+void ps_config__merge_over(json_object *dst, json_object *src)
 {
   json_object_object_foreach(src, key, val) {
     json_object *d = NULL;
     if (val && json_object_is_type(val, json_type_object) &&
         json_object_object_get_ex(dst, key, &d) && d && json_object_is_type(d, json_type_object))
-      merge_over(d, val);
+      ps_config__merge_over(d, val);
     else
-      json_object_object_add(dst, key, deep_copy(val));
+      json_object_object_add(dst, key, ps_config__deep_copy(val));
   }
 }
 
 /* The member `key` of obj when it must be an object: NULL and TRUE when
  * absent and optional.  *sub is (transfer none). */
-static gboolean get_object(json_object *obj, const char *file, const char *path, const char *key,
+gboolean ps_config__get_object(json_object *obj, const char *file, const char *path, const char *key,
                            gboolean required, json_object **sub, GError **error)
 {
   json_object *v = NULL;
   *sub = NULL;
   if (!json_object_object_get_ex(obj, key, &v) || v == NULL) {
     if (required) {
-      fail(error, PS_INPUT_ERROR_KEY, file, path, "missing required key '%s'", key);
+      ps_config__fail(error, PS_INPUT_ERROR_KEY, file, path, "missing required key '%s'", key);
       return FALSE;
     }
     return TRUE;
@@ -267,7 +260,7 @@ static gboolean get_object(json_object *obj, const char *file, const char *path,
 }
 
 /* An array element as an integer (an integral double counts). */
-static gboolean elem_int(json_object *v, int64_t *out)
+gboolean ps_config__elem_int(json_object *v, int64_t *out)
 {
   if (json_object_is_type(v, json_type_int)) {
     *out = json_object_get_int64(v);
@@ -284,543 +277,11 @@ static gboolean elem_int(json_object *v, int64_t *out)
 }
 
 /* The key of an assignment "a.b=v", stripped.  (transfer full) */
-static char *override_key(const char *assignment)
+char *ps_config__override_key(const char *assignment)
 {
   const char *eq = strchr(assignment, '=');
   char *k = eq ? g_strndup(assignment, (gsize)(eq - assignment)) : g_strdup(assignment);
   return g_strstrip(k);
-}
-
-/* ========================================================== topology */
-
-static const char *const topology_keys[] = {"name",  "generation", "description", "extends", "chip",
-                                            "host",  "torus",      "ici",         "sources", NULL};
-static const char *const chip_keys[] = {"cores",
-                                        "megacore",
-                                        "mxus_per_core",
-                                        "mxu_size",
-                                        "peak_flops",
-                                        "hbm_bytes",
-                                        "hbm_bandwidth_Bps",
-                                        "mxu_efficiency",
-                                        "op_overhead_s",
-                                        "on_chip_bandwidth_Bps",
-                                        NULL};
-static const char *const host_keys[] = {"chips",     "cpu_threads",     "pcie_bandwidth_Bps",
-                                        "cpu_flops", "loop_overhead_s", NULL};
-static const char *const torus_keys[] = {"dims", "wrap", "twisted", NULL};
-static const char *const ici_keys[] = {"bandwidth_Bps", "latency_s", "links_per_neighbor", NULL};
-
-/* Resolves "extends" of the topology object obj found at file:path: the
- * named base (itself resolved) with obj's keys merged over it.  `chain`
- * holds the canonical files being resolved, to report cycles.  Returns a
- * new tree without "extends" (transfer full). */
-static json_object *topology_merge_extends(json_object *obj, const char *file, const char *path,
-                                           GPtrArray *chain, GError **error);
-
-/* Loads a topology file with its bases merged in.  (transfer full) */
-static json_object *topology_tree_load(const char *file, GPtrArray *chain, GError **error)
-{
-  json_object *obj = ps_json_load_file(file, error);
-  if (!obj)
-    return NULL;
-  if (!ps_json_expect_object(obj, file, "", error)) {
-    json_object_put(obj);
-    return NULL;
-  }
-  json_object *merged = topology_merge_extends(obj, file, "", chain, error);
-  json_object_put(obj);
-  return merged;
-}
-
-static json_object *topology_merge_extends(json_object *obj, const char *file, const char *path,
-                                           GPtrArray *chain, GError **error)
-{
-  json_object *ext = NULL;
-  if (!json_object_object_get_ex(obj, "extends", &ext) || ext == NULL)
-    return deep_copy(obj);
-  const char *base_name = NULL;
-  if (!ps_json_get_string(obj, file, path, "extends", TRUE, &base_name, error))
-    return NULL;
-  g_autofree char *ext_path = ps_json_path_join(path, "extends");
-  g_autofree char *base_file = find_config("topologies", base_name, file, ext_path, TRUE, error);
-  if (!base_file)
-    return NULL;
-  char *canon = g_canonicalize_filename(base_file, NULL);
-  for (guint i = 0; i < chain->len; i++) {
-    if (strcmp(chain->pdata[i], canon) == 0) {
-      GString *cycle = g_string_new(NULL);
-      for (guint j = i; j < chain->len; j++) {
-        g_autofree char *b = g_path_get_basename(chain->pdata[j]);
-        g_string_append_printf(cycle, "%s -> ", b);
-      }
-      g_autofree char *b = g_path_get_basename(canon);
-      g_string_append(cycle, b);
-      fail(error, PS_INPUT_ERROR_VALUE, file, ext_path,
-           "'%s' leads to a cycle of extends (%s); remove one of them", base_name, cycle->str);
-      g_string_free(cycle, TRUE);
-      g_free(canon);
-      return NULL;
-    }
-  }
-  g_ptr_array_add(chain, canon);
-  json_object *base = topology_tree_load(base_file, chain, error);
-  g_ptr_array_remove_index(chain, chain->len - 1);
-  if (!base)
-    return NULL;
-  json_object *mine = deep_copy(obj);
-  json_object_object_del(mine, "extends");
-  merge_over(base, mine);
-  json_object_put(mine);
-  return base;
-}
-
-/* True if the dotted `key` ("chip.peak_flops") names a member of root. */
-static gboolean tree_has_path(json_object *root, const char *key)
-{
-  g_auto(GStrv) parts = g_strsplit(key, ".", -1);
-  json_object *cur = root;
-  for (int i = 0; parts[i]; i++) {
-    json_object *next = NULL;
-    if (!json_object_is_type(cur, json_type_object) || parts[i][0] == '\0' ||
-        !json_object_object_get_ex(cur, parts[i], &next) || next == NULL)
-      return FALSE;
-    cur = next;
-  }
-  return TRUE;
-}
-
-static gboolean parse_sources(json_object *root, const char *file, const char *path,
-                              GError **error)
-{
-  json_object *src = NULL;
-  if (!get_object(root, file, path, "sources", FALSE, &src, error))
-    return FALSE;
-  if (!src)
-    return TRUE;
-  g_autofree char *sp = ps_json_path_join(path, "sources");
-  json_object_object_foreach(src, key, val) {
-    g_autofree char *kp = ps_json_path_join(sp, key);
-    if (!val || !json_object_is_type(val, json_type_string)) {
-      fail(error, PS_INPUT_ERROR_TYPE, file, kp, "must be a string (a citation), got %s",
-           val ? ps_json_type_name(val) : "null");
-      return FALSE;
-    }
-    if (strcmp(key, "sources") == 0 || strncmp(key, "sources.", 8) == 0 ||
-        !tree_has_path(root, key)) {
-      fail(error, PS_INPUT_ERROR_KEY, file, kp,
-           "cites '%s', which is not a key of this topology (use a dotted path such as "
-           "\"chip.peak_flops\")",
-           key);
-      return FALSE;
-    }
-  }
-  return TRUE;
-}
-
-static gboolean parse_chip(json_object *root, const char *file, const char *path, PsTopology *t,
-                           GError **error)
-{
-  json_object *c;
-  if (!get_object(root, file, path, "chip", TRUE, &c, error))
-    return FALSE;
-  g_autofree char *p = ps_json_path_join(path, "chip");
-  int64_t hbm = 0;
-  t->megacore = FALSE;
-  t->mxu_size = 128;
-  t->mxu_efficiency = 1.0;
-  t->op_overhead_s = 1e-6;
-  if (!ps_json_check_keys(c, file, p, chip_keys, error) ||
-      !ps_json_get_int32(c, file, p, "cores", TRUE, 1, 1024, &t->cores_per_chip, error) ||
-      !ps_json_get_bool(c, file, p, "megacore", FALSE, &t->megacore, error) ||
-      !ps_json_get_int32(c, file, p, "mxus_per_core", TRUE, 1, 1024, &t->mxus_per_core,
-                         error) ||
-      !ps_json_get_int32(c, file, p, "mxu_size", FALSE, 1, 65536, &t->mxu_size, error) ||
-      !ps_json_get_double(c, file, p, "peak_flops", TRUE, 0, TRUE, INFINITY, &t->peak_flops,
-                          error) ||
-      !ps_json_get_int(c, file, p, "hbm_bytes", TRUE, 1, INT64_MAX, &hbm, error) ||
-      !ps_json_get_double(c, file, p, "hbm_bandwidth_Bps", TRUE, 0, TRUE, INFINITY,
-                          &t->hbm_bandwidth_Bps, error) ||
-      !ps_json_get_double(c, file, p, "mxu_efficiency", FALSE, 0, TRUE, 1.0,
-                          &t->mxu_efficiency, error) ||
-      !ps_json_get_double(c, file, p, "op_overhead_s", FALSE, 0, FALSE, INFINITY,
-                          &t->op_overhead_s, error) ||
-      !ps_json_get_double(c, file, p, "on_chip_bandwidth_Bps", TRUE, 0, TRUE, INFINITY,
-                          &t->on_chip_bandwidth_Bps, error))
-    return FALSE;
-  t->hbm_bytes = hbm;
-  return TRUE;
-}
-
-static gboolean parse_host(json_object *root, const char *file, const char *path, PsTopology *t,
-                           GError **error)
-{
-  json_object *h;
-  if (!get_object(root, file, path, "host", TRUE, &h, error))
-    return FALSE;
-  g_autofree char *p = ps_json_path_join(path, "host");
-  return ps_json_check_keys(h, file, p, host_keys, error) &&
-         ps_json_get_int32(h, file, p, "chips", TRUE, 1, MAX_CHIPS, &t->chips_per_host,
-                           error) &&
-         ps_json_get_int32(h, file, p, "cpu_threads", TRUE, 1, 1 << 16, &t->cpu_threads,
-                           error) &&
-         ps_json_get_double(h, file, p, "pcie_bandwidth_Bps", TRUE, 0, TRUE, INFINITY,
-                            &t->pcie_bandwidth_Bps, error) &&
-         ps_json_get_double(h, file, p, "cpu_flops", TRUE, 0, TRUE, INFINITY, &t->cpu_flops,
-                            error) &&
-         ps_json_get_double(h, file, p, "loop_overhead_s", TRUE, 0, FALSE, INFINITY,
-                            &t->loop_overhead_s, error);
-}
-
-static char *dims_text(const PsTopology *t)
-{
-  GString *s = g_string_new(NULL);
-  for (int i = 0; i < t->ndims; i++)
-    g_string_append_printf(s, "%s%d", i ? "x" : "", t->dims[i]);
-  return g_string_free(s, FALSE);
-}
-
-/* Cloud TPU v4 twisted tori: k x k x 2k or k x 2k x 2k, in any order. */
-static gboolean twistable_shape(const PsTopology *t)
-{
-  int d[3] = {t->dims[0], t->dims[1], t->dims[2]};
-  for (int i = 0; i < 3; i++)
-    for (int j = i + 1; j < 3; j++)
-      if (d[j] < d[i]) {
-        int x = d[i];
-        d[i] = d[j];
-        d[j] = x;
-      }
-  return (d[0] == d[1] && d[2] == 2 * d[0]) || (d[1] == 2 * d[0] && d[2] == d[1]);
-}
-
-static gboolean parse_torus(json_object *root, const char *file, const char *path, PsTopology *t,
-                            GError **error)
-{
-  json_object *tor;
-  if (!get_object(root, file, path, "torus", TRUE, &tor, error))
-    return FALSE;
-  g_autofree char *p = ps_json_path_join(path, "torus");
-  if (!ps_json_check_keys(tor, file, p, torus_keys, error))
-    return FALSE;
-
-  g_autofree char *dp = ps_json_path_join(p, "dims");
-  json_object *dims = NULL;
-  if (!json_object_object_get_ex(tor, "dims", &dims) || !dims) {
-    fail(error, PS_INPUT_ERROR_KEY, file, p, "missing required key 'dims'");
-    return FALSE;
-  }
-  if (!json_object_is_type(dims, json_type_array)) {
-    fail(error, PS_INPUT_ERROR_TYPE, file, dp, "must be an array of 1 to 3 integers, got %s",
-         ps_json_type_name(dims));
-    return FALSE;
-  }
-  size_t n = json_object_array_length(dims);
-  if (n < 1 || n > PS_MAX_DIMS) {
-    fail(error, PS_INPUT_ERROR_VALUE, file, dp,
-         "must have 1 to %d entries (a 1-D, 2-D or 3-D torus), got %zu", PS_MAX_DIMS, n);
-    return FALSE;
-  }
-  t->ndims = (int)n;
-  int64_t chips = 1;
-  for (size_t i = 0; i < n; i++) {
-    json_object *v = json_object_array_get_idx(dims, i);
-    g_autofree char *ep = ps_json_path_index(dp, (int)i);
-    int64_t x;
-    if (!v || !elem_int(v, &x)) {
-      fail(error, PS_INPUT_ERROR_TYPE, file, ep, "must be an integer, got %s",
-           v ? ps_json_type_name(v) : "null");
-      return FALSE;
-    }
-    if (x < 1 || x > MAX_DIM) {
-      fail(error, PS_INPUT_ERROR_VALUE, file, ep,
-           "must be between 1 and %d chips, got %" G_GINT64_FORMAT, MAX_DIM, x);
-      return FALSE;
-    }
-    t->dims[i] = (int)x;
-    chips *= x;
-  }
-  if (chips > MAX_CHIPS) {
-    fail(error, PS_INPUT_ERROR_VALUE, file, dp,
-         "%" G_GINT64_FORMAT " chips is more than the %d this simulator accepts", chips,
-         MAX_CHIPS);
-    return FALSE;
-  }
-
-  for (int i = 0; i < PS_MAX_DIMS; i++)
-    t->wrap[i] = FALSE;
-  json_object *wrap = NULL;
-  if (json_object_object_get_ex(tor, "wrap", &wrap) && wrap) {
-    g_autofree char *wp = ps_json_path_join(p, "wrap");
-    if (!json_object_is_type(wrap, json_type_array)) {
-      fail(error, PS_INPUT_ERROR_TYPE, file, wp,
-           "must be an array of true/false, one per entry of torus.dims, got %s",
-           ps_json_type_name(wrap));
-      return FALSE;
-    }
-    size_t m = json_object_array_length(wrap);
-    if (m != n) {
-      fail(error, PS_INPUT_ERROR_VALUE, file, wp,
-           "has %zu entries but torus.dims has %zu; give one true/false per dimension", m, n);
-      return FALSE;
-    }
-    for (size_t i = 0; i < m; i++) {
-      json_object *v = json_object_array_get_idx(wrap, i);
-      if (!v || !json_object_is_type(v, json_type_boolean)) {
-        g_autofree char *ep = ps_json_path_index(wp, (int)i);
-        fail(error, PS_INPUT_ERROR_TYPE, file, ep, "must be true or false, got %s",
-             v ? ps_json_type_name(v) : "null");
-        return FALSE;
-      }
-      t->wrap[i] = json_object_get_boolean(v) ? TRUE : FALSE;
-    }
-  }
-
-  t->twisted = FALSE;
-  if (!ps_json_get_bool(tor, file, p, "twisted", FALSE, &t->twisted, error))
-    return FALSE;
-  if (t->twisted) {
-    g_autofree char *tp = ps_json_path_join(p, "twisted");
-    g_autofree char *shape = dims_text(t);
-    gboolean all_wrap = t->ndims == 3 && t->wrap[0] && t->wrap[1] && t->wrap[2];
-    if (t->ndims != 3 || !all_wrap || !twistable_shape(t)) {
-      fail(error, PS_INPUT_ERROR_VALUE, file, tp,
-           "a twisted torus needs a 3-D k x k x 2k or k x 2k x 2k shape with wrap-around on "
-           "every axis (as Cloud TPU v4 offers), got %s%s; set torus.twisted=false",
-           shape, all_wrap ? "" : " without full wrap-around");
-      return FALSE;
-    }
-  }
-  return TRUE;
-}
-
-static gboolean parse_ici(json_object *root, const char *file, const char *path, PsTopology *t,
-                          GError **error)
-{
-  json_object *ici;
-  if (!get_object(root, file, path, "ici", TRUE, &ici, error))
-    return FALSE;
-  g_autofree char *p = ps_json_path_join(path, "ici");
-  t->ici_links_per_neighbor = 1;
-  return ps_json_check_keys(ici, file, p, ici_keys, error) &&
-         ps_json_get_double(ici, file, p, "bandwidth_Bps", TRUE, 0, TRUE, INFINITY,
-                            &t->ici_bandwidth_Bps, error) &&
-         ps_json_get_double(ici, file, p, "latency_s", TRUE, 0, FALSE, INFINITY,
-                            &t->ici_latency_s, error) &&
-         ps_json_get_int32(ici, file, p, "links_per_neighbor", FALSE, 1, 64,
-                           &t->ici_links_per_neighbor, error);
-}
-
-/* The name a file gives when it has no "name": its basename without
- * ".json".  (transfer full) */
-static char *name_from_file(const char *file)
-{
-  char *base = g_path_get_basename(file);
-  if (g_str_has_suffix(base, ".json"))
-    base[strlen(base) - 5] = '\0';
-  return base;
-}
-
-static PsTopology *topology_parse(json_object *root, const char *file, const char *path,
-                                  GError **error)
-{
-  if (!ps_json_check_keys(root, file, path, topology_keys, error))
-    return NULL;
-  PsTopology *t = g_new0(PsTopology, 1);
-  const char *name = NULL, *gen = NULL, *desc = NULL;
-  if (!ps_json_get_string(root, file, path, "name", FALSE, &name, error) ||
-      !ps_json_get_string(root, file, path, "generation", FALSE, &gen, error) ||
-      !ps_json_get_string(root, file, path, "description", FALSE, &desc, error))
-    goto fail;
-  t->file = g_strdup(file);
-  t->name = name ? g_strdup(name) : (path && *path) ? g_strdup("inline") : name_from_file(file);
-  t->generation = g_strdup(gen ? gen : "");
-  t->description = g_strdup(desc ? desc : "");
-  if (!parse_chip(root, file, path, t, error) || !parse_host(root, file, path, t, error) ||
-      !parse_torus(root, file, path, t, error) || !parse_ici(root, file, path, t, error) ||
-      !parse_sources(root, file, path, error))
-    goto fail;
-
-  int chips = ps_topology_chips(t);
-  if (chips < t->chips_per_host) {
-    /* A slice smaller than a host: one host with just these chips. */
-    t->chips_per_host = chips;
-  } else if (chips % t->chips_per_host != 0) {
-    g_autofree char *hp = ps_json_path_join(path, "host.chips");
-    g_autofree char *shape = dims_text(t);
-    fail(error, PS_INPUT_ERROR_VALUE, file, hp,
-         "the slice's %d chips (torus.dims %s) are not divisible by host.chips = %d; change "
-         "torus.dims or host.chips",
-         chips, shape, t->chips_per_host);
-    goto fail;
-  }
-  return t;
-fail:
-  ps_topology_free(t);
-  return NULL;
-}
-
-PsTopology *ps_topology_from_json(json_object *obj, const char *file, const char *path,
-                                  GError **error)
-{
-  g_return_val_if_fail(obj != NULL && file != NULL, NULL);
-  if (!ps_json_expect_object(obj, file, path, error))
-    return NULL;
-  g_autoptr(GPtrArray) chain = g_ptr_array_new_with_free_func(g_free);
-  if (!(path && *path) && is_file(file))
-    g_ptr_array_add(chain, g_canonicalize_filename(file, NULL));
-  json_object *merged = topology_merge_extends(obj, file, path, chain, error);
-  if (!merged)
-    return NULL;
-  PsTopology *t = topology_parse(merged, file, path, error);
-  json_object_put(merged);
-  return t;
-}
-
-/* Applies NULL-terminated overrides to root.  Those whose key is listed
- * in `only` (or all, when only is NULL) and not in `skip`. */
-static gboolean apply_overrides(json_object *root, const char *const *overrides,
-                                const char *const *only, const char *const *skip,
-                                GError **error)
-{
-  if (!overrides)
-    return TRUE;
-  for (const char *const *o = overrides; *o; o++) {
-    g_autofree char *key = override_key(*o);
-    if (only && !g_strv_contains(only, key))
-      continue;
-    if (skip && g_strv_contains(skip, key))
-      continue;
-    if (!ps_json_apply_override(root, *o, "--set", error))
-      return FALSE;
-  }
-  return TRUE;
-}
-
-PsTopology *ps_topology_load(const char *name_or_path, const char *const *overrides,
-                             GError **error)
-{
-  g_return_val_if_fail(name_or_path != NULL, NULL);
-  g_autofree char *file = ps_config_find("topologies", name_or_path, error);
-  if (!file)
-    return NULL;
-  g_autoptr(GPtrArray) chain = g_ptr_array_new_with_free_func(g_free);
-  g_ptr_array_add(chain, g_canonicalize_filename(file, NULL));
-  json_object *tree = topology_tree_load(file, chain, error);
-  if (!tree)
-    return NULL;
-  PsTopology *t = NULL;
-  if (apply_overrides(tree, overrides, NULL, NULL, error))
-    t = topology_parse(tree, file, "", error);
-  json_object_put(tree);
-  return t;
-}
-
-void ps_topology_free(PsTopology *t)
-{
-  if (!t)
-    return;
-  g_free(t->name);
-  g_free(t->file);
-  g_free(t->generation);
-  g_free(t->description);
-  g_free(t);
-}
-
-int ps_topology_chips(const PsTopology *t)
-{
-  g_return_val_if_fail(t != NULL, 0);
-  int n = 1;
-  for (int i = 0; i < t->ndims; i++)
-    n *= t->dims[i];
-  return n;
-}
-
-int ps_topology_hosts(const PsTopology *t)
-{
-  g_return_val_if_fail(t != NULL && t->chips_per_host > 0, 0);
-  return ps_topology_chips(t) / t->chips_per_host;
-}
-
-int ps_topology_devices_per_chip(const PsTopology *t)
-{
-  g_return_val_if_fail(t != NULL, 0);
-  return t->megacore ? 1 : t->cores_per_chip;
-}
-
-int ps_topology_devices(const PsTopology *t)
-{
-  return ps_topology_chips(t) * ps_topology_devices_per_chip(t);
-}
-
-double ps_topology_device_peak_flops(const PsTopology *t)
-{
-  return t->peak_flops / ps_topology_devices_per_chip(t);
-}
-
-double ps_topology_device_hbm_bandwidth(const PsTopology *t)
-{
-  return t->hbm_bandwidth_Bps / ps_topology_devices_per_chip(t);
-}
-
-int64_t ps_topology_device_hbm_bytes(const PsTopology *t)
-{
-  return t->hbm_bytes / ps_topology_devices_per_chip(t);
-}
-
-/* The topology as a loadable JSON object, every default filled in;
- * `sources` (may be NULL) is copied.  (transfer full) */
-static json_object *topology_to_json(const PsTopology *t, json_object *sources)
-{
-  json_object *o = json_object_new_object();
-  json_object_object_add(o, "name", json_object_new_string(t->name));
-  json_object_object_add(o, "generation", json_object_new_string(t->generation));
-  json_object_object_add(o, "description", json_object_new_string(t->description));
-
-  json_object *c = json_object_new_object();
-  json_object_object_add(c, "cores", json_object_new_int(t->cores_per_chip));
-  json_object_object_add(c, "megacore", json_object_new_boolean(t->megacore));
-  json_object_object_add(c, "mxus_per_core", json_object_new_int(t->mxus_per_core));
-  json_object_object_add(c, "mxu_size", json_object_new_int(t->mxu_size));
-  json_object_object_add(c, "peak_flops", new_double(t->peak_flops));
-  json_object_object_add(c, "hbm_bytes", json_object_new_int64(t->hbm_bytes));
-  json_object_object_add(c, "hbm_bandwidth_Bps", new_double(t->hbm_bandwidth_Bps));
-  json_object_object_add(c, "mxu_efficiency", new_double(t->mxu_efficiency));
-  json_object_object_add(c, "op_overhead_s", new_double(t->op_overhead_s));
-  json_object_object_add(c, "on_chip_bandwidth_Bps",
-                         new_double(t->on_chip_bandwidth_Bps));
-  json_object_object_add(o, "chip", c);
-
-  json_object *h = json_object_new_object();
-  json_object_object_add(h, "chips", json_object_new_int(t->chips_per_host));
-  json_object_object_add(h, "cpu_threads", json_object_new_int(t->cpu_threads));
-  json_object_object_add(h, "pcie_bandwidth_Bps", new_double(t->pcie_bandwidth_Bps));
-  json_object_object_add(h, "cpu_flops", new_double(t->cpu_flops));
-  json_object_object_add(h, "loop_overhead_s", new_double(t->loop_overhead_s));
-  json_object_object_add(o, "host", h);
-
-  json_object *tor = json_object_new_object();
-  json_object *dims = json_object_new_array();
-  json_object *wrap = json_object_new_array();
-  for (int i = 0; i < t->ndims; i++) {
-    json_object_array_add(dims, json_object_new_int(t->dims[i]));
-    json_object_array_add(wrap, json_object_new_boolean(t->wrap[i]));
-  }
-  json_object_object_add(tor, "dims", dims);
-  json_object_object_add(tor, "wrap", wrap);
-  json_object_object_add(tor, "twisted", json_object_new_boolean(t->twisted));
-  json_object_object_add(o, "torus", tor);
-
-  json_object *ici = json_object_new_object();
-  json_object_object_add(ici, "bandwidth_Bps", new_double(t->ici_bandwidth_Bps));
-  json_object_object_add(ici, "latency_s", new_double(t->ici_latency_s));
-  json_object_object_add(ici, "links_per_neighbor",
-                         json_object_new_int(t->ici_links_per_neighbor));
-  json_object_object_add(o, "ici", ici);
-
-  if (sources)
-    json_object_object_add(o, "sources", deep_copy(sources));
-  return o;
 }
 
 /* ======================================================== experiment */
@@ -878,27 +339,27 @@ static gboolean resolve_topology(Resolution *r, GError **error)
 {
   json_object *v = NULL;
   if (!json_object_object_get_ex(r->root, "topology", &v) || !v) {
-    fail(error, PS_INPUT_ERROR_KEY, r->file, "", "missing required key 'topology' (a name such "
+    ps_config__fail(error, PS_INPUT_ERROR_KEY, r->file, "", "missing required key 'topology' (a name such "
          "as \"tpu-v3-8\", a path, or an object; see `podsim list topologies`)");
     return FALSE;
   }
   g_autoptr(GPtrArray) chain = g_ptr_array_new_with_free_func(g_free);
   json_object *tree;
   if (json_object_is_type(v, json_type_string)) {
-    char *tfile = find_config("topologies", json_object_get_string(v), r->file, "topology",
+    char *tfile = ps_config__find_config("topologies", json_object_get_string(v), r->file, "topology",
                               FALSE, error);
     if (!tfile)
       return FALSE;
     g_ptr_array_add(chain, g_canonicalize_filename(tfile, NULL));
-    tree = topology_tree_load(tfile, chain, error);
+    tree = ps_config__topology_tree_load(tfile, chain, error);
     r->topo_file = tfile;
     r->topo_path = g_strdup("");
   } else if (json_object_is_type(v, json_type_object)) {
-    tree = topology_merge_extends(v, r->file, "topology", chain, error);
+    tree = ps_config__topology_merge_extends(v, r->file, "topology", chain, error);
     r->topo_file = g_strdup(r->file);
     r->topo_path = g_strdup("topology");
   } else {
-    fail(error, PS_INPUT_ERROR_TYPE, r->file, "topology",
+    ps_config__fail(error, PS_INPUT_ERROR_TYPE, r->file, "topology",
          "must be a topology name, a path or an object, got %s", ps_json_type_name(v));
     return FALSE;
   }
@@ -912,13 +373,13 @@ static gboolean resolve_model(Resolution *r, GError **error)
 {
   json_object *v = NULL;
   if (!json_object_object_get_ex(r->root, "model", &v) || !v) {
-    fail(error, PS_INPUT_ERROR_KEY, r->file, "",
+    ps_config__fail(error, PS_INPUT_ERROR_KEY, r->file, "",
          "missing required key 'model' (a name, a path, or an object; see `podsim list "
          "models`)");
     return FALSE;
   }
   if (json_object_is_type(v, json_type_string)) {
-    char *mfile = find_config("models", json_object_get_string(v), r->file, "model", FALSE,
+    char *mfile = ps_config__find_config("models", json_object_get_string(v), r->file, "model", FALSE,
                               error);
     if (!mfile)
       return FALSE;
@@ -939,7 +400,7 @@ static gboolean resolve_model(Resolution *r, GError **error)
     r->model_path = g_strdup("model");
     return TRUE;
   }
-  fail(error, PS_INPUT_ERROR_TYPE, r->file, "model",
+  ps_config__fail(error, PS_INPUT_ERROR_TYPE, r->file, "model",
        "must be a model name, a path or an object, got %s", ps_json_type_name(v));
   return FALSE;
 }
@@ -955,7 +416,7 @@ static gboolean parse_strategy(json_object *root, const char *file, PsStrategyCo
   s->schedule = PS_SCHEDULE_GPIPE;
   s->rematerialize = FALSE;
   json_object *o;
-  if (!get_object(root, file, "", "strategy", FALSE, &o, error))
+  if (!ps_config__get_object(root, file, "", "strategy", FALSE, &o, error))
     return FALSE;
   if (!o)
     return TRUE;
@@ -990,7 +451,7 @@ static gboolean parse_input(json_object *root, const char *file, PsInputConfig *
   in->shuffle = TRUE;
   const char *dir = DEFAULT_DATA_DIR;
   json_object *o;
-  if (!get_object(root, file, "", "input", FALSE, &o, error))
+  if (!ps_config__get_object(root, file, "", "input", FALSE, &o, error))
     return FALSE;
   if (o) {
     const char *p = "input";
@@ -1030,7 +491,7 @@ static gboolean parse_host_calls(json_object *root, const char *file, PsExperime
   if (!json_object_object_get_ex(root, "outside_compilation", &arr) || !arr)
     return TRUE;
   if (!json_object_is_type(arr, json_type_array)) {
-    fail(error, PS_INPUT_ERROR_TYPE, file, "outside_compilation", "must be an array, got %s",
+    ps_config__fail(error, PS_INPUT_ERROR_TYPE, file, "outside_compilation", "must be an array, got %s",
          ps_json_type_name(arr));
     return FALSE;
   }
@@ -1059,7 +520,7 @@ static gboolean parse_host_calls(json_object *root, const char *file, PsExperime
         h->after = l;
     if (h->after < 0 || h->after == e->model->n_layers - 1) {
       g_autofree char *kp = ps_json_path_join(p, "after");
-      fail(error, PS_INPUT_ERROR_VALUE, file, kp,
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, kp,
            h->after < 0 ? "no layer named '%s' in model '%s' (see `podsim describe model %s`)"
                         : "'%s' is the loss of model '%s': pick a layer before it%s",
            after, e->model->name, h->after < 0 ? e->model->name : "");
@@ -1070,7 +531,7 @@ static gboolean parse_host_calls(json_object *root, const char *file, PsExperime
   qsort(e->host_calls, (size_t)n, sizeof(PsHostCall), cmp_host_call);
   for (int i = 1; i < n; i++)
     if (e->host_calls[i].after == e->host_calls[i - 1].after) {
-      fail(error, PS_INPUT_ERROR_VALUE, file, "outside_compilation",
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, "outside_compilation",
            "two calls after layer '%s'; merge them into one",
            e->model->layers[e->host_calls[i].after].name);
       return FALSE;
@@ -1087,7 +548,7 @@ static gboolean get_unit_interval(json_object *o, const char *file, const char *
     return FALSE;
   if (v >= 1.0) {
     g_autofree char *kp = ps_json_path_join(p, key);
-    fail(error, PS_INPUT_ERROR_VALUE, file, kp, "must be >= 0 and < 1, got %g", v);
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, kp, "must be >= 0 and < 1, got %g", v);
     return FALSE;
   }
   *out = v;
@@ -1104,7 +565,7 @@ static gboolean parse_optimizer(json_object *root, const char *file, PsOptimizer
   opt->beta2 = 0.999;
   opt->epsilon = 1e-7;
   json_object *o;
-  if (!get_object(root, file, "", "optimizer", FALSE, &o, error))
+  if (!ps_config__get_object(root, file, "", "optimizer", FALSE, &o, error))
     return FALSE;
   if (!o)
     return TRUE;
@@ -1132,7 +593,7 @@ static gboolean parse_numerics(json_object *root, const char *file, gboolean def
   n->seed = 1;
   n->evaluate = TRUE;
   json_object *o;
-  if (!get_object(root, file, "", "numerics", FALSE, &o, error))
+  if (!ps_config__get_object(root, file, "", "numerics", FALSE, &o, error))
     return FALSE;
   if (!o)
     return TRUE;
@@ -1228,12 +689,12 @@ static gboolean check_memory(const PsExperiment *e, GError **error)
                                    " micro-batches of %" G_GINT64_FORMAT " in flight)",
                                    batch, live, micro)
                  : g_strdup_printf("%" G_GINT64_FORMAT, batch);
-    fail(error, PS_INPUT_ERROR_DOES_NOT_FIT, e->file, "global_batch",
+    ps_config__fail(error, PS_INPUT_ERROR_DOES_NOT_FIT, e->file, "global_batch",
          "%s needs %.1f GiB per device at batch %s (weights, gradients and %d optimizer "
          "slot%s %.1f GiB + activations %.1f GiB at %d bytes), %s has %.1f GiB per device; "
          "lower global_batch, raise strategy.replicas, or %s",
-         what, need / GIB, batch_text, slots, slots == 1 ? "" : "s", gib(fixed),
-         (need - (double)fixed) / GIB, act_bytes, e->topology->name, gib(have),
+         what, need / GIB, batch_text, slots, slots == 1 ? "" : "s", ps_config__gib(fixed),
+         (need - (double)fixed) / GIB, act_bytes, e->topology->name, ps_config__gib(have),
          s->kind != PS_STRATEGY_PIPELINE ? "use a pipeline with strategy.rematerialize=true"
          : s->rematerialize ? "use more strategy.stages or micro_batches"
                             : "set strategy.rematerialize=true");
@@ -1250,12 +711,12 @@ static gboolean check_experiment(PsExperiment *e, GError **error)
   const PsModel *m = e->model;
 
   if (s->kind == PS_STRATEGY_REPLICATE && s->stages > 1) {
-    fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.stages",
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.stages",
          "%d stages need strategy.kind = \"pipeline\" (got \"replicate\")", s->stages);
     return FALSE;
   }
   if (e->global_batch % s->replicas != 0) {
-    fail(error, PS_INPUT_ERROR_VALUE, f, "global_batch",
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "global_batch",
          "%" G_GINT64_FORMAT " is not divisible by strategy.replicas = %d; use a multiple of "
          "%d or change strategy.replicas",
          e->global_batch, s->replicas, s->replicas);
@@ -1263,7 +724,7 @@ static gboolean check_experiment(PsExperiment *e, GError **error)
   }
   int64_t per_replica = e->global_batch / s->replicas;
   if (per_replica % s->micro_batches != 0) {
-    fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.micro_batches",
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.micro_batches",
          "the per-replica batch %" G_GINT64_FORMAT " (global_batch %" G_GINT64_FORMAT
          " / %d replicas) is not divisible by micro_batches = %d; pick micro_batches that "
          "divides %" G_GINT64_FORMAT,
@@ -1273,7 +734,7 @@ static gboolean check_experiment(PsExperiment *e, GError **error)
   int devices = ps_topology_devices(e->topology);
   int64_t needed = (int64_t)s->replicas * s->stages;
   if (needed > devices) {
-    fail(error, PS_INPUT_ERROR_VALUE, f, s->stages > 1 ? "strategy" : "strategy.replicas",
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, s->stages > 1 ? "strategy" : "strategy.replicas",
          "needs %" G_GINT64_FORMAT " devices, %s has %d (replicas %d x stages %d); lower "
          "strategy.replicas%s or pick a larger topology",
          needed, e->topology->name, devices, s->replicas, s->stages,
@@ -1281,13 +742,13 @@ static gboolean check_experiment(PsExperiment *e, GError **error)
     return FALSE;
   }
   if (s->stages > m->n_layers) {
-    fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.stages",
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.stages",
          "%d stages but model '%s' has only %d layers; use at most %d stages", s->stages,
          m->name, m->n_layers, m->n_layers);
     return FALSE;
   }
   if (e->numerics.enabled && !m->numerics_supported) {
-    fail(error, PS_INPUT_ERROR_VALUE, f, "numerics.enabled",
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "numerics.enabled",
          "model '%s' is timing-only (some of its layers have no numeric kernel); set "
          "numerics.enabled=false (e.g. --set numerics.enabled=false)",
          m->name);
@@ -1297,7 +758,7 @@ static gboolean check_experiment(PsExperiment *e, GError **error)
     int64_t elems = ps_shape_elems(m->in_shape, m->in_rank);
     if (elems != FASHION_MNIST_ELEMS || m->classes != FASHION_MNIST_CLASSES || m->token_input) {
       g_autofree char *shape = shape_text(m->in_shape, m->in_rank);
-      fail(error, PS_INPUT_ERROR_VALUE, f, "input.source",
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "input.source",
            "fashion-mnist gives 28x28x1 images (784 values) in 10 classes, but model '%s' "
            "takes %s%s = %" G_GINT64_FORMAT " values with %" G_GINT64_FORMAT
            " classes; use input.source=\"synthetic\" or a model with a (28, 28, 1) input and "
@@ -1317,18 +778,18 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object *v = NULL;
   json_object_object_add(o, "name", json_object_new_string(e->name));
   if (json_object_object_get_ex(root, "description", &v) && v)
-    json_object_object_add(o, "description", deep_copy(v));
+    json_object_object_add(o, "description", ps_config__deep_copy(v));
   json_object *sources_obj = NULL;
   json_object *topo = NULL;
   if (json_object_object_get_ex(root, "topology", &topo) && topo)
     json_object_object_get_ex(topo, "sources", &sources_obj);
-  json_object_object_add(o, "topology", topology_to_json(e->topology, sources_obj));
+  json_object_object_add(o, "topology", ps_config__topology_to_json(e->topology, sources_obj));
   json_object *model = NULL;
   json_object_object_get_ex(root, "model", &model);
-  json_object_object_add(o, "model", deep_copy(model));
+  json_object_object_add(o, "model", ps_config__deep_copy(model));
   json_object_object_add(o, "global_batch", json_object_new_int64(e->global_batch));
   json_object_object_add(o, "steps", json_object_new_int64(e->steps));
-  json_object_object_add(o, "epochs", new_double(e->epochs));
+  json_object_object_add(o, "epochs", ps_config__new_double(e->epochs));
   json_object_object_add(o, "steps_per_run", json_object_new_int64(e->steps_per_run));
   json_object_object_add(o, "log_every", json_object_new_int64(e->log_every));
   json_object_object_add(o, "fuse_elementwise", json_object_new_boolean(e->fuse_elementwise));
@@ -1350,7 +811,7 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(io, "source", json_object_new_string(sources[in->source]));
   json_object_object_add(io, "data_dir", json_object_new_string(in->data_dir));
   json_object_object_add(io, "host_cost_per_example_s",
-                         new_double(in->host_cost_per_example_s));
+                         ps_config__new_double(in->host_cost_per_example_s));
   json_object_object_add(io, "workers", json_object_new_int(in->workers));
   json_object_object_add(io, "prefetch", json_object_new_int(in->prefetch));
   json_object_object_add(io, "infeed_capacity", json_object_new_int(in->infeed_capacity));
@@ -1362,11 +823,11 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   const PsOptimizerConfig *opt = &e->optimizer;
   json_object *oo = json_object_new_object();
   json_object_object_add(oo, "kind", json_object_new_string(optimizer_kinds[opt->kind]));
-  json_object_object_add(oo, "learning_rate", new_double(opt->learning_rate));
-  json_object_object_add(oo, "momentum", new_double(opt->momentum));
-  json_object_object_add(oo, "beta1", new_double(opt->beta1));
-  json_object_object_add(oo, "beta2", new_double(opt->beta2));
-  json_object_object_add(oo, "epsilon", new_double(opt->epsilon));
+  json_object_object_add(oo, "learning_rate", ps_config__new_double(opt->learning_rate));
+  json_object_object_add(oo, "momentum", ps_config__new_double(opt->momentum));
+  json_object_object_add(oo, "beta1", ps_config__new_double(opt->beta1));
+  json_object_object_add(oo, "beta2", ps_config__new_double(opt->beta2));
+  json_object_object_add(oo, "epsilon", ps_config__new_double(opt->epsilon));
   json_object_object_add(o, "optimizer", oo);
 
   const PsNumericsConfig *n = &e->numerics;
@@ -1384,7 +845,7 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
       json_object_object_add(ho, "after", json_object_new_string(e->model->layers[h->after].name));
       json_object_object_add(ho, "kind", json_object_new_string(host_call_kinds[h->kind]));
       json_object_object_add(ho, "bins", json_object_new_int(h->bins));
-      json_object_object_add(ho, "flops_per_element", new_double(h->flops_per_element));
+      json_object_object_add(ho, "flops_per_element", ps_config__new_double(h->flops_per_element));
       json_object_array_add(hc, ho);
     }
     json_object_object_add(o, "outside_compilation", hc);
@@ -1403,7 +864,7 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
   const char *name = NULL;
   if (!ps_json_get_string(root, f, "", "name", FALSE, &name, error))
     goto fail;
-  e->name = name ? g_strdup(name) : name_from_file(f);
+  e->name = name ? g_strdup(name) : ps_config__name_from_file(f);
 
   json_object *topo = NULL, *model = NULL;
   json_object_object_get_ex(root, "topology", &topo);
@@ -1473,8 +934,8 @@ PsExperiment *ps_experiment_load(const char *name_or_path, const char *const *ov
     goto out;
   /* "--set topology=tpu-v4-32" picks another topology before it is
    * resolved; every other override applies to the resolved tree. */
-  if (!apply_overrides(r.root, overrides, whole, NULL, error) || !resolve_topology(&r, error) ||
-      !resolve_model(&r, error) || !apply_overrides(r.root, overrides, NULL, whole, error))
+  if (!ps_config__apply_overrides(r.root, overrides, whole, NULL, error) || !resolve_topology(&r, error) ||
+      !resolve_model(&r, error) || !ps_config__apply_overrides(r.root, overrides, NULL, whole, error))
     goto out;
   e = experiment_parse(&r, error);
 out:

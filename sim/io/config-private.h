@@ -1,0 +1,37 @@
+/* config-private.h: what config.c (lookup, experiments) and topology.c
+ * (topology files) share: tree helpers, lookup, overrides, and the error
+ * helper whose messages read "FILE: JSON.PATH: reason".  Not installed. */
+#ifndef PS_CONFIG_PRIVATE_H
+#define PS_CONFIG_PRIVATE_H
+
+#include "io/config.h"
+#include "io/json.h"
+
+/* Largest torus side and chip count we accept (well past any real pod). */
+#define MAX_DIM 4096
+#define MAX_CHIPS (1 << 20)
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+json_object *ps_config__deep_copy(json_object *src);
+gboolean ps_config__is_file(const char *path);
+void ps_config__fail(GError **error, int code, const char *file, const char *path, const char *fmt,
+                     ...) G_GNUC_PRINTF(5, 6);
+char *ps_config__find_config(const char *kind, const char *name, const char *ref_file,
+                         const char *ref_path, gboolean same_kind, GError **error);
+void ps_config__merge_over(json_object *dst, json_object *src);
+gboolean ps_config__get_object(json_object *obj, const char *file, const char *path, const char *key,
+                           gboolean required, json_object **sub, GError **error);
+json_object *ps_config__new_double(double d);
+char *ps_config__override_key(const char *assignment);
+gboolean ps_config__elem_int(json_object *v, int64_t *out);
+double ps_config__gib(int64_t bytes);
+json_object *ps_config__topology_tree_load(const char *file, GPtrArray *chain, GError **error);
+json_object *ps_config__topology_to_json(const PsTopology *t, json_object *sources);
+char *ps_config__name_from_file(const char *file);
+gboolean ps_config__apply_overrides(json_object *root, const char *const *overrides,
+                                const char *const *only, const char *const *skip,
+                                GError **error);
+json_object *ps_config__topology_merge_extends(json_object *obj, const char *file, const char *path,
+                                           GPtrArray *chain, GError **error);
+
+#endif
