@@ -35,7 +35,7 @@ TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTBIN)/%)
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps run test golden bench plots install uninstall clean check-asan check-valgrind
+.PHONY: all deps bench-deps run test golden bench plots install uninstall clean check-asan check-valgrind
 
 all: $(PODSIM_BIN) $(BUILD)/libpodsim.a
 
@@ -82,6 +82,26 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpodsim.a
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The SimGrid side-by-side bench also links SimGrid (libsimgrid-dev, which
+# only `make bench` needs and installs; `make test` never does).
+$(BUILD)/bench/bench_simgrid: $(BUILD)/bench/bench_simgrid.o $(BUILD)/libpodsim.a | bench-deps
+	@echo "  LD    $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs simgrid 2>/dev/null || echo -lsimgrid)
+
+$(BUILD)/bench/bench_simgrid.o: | bench-deps
+
+bench-deps:
+	@if ! pkg-config --exists simgrid 2>/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "bench-deps: installing libsimgrid-dev"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends libsimgrid-dev >/dev/null; \
+	  else \
+	    echo "bench-deps: SimGrid is missing; run as root:"; \
+	    echo "  apt-get install -y libsimgrid-dev"; exit 1; \
+	  fi; \
+	fi
+
 # keep test and bench objects between builds
 .SECONDARY:
 
@@ -98,7 +118,7 @@ test: deps all $(TEST_BIN)
 golden: all
 	tests/golden/regen.sh
 
-bench: deps all $(BENCH_BIN)
+bench: deps bench-deps all $(BENCH_BIN)
 	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
 
 plots: deps all
@@ -126,10 +146,13 @@ check-asan:
 	  OPT="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
 	  LDFLAGS="-fsanitize=address,undefined" test
 
+# Under valgrind, minus the one-epoch training run (an hour there; the
+# sanitizer build covers it).
 check-valgrind: all $(TEST_BIN)
 	@for t in $(TEST_BIN); do \
 	  PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
-	  valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite $$t -q || exit 1; done
+	  valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite $$t -q \
+	    -s /run/default/mlp-one-epoch || exit 1; done
 
 clean:
 	rm -rf build build-asan tests/bin podsim traces/*.json

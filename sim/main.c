@@ -8,6 +8,7 @@
  *
  * Exit status: 0 success, 2 bad input (config, data, command line),
  * 1 internal failure.  Errors go to stderr as "podsim: <message>". */
+#include "collective_cli.h"
 #include "io/config.h"
 #include "run.h"
 
@@ -23,6 +24,7 @@ static const char *const usage_text =
     "  run EXPERIMENT        simulate a training run and print where the time goes\n"
     "  list KIND             list topologies, models or experiments\n"
     "  describe [KIND] NAME  print a resolved experiment, topology or model\n"
+    "  collective            time a collective on the simulated interconnect\n"
     "\n"
     "EXPERIMENT, NAME: a name from experiments/, topologies/, models/, or a path.\n"
     "Run `podsim run --help` or `podsim describe --help` for their options.";
@@ -285,6 +287,7 @@ int main(int argc, char **argv)
     g_set_prgname("podsim describe");
     return cmd_describe(argc - 1, argv + 1);
   }
+  if (argc >= 2 && strcmp(argv[1], "collective") == 0) return ps_cli_collective(argc - 1, argv + 1);
 
   gboolean version = FALSE;
   GOptionEntry entries[] = {

@@ -1,4 +1,4 @@
-/* engine.c: the event loop over the calendar queue, with a handler per event type.
+/* engine.c: the event loop over the ladder queue, with a handler per event type.
  *
  * Invariant: now never decreases; an event scheduled in the past is a
  * programming error. */
@@ -55,33 +55,38 @@ const char *ps_engine_type_name(const PsEngine *engine, uint32_t type)
   return g_array_index(engine->handlers, HandlerEntry, type).name;
 }
 
+/* Every way of scheduling ends here, with the queue's fast path inline:
+ * ev has its time, type, target and arg; this gives it its seq. */
+static inline uint64_t schedule(PsEngine *engine, PsEvent *ev)
+{
+  g_assert(ev->time >= engine->now);
+  g_assert(ev->type < engine->handlers->len);
+  ev->seq = engine->next_seq++;
+  ps_queue_push_inline(&engine->queue, ev);
+  return ev->seq;
+}
+
 uint64_t ps_engine_at(PsEngine *engine, ps_time_t time, uint32_t type, uint32_t target,
                       uint64_t arg)
 {
-  g_assert(time >= engine->now);
-  g_assert(type < engine->handlers->len);
-  PsEvent ev = {.time = time, .seq = engine->next_seq++, .type = type, .target = target};
-  ev.arg.u = arg;
-  ps_queue_push(&engine->queue, &ev);
-  return ev.seq;
+  PsEvent ev = {.time = time, .type = type, .target = target, .arg.u = arg};
+  return schedule(engine, &ev);
 }
 
 uint64_t ps_engine_at_ptr(PsEngine *engine, ps_time_t time, uint32_t type, uint32_t target,
                           void *arg)
 {
-  g_assert(time >= engine->now);
-  g_assert(type < engine->handlers->len);
-  PsEvent ev = {.time = time, .seq = engine->next_seq++, .type = type, .target = target};
-  ev.arg.p = arg;
-  ps_queue_push(&engine->queue, &ev);
-  return ev.seq;
+  PsEvent ev = {.time = time, .type = type, .target = target, .arg.p = arg};
+  return schedule(engine, &ev);
 }
 
 uint64_t ps_engine_after(PsEngine *engine, ps_time_t delay, uint32_t type, uint32_t target,
                          uint64_t arg)
 {
   g_assert(delay >= 0);
-  return ps_engine_at(engine, engine->now + delay, type, target, arg);
+  ps_time_t time = delay > PS_TIME_NEVER - engine->now ? PS_TIME_NEVER : engine->now + delay;
+  PsEvent ev = {.time = time, .type = type, .target = target, .arg.u = arg};
+  return schedule(engine, &ev);
 }
 
 void ps_engine_cancel(PsEngine *engine, uint64_t seq)
@@ -113,18 +118,22 @@ static gboolean take_cancelled(PsEngine *engine, uint64_t seq)
 uint64_t ps_engine_run(PsEngine *engine, ps_time_t until)
 {
   uint64_t ran = 0;
-  engine->stop = FALSE;
-  const HandlerEntry *handlers;
+  PsQueue *q = &engine->queue;
   PsEvent ev;
-  while (!engine->stop && ps_queue_len(&engine->queue) > 0) {
-    if (until != PS_TIME_NEVER && ps_queue_peek(&engine->queue)->time > until)
+  engine->stop = FALSE;
+  while (!engine->stop) {
+    if (until != PS_TIME_NEVER) {
+      const PsEvent *next = ps_queue_peek(q);
+      if (!next || next->time > until)
+        break;
+    }
+    if (!ps_queue_pop_inline(q, &ev))
       break;
-    ps_queue_pop(&engine->queue, &ev);
-    if (take_cancelled(engine, ev.seq))
+    if (G_UNLIKELY(engine->cancelled != NULL) && take_cancelled(engine, ev.seq))
       continue;
     engine->now = ev.time;
-    handlers = (const HandlerEntry *)(void *)engine->handlers->data;
-    handlers[ev.type].handler(engine, &ev, handlers[ev.type].ctx);
+    const HandlerEntry *h = &g_array_index(engine->handlers, HandlerEntry, ev.type);
+    h->handler(engine, &ev, h->ctx);
     ran++;
     engine->events_run++;
   }

@@ -40,7 +40,7 @@ uint64_t ps_engine_at(PsEngine *engine, ps_time_t time, uint32_t type, uint32_t 
                       uint64_t arg);
 uint64_t ps_engine_at_ptr(PsEngine *engine, ps_time_t time, uint32_t type, uint32_t target,
                           void *arg);
-/* Same, `delay` after now. */
+/* Same, `delay` (>= 0) after now; saturates at PS_TIME_NEVER. */
 uint64_t ps_engine_after(PsEngine *engine, ps_time_t delay, uint32_t type, uint32_t target,
                          uint64_t arg);
 
@@ -73,37 +73,105 @@ gboolean ps_heap_pop(PsHeap *heap, PsEvent *out);
 /* Checks the heap property everywhere (for tests). */
 gboolean ps_heap_check(const PsHeap *heap);
 
-/* The engine's queue: a calendar queue (buckets of adaptive width) with a
- * PsHeap in front; same order as PsHeap, amortized O(1) per operation on
- * the usual hold workloads.  Fields are private to queue.c. */
+/* The engine's queue: a ladder queue (Tang, Goh and Thng 2005) whose
+ * buckets are chains of 1 KiB chunks, in front of a sorted array; same
+ * order as PsHeap, amortized O(1) per operation (see queue.c).  Fields are
+ * private to queue.c and the inline fast paths below. */
+#define PS_QUEUE_CHUNK 32 /* events per chunk of a bucket (1 KiB) */
+#define PS_QUEUE_RUNGS 8  /* most rungs in the ladder */
+
+/* An unsorted bucket: a chain of chunks, all full but the last. */
 typedef struct {
-  PsEvent ev;
-  uint32_t next;        /* next slot in its bucket, far or free list */
-} PsQueueSlot;
+  uint32_t head, tail;  /* first and last chunk, when n > 0 */
+  uint32_t n;           /* events in the bucket */
+  uint32_t pad_;
+} PsQueueBucket;
+
+/* A rung: nb buckets of width 2^shift; bucket i holds the times in
+ * [start + i * 2^shift, start + (i+1) * 2^shift), cut at `last`. */
+typedef struct {
+  PsQueueBucket *b;
+  ps_time_t start;
+  ps_time_t last;       /* the largest time this rung holds */
+  uint32_t nb;
+  uint32_t cur;         /* buckets before cur are empty and closed */
+  int shift;
+} PsQueueRung;
 
 typedef struct {
-  PsHeap near;          /* events before near_end, heap-ordered */
-  PsQueueSlot *pool;    /* slots of bucketed and far events */
-  size_t pool_cap;
-  uint32_t free_head;
-  uint32_t *bucket;     /* per bucket: first slot, or UINT32_MAX */
-  size_t nb;            /* buckets in the window */
-  size_t cur;           /* next bucket to drain */
-  int shift;            /* bucket width is 2^shift ps */
-  ps_time_t win_start;
-  ps_time_t near_end;
-  uint32_t far_head;
-  size_t far_count;
+  PsEvent ev[PS_QUEUE_CHUNK];
+} PsQueueChunk;
+
+typedef struct {
+  PsEvent *bottom;      /* sorted; the next event is bottom[bpos] */
+  size_t bpos, blen, bcap;
+  ps_time_t bottom_last; /* bottom and side hold every event <= this */
+  PsHeap side;          /* events pushed at or before bottom_last */
+  size_t side_max;      /* side this big is spread over a new rung */
+  PsQueueRung rung[PS_QUEUE_RUNGS]; /* rung[nrungs-1] is the finest */
+  int nrungs;
+  PsQueueBucket top;    /* every event after rung[0].last */
+  ps_time_t top_min, top_max; /* of top's events, when it has some */
+  PsQueueChunk *chunk;  /* the pool of chunks */
+  uint32_t *next;       /* per chunk: next in its bucket or the free list */
+  uint32_t nchunks;
+  uint32_t free_chunk;  /* head of the free list */
+  uint32_t nfree;       /* chunks on it */
+  uint32_t *count;      /* scratch for the bottom's counting sort */
+  size_t count_cap;
   size_t len;
 } PsQueue;
 
 void ps_queue_init(PsQueue *q);
 void ps_queue_clear(PsQueue *q);
+/* Adds a copy of *event (any time, even before one already popped). */
 void ps_queue_push(PsQueue *q, const PsEvent *event);
+/* Removes the smallest event in (time, seq) order into *out; FALSE if empty. */
 gboolean ps_queue_pop(PsQueue *q, PsEvent *out);
 /* The smallest event, or NULL; valid until the next push or pop. */
 const PsEvent *ps_queue_peek(PsQueue *q);
 size_t ps_queue_len(const PsQueue *q);
+/* Checks every invariant of the structure (for tests; linear time). */
 gboolean ps_queue_check(const PsQueue *q);
+
+/* ps_queue_push() and ps_queue_pop() in two halves, for the engine's loop:
+ * the common cases inline (a push into the finest rung's bucket while its
+ * last chunk has room, a pop from the sorted front), the rest out of line.
+ * Each function, either half, has the full semantics. */
+void ps_queue_push_slow(PsQueue *q, const PsEvent *event);
+gboolean ps_queue_pop_slow(PsQueue *q, PsEvent *out);
+
+static inline gboolean ps_event_before(const PsEvent *a, const PsEvent *b)
+{
+  return a->time < b->time || (a->time == b->time && a->seq < b->seq);
+}
+
+static inline void ps_queue_push_inline(PsQueue *q, const PsEvent *event)
+{
+  int i = q->nrungs - 1;
+  if (G_LIKELY(i >= 0 && event->time > q->bottom_last && event->time <= q->rung[i].last)) {
+    PsQueueRung *r = &q->rung[i];
+    PsQueueBucket *b = &r->b[((uint64_t)event->time - (uint64_t)r->start) >> r->shift];
+    uint32_t k = b->n % PS_QUEUE_CHUNK;
+    if (G_LIKELY(k != 0)) {
+      q->chunk[b->tail].ev[k] = *event;
+      b->n++;
+      q->len++;
+      return;
+    }
+  }
+  ps_queue_push_slow(q, event);
+}
+
+static inline gboolean ps_queue_pop_inline(PsQueue *q, PsEvent *out)
+{
+  if (G_LIKELY(q->bpos < q->blen &&
+               (q->side.len == 0 || ps_event_before(&q->bottom[q->bpos], &q->side.items[0])))) {
+    q->len--;
+    *out = q->bottom[q->bpos++];
+    return TRUE;
+  }
+  return ps_queue_pop_slow(q, out);
+}
 
 #endif

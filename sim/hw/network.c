@@ -11,6 +11,8 @@
  * freed exactly when its last chunk is delivered. */
 #include "hw/network.h"
 
+#include "io/json.h"
+
 #include <string.h>
 
 #define HOP_BITS 20
@@ -18,6 +20,10 @@
 #define SLAB_SHIFT 10
 #define SLAB_SIZE (1u << SLAB_SHIFT)
 #define INLINE_ROUTE 14
+/* Routes of recent (src, dst) pairs, direct-mapped: collectives send to the
+ * same few neighbours over and over.  At most 2^15 entries, about eight per
+ * endpoint. */
+#define ROUTE_CACHE_MAX_BITS 15
 
 typedef struct {
   double ps_per_byte;
@@ -29,6 +35,12 @@ typedef struct {
   int64_t chunks;
   ps_time_t busy;
 } Link;
+
+typedef struct {
+  int32_t src, dst; /* src = -1: empty */
+  int32_t hops;
+  int32_t links[INLINE_ROUTE];
+} CachedRoute;
 
 typedef struct {
   int src, dst;
@@ -61,6 +73,8 @@ struct PsNetwork {
   Link *links;
   ps_time_t *lane_free;
   int32_t *nbr;         /* (chip * ndims + dim) * 2 + (dir < 0): neighbour or -1 */
+  CachedRoute *route_cache;
+  uint32_t route_mask;  /* entries - 1 */
   Message **slabs;
   uint32_t n_slabs;
   uint32_t free_head;   /* UINT32_MAX when empty */
@@ -356,6 +370,14 @@ PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chun
     link_init(net, id, topo->pcie_bandwidth_Bps, 0.0, 1, &lanes);
   net->lane_free = g_new0(ps_time_t, lanes > 0 ? lanes : 1);
   net->free_head = UINT32_MAX;
+  uint32_t entries = 64;
+  while (entries < (1u << ROUTE_CACHE_MAX_BITS) &&
+         entries < 8u * (uint32_t)ps_network_endpoints(net))
+    entries *= 2;
+  net->route_mask = entries - 1;
+  net->route_cache = g_new(CachedRoute, entries);
+  for (uint32_t i = 0; i < entries; i++)
+    net->route_cache[i].src = -1;
   net->ev_hop = ps_engine_register(engine, "net-chunk-hop", on_hop, net);
   return net;
 }
@@ -376,6 +398,7 @@ void ps_network_free(PsNetwork *net)
   g_free(net->links);
   g_free(net->lane_free);
   g_free(net->nbr);
+  g_free(net->route_cache);
   g_free(net->named);
   g_free(net);
 }
@@ -639,21 +662,34 @@ uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetD
   g_return_val_if_fail(dst >= 0 && dst < ps_network_endpoints(net), 0);
   uint32_t idx = msg_alloc(net);
   Message *m = msg_at(net, idx);
-  int rbuf[INLINE_ROUTE];
-  RouteBuf r = {rbuf, INLINE_ROUTE, 0};
-  route_into(net, src, dst, &r);
-  if (r.n <= INLINE_ROUTE) {
+  uint32_t slot = ((uint32_t)src * 2654435761u ^ (uint32_t)dst * 40503u) & net->route_mask;
+  CachedRoute *cr = &net->route_cache[slot];
+  RouteBuf r = {NULL, 0, 0};
+  if (cr->src == src && cr->dst == dst) {
     m->route = m->inline_route;
-    for (int i = 0; i < r.n; i++)
-      m->route[i] = rbuf[i];
+    memcpy(m->route, cr->links, sizeof(int32_t) * (size_t)cr->hops);
+    r.n = cr->hops;
   } else {
-    int *big = g_new(int, r.n);
-    RouteBuf r2 = {big, r.n, 0};
-    route_into(net, src, dst, &r2);
-    m->route = g_new(int32_t, r.n);
-    for (int i = 0; i < r.n; i++)
-      m->route[i] = big[i];
-    g_free(big);
+    int rbuf[INLINE_ROUTE];
+    r = (RouteBuf){rbuf, INLINE_ROUTE, 0};
+    route_into(net, src, dst, &r);
+    if (r.n <= INLINE_ROUTE) {
+      m->route = m->inline_route;
+      for (int i = 0; i < r.n; i++)
+        m->route[i] = rbuf[i];
+      cr->src = src;
+      cr->dst = dst;
+      cr->hops = r.n;
+      memcpy(cr->links, m->route, sizeof(int32_t) * (size_t)r.n);
+    } else {
+      int *big = g_new(int, r.n);
+      RouteBuf r2 = {big, r.n, 0};
+      route_into(net, src, dst, &r2);
+      m->route = g_new(int32_t, r.n);
+      for (int i = 0; i < r.n; i++)
+        m->route[i] = big[i];
+      g_free(big);
+    }
   }
   g_assert(r.n <= (int)HOP_MASK);
   m->src = src;
@@ -689,4 +725,82 @@ void ps_network_set_trace(PsNetwork *net, PsTrace *trace, int pid)
   g_free(net->named);
   net->named = g_new0(guint8, net->n_links);
   ps_trace_process(trace, pid, "links", pid);
+}
+
+/* ---- shorthand topologies ------------------------------------------- */
+
+gboolean ps_network_is_shorthand(const char *spec)
+{
+  return spec && (g_str_has_prefix(spec, "ring:") || g_str_has_prefix(spec, "torus:"));
+}
+
+static gboolean parse_dims(const char *text, int max, int *dims, int *n)
+{
+  g_auto(GStrv) parts = g_strsplit(text, "x", -1);
+  *n = 0;
+  for (int i = 0; parts[i]; i++) {
+    char *end = NULL;
+    if (*n == max || parts[i][0] < '0' || parts[i][0] > '9')
+      return FALSE;
+    gint64 v = g_ascii_strtoll(parts[i], &end, 10);
+    if (*end || v < 1 || v > G_MAXINT)
+      return FALSE;
+    dims[(*n)++] = (int)v;
+  }
+  return *n > 0;
+}
+
+PsTopology *ps_network_shorthand(const char *spec, const char *const *overrides,
+                                 GError **error)
+{
+  g_return_val_if_fail(spec != NULL, NULL);
+  int dims[PS_MAX_DIMS], n = 0;
+  gboolean ok = FALSE;
+  if (g_str_has_prefix(spec, "ring:"))
+    ok = parse_dims(spec + 5, 1, dims, &n) && !strchr(spec + 5, 'x');
+  else if (g_str_has_prefix(spec, "torus:"))
+    ok = parse_dims(spec + 6, PS_MAX_DIMS, dims, &n) && n >= 2;
+  if (!ok) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
+                "%s: not a topology shorthand; use ring:N (e.g. ring:8) or torus:XxY[xZ] "
+                "(e.g. torus:4x4, torus:4x4x4)",
+                spec);
+    return NULL;
+  }
+  GString *d = g_string_new(NULL), *w = g_string_new(NULL);
+  for (int i = 0; i < n; i++) {
+    g_string_append_printf(d, "%s%d", i ? "," : "", dims[i]);
+    g_string_append_printf(w, "%strue", i ? "," : "");
+  }
+  /* Chip and host figures are one TensorCore of a v3 chip
+   * (topologies/tpu-v3.json, which cites [GC-v3]); only the ICI figures
+   * matter to collectives. */
+  g_autofree char *text = g_strdup_printf(
+      "{\"name\": \"%s\", \"generation\": \"shorthand\","
+      " \"description\": \"%s: single-core chips, v3 ICI figures\","
+      " \"chip\": {\"cores\": 1, \"megacore\": false, \"mxus_per_core\": 2,"
+      " \"peak_flops\": 61.5e12, \"hbm_bytes\": 17179869184,"
+      " \"hbm_bandwidth_Bps\": 450e9, \"on_chip_bandwidth_Bps\": 900e9},"
+      " \"host\": {\"chips\": 1, \"cpu_threads\": 96, \"pcie_bandwidth_Bps\": 16e9,"
+      " \"cpu_flops\": 3.1e12, \"loop_overhead_s\": 100e-6},"
+      " \"torus\": {\"dims\": [%s], \"wrap\": [%s], \"twisted\": false},"
+      " \"ici\": {\"bandwidth_Bps\": 83e9, \"latency_s\": 1e-6,"
+      " \"links_per_neighbor\": 1}}",
+      spec, spec, d->str, w->str);
+  g_string_free(d, TRUE);
+  g_string_free(w, TRUE);
+  json_object *root = ps_json_parse(text, spec, error);
+  if (!root)
+    return NULL;
+  PsTopology *t = NULL;
+  g_autofree char *file = g_strdup_printf("<%s>", spec);
+  for (const char *const *o = overrides; o && *o; o++) {
+    const char *a = g_str_has_prefix(*o, "topology.") ? *o + 9 : *o;
+    if (!ps_json_apply_override(root, a, "--set", error))
+      goto out;
+  }
+  t = ps_topology_from_json(root, file, "", error);
+out:
+  json_object_put(root);
+  return t;
 }

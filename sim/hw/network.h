@@ -154,6 +154,20 @@ uint64_t ps_network_chunk_hops(const PsNetwork *net);
 /* Messages sent and not yet wholly delivered. */
 uint64_t ps_network_in_flight(const PsNetwork *net);
 
+/* Shorthand topologies for collectives and tests: "ring:N" (one ring of N
+ * chips with wrap-around) and "torus:XxY" or "torus:XxYxZ" (wrap-around on
+ * every dimension), made of single-core chips, one chip per host, so one
+ * collective member per chip.  The ICI figures default to Cloud TPU v3's as
+ * topologies/tpu-v3.json gives them (83 GB/s per link each way, 1 us per
+ * hop, one link per neighbour).  overrides ("ici.bandwidth_Bps=100e9",
+ * "torus.wrap=[false]", a leading "topology." is accepted; NULL-terminated,
+ * may be NULL) are applied to the topology's JSON before it is checked, as
+ * for any topology file.  NULL and a PS_INPUT_ERROR if spec is malformed
+ * or the result fails the topology checks.  (transfer full) */
+gboolean ps_network_is_shorthand(const char *spec);
+PsTopology *ps_network_shorthand(const char *spec, const char *const *overrides,
+                                 GError **error);
+
 /* Optional trace hook (trace may be NULL to stop).  Writes process `pid`
  * named "links", a thread per link direction that carries something
  * (tid = link + 1, named by ps_network_link_name), a complete event per

@@ -290,7 +290,9 @@ static const char *const experiment_keys[] = {
     "name",          "description", "topology",         "model",    "global_batch",
     "steps",         "epochs",      "steps_per_run",    "log_every", "fuse_elementwise",
     "strategy",      "input",       "optimizer",        "numerics", "outside_compilation",
-    NULL};
+    "collective",    NULL};
+static const char *const collective_keys[] = {"algorithm", "chunk_bytes", NULL};
+static const char *const collective_algorithms[] = {"auto", "ring", "bidir", "torus", NULL};
 static const char *const host_call_keys[] = {"after", "kind", "bins", "flops_per_element", NULL};
 static const char *const host_call_kinds[] = {"histogram", "roundtrip", NULL};
 static const char *const strategy_keys[] = {"kind",          "replicas", "loss_reduction",
@@ -536,6 +538,25 @@ static gboolean parse_host_calls(json_object *root, const char *file, PsExperime
            e->model->layers[e->host_calls[i].after].name);
       return FALSE;
     }
+  return TRUE;
+}
+
+/* "collective": {"algorithm": "auto"|"ring"|"bidir"|"torus", "chunk_bytes"} */
+static gboolean parse_collective(json_object *root, const char *file, PsCollectiveConfig *c,
+                                 GError **error)
+{
+  int algo = 0;
+  c->chunk_bytes = INT64_C(1) << 20;
+  json_object *o;
+  if (!ps_config__get_object(root, file, "", "collective", FALSE, &o, error))
+    return FALSE;
+  if (o && (!ps_json_check_keys(o, file, "collective", collective_keys, error) ||
+            !ps_json_get_enum(o, file, "collective", "algorithm", FALSE, collective_algorithms,
+                              &algo, error) ||
+            !ps_json_get_int(o, file, "collective", "chunk_bytes", FALSE, 1, INT64_C(1) << 40,
+                             &c->chunk_bytes, error)))
+    return FALSE;
+  c->algorithm = g_strdup(collective_algorithms[algo]);
   return TRUE;
 }
 
@@ -837,6 +858,10 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(no, "seed", json_object_new_int64((int64_t)n->seed));
   json_object_object_add(no, "evaluate", json_object_new_boolean(n->evaluate));
   json_object_object_add(o, "numerics", no);
+  json_object *co = json_object_new_object();
+  json_object_object_add(co, "algorithm", json_object_new_string(e->collective.algorithm));
+  json_object_object_add(co, "chunk_bytes", json_object_new_int64(e->collective.chunk_bytes));
+  json_object_object_add(o, "collective", co);
   if (e->n_host_calls > 0) {
     json_object *hc = json_object_new_array();
     for (int i = 0; i < e->n_host_calls; i++) {
@@ -897,7 +922,7 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
   if (!parse_strategy(root, f, &e->strategy, error) || !parse_input(root, f, &e->input, error) ||
       !parse_optimizer(root, f, &e->optimizer, error) ||
       !parse_numerics(root, f, e->model->numerics_supported, &e->numerics, error) ||
-      !parse_host_calls(root, f, e, error))
+      !parse_host_calls(root, f, e, error) || !parse_collective(root, f, &e->collective, error))
     goto fail;
 
   if (steps == 0) {
@@ -954,6 +979,7 @@ void ps_experiment_free(PsExperiment *e)
     ps_model_free(e->model);
   g_free(e->input.data_dir);
   g_free(e->host_calls);
+  g_free(e->collective.algorithm);
   if (e->resolved)
     json_object_put(e->resolved);
   g_free(e);

@@ -93,6 +93,12 @@ typedef struct {
   double beta1, beta2, epsilon;
 } PsOptimizerConfig;
 
+/* How replicas' gradients cross the interconnect. */
+typedef struct {
+  char *algorithm;        /* "auto", "ring", "bidir", "torus" */
+  int64_t chunk_bytes;    /* messages are cut into chunks of this size */
+} PsCollectiveConfig;
+
 typedef struct {
   gboolean enabled;
   PsPrecision precision;
@@ -126,6 +132,7 @@ typedef struct {
   PsInputConfig input;
   PsOptimizerConfig optimizer;
   PsNumericsConfig numerics;
+  PsCollectiveConfig collective;
   gboolean fuse_elementwise; /* XLA-style fusion of element-wise ops */
   int n_host_calls;
   PsHostCall *host_calls;    /* owned; sorted by layer */

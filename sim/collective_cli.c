@@ -1,0 +1,420 @@
+/* collective_cli.c: `podsim collective` (see collective_cli.h).
+ *
+ *   podsim collective --topology NAME|FILE|ring:N|torus:XxY[xZ] [--set k=v]...
+ *       [--op allreduce|reducescatter|allgather|broadcast|sendrecv]
+ *       [--algo ring|bidir|torus|p2p|auto] [--bytes LIST] [--chunk SIZE]
+ *       [--group D,D,...] [--root M] [--json] [--trace FILE]
+ *
+ * Every size runs on a fresh engine and network, every member arriving at
+ * time 0 (timing only: one byte per element); the time is when the last
+ * member is done.  Bus bandwidth uses nccl-tests' factors: 2(n-1)/n for
+ * all-reduce, (n-1)/n for reduce-scatter and all-gather, 1 otherwise.
+ * Invariant: nothing is printed to stdout unless every input was valid, and
+ * bad input exits 2 with one "podsim: ..." line. */
+#include "collective_cli.h"
+
+#include "collectives/collective.h"
+#include "io/trace.h"
+
+#include <json-c/json.h>
+#include <stdio.h>
+#include <string.h>
+
+#define EXIT_INPUT 2
+/* Chunks per buffer at most, so one message never queues more events than
+ * memory holds comfortably. */
+#define MAX_CHUNKS_PER_BUFFER (INT64_C(1) << 24)
+
+static int fail(GError *error)
+{
+  int status = error->domain == PS_INPUT_ERROR ? EXIT_INPUT : 1;
+  fprintf(stderr, "podsim: %s\n", error->message);
+  g_error_free(error);
+  return status;
+}
+
+static int input_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+static int input_error(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "podsim: collective: %s\n", msg);
+  return EXIT_INPUT;
+}
+
+/* "8", "64K", "1M", "1G", optionally followed by "B"; powers of 1024. */
+static gboolean parse_size(const char *text, int64_t *out)
+{
+  const char *s = text;
+  if (*s < '0' || *s > '9')
+    return FALSE;
+  char *end = NULL;
+  guint64 v = g_ascii_strtoull(s, &end, 10);
+  int shift = 0;
+  switch (*end) {
+  case 'K': case 'k': shift = 10; end++; break;
+  case 'M': case 'm': shift = 20; end++; break;
+  case 'G': case 'g': shift = 30; end++; break;
+  default: break;
+  }
+  if (*end == 'B' || *end == 'b')
+    end++;
+  if (*end != '\0' || v > ((guint64)G_MAXINT64 >> shift) || (v << shift) > (UINT64_C(1) << 40))
+    return FALSE;
+  *out = (int64_t)(v << shift);
+  return TRUE;
+}
+
+/* "8,1K,...,1G": sizes in order; "..." doubles from the size before it up
+ * to the size after it. */
+static GArray *parse_sizes(const char *text, GError **error)
+{
+  GArray *out = g_array_new(FALSE, FALSE, sizeof(int64_t));
+  g_auto(GStrv) parts = g_strsplit(text, ",", -1);
+  gboolean pending_dots = FALSE;
+  for (int i = 0; parts[i]; i++) {
+    g_strstrip(parts[i]);
+    if (strcmp(parts[i], "...") == 0) {
+      if (out->len == 0 || pending_dots || !parts[i + 1]) {
+        g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
+                    "collective: --bytes %s: '...' must stand between two sizes, e.g. "
+                    "8,...,1G",
+                    text);
+        goto fail;
+      }
+      pending_dots = TRUE;
+      continue;
+    }
+    int64_t v;
+    if (!parse_size(parts[i], &v)) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
+                  "collective: --bytes %s: '%s' is not a size; use bytes or K/M/G (powers of "
+                  "1024), up to 1024G, e.g. 8,1K,...,1G",
+                  text, parts[i]);
+      goto fail;
+    }
+    if (pending_dots) {
+      int64_t prev = g_array_index(out, int64_t, out->len - 1);
+      if (prev <= 0 || v <= prev) {
+        g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                    "collective: --bytes %s: '...' needs a positive size before it and a "
+                    "larger one after it",
+                    text);
+        goto fail;
+      }
+      for (int64_t x = prev * 2; x < v; x *= 2)
+        g_array_append_val(out, x);
+      pending_dots = FALSE;
+    }
+    g_array_append_val(out, v);
+  }
+  if (out->len == 0) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX, "collective: --bytes is empty");
+    goto fail;
+  }
+  return out;
+fail:
+  g_array_free(out, TRUE);
+  return NULL;
+}
+
+static GArray *parse_group(const char *text, GError **error)
+{
+  GArray *out = g_array_new(FALSE, FALSE, sizeof(int));
+  g_auto(GStrv) parts = g_strsplit(text, ",", -1);
+  for (int i = 0; parts[i]; i++) {
+    char *end = NULL;
+    g_strstrip(parts[i]);
+    gint64 v = g_ascii_strtoll(parts[i], &end, 10);
+    if (!*parts[i] || *end || v < 0 || v > G_MAXINT) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
+                  "collective: --group %s: '%s' is not a device number", text, parts[i]);
+      g_array_free(out, TRUE);
+      return NULL;
+    }
+    int d = (int)v;
+    g_array_append_val(out, d);
+  }
+  return out;
+}
+
+static double bus_factor(PsCollOp op, int n)
+{
+  switch (op) {
+  case PS_COLL_ALL_REDUCE:
+    return n > 1 ? 2.0 * (n - 1) / n : 0.0;
+  case PS_COLL_REDUCE_SCATTER:
+  case PS_COLL_ALL_GATHER:
+    return n > 1 ? (double)(n - 1) / n : 0.0;
+  default:
+    return 1.0;
+  }
+}
+
+typedef struct {
+  int64_t bytes;
+  double time_s, formula_s, algbw, busbw, wall_s;
+  uint64_t events;
+} Row;
+
+typedef struct {
+  ps_time_t last;
+  int done;
+} Finish;
+
+static void on_done(void *ctx, int member, ps_time_t t)
+{
+  Finish *f = ctx;
+  f->last = MAX(f->last, t);
+  f->done++;
+}
+
+/* One size on a fresh engine; fills row; writes the trace if asked. */
+static gboolean run_size(const PsTopology *topo, PsCollOp op, const char *algo,
+                         const GArray *group, int root, int64_t bytes, int64_t chunk,
+                         const char *trace_path, Row *row, char **picked, char **why,
+                         GError **error)
+{
+  double w0 = (double)g_get_monotonic_time() / 1e6;
+  PsEngine *engine = ps_engine_new();
+  PsNetwork *net = ps_network_new(engine, topo, chunk);
+  PsCollSpec spec = {op, algo, (const int *)(void *)group->data, (int)group->len, bytes, 1,
+                     root};
+  PsCollective *c = ps_collective_new(net, &spec, error);
+  gboolean ok = c != NULL;
+  if (!ok)
+    g_prefix_error(error, "collective: ");
+  PsTrace *trace = NULL;
+  if (ok && trace_path) {
+    trace = ps_trace_open(trace_path, error);
+    ok = trace != NULL;
+    if (ok)
+      ps_network_set_trace(net, trace, 1);
+  }
+  if (ok) {
+    Finish fin = {0, 0};
+    for (int m = 0; m < (int)group->len; m++)
+      ps_collective_arrive(c, m, NULL, on_done, &fin);
+    ps_engine_run(engine, PS_TIME_NEVER);
+    g_assert(fin.done == (int)group->len);
+    row->bytes = bytes;
+    row->time_s = ps_time_to_s(fin.last);
+    row->formula_s = ps_collective_predict_s(c);
+    row->algbw = row->time_s > 0 ? (double)bytes / row->time_s : 0.0;
+    row->busbw = row->algbw * bus_factor(op, (int)group->len);
+    row->events = ps_engine_events_run(engine);
+    g_free(*picked);
+    g_free(*why);
+    *picked = g_strdup(ps_collective_algo(c));
+    *why = g_strdup(ps_collective_why(c));
+    if (trace) {
+      ps_network_set_trace(net, NULL, 0);
+      ok = ps_trace_close(trace, error);
+    }
+  } else if (trace) {
+    ps_trace_abort(trace);
+  }
+  ps_collective_free(c);
+  ps_network_free(net);
+  ps_engine_free(engine);
+  row->wall_s = (double)g_get_monotonic_time() / 1e6 - w0;
+  return ok;
+}
+
+static char *human_size(int64_t b)
+{
+  if (b >= (INT64_C(1) << 30) && b % (INT64_C(1) << 30) == 0)
+    return g_strdup_printf("%" G_GINT64_FORMAT "G", b >> 30);
+  if (b >= (INT64_C(1) << 20) && b % (INT64_C(1) << 20) == 0)
+    return g_strdup_printf("%" G_GINT64_FORMAT "M", b >> 20);
+  if (b >= 1024 && b % 1024 == 0)
+    return g_strdup_printf("%" G_GINT64_FORMAT "K", b >> 10);
+  return g_strdup_printf("%" G_GINT64_FORMAT, b);
+}
+
+int ps_cli_collective(int argc, char **argv)
+{
+  g_autofree char *topo_name = NULL, *op_name = NULL, *algo = NULL, *bytes_text = NULL,
+                  *chunk_text = NULL, *group_text = NULL, *trace = NULL;
+  g_auto(GStrv) sets = NULL;
+  gint root = 0;
+  gboolean json = FALSE;
+  GOptionEntry entries[] = {
+      {"topology", 't', 0, G_OPTION_ARG_STRING, &topo_name,
+       "A topology name or file (see `podsim list topologies`), or ring:N or torus:XxY[xZ] "
+       "(single-core chips, Cloud TPU v3 ICI figures: 83 GB/s per link each way, 1 us per "
+       "hop)",
+       "TOPOLOGY"},
+      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets,
+       "Override a topology field, e.g. --set ici.bandwidth_Bps=100e9 or --set "
+       "ici.latency_s=2e-6 (repeatable)",
+       "PATH=VALUE"},
+      {"op", 'o', 0, G_OPTION_ARG_STRING, &op_name,
+       "allreduce (default), reducescatter, allgather, broadcast or sendrecv", "OP"},
+      {"algo", 'a', 0, G_OPTION_ARG_STRING, &algo,
+       "ring, bidir, torus, p2p (sendrecv) or auto (default: the fastest prediction)", "ALGO"},
+      {"bytes", 'b', 0, G_OPTION_ARG_STRING, &bytes_text,
+       "Buffer sizes per member: bytes or K/M/G (powers of 1024), comma-separated; '...' "
+       "doubles between its neighbours (default 8,...,64M)",
+       "LIST"},
+      {"chunk", 'c', 0, G_OPTION_ARG_STRING, &chunk_text,
+       "Size messages are cut into on the links (default 1M)", "SIZE"},
+      {"group", 'g', 0, G_OPTION_ARG_STRING, &group_text,
+       "Devices taking part, e.g. 0,2,4,6 (default: every device of the topology)", "D,D,..."},
+      {"root", 'r', 0, G_OPTION_ARG_INT, &root,
+       "broadcast: the root (a member index); sendrecv: the sender (default 0)", "M"},
+      {"json", 'j', 0, G_OPTION_ARG_NONE, &json, "Print one JSON object instead of a table",
+       NULL},
+      {"trace", 0, 0, G_OPTION_ARG_FILENAME, &trace,
+       "Write a Chrome/Perfetto trace of the last size: a track per link direction, a slice "
+       "per chunk, flows from send to receive",
+       "FILE"},
+      {NULL}};
+  g_set_prgname("podsim collective");
+  g_autoptr(GOptionContext) ctx =
+      g_option_context_new("- time a collective on the simulated interconnect");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  g_option_context_set_summary(
+      ctx, "Simulates a collective over the topology's links, chunk by chunk, for each size,\n"
+           "and prints time, algorithm and bus bandwidth beside the algorithm's closed form\n"
+           "(the columns of nccl-tests).");
+  g_option_context_set_description(
+      ctx, "Examples:\n"
+           "  podsim collective --topology ring:8 --algo ring --bytes 1K,...,1G\n"
+           "  podsim collective --topology tpu-v4-8192 --bytes 100M\n"
+           "  podsim collective --topology torus:4x4 --op allgather --set ici.latency_s=2e-6");
+  GError *error = NULL;
+  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
+    int st = input_error("%s (see podsim collective --help)", error->message);
+    g_error_free(error);
+    return st;
+  }
+  if (argc > 1)
+    return input_error("unexpected argument '%s' (see podsim collective --help)", argv[1]);
+  if (!topo_name)
+    return input_error("--topology is required, e.g. --topology ring:8 or --topology "
+                       "tpu-v3-32 (see podsim list topologies)");
+  PsCollOp op = PS_COLL_ALL_REDUCE;
+  if (op_name && !ps_coll_op_parse(op_name, &op))
+    return input_error("--op %s: choose allreduce, reducescatter, allgather, broadcast or "
+                       "sendrecv",
+                       op_name);
+  const char *algo_name = algo ? algo : "auto";
+  if (!ps_coll_algo_summary(algo_name))
+    return input_error("--algo %s: choose ring, bidir, torus, p2p or auto", algo_name);
+  g_autoptr(GArray) sizes = parse_sizes(bytes_text ? bytes_text : "8,...,64M", &error);
+  if (!sizes)
+    return fail(error);
+  int64_t chunk = PS_NETWORK_DEFAULT_CHUNK;
+  if (chunk_text && (!parse_size(chunk_text, &chunk) || chunk < 1))
+    return input_error("--chunk %s: not a size of at least 1 byte; use bytes or K/M/G",
+                       chunk_text);
+  int64_t largest = 0;
+  for (guint i = 0; i < sizes->len; i++)
+    largest = MAX(largest, g_array_index(sizes, int64_t, i));
+  if (largest / chunk > MAX_CHUNKS_PER_BUFFER)
+    return input_error("--chunk %s cuts %" G_GINT64_FORMAT " bytes into more than %" G_GINT64_FORMAT
+                       " chunks; use a chunk of at least %" G_GINT64_FORMAT " bytes",
+                       chunk_text, largest, MAX_CHUNKS_PER_BUFFER,
+                       largest / MAX_CHUNKS_PER_BUFFER + 1);
+
+  GPtrArray *ov = g_ptr_array_new();
+  for (char **s = sets; s && *s; s++)
+    g_ptr_array_add(ov, *s);
+  g_ptr_array_add(ov, NULL);
+  PsTopology *topo = ps_network_is_shorthand(topo_name)
+                         ? ps_network_shorthand(topo_name, (const char *const *)ov->pdata, &error)
+                         : NULL;
+  if (!ps_network_is_shorthand(topo_name)) {
+    /* --set paths are the topology file's own; accept a leading "topology." */
+    for (guint i = 0; i + 1 < ov->len; i++)
+      if (g_str_has_prefix(ov->pdata[i], "topology."))
+        ov->pdata[i] = (char *)ov->pdata[i] + 9;
+    topo = ps_topology_load(topo_name, (const char *const *)ov->pdata, &error);
+  }
+  g_ptr_array_free(ov, TRUE);
+  if (!topo)
+    return fail(error);
+
+  int n_dev = ps_topology_devices(topo);
+  GArray *group = NULL;
+  if (group_text) {
+    group = parse_group(group_text, &error);
+    if (!group) {
+      ps_topology_free(topo);
+      return fail(error);
+    }
+  } else {
+    group = g_array_sized_new(FALSE, FALSE, sizeof(int), n_dev);
+    for (int d = 0; d < n_dev; d++)
+      g_array_append_val(group, d);
+  }
+
+  GArray *rows = g_array_new(FALSE, FALSE, sizeof(Row));
+  g_autofree char *picked = NULL, *why = NULL;
+  int status = 0;
+  for (guint i = 0; i < sizes->len; i++) {
+    Row row;
+    int64_t b = g_array_index(sizes, int64_t, i);
+    const char *tp = trace && i + 1 == sizes->len ? trace : NULL;
+    if (!run_size(topo, op, algo_name, group, root, b, chunk, tp, &row, &picked, &why,
+                  &error)) {
+      status = fail(error);
+      goto out;
+    }
+    g_array_append_val(rows, row);
+  }
+
+  if (json) {
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "topology", json_object_new_string(topo->name));
+    json_object_object_add(o, "op", json_object_new_string(ps_coll_op_name(op)));
+    json_object_object_add(o, "algo", json_object_new_string(picked));
+    json_object_object_add(o, "requested_algo", json_object_new_string(algo_name));
+    json_object_object_add(o, "why", json_object_new_string(why));
+    json_object_object_add(o, "members", json_object_new_int((int)group->len));
+    json_object_object_add(o, "chunk_bytes", json_object_new_int64(chunk));
+    json_object *arr = json_object_new_array();
+    for (guint i = 0; i < rows->len; i++) {
+      const Row *r = &g_array_index(rows, Row, i);
+      json_object *ro = json_object_new_object();
+      json_object_object_add(ro, "bytes", json_object_new_int64(r->bytes));
+      json_object_object_add(ro, "time_s", json_object_new_double(r->time_s));
+      json_object_object_add(ro, "formula_s", json_object_new_double(r->formula_s));
+      json_object_object_add(ro, "algbw_Bps", json_object_new_double(r->algbw));
+      json_object_object_add(ro, "busbw_Bps", json_object_new_double(r->busbw));
+      json_object_object_add(ro, "events", json_object_new_int64((int64_t)r->events));
+      json_object_object_add(ro, "wall_s", json_object_new_double(r->wall_s));
+      json_object_array_add(arr, ro);
+    }
+    json_object_object_add(o, "rows", arr);
+    printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    json_object_put(o);
+  } else {
+    g_autofree char *cs = human_size(chunk);
+    printf("# podsim collective: %s on %s, %u members, algorithm %s, chunk %s\n",
+           ps_coll_op_name(op), topo->name, group->len, picked, cs);
+    printf("# %s\n", why);
+    printf("# ICI %.4g GB/s per link each way x %d, %.3g us per hop; on-chip %.4g GB/s\n",
+           topo->ici_bandwidth_Bps / 1e9, topo->ici_links_per_neighbor,
+           topo->ici_latency_s * 1e6, topo->on_chip_bandwidth_Bps / 1e9);
+    printf("#\n# %10s %14s %12s %12s %14s %9s %12s %9s\n", "size", "time(us)", "algbw(GB/s)",
+           "busbw(GB/s)", "formula(us)", "sim/form", "events", "wall(s)");
+    for (guint i = 0; i < rows->len; i++) {
+      const Row *r = &g_array_index(rows, Row, i);
+      g_autofree char *hs = human_size(r->bytes);
+      printf("  %10s %14.3f %12.3f %12.3f %14.3f %9.4f %12" G_GUINT64_FORMAT " %9.3f\n", hs,
+             r->time_s * 1e6, r->algbw / 1e9, r->busbw / 1e9, r->formula_s * 1e6,
+             r->formula_s > 0 ? r->time_s / r->formula_s : 1.0, r->events, r->wall_s);
+    }
+    if (trace)
+      printf("# trace of the last size: %s (open it at https://ui.perfetto.dev)\n", trace);
+  }
+out:
+  g_array_free(rows, TRUE);
+  g_array_free(group, TRUE);
+  ps_topology_free(topo);
+  return status;
+}

@@ -1,0 +1,86 @@
+/* collective-private.h: what collective.c (the executor) and algorithms.c
+ * (the algorithm table) share: the group's geometry, a step, and the table
+ * entry each algorithm fills.
+ *
+ * Invariant: an algorithm is plain functions of (plan, member, step): it
+ * never touches the network or the buffers; the executor alone does. */
+#ifndef PS_COLLECTIVE_PRIVATE_H
+#define PS_COLLECTIVE_PRIVATE_H
+
+#include "collectives/collective.h"
+
+/* Coordinates a member can vary in: its core, then the torus dimensions. */
+#define PS_COLL_MAX_AXES (1 + PS_MAX_DIMS)
+/* Messages one step may send: a torus broadcast sends to up to one child
+ * per axis in each of its two trees. */
+#define PS_COLL_MAX_SENDS (2 * PS_COLL_MAX_AXES)
+
+/* The members and where they sit.  When their (core, x, y, z) coordinates
+ * form a box (every combination of the values present, once), the group
+ * is a grid: its axes are the coordinates that vary, core first, and
+ * grid_pos[m * n_axes + a] is member m's index along axis a (the rank of
+ * its coordinate among the values present). */
+typedef struct {
+  PsNetwork *net;
+  int n;
+  int *dev;          /* member -> device */
+  gboolean is_grid;
+  int n_axes;
+  int axis_size[PS_COLL_MAX_AXES];
+  int axis_coord[PS_COLL_MAX_AXES]; /* 0 = core, 1 + d = torus dimension d */
+  int *grid_pos;     /* n * n_axes */
+  int *at;           /* grid index (axis 0 fastest) -> member */
+} PsCollGroup;
+
+typedef enum { PS_XFER_ADD, PS_XFER_COPY } PsXferOp;
+
+/* One message of a step: elements [off, off + len) of the sender's buffer
+ * go to the same elements of member `peer`, which adds or copies them
+ * during its step `peer_step`. */
+typedef struct {
+  int peer;
+  int peer_step;
+  int64_t off, len;
+  PsXferOp op;
+} PsCollSend;
+
+typedef struct {
+  int n_send;
+  PsCollSend send[PS_COLL_MAX_SENDS];
+  int n_recv;        /* messages this step waits for */
+} PsCollStep;
+
+typedef struct PsCollPlan PsCollPlan;
+
+typedef struct {
+  PsCollOp op;
+  int64_t count;
+  int elem_bytes;
+  int root;
+  int64_t chunk_bytes;
+} PsCollParams;
+
+/* A collective algorithm: a table entry, chosen by name. */
+typedef struct {
+  const char *name;
+  const char *summary;
+  /* NULL if it can run op on g, else why not (static text). */
+  const char *(*unsupported)(const PsCollGroup *g, PsCollOp op);
+  PsCollPlan *(*plan_new)(const PsCollGroup *g, const PsCollParams *p);
+  void (*plan_free)(PsCollPlan *plan);
+  int (*n_steps)(const PsCollPlan *plan, int member);
+  void (*step)(const PsCollPlan *plan, int member, int step, PsCollStep *out);
+  void (*block)(const PsCollPlan *plan, int member, int64_t *off, int64_t *len);
+  /* Closed-form time of one round, all members arriving together. */
+  double (*predict_s)(const PsCollPlan *plan);
+} PsCollAlgo;
+
+/* The table (NULL-terminated) and lookup by name. */
+extern const PsCollAlgo *const ps_coll_algos[];
+const PsCollAlgo *ps_coll_algo_find(const char *name);
+
+/* Time of one message of `bytes` from member a to member b with the
+ * network idle: the same store-and-forward pipeline the events run. */
+double ps_coll_message_s(const PsCollGroup *g, int a, int b, int64_t bytes, int64_t chunk);
+
+#endif

@@ -1,0 +1,505 @@
+/* collective.c: the executor that runs any algorithm of the table over the
+ * network (see collective.h), plus the group's geometry and "auto".
+ *
+ * A member walks its steps: it posts the step's sends (each a network
+ * message whose context is an Xfer naming receiver, round, step, elements,
+ * and, with numerics, a copy of the elements), then waits for the step's
+ * receives.  A chunk for the receiver's current (round, step) is applied at
+ * once; one for a later step waits in the receiver's `early` table, keyed by
+ * (round, step), and is applied in arrival order when the receiver gets
+ * there.  No chunk can be for an earlier step: a step completes only after
+ * every message it expects has arrived whole.
+ * Invariant: member.pending counts the messages of its current step not yet
+ * wholly applied; the member advances exactly when it reaches zero. */
+#include "collectives/collective-private.h"
+
+#include <string.h>
+
+typedef struct Xfer Xfer;
+struct Xfer {
+  PsCollective *c;
+  int dst;        /* receiving member */
+  int step;       /* receiver's step */
+  int64_t round;
+  int64_t off, len;
+  PsXferOp op;
+  float *data;    /* the elements, copied when sent; NULL for timing only */
+  Xfer *next_free;
+};
+
+typedef struct {
+  Xfer *x;
+  int64_t offset, bytes;
+  gboolean last;
+} Early;
+
+typedef struct {
+  int64_t round;  /* -1 before the first arrival */
+  int step;
+  int n_steps;
+  int pending;
+  gboolean active;
+  float *buf;
+  PsCollDoneFn done;
+  void *ctx;
+  int64_t finished;
+  GHashTable *early; /* gint64 (round << 32 | step) -> GArray of Early; NULL if none yet */
+} Member;
+
+struct PsCollective {
+  PsNetwork *net;
+  PsEngine *engine;
+  PsCollGroup g;
+  PsCollParams p;
+  const PsCollAlgo *algo;
+  PsCollPlan *plan;
+  char *why;
+  Member *members;
+  Xfer *free_xfers;
+  int64_t live_xfers;
+  uint32_t ev_done;
+};
+
+/* ---- names ---------------------------------------------------------- */
+
+static const char *const op_names[PS_COLL_N_OPS] = {"allreduce", "reducescatter", "allgather",
+                                                    "broadcast", "sendrecv"};
+
+const char *ps_coll_op_name(PsCollOp op)
+{
+  g_return_val_if_fail(op < PS_COLL_N_OPS, "?");
+  return op_names[op];
+}
+
+gboolean ps_coll_op_parse(const char *name, PsCollOp *out)
+{
+  for (int i = 0; i < PS_COLL_N_OPS; i++)
+    if (strcmp(name, op_names[i]) == 0) {
+      *out = (PsCollOp)i;
+      return TRUE;
+    }
+  return FALSE;
+}
+
+const char *const *ps_coll_algo_names(void)
+{
+  static const char *const names[] = {"ring", "bidir", "torus", "p2p", "auto", NULL};
+  return names;
+}
+
+const char *ps_coll_algo_summary(const char *name)
+{
+  if (strcmp(name, "auto") == 0)
+    return "the algorithm with the smallest closed-form prediction for this group";
+  const PsCollAlgo *a = ps_coll_algo_find(name);
+  return a ? a->summary : NULL;
+}
+
+/* ---- the group ------------------------------------------------------ */
+
+static gboolean group_init(PsCollGroup *g, PsNetwork *net, const int *devices, int n,
+                           GError **error)
+{
+  memset(g, 0, sizeof *g);
+  g->net = net;
+  int nd = ps_network_devices(net);
+  if (n < 1) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "a collective needs at least one member, got %d", n);
+    return FALSE;
+  }
+  g_autofree guint8 *seen = g_new0(guint8, nd);
+  for (int i = 0; i < n; i++) {
+    if (devices[i] < 0 || devices[i] >= nd) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "member %d is device %d, but the topology has devices 0..%d", i, devices[i],
+                  nd - 1);
+      return FALSE;
+    }
+    if (seen[devices[i]]++) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "device %d is listed twice in the group", devices[i]);
+      return FALSE;
+    }
+  }
+  g->n = n;
+  g->dev = g_memdup2(devices, sizeof(int) * (size_t)n);
+
+  /* coordinates (core, x, y, z) and the values present in each */
+  const PsTopology *t = ps_network_topology(net);
+  int extent[PS_COLL_MAX_AXES] = {ps_topology_devices_per_chip(t), 1, 1, 1};
+  for (int d = 0; d < t->ndims; d++)
+    extent[1 + d] = t->dims[d];
+  int *coord = g_new(int, (size_t)n * PS_COLL_MAX_AXES);
+  int *rank[PS_COLL_MAX_AXES];
+  int count[PS_COLL_MAX_AXES];
+  for (int k = 0; k < PS_COLL_MAX_AXES; k++)
+    rank[k] = g_new0(int, extent[k]);
+  for (int i = 0; i < n; i++) {
+    int c[PS_MAX_DIMS];
+    ps_network_chip_coords(net, ps_network_device_chip(net, devices[i]), c);
+    coord[i * PS_COLL_MAX_AXES] = ps_network_device_core(net, devices[i]);
+    for (int d = 0; d < PS_MAX_DIMS; d++)
+      coord[i * PS_COLL_MAX_AXES + 1 + d] = c[d];
+    for (int k = 0; k < PS_COLL_MAX_AXES; k++)
+      rank[k][coord[i * PS_COLL_MAX_AXES + k]] = 1;
+  }
+  int64_t product = 1;
+  for (int k = 0; k < PS_COLL_MAX_AXES; k++) {
+    count[k] = 0;
+    for (int v = 0; v < extent[k]; v++)
+      rank[k][v] = rank[k][v] ? count[k]++ : -1;
+    product *= count[k];
+    if (count[k] > 1) {
+      g->axis_coord[g->n_axes] = k;
+      g->axis_size[g->n_axes] = count[k];
+      g->n_axes++;
+    }
+  }
+  g->is_grid = product == n;
+  if (g->is_grid) {
+    g->grid_pos = g_new(int, (size_t)n * (g->n_axes > 0 ? g->n_axes : 1));
+    g->at = g_new(int, n);
+    for (int i = 0; i < n; i++)
+      g->at[i] = -1;
+    for (int i = 0; i < n && g->is_grid; i++) {
+      int idx = 0;
+      for (int a = g->n_axes - 1; a >= 0; a--) {
+        int k = g->axis_coord[a];
+        int r = rank[k][coord[i * PS_COLL_MAX_AXES + k]];
+        g->grid_pos[i * g->n_axes + a] = r;
+        idx = idx * g->axis_size[a] + r;
+      }
+      if (g->at[idx] >= 0)
+        g->is_grid = FALSE;
+      g->at[idx] = i;
+    }
+  }
+  for (int k = 0; k < PS_COLL_MAX_AXES; k++)
+    g_free(rank[k]);
+  g_free(coord);
+  return TRUE;
+}
+
+static void group_clear(PsCollGroup *g)
+{
+  g_free(g->dev);
+  g_free(g->grid_pos);
+  g_free(g->at);
+}
+
+/* ---- transfers ------------------------------------------------------ */
+
+static Xfer *xfer_new(PsCollective *c)
+{
+  Xfer *x = c->free_xfers;
+  if (x)
+    c->free_xfers = x->next_free;
+  else
+    x = g_new(Xfer, 1);
+  c->live_xfers++;
+  return x;
+}
+
+static void xfer_free(PsCollective *c, Xfer *x)
+{
+  g_free(x->data);
+  x->data = NULL;
+  x->next_free = c->free_xfers;
+  c->free_xfers = x;
+  c->live_xfers--;
+}
+
+/* Applies the elements whose last byte is in [offset, offset + bytes) of
+ * the message. */
+static void apply_chunk(PsCollective *c, Member *m, const Xfer *x, int64_t offset, int64_t bytes)
+{
+  if (!x->data)
+    return;
+  g_assert(m->buf != NULL);
+  int64_t e0 = offset / 4, e1 = (offset + bytes) / 4;
+  float *dst = m->buf + x->off;
+  const float *src = x->data;
+  if (x->op == PS_XFER_ADD) {
+    for (int64_t e = e0; e < e1; e++)
+      dst[e] += src[e];
+  } else {
+    memcpy(dst + e0, src + e0, (size_t)(e1 - e0) * sizeof(float));
+  }
+}
+
+static void member_run(PsCollective *c, int mi);
+static void on_deliver(void *ctx, const PsNetDelivery *d);
+
+static void post_send(PsCollective *c, int mi, const PsCollSend *s)
+{
+  Member *m = &c->members[mi];
+  g_assert(s->peer >= 0 && s->peer < c->g.n && s->peer != mi);
+  g_assert(s->off >= 0 && s->len >= 0 && s->off + s->len <= c->p.count);
+  Xfer *x = xfer_new(c);
+  x->c = c;
+  x->dst = s->peer;
+  x->round = m->round;
+  x->step = s->peer_step;
+  x->off = s->off;
+  x->len = s->len;
+  x->op = s->op;
+  x->data = m->buf ? g_memdup2(m->buf + s->off, (size_t)s->len * sizeof(float)) : NULL;
+  ps_network_send(c->net, c->g.dev[mi], c->g.dev[s->peer], s->len * c->p.elem_bytes,
+                  on_deliver, x);
+}
+
+static inline gint64 early_key(int64_t round, int step)
+{
+  return (gint64)(((uint64_t)round << 32) | (uint32_t)step);
+}
+
+static void early_free(gpointer p)
+{
+  g_array_free(p, TRUE);
+}
+
+static void on_deliver(void *ctx, const PsNetDelivery *d)
+{
+  Xfer *x = ctx;
+  PsCollective *c = x->c;
+  Member *m = &c->members[x->dst];
+  if (m->active && m->round == x->round && m->step == x->step) {
+    apply_chunk(c, m, x, d->offset, d->bytes);
+    if (d->last) {
+      xfer_free(c, x);
+      if (--m->pending == 0) {
+        m->step++;
+        member_run(c, (int)(m - c->members));
+      }
+    }
+    return;
+  }
+  /* for a step the receiver has not reached */
+  g_assert(x->round > m->round || (m->active && x->round == m->round && x->step > m->step));
+  if (!m->early)
+    m->early = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, early_free);
+  gint64 key = early_key(x->round, x->step);
+  GArray *list = g_hash_table_lookup(m->early, &key);
+  if (!list) {
+    list = g_array_new(FALSE, FALSE, sizeof(Early));
+    g_hash_table_insert(m->early, g_memdup2(&key, sizeof key), list);
+  }
+  Early e = {x, d->offset, d->bytes, d->last};
+  g_array_append_val(list, e);
+}
+
+/* Applies what arrived early for the member's current step. */
+static void drain_early(PsCollective *c, Member *m)
+{
+  if (!m->early || g_hash_table_size(m->early) == 0)
+    return;
+  gint64 key = early_key(m->round, m->step);
+  GArray *list = g_hash_table_lookup(m->early, &key);
+  if (!list)
+    return;
+  for (guint i = 0; i < list->len; i++) {
+    Early *e = &g_array_index(list, Early, i);
+    apply_chunk(c, m, e->x, e->offset, e->bytes);
+    if (e->last) {
+      xfer_free(c, e->x);
+      m->pending--;
+    }
+  }
+  g_hash_table_remove(m->early, &key);
+}
+
+static void member_run(PsCollective *c, int mi)
+{
+  Member *m = &c->members[mi];
+  while (m->step < m->n_steps) {
+    PsCollStep st;
+    c->algo->step(c->plan, mi, m->step, &st);
+    for (int k = 0; k < st.n_send; k++)
+      post_send(c, mi, &st.send[k]);
+    m->pending = st.n_recv;
+    drain_early(c, m);
+    g_assert(m->pending >= 0);
+    if (m->pending > 0)
+      return;
+    m->step++;
+  }
+  m->active = FALSE;
+  m->finished++;
+  ps_engine_at(c->engine, ps_engine_now(c->engine), c->ev_done, (uint32_t)mi,
+               (uint64_t)m->round);
+}
+
+static void on_done(PsEngine *engine, const PsEvent *ev, void *ctx)
+{
+  PsCollective *c = ctx;
+  Member *m = &c->members[ev->target];
+  if (m->done)
+    m->done(m->ctx, (int)ev->target, ps_engine_now(engine));
+}
+
+/* ---- construction and "auto" ---------------------------------------- */
+
+static char *format_s(double s)
+{
+  if (s >= 1)
+    return g_strdup_printf("%.3f s", s);
+  if (s >= 1e-3)
+    return g_strdup_printf("%.3f ms", s * 1e3);
+  return g_strdup_printf("%.3f us", s * 1e6);
+}
+
+PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError **error)
+{
+  g_return_val_if_fail(net != NULL && spec != NULL, NULL);
+  if (spec->op >= PS_COLL_N_OPS) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "unknown collective operation %d",
+                (int)spec->op);
+    return NULL;
+  }
+  if (spec->count < 0 || spec->elem_bytes < 1) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "a collective needs count >= 0 and elem_bytes >= 1, got %" G_GINT64_FORMAT
+                " and %d",
+                spec->count, spec->elem_bytes);
+    return NULL;
+  }
+  const char *name = spec->algo ? spec->algo : "auto";
+  const PsCollAlgo *chosen = ps_coll_algo_find(name);
+  if (!chosen && strcmp(name, "auto") != 0) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "unknown collective algorithm '%s'; choose ring, bidir, torus, p2p or auto",
+                name);
+    return NULL;
+  }
+  PsCollective *c = g_new0(PsCollective, 1);
+  c->net = net;
+  c->engine = ps_network_engine(net);
+  if (!group_init(&c->g, net, spec->devices, spec->n_members, error))
+    goto fail;
+  if ((spec->op == PS_COLL_BROADCAST || spec->op == PS_COLL_SEND_RECV) &&
+      (spec->root < 0 || spec->root >= spec->n_members)) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "the root is member %d, but the group has members 0..%d", spec->root,
+                spec->n_members - 1);
+    goto fail;
+  }
+  if (spec->op == PS_COLL_SEND_RECV && spec->n_members != 2) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "send-recv needs a group of exactly two members (sender and receiver), got %d",
+                spec->n_members);
+    goto fail;
+  }
+  c->p = (PsCollParams){spec->op, spec->count, spec->elem_bytes, spec->root,
+                        ps_network_chunk_bytes(net)};
+  if (chosen) {
+    const char *why = chosen->unsupported(&c->g, spec->op);
+    if (why) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "algorithm '%s' cannot run %s on this group: %s", name,
+                  ps_coll_op_name(spec->op), why);
+      goto fail;
+    }
+    c->algo = chosen;
+    c->plan = chosen->plan_new(&c->g, &c->p);
+    c->why = g_strdup(chosen->summary);
+  } else {
+    GString *others = g_string_new(NULL);
+    double best = 0;
+    for (int i = 0; ps_coll_algos[i]; i++) {
+      const PsCollAlgo *a = ps_coll_algos[i];
+      if (a->unsupported(&c->g, spec->op))
+        continue;
+      PsCollPlan *plan = a->plan_new(&c->g, &c->p);
+      double t = a->predict_s(plan);
+      g_autofree char *ts = format_s(t);
+      g_string_append_printf(others, "%s%s %s", others->len ? ", " : "", a->name, ts);
+      if (!c->algo || t < best) {
+        if (c->plan)
+          c->algo->plan_free(c->plan);
+        c->algo = a;
+        c->plan = plan;
+        best = t;
+      } else {
+        a->plan_free(plan);
+      }
+    }
+    g_assert(c->algo != NULL);
+    c->why = g_strdup_printf("auto picked %s: fastest closed-form prediction (%s)",
+                             c->algo->name, others->str);
+    g_string_free(others, TRUE);
+  }
+  c->members = g_new0(Member, c->g.n);
+  for (int i = 0; i < c->g.n; i++) {
+    c->members[i].round = -1;
+    c->members[i].n_steps = c->algo->n_steps(c->plan, i);
+  }
+  c->ev_done = ps_engine_register(c->engine, "collective-done", on_done, c);
+  return c;
+fail:
+  group_clear(&c->g);
+  g_free(c);
+  return NULL;
+}
+
+void ps_collective_free(PsCollective *c)
+{
+  if (!c)
+    return;
+  g_warn_if_fail(c->live_xfers == 0);
+  for (int i = 0; i < c->g.n; i++)
+    if (c->members[i].early)
+      g_hash_table_destroy(c->members[i].early);
+  while (c->free_xfers) {
+    Xfer *x = c->free_xfers;
+    c->free_xfers = x->next_free;
+    g_free(x);
+  }
+  c->algo->plan_free(c->plan);
+  group_clear(&c->g);
+  g_free(c->members);
+  g_free(c->why);
+  g_free(c);
+}
+
+/* ---- queries and arrival -------------------------------------------- */
+
+const char *ps_collective_algo(const PsCollective *c) { return c->algo->name; }
+const char *ps_collective_why(const PsCollective *c) { return c->why; }
+double ps_collective_predict_s(const PsCollective *c) { return c->algo->predict_s(c->plan); }
+int ps_collective_members(const PsCollective *c) { return c->g.n; }
+
+int ps_collective_steps(const PsCollective *c, int member)
+{
+  g_return_val_if_fail(member >= 0 && member < c->g.n, 0);
+  return c->members[member].n_steps;
+}
+
+void ps_collective_block(const PsCollective *c, int member, int64_t *off, int64_t *len)
+{
+  g_return_if_fail(member >= 0 && member < c->g.n);
+  c->algo->block(c->plan, member, off, len);
+}
+
+int64_t ps_collective_rounds_done(const PsCollective *c)
+{
+  int64_t r = INT64_MAX;
+  for (int i = 0; i < c->g.n; i++)
+    r = MIN(r, c->members[i].finished);
+  return r;
+}
+
+void ps_collective_arrive(PsCollective *c, int member, float *buf, PsCollDoneFn done, void *ctx)
+{
+  g_return_if_fail(c != NULL && member >= 0 && member < c->g.n);
+  Member *m = &c->members[member];
+  g_assert(!m->active);
+  g_assert(buf == NULL || c->p.elem_bytes == (int)sizeof(float));
+  m->round++;
+  m->step = 0;
+  m->active = TRUE;
+  m->buf = buf;
+  m->done = done;
+  m->ctx = ctx;
+  member_run(c, member);
+}

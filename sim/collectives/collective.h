@@ -1,0 +1,148 @@
+/* collective.h: cross-replica collectives over the network, as state
+ * machines of send and receive events.
+ *
+ * A collective runs over a group of devices (its members, in the order the
+ * caller lists them) with an operation and an algorithm picked by name from
+ * a const table: "ring", "bidir", "torus", "p2p", or "auto", which predicts
+ * each algorithm that can run the operation on the group with its closed
+ * form and takes the fastest (ps_collective_why() says which and why).
+ *
+ * Each member runs a sequence of steps.  A step posts its sends (each a
+ * network message, chunked and routed by hw/network.h) and completes when
+ * every message it expects has wholly arrived; then the next step starts at
+ * once.  A member's sends begin when it arrives (ps_collective_arrive), so a
+ * late member delays exactly those that wait on its data.  Data that
+ * arrives before its receiver reaches the step (or arrives at all) waits at
+ * the receiver.  A step's messages are not gated on each other: a one-hop
+ * ring step of m bytes takes alpha + m/B, the alpha-beta model's step.
+ *
+ * Rounds.  A collective is created once and reused: member m's k-th call to
+ * ps_collective_arrive joins round k, and may be made as soon as m's done
+ * callback for round k-1 has run, even while other members still finish
+ * round k-1 (their data cannot be confused: every message carries its
+ * round and step).
+ *
+ * Numerics.  When a member arrives with a float buffer (elem_bytes must be
+ * 4), every message carries a copy of the elements it sends, taken when it
+ * is sent, and every chunk is added (reduce phases) or copied (gather
+ * phases) into the receiver's buffer when the chunk arrives, in the order
+ * the algorithm delivers chunks; so the result has that algorithm's
+ * rounding.  Gather phases copy, so every member ends bit-identical.  All
+ * members of a round pass buffers, or none (timing only).
+ *
+ * Semantics per operation, for buffers of `count` elements:
+ *   all-reduce      every member ends with the element-wise sum;
+ *   reduce-scatter  member i ends with the sum over its block
+ *                   (ps_collective_block), the rest of its buffer is
+ *                   scratch;
+ *   all-gather      member i contributes its block and ends with all;
+ *   broadcast       every member ends with the root's buffer;
+ *   send-recv       a group of two: member `root` sends its buffer to the
+ *                   other; the sender is done once its data is copied into
+ *                   the network, the receiver when it has arrived.
+ *
+ * Integration example (pod.c's ALL_REDUCE op of replica group g):
+ *
+ *     // once, when the pod is built: the network, then one collective
+ *     // per (replica group, ALL_REDUCE op of the program):
+ *     pod->net = ps_network_new(engine, exp->topology, PS_NETWORK_DEFAULT_CHUNK);
+ *     PsCollSpec spec = {.op = PS_COLL_ALL_REDUCE, .algo = "auto",
+ *                        .devices = group_devices, .n_members = group_size,
+ *                        .count = n_params, .elem_bytes = 4};
+ *     // (numerics off: .count = (int64_t)op->bytes, .elem_bytes = 1)
+ *     pod->coll[g] = ps_collective_new(pod->net, &spec, &error);
+ *
+ *     // in run_op, case PS_OP_ALL_REDUCE, device d is member m of group g:
+ *     d->wait_start = now(pod);
+ *     ps_collective_arrive(pod->coll[g], m, numerics ? grads_of(d) : NULL,
+ *                          on_all_reduce_done, d);
+ *
+ *     // at simulated time t, member m's sum is in its buffer:
+ *     static void on_all_reduce_done(void *ctx, int member, ps_time_t t)
+ *     {
+ *       Device *d = ctx;
+ *       // report PS_TIME_COLLECTIVE from d->wait_start to t (or split the
+ *       // wait for the last member from the transfer), then run the
+ *       // device's next op: the same as finish_op_after(pod, d, 0) today
+ *     }
+ *
+ * Numerics then need no separate cross_replica_sum: every member's buffer
+ * already holds the algorithm's sum (run.c's numerics_collective would go).
+ *
+ * Invariant: in every round, each member's steps run in order, each exactly
+ * once; a member's done callback runs exactly once per round, after every
+ * message it receives in that round has been applied to its buffer. */
+#ifndef PS_COLLECTIVE_H
+#define PS_COLLECTIVE_H
+
+#include "hw/network.h"
+
+typedef enum {
+  PS_COLL_ALL_REDUCE,
+  PS_COLL_REDUCE_SCATTER,
+  PS_COLL_ALL_GATHER,
+  PS_COLL_BROADCAST,
+  PS_COLL_SEND_RECV,
+  PS_COLL_N_OPS
+} PsCollOp;
+
+/* "allreduce", "reducescatter", "allgather", "broadcast", "sendrecv". */
+const char *ps_coll_op_name(PsCollOp op);
+gboolean ps_coll_op_parse(const char *name, PsCollOp *out);
+
+/* Algorithm names of the table, then "auto"; NULL-terminated. (transfer
+ * none) */
+const char *const *ps_coll_algo_names(void);
+/* One line on what the named algorithm does, or NULL if unknown. */
+const char *ps_coll_algo_summary(const char *name);
+
+typedef struct {
+  PsCollOp op;
+  const char *algo;    /* a table name or "auto"; NULL means "auto" */
+  const int *devices;  /* the group: network device ids, distinct (copied) */
+  int n_members;
+  int64_t count;       /* elements in each member's buffer */
+  int elem_bytes;      /* 4 when members pass float buffers; any >= 1 for timing */
+  int root;            /* broadcast: the root member; send-recv: the sender */
+} PsCollSpec;
+
+typedef struct PsCollective PsCollective;
+
+/* Called at the simulated time t when member's result is complete. */
+typedef void (*PsCollDoneFn)(void *ctx, int member, ps_time_t t);
+
+/* (transfer full) NULL with a PS_INPUT_ERROR if the spec is impossible:
+ * an unknown algorithm or operation, a device out of range or repeated, an
+ * algorithm that cannot run the operation on this group (torus needs the
+ * group's coordinates to form a box), a send-recv group not of two.
+ * Registers one event type with the network's engine: create collectives
+ * once and reuse them across rounds.  net must outlive it. */
+PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError **error);
+void ps_collective_free(PsCollective *c);
+
+/* The algorithm that runs ("ring", ...), never "auto".  (transfer none) */
+const char *ps_collective_algo(const PsCollective *c);
+/* For "auto": what was picked and each candidate's prediction; else the
+ * algorithm's summary.  (transfer none) */
+const char *ps_collective_why(const PsCollective *c);
+/* The closed-form prediction of one round with every member arriving at
+ * once, in seconds (see algorithms.c for each formula). */
+double ps_collective_predict_s(const PsCollective *c);
+/* The elements [*off, *off + *len) that are member's own block
+ * (reduce-scatter result, all-gather contribution). */
+void ps_collective_block(const PsCollective *c, int member, int64_t *off, int64_t *len);
+int ps_collective_members(const PsCollective *c);
+/* Steps member runs per round (messages it waits for, at most, per step:
+ * two for bidirectional phases). */
+int ps_collective_steps(const PsCollective *c, int member);
+
+/* Member arrives for its next round with buf (count floats, transfer none,
+ * must stay valid until done runs) or NULL for timing only; done(ctx, ...)
+ * runs from an engine event once member's result is complete.  Calling it
+ * again before done has run is a programming error. */
+void ps_collective_arrive(PsCollective *c, int member, float *buf, PsCollDoneFn done, void *ctx);
+
+/* Rounds every member has finished. */
+int64_t ps_collective_rounds_done(const PsCollective *c);
+
+#endif
