@@ -62,7 +62,7 @@ static int cmd_run(int argc, char **argv)
   g_auto(GStrv) sets = NULL;
   gint64 steps = 0, seed = -1;
   g_autofree char *trace = NULL;
-  gboolean no_trace = FALSE, json = FALSE, quiet = FALSE;
+  gboolean no_trace = FALSE, json = FALSE, quiet = FALSE, trace_links = FALSE;
   GOptionEntry entries[] = {
       {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets,
        "Override a config field, e.g. --set global_batch=256 or "
@@ -74,6 +74,8 @@ static int cmd_run(int argc, char **argv)
       {"trace", 't', 0, G_OPTION_ARG_FILENAME, &trace,
        "Write a Chrome/Perfetto trace here (default traces/EXPERIMENT.json)", "FILE"},
       {"no-trace", 0, 0, G_OPTION_ARG_NONE, &no_trace, "Do not write a trace", NULL},
+      {"trace-links", 0, 0, G_OPTION_ARG_NONE, &trace_links,
+       "Also trace every chunk on every interconnect link (large on big slices)", NULL},
       {"json", 'j', 0, G_OPTION_ARG_NONE, &json, "Print the summary as one JSON object", NULL},
       {"quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "Do not print the loss while training", NULL},
       {NULL}};
@@ -124,7 +126,8 @@ static int cmd_run(int argc, char **argv)
                : "off");
     fflush(stdout);
   }
-  PsRunOptions opt = {.trace_path = no_trace ? NULL : trace, .log = log};
+  PsRunOptions opt = {.trace_path = no_trace ? NULL : trace, .trace_links = trace_links,
+                      .log = log};
   PsSummary sum;
   gboolean ok = ps_run(exp, &opt, &sum, &error);
   if (!ok) {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #define HOST_PID_BASE 100000
+#define LINKS_PID 99999
 #define SYNTHETIC_TEST_EXAMPLES 10000
 
 typedef struct {
@@ -36,7 +37,6 @@ typedef struct {
   float *batch_x;       /* one global batch */
   int32_t *batch_y;
   int64_t drawn_step;   /* global batch currently in batch_x */
-  float *reduce_buf;
   double *step_loss;    /* per step, mean over replicas */
   int *step_outfed;
   PsHistogram *histograms; /* per host call, replica 0's last result */
@@ -101,7 +101,6 @@ static gboolean numerics_init(Run *r, GError **error)
   r->batch_x = g_new(float, (size_t)exp->global_batch * elems);
   r->batch_y = g_new(int32_t, (size_t)exp->global_batch);
   r->drawn_step = -1;
-  r->reduce_buf = g_new(float, ps_net_n_params(r->nets[0]));
   return TRUE;
 }
 
@@ -120,7 +119,6 @@ static void numerics_free(Run *r)
     ps_dataset_free(r->train);
   g_free(r->batch_x);
   g_free(r->batch_y);
-  g_free(r->reduce_buf);
 }
 
 static void log_step(Run *r, int step, ps_time_t t)
@@ -205,26 +203,21 @@ static void numerics_op(Run *r, int device, int step, const PsOp *op, ps_time_t 
   case PS_OP_HOST_CALL:
     host_call_numerics(r, replica, op);
     break;
-  case PS_OP_ALL_REDUCE: /* done in numerics_collective, once for all */
+  case PS_OP_ALL_REDUCE: /* the collective adds into collective_buffer() */
   case PS_OP_N_KINDS:
     break;
   }
 }
 
-/* cross_replica_sum: add the replicas' gradients in replica order, then
- * give every replica the same sum, so replicas stay bit-identical. */
-static void numerics_collective(Run *r)
+/* cross_replica_sum: the collective adds the replicas' gradients into
+ * each replica's own buffer, in the order its algorithm delivers them, and
+ * leaves every replica the same sum. */
+static float *collective_buffer(void *ctx, int device)
 {
-  int R = r->plan->replicas;
-  size_t n = ps_net_n_params(r->nets[0]);
-  memcpy(r->reduce_buf, ps_net_grads(r->nets[0]), n * sizeof(float));
-  for (int i = 1; i < R; i++) {
-    const float *g = ps_net_grads(r->nets[i]);
-    for (size_t k = 0; k < n; k++)
-      r->reduce_buf[k] += g[k];
-  }
-  for (int i = 0; i < R; i++)
-    memcpy(ps_net_grads(r->nets[i]), r->reduce_buf, n * sizeof(float));
+  Run *r = ctx;
+  if (!r->numerics)
+    return NULL;
+  return ps_net_grads(r->nets[r->plan->programs[device].replica]);
 }
 
 /* ---- observer callbacks --------------------------------------------- */
@@ -352,8 +345,6 @@ static void on_collective(void *ctx, int step, const PsOp *op, int last, ps_time
 {
   Run *r = ctx;
   r->critical[step] = last;
-  if (r->numerics)
-    numerics_collective(r);
 }
 
 /* ---- the run -------------------------------------------------------- */
@@ -493,9 +484,14 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
     return FALSE;
   r.plan = plan;
   PsEngine *engine = ps_engine_new();
-  PsPodObserver obs = {&r,           on_op_done,   on_wait,      on_step_done,
-                       on_infeed_depth, on_host_work, on_collective};
-  r.pod = ps_pod_new(engine, exp, plan, &obs);
+  PsPodObserver obs = {&r,           on_op_done,   on_wait,       on_step_done,
+                       on_infeed_depth, on_host_work, on_collective, collective_buffer};
+  r.pod = ps_pod_new(engine, exp, plan, &obs, error);
+  if (!r.pod) {
+    ps_engine_free(engine);
+    ps_plan_free(plan);
+    return FALSE;
+  }
   int64_t steps = exp->steps;
   r.cat = g_new0(double, (size_t)steps * PS_TIME_N_CATEGORIES);
   r.dev_cat = g_new0(double, (size_t)plan->n_programs * PS_TIME_N_CATEGORIES);
@@ -519,12 +515,15 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
     if (!r.trace)
       goto out;
     trace_metadata(&r);
+    if (opt->trace_links && ps_pod_network(r.pod))
+      ps_network_set_trace(ps_pod_network(r.pod), r.trace, LINKS_PID);
   }
 
   ps_pod_start(r.pod);
   ps_engine_run(engine, PS_TIME_NEVER);
   g_assert(ps_pod_steps_done(r.pod) == steps);
   summarise(&r, out);
+  out->collective_algorithm = ps_pod_collective_algorithm(r.pod);
   summarise_host_calls(&r, out);
   if (r.numerics && exp->numerics.evaluate && !evaluate(&r, out, error))
     goto out;
@@ -577,6 +576,9 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
   for (int c = 0; c < PS_TIME_N_CATEGORIES; c++)
     json_object_object_add(b, ps_time_category_name(c), json_object_new_double(s->breakdown[c]));
   json_object_object_add(o, "breakdown", b);
+  if (s->collective_algorithm)
+    json_object_object_add(o, "collective_algorithm",
+                           json_object_new_string(s->collective_algorithm));
   json_object_object_add(o, "steps_per_run", json_object_new_int64(exp->steps_per_run));
   json_object_object_add(o, "host_loop_s", json_object_new_double(s->host_loop_s));
   json_object_object_add(o, "examples_per_s", json_object_new_double(s->examples_per_s));
@@ -613,6 +615,10 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
     print_time(f, ps_time_category_name(c), s->breakdown[c], s->step_time_s);
   fprintf(f, "  (host loop      %10.3f us per step: one round trip every %" G_GINT64_FORMAT
              " steps)\n", s->host_loop_s * 1e6, exp->steps_per_run);
+  if (s->collective_algorithm)
+    fprintf(f, "  (all-reduce     %s over %d replicas, in chunks of %" G_GINT64_FORMAT
+               " bytes)\n",
+            s->collective_algorithm, exp->strategy.replicas, exp->collective.chunk_bytes);
   fprintf(f, "examples/s       %10.0f\n", s->examples_per_s);
   fprintf(f, "MXU utilization  %10.2f%%\n", 100.0 * s->mxu_utilization);
   fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)\n",

@@ -15,6 +15,7 @@
 
 typedef struct {
   const char *trace_path; /* NULL: no trace */
+  gboolean trace_links;   /* also a track per interconnect link direction */
   FILE *log;              /* progress lines (loss), NULL for none */
 } PsRunOptions;
 
@@ -24,6 +25,7 @@ typedef struct {
   double step_time_s;       /* mean over measured steps */
   double breakdown[PS_TIME_N_CATEGORIES]; /* seconds per step */
   double host_loop_s;       /* of `host`: the steps_per_run round trip, per step */
+  const char *collective_algorithm; /* the all-reduce's ("ring", ...), or NULL */
   double examples_per_s;
   double mxu_utilization;   /* useful matmul FLOPs / (time x peak), device 0 */
   int64_t hbm_peak_bytes;   /* device 0 */

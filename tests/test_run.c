@@ -362,6 +362,41 @@ static void test_host_call_numerics(void)
   ps_experiment_free(e);
 }
 
+/* Data parallelism is only a change of where the arithmetic runs: with a
+ * "mean" loss reduction, 4 replicas of 8 examples each train exactly as 1
+ * replica of 32 (the loss is scaled by 1/4 and the gradients summed over
+ * the interconnect), up to float rounding; "sum" takes 4x larger steps and
+ * visibly diverges. */
+static void test_replicas_match_single(void)
+{
+  g_autofree char *exp_path = write_experiment("rep.json", synthetic_json);
+  const char *one[] = {"steps=12", "optimizer.kind=\"sgd\"", "optimizer.learning_rate=0.05",
+                       NULL};
+  const char *four[] = {"steps=12", "optimizer.kind=\"sgd\"", "optimizer.learning_rate=0.05",
+                        "strategy.replicas=4", NULL};
+  const char *four_sum[] = {"steps=12", "optimizer.kind=\"sgd\"", "optimizer.learning_rate=0.05",
+                            "strategy.replicas=4", "strategy.loss_reduction=\"sum\"", NULL};
+  PsSummary s1, s4, s4s;
+  GError *error = NULL;
+  PsExperiment *e1 = load(exp_path, one), *e4 = load(exp_path, four), *e4s = load(exp_path, four_sum);
+  g_assert_true(ps_run(e1, &(PsRunOptions){0}, &s1, &error));
+  g_assert_true(ps_run(e4, &(PsRunOptions){0}, &s4, &error));
+  g_assert_true(ps_run(e4s, &(PsRunOptions){0}, &s4s, &error));
+  g_assert_no_error(error);
+  g_test_message("loss after 12 steps: 1 replica %.7f, 4 replicas mean %.7f, sum %.7f",
+                 s1.loss_last, s4.loss_last, s4s.loss_last);
+  /* the same first batch: the mean of 4 replica means equals the mean of 32 */
+  g_assert_cmpfloat(fabs(s4.loss_first - s1.loss_first), <, 1e-6 * s1.loss_first);
+  g_assert_cmpfloat(fabs(s4.loss_last - s1.loss_last), <, 1e-5 * s1.loss_last);
+  g_assert_cmpfloat(fabs(s4.test_accuracy - s1.test_accuracy), <=, 2e-4);
+  g_assert_cmpfloat(fabs(s4s.loss_last - s1.loss_last), >, 1e-3 * s1.loss_last);
+  g_assert_nonnull(s4.collective_algorithm);
+  g_assert_cmpfloat(s4.breakdown[PS_TIME_COLLECTIVE], >, 0);
+  ps_experiment_free(e1);
+  ps_experiment_free(e4);
+  ps_experiment_free(e4s);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -375,6 +410,7 @@ int main(int argc, char **argv)
   g_test_add_func("/run/trace/deterministic", test_deterministic_trace);
   g_test_add_func("/run/outside-compilation/closed-form", test_host_call_closed_form);
   g_test_add_func("/run/outside-compilation/histogram", test_host_call_numerics);
+  g_test_add_func("/run/replicate/mean-matches-single", test_replicas_match_single);
   g_test_add_func("/run/default/mlp-one-epoch", test_default_epoch);
   int rc = g_test_run();
   g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);

@@ -17,9 +17,11 @@
  * moment of a device's time is in exactly one op or one wait. */
 #include "hw/pod.h"
 
+#include "collectives/collective.h"
 #include "hw/cost.h"
 
 typedef struct {
+  PsPod *pod;
   int index;
   const PsProgram *prog;
   const ps_time_t *cost; /* per op of prog: FWD/BWD/UPDATE time, computed once */
@@ -73,9 +75,11 @@ struct PsPod {
   GPtrArray *costs;     /* owned ps_time_t arrays, shared by identical programs */
   int per_chip;
   int64_t steps_done;
-  /* the one collective in flight: all replicas wait for each other */
-  int coll_arrived;
-  GArray *coll_waiting; /* int device */
+  /* gradients cross the interconnect: one all-reduce over the replicas,
+   * reused step after step (NULL with one replica) */
+  PsNetwork *net;
+  PsCollective *allreduce;
+  int coll_arrived;     /* replicas at the current step's all-reduce */
   uint32_t ev_op_done, ev_prep_done, ev_pcie_done, ev_loop_start, ev_call_done;
 };
 
@@ -305,35 +309,27 @@ static void on_loop_start(PsEngine *engine, const PsEvent *ev, void *ctx)
 
 /* ---- devices -------------------------------------------------------- */
 
-/* Until the interconnect model lands, an all-reduce costs the alpha-beta
- * ring closed form 2(N-1)(alpha + S/(N B)) once every replica has arrived. */
-static ps_time_t collective_time(const PsPod *pod, const PsOp *op)
+/* A replica's sum is in its buffer: its ALL_REDUCE op ends. */
+static void on_allreduce_done(void *ctx, int member, ps_time_t t)
 {
-  const PsTopology *t = pod->exp->topology;
-  double n = pod->plan->replicas;
-  return ps_time_from_s(2.0 * (n - 1.0) *
-                        (t->ici_latency_s + op->bytes / (n * t->ici_bandwidth_Bps)));
+  Device *d = ctx;
+  ps_engine_after(d->pod->engine, 0, d->pod->ev_op_done, (uint32_t)d->index, 0);
 }
 
+/* Replica d reaches the all-reduce: its sends begin now; the op lasts until
+ * its own result is complete, which includes waiting for late peers' data.
+ * The last replica to arrive is the one the step waited for. */
 static void collective_arrive(PsPod *pod, Device *d, const PsOp *op)
 {
-  d->wait_start = now(pod);
-  g_array_append_val(pod->coll_waiting, d->index);
-  if (++pod->coll_arrived < pod->plan->replicas)
-    return;
-  if (pod->obs.collective)
-    pod->obs.collective(pod->obs.ctx, (int)d->step, op, d->index, now(pod));
-  ps_time_t dt = collective_time(pod, op);
-  for (guint i = 0; i < pod->coll_waiting->len; i++) {
-    Device *w = &pod->devices[g_array_index(pod->coll_waiting, int, i)];
-    if (pod->obs.wait && w->wait_start < now(pod))
-      pod->obs.wait(pod->obs.ctx, w->index, (int)w->step, PS_TIME_COLLECTIVE, "collective peers",
-                    w->wait_start,
-                    now(pod));
-    finish_op_after(pod, w, dt);
+  d->op_start = now(pod);
+  if (++pod->coll_arrived == pod->plan->replicas) {
+    pod->coll_arrived = 0;
+    if (pod->obs.collective)
+      pod->obs.collective(pod->obs.ctx, (int)d->step, op, d->index, now(pod));
   }
-  g_array_set_size(pod->coll_waiting, 0);
-  pod->coll_arrived = 0;
+  float *buf = pod->obs.collective_buffer ? pod->obs.collective_buffer(pod->obs.ctx, d->index)
+                                          : NULL;
+  ps_collective_arrive(pod->allreduce, d->prog->replica, buf, on_allreduce_done, d);
 }
 
 static void run_op(PsPod *pod, Device *d)
@@ -437,8 +433,49 @@ static gboolean same_costs(const PsProgram *a, const PsProgram *b)
   return TRUE;
 }
 
+/* The interconnect and the replicas' all-reduce, when there are several. */
+static gboolean build_collective(PsPod *pod, GError **error)
+{
+  const PsExperiment *exp = pod->exp;
+  const PsProgram *p0 = &pod->plan->programs[0];
+  const PsOp *ar = NULL;
+  for (int i = 0; i < p0->n_ops; i++)
+    if (p0->ops[i].kind == PS_OP_ALL_REDUCE)
+      ar = &p0->ops[i];
+  if (!ar)
+    return TRUE;
+  pod->net = ps_network_new(pod->engine, exp->topology, exp->collective.chunk_bytes);
+  int *members = g_new(int, pod->plan->replicas);
+  for (int r = 0; r < pod->plan->replicas; r++)
+    members[r] = pod->plan->programs[r].device;
+  /* gradients are float32: count them, so numerics can ride along */
+  PsCollSpec spec = {.op = PS_COLL_ALL_REDUCE, .algo = exp->collective.algorithm,
+                     .devices = members, .n_members = pod->plan->replicas,
+                     .count = (int64_t)(ar->bytes / 4), .elem_bytes = 4};
+  GError *err = NULL;
+  pod->allreduce = ps_collective_new(pod->net, &spec, &err);
+  g_free(members);
+  if (!pod->allreduce) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "%s: collective.algorithm: %s",
+                exp->file, err->message);
+    g_error_free(err);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+PsNetwork *ps_pod_network(const PsPod *pod)
+{
+  return pod->net;
+}
+
+const char *ps_pod_collective_algorithm(const PsPod *pod)
+{
+  return pod->allreduce ? ps_collective_algo(pod->allreduce) : NULL;
+}
+
 PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
-                  const PsPodObserver *observer)
+                  const PsPodObserver *observer, GError **error)
 {
   PsPod *pod = g_new0(PsPod, 1);
   pod->engine = engine;
@@ -460,6 +497,7 @@ PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
     Device *d = &pod->devices[i];
     /* programs are indexed by device (PsPlan), so events target d->index */
     g_assert(plan->programs[i].device == i);
+    d->pod = pod;
     d->index = i;
     d->prog = &plan->programs[i];
     d->capacity = exp->input.infeed_capacity;
@@ -475,12 +513,15 @@ PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
   }
   for (int i = 0; i < pod->n_hosts; i++)
     pod->hosts[i].to_prepare = exp->steps * (int64_t)pod->hosts[i].devs->len;
-  pod->coll_waiting = g_array_new(FALSE, FALSE, sizeof(int));
   pod->ev_op_done = ps_engine_register(engine, "op-done", on_op_done, pod);
   pod->ev_prep_done = ps_engine_register(engine, "prep-done", on_prep_done, pod);
   pod->ev_pcie_done = ps_engine_register(engine, "pcie-done", on_pcie_done, pod);
   pod->ev_loop_start = ps_engine_register(engine, "loop-start", on_loop_start, pod);
   pod->ev_call_done = ps_engine_register(engine, "host-call-done", on_call_done, pod);
+  if (!build_collective(pod, error)) {
+    ps_pod_free(pod);
+    return NULL;
+  }
   return pod;
 }
 
@@ -493,7 +534,10 @@ void ps_pod_free(PsPod *pod)
     g_queue_clear_full(&pod->hosts[i].down.pending, g_free);
     g_queue_clear_full(&pod->hosts[i].up.pending, g_free);
   }
-  g_array_free(pod->coll_waiting, TRUE);
+  if (pod->allreduce)
+    ps_collective_free(pod->allreduce);
+  if (pod->net)
+    ps_network_free(pod->net);
   g_ptr_array_free(pod->costs, TRUE);
   g_free(pod->hosts);
   g_free(pod->devices);

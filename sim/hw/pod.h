@@ -13,6 +13,7 @@
 #define PS_POD_H
 
 #include "engine/engine.h"
+#include "hw/network.h"
 #include "strategy/program.h"
 
 typedef enum {
@@ -59,15 +60,26 @@ typedef struct {
   void (*host_work)(void *ctx, int host, PsHostLane lane, const char *what, int device,
                     ps_time_t start, ps_time_t end);
   /* All members of a collective have arrived, `last` the latest of them
-   * (the one the others waited for); runs before any leaves. */
+   * (the one the others waited for). */
   void (*collective)(void *ctx, int step, const PsOp *op, int last, ps_time_t t);
+  /* The buffer a device contributes to a collective (its gradients), which
+   * receives the result; NULL (or no callback) for timing only. */
+  float *(*collective_buffer)(void *ctx, int device);
 } PsPodObserver;
 
 typedef struct PsPod PsPod;
 
-/* (transfer full); exp and plan must outlive the pod. */
+/* (transfer full); exp and plan must outlive the pod.  With several
+ * replicas it builds the interconnect and their all-reduce; fails
+ * (PS_INPUT_ERROR) if the experiment's collective algorithm cannot run on
+ * the replica group. */
 PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
-                  const PsPodObserver *observer);
+                  const PsPodObserver *observer, GError **error);
+
+/* The interconnect, or NULL with a single replica.  (transfer none) */
+PsNetwork *ps_pod_network(const PsPod *pod);
+/* The all-reduce algorithm in use ("ring", "torus", ...), or NULL. */
+const char *ps_pod_collective_algorithm(const PsPod *pod);
 void ps_pod_free(PsPod *pod);
 
 /* Schedules the start of the run (hosts begin preparing, the first device
