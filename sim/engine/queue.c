@@ -5,18 +5,24 @@
  * Pending events live by value in one of three places, from the earliest:
  *   - bottom: a sorted array drained front to back, plus `side`, a small
  *     (time, seq) heap for events pushed into bottom's range once it is
- *     sorted and that cannot simply be appended to it;
+ *     sorted that cannot go at either end of it (an event at now goes in
+ *     front);
  *   - rungs, rung[nrungs-1] the finest: arrays of unsorted buckets of width
  *     2^shift.  A bucket is a chain of 1 KiB chunks, so a push appends to
  *     its last chunk and a drain reads memory sequentially;
  *   - top: one unsorted bucket for everything later than the rungs.
  * When bottom runs dry, the next non-empty bucket of the finest rung is
- * counting-sorted into it if it is small; a big bucket is spread over a new,
- * finer rung fitted to its events' [min, max] (so a few events far in the
- * future do not stretch the buckets); an exhausted rung is dropped; with no
- * rung left, top becomes rung 0, made wider than top's events so that most
- * later pushes go straight to a rung.  An event is so copied a bounded
- * number of times, nearly always within cache-sized pieces.
+ * counting-sorted into it if it is small (then insertion-sorted: within a
+ * bucket events are already in push order, so equal times cost nothing);
+ * a big bucket is spread over a new, finer rung fitted to its events'
+ * [min, max] (so a few events far in the future do not stretch the
+ * buckets); an exhausted rung is dropped; with no rung left, top becomes
+ * rung 0, made 4 times wider than top's events so that most later pushes
+ * go straight to a rung.  Buckets aim at min(256, len/32) events: bottom
+ * stays in L1/L2 and few pushes land in its range.  A side grown past
+ * SIDE_MAX is spread over a new rung with bottom.  An event is so copied a
+ * bounded number of times, nearly always within cache-sized pieces; at
+ * most PS_QUEUE_RUNGS rungs, past which a big bucket is sorted instead.
  *
  * Invariant: every event of bottom and side <= bottom_last < every event
  * of rung[nrungs-1] <= rung[nrungs-1].last < ... < every event of rung[0]
