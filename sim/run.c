@@ -23,9 +23,17 @@ typedef struct {
   int64_t *counts;
 } PsHistogram;
 
+/* What device 0's statistics need of each op of its program, computed
+ * once rather than at every step. */
+typedef struct {
+  double mxu_flops;
+  int64_t act_bytes;
+} OpStats;
+
 typedef struct {
   const PsExperiment *exp;
   const PsPlan *plan;
+  OpStats *op_stats;    /* per op of device 0's program */
   PsPod *pod;
   FILE *log;
   /* numerics */
@@ -227,12 +235,22 @@ static int chip_pid(Run *r, int device)
   return ps_pod_device_chip(r->pod, device) + 1;
 }
 
-static int64_t act_bytes_of(Run *r, const PsOp *op)
+static OpStats *op_stats_new(const PsExperiment *exp, const PsProgram *p)
 {
-  int64_t e = 0;
-  for (int i = op->first; i <= op->last; i++)
-    e += r->exp->model->layers[i].act_elems;
-  return e * op->batch * ps_cost_act_bytes(r->exp->numerics.precision);
+  OpStats *st = g_new0(OpStats, p->n_ops);
+  for (int i = 0; i < p->n_ops; i++) {
+    const PsOp *op = &p->ops[i];
+    if (op->kind != PS_OP_FWD && op->kind != PS_OP_BWD)
+      continue;
+    PsOpCost cost;
+    ps_cost_layers(exp->topology, exp->model, op->first, op->last, op->batch,
+                   exp->numerics.precision, exp->fuse_elementwise, op->kind == PS_OP_BWD, &cost);
+    st[i].mxu_flops = cost.mxu_flops;
+    for (int l = op->first; l <= op->last; l++)
+      st[i].act_bytes += exp->model->layers[l].act_elems;
+    st[i].act_bytes *= op->batch * ps_cost_act_bytes(exp->numerics.precision);
+  }
+  return st;
 }
 
 static void on_op_done(void *ctx, int device, int step, const PsOp *op, ps_time_t start,
@@ -265,13 +283,10 @@ static void on_op_done(void *ctx, int device, int step, const PsOp *op, ps_time_
     switch (op->kind) {
     case PS_OP_FWD:
     case PS_OP_BWD: {
-      PsOpCost cost;
-      ps_cost_layers(r->exp->topology, r->exp->model, op->first, op->last, op->batch,
-                     r->exp->numerics.precision, r->exp->fuse_elementwise,
-                     op->kind == PS_OP_BWD, &cost);
-      r->mxu_flops[step] += cost.mxu_flops;
+      const OpStats *st = &r->op_stats[op - r->plan->programs[0].ops];
+      r->mxu_flops[step] += st->mxu_flops;
       /* activations live from their forward to their backward */
-      r->hbm_act += op->kind == PS_OP_FWD ? act_bytes_of(r, op) : -act_bytes_of(r, op);
+      r->hbm_act += op->kind == PS_OP_FWD ? st->act_bytes : -st->act_bytes;
       if (r->hbm_static + r->hbm_act > r->hbm_peak)
         r->hbm_peak = r->hbm_static + r->hbm_act;
       break;
@@ -504,6 +519,7 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
   r.step_loss = g_new0(double, (size_t)steps);
   r.step_outfed = g_new0(int, (size_t)steps);
   r.hbm_static = exp->model->params * 4 * (2 + plan->optimizer_slots);
+  r.op_stats = op_stats_new(exp, &plan->programs[0]);
   r.hbm_peak = r.hbm_static;
 
   r.numerics = exp->numerics.enabled;
@@ -545,6 +561,7 @@ out:
     ps_trace_abort(r.trace);
   numerics_free(&r);
   g_free(r.cat);
+  g_free(r.op_stats);
   g_free(r.dev_cat);
   g_free(r.critical);
   g_free(r.loop_wait);

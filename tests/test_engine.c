@@ -176,7 +176,7 @@ static void test_heap_million_random(gconstpointer data)
   /* Few distinct times so ties are common. */
   for (int i = 0; i < n; i++) {
     PsEvent ev = {.time = g_rand_int_range(rng, 0, 50000), .seq = (uint64_t)i};
-    if (i % 1000 == 0) /* a few far in the future, to stretch a calendar */
+    if (i % 1000 == 0) /* a few far in the future, to stretch a bucketed queue */
       ev.time = g_rand_int_range(rng, 0, G_MAXINT32) * INT64_C(1000);
     q->push(&h, &ev);
   }

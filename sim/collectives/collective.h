@@ -66,8 +66,8 @@
  *       // device's next op: the same as finish_op_after(pod, d, 0) today
  *     }
  *
- * Numerics then need no separate cross_replica_sum: every member's buffer
- * already holds the algorithm's sum (run.c's numerics_collective would go).
+ * Numerics need no separate cross_replica_sum: every member's buffer
+ * already holds the algorithm's sum (pod.c does exactly this).
  *
  * Invariant: in every round, each member's steps run in order, each exactly
  * once; a member's done callback runs exactly once per round, after every

@@ -48,7 +48,8 @@ typedef struct {
   void (*op_done)(void *ctx, int device, int step, const PsOp *op, ps_time_t start,
                   ps_time_t end);
   /* A device waited; `what` names the wait ("infeed empty", "host loop",
-   * "outfeed full", "collective peers"), `why` is its category. */
+   * "outfeed full"), `why` is its category.  (Waiting for collective peers
+   * is part of the ALL_REDUCE op itself.) */
   void (*wait)(void *ctx, int device, int step, PsTimeCategory why, const char *what,
                ps_time_t start, ps_time_t end);
   /* A device finished a step. */
