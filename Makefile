@@ -28,7 +28,7 @@ CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -MMD -MP \
             -Isim $(PKG_CFLAGS) $(BLAS_CFLAGS)
 LDLIBS   += $(PKG_LIBS) $(BLAS_LIBS) -lm
 
-LIB_SRC   := $(filter-out sim/main.c,$(wildcard sim/*.c sim/*/*.c))
+LIB_SRC   := $(filter-out sim/cli/main.c,$(wildcard sim/*.c sim/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTBIN)/%)
@@ -69,7 +69,7 @@ $(BUILD)/libpodsim.a: $(LIB_OBJ)
 	@echo "  AR    $@"
 	@ar rcs $@ $^
 
-$(PODSIM_BIN): $(BUILD)/sim/main.o $(BUILD)/libpodsim.a
+$(PODSIM_BIN): $(BUILD)/sim/cli/main.o $(BUILD)/libpodsim.a
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -8,7 +8,7 @@
 #ifndef PS_RUN_H
 #define PS_RUN_H
 
-#include "hw/pod.h"
+#include "exec/pod.h"
 #include "io/config.h"
 
 #include <stdio.h>

@@ -10,7 +10,7 @@
  * experiment` exit 2 with that message on stderr.  Data are found under
  * $PODSIM_DATA_DIR (the project root under `make test`), else ".". */
 #include "io/config.h"
-#include "io/json.h"
+#include "common/json.h"
 
 #include <glib/gstdio.h>
 #include <math.h>

@@ -1,10 +1,10 @@
 /* test_json.c: typed JSON getters, quantities with units, overrides and the
- * "FILE: PATH: reason" messages of sim/io/json.c.
+ * "FILE: PATH: reason" messages of sim/common/json.c.
  *
  * Invariant checked throughout: a failing getter sets an error in
  * PS_INPUT_ERROR whose message names the file and the JSON path, and leaves
  * its output untouched. */
-#include "io/json.h"
+#include "common/json.h"
 
 #include <errno.h>
 #include <glib/gstdio.h>

@@ -4,7 +4,7 @@
  * Invariant checked for every model loaded: each layer's in_shape is the
  * out_shape of the layer its input_from names (the model input for -1),
  * ADD joins two equal shapes, names are unique and totals are the sums. */
-#include "io/json.h"
+#include "common/json.h"
 #include "model/layers.h"
 
 #include <math.h>

@@ -7,7 +7,7 @@
 #ifndef PS_ENGINE_H
 #define PS_ENGINE_H
 
-#include "../common.h"
+#include "../common/common.h"
 
 /* An event, stored by value in the queue (32 bytes). */
 typedef struct {

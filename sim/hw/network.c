@@ -11,7 +11,7 @@
  * freed exactly when its last chunk is delivered. */
 #include "hw/network.h"
 
-#include "io/json.h"
+#include "common/json.h"
 
 #include <string.h>
 

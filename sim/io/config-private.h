@@ -5,7 +5,7 @@
 #define PS_CONFIG_PRIVATE_H
 
 #include "io/config.h"
-#include "io/json.h"
+#include "common/json.h"
 
 /* Largest torus side and chip count we accept (well past any real pod). */
 #define MAX_DIM 4096

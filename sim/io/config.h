@@ -7,7 +7,7 @@
 #ifndef PS_CONFIG_H
 #define PS_CONFIG_H
 
-#include "../common.h"
+#include "../common/common.h"
 #include "../model/layers.h"
 
 #include <json-c/json.h>

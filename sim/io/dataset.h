@@ -8,7 +8,7 @@
 #ifndef PS_DATASET_H
 #define PS_DATASET_H
 
-#include "../common.h"
+#include "../common/common.h"
 
 typedef struct PsDataset PsDataset;
 

@@ -10,7 +10,7 @@
 #ifndef PS_TRACE_H
 #define PS_TRACE_H
 
-#include "../common.h"
+#include "../common/common.h"
 
 typedef struct PsTrace PsTrace;
 

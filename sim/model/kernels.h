@@ -11,7 +11,7 @@
 #ifndef PS_KERNELS_H
 #define PS_KERNELS_H
 
-#include "../common.h"
+#include "../common/common.h"
 
 #include <stddef.h>
 

@@ -35,7 +35,7 @@
  */
 #include "model/layers.h"
 
-#include "io/json.h"
+#include "common/json.h"
 
 #include <math.h>
 #include <string.h>

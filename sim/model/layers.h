@@ -11,7 +11,7 @@
 #ifndef PS_LAYERS_H
 #define PS_LAYERS_H
 
-#include "../common.h"
+#include "../common/common.h"
 
 #include <json-c/json.h>
 

@@ -7,7 +7,7 @@
  * Element-wise layers are fused into the op of the layer that produces
  * their input when the experiment asks for fusion (as XLA does).
  * Invariant: all replicas get identical programs, so collectives line up. */
-#include "strategy/program.h"
+#include "program/program.h"
 
 #include "hw/cost.h"
 

@@ -15,7 +15,7 @@
  * host compute on one CPU thread, and waits for the result to come down.
  * Invariant: depth + inflight <= capacity for every device, and every
  * moment of a device's time is in exactly one op or one wait. */
-#include "hw/pod.h"
+#include "exec/pod.h"
 
 #include "collectives/collective.h"
 #include "hw/cost.h"

@@ -8,7 +8,7 @@
 #ifndef PS_JSON_H
 #define PS_JSON_H
 
-#include "../common.h"
+#include "common.h"
 
 #include <json-c/json.h>
 

@@ -8,7 +8,7 @@
  *
  * Exit status: 0 success, 2 bad input (config, data, command line),
  * 1 internal failure.  Errors go to stderr as "podsim: <message>". */
-#include "collective_cli.h"
+#include "cli/collective.h"
 #include "io/config.h"
 #include "run.h"
 

@@ -14,7 +14,7 @@
 
 #include "engine/engine.h"
 #include "hw/network.h"
-#include "strategy/program.h"
+#include "program/program.h"
 
 typedef enum {
   PS_TIME_COMPUTE,

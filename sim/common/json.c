@@ -11,7 +11,7 @@
  * counts as absent (so an override "x=null" restores the default).  SI
  * prefixes are decimal (k or K, M, G, T, P), binary ones end in i (Ki, Mi,
  * Gi, Ti, Pi); "Gb/s" is bits and divides by 8. */
-#include "io/json.h"
+#include "common/json.h"
 
 #include <errno.h>
 #include <math.h>

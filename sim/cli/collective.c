@@ -1,4 +1,4 @@
-/* collective_cli.c: `podsim collective` (see collective_cli.h).
+/* collective.c: `podsim collective` (see collective.h).
  *
  *   podsim collective --topology NAME|FILE|ring:N|torus:XxY[xZ] [--set k=v]...
  *       [--op allreduce|reducescatter|allgather|broadcast|sendrecv]
@@ -11,7 +11,7 @@
  * all-reduce, (n-1)/n for reduce-scatter and all-gather, 1 otherwise.
  * Invariant: nothing is printed to stdout unless every input was valid, and
  * bad input exits 2 with one "podsim: ..." line. */
-#include "collective_cli.h"
+#include "cli/collective.h"
 
 #include "collectives/collective.h"
 #include "io/trace.h"

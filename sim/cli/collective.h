@@ -1,4 +1,4 @@
-/* collective_cli.h: `podsim collective`, which times one collective over a
+/* collective.h: `podsim collective`, which times one collective over a
  * range of sizes on a topology and prints it beside its closed form, as
  * nccl-tests does for real hardware.
  *
