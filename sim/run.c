@@ -1,14 +1,17 @@
-/* run.c: a run end to end (see run.h).  Three observers ride on the pod:
- * numerics (real kernels on real batches, one net per replica), statistics
- * (time per category per step on device 0, MXU use, HBM) and the trace.
- * Invariant: observers never change what the pod does or when. */
+/* run.c: a run end to end (see run.h).  The strategy compiles the plan, the
+ * pod executes it, and three parties ride along: numerics (real kernels on
+ * real batches, one net and one optimizer per device, the buffers that
+ * collectives reduce), statistics (time per category per device, MXU use,
+ * HBM) and the trace.
+ * Invariant: numerics and observers never change what the pod does or
+ * when; the breakdown is one device's, whose categories sum to its step. */
 #include "run.h"
 
-#include "hw/cost.h"
 #include "io/dataset.h"
 #include "io/trace.h"
 #include "model/kernels.h"
 #include "model/net.h"
+#include "strategy/strategy.h"
 
 #include <math.h>
 #include <string.h>
@@ -16,6 +19,9 @@
 #define HOST_PID_BASE 100000
 #define LINKS_PID 99999
 #define SYNTHETIC_TEST_EXAMPLES 10000
+/* trace threads of a chip: core c is tid c; its collective lanes follow */
+#define COLL_TID(core, lane) (100 + (core) * 64 + (lane))
+#define HOST_TID(lane, sub) ((lane) + PS_HOST_N_LANES * (sub))
 
 typedef struct {
   float lo, hi;
@@ -23,54 +29,75 @@ typedef struct {
   int64_t *counts;
 } PsHistogram;
 
-/* What device 0's statistics need of each op of its program, computed
- * once rather than at every step. */
+/* Intervals that may overlap, spread over as few trace threads as keep
+ * each thread's slices disjoint (a greedy interval colouring: intervals
+ * are reported in order of their ends). */
 typedef struct {
-  double mxu_flops;
-  int64_t act_bytes;
-} OpStats;
+  GArray *ends; /* ps_time_t, per lane: end of its last slice */
+} Lanes;
 
 typedef struct {
   const PsExperiment *exp;
   const PsPlan *plan;
-  OpStats *op_stats;    /* per op of device 0's program */
   PsPod *pod;
   FILE *log;
+  int n_dev;
+  int64_t warm;         /* steps of the warm-up loop, not measured */
   /* numerics */
   gboolean numerics;
   PsDataset *train;
   PsSampler *sampler;
-  PsNet **nets;
+  PsNet **nets;         /* per device */
   PsOptimizer **opts;
+  int64_t *example_base; /* per device: its replica's first example */
   float *batch_x;       /* one global batch */
   int32_t *batch_y;
   int64_t drawn_step;   /* global batch currently in batch_x */
-  double *step_loss;    /* per step, mean over replicas */
+  double *step_loss;    /* per step, weighted over devices */
   int *step_outfed;
-  PsHistogram *histograms; /* per host call, replica 0's last result */
+  int outfeeders;       /* devices with an OUTFEED op */
+  PsHistogram *histograms; /* per host call, device 0's last result */
   double log_loss_sum;
   int64_t log_loss_n;
-  /* statistics: a step's breakdown is that of its critical device, the
-   * replica the step's collective waited for (device 0 without one) */
-  double *cat;          /* steps x PS_TIME_N_CATEGORIES, seconds */
-  double *dev_cat;      /* devices x PS_TIME_N_CATEGORIES, the current step */
-  int *critical;        /* per step, or -1 */
-  double *loop_wait;    /* per step, device 0's wait for the host loop */
-  ps_time_t *step_end;
-  double *mxu_flops;    /* per step */
-  int64_t hbm_static, hbm_act, hbm_peak;
+  /* statistics, per device, over the measured steps */
+  double *cat;          /* n_dev x PS_TIME_N_CATEGORIES, seconds */
+  double *loop_wait;    /* per device */
+  double *mxu_flops;    /* per device */
+  ps_time_t *t0, *t1;   /* per device: end of the warm-up, of the last step */
+  int *critical;        /* per step: the last device to start its last collective */
+  int64_t *live, *peak; /* per device: activation bytes live now, at the peak */
   /* trace */
   PsTrace *trace;
+  Lanes *coll_lanes;    /* per device */
+  Lanes host_lanes[PS_HOST_N_LANES]; /* per lane, tids shared by all hosts */
+  guint8 *host_named;   /* per host: bit per (lane, sub) named */
 } Run;
 
-static double *cat_of(Run *r, int step)
+static int lanes_pick(Lanes *l, ps_time_t start, ps_time_t end, gboolean *is_new)
 {
-  return &r->cat[(size_t)step * PS_TIME_N_CATEGORIES];
+  if (!l->ends)
+    l->ends = g_array_new(FALSE, FALSE, sizeof(ps_time_t));
+  for (guint i = 0; i < l->ends->len; i++)
+    if (g_array_index(l->ends, ps_time_t, i) <= start) {
+      g_array_index(l->ends, ps_time_t, i) = end;
+      *is_new = FALSE;
+      return (int)i;
+    }
+  g_array_append_val(l->ends, end);
+  *is_new = TRUE;
+  return (int)l->ends->len - 1;
 }
 
-static double *dev_cat_of(Run *r, int device)
+static void lanes_clear(Lanes *l)
 {
-  return &r->dev_cat[(size_t)device * PS_TIME_N_CATEGORIES];
+  if (l->ends)
+    g_array_free(l->ends, TRUE);
+  l->ends = NULL;
+}
+
+static double *cat_of(Run *r, int device)
+{
+  return &r->cat[(size_t)device * PS_TIME_N_CATEGORIES];
 }
 
 /* ---- numerics ------------------------------------------------------- */
@@ -79,7 +106,7 @@ static gboolean numerics_init(Run *r, GError **error)
 {
   const PsExperiment *exp = r->exp;
   const PsModel *m = exp->model;
-  int R = r->plan->replicas;
+  const PsPlan *plan = r->plan;
   if (exp->input.source == PS_SOURCE_FASHION_MNIST)
     r->train = ps_dataset_open_fashion_mnist(exp->input.data_dir, TRUE, error);
   else
@@ -89,21 +116,28 @@ static gboolean numerics_init(Run *r, GError **error)
   if (!r->train)
     return FALSE;
   r->sampler = ps_sampler_new(r->train, exp->input.shuffle, exp->numerics.seed);
-  r->nets = g_new0(PsNet *, R);
-  r->opts = g_new0(PsOptimizer *, R);
-  for (int i = 0; i < R; i++) {
-    /* same seed: replicas start from identical weights, as a mirrored
+  r->nets = g_new0(PsNet *, r->n_dev);
+  r->opts = g_new0(PsOptimizer *, r->n_dev);
+  r->example_base = g_new0(int64_t, r->n_dev);
+  for (int d = 0; d < r->n_dev; d++) {
+    const PsProgram *p = ps_plan_program(plan, d);
+    int64_t max_batch = 1;
+    for (int i = 0; i < p->n_ops; i++)
+      max_batch = MAX(max_batch, p->ops[i].batch);
+    /* same seed: every device starts from identical weights, as a mirrored
      * variable does */
-    r->nets[i] = ps_net_new(m, (int)r->plan->per_replica_batch, exp->numerics.precision,
-                            exp->numerics.seed, error);
-    if (!r->nets[i])
+    r->nets[d] = ps_net_new(m, (int)max_batch, exp->numerics.precision, exp->numerics.seed,
+                            error);
+    if (!r->nets[d])
       return FALSE;
-    size_t n = ps_net_n_params(r->nets[i]);
+    size_t n = ps_net_n_params(r->nets[d]);
     const PsOptimizerConfig *o = &exp->optimizer;
-    r->opts[i] = o->kind == PS_OPT_ADAM
+    r->opts[d] = o->kind == PS_OPT_ADAM
                      ? ps_optimizer_new_adam(n, (float)o->learning_rate, (float)o->beta1,
                                              (float)o->beta2, (float)o->epsilon)
                      : ps_optimizer_new_sgd(n, (float)o->learning_rate, (float)o->momentum);
+    /* replica r of R takes examples [r B/R, (r+1) B/R) of the global batch */
+    r->example_base[d] = (int64_t)(d % plan->replicas) * (exp->global_batch / plan->replicas);
   }
   size_t elems = ps_dataset_example_elems(r->train);
   r->batch_x = g_new(float, (size_t)exp->global_batch * elems);
@@ -115,12 +149,13 @@ static gboolean numerics_init(Run *r, GError **error)
 static void numerics_free(Run *r)
 {
   if (r->nets)
-    for (int i = 0; i < r->plan->replicas; i++) {
+    for (int i = 0; i < r->n_dev; i++) {
       ps_net_free(r->nets[i]);
       ps_optimizer_free(r->opts[i]);
     }
   g_free(r->nets);
   g_free(r->opts);
+  g_free(r->example_base);
   if (r->sampler)
     ps_sampler_free(r->sampler);
   if (r->train)
@@ -129,16 +164,16 @@ static void numerics_free(Run *r)
   g_free(r->batch_y);
 }
 
-static void log_step(Run *r, int step, ps_time_t t)
+static void log_step(Run *r, int64_t step, ps_time_t t)
 {
   const PsExperiment *exp = r->exp;
   r->log_loss_sum += r->step_loss[step];
   r->log_loss_n++;
   if (!r->log || ((step + 1) % exp->log_every != 0 && step + 1 != exp->steps))
     return;
-  fprintf(r->log, "step %6d  loss %.4f  (mean of last %" G_GINT64_FORMAT ")  sim time %.3f ms\n",
-          step + 1, r->log_loss_sum / (double)r->log_loss_n, r->log_loss_n,
-          ps_time_to_s(t) * 1e3);
+  fprintf(r->log, "step %6" G_GINT64_FORMAT "  loss %.4f  (mean of last %" G_GINT64_FORMAT
+          ")  sim time %.3f ms\n", step + 1, r->log_loss_sum / (double)r->log_loss_n,
+          r->log_loss_n, ps_time_to_s(t) * 1e3);
   fflush(r->log);
   r->log_loss_sum = 0;
   r->log_loss_n = 0;
@@ -147,10 +182,10 @@ static void log_step(Run *r, int step, ps_time_t t)
 /* Outside compilation with numerics on: the host really computes on the
  * layer's output.  A histogram (over [min, max] of the tensor) is kept per
  * call for the summary; a roundtrip brings the tensor back unchanged. */
-static void host_call_numerics(Run *r, int replica, const PsOp *op)
+static void host_call_numerics(Run *r, int device, const PsOp *op)
 {
-  if (replica != 0)
-    return; /* every replica calls its host; the summary shows replica 0's */
+  if (device != 0)
+    return; /* every device calls its host; the summary shows device 0's */
   const PsHostCall *hc = &r->exp->host_calls[op->host_call];
   if (hc->kind != PS_HOST_CALL_HISTOGRAM)
     return;
@@ -174,11 +209,11 @@ static void host_call_numerics(Run *r, int replica, const PsOp *op)
   h->calls++;
 }
 
-static void numerics_op(Run *r, int device, int step, const PsOp *op, ps_time_t end)
+static void numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
 {
+  Run *r = ctx;
   const PsPlan *plan = r->plan;
-  int replica = plan->programs[device].replica;
-  PsNet *net = r->nets[replica];
+  PsNet *net = r->nets[device];
   switch (op->kind) {
   case PS_OP_INFEED: {
     if (r->drawn_step != step) {
@@ -186,13 +221,14 @@ static void numerics_op(Run *r, int device, int step, const PsOp *op, ps_time_t 
       r->drawn_step = step;
     }
     size_t elems = ps_dataset_example_elems(r->train);
-    size_t off = (size_t)replica * (size_t)plan->per_replica_batch;
-    ps_net_set_input(net, r->batch_x + off * elems, r->batch_y + off,
-                     (int)plan->per_replica_batch);
-    ps_net_zero_grads(net);
+    size_t off = (size_t)(r->example_base[device] + op->example_off);
+    ps_net_set_input(net, r->batch_x + off * elems, r->batch_y + off, (int)op->batch);
+    if (op->mb == 0)
+      ps_net_zero_grads(net);
     break;
   }
   case PS_OP_FWD:
+  case PS_OP_RECOMPUTE:
     for (int i = op->first; i <= op->last; i++)
       ps_net_forward_layer(net, i);
     break;
@@ -200,32 +236,41 @@ static void numerics_op(Run *r, int device, int step, const PsOp *op, ps_time_t 
     for (int i = op->last; i >= op->first; i--)
       ps_net_backward_layer(net, i, plan->loss_scale);
     break;
-  case PS_OP_UPDATE:
-    ps_optimizer_step(r->opts[replica], ps_net_params(net), ps_net_grads(net));
+  case PS_OP_UPDATE: {
+    int64_t off = op->param_off, len = op->param_len;
+    if (op->coll >= 0) { /* this device's shard of a reduce-scattered bucket */
+      int64_t boff, blen;
+      ps_pod_coll_block(r->pod, op->coll, device, &boff, &blen);
+      off += boff;
+      len = blen;
+    }
+    ps_optimizer_step_range(r->opts[device], ps_net_params(net), ps_net_grads(net),
+                            (size_t)off, (size_t)len, step + 1);
     break;
+  }
   case PS_OP_OUTFEED:
-    r->step_loss[step] += ps_net_loss(net) / plan->replicas;
-    if (++r->step_outfed[step] == plan->replicas)
-      log_step(r, step, end);
+    r->step_loss[step] += ps_net_loss(net) * op->loss_weight;
+    if (++r->step_outfed[step] == r->outfeeders)
+      log_step(r, step, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
     break;
   case PS_OP_HOST_CALL:
-    host_call_numerics(r, replica, op);
+    host_call_numerics(r, device, op);
     break;
-  case PS_OP_ALL_REDUCE: /* the collective adds into collective_buffer() */
-  case PS_OP_N_KINDS:
+  default: /* collectives reduce into coll_buffer(); messages carry nothing yet */
     break;
   }
 }
 
-/* cross_replica_sum: the collective adds the replicas' gradients into
- * each replica's own buffer, in the order its algorithm delivers them, and
- * leaves every replica the same sum. */
-static float *collective_buffer(void *ctx, int device)
+/* The buffer a device hands to a collective: its gradients or its weights,
+ * from the collective's offset.  The collective adds (or copies) the
+ * members' elements into it in the order its algorithm delivers them. */
+static float *numerics_coll_buffer(void *ctx, int device, int c)
 {
   Run *r = ctx;
-  if (!r->numerics)
-    return NULL;
-  return ps_net_grads(r->nets[r->plan->programs[device].replica]);
+  const PsPlanColl *pc = &r->plan->colls[c];
+  float *base = pc->buffer == PS_BUFFER_GRADS ? ps_net_grads(r->nets[device])
+                                              : ps_net_params(r->nets[device]);
+  return base + pc->offset;
 }
 
 /* ---- observer callbacks --------------------------------------------- */
@@ -235,101 +280,70 @@ static int chip_pid(Run *r, int device)
   return ps_pod_device_chip(r->pod, device) + 1;
 }
 
-static OpStats *op_stats_new(const PsExperiment *exp, const PsProgram *p)
+static char *op_args(const PsOp *op, int64_t step)
 {
-  OpStats *st = g_new0(OpStats, p->n_ops);
-  for (int i = 0; i < p->n_ops; i++) {
-    const PsOp *op = &p->ops[i];
-    if (op->kind != PS_OP_FWD && op->kind != PS_OP_BWD)
-      continue;
-    PsOpCost cost;
-    ps_cost_layers(exp->topology, exp->model, op->first, op->last, op->batch,
-                   exp->numerics.precision, exp->fuse_elementwise, op->kind == PS_OP_BWD, &cost);
-    st[i].mxu_flops = cost.mxu_flops;
-    for (int l = op->first; l <= op->last; l++)
-      st[i].act_bytes += exp->model->layers[l].act_elems;
-    st[i].act_bytes *= op->batch * ps_cost_act_bytes(exp->numerics.precision);
-  }
-  return st;
-}
-
-static void on_op_done(void *ctx, int device, int step, const PsOp *op, ps_time_t start,
-                       ps_time_t end)
-{
-  Run *r = ctx;
-  if (r->numerics)
-    numerics_op(r, device, step, op, end);
-  PsTimeCategory c = PS_TIME_OTHER;
   switch (op->kind) {
   case PS_OP_FWD:
   case PS_OP_BWD:
-    c = PS_TIME_COMPUTE;
-    break;
+  case PS_OP_RECOMPUTE:
   case PS_OP_UPDATE:
-    c = PS_TIME_COMPUTE;
-    break;
-  case PS_OP_ALL_REDUCE:
-    c = PS_TIME_COLLECTIVE;
-    break;
-  case PS_OP_OUTFEED:
-  case PS_OP_HOST_CALL:
-    c = PS_TIME_HOST;
-    break;
+    return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"flops\":%.0f,\"mxu_flops\":%.0f,"
+                           "\"hbm_bytes\":%.0f,\"bound\":\"%s\"}", step, op->flops,
+                           op->mxu_flops, op->hbm_bytes, op->memory_bound ? "hbm" : "mxu");
   default:
-    break;
-  }
-  dev_cat_of(r, device)[c] += ps_time_to_s(end - start);
-  if (device == 0) {
-    switch (op->kind) {
-    case PS_OP_FWD:
-    case PS_OP_BWD: {
-      const OpStats *st = &r->op_stats[op - r->plan->programs[0].ops];
-      r->mxu_flops[step] += st->mxu_flops;
-      /* activations live from their forward to their backward */
-      r->hbm_act += op->kind == PS_OP_FWD ? st->act_bytes : -st->act_bytes;
-      if (r->hbm_static + r->hbm_act > r->hbm_peak)
-        r->hbm_peak = r->hbm_static + r->hbm_act;
-      break;
-    }
-    default:
-      break;
-    }
-  }
-  if (r->trace) {
-    ps_trace_complete(r->trace, chip_pid(r, device), ps_pod_device_core(r->pod, device), op->name,
-                      ps_op_kind_name(op->kind), start, end - start, NULL);
-    if (device == 0 && (op->kind == PS_OP_FWD || op->kind == PS_OP_BWD))
-      ps_trace_counter(r->trace, chip_pid(r, device), "hbm core 0 (bytes)", end,
-                       (double)(r->hbm_static + r->hbm_act));
+    return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"bytes\":%.0f}", step, op->bytes);
   }
 }
 
-static void on_wait(void *ctx, int device, int step, PsTimeCategory why, const char *what,
+static void on_op_done(void *ctx, int device, int64_t step, const PsOp *op, PsTimeCategory c,
+                       ps_time_t start, ps_time_t end)
+{
+  Run *r = ctx;
+  if (step >= r->warm) {
+    cat_of(r, device)[c] += ps_time_to_s(end - start);
+    r->mxu_flops[device] += op->mxu_flops;
+  }
+  if (op->act_bytes != 0) {
+    r->live[device] += op->act_bytes;
+    r->peak[device] = MAX(r->peak[device], r->live[device]);
+  }
+  if (r->trace && end > start) {
+    g_autofree char *args = op_args(op, step);
+    ps_trace_complete(r->trace, chip_pid(r, device), ps_pod_device_core(r->pod, device), op->name,
+                      ps_op_kind_name(op->kind), start, end - start, args);
+    if (op->act_bytes != 0 && ps_pod_device_core(r->pod, device) == 0)
+      ps_trace_counter(r->trace, chip_pid(r, device), "hbm core 0 (bytes)", end,
+                       (double)(ps_plan_program(r->plan, device)->hbm_static_bytes +
+                                r->live[device]));
+  }
+}
+
+static void on_wait(void *ctx, int device, int64_t step, PsTimeCategory why, const char *what,
                     ps_time_t start, ps_time_t end)
 {
   Run *r = ctx;
   if (end <= start)
     return;
-  dev_cat_of(r, device)[why] += ps_time_to_s(end - start);
-  if (device == 0 && strcmp(what, PS_WAIT_HOST_LOOP) == 0)
-    r->loop_wait[step] += ps_time_to_s(end - start);
+  if (step >= r->warm) {
+    cat_of(r, device)[why] += ps_time_to_s(end - start);
+    if (strcmp(what, PS_WAIT_HOST_LOOP) == 0)
+      r->loop_wait[device] += ps_time_to_s(end - start);
+  }
   if (r->trace) {
-    char name[64];
+    char name[96];
     g_snprintf(name, sizeof name, "wait: %s", what);
     ps_trace_complete(r->trace, chip_pid(r, device), ps_pod_device_core(r->pod, device), name,
                       "wait", start, end - start, NULL);
   }
 }
 
-static void on_step_done(void *ctx, int device, int step, ps_time_t end)
+static void on_step_done(void *ctx, int device, int64_t step, ps_time_t end)
 {
   Run *r = ctx;
-  if (device == 0)
-    r->step_end[step] = end;
-  double *dc = dev_cat_of(r, device);
-  if (device == (r->critical[step] >= 0 ? r->critical[step] : 0))
-    memcpy(cat_of(r, step), dc, sizeof(double) * PS_TIME_N_CATEGORIES);
-  memset(dc, 0, sizeof(double) * PS_TIME_N_CATEGORIES);
+  if (step == r->warm - 1)
+    r->t0[device] = end;
+  if (step == r->exp->steps - 1)
+    r->t1[device] = end;
 }
 
 static void on_infeed_depth(void *ctx, int device, int depth, ps_time_t t)
@@ -349,17 +363,53 @@ static void on_host_work(void *ctx, int host, PsHostLane lane, const char *what,
   Run *r = ctx;
   if (!r->trace || end <= start)
     return;
+  gboolean is_new;
+  /* lanes are shared by hosts: a host may leave a gap in a lane, never overlap */
+  int sub = lanes_pick(&r->host_lanes[lane], start, end, &is_new);
+  int tid = HOST_TID(lane, sub);
+  if (sub < 8 && !(r->host_named[host] & (1u << sub)) && sub > 0) {
+    char name[64];
+    for (int l = 0; l < PS_HOST_N_LANES; l++) {
+      g_snprintf(name, sizeof name, "%s (%d)", ps_host_lane_name(l), sub + 1);
+      ps_trace_thread(r->trace, HOST_PID_BASE + host, HOST_TID(l, sub), name, HOST_TID(l, sub));
+    }
+    r->host_named[host] |= (guint8)(1u << sub);
+  }
   char args[64];
   if (device >= 0)
     g_snprintf(args, sizeof args, "{\"device\":%d}", device);
-  ps_trace_complete(r->trace, HOST_PID_BASE + host, (int)lane, what, "host", start, end - start,
+  ps_trace_complete(r->trace, HOST_PID_BASE + host, tid, what, "host", start, end - start,
                     device >= 0 ? args : NULL);
 }
 
-static void on_collective(void *ctx, int step, const PsOp *op, int last, ps_time_t t)
+static void on_coll_arrived(void *ctx, int64_t step, int c, int last, ps_time_t t)
 {
   Run *r = ctx;
   r->critical[step] = last;
+}
+
+static void on_coll_done(void *ctx, int device, int64_t step, int c, ps_time_t start,
+                         ps_time_t end)
+{
+  Run *r = ctx;
+  if (!r->trace || end <= start)
+    return;
+  gboolean is_new;
+  int lane = lanes_pick(&r->coll_lanes[device], start, end, &is_new);
+  int core = ps_pod_device_core(r->pod, device);
+  int tid = COLL_TID(core, lane);
+  if (is_new) {
+    char name[64];
+    g_snprintf(name, sizeof name, "core %d collectives (%d)", core, lane + 1);
+    ps_trace_thread(r->trace, chip_pid(r, device), tid, name, tid);
+  }
+  const PsPlanColl *pc = &r->plan->colls[c];
+  char args[160];
+  g_snprintf(args, sizeof args, "{\"step\":%" G_GINT64_FORMAT ",\"bytes\":%" G_GINT64_FORMAT
+             ",\"members\":%d,\"algorithm\":\"%s\"}", step, pc->count * pc->elem_bytes,
+             pc->n_members, ps_pod_coll_algorithm(r->pod, c));
+  ps_trace_complete(r->trace, chip_pid(r, device), tid, pc->name, "collective", start,
+                    end - start, args);
 }
 
 /* ---- the run -------------------------------------------------------- */
@@ -369,7 +419,7 @@ static void trace_metadata(Run *r)
   const PsTopology *t = r->exp->topology;
   int per_chip = ps_topology_devices_per_chip(t);
   int last_chip = -1;
-  for (int d = 0; d < r->plan->n_programs; d++) {
+  for (int d = 0; d < r->n_dev; d++) {
     int chip = ps_pod_device_chip(r->pod, d);
     int host = ps_pod_chip_host(r->pod, chip);
     if (chip != last_chip) {
@@ -391,43 +441,65 @@ static void trace_metadata(Run *r)
   }
 }
 
+/* The device whose view the breakdown gives: the one the step's last
+ * collective most often waited for (device 0 without collectives). */
+static int reporting_device(Run *r)
+{
+  g_autofree int64_t *votes = g_new0(int64_t, r->n_dev);
+  int best = 0;
+  for (int64_t k = r->warm; k < r->exp->steps; k++)
+    if (r->critical[k] >= 0 && ++votes[r->critical[k]] > votes[best])
+      best = r->critical[k];
+  return best;
+}
+
 static void summarise(Run *r, PsSummary *s)
 {
   const PsExperiment *exp = r->exp;
   int64_t steps = exp->steps;
-  int64_t warm = steps > exp->steps_per_run ? exp->steps_per_run : 0;
   s->steps = steps;
-  s->measured_steps = steps - warm;
-  ps_time_t t0 = warm > 0 ? r->step_end[warm - 1] : 0;
-  ps_time_t t1 = r->step_end[steps - 1];
-  double measured = ps_time_to_s(t1 - t0);
+  s->measured_steps = steps - r->warm;
+  int d = reporting_device(r);
+  s->reporting_device = d;
+  double measured = ps_time_to_s(r->t1[d] - r->t0[d]);
   s->step_time_s = measured / (double)s->measured_steps;
-  double flops = 0;
-  for (int64_t k = warm; k < steps; k++)
-    s->host_loop_s += r->loop_wait[k] / (double)s->measured_steps;
-  for (int64_t k = warm; k < steps; k++) {
-    for (int c = 0; c < PS_TIME_N_CATEGORIES; c++)
-      s->breakdown[c] += cat_of(r, (int)k)[c];
-    flops += r->mxu_flops[k];
-  }
   double sum = 0;
   for (int c = 0; c < PS_TIME_N_CATEGORIES; c++) {
-    s->breakdown[c] /= (double)s->measured_steps;
+    s->breakdown[c] = cat_of(r, d)[c] / (double)s->measured_steps;
     if (c != PS_TIME_OTHER)
       sum += s->breakdown[c];
   }
-  /* "other" is what no op or wait accounts for; by construction only the
-   * INFEED dequeue and rounding */
-  s->breakdown[PS_TIME_OTHER] = s->step_time_s - sum;
+  s->host_loop_s = r->loop_wait[d] / (double)s->measured_steps;
+  /* "other" is what no op or wait accounts for: the INFEED dequeue, and
+   * rounding of the sum of picoseconds turned into seconds */
+  s->breakdown[PS_TIME_OTHER] = MAX(0.0, s->step_time_s - sum);
   s->examples_per_s = (double)exp->global_batch / s->step_time_s;
-  s->mxu_utilization =
-      flops / (measured * ps_topology_device_peak_flops(exp->topology));
-  s->hbm_peak_bytes = r->hbm_peak;
-  s->sim_time_s = ps_time_to_s(t1);
+  s->mxu_utilization = r->mxu_flops[d] / (measured * ps_topology_device_peak_flops(exp->topology));
+  int64_t peak = 0;
+  for (int i = 0; i < r->n_dev; i++)
+    peak = MAX(peak, ps_plan_program(r->plan, i)->hbm_static_bytes + r->peak[i]);
+  s->hbm_peak_bytes = peak;
+  ps_time_t end = 0;
+  for (int i = 0; i < r->n_dev; i++)
+    end = MAX(end, r->t1[i]);
+  s->sim_time_s = ps_time_to_s(end);
+  s->devices = r->n_dev;
+  s->replicas = r->plan->replicas;
+  s->stages = r->plan->stages;
+  s->micro_batches = r->plan->micro_batches;
+  s->buckets = r->plan->n_buckets;
   if (r->numerics) {
     s->has_numerics = TRUE;
     s->loss_first = r->step_loss[0];
     s->loss_last = r->step_loss[steps - 1];
+    /* replicas must end with identical weights: the largest difference */
+    size_t n = ps_net_n_params(r->nets[0]);
+    const float *p0 = ps_net_params(r->nets[0]);
+    for (int i = 1; i < r->n_dev; i++) {
+      const float *pi = ps_net_params(r->nets[i]);
+      for (size_t k = 0; k < n; k++)
+        s->replica_divergence = fmax(s->replica_divergence, fabs((double)pi[k] - p0[k]));
+    }
   }
 }
 
@@ -445,7 +517,7 @@ static void summarise_host_calls(Run *r, PsSummary *s)
     json_object_object_add(o, "kind", json_object_new_string(
                                           hc->kind == PS_HOST_CALL_HISTOGRAM ? "histogram"
                                                                              : "roundtrip"));
-    json_object_object_add(o, "calls_per_step", json_object_new_int(r->plan->replicas));
+    json_object_object_add(o, "calls_per_step", json_object_new_int(r->n_dev));
     if (h->counts) {
       json_object_object_add(o, "min", json_object_new_double(h->lo));
       json_object_object_add(o, "max", json_object_new_double(h->hi));
@@ -464,6 +536,8 @@ void ps_summary_clear(PsSummary *s)
 {
   g_free(s->host_calls_json);
   s->host_calls_json = NULL;
+  g_free(s->params);
+  s->params = NULL;
 }
 
 static gboolean evaluate(Run *r, PsSummary *s, GError **error)
@@ -485,6 +559,34 @@ static gboolean evaluate(Run *r, PsSummary *s, GError **error)
   return TRUE;
 }
 
+static void run_free(Run *r)
+{
+  if (r->trace)
+    ps_trace_abort(r->trace);
+  numerics_free(r);
+  g_free(r->cat);
+  g_free(r->loop_wait);
+  g_free(r->mxu_flops);
+  g_free(r->t0);
+  g_free(r->t1);
+  g_free(r->critical);
+  g_free(r->live);
+  g_free(r->peak);
+  g_free(r->step_loss);
+  g_free(r->step_outfed);
+  if (r->coll_lanes)
+    for (int i = 0; i < r->n_dev; i++)
+      lanes_clear(&r->coll_lanes[i]);
+  g_free(r->coll_lanes);
+  for (int l = 0; l < PS_HOST_N_LANES; l++)
+    lanes_clear(&r->host_lanes[l]);
+  g_free(r->host_named);
+  if (r->histograms)
+    for (int i = 0; i < r->exp->n_host_calls; i++)
+      g_free(r->histograms[i].counts);
+  g_free(r->histograms);
+}
+
 gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out,
                 GError **error)
 {
@@ -498,51 +600,72 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
   if (!plan)
     return FALSE;
   r.plan = plan;
-  PsEngine *engine = ps_engine_new();
-  PsPodObserver obs = {&r,           on_op_done,   on_wait,       on_step_done,
-                       on_infeed_depth, on_host_work, on_collective, collective_buffer};
-  r.pod = ps_pod_new(engine, exp, plan, &obs, error);
-  if (!r.pod) {
-    ps_engine_free(engine);
-    ps_plan_free(plan);
-    return FALSE;
-  }
+  r.n_dev = plan->n_devices;
   int64_t steps = exp->steps;
-  r.cat = g_new0(double, (size_t)steps * PS_TIME_N_CATEGORIES);
-  r.dev_cat = g_new0(double, (size_t)plan->n_programs * PS_TIME_N_CATEGORIES);
+  r.warm = steps > exp->steps_per_run ? exp->steps_per_run : 0;
+  r.cat = g_new0(double, (size_t)r.n_dev * PS_TIME_N_CATEGORIES);
+  r.loop_wait = g_new0(double, r.n_dev);
+  r.mxu_flops = g_new0(double, r.n_dev);
+  r.t0 = g_new0(ps_time_t, r.n_dev);
+  r.t1 = g_new0(ps_time_t, r.n_dev);
+  r.live = g_new0(int64_t, r.n_dev);
+  r.peak = g_new0(int64_t, r.n_dev);
   r.critical = g_new(int, (size_t)steps);
-  r.loop_wait = g_new0(double, (size_t)steps);
   for (int64_t k = 0; k < steps; k++)
     r.critical[k] = -1;
-  r.step_end = g_new0(ps_time_t, (size_t)steps);
-  r.mxu_flops = g_new0(double, (size_t)steps);
   r.step_loss = g_new0(double, (size_t)steps);
   r.step_outfed = g_new0(int, (size_t)steps);
-  r.hbm_static = exp->model->params * 4 * (2 + plan->optimizer_slots);
-  r.op_stats = op_stats_new(exp, &plan->programs[0]);
-  r.hbm_peak = r.hbm_static;
-
-  r.numerics = exp->numerics.enabled;
+  for (int d = 0; d < r.n_dev; d++) {
+    const PsProgram *p = ps_plan_program(plan, d);
+    for (int i = 0; i < p->n_ops; i++)
+      if (p->ops[i].kind == PS_OP_OUTFEED) {
+        r.outfeeders++;
+        break;
+      }
+  }
   r.histograms = g_new0(PsHistogram, exp->n_host_calls ? exp->n_host_calls : 1);
+  r.numerics = exp->numerics.enabled;
+
+  PsEngine *engine = ps_engine_new();
+  PsPodObserver obs = {.ctx = &r,
+                       .op_done = on_op_done,
+                       .wait = on_wait,
+                       .step_done = on_step_done,
+                       .infeed_depth = on_infeed_depth,
+                       .host_work = on_host_work,
+                       .coll_arrived = on_coll_arrived,
+                       .coll_done = on_coll_done};
+  PsPodNumerics num = {.ctx = &r, .op = numerics_op, .coll_buffer = numerics_coll_buffer};
+  r.pod = ps_pod_new(engine, exp, plan, &obs, r.numerics ? &num : NULL, error);
+  if (!r.pod)
+    goto out;
   if (r.numerics && !numerics_init(&r, error))
     goto out;
   if (opt && opt->trace_path) {
     r.trace = ps_trace_open(opt->trace_path, error);
     if (!r.trace)
       goto out;
+    r.coll_lanes = g_new0(Lanes, r.n_dev);
+    r.host_named = g_new0(guint8, ps_topology_hosts(exp->topology));
     trace_metadata(&r);
-    if (opt->trace_links && ps_pod_network(r.pod))
+    if (opt->trace_links)
       ps_network_set_trace(ps_pod_network(r.pod), r.trace, LINKS_PID);
   }
 
   ps_pod_start(r.pod);
   ps_engine_run(engine, PS_TIME_NEVER);
-  g_assert(ps_pod_steps_done(r.pod) == steps);
+  if (!ps_pod_check_finished(r.pod, error))
+    goto out;
   summarise(&r, out);
-  out->collective_algorithm = ps_pod_collective_algorithm(r.pod);
+  out->collective_algorithm =
+      plan->n_colls > 0 ? ps_pod_coll_algorithm(r.pod, plan->n_colls - 1) : NULL;
   summarise_host_calls(&r, out);
   if (r.numerics && exp->numerics.evaluate && !evaluate(&r, out, error))
     goto out;
+  if (r.numerics && opt && opt->keep_params) {
+    out->n_params = ps_net_n_params(r.nets[0]);
+    out->params = g_memdup2(ps_net_params(r.nets[0]), sizeof(float) * out->n_params);
+  }
   out->events = ps_engine_events_run(engine);
   if (r.trace) {
     out->trace_events = ps_trace_events(r.trace);
@@ -557,25 +680,18 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
 out:
   if (!ok)
     ps_summary_clear(out);
-  if (r.trace)
-    ps_trace_abort(r.trace);
-  numerics_free(&r);
-  g_free(r.cat);
-  g_free(r.op_stats);
-  g_free(r.dev_cat);
-  g_free(r.critical);
-  g_free(r.loop_wait);
-  g_free(r.step_end);
-  g_free(r.mxu_flops);
-  g_free(r.step_loss);
-  g_free(r.step_outfed);
-  for (int i = 0; i < exp->n_host_calls; i++)
-    g_free(r.histograms[i].counts);
-  g_free(r.histograms);
+  run_free(&r);
   ps_pod_free(r.pod);
   ps_engine_free(engine);
   ps_plan_free(plan);
   return ok;
+}
+
+/* The plan the experiment compiles to, for `describe --program`.
+ * (transfer full) */
+PsPlan *ps_run_compile(const PsExperiment *exp, GError **error)
+{
+  return ps_strategy_compile(exp, error);
 }
 
 /* ---- reporting ------------------------------------------------------ */

@@ -3,8 +3,9 @@
  * run, and summarise.
  *
  * Invariant: the summary's breakdown sums to step_time_s: every moment of
- * a step is in exactly one category, as seen by the step's critical device
- * (the replica its collective waited for, or device 0 without one). */
+ * a step is in exactly one category, as seen by one device, the one the
+ * steps' last collective most often waited for (device 0 without
+ * collectives), whose own step time step_time_s is. */
 #ifndef PS_RUN_H
 #define PS_RUN_H
 
@@ -17,6 +18,7 @@ typedef struct {
   const char *trace_path; /* NULL: no trace */
   gboolean trace_links;   /* also a track per interconnect link direction */
   FILE *log;              /* progress lines (loss), NULL for none */
+  gboolean keep_params;   /* numerics: copy device 0's final weights out */
 } PsRunOptions;
 
 typedef struct {
@@ -25,12 +27,17 @@ typedef struct {
   double step_time_s;       /* mean over measured steps */
   double breakdown[PS_TIME_N_CATEGORIES]; /* seconds per step */
   double host_loop_s;       /* of `host`: the steps_per_run round trip, per step */
-  const char *collective_algorithm; /* the all-reduce's ("ring", ...), or NULL */
+  const char *collective_algorithm; /* the gradients' collective ("ring", ...), or NULL */
+  int reporting_device;     /* whose view the breakdown is (see run.c) */
+  int devices, replicas, stages, micro_batches, buckets;
   double examples_per_s;
   double mxu_utilization;   /* useful matmul FLOPs / (time x peak), device 0 */
   int64_t hbm_peak_bytes;   /* device 0 */
   gboolean has_numerics;
   double loss_first, loss_last;
+  double replica_divergence; /* largest |weight - device 0's weight| at the end */
+  float *params;            /* keep_params: device 0's final weights (owned) */
+  size_t n_params;
   gboolean has_accuracy;
   double test_accuracy;
   double sim_time_s;        /* simulated time of the whole run */
@@ -45,6 +52,9 @@ typedef struct {
 } PsSummary;
 
 void ps_summary_clear(PsSummary *s);
+
+/* The plan the experiment compiles to.  (transfer full) */
+PsPlan *ps_run_compile(const PsExperiment *exp, GError **error);
 
 /* Runs the experiment.  Fails on input problems found late (data files,
  * trace path) with PS_INPUT_ERROR; the trace is only left on disk if the

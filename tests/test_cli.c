@@ -1,7 +1,9 @@
 /* test_cli.c: the podsim command line as a user meets it (the binary named
  * by $PODSIM, set by `make test`): exit statuses, --json output that parses
  * and keeps the contract's keys, describe output that reloads as an
- * experiment, and a failed run that leaves no trace file behind. */
+ * experiment, a failed run that leaves no trace file behind, the run's
+ * header line (the slice, devices and replicas after --set), and the
+ * warning for a run that leaves devices idle. */
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <json-c/json.h>
@@ -132,6 +134,242 @@ static void test_describe_roundtrip(void)
   g_rmdir(dir);
 }
 
+static char *version(void)
+{
+  g_autofree char *out = NULL, *err = NULL;
+  g_assert_cmpint(run(&out, &err, "--version", NULL), ==, 0);
+  g_assert_true(g_str_has_prefix(out, "podsim "));
+  return g_strstrip(g_strdup(out + strlen("podsim ")));
+}
+
+/* The first line of text.  (transfer full) */
+static char *first_line(const char *text)
+{
+  const char *nl = strchr(text, '\n');
+  return nl ? g_strndup(text, (gsize)(nl - text)) : g_strdup(text);
+}
+
+static guint count_lines(const char *text)
+{
+  guint n = 0;
+  for (const char *c = text; *c; c++)
+    n += *c == '\n';
+  return n;
+}
+
+static json_object *strategy_of(json_object *resolved)
+{
+  json_object *so = NULL;
+  g_assert_true(json_object_object_get_ex(resolved, "strategy", &so));
+  g_assert_true(json_object_is_type(so, json_type_object));
+  return so;
+}
+
+static int64_t int_member(json_object *o, const char *key)
+{
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_int))
+    g_error("no integer '%s' in %s", key, json_object_to_json_string(o));
+  return json_object_get_int64(v);
+}
+
+static gboolean bool_member(json_object *o, const char *key)
+{
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_boolean))
+    g_error("no boolean '%s' in %s", key, json_object_to_json_string(o));
+  return json_object_get_boolean(v);
+}
+
+/* strategy.bucket_bytes, overlap and weight_update_sharding: defaults in
+ * the resolved config, --set values (with units) in it, and the resolved
+ * config reloads to itself. */
+static void test_strategy_keys_roundtrip(void)
+{
+  g_autofree char *out = NULL, *err = NULL;
+  g_assert_cmpint(run(&out, &err, "describe", "experiment", "default", NULL), ==, 0);
+  json_object *d = json_tokener_parse(out);
+  g_assert_nonnull(d);
+  json_object *so = strategy_of(d);
+  g_assert_cmpint(int_member(so, "bucket_bytes"), ==, 25000000);
+  g_assert_true(bool_member(so, "overlap"));
+  g_assert_false(bool_member(so, "weight_update_sharding"));
+  json_object_put(d);
+  g_free(out);
+  g_free(err);
+
+  g_assert_cmpint(run(&out, &err, "describe", "experiment", "default", "--set",
+                      "strategy.bucket_bytes=8MiB", "--set", "strategy.overlap=false", "--set",
+                      "strategy.weight_update_sharding=true", NULL),
+                  ==, 0);
+  g_autofree char *dir = g_dir_make_tmp("podsim-cli-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "resolved.json", NULL);
+  g_assert_true(g_file_set_contents(path, out, -1, NULL));
+  g_autofree char *out2 = NULL, *err2 = NULL;
+  g_assert_cmpint(run(&out2, &err2, "describe", "experiment", path, NULL), ==, 0);
+  json_object *a = json_tokener_parse(out), *b = json_tokener_parse(out2);
+  g_assert_nonnull(a);
+  g_assert_nonnull(b);
+  so = strategy_of(a);
+  g_assert_cmpint(int_member(so, "bucket_bytes"), ==, 8 * 1024 * 1024);
+  g_assert_false(bool_member(so, "overlap"));
+  g_assert_true(bool_member(so, "weight_update_sharding"));
+  g_assert_true(json_object_equal(a, b));
+  json_object_put(a);
+  json_object_put(b);
+  g_unlink(path);
+  g_rmdir(dir);
+}
+
+/* A bad strategy value stops `run` before it starts: exit 2, one message
+ * naming the file, the JSON path and the reason, nothing on stdout. */
+static void test_bad_strategy_values(void)
+{
+  struct {
+    const char *set[3]; /* --set overrides, NULL after the last */
+    const char *msg;
+  } cases[] = {
+      {{"strategy.bucket_bytes=0"},
+       "experiments/default.json: strategy.bucket_bytes: must be > 0, got 0"},
+      {{"strategy.bucket_bytes=-25MB"},
+       "experiments/default.json: strategy.bucket_bytes: must be > 0, got -25000000"},
+      {{"strategy.bucket_bytes=25 furlongs"},
+       "experiments/default.json: strategy.bucket_bytes: cannot read '25 furlongs' as a size"},
+      {{"strategy.bucket_bytes=[1]"},
+       "experiments/default.json: strategy.bucket_bytes: must be an integer, got array"},
+      {{"strategy.overlap=\"no\""},
+       "experiments/default.json: strategy.overlap: must be true or false, got string"},
+      {{"strategy.weight_update_sharding=0"},
+       "experiments/default.json: strategy.weight_update_sharding: must be true or false, got "
+       "integer"},
+      {{"strategy.kind=pipeline", "strategy.stages=3", "strategy.replicas=null"},
+       "experiments/default.json: strategy.stages: 3 stages do not divide the 8 devices"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    const char *const *set = cases[i].set;
+    g_autofree char *out = NULL, *err = NULL;
+    /* the argument list ends at the first NULL */
+    int st = run(&out, &err, "run", "default", "--no-trace", "--set", set[0],
+                 set[1] ? "--set" : NULL, set[1], set[2] ? "--set" : NULL, set[2], NULL);
+    g_test_message("--set %s: %d: %s", set[0], st, err);
+    g_assert_cmpint(st, ==, 2);
+    g_assert_true(g_str_has_prefix(err, "podsim: "));
+    if (!strstr(err, cases[i].msg))
+      g_error("--set %s: stderr '%s' lacks '%s'", set[0], err, cases[i].msg);
+    g_assert_cmpuint(count_lines(err), ==, 1);
+    g_assert_cmpstr(out, ==, "");
+  }
+}
+
+/* Leaving strategy.replicas out fills whichever slice --set topology
+ * picks: the header names that slice and its replicas, no warning. */
+static void test_run_header_what_if(void)
+{
+  g_autofree char *ver = version();
+  g_autofree char *out = NULL, *err = NULL;
+  g_assert_cmpint(run(&out, &err, "run", "resnet50-v3-8", "--set", "topology=tpu-v3-32",
+                      "--no-trace", "--steps", "2", NULL),
+                  ==, 0);
+  g_autofree char *header = first_line(out);
+  g_autofree char *want = g_strdup_printf(
+      "podsim %s: resnet50-v3-8: model resnet50 on tpu-v3-32 (32 devices: 32 replicas), "
+      "global batch 1024, 2 steps, bf16, numerics off",
+      ver);
+  g_assert_cmpstr(header, ==, want);
+  g_assert_null(strstr(err, "warning"));
+  g_free(out);
+  g_free(err);
+
+  /* the file's own slice; and a v4 slice counts megacore chips */
+  g_assert_cmpint(run(&out, &err, "run", "resnet50-v3-8", "--no-trace", "--steps", "2", NULL),
+                  ==, 0);
+  g_assert_nonnull(strstr(out, ": model resnet50 on tpu-v3-8 (8 devices: 8 replicas), "));
+  g_assert_null(strstr(err, "warning"));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
+                      "topology=tpu-v4-32", "--no-trace", NULL),
+                  ==, 0);
+  g_free(header);
+  header = first_line(out);
+  g_assert_nonnull(strstr(header, ": model fixture-mlp on tpu-v4-32 (16 devices: 16 replicas), "
+                                  "global batch 256, 4 steps, f32, numerics off"));
+  g_assert_null(strstr(err, "warning"));
+  g_free(out);
+  g_free(err);
+
+  /* a pipeline left to its default: every device, stages named */
+  g_assert_cmpint(run(&out, &err, "describe", "experiment",
+                      "tests/data/good/experiments/mlp-what-if.json", "--set",
+                      "strategy.kind=pipeline", "--set", "strategy.stages=2", "--set",
+                      "topology=tpu-v3-32", NULL),
+                  ==, 0);
+  json_object *d = json_tokener_parse(out);
+  g_assert_nonnull(d);
+  g_assert_cmpint(int_member(strategy_of(d), "replicas"), ==, 16);
+  json_object_put(d);
+}
+
+/* A run that leaves devices idle says so in one line on stderr, with the
+ * counts and what to set; --json output stays clean JSON. */
+static void test_idle_warning(void)
+{
+  g_autofree char *out = NULL, *err = NULL;
+  g_assert_cmpint(run(&out, &err, "run", "resnet50-v3-8", "--set", "topology=tpu-v3-32", "--set",
+                      "strategy.replicas=8", "--no-trace", "--steps", "2", NULL),
+                  ==, 0);
+  g_test_message("stderr: %s", err);
+  g_assert_true(g_str_has_prefix(err, "podsim: warning: "));
+  g_assert_cmpuint(count_lines(err), ==, 1);
+  g_assert_nonnull(strstr(err, "experiments/resnet50-v3-8.json uses 8 of the 32 devices of "
+                               "tpu-v3-32 (24 idle); set strategy.replicas=32 (or leave it "
+                               "out) to use them all\n"));
+  g_assert_nonnull(strstr(out, " on tpu-v3-32 (8 of 32 devices: 8 replicas), "));
+  g_free(out);
+  g_free(err);
+
+  g_assert_cmpint(run(&out, &err, "run", "resnet50-v3-8", "--set", "topology=tpu-v3-32", "--set",
+                      "strategy.replicas=8", "--no-trace", "--steps", "2", "--json", NULL),
+                  ==, 0);
+  g_assert_nonnull(strstr(err, "uses 8 of the 32 devices of tpu-v3-32 (24 idle)"));
+  json_object *o = json_tokener_parse(out);
+  g_assert_nonnull(o);
+  json_object_put(o);
+  g_free(out);
+  g_free(err);
+
+  /* a global batch the full slice cannot split says so too */
+  g_assert_cmpint(run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
+                      "strategy.replicas=4", "--set", "global_batch=12", "--no-trace", NULL),
+                  ==, 0);
+  g_assert_nonnull(strstr(err, "uses 4 of the 8 devices of tpu-v3-8 (4 idle); set "
+                               "strategy.replicas=8 (or leave it out) and a global_batch "
+                               "divisible by 8 to use them all\n"));
+  g_free(out);
+  g_free(err);
+
+  /* A pipeline names replicas and stages.  (Only the lines before the run
+   * are checked: whether the run supports pipelines is not this test's.) */
+  run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
+      "strategy.kind=pipeline", "--set", "strategy.stages=2", "--set", "strategy.replicas=1",
+      "--no-trace", NULL);
+  g_test_message("stderr: %s", err);
+  g_assert_true(g_str_has_prefix(err, "podsim: warning: "));
+  g_assert_nonnull(strstr(err, "mlp-what-if.json uses 2 of the 8 devices of tpu-v3-8 (1 replica "
+                               "x 2 stages, 6 idle); set strategy.replicas=4 (or leave it out) "
+                               "with strategy.stages=2 to use them all\n"));
+  g_assert_nonnull(strstr(out, " on tpu-v3-8 (2 of 8 devices: 1 replica x 2 stages), "));
+  g_free(out);
+  g_free(err);
+
+  /* all devices busy: no warning */
+  g_assert_cmpint(run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
+                      "topology=tpu-v3-32", "--no-trace", NULL),
+                  ==, 0);
+  g_assert_cmpstr(err, ==, "");
+  g_assert_nonnull(strstr(out, " on tpu-v3-32 (32 devices: 32 replicas), "));
+}
+
 /* A trace that cannot be written fails the run with exit 2 and leaves
  * nothing; a run that fails later (bad data directory) leaves no trace. */
 static void test_trace_failures(void)
@@ -171,5 +409,9 @@ int main(int argc, char **argv)
   g_test_add_func("/cli/json-summary", test_json_summary);
   g_test_add_func("/cli/describe-roundtrip", test_describe_roundtrip);
   g_test_add_func("/cli/trace-failures", test_trace_failures);
+  g_test_add_func("/cli/strategy-keys-roundtrip", test_strategy_keys_roundtrip);
+  g_test_add_func("/cli/bad-strategy-values", test_bad_strategy_values);
+  g_test_add_func("/cli/run-header/what-if", test_run_header_what_if);
+  g_test_add_func("/cli/idle-warning", test_idle_warning);
   return g_test_run();
 }

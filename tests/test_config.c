@@ -34,6 +34,8 @@ static char *data_path(const char *rel)
 }
 
 #define GOOD_EXPERIMENT "tests/data/good/experiments/mlp-v3-8.json"
+/* The same MLP without strategy.replicas, and the bucket keys set. */
+#define WHAT_IF_EXPERIMENT "tests/data/good/experiments/mlp-what-if.json"
 
 /* ------------------------------------------------------ topologies */
 
@@ -382,6 +384,11 @@ static void test_experiment_defaults(void)
   g_assert_cmpint(e->strategy.micro_batches, ==, 1);
   g_assert_cmpint(e->strategy.schedule, ==, PS_SCHEDULE_GPIPE);
   g_assert_false(e->strategy.rematerialize);
+  g_assert_cmpint(PS_DEFAULT_BUCKET_BYTES, ==, 25 * 1000 * 1000); /* "25MB", SI */
+  g_assert_cmpint(e->strategy.bucket_bytes, ==, PS_DEFAULT_BUCKET_BYTES);
+  g_assert_true(e->strategy.overlap);
+  g_assert_false(e->strategy.weight_update_sharding);
+  g_assert_cmpint(ps_experiment_devices_used(e), ==, 8);
   g_assert_cmpint(e->input.source, ==, PS_SOURCE_FASHION_MNIST);
   g_assert_cmpstr(e->input.data_dir, ==, "/usr/share/datasets/fashion-mnist");
   g_assert_cmpint(e->input.workers, ==, 1);
@@ -411,6 +418,14 @@ static void test_experiment_defaults(void)
   g_assert_true(json_object_object_get_ex(r, "model", &v));
   g_assert_true(json_object_object_get_ex(v, "layers", &v));
   g_assert_cmpuint(json_object_array_length(v), ==, 5);
+  json_object *so = NULL;
+  g_assert_true(json_object_object_get_ex(r, "strategy", &so));
+  g_assert_true(json_object_object_get_ex(so, "bucket_bytes", &v));
+  g_assert_cmpint(json_object_get_int64(v), ==, 25000000);
+  g_assert_true(json_object_object_get_ex(so, "overlap", &v));
+  g_assert_true(json_object_get_boolean(v));
+  g_assert_true(json_object_object_get_ex(so, "weight_update_sharding", &v));
+  g_assert_false(json_object_get_boolean(v));
   ps_experiment_free(e);
 
   /* A timing-only model defaults to numerics off. */
@@ -469,11 +484,136 @@ static void test_experiment_overrides(void)
   g_assert_cmpint(e->log_every, ==, 2);
   ps_experiment_free(e);
 
-  /* null restores a default. */
+  /* null restores a default: for replicas, every device of the slice. */
   const char *const reset[] = {"strategy.replicas=null", NULL};
   e = load_good(reset);
-  g_assert_cmpint(e->strategy.replicas, ==, 1);
+  g_assert_cmpint(e->strategy.replicas, ==, 8);
   ps_experiment_free(e);
+  const char *const reset_topo[] = {"strategy.replicas=null", "topology=tpu-v3-32", NULL};
+  e = load_good(reset_topo);
+  g_assert_cmpint(e->strategy.replicas, ==, 32);
+  ps_experiment_free(e);
+}
+
+static PsExperiment *load_what_if(const char *const *overrides)
+{
+  g_autofree char *f = data_path(WHAT_IF_EXPERIMENT);
+  GError *err = NULL;
+  PsExperiment *e = ps_experiment_load(f, overrides, &err);
+  g_assert_no_error(err);
+  g_assert_nonnull(e);
+  return e;
+}
+
+static int64_t resolved_strategy_int(const PsExperiment *e, const char *key)
+{
+  json_object *so = NULL, *v = NULL;
+  g_assert_true(json_object_object_get_ex(e->resolved, "strategy", &so));
+  if (!json_object_object_get_ex(so, key, &v) || !json_object_is_type(v, json_type_int))
+    g_error("resolved strategy lacks an integer '%s'", key);
+  return json_object_get_int64(v);
+}
+
+/* bucket_bytes takes a byte count or a size with units (SI MB = 10^6, MiB
+ * = 2^20); overlap and weight_update_sharding are booleans; all three
+ * reach the resolved tree. */
+static void test_strategy_exchange_keys(void)
+{
+  PsExperiment *e = load_what_if(NULL);
+  g_assert_cmpint(e->strategy.bucket_bytes, ==, 4 * 1024 * 1024);
+  g_assert_false(e->strategy.overlap);
+  g_assert_true(e->strategy.weight_update_sharding);
+  g_assert_cmpint(resolved_strategy_int(e, "bucket_bytes"), ==, 4 * 1024 * 1024);
+  ps_experiment_free(e);
+
+  struct {
+    const char *set;
+    int64_t bytes;
+  } sizes[] = {
+      {"strategy.bucket_bytes=25MB", 25000000},
+      {"strategy.bucket_bytes=\"25 MiB\"", 25 * 1024 * 1024},
+      {"strategy.bucket_bytes=1.5kB", 1500},
+      {"strategy.bucket_bytes=1048576", 1048576},
+      {"strategy.bucket_bytes=2e6", 2000000},
+      {"strategy.bucket_bytes=1", 1},
+      {"strategy.bucket_bytes=1TiB", INT64_C(1) << 40},
+      {"strategy.bucket_bytes=null", PS_DEFAULT_BUCKET_BYTES},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(sizes); i++) {
+    const char *const ov[] = {sizes[i].set, NULL};
+    e = load_what_if(ov);
+    if (e->strategy.bucket_bytes != sizes[i].bytes)
+      g_error("--set %s: bucket_bytes %" G_GINT64_FORMAT ", expected %" G_GINT64_FORMAT,
+              sizes[i].set, e->strategy.bucket_bytes, sizes[i].bytes);
+    g_assert_cmpint(resolved_strategy_int(e, "bucket_bytes"), ==, sizes[i].bytes);
+    ps_experiment_free(e);
+  }
+
+  /* weight-update sharding is accepted for a pipeline too */
+  const char *const pipe[] = {"strategy.kind=pipeline", "strategy.stages=2",
+                              "strategy.overlap=true", NULL};
+  e = load_what_if(pipe);
+  g_assert_cmpint(e->strategy.kind, ==, PS_STRATEGY_PIPELINE);
+  g_assert_true(e->strategy.weight_update_sharding);
+  g_assert_true(e->strategy.overlap);
+  ps_experiment_free(e);
+}
+
+/* strategy.replicas left out is every device of the slice the overrides
+ * chose (divided by the stages of a pipeline), written into the resolved
+ * tree; given, it stays what it was. */
+static void test_replicas_default(void)
+{
+  struct {
+    const char *set[4];
+    int replicas, stages;
+  } cases[] = {
+      {{NULL}, 8, 1},
+      {{"topology=tpu-v3-32", NULL}, 32, 1},
+      {{"topology=tpu-v4-32", NULL}, 16, 1}, /* megacore: a chip is one device */
+      {{"topology.torus.dims=[4,4]", NULL}, 32, 1},
+      {{"strategy.kind=pipeline", "strategy.stages=4", NULL}, 2, 4},
+      {{"strategy.kind=pipeline", "strategy.stages=4", "topology=tpu-v3-32"}, 8, 4},
+      {{"strategy.kind=pipeline", "strategy.stages=4", "topology=tpu-v4-8"}, 1, 4},
+      {{"strategy.replicas=2", "topology=tpu-v3-32", NULL}, 2, 1},
+      {{"strategy.kind=pipeline", "strategy.stages=2", "strategy.replicas=1"}, 1, 2},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    PsExperiment *e = load_what_if(cases[i].set);
+    if (e->strategy.replicas != cases[i].replicas || e->strategy.stages != cases[i].stages)
+      g_error("case %u (%s ...): %d replicas x %d stages, expected %d x %d", i,
+              cases[i].set[0] ? cases[i].set[0] : "no --set", e->strategy.replicas,
+              e->strategy.stages, cases[i].replicas, cases[i].stages);
+    g_assert_cmpint(ps_experiment_devices_used(e), ==, cases[i].replicas * cases[i].stages);
+    g_assert_cmpint(resolved_strategy_int(e, "replicas"), ==, cases[i].replicas);
+    ps_experiment_free(e);
+  }
+
+  /* The resolved tree carries the number, so it reloads with it even on
+   * another slice. */
+  const char *const v3_32[] = {"topology=tpu-v3-32", NULL};
+  PsExperiment *e = load_what_if(v3_32);
+  GError *err = NULL;
+  char *tmp = NULL;
+  int fd = g_file_open_tmp("podsim-replicas-XXXXXX.json", &tmp, &err);
+  g_assert_no_error(err);
+  close(fd);
+  g_assert_true(g_file_set_contents(
+      tmp, json_object_to_json_string_ext(e->resolved, JSON_C_TO_STRING_PRETTY), -1, &err));
+  PsExperiment *again = ps_experiment_load(tmp, NULL, &err);
+  g_assert_no_error(err);
+  g_assert_cmpint(again->strategy.replicas, ==, 32);
+  g_assert_true(json_object_equal(e->resolved, again->resolved));
+  ps_experiment_free(again);
+  const char *const smaller[] = {"topology=tpu-v3-64", NULL};
+  again = ps_experiment_load(tmp, smaller, &err); /* explicit now: 32 of 64 */
+  g_assert_no_error(err);
+  g_assert_cmpint(again->strategy.replicas, ==, 32);
+  g_assert_cmpint(ps_experiment_devices_used(again), ==, 32);
+  ps_experiment_free(again);
+  ps_experiment_free(e);
+  g_unlink(tmp);
+  g_free(tmp);
 }
 
 /* The HBM check follows the strategy: per-replica batch for replication,
@@ -589,8 +729,59 @@ static const BadCase bad_cases[] = {
       "1000 is not divisible by strategy.replicas = 3"}},
     {"not-divisible/micro-batches", BAD("micro-batches.json"), {NULL}, PS_INPUT_ERROR_VALUE,
      {"bad/micro-batches.json: ", "strategy.micro_batches: ",
-      "per-replica batch 64 (global_batch 64 / 1 replicas) is not divisible by "
+      "per-replica batch 16 (global_batch 64 / 4 replicas) is not divisible by "
       "micro_batches = 5"}},
+    {"not-divisible/default-replicas", BAD("micro-batches.json"),
+     {"global_batch=66", "strategy.micro_batches=1", NULL}, PS_INPUT_ERROR_VALUE,
+     {"bad/micro-batches.json: ", "global_batch: ",
+      "66 is not divisible by strategy.replicas = 4 (by default every device of tpu-v3-8 over "
+      "strategy.stages)", "set strategy.replicas"}},
+    {"not-divisible/stages-into-devices", BAD("stages-not-dividing.json"), {NULL},
+     PS_INPUT_ERROR_VALUE,
+     {"bad/stages-not-dividing.json: ", "strategy.stages: ",
+      "3 stages do not divide the 8 devices of tpu-v3-8",
+      "set strategy.replicas (2 uses 6 devices)"}},
+    {"stages/over-devices", WHAT_IF_EXPERIMENT,
+     {"strategy.kind=pipeline", "strategy.stages=16", NULL}, PS_INPUT_ERROR_VALUE,
+     {"good/experiments/mlp-what-if.json: ", "strategy.stages: ",
+      "16 stages need 16 devices, tpu-v3-8 has 8"}},
+    {"bucket-bytes/unit-in-file", BAD("bucket-bytes-unit.json"), {NULL}, PS_INPUT_ERROR_SYNTAX,
+     {"bad/bucket-bytes-unit.json: ", "strategy.bucket_bytes: ",
+      "cannot read '25 MBs' as a size"}},
+    {"bucket-bytes/zero", WHAT_IF_EXPERIMENT, {"strategy.bucket_bytes=0", NULL},
+     PS_INPUT_ERROR_VALUE,
+     {"good/experiments/mlp-what-if.json: ", "strategy.bucket_bytes: ", "must be > 0, got 0"}},
+    {"bucket-bytes/negative", WHAT_IF_EXPERIMENT, {"strategy.bucket_bytes=-4096", NULL},
+     PS_INPUT_ERROR_VALUE,
+     {"good/experiments/mlp-what-if.json: ", "strategy.bucket_bytes: ",
+      "must be > 0, got -4096"}},
+    {"bucket-bytes/negative-units", WHAT_IF_EXPERIMENT, {"strategy.bucket_bytes=-1MB", NULL},
+     PS_INPUT_ERROR_VALUE,
+     {"good/experiments/mlp-what-if.json: ", "strategy.bucket_bytes: ",
+      "must be > 0, got -1000000"}},
+    {"bucket-bytes/unknown-unit", WHAT_IF_EXPERIMENT, {"strategy.bucket_bytes=25 parsecs", NULL},
+     PS_INPUT_ERROR_SYNTAX,
+     {"good/experiments/mlp-what-if.json: ", "strategy.bucket_bytes: ",
+      "cannot read '25 parsecs' as a size (e.g. \"32GiB\")"}},
+    {"bucket-bytes/wrong-type", WHAT_IF_EXPERIMENT, {"strategy.bucket_bytes=true", NULL},
+     PS_INPUT_ERROR_TYPE,
+     {"good/experiments/mlp-what-if.json: ", "strategy.bucket_bytes: ",
+      "must be an integer, got boolean"}},
+    {"bucket-bytes/fraction", WHAT_IF_EXPERIMENT, {"strategy.bucket_bytes=1.5B", NULL},
+     PS_INPUT_ERROR_TYPE,
+     {"good/experiments/mlp-what-if.json: ", "strategy.bucket_bytes: ",
+      "must be an integer, got 1.5"}},
+    {"bucket-bytes/too-large", WHAT_IF_EXPERIMENT, {"strategy.bucket_bytes=2TiB", NULL},
+     PS_INPUT_ERROR_VALUE,
+     {"good/experiments/mlp-what-if.json: ", "strategy.bucket_bytes: ",
+      "must be at most 1TiB (1099511627776 bytes), got 2199023255552"}},
+    {"overlap/wrong-type", WHAT_IF_EXPERIMENT, {"strategy.overlap=1", NULL}, PS_INPUT_ERROR_TYPE,
+     {"good/experiments/mlp-what-if.json: ", "strategy.overlap: ",
+      "must be true or false, got integer"}},
+    {"weight-update-sharding/wrong-type", WHAT_IF_EXPERIMENT,
+     {"strategy.weight_update_sharding=yes", NULL}, PS_INPUT_ERROR_TYPE,
+     {"good/experiments/mlp-what-if.json: ", "strategy.weight_update_sharding: ",
+      "must be true or false, got string"}},
     {"not-divisible/hosts", BAD("host-not-dividing.json"), {NULL}, PS_INPUT_ERROR_VALUE,
      {"bad/host-not-dividing.json: ", "topology.host.chips: ",
       "6 chips (torus.dims 2x3) are not divisible by host.chips = 4"}},
@@ -743,6 +934,8 @@ int main(int argc, char **argv)
   g_test_add_func("/config/find", test_find);
   g_test_add_func("/config/experiment/defaults", test_experiment_defaults);
   g_test_add_func("/config/experiment/overrides", test_experiment_overrides);
+  g_test_add_func("/config/experiment/strategy-exchange-keys", test_strategy_exchange_keys);
+  g_test_add_func("/config/experiment/replicas-default", test_replicas_default);
   g_test_add_func("/config/experiment/pipeline-memory", test_pipeline_memory);
   g_test_add_func("/config/experiment/resolved-round-trip", test_resolved_round_trip);
   for (guint i = 0; i < G_N_ELEMENTS(bad_cases); i++) {

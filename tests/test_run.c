@@ -131,6 +131,7 @@ static void test_default_epoch(void)
 static const char *synthetic_json =
     "{\"name\": \"small\", \"topology\": \"tpu-v3-8\", \"model\": \"mlp\","
     " \"global_batch\": 32, \"steps\": 20, \"steps_per_run\": 5,"
+    " \"strategy\": {\"replicas\": 1},"
     " \"input\": {\"source\": \"synthetic\", \"synthetic_examples\": 640,"
     "             \"host_cost_per_example_s\": 0, \"workers\": 4},"
     " \"numerics\": {\"enabled\": true, \"seed\": 7}}";
@@ -179,10 +180,10 @@ static void test_step_time_closed_form(void)
   PsExperiment *e = load(exp_path, ov);
   const PsTopology *t = e->topology;
   GError *error = NULL;
-  PsPlan *plan = ps_strategy_compile(e, &error);
+  PsPlan *plan = ps_run_compile(e, &error);
   g_assert_no_error(error);
   ps_time_t step = 0;
-  const PsProgram *p = &plan->programs[0];
+  const PsProgram *p = ps_plan_program(plan, 0);
   for (int i = 0; i < p->n_ops; i++) {
     const PsOp *op = &p->ops[i];
     PsOpCost c;

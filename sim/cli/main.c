@@ -57,6 +57,64 @@ static void ensure_parent(const char *path)
     return; /* ps_trace_open reports the real error */
 }
 
+/* "8 replicas", "2 replicas x 4 stages".  (transfer full) */
+static char *placement_text(const PsExperiment *e)
+{
+  const PsStrategyConfig *s = &e->strategy;
+  g_autofree char *stages =
+      s->stages > 1 ? g_strdup_printf(" x %d stages", s->stages) : g_strdup("");
+  return g_strdup_printf("%d replica%s%s", s->replicas, s->replicas == 1 ? "" : "s", stages);
+}
+
+/* The line a run opens with: what runs where, as resolved after --set, e.g.
+ * "podsim 0.1.0: resnet50-v3-8: model resnet50 on tpu-v3-32 (32 devices:
+ * 32 replicas), global batch 1024, 10 steps, bf16, numerics off".
+ * (transfer full) */
+static char *run_header(const PsExperiment *e)
+{
+  int used = ps_experiment_devices_used(e), devices = ps_topology_devices(e->topology);
+  g_autofree char *of = used < devices ? g_strdup_printf("%d of %d", used, devices)
+                                       : g_strdup_printf("%d", devices);
+  g_autofree char *placement = placement_text(e);
+  return g_strdup_printf(
+      "podsim %s: %s: model %s on %s (%s device%s: %s), global batch %" G_GINT64_FORMAT
+      ", %" G_GINT64_FORMAT " step%s, %s, numerics %s",
+      PS_VERSION, e->name, e->model->name, e->topology->name, of, devices == 1 ? "" : "s",
+      placement, e->global_batch, e->steps, e->steps == 1 ? "" : "s",
+      e->numerics.precision == PS_PRECISION_BF16 ? "bf16" : "f32",
+      e->numerics.enabled ? "on" : "off");
+}
+
+/* One line on stderr when the strategy leaves devices of the slice idle,
+ * saying what to set to use them all. */
+static void warn_idle_devices(const PsExperiment *e)
+{
+  const PsStrategyConfig *s = &e->strategy;
+  int used = ps_experiment_devices_used(e), devices = ps_topology_devices(e->topology);
+  if (used >= devices)
+    return;
+  g_autofree char *what = s->stages > 1 ? placement_text(e) : NULL;
+  g_autofree char *fix = NULL;
+  if (devices % s->stages != 0) {
+    fix = g_strdup_printf("strategy.stages=%d does not divide %d; pick strategy.stages and "
+                          "strategy.replicas whose product is %d to use them all",
+                          s->stages, devices, devices);
+  } else {
+    int want = devices / s->stages;
+    g_autofree char *with =
+        s->stages > 1 ? g_strdup_printf(" with strategy.stages=%d", s->stages) : g_strdup("");
+    g_autofree char *batch =
+        e->global_batch % want != 0
+            ? g_strdup_printf(" and a global_batch divisible by %d", want)
+            : g_strdup("");
+    fix = g_strdup_printf("set strategy.replicas=%d (or leave it out)%s%s to use them all",
+                          want, with, batch);
+  }
+  fprintf(stderr, "podsim: warning: %s uses %d of the %d devices of %s (%s%s%d idle); %s\n",
+          e->file, used, devices, e->topology->name, what ? what : "", what ? ", " : "",
+          devices - used, fix);
+}
+
 static int cmd_run(int argc, char **argv)
 {
   g_auto(GStrv) sets = NULL;
@@ -115,15 +173,11 @@ static int cmd_run(int argc, char **argv)
     trace = g_strdup_printf("traces/%s.json", exp->name);
     ensure_parent(trace);
   }
+  warn_idle_devices(exp);
   FILE *log = json || quiet ? NULL : stdout;
   if (log) {
-    printf("podsim %s: %s: model %s on %s, %d replica%s, global batch %" G_GINT64_FORMAT
-           ", %" G_GINT64_FORMAT " steps, numerics %s\n",
-           PS_VERSION, exp->name, exp->model->name, exp->topology->name, exp->strategy.replicas,
-           exp->strategy.replicas == 1 ? "" : "s", exp->global_batch, exp->steps,
-           exp->numerics.enabled
-               ? (exp->numerics.precision == PS_PRECISION_BF16 ? "on (bf16)" : "on (f32)")
-               : "off");
+    g_autofree char *header = run_header(exp);
+    printf("%s\n", header);
     fflush(stdout);
   }
   PsRunOptions opt = {.trace_path = no_trace ? NULL : trace, .trace_links = trace_links,
@@ -243,13 +297,13 @@ static int cmd_describe(int argc, char **argv)
       return fail(error);
     print_json(exp->resolved);
     if (program) {
-      PsPlan *plan = ps_strategy_compile(exp, &error);
+      PsPlan *plan = ps_run_compile(exp, &error);
       if (!plan) {
         ps_experiment_free(exp);
         return fail(error);
       }
       GString *s = g_string_new(NULL);
-      ps_program_describe(&plan->programs[0], s);
+      ps_plan_describe_device(plan, 0, s);
       printf("\n%s", s->str);
       g_string_free(s, TRUE);
       ps_plan_free(plan);

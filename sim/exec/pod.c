@@ -1,15 +1,18 @@
-/* pod.c: devices, hosts and infeed queues as timed events (see pod.h).
+/* pod.c: a plan interpreted on cores, hosts, PCIe and ICI (see pod.h).
  *
- * A device runs its program one op at a time: the op's cost comes from the
- * roofline (hw/cost.h) and an OP_DONE event ends it.  INFEED takes a batch
- * from the device's queue or stalls until one arrives.  A host prepares
- * batches with its workers (prefetch buffer), then sends them over its one
- * PCIe link to its devices in turn, one batch per local device, blocking
- * while the next device's queue is full, as TPUStrategy's per-host enqueue
- * loop does.  Every steps_per_run steps the device loop returns to the host,
- * which relaunches it after a round trip.
- * Each direction of a host's PCIe carries one transfer at a time, first
- * come first served; infeed batches go down only when nothing else waits.
+ * A device runs its program one op at a time.  An op with a cost on the
+ * core ends with an OP_DONE event `op->time` later; communication ops take
+ * no core time: COLL_START hands the device's buffer to its collective and
+ * the device goes on, COLL_DONE and RECV either find their data complete
+ * and pass, or the device waits until it is.  INFEED takes a batch from the
+ * device's queue or stalls until one arrives.
+ *
+ * A host prepares batches with its workers (prefetch buffer), then sends
+ * them over PCIe (the network's PCIe links: one model for infeed, outfeed
+ * and host calls) to its devices that take infeed, in turn, one batch in
+ * flight at a time, blocking while the next device's queue is full, as
+ * TPUStrategy's per-host enqueue loop does.  Every steps_per_run steps the
+ * device loop returns to the host, which relaunches it after a round trip.
  * An OUTFEED op queues the step's outputs for the host (blocking only when
  * the outfeed queue is full); a HOST_CALL op sends a tensor up, lets the
  * host compute on one CPU thread, and waits for the result to come down.
@@ -17,70 +20,90 @@
  * moment of a device's time is in exactly one op or one wait. */
 #include "exec/pod.h"
 
-#include "collectives/collective.h"
-#include "hw/cost.h"
+#include <string.h>
+
+typedef enum {
+  WAIT_NONE,
+  WAIT_INFEED,
+  WAIT_OUTFEED,
+  WAIT_COLL,
+  WAIT_RECV,
+  WAIT_LOOP,
+  WAIT_HOST_CALL
+} WaitKind;
 
 typedef struct {
   PsPod *pod;
   int index;
   const PsProgram *prog;
-  const ps_time_t *cost; /* per op of prog: FWD/BWD/UPDATE time, computed once */
   int host;
   int pc;
   int64_t step;
+  int64_t infeed_bytes;  /* of one INFEED op */
   int depth, inflight, capacity;
   int out_depth;
-  gboolean waiting_infeed, waiting_outfeed;
+  WaitKind waiting;
   ps_time_t wait_start;
   ps_time_t op_start;
+  GHashTable *mailbox;   /* (src << 20 | tag) -> messages arrived, not yet received */
 } Device;
 
-typedef enum { XFER_INFEED, XFER_OUTFEED, XFER_CALL_UP, XFER_CALL_DOWN } XferKind;
+/* A device's part in one collective. */
+typedef struct {
+  PsPod *pod;
+  int c, member, device;
+  int64_t rounds_done;
+  ps_time_t started;
+} Member;
 
 typedef struct {
-  XferKind kind;
-  int device;
-  double bytes;
-} Xfer;
-
-/* One direction of a host's PCIe: one transfer at a time, FIFO. */
-typedef struct {
-  gboolean busy;
-  ps_time_t start;
-  Xfer cur;
-  GQueue pending; /* Xfer * */
-} PcieLink;
+  PsCollective *coll;
+  Member *members;
+  int arrived;           /* members that started the current round */
+  int64_t round;         /* the round being gathered */
+  int last;              /* device that started the round last */
+} Coll;
 
 typedef struct {
   int index;
-  GArray *devs; /* int: local device indices */
+  GArray *devs;          /* int: local devices that run a program */
+  GArray *infeed_devs;   /* int: those that take infeed */
   int rr;
   int64_t to_prepare;
+  int64_t batch_examples;
   int prepared;
-  gboolean prep_busy;
+  gboolean prep_busy, sending;
   ps_time_t prep_start;
-  PcieLink down, up;
   int loop_arrived;
 } Host;
+
+typedef enum { XFER_INFEED, XFER_OUTFEED, XFER_CALL_UP, XFER_CALL_DOWN, XFER_SEND } XferKind;
+
+/* Context of one network message the pod sent. */
+typedef struct {
+  PsPod *pod;
+  XferKind kind;
+  int host, device;      /* SEND: device is the receiver */
+  int src, tag;          /* SEND */
+  double bytes;
+} Xfer;
 
 struct PsPod {
   PsEngine *engine;
   const PsExperiment *exp;
   const PsPlan *plan;
   PsPodObserver obs;
+  PsPodNumerics num;
   Device *devices;
   int n_devices;
   Host *hosts;
   int n_hosts;
-  GPtrArray *costs;     /* owned ps_time_t arrays, shared by identical programs */
   int per_chip;
-  int64_t steps_done;
-  /* gradients cross the interconnect: one all-reduce over the replicas,
-   * reused step after step (NULL with one replica) */
+  int64_t devices_finished;
   PsNetwork *net;
-  PsCollective *allreduce;
-  int coll_arrived;     /* replicas at the current step's all-reduce */
-  uint32_t ev_op_done, ev_prep_done, ev_pcie_done, ev_loop_start, ev_call_done;
+  Coll *colls;
+  int **member_of;       /* per collective: device -> member, or -1 */
+  uint32_t ev_op_done, ev_prep_done, ev_loop_start, ev_call_done;
 };
 
 const char *ps_time_category_name(PsTimeCategory c)
@@ -105,12 +128,69 @@ int ps_pod_chip_host(const PsPod *pod, int chip)
 {
   return chip / pod->exp->topology->chips_per_host;
 }
-int64_t ps_pod_steps_done(const PsPod *pod) { return pod->steps_done; }
+int64_t ps_pod_steps_done(const PsPod *pod)
+{
+  int64_t s = INT64_MAX;
+  for (int i = 0; i < pod->n_devices; i++)
+    s = MIN(s, pod->devices[i].step);
+  return s;
+}
+PsNetwork *ps_pod_network(const PsPod *pod) { return pod->net; }
+
+const char *ps_pod_coll_algorithm(const PsPod *pod, int c)
+{
+  g_return_val_if_fail(c >= 0 && c < pod->plan->n_colls, NULL);
+  return ps_collective_algo(pod->colls[c].coll);
+}
+
+void ps_pod_coll_block(const PsPod *pod, int c, int device, int64_t *off, int64_t *len)
+{
+  g_return_if_fail(c >= 0 && c < pod->plan->n_colls);
+  int m = pod->member_of[c][device];
+  g_return_if_fail(m >= 0);
+  ps_collective_block(pod->colls[c].coll, m, off, len);
+}
 
 static ps_time_t now(const PsPod *pod) { return ps_engine_now(pod->engine); }
 
-static void run_op(PsPod *pod, Device *d);
+static void device_run(PsPod *pod, Device *d);
 static void host_try_transfer(PsPod *pod, Host *h);
+static void on_deliver(void *ctx, const PsNetDelivery *dl);
+
+static PsTimeCategory op_category(PsOpKind k)
+{
+  switch (k) {
+  case PS_OP_FWD:
+  case PS_OP_BWD:
+  case PS_OP_RECOMPUTE:
+  case PS_OP_UPDATE:
+    return PS_TIME_COMPUTE;
+  case PS_OP_COLL_START:
+  case PS_OP_COLL_DONE:
+    return PS_TIME_COLLECTIVE;
+  case PS_OP_SEND:
+  case PS_OP_RECV:
+    return PS_TIME_PIPELINE_BUBBLE;
+  case PS_OP_OUTFEED:
+  case PS_OP_HOST_CALL:
+    return PS_TIME_HOST;
+  default:
+    return PS_TIME_OTHER;
+  }
+}
+
+static void send_xfer(PsPod *pod, XferKind kind, int host, int device, int src, int dst,
+                      double bytes)
+{
+  Xfer *x = g_new(Xfer, 1);
+  *x = (Xfer){pod, kind, host, device, -1, -1, bytes};
+  ps_network_send(pod->net, src, dst, (int64_t)bytes, on_deliver, x);
+}
+
+static int host_ep(const PsPod *pod, int host)
+{
+  return ps_network_host_endpoint(pod->net, host);
+}
 
 /* ---- host: input pipeline and PCIe ---------------------------------- */
 
@@ -121,7 +201,7 @@ static void host_prepare_maybe(PsPod *pod, Host *h)
     return;
   /* Workers process examples continuously, across batch boundaries, as a
    * parallel map does: a batch of b takes b x cost / workers. */
-  double b = (double)pod->plan->per_replica_batch;
+  double b = (double)h->batch_examples;
   h->prep_busy = TRUE;
   h->prep_start = now(pod);
   ps_engine_after(pod->engine, ps_time_from_s(b * in->host_cost_per_example_s / in->workers),
@@ -142,45 +222,21 @@ static void on_prep_done(PsEngine *engine, const PsEvent *ev, void *ctx)
   host_prepare_maybe(pod, h);
 }
 
-static void link_start(PsPod *pod, Host *h, PcieLink *link, Xfer x)
-{
-  link->busy = TRUE;
-  link->start = now(pod);
-  link->cur = x;
-  ps_engine_after(pod->engine, ps_cost_pcie(pod->exp->topology, x.bytes), pod->ev_pcie_done,
-                  (uint32_t)h->index, link == &h->up);
-}
-
-static void link_submit(PsPod *pod, Host *h, PcieLink *link, XferKind kind, int device,
-                        double bytes)
-{
-  Xfer x = {kind, device, bytes};
-  if (!link->busy) {
-    link_start(pod, h, link, x);
-    return;
-  }
-  Xfer *q = g_new(Xfer, 1);
-  *q = x;
-  g_queue_push_tail(&link->pending, q);
-}
-
+/* The enqueue loop: one batch in flight, to the host's infeed devices in
+ * turn, waiting on the next one's full queue. */
 static void host_try_transfer(PsPod *pod, Host *h)
 {
-  if (h->down.busy || !g_queue_is_empty(&h->down.pending) || h->prepared == 0)
+  if (h->sending || h->prepared == 0)
     return;
-  Device *d = &pod->devices[g_array_index(h->devs, int, h->rr)];
+  Device *d = &pod->devices[g_array_index(h->infeed_devs, int, h->rr)];
   if (d->depth + d->inflight >= d->capacity)
-    return; /* the enqueue blocks on this device's full queue */
+    return;
   h->prepared--;
+  h->sending = TRUE;
   d->inflight++;
-  link_start(pod, h, &h->down, (Xfer){XFER_INFEED, d->index, d->prog->ops[0].bytes});
+  send_xfer(pod, XFER_INFEED, h->index, d->index, host_ep(pod, h->index), d->index,
+            (double)d->infeed_bytes);
   host_prepare_maybe(pod, h);
-}
-
-static void finish_op_after(PsPod *pod, Device *d, ps_time_t dt)
-{
-  d->op_start = now(pod);
-  ps_engine_after(pod->engine, dt, pod->ev_op_done, (uint32_t)d->index, 0);
 }
 
 static void set_depth(PsPod *pod, Device *d, int delta)
@@ -191,15 +247,6 @@ static void set_depth(PsPod *pod, Device *d, int delta)
     pod->obs.infeed_depth(pod->obs.ctx, d->index, d->depth, now(pod));
 }
 
-static void outfeed_enqueue(PsPod *pod, Device *d, const PsOp *op)
-{
-  d->out_depth++;
-  g_assert(d->out_depth <= pod->exp->input.outfeed_capacity);
-  link_submit(pod, &pod->hosts[d->host], &pod->hosts[d->host].up, XFER_OUTFEED, d->index,
-              op->bytes);
-  finish_op_after(pod, d, ps_time_from_s(pod->exp->topology->op_overhead_s));
-}
-
 /* One CPU thread's share of the host's FLOP rate. */
 static ps_time_t host_call_time(const PsPod *pod, const PsOp *op)
 {
@@ -207,38 +254,98 @@ static ps_time_t host_call_time(const PsPod *pod, const PsOp *op)
   return ps_time_from_s(op->host_flops / (t->cpu_flops / t->cpu_threads));
 }
 
-static void transfer_done(PsPod *pod, Host *h, const Xfer *x, ps_time_t start)
+static void end_wait(PsPod *pod, Device *d, PsTimeCategory why, const char *what)
+{
+  d->waiting = WAIT_NONE;
+  if (pod->obs.wait && now(pod) > d->wait_start)
+    pod->obs.wait(pod->obs.ctx, d->index, d->step, why, what, d->wait_start, now(pod));
+}
+
+static void start_wait(Device *d, WaitKind k)
+{
+  d->waiting = k;
+  d->wait_start = ps_engine_now(d->pod->engine);
+}
+
+static void finish_op_after(PsPod *pod, Device *d, ps_time_t dt)
+{
+  ps_engine_after(pod->engine, dt, pod->ev_op_done, (uint32_t)d->index, 0);
+}
+
+static void outfeed_enqueue(PsPod *pod, Device *d, const PsOp *op)
+{
+  d->out_depth++;
+  g_assert(d->out_depth <= pod->exp->input.outfeed_capacity);
+  send_xfer(pod, XFER_OUTFEED, d->host, d->index, d->index, host_ep(pod, d->host), op->bytes);
+  d->op_start = now(pod);
+  finish_op_after(pod, d, op->time);
+}
+
+static void mailbox_arrive(PsPod *pod, const Xfer *x, ps_time_t sent)
 {
   Device *d = &pod->devices[x->device];
+  gint64 key = ((gint64)x->src << 20) | x->tag;
+  if (pod->obs.message)
+    pod->obs.message(pod->obs.ctx, x->src, x->device, x->tag, x->bytes, sent, now(pod));
+  const PsOp *op = &d->prog->ops[d->pc];
+  if (d->waiting == WAIT_RECV && op->peer == x->src && op->tag == x->tag) {
+    end_wait(pod, d, PS_TIME_PIPELINE_BUBBLE, op->name);
+    d->op_start = now(pod);
+    finish_op_after(pod, d, 0);
+    return;
+  }
+  gpointer v = g_hash_table_lookup(d->mailbox, &key);
+  gint64 *k = g_new(gint64, 1);
+  *k = key;
+  g_hash_table_replace(d->mailbox, k, GINT_TO_POINTER(GPOINTER_TO_INT(v) + 1));
+}
+
+static gboolean mailbox_take(Device *d, int src, int tag)
+{
+  gint64 key = ((gint64)src << 20) | tag;
+  int n = GPOINTER_TO_INT(g_hash_table_lookup(d->mailbox, &key));
+  if (n == 0)
+    return FALSE;
+  if (n == 1)
+    g_hash_table_remove(d->mailbox, &key);
+  else
+    g_hash_table_insert(d->mailbox, g_memdup2(&key, sizeof key), GINT_TO_POINTER(n - 1));
+  return TRUE;
+}
+
+static void on_deliver(void *ctx, const PsNetDelivery *dl)
+{
+  Xfer *x = ctx;
+  if (!dl->last)
+    return;
+  PsPod *pod = x->pod;
+  Device *d = &pod->devices[x->device];
   static const char *const what[] = {"infeed batch", "outfeed", "host call: tensor up",
-                                     "host call: result down"};
-  if (pod->obs.host_work)
-    pod->obs.host_work(pod->obs.ctx, h->index,
+                                     "host call: result down", "send"};
+  if (x->kind != XFER_SEND && pod->obs.host_work)
+    pod->obs.host_work(pod->obs.ctx, x->host,
                        x->kind == XFER_INFEED || x->kind == XFER_CALL_DOWN ? PS_HOST_PCIE_DOWN
                                                                            : PS_HOST_PCIE_UP,
-                       what[x->kind], d->index, start, now(pod));
+                       what[x->kind], d->index, dl->sent, now(pod));
+  Host *h = x->host >= 0 ? &pod->hosts[x->host] : NULL;
   switch (x->kind) {
   case XFER_INFEED:
+    h->sending = FALSE;
     d->inflight--;
     set_depth(pod, d, +1);
-    h->rr = (h->rr + 1) % (int)h->devs->len;
-    if (d->waiting_infeed) {
-      d->waiting_infeed = FALSE;
-      if (pod->obs.wait)
-        pod->obs.wait(pod->obs.ctx, d->index, (int)d->step, PS_TIME_INFEED_STALL, "infeed empty",
-                      d->wait_start,
-                      now(pod));
+    h->rr = (h->rr + 1) % (int)h->infeed_devs->len;
+    if (d->waiting == WAIT_INFEED) {
+      end_wait(pod, d, PS_TIME_INFEED_STALL, "infeed empty");
       set_depth(pod, d, -1);
-      finish_op_after(pod, d, ps_time_from_s(pod->exp->topology->op_overhead_s));
+      d->op_start = now(pod);
+      finish_op_after(pod, d, d->prog->ops[d->pc].time);
     }
+    host_try_transfer(pod, h);
     break;
   case XFER_OUTFEED: /* the host drains it */
     d->out_depth--;
-    if (d->waiting_outfeed) {
-      d->waiting_outfeed = FALSE;
-      if (pod->obs.wait)
-        pod->obs.wait(pod->obs.ctx, d->index, (int)d->step, PS_TIME_HOST, "outfeed full",
-                      d->wait_start, now(pod));
+    if (d->waiting == WAIT_OUTFEED) {
+      end_wait(pod, d, PS_TIME_HOST, "outfeed full");
       outfeed_enqueue(pod, d, &d->prog->ops[d->pc]);
     }
     break;
@@ -247,26 +354,14 @@ static void transfer_done(PsPod *pod, Host *h, const Xfer *x, ps_time_t start)
                     (uint32_t)h->index, (uint64_t)d->index);
     break;
   case XFER_CALL_DOWN: /* the op ends; op_start was set when the call began */
-    ps_engine_after(pod->engine, 0, pod->ev_op_done, (uint32_t)d->index, 0);
+    d->waiting = WAIT_NONE;
+    finish_op_after(pod, d, 0);
+    break;
+  case XFER_SEND:
+    mailbox_arrive(pod, x, dl->sent);
     break;
   }
-}
-
-static void on_pcie_done(PsEngine *engine, const PsEvent *ev, void *ctx)
-{
-  PsPod *pod = ctx;
-  Host *h = &pod->hosts[ev->target];
-  PcieLink *link = ev->arg.u ? &h->up : &h->down;
-  Xfer x = link->cur;
-  ps_time_t start = link->start;
-  link->busy = FALSE;
-  Xfer *next = g_queue_pop_head(&link->pending);
-  if (next) {
-    link_start(pod, h, link, *next);
-    g_free(next);
-  }
-  transfer_done(pod, h, &x, start);
-  host_try_transfer(pod, h);
+  g_free(x);
 }
 
 static void on_call_done(PsEngine *engine, const PsEvent *ev, void *ctx)
@@ -278,7 +373,8 @@ static void on_call_done(PsEngine *engine, const PsEvent *ev, void *ctx)
   if (pod->obs.host_work)
     pod->obs.host_work(pod->obs.ctx, h->index, PS_HOST_CALLS, op->name, d->index,
                        now(pod) - host_call_time(pod, op), now(pod));
-  link_submit(pod, h, &h->down, XFER_CALL_DOWN, d->index, op->bytes_back);
+  send_xfer(pod, XFER_CALL_DOWN, h->index, d->index, host_ep(pod, h->index), d->index,
+            op->bytes_back);
 }
 
 /* ---- host: the steps_per_run loop ----------------------------------- */
@@ -286,7 +382,7 @@ static void on_call_done(PsEngine *engine, const PsEvent *ev, void *ctx)
 static void loop_arrive(PsPod *pod, Device *d)
 {
   Host *h = &pod->hosts[d->host];
-  d->wait_start = now(pod);
+  start_wait(d, WAIT_LOOP);
   if (++h->loop_arrived == (int)h->devs->len) {
     h->loop_arrived = 0;
     ps_engine_after(pod->engine, ps_time_from_s(pod->exp->topology->loop_overhead_s),
@@ -300,225 +396,251 @@ static void on_loop_start(PsEngine *engine, const PsEvent *ev, void *ctx)
   Host *h = &pod->hosts[ev->target];
   for (guint i = 0; i < h->devs->len; i++) {
     Device *d = &pod->devices[g_array_index(h->devs, int, i)];
-    if (pod->obs.wait)
-      pod->obs.wait(pod->obs.ctx, d->index, (int)d->step, PS_TIME_HOST, PS_WAIT_HOST_LOOP,
-                    d->wait_start, now(pod));
-    run_op(pod, d);
+    end_wait(pod, d, PS_TIME_HOST, PS_WAIT_HOST_LOOP);
+    device_run(pod, d);
   }
+}
+
+/* ---- collectives ---------------------------------------------------- */
+
+static void on_coll_done(void *ctx, int member, ps_time_t t)
+{
+  Member *m = ctx;
+  PsPod *pod = m->pod;
+  Device *d = &pod->devices[m->device];
+  m->rounds_done++;
+  if (pod->obs.coll_done)
+    pod->obs.coll_done(pod->obs.ctx, d->index, m->rounds_done - 1, m->c, m->started, t);
+  const PsOp *op = &d->prog->ops[d->pc];
+  if (d->waiting == WAIT_COLL && op->coll == m->c) {
+    end_wait(pod, d, PS_TIME_COLLECTIVE, pod->plan->colls[m->c].name);
+    d->op_start = now(pod);
+    finish_op_after(pod, d, 0);
+  }
+}
+
+static void coll_start(PsPod *pod, Device *d, const PsOp *op)
+{
+  Coll *c = &pod->colls[op->coll];
+  int mi = pod->member_of[op->coll][d->index];
+  Member *m = &c->members[mi];
+  m->started = now(pod);
+  c->last = d->index;
+  if (++c->arrived == ps_collective_members(c->coll)) {
+    c->arrived = 0;
+    if (pod->obs.coll_arrived)
+      pod->obs.coll_arrived(pod->obs.ctx, d->step, op->coll, d->index, now(pod));
+  }
+  float *buf = pod->num.coll_buffer ? pod->num.coll_buffer(pod->num.ctx, d->index, op->coll)
+                                    : NULL;
+  ps_collective_arrive(c->coll, mi, buf, on_coll_done, m);
 }
 
 /* ---- devices -------------------------------------------------------- */
 
-/* A replica's sum is in its buffer: its ALL_REDUCE op ends. */
-static void on_allreduce_done(void *ctx, int member, ps_time_t t)
-{
-  Device *d = ctx;
-  ps_engine_after(d->pod->engine, 0, d->pod->ev_op_done, (uint32_t)d->index, 0);
-}
-
-/* Replica d reaches the all-reduce: its sends begin now; the op lasts until
- * its own result is complete, which includes waiting for late peers' data.
- * The last replica to arrive is the one the step waited for. */
-static void collective_arrive(PsPod *pod, Device *d, const PsOp *op)
-{
-  d->op_start = now(pod);
-  if (++pod->coll_arrived == pod->plan->replicas) {
-    pod->coll_arrived = 0;
-    if (pod->obs.collective)
-      pod->obs.collective(pod->obs.ctx, (int)d->step, op, d->index, now(pod));
-  }
-  float *buf = pod->obs.collective_buffer ? pod->obs.collective_buffer(pod->obs.ctx, d->index)
-                                          : NULL;
-  ps_collective_arrive(pod->allreduce, d->prog->replica, buf, on_allreduce_done, d);
-}
-
-static void run_op(PsPod *pod, Device *d)
+/* Starts the op at pc.  TRUE if it completed at once (zero core time,
+ * nothing to wait for); else an event or an arrival will end it. */
+static gboolean start_op(PsPod *pod, Device *d)
 {
   const PsExperiment *exp = pod->exp;
-  const PsTopology *topo = exp->topology;
   const PsOp *op = &d->prog->ops[d->pc];
+  d->op_start = now(pod);
   switch (op->kind) {
   case PS_OP_INFEED:
     if (d->depth == 0) {
-      d->waiting_infeed = TRUE;
-      d->wait_start = now(pod);
-      return;
+      start_wait(d, WAIT_INFEED);
+      return FALSE;
     }
     set_depth(pod, d, -1);
     host_try_transfer(pod, &pod->hosts[d->host]);
-    finish_op_after(pod, d, ps_time_from_s(topo->op_overhead_s));
-    return;
+    break;
   case PS_OP_FWD:
   case PS_OP_BWD:
+  case PS_OP_RECOMPUTE:
   case PS_OP_UPDATE:
-    finish_op_after(pod, d, d->cost[d->pc]);
-    return;
+    break;
   case PS_OP_OUTFEED:
     if (d->out_depth >= exp->input.outfeed_capacity) {
-      d->waiting_outfeed = TRUE;
-      d->wait_start = now(pod);
-      return;
+      start_wait(d, WAIT_OUTFEED);
+      return FALSE;
     }
     outfeed_enqueue(pod, d, op);
-    return;
+    return FALSE;
   case PS_OP_HOST_CALL:
-    d->op_start = now(pod);
-    link_submit(pod, &pod->hosts[d->host], &pod->hosts[d->host].up, XFER_CALL_UP, d->index,
-                op->bytes);
-    return;
-  case PS_OP_ALL_REDUCE:
-    collective_arrive(pod, d, op);
-    return;
-  case PS_OP_N_KINDS:
+    d->waiting = WAIT_HOST_CALL;
+    send_xfer(pod, XFER_CALL_UP, d->host, d->index, d->index, host_ep(pod, d->host), op->bytes);
+    return FALSE;
+  case PS_OP_COLL_START:
+    coll_start(pod, d, op);
+    break;
+  case PS_OP_COLL_DONE: {
+    const Member *m = &pod->colls[op->coll].members[pod->member_of[op->coll][d->index]];
+    if (m->rounds_done > d->step)
+      break;
+    start_wait(d, WAIT_COLL);
+    return FALSE;
+  }
+  case PS_OP_SEND: {
+    Xfer *x = g_new(Xfer, 1);
+    *x = (Xfer){pod, XFER_SEND, -1, op->peer, d->index, op->tag, op->bytes};
+    ps_network_send(pod->net, d->index, op->peer, (int64_t)op->bytes, on_deliver, x);
     break;
   }
-  g_assert_not_reached();
+  case PS_OP_RECV:
+    if (mailbox_take(d, op->peer, op->tag))
+      break;
+    start_wait(d, WAIT_RECV);
+    return FALSE;
+  case PS_OP_N_KINDS:
+    g_assert_not_reached();
+  }
+  if (op->time > 0) {
+    finish_op_after(pod, d, op->time);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* The op at pc ended now.  TRUE if the device should start its next op. */
+static gboolean end_op(PsPod *pod, Device *d)
+{
+  const PsOp *op = &d->prog->ops[d->pc];
+  if (pod->num.op)
+    pod->num.op(pod->num.ctx, d->index, d->step, op);
+  if (pod->obs.op_done)
+    pod->obs.op_done(pod->obs.ctx, d->index, d->step, op, op_category(op->kind), d->op_start,
+                     now(pod));
+  if (++d->pc < d->prog->n_ops)
+    return TRUE;
+  d->pc = 0;
+  if (pod->obs.step_done)
+    pod->obs.step_done(pod->obs.ctx, d->index, d->step, now(pod));
+  d->step++;
+  if (d->step == pod->exp->steps) {
+    pod->devices_finished++;
+    return FALSE;
+  }
+  if (d->step % pod->exp->steps_per_run == 0) {
+    loop_arrive(pod, d);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* Runs ops from pc until one takes time or waits. */
+static void device_run(PsPod *pod, Device *d)
+{
+  while (start_op(pod, d))
+    if (!end_op(pod, d))
+      return;
 }
 
 static void on_op_done(PsEngine *engine, const PsEvent *ev, void *ctx)
 {
   PsPod *pod = ctx;
   Device *d = &pod->devices[ev->target];
-  const PsOp *op = &d->prog->ops[d->pc];
-  if (pod->obs.op_done)
-    pod->obs.op_done(pod->obs.ctx, d->index, (int)d->step, op, d->op_start, now(pod));
-  if (++d->pc < d->prog->n_ops) {
-    run_op(pod, d);
-    return;
-  }
-  d->pc = 0;
-  if (pod->obs.step_done)
-    pod->obs.step_done(pod->obs.ctx, d->index, (int)d->step, now(pod));
-  d->step++;
-  if (d == &pod->devices[0])
-    pod->steps_done = d->step;
-  if (d->step == pod->exp->steps)
-    return;
-  if (d->step % pod->exp->steps_per_run == 0)
-    loop_arrive(pod, d);
-  else
-    run_op(pod, d);
+  if (end_op(pod, d))
+    device_run(pod, d);
 }
 
-/* The fixed cost of each compute op of a program. */
-static ps_time_t *program_costs(const PsPod *pod, const PsProgram *p)
+/* ---- construction --------------------------------------------------- */
+
+static gboolean build_colls(PsPod *pod, GError **error)
 {
+  const PsPlan *plan = pod->plan;
   const PsExperiment *exp = pod->exp;
-  ps_time_t *cost = g_new0(ps_time_t, p->n_ops);
-  for (int i = 0; i < p->n_ops; i++) {
-    const PsOp *op = &p->ops[i];
-    PsOpCost c;
-    if (op->kind == PS_OP_FWD || op->kind == PS_OP_BWD) {
-      ps_cost_layers(exp->topology, exp->model, op->first, op->last, op->batch,
-                     exp->numerics.precision, exp->fuse_elementwise, op->kind == PS_OP_BWD, &c);
-      cost[i] = c.time;
-    } else if (op->kind == PS_OP_UPDATE) {
-      ps_cost_update(exp->topology, exp->model->params, pod->plan->optimizer_slots, &c);
-      cost[i] = c.time;
+  pod->colls = g_new0(Coll, plan->n_colls > 0 ? plan->n_colls : 1);
+  pod->member_of = g_new0(int *, plan->n_colls > 0 ? plan->n_colls : 1);
+  for (int c = 0; c < plan->n_colls; c++) {
+    const PsPlanColl *pc = &plan->colls[c];
+    PsCollSpec spec = {.op = pc->op, .algo = pc->algo, .devices = pc->members,
+                       .n_members = pc->n_members, .count = pc->count,
+                       .elem_bytes = pc->elem_bytes};
+    GError *err = NULL;
+    pod->colls[c].coll = ps_collective_new(pod->net, &spec, &err);
+    if (!pod->colls[c].coll) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "%s: collective.algorithm: %s cannot run: %s", exp->file, pc->name,
+                  err->message);
+      g_error_free(err);
+      return FALSE;
+    }
+    pod->member_of[c] = g_new(int, pod->n_devices);
+    for (int i = 0; i < pod->n_devices; i++)
+      pod->member_of[c][i] = -1;
+    pod->colls[c].members = g_new0(Member, pc->n_members);
+    for (int m = 0; m < pc->n_members; m++) {
+      pod->member_of[c][pc->members[m]] = m;
+      pod->colls[c].members[m] = (Member){pod, c, m, pc->members[m], 0, 0};
     }
   }
-  return cost;
-}
-
-/* Programs whose compute ops cost the same (replicas of one model). */
-static gboolean same_costs(const PsProgram *a, const PsProgram *b)
-{
-  if (a->n_ops != b->n_ops)
-    return FALSE;
-  for (int i = 0; i < a->n_ops; i++) {
-    const PsOp *x = &a->ops[i], *y = &b->ops[i];
-    if (x->kind != y->kind || x->first != y->first || x->last != y->last || x->batch != y->batch)
-      return FALSE;
-  }
   return TRUE;
 }
 
-/* The interconnect and the replicas' all-reduce, when there are several. */
-static gboolean build_collective(PsPod *pod, GError **error)
-{
-  const PsExperiment *exp = pod->exp;
-  const PsProgram *p0 = &pod->plan->programs[0];
-  const PsOp *ar = NULL;
-  for (int i = 0; i < p0->n_ops; i++)
-    if (p0->ops[i].kind == PS_OP_ALL_REDUCE)
-      ar = &p0->ops[i];
-  if (!ar)
-    return TRUE;
-  pod->net = ps_network_new(pod->engine, exp->topology, exp->collective.chunk_bytes);
-  int *members = g_new(int, pod->plan->replicas);
-  for (int r = 0; r < pod->plan->replicas; r++)
-    members[r] = pod->plan->programs[r].device;
-  /* gradients are float32: count them, so numerics can ride along */
-  PsCollSpec spec = {.op = PS_COLL_ALL_REDUCE, .algo = exp->collective.algorithm,
-                     .devices = members, .n_members = pod->plan->replicas,
-                     .count = (int64_t)(ar->bytes / 4), .elem_bytes = 4};
-  GError *err = NULL;
-  pod->allreduce = ps_collective_new(pod->net, &spec, &err);
-  g_free(members);
-  if (!pod->allreduce) {
-    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "%s: collective.algorithm: %s",
-                exp->file, err->message);
-    g_error_free(err);
-    return FALSE;
-  }
-  return TRUE;
-}
-
-PsNetwork *ps_pod_network(const PsPod *pod)
-{
-  return pod->net;
-}
-
-const char *ps_pod_collective_algorithm(const PsPod *pod)
-{
-  return pod->allreduce ? ps_collective_algo(pod->allreduce) : NULL;
-}
+static void key_free(gpointer p) { g_free(p); }
 
 PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
-                  const PsPodObserver *observer, GError **error)
+                  const PsPodObserver *observer, const PsPodNumerics *numerics,
+                  GError **error)
 {
+  const PsTopology *topo = exp->topology;
+  if (plan->n_devices > ps_topology_devices(topo)) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: the plan needs %d devices, %s has %d", exp->file, plan->n_devices,
+                topo->name, ps_topology_devices(topo));
+    return NULL;
+  }
+  if (!ps_plan_validate(plan, error))
+    return NULL;
   PsPod *pod = g_new0(PsPod, 1);
   pod->engine = engine;
   pod->exp = exp;
   pod->plan = plan;
   if (observer)
     pod->obs = *observer;
-  pod->per_chip = ps_topology_devices_per_chip(exp->topology);
-  pod->n_devices = plan->n_programs;
+  if (numerics)
+    pod->num = *numerics;
+  pod->per_chip = ps_topology_devices_per_chip(topo);
+  pod->n_devices = plan->n_devices;
   pod->devices = g_new0(Device, pod->n_devices);
-  pod->costs = g_ptr_array_new_with_free_func(g_free);
-  pod->n_hosts = ps_topology_hosts(exp->topology);
+  pod->n_hosts = ps_topology_hosts(topo);
   pod->hosts = g_new0(Host, pod->n_hosts);
   for (int i = 0; i < pod->n_hosts; i++) {
     pod->hosts[i].index = i;
     pod->hosts[i].devs = g_array_new(FALSE, FALSE, sizeof(int));
+    pod->hosts[i].infeed_devs = g_array_new(FALSE, FALSE, sizeof(int));
   }
   for (int i = 0; i < pod->n_devices; i++) {
     Device *d = &pod->devices[i];
-    /* programs are indexed by device (PsPlan), so events target d->index */
-    g_assert(plan->programs[i].device == i);
     d->pod = pod;
     d->index = i;
-    d->prog = &plan->programs[i];
+    d->prog = ps_plan_program(plan, i);
     d->capacity = exp->input.infeed_capacity;
-    if (i > 0 && same_costs(&plan->programs[i], pod->devices[i - 1].prog)) {
-      d->cost = pod->devices[i - 1].cost;
-    } else {
-      d->cost = program_costs(pod, &plan->programs[i]);
-      g_ptr_array_add(pod->costs, (gpointer)d->cost);
+    d->mailbox = g_hash_table_new_full(g_int64_hash, g_int64_equal, key_free, NULL);
+    d->host = ps_pod_chip_host(pod, ps_pod_device_chip(pod, i));
+    Host *h = &pod->hosts[d->host];
+    g_array_append_val(h->devs, i);
+    int infeeds = 0;
+    for (int k = 0; k < d->prog->n_ops; k++)
+      if (d->prog->ops[k].kind == PS_OP_INFEED) {
+        if (infeeds++ == 0) {
+          d->infeed_bytes = (int64_t)d->prog->ops[k].bytes;
+          /* a host's batches are all the size of its first device's */
+          if (h->infeed_devs->len == 0)
+            h->batch_examples = d->prog->ops[k].batch;
+        }
+      }
+    if (infeeds > 0) {
+      g_array_append_val(h->infeed_devs, i);
+      h->to_prepare += exp->steps * infeeds;
     }
-    d->host = ps_pod_chip_host(pod, ps_pod_device_chip(pod, d->index));
-    g_assert(d->host < pod->n_hosts);
-    g_array_append_val(pod->hosts[d->host].devs, i);
   }
-  for (int i = 0; i < pod->n_hosts; i++)
-    pod->hosts[i].to_prepare = exp->steps * (int64_t)pod->hosts[i].devs->len;
+  pod->net = ps_network_new(engine, topo, exp->collective.chunk_bytes);
   pod->ev_op_done = ps_engine_register(engine, "op-done", on_op_done, pod);
   pod->ev_prep_done = ps_engine_register(engine, "prep-done", on_prep_done, pod);
-  pod->ev_pcie_done = ps_engine_register(engine, "pcie-done", on_pcie_done, pod);
   pod->ev_loop_start = ps_engine_register(engine, "loop-start", on_loop_start, pod);
   pod->ev_call_done = ps_engine_register(engine, "host-call-done", on_call_done, pod);
-  if (!build_collective(pod, error)) {
+  if (!build_colls(pod, error)) {
     ps_pod_free(pod);
     return NULL;
   }
@@ -531,14 +653,21 @@ void ps_pod_free(PsPod *pod)
     return;
   for (int i = 0; i < pod->n_hosts; i++) {
     g_array_free(pod->hosts[i].devs, TRUE);
-    g_queue_clear_full(&pod->hosts[i].down.pending, g_free);
-    g_queue_clear_full(&pod->hosts[i].up.pending, g_free);
+    g_array_free(pod->hosts[i].infeed_devs, TRUE);
   }
-  if (pod->allreduce)
-    ps_collective_free(pod->allreduce);
+  for (int i = 0; i < pod->n_devices; i++)
+    g_hash_table_destroy(pod->devices[i].mailbox);
+  if (pod->colls)
+    for (int c = 0; c < pod->plan->n_colls; c++) {
+      if (pod->colls[c].coll)
+        ps_collective_free(pod->colls[c].coll);
+      g_free(pod->colls[c].members);
+      g_free(pod->member_of[c]);
+    }
+  g_free(pod->colls);
+  g_free(pod->member_of);
   if (pod->net)
     ps_network_free(pod->net);
-  g_ptr_array_free(pod->costs, TRUE);
   g_free(pod->hosts);
   g_free(pod->devices);
   g_free(pod);
@@ -553,8 +682,27 @@ void ps_pod_start(PsPod *pod)
     host_prepare_maybe(pod, h);
     /* the host launches the first device loop */
     for (guint k = 0; k < h->devs->len; k++)
-      pod->devices[g_array_index(h->devs, int, k)].wait_start = 0;
+      start_wait(&pod->devices[g_array_index(h->devs, int, k)], WAIT_LOOP);
     ps_engine_after(pod->engine, ps_time_from_s(pod->exp->topology->loop_overhead_s),
                     pod->ev_loop_start, (uint32_t)i, 0);
   }
+}
+
+gboolean ps_pod_check_finished(const PsPod *pod, GError **error)
+{
+  static const char *const waits[] = {"running", "waiting for infeed", "waiting for outfeed",
+                                      "waiting for a collective", "waiting for a message",
+                                      "waiting for the host loop", "waiting for a host call"};
+  for (int i = 0; i < pod->n_devices; i++) {
+    const Device *d = &pod->devices[i];
+    if (d->step == pod->exp->steps)
+      continue;
+    const PsOp *op = &d->prog->ops[d->pc];
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "the plan deadlocks: device %d stopped in step %" G_GINT64_FORMAT " at op %d "
+                "(%s %s), %s", i, d->step, d->pc, ps_op_kind_name(op->kind), op->name,
+                waits[d->waiting]);
+    return FALSE;
+  }
+  return TRUE;
 }

@@ -1,19 +1,31 @@
-/* pod.h: the hardware that executes programs: TensorCores (devices) that
- * run their program op by op, hosts that prepare input batches with their
- * CPU workers and push them over PCIe into each device's bounded infeed
- * queue, and the steps_per_run loop the host drives.
+/* pod.h: the executor.  It interprets a plan (program/program.h) on the
+ * hardware models: TensorCores that run their program op by op, hosts that
+ * prepare input batches with their CPU workers and push them over PCIe into
+ * each device's bounded infeed queue, the ICI network that carries
+ * collectives and point-to-point messages, and the steps_per_run loop the
+ * host drives.
  *
- * The pod knows costs, never strategies: it times the ops it is given.
- * Observers are told what happened; they never steer it (numerics run in
- * the op_done callback, before the device's next op starts).
- * Invariant: a device's infeed queue never holds more than its capacity,
- * counting batches still in flight over PCIe, and its outfeed queue never
- * more than its capacity. */
+ * The pod knows costs, never strategies: it never reads `strategy.*`,
+ * replicas or stages.  Everything it needs is in the plan (ops with their
+ * compile-time costs, the collective table) and in the hardware (topology,
+ * input pipeline, steps).  Numerics plug in through PsPodNumerics (they
+ * own the buffers collectives reduce); observers are told what happened
+ * and never steer it.
+ *
+ * Time categories come from what a device waits for: an empty infeed
+ * queue is infeed_stall, a COLL_DONE whose collective is not finished is
+ * collective (exposed communication only), a RECV is pipeline_bubble, the
+ * host loop, a full outfeed queue, outfeed and host calls are host;
+ * FWD/BWD/RECOMPUTE/UPDATE are compute; the INFEED dequeue is other.
+ * Invariant: depth + inflight <= capacity for every device's infeed queue,
+ * and every moment of a device's time is in exactly one op or one wait. */
 #ifndef PS_POD_H
 #define PS_POD_H
 
+#include "collectives/collective.h"
 #include "engine/engine.h"
 #include "hw/network.h"
+#include "io/config.h"
 #include "program/program.h"
 
 typedef enum {
@@ -44,44 +56,62 @@ const char *ps_host_lane_name(PsHostLane lane);
 
 typedef struct {
   void *ctx;
-  /* An op ran on a device from start to end. */
-  void (*op_done)(void *ctx, int device, int step, const PsOp *op, ps_time_t start,
-                  ps_time_t end);
+  /* An op ran on a device from start to end (zero-length ops included). */
+  void (*op_done)(void *ctx, int device, int64_t step, const PsOp *op, PsTimeCategory cat,
+                  ps_time_t start, ps_time_t end);
   /* A device waited; `what` names the wait ("infeed empty", "host loop",
-   * "outfeed full"), `why` is its category.  (Waiting for collective peers
-   * is part of the ALL_REDUCE op itself.) */
-  void (*wait)(void *ctx, int device, int step, PsTimeCategory why, const char *what,
+   * "outfeed full", a collective's or a message's name). */
+  void (*wait)(void *ctx, int device, int64_t step, PsTimeCategory why, const char *what,
                ps_time_t start, ps_time_t end);
   /* A device finished a step. */
-  void (*step_done)(void *ctx, int device, int step, ps_time_t end);
+  void (*step_done)(void *ctx, int device, int64_t step, ps_time_t end);
   /* A device's infeed queue depth changed. */
   void (*infeed_depth)(void *ctx, int device, int depth, ps_time_t t);
   /* A host finished a piece of work on one of its lanes (device is -1 when
    * the work is for no device in particular). */
   void (*host_work)(void *ctx, int host, PsHostLane lane, const char *what, int device,
                     ps_time_t start, ps_time_t end);
-  /* All members of a collective have arrived, `last` the latest of them
-   * (the one the others waited for). */
-  void (*collective)(void *ctx, int step, const PsOp *op, int last, ps_time_t t);
-  /* The buffer a device contributes to a collective (its gradients), which
-   * receives the result; NULL (or no callback) for timing only. */
-  float *(*collective_buffer)(void *ctx, int device);
+  /* Every member of collective c has started this step's round; `last` is
+   * the device that started last (the one the others' data waited for). */
+  void (*coll_arrived)(void *ctx, int64_t step, int c, int last, ps_time_t t);
+  /* Device's part of collective c ran from its COLL_START to completion. */
+  void (*coll_done)(void *ctx, int device, int64_t step, int c, ps_time_t start,
+                    ps_time_t end);
+  /* A SEND's message from src reached dst. */
+  void (*message)(void *ctx, int src, int dst, int tag, double bytes, ps_time_t sent,
+                  ps_time_t arrived);
 } PsPodObserver;
+
+/* The data plane: real arithmetic riding on the ops. */
+typedef struct {
+  void *ctx;
+  /* Runs when an op ends on a device, before the device's next op starts. */
+  void (*op)(void *ctx, int device, int64_t step, const PsOp *op);
+  /* The buffer (plan->colls[c].count floats) that device contributes to
+   * collective c and that receives its result; NULL for timing only.
+   * (transfer none) valid until the device's COLL_DONE of c. */
+  float *(*coll_buffer)(void *ctx, int device, int c);
+} PsPodNumerics;
 
 typedef struct PsPod PsPod;
 
-/* (transfer full); exp and plan must outlive the pod.  With several
- * replicas it builds the interconnect and their all-reduce; fails
- * (PS_INPUT_ERROR) if the experiment's collective algorithm cannot run on
- * the replica group. */
+/* (transfer full); exp and plan must outlive the pod.  Builds the network
+ * (always: PCIe is part of it) and one collective per plan collective.
+ * Fails with PS_INPUT_ERROR if the plan is invalid, uses more devices than
+ * the topology has, or a collective's algorithm cannot run on its group.
+ * observer and numerics may be NULL. */
 PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
-                  const PsPodObserver *observer, GError **error);
-
-/* The interconnect, or NULL with a single replica.  (transfer none) */
-PsNetwork *ps_pod_network(const PsPod *pod);
-/* The all-reduce algorithm in use ("ring", "torus", ...), or NULL. */
-const char *ps_pod_collective_algorithm(const PsPod *pod);
+                  const PsPodObserver *observer, const PsPodNumerics *numerics,
+                  GError **error);
 void ps_pod_free(PsPod *pod);
+
+/* The interconnect.  (transfer none) */
+PsNetwork *ps_pod_network(const PsPod *pod);
+/* The algorithm collective c runs ("ring", "torus", ...). */
+const char *ps_pod_coll_algorithm(const PsPod *pod, int c);
+/* The elements of collective c that are device's own block (the shard a
+ * reduce-scatter leaves it, relative to the collective's offset). */
+void ps_pod_coll_block(const PsPod *pod, int c, int device, int64_t *off, int64_t *len);
 
 /* Schedules the start of the run (hosts begin preparing, the first device
  * loop is launched).  Then ps_engine_run() drives it to the end. */
@@ -89,6 +119,9 @@ void ps_pod_start(PsPod *pod);
 
 /* Steps every device has finished. */
 int64_t ps_pod_steps_done(const PsPod *pod);
+/* After the engine ran dry: FALSE if some device did not finish every
+ * step (a plan that deadlocks), naming the first stuck device and op. */
+gboolean ps_pod_check_finished(const PsPod *pod, GError **error);
 
 /* Where devices and hosts are: device d is core (d % per_chip) of chip
  * (d / per_chip); chip c is on host (c / chips_per_host). */

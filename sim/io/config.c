@@ -17,6 +17,9 @@
 #define PS_DATA_DIR "/usr/local/share/podsim"
 #endif
 
+/* The largest gradient bucket we accept: 1 TiB. */
+#define MAX_BUCKET_BYTES (INT64_C(1) << 40)
+
 /* Fashion-MNIST: 60,000 training images of 28x28x1 in 10 classes. */
 #define FASHION_MNIST_TRAIN 60000
 #define FASHION_MNIST_ELEMS 784
@@ -295,9 +298,10 @@ static const char *const collective_keys[] = {"algorithm", "chunk_bytes", NULL};
 static const char *const collective_algorithms[] = {"auto", "ring", "bidir", "torus", NULL};
 static const char *const host_call_keys[] = {"after", "kind", "bins", "flops_per_element", NULL};
 static const char *const host_call_kinds[] = {"histogram", "roundtrip", NULL};
-static const char *const strategy_keys[] = {"kind",          "replicas", "loss_reduction",
+static const char *const strategy_keys[] = {"kind",          "replicas",      "loss_reduction",
                                             "stages",        "micro_batches", "schedule",
-                                            "rematerialize", NULL};
+                                            "rematerialize", "bucket_bytes",  "overlap",
+                                            "weight_update_sharding",         NULL};
 static const char *const input_keys[] = {"source",   "data_dir",        "host_cost_per_example_s",
                                          "workers",  "prefetch",        "infeed_capacity",
                                          "synthetic_examples", "shuffle", "outfeed_capacity",
@@ -407,37 +411,89 @@ static gboolean resolve_model(Resolution *r, GError **error)
   return FALSE;
 }
 
-static gboolean parse_strategy(json_object *root, const char *file, PsStrategyConfig *s,
+/* strategy.replicas when the file leaves it out (or sets it to null):
+ * every device of the slice, as the overrides left it, divided among the
+ * stages of a pipeline. */
+static gboolean default_replicas(const char *file, const PsTopology *topo, PsStrategyConfig *s,
+                                 GError **error)
+{
+  int devices = ps_topology_devices(topo);
+  int stages = s->kind == PS_STRATEGY_PIPELINE ? s->stages : 1;
+  if (stages > devices) {
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.stages",
+                    "%d stages need %d devices, %s has %d; use at most %d stages or pick a "
+                    "larger topology",
+                    stages, stages, topo->name, devices, devices);
+    return FALSE;
+  }
+  if (devices % stages != 0) {
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.stages",
+                    "%d stages do not divide the %d devices of %s, so strategy.replicas has no "
+                    "default; use stages that divide %d, or set strategy.replicas (%d uses %d "
+                    "devices)",
+                    stages, devices, topo->name, devices, devices / stages,
+                    devices / stages * stages);
+    return FALSE;
+  }
+  s->replicas = devices / stages;
+  return TRUE;
+}
+
+/* "strategy": {"kind", "replicas", "loss_reduction", "stages",
+ * "micro_batches", "schedule", "rematerialize", "bucket_bytes", "overlap",
+ * "weight_update_sharding"}.  Runs after the overrides, on the topology
+ * they chose, so a what-if on another slice fills that slice by default.
+ * *replicas_defaulted tells later messages where the count came from. */
+static gboolean parse_strategy(json_object *root, const char *file, const PsTopology *topo,
+                               PsStrategyConfig *s, gboolean *replicas_defaulted,
                                GError **error)
 {
   s->kind = PS_STRATEGY_REPLICATE;
-  s->replicas = 1;
+  s->replicas = 0; /* absent until read */
   s->loss_reduction = PS_LOSS_MEAN;
   s->stages = 1;
   s->micro_batches = 1;
   s->schedule = PS_SCHEDULE_GPIPE;
   s->rematerialize = FALSE;
+  s->bucket_bytes = PS_DEFAULT_BUCKET_BYTES;
+  s->overlap = TRUE;
+  s->weight_update_sharding = FALSE;
   json_object *o;
   if (!ps_config__get_object(root, file, "", "strategy", FALSE, &o, error))
     return FALSE;
-  if (!o)
-    return TRUE;
-  const char *p = "strategy";
-  int kind = s->kind, red = s->loss_reduction, sched = s->schedule;
-  if (!ps_json_check_keys(o, file, p, strategy_keys, error) ||
-      !ps_json_get_enum(o, file, p, "kind", FALSE, strategy_kinds, &kind, error) ||
-      !ps_json_get_int32(o, file, p, "replicas", FALSE, 1, MAX_CHIPS * 8, &s->replicas, error) ||
-      !ps_json_get_enum(o, file, p, "loss_reduction", FALSE, loss_reductions, &red, error) ||
-      !ps_json_get_int32(o, file, p, "stages", FALSE, 1, 1 << 16, &s->stages, error) ||
-      !ps_json_get_int32(o, file, p, "micro_batches", FALSE, 1, 1 << 24, &s->micro_batches,
+  if (o) {
+    const char *p = "strategy";
+    int kind = s->kind, red = s->loss_reduction, sched = s->schedule;
+    if (!ps_json_check_keys(o, file, p, strategy_keys, error) ||
+        !ps_json_get_enum(o, file, p, "kind", FALSE, strategy_kinds, &kind, error) ||
+        !ps_json_get_int32(o, file, p, "replicas", FALSE, 1, MAX_CHIPS * 8, &s->replicas,
+                           error) ||
+        !ps_json_get_enum(o, file, p, "loss_reduction", FALSE, loss_reductions, &red, error) ||
+        !ps_json_get_int32(o, file, p, "stages", FALSE, 1, 1 << 16, &s->stages, error) ||
+        !ps_json_get_int32(o, file, p, "micro_batches", FALSE, 1, 1 << 24, &s->micro_batches,
+                           error) ||
+        !ps_json_get_enum(o, file, p, "schedule", FALSE, schedules, &sched, error) ||
+        !ps_json_get_bool(o, file, p, "rematerialize", FALSE, &s->rematerialize, error) ||
+        !ps_json_get_int(o, file, p, "bucket_bytes", FALSE, 1, INT64_MAX, &s->bucket_bytes,
                          error) ||
-      !ps_json_get_enum(o, file, p, "schedule", FALSE, schedules, &sched, error) ||
-      !ps_json_get_bool(o, file, p, "rematerialize", FALSE, &s->rematerialize, error))
-    return FALSE;
-  s->kind = (PsStrategyKind)kind;
-  s->loss_reduction = (PsLossReduction)red;
-  s->schedule = (PsSchedule)sched;
-  return TRUE;
+        !ps_json_get_bool(o, file, p, "overlap", FALSE, &s->overlap, error) ||
+        !ps_json_get_bool(o, file, p, "weight_update_sharding", FALSE,
+                          &s->weight_update_sharding, error))
+      return FALSE;
+    s->kind = (PsStrategyKind)kind;
+    s->loss_reduction = (PsLossReduction)red;
+    s->schedule = (PsSchedule)sched;
+    /* Past a tebibyte a bucket is "all the gradients at once" anyway; the
+     * bound keeps the sums downstream far from overflow. */
+    if (s->bucket_bytes > MAX_BUCKET_BYTES) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.bucket_bytes",
+                      "must be at most 1TiB (%" G_GINT64_FORMAT " bytes), got %" G_GINT64_FORMAT,
+                      (int64_t)MAX_BUCKET_BYTES, s->bucket_bytes);
+      return FALSE;
+    }
+  }
+  *replicas_defaulted = s->replicas == 0;
+  return s->replicas > 0 || default_replicas(file, topo, s, error);
 }
 
 static gboolean parse_input(json_object *root, const char *file, PsInputConfig *in,
@@ -725,7 +781,9 @@ static gboolean check_memory(const PsExperiment *e, GError **error)
   return ok;
 }
 
-static gboolean check_experiment(PsExperiment *e, GError **error)
+/* `replicas_defaulted`: strategy.replicas came from the topology, not the
+ * file, which the messages say. */
+static gboolean check_experiment(PsExperiment *e, gboolean replicas_defaulted, GError **error)
 {
   const char *f = e->file;
   PsStrategyConfig *s = &e->strategy;
@@ -737,10 +795,15 @@ static gboolean check_experiment(PsExperiment *e, GError **error)
     return FALSE;
   }
   if (e->global_batch % s->replicas != 0) {
+    g_autofree char *why =
+        replicas_defaulted
+            ? g_strdup_printf(" (by default every device of %s%s)", e->topology->name,
+                              s->stages > 1 ? " over strategy.stages" : "")
+            : g_strdup("");
     ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "global_batch",
-         "%" G_GINT64_FORMAT " is not divisible by strategy.replicas = %d; use a multiple of "
-         "%d or change strategy.replicas",
-         e->global_batch, s->replicas, s->replicas);
+         "%" G_GINT64_FORMAT " is not divisible by strategy.replicas = %d%s; use a multiple of "
+         "%d or %s strategy.replicas",
+         e->global_batch, s->replicas, why, s->replicas, replicas_defaulted ? "set" : "change");
     return FALSE;
   }
   int64_t per_replica = e->global_batch / s->replicas;
@@ -825,6 +888,10 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(so, "micro_batches", json_object_new_int(s->micro_batches));
   json_object_object_add(so, "schedule", json_object_new_string(schedules[s->schedule]));
   json_object_object_add(so, "rematerialize", json_object_new_boolean(s->rematerialize));
+  json_object_object_add(so, "bucket_bytes", json_object_new_int64(s->bucket_bytes));
+  json_object_object_add(so, "overlap", json_object_new_boolean(s->overlap));
+  json_object_object_add(so, "weight_update_sharding",
+                         json_object_new_boolean(s->weight_update_sharding));
   json_object_object_add(o, "strategy", so);
 
   const PsInputConfig *in = &e->input;
@@ -919,7 +986,9 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
       !ps_json_get_bool(root, f, "", "fuse_elementwise", FALSE, &e->fuse_elementwise, error))
     goto fail;
 
-  if (!parse_strategy(root, f, &e->strategy, error) || !parse_input(root, f, &e->input, error) ||
+  gboolean replicas_defaulted = FALSE;
+  if (!parse_strategy(root, f, e->topology, &e->strategy, &replicas_defaulted, error) ||
+      !parse_input(root, f, &e->input, error) ||
       !parse_optimizer(root, f, &e->optimizer, error) ||
       !parse_numerics(root, f, e->model->numerics_supported, &e->numerics, error) ||
       !parse_host_calls(root, f, e, error) || !parse_collective(root, f, &e->collective, error))
@@ -935,7 +1004,7 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
   e->steps = steps;
   e->log_every = log_every ? log_every : MAX(1, steps / 10);
 
-  if (!check_experiment(e, error))
+  if (!check_experiment(e, replicas_defaulted, error))
     goto fail;
   e->resolved = experiment_to_json(e, root);
   return e;
@@ -966,6 +1035,13 @@ PsExperiment *ps_experiment_load(const char *name_or_path, const char *const *ov
 out:
   resolution_clear(&r);
   return e;
+}
+
+int ps_experiment_devices_used(const PsExperiment *e)
+{
+  g_return_val_if_fail(e != NULL, 0);
+  /* check_experiment keeps stages at 1 unless the strategy is a pipeline */
+  return e->strategy.replicas * e->strategy.stages;
 }
 
 void ps_experiment_free(PsExperiment *e)

@@ -3,7 +3,9 @@
  *
  * Invariant: a PsTopology or PsExperiment returned by a loader has passed
  * every check (positive sizes, consistent dims, batch divisible by replicas,
- * model fits in HBM...); code downstream may rely on it without rechecking. */
+ * model fits in HBM...) and has every default filled in (strategy.replicas
+ * among them, from the topology the overrides chose); code downstream may
+ * rely on it without rechecking. */
 #ifndef PS_CONFIG_H
 #define PS_CONFIG_H
 
@@ -64,14 +66,21 @@ typedef enum { PS_SCHEDULE_GPIPE, PS_SCHEDULE_1F1B } PsSchedule;
 typedef enum { PS_SOURCE_FASHION_MNIST, PS_SOURCE_SYNTHETIC } PsSourceKind;
 typedef enum { PS_OPT_SGD, PS_OPT_ADAM } PsOptimizerKind;
 
+/* Gradient buckets of 25 MB: "25MB" as a config reads it (SI prefixes are
+ * powers of 1000, "MiB" is 2^20), so 25,000,000 bytes. */
+#define PS_DEFAULT_BUCKET_BYTES INT64_C(25000000)
+
 typedef struct {
   PsStrategyKind kind;
-  int replicas;
+  int replicas;            /* absent in the file: every device / stages */
   PsLossReduction loss_reduction;
   int stages;
   int micro_batches;
   PsSchedule schedule;
   gboolean rematerialize;
+  int64_t bucket_bytes;    /* gradients are all-reduced in buckets of this size */
+  gboolean overlap;        /* buckets all-reduce while the backward pass runs */
+  gboolean weight_update_sharding; /* reduce-scatter, sharded update, all-gather */
 } PsStrategyConfig;
 
 typedef struct {
@@ -159,6 +168,10 @@ void ps_topology_free(PsTopology *t);
 PsExperiment *ps_experiment_load(const char *name_or_path, const char *const *overrides,
                                  GError **error);
 void ps_experiment_free(PsExperiment *e);
+
+/* Devices the experiment's strategy occupies: replicas x stages (at most
+ * ps_topology_devices(e->topology); fewer leaves devices idle). */
+int ps_experiment_devices_used(const PsExperiment *e);
 
 /* Lists the names (without .json) found in the search path.  (transfer
  * full, NULL-terminated, g_strfreev) */

@@ -723,19 +723,29 @@ PsOptimizer *ps_optimizer_new_adam(size_t n, float lr, float beta1, float beta2,
   return opt;
 }
 
+void ps_optimizer_step_range(PsOptimizer *opt, float *params, const float *grads, size_t off,
+                             size_t len, int64_t t)
+{
+  g_return_if_fail(opt != NULL && off + len <= opt->n && t >= 1);
+  if (len == 0)
+    return;
+  switch (opt->kind) {
+  case OPT_SGD:
+    ps_sgd_momentum_update(params + off, grads + off, opt->slot1 + off, len, opt->lr,
+                           opt->momentum);
+    break;
+  case OPT_ADAM:
+    ps_adam_update(params + off, grads + off, opt->slot1 + off, opt->slot2 + off, len, opt->lr,
+                   opt->beta1, opt->beta2, opt->eps, t);
+    break;
+  }
+}
+
 void ps_optimizer_step(PsOptimizer *opt, float *params, const float *grads)
 {
   g_return_if_fail(opt != NULL && (opt->n == 0 || (params != NULL && grads != NULL)));
-  switch (opt->kind) {
-  case OPT_SGD:
-    ps_sgd_momentum_update(params, grads, opt->slot1, opt->n, opt->lr, opt->momentum);
-    break;
-  case OPT_ADAM:
-    opt->t++;
-    ps_adam_update(params, grads, opt->slot1, opt->slot2, opt->n, opt->lr, opt->beta1,
-                   opt->beta2, opt->eps, opt->t);
-    break;
-  }
+  opt->t++;
+  ps_optimizer_step_range(opt, params, grads, 0, opt->n, opt->t);
 }
 
 void ps_optimizer_free(PsOptimizer *opt)

@@ -55,6 +55,12 @@ typedef struct PsOptimizer PsOptimizer;
 PsOptimizer *ps_optimizer_new_sgd(size_t n, float lr, float momentum);
 PsOptimizer *ps_optimizer_new_adam(size_t n, float lr, float beta1, float beta2, float eps);
 void ps_optimizer_step(PsOptimizer *opt, float *params, const float *grads);
+/* One step over elements [off, off + len) only (a shard, a bucket): `t` is
+ * the 1-based step number (Adam's bias correction); the optimizer's own
+ * step count is left alone.  Updating every range of a partition in one
+ * step gives exactly what ps_optimizer_step gives. */
+void ps_optimizer_step_range(PsOptimizer *opt, float *params, const float *grads, size_t off,
+                             size_t len, int64_t t);
 void ps_optimizer_free(PsOptimizer *opt);
 
 #endif

@@ -1,61 +1,127 @@
-/* program.h: what a strategy compiles a model and a batch into: one small
- * program of ops per device, run once per step.  Plain data that can be
- * printed (`podsim describe --program`).
+/* program.h: the contract between strategies and the executor.  A strategy
+ * compiles a model and a batch into a *plan*: one small program of ops per
+ * device, run once per step, plus the table of collective instances the
+ * programs refer to.  Plain data that can be printed (`podsim describe
+ * --program`).  As in XLA's HLO schedule, communication is asynchronous: a
+ * COLL_START hands a collective to the network and the core goes on; the
+ * matching COLL_DONE waits for it.  Where the compiler puts the done decides
+ * how much communication overlaps compute.
  *
- * Invariant: every device's program begins with INFEED and ends with
- * OUTFEED; FWD ops cover the layers in order and BWD ops in reverse, each
- * layer exactly once per micro-batch; an ALL_REDUCE op appears in the same
- * position on every member of its replica group. */
+ * Every op carries its cost, computed once at compile time (kernel time,
+ * FLOPs, HBM bytes), so the executor times ops without knowing what they
+ * compute.  Fields that only numerics read (loss scale, example offsets,
+ * loss weights) ride along; the executor ignores them.
+ *
+ * Invariant (ps_plan_validate checks it): in every program, each
+ * COLL_START c is followed by exactly one COLL_DONE c before the program
+ * ends, and the device is a member of c; every collective's members run
+ * the same sequence of starts of it (once per step); SENDs from a to b with
+ * tag t are as many per step as RECVs at b from a with tag t. */
 #ifndef PS_PROGRAM_H
 #define PS_PROGRAM_H
 
-#include "io/config.h"
+#include "collectives/collective.h"
 
 typedef enum {
-  PS_OP_INFEED,     /* dequeue one batch from the device's infeed queue */
-  PS_OP_FWD,        /* forward of layers [first, last] */
-  PS_OP_BWD,        /* backward of layers [last .. first] */
-  PS_OP_ALL_REDUCE, /* sum gradients across the replica group */
-  PS_OP_UPDATE,     /* apply the optimizer to the device's weights */
-  PS_OP_OUTFEED,    /* send the step's loss and metrics to the host */
+  PS_OP_INFEED,     /* dequeue one (micro-)batch from the device's infeed queue */
+  PS_OP_FWD,        /* forward of layers [first, last] for micro-batch mb */
+  PS_OP_BWD,        /* backward of layers [last .. first] for micro-batch mb */
+  PS_OP_RECOMPUTE,  /* forward again, in backward, of layers [first, last] */
+  PS_OP_COLL_START, /* hand collective instance `coll` to the network */
+  PS_OP_COLL_DONE,  /* wait until this device's part of `coll` is complete */
+  PS_OP_SEND,       /* `bytes` to device `peer` with `tag`, over ICI */
+  PS_OP_RECV,       /* wait for the message from `peer` with `tag` */
+  PS_OP_UPDATE,     /* optimizer over params [param_off, +param_len), or a shard */
   PS_OP_HOST_CALL,  /* outside compilation: a round trip to the host */
+  PS_OP_OUTFEED,    /* the step's loss and metrics to the host */
   PS_OP_N_KINDS
 } PsOpKind;
 
 typedef struct {
   PsOpKind kind;
-  int first, last;      /* layer range, FWD/BWD */
+  int first, last;      /* layer range: FWD/BWD/RECOMPUTE; HOST_CALL: its layer */
+  int mb;               /* micro-batch, 0 without pipelining */
   int64_t batch;        /* examples the op processes */
-  double bytes;         /* INFEED/OUTFEED/ALL_REDUCE payload; HOST_CALL to host */
-  double bytes_back;    /* HOST_CALL: result back to the device */
-  double host_flops;    /* HOST_CALL: work on the host */
+  int64_t example_off;  /* INFEED: first example of the global batch it takes */
+  int coll;             /* COLL_START/DONE: index in plan->colls; UPDATE: the
+                           reduce-scatter whose block this device updates, or -1 */
+  int peer, tag;        /* SEND/RECV */
   int host_call;        /* HOST_CALL: index in the experiment's host_calls */
-  int group;            /* ALL_REDUCE: replica group id */
+  int64_t param_off, param_len; /* UPDATE: parameters (floats) it covers */
+  double bytes;         /* INFEED/OUTFEED/SEND payload; HOST_CALL: up to the host */
+  double bytes_back;    /* HOST_CALL: result back down */
+  double host_flops;    /* HOST_CALL: work on the host */
+  double loss_weight;   /* OUTFEED: weight of this device's loss in the step's */
+  /* cost on the core, from the compiler */
+  ps_time_t time;       /* kernel time plus launch overhead; 0 for communication */
+  double flops;         /* useful FLOPs */
+  double mxu_flops;     /* useful matrix FLOPs */
+  double hbm_bytes;     /* HBM traffic */
+  gboolean memory_bound;
+  int64_t act_bytes;    /* activations it leaves live (FWD, RECOMPUTE: > 0) or
+                           frees (BWD: < 0) in HBM */
   char name[64];        /* for traces: "fwd dense_1+relu_1" */
 } PsOp;
 
 typedef struct {
-  int device;
-  int replica;
   int n_ops;
   PsOp *ops;
+  int64_t hbm_static_bytes; /* weights, gradients, optimizer slots */
+  int64_t hbm_peak_bytes;   /* static plus the peak of live activations */
 } PsProgram;
 
+/* Which per-device buffer a collective reads and writes with numerics on. */
+typedef enum { PS_BUFFER_GRADS, PS_BUFFER_PARAMS } PsBufferKind;
+
+/* One collective instance: the same collective runs once per step. */
 typedef struct {
+  PsCollOp op;
+  char *algo;           /* a collectives/ table name or "auto" (owned) */
+  int n_members;
+  int *members;         /* devices in member order (owned) */
+  int64_t count;        /* elements per member */
+  int elem_bytes;
+  PsBufferKind buffer;  /* numerics: elements [offset, offset + count) of it */
+  int64_t offset;
+  char name[64];        /* "all-reduce bucket 2 (layers 40..47)" */
+} PsPlanColl;
+
+typedef struct {
+  int n_devices;            /* devices 0 .. n_devices - 1 run programs */
+  int *program_of;          /* device -> index in programs */
   int n_programs;
-  PsProgram *programs;  /* one per participating device, by device index */
-  int replicas;
-  int64_t per_replica_batch;
-  float loss_scale;     /* applied to d(loss)/d(logits): 1/replicas for "mean" */
+  PsProgram *programs;      /* devices with identical programs share one */
+  int n_colls;
+  PsPlanColl *colls;
+  /* what the compiler decided, for reports and numerics (the executor
+   * never reads these) */
+  const char *strategy;     /* "replicate", ... (static) */
+  int replicas, stages, micro_batches;
+  float loss_scale;         /* applied to d(loss)/d(logits): 1/replicas for "mean" */
   int optimizer_slots;
+  int n_buckets;
 } PsPlan;
 
-/* Compiles the experiment's strategy.  Replicate: device r runs replica r
- * of the global batch.  (transfer full) */
-PsPlan *ps_strategy_compile(const PsExperiment *exp, GError **error);
+/* An empty plan for n_devices, each with program 0; the caller fills in
+ * programs and collectives.  (transfer full) */
+PsPlan *ps_plan_new(int n_devices);
 void ps_plan_free(PsPlan *plan);
+const PsProgram *ps_plan_program(const PsPlan *plan, int device);
+/* Appends a program (ops copied) and returns its index. */
+int ps_plan_add_program(PsPlan *plan, const PsOp *ops, int n_ops);
+/* Appends a collective (members and algo copied) and returns its index. */
+int ps_plan_add_coll(PsPlan *plan, const PsPlanColl *coll);
+/* The member index of device in collective c, or -1. */
+int ps_plan_coll_member(const PsPlan *plan, int c, int device);
+
+/* Checks the invariant above; FALSE with a message naming the device, the
+ * op and the problem.  (Strategies must produce valid plans; hand-written
+ * plans in tests check theirs.) */
+gboolean ps_plan_validate(const PsPlan *plan, GError **error);
 
 const char *ps_op_kind_name(PsOpKind kind);
-void ps_program_describe(const PsProgram *program, GString *out);
+/* One line per op of device's program, with costs; then the collectives it
+ * takes part in. */
+void ps_plan_describe_device(const PsPlan *plan, int device, GString *out);
 
 #endif

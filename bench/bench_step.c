@@ -1,0 +1,68 @@
+/* bench_step.c: simulator speed and memory on one data-parallel training
+ * step at pod scale, end to end (compile, pod, network, collectives, run).
+ *
+ * BERT-large (models/bert-large.json), timing only, bf16, on every device
+ * of a full v4 pod (tpu-v4-8192: 4096 megacore devices) with gradients
+ * all-reduced in 25 MB buckets that overlap backward, one step (steps 1:
+ * with a single loop every step is measured).  Then the
+ * BERT-large step on tpu-v4-4096 at global batch 6144 with overlap off and
+ * on, to show what overlap hides.  Reports wall seconds, events, events per
+ * second and the process's peak resident memory.  Target: the v4-8192 step
+ * in at most 2 s of wall time and 1 GiB.
+ * Usage: bench_step (from the source tree).
+ * Invariant: every run starts from a fresh experiment, engine and pod. */
+#include "run.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+
+static double peak_rss_mib(void)
+{
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;
+}
+
+static int bench(const char *label, const char *const *ov)
+{
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load("experiments/scaling-bert-large.json", ov, &error);
+  if (!e) {
+    fprintf(stderr, "bench_step: %s (run from the source tree)\n", error->message);
+    g_error_free(error);
+    return 1;
+  }
+  PsSummary s;
+  gint64 t0 = g_get_monotonic_time();
+  if (!ps_run(e, &(PsRunOptions){0}, &s, &error)) {
+    fprintf(stderr, "bench_step: %s\n", error->message);
+    g_error_free(error);
+    ps_experiment_free(e);
+    return 1;
+  }
+  double wall = (double)(g_get_monotonic_time() - t0) / 1e6;
+  printf("%-34s %5d devices  step %8.3f ms  exposed collective %8.3f ms  compute %8.3f ms  "
+         "%2d buckets  %9" G_GUINT64_FORMAT " events  %6.2f s wall  %.3g events/s  peak RSS "
+         "%.0f MiB\n", label, s.devices, s.step_time_s * 1e3,
+         s.breakdown[PS_TIME_COLLECTIVE] * 1e3, s.breakdown[PS_TIME_COMPUTE] * 1e3, s.buckets,
+         s.events, wall, s.events / wall, peak_rss_mib());
+  ps_summary_clear(&s);
+  ps_experiment_free(e);
+  return 0;
+}
+
+int main(void)
+{
+  int rc = 0;
+  rc |= bench("bert-large v4-8192 overlap", (const char *const[]){
+      "topology=tpu-v4-8192", "strategy.replicas=4096", "global_batch=8192", "steps=1",
+      "steps_per_run=1", NULL});
+  rc |= bench("bert-large v4-4096 b6144 no buckets", (const char *const[]){
+      "topology=tpu-v4-4096", "strategy.replicas=2048", "global_batch=6144", "steps=2",
+      "steps_per_run=1", "strategy.overlap=false", "strategy.bucket_bytes=1e12", NULL});
+  rc |= bench("bert-large v4-4096 b6144 overlap", (const char *const[]){
+      "topology=tpu-v4-4096", "strategy.replicas=2048", "global_batch=6144", "steps=2",
+      "steps_per_run=1", NULL});
+  return rc;
+}

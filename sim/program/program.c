@@ -1,0 +1,269 @@
+/* program.c: plans as plain data: building, checking and printing them
+ * (see program.h).  Invariant: plan->program_of[d] < plan->n_programs for
+ * every device d. */
+#include "program/program.h"
+
+#include <string.h>
+
+PsPlan *ps_plan_new(int n_devices)
+{
+  g_return_val_if_fail(n_devices >= 1, NULL);
+  PsPlan *plan = g_new0(PsPlan, 1);
+  plan->n_devices = n_devices;
+  plan->program_of = g_new0(int, n_devices);
+  plan->strategy = "?";
+  plan->replicas = 1;
+  plan->stages = 1;
+  plan->micro_batches = 1;
+  plan->loss_scale = 1.0f;
+  plan->optimizer_slots = 1;
+  return plan;
+}
+
+void ps_plan_free(PsPlan *plan)
+{
+  if (!plan)
+    return;
+  for (int i = 0; i < plan->n_programs; i++)
+    g_free(plan->programs[i].ops);
+  for (int i = 0; i < plan->n_colls; i++) {
+    g_free(plan->colls[i].members);
+    g_free(plan->colls[i].algo);
+  }
+  g_free(plan->programs);
+  g_free(plan->colls);
+  g_free(plan->program_of);
+  g_free(plan);
+}
+
+const PsProgram *ps_plan_program(const PsPlan *plan, int device)
+{
+  g_return_val_if_fail(device >= 0 && device < plan->n_devices, NULL);
+  return &plan->programs[plan->program_of[device]];
+}
+
+int ps_plan_add_program(PsPlan *plan, const PsOp *ops, int n_ops)
+{
+  plan->programs = g_renew(PsProgram, plan->programs, plan->n_programs + 1);
+  PsProgram *p = &plan->programs[plan->n_programs];
+  memset(p, 0, sizeof *p);
+  p->n_ops = n_ops;
+  p->ops = g_memdup2(ops, sizeof(PsOp) * (size_t)n_ops);
+  return plan->n_programs++;
+}
+
+int ps_plan_add_coll(PsPlan *plan, const PsPlanColl *coll)
+{
+  plan->colls = g_renew(PsPlanColl, plan->colls, plan->n_colls + 1);
+  PsPlanColl *c = &plan->colls[plan->n_colls];
+  *c = *coll;
+  c->members = g_memdup2(coll->members, sizeof(int) * (size_t)coll->n_members);
+  c->algo = g_strdup(coll->algo ? coll->algo : "auto");
+  return plan->n_colls++;
+}
+
+int ps_plan_coll_member(const PsPlan *plan, int c, int device)
+{
+  g_return_val_if_fail(c >= 0 && c < plan->n_colls, -1);
+  const PsPlanColl *pc = &plan->colls[c];
+  for (int m = 0; m < pc->n_members; m++)
+    if (pc->members[m] == device)
+      return m;
+  return -1;
+}
+
+static gboolean invalid(GError **error, int device, int op, const char *fmt, ...)
+    G_GNUC_PRINTF(4, 5);
+
+static gboolean invalid(GError **error, int device, int op, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *why = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  if (op >= 0)
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "plan: device %d, op %d: %s",
+                device, op, why);
+  else
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "plan: device %d: %s", device, why);
+  return FALSE;
+}
+
+gboolean ps_plan_validate(const PsPlan *plan, GError **error)
+{
+  const int nc = plan->n_colls, nd = plan->n_devices;
+  for (int c = 0; c < nc; c++) {
+    const PsPlanColl *pc = &plan->colls[c];
+    if (pc->n_members < 1 || pc->count < 0 || pc->elem_bytes < 1)
+      return invalid(error, -1, -1, "collective %d (%s) has %d members, %" G_GINT64_FORMAT
+                     " elements of %d bytes", c, pc->name, pc->n_members, pc->count,
+                     pc->elem_bytes);
+    for (int m = 0; m < pc->n_members; m++)
+      if (pc->members[m] < 0 || pc->members[m] >= nd)
+        return invalid(error, pc->members[m], -1, "member %d of collective %d (%s) is not a "
+                       "device of the plan (0..%d)", m, c, pc->name, nd - 1);
+  }
+  /* membership, one byte per (collective, device) */
+  g_autofree guint8 *member = g_new0(guint8, (size_t)(nc > 0 ? nc : 1) * (size_t)nd);
+  for (int c = 0; c < nc; c++)
+    for (int m = 0; m < plan->colls[c].n_members; m++)
+      member[(size_t)c * nd + plan->colls[c].members[m]] = 1;
+  /* per device: starts and dones of each collective, pairing of sends */
+  g_autofree int *open = g_new(int, nc > 0 ? nc : 1);
+  g_autofree int *starts = g_new(int, nc > 0 ? nc : 1);
+  GHashTable *flow = g_hash_table_new(g_int64_hash, g_int64_equal);
+  g_autoptr(GArray) keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+  gboolean ok = TRUE;
+  for (int d = 0; d < nd && ok; d++) {
+    const PsProgram *p = ps_plan_program(plan, d);
+    memset(open, 0, sizeof(int) * (size_t)(nc > 0 ? nc : 1));
+    memset(starts, 0, sizeof(int) * (size_t)(nc > 0 ? nc : 1));
+    for (int i = 0; i < p->n_ops && ok; i++) {
+      const PsOp *op = &p->ops[i];
+      switch (op->kind) {
+      case PS_OP_COLL_START:
+      case PS_OP_COLL_DONE:
+        if (op->coll < 0 || op->coll >= nc) {
+          ok = invalid(error, d, i, "%s of collective %d, but the plan has %d",
+                       ps_op_kind_name(op->kind), op->coll, nc);
+          break;
+        }
+        if (!member[(size_t)op->coll * nd + d]) {
+          ok = invalid(error, d, i, "%s of collective %d (%s), of which it is not a member",
+                       ps_op_kind_name(op->kind), op->coll, plan->colls[op->coll].name);
+          break;
+        }
+        if (op->kind == PS_OP_COLL_START) {
+          if (open[op->coll] || starts[op->coll])
+            ok = invalid(error, d, i, "collective %d (%s) started twice in one step", op->coll,
+                         plan->colls[op->coll].name);
+          open[op->coll] = 1;
+          starts[op->coll]++;
+        } else {
+          if (!open[op->coll])
+            ok = invalid(error, d, i, "COLL_DONE of collective %d (%s) that is not started",
+                         op->coll, plan->colls[op->coll].name);
+          open[op->coll] = 0;
+        }
+        break;
+      case PS_OP_SEND:
+      case PS_OP_RECV: {
+        if (op->peer < 0 || op->peer >= nd || op->peer == d || op->tag < 0 ||
+            op->tag >= (1 << 20)) {
+          ok = invalid(error, d, i, "%s with peer %d and tag %d (peers are the other devices "
+                       "0..%d, tags 0..2^20-1)", ps_op_kind_name(op->kind), op->peer, op->tag,
+                       nd - 1);
+          break;
+        }
+        int src = op->kind == PS_OP_SEND ? d : op->peer;
+        int dst = op->kind == PS_OP_SEND ? op->peer : d;
+        gint64 key = ((gint64)src << 42) | ((gint64)dst << 20) | op->tag;
+        gint64 *slot = g_hash_table_lookup(flow, &key);
+        if (!slot) {
+          g_array_append_val(keys, key);
+          slot = g_new0(gint64, 2);
+          slot[0] = key;
+          g_hash_table_insert(flow, slot, slot);
+        }
+        slot[1] += op->kind == PS_OP_SEND ? 1 : -1;
+        break;
+      }
+      case PS_OP_UPDATE:
+        if (op->coll >= nc)
+          ok = invalid(error, d, i, "UPDATE of the block of collective %d, but the plan has %d",
+                       op->coll, nc);
+        break;
+      default:
+        break;
+      }
+    }
+    for (int c = 0; c < nc && ok; c++) {
+      if (open[c])
+        ok = invalid(error, d, -1, "collective %d (%s) is started but never done", c,
+                     plan->colls[c].name);
+      else if (!starts[c] && member[(size_t)c * nd + d])
+        ok = invalid(error, d, -1, "is a member of collective %d (%s) but never starts it", c,
+                     plan->colls[c].name);
+    }
+  }
+  for (guint k = 0; k < keys->len && ok; k++) {
+    gint64 key = g_array_index(keys, gint64, k);
+    gint64 *slot = g_hash_table_lookup(flow, &key);
+    if (slot[1] != 0)
+      ok = invalid(error, (int)(key >> 42), -1, "%" G_GINT64_FORMAT " more SENDs to device %d "
+                   "with tag %d than RECVs there", slot[1], (int)((key >> 20) & 0x3fffff),
+                   (int)(key & 0xfffff));
+  }
+  GHashTableIter it;
+  gpointer kp;
+  g_hash_table_iter_init(&it, flow);
+  while (g_hash_table_iter_next(&it, &kp, NULL))
+    g_free(kp);
+  g_hash_table_destroy(flow);
+  return ok;
+}
+
+const char *ps_op_kind_name(PsOpKind kind)
+{
+  static const char *const names[PS_OP_N_KINDS] = {
+      "INFEED", "FWD",  "BWD",    "RECOMPUTE", "COLL_START", "COLL_DONE",
+      "SEND",   "RECV", "UPDATE", "HOST_CALL", "OUTFEED"};
+  g_return_val_if_fail(kind < PS_OP_N_KINDS, "?");
+  return names[kind];
+}
+
+static void describe_op(const PsPlan *plan, int i, const PsOp *op, GString *out)
+{
+  g_string_append_printf(out, "  %4d  %-10s ", i, ps_op_kind_name(op->kind));
+  switch (op->kind) {
+  case PS_OP_COLL_START:
+  case PS_OP_COLL_DONE:
+    g_string_append_printf(out, "c%-3d %s", op->coll, plan->colls[op->coll].name);
+    break;
+  case PS_OP_SEND:
+    g_string_append_printf(out, "to %d tag %d  %s  (%.0f bytes)", op->peer, op->tag, op->name,
+                           op->bytes);
+    break;
+  case PS_OP_RECV:
+    g_string_append_printf(out, "from %d tag %d  %s", op->peer, op->tag, op->name);
+    break;
+  default:
+    g_string_append_printf(out, "mb %-3d batch %-6" G_GINT64_FORMAT " %s", op->mb, op->batch,
+                           op->name);
+    if (op->time > 0)
+      g_string_append_printf(out, "  %.3f us%s", ps_time_to_s(op->time) * 1e6,
+                             op->kind == PS_OP_INFEED || op->kind == PS_OP_OUTFEED ? ""
+                             : op->memory_bound ? " (HBM-bound)" : " (MXU-bound)");
+    if (op->bytes > 0)
+      g_string_append_printf(out, "  (%.0f bytes)", op->bytes);
+    break;
+  }
+  g_string_append_c(out, '\n');
+}
+
+void ps_plan_describe_device(const PsPlan *plan, int device, GString *out)
+{
+  const PsProgram *p = ps_plan_program(plan, device);
+  g_string_append_printf(out, "device %d (program %d of %d): %d ops per step, HBM %.2f MiB "
+                         "static, %.2f MiB peak\n", device, plan->program_of[device],
+                         plan->n_programs, p->n_ops, p->hbm_static_bytes / 1048576.0,
+                         p->hbm_peak_bytes / 1048576.0);
+  for (int i = 0; i < p->n_ops; i++)
+    describe_op(plan, i, &p->ops[i], out);
+  gboolean any = FALSE;
+  for (int c = 0; c < plan->n_colls; c++) {
+    int m = ps_plan_coll_member(plan, c, device);
+    if (m < 0)
+      continue;
+    const PsPlanColl *pc = &plan->colls[c];
+    if (!any)
+      g_string_append(out, "collectives:\n");
+    any = TRUE;
+    g_string_append_printf(out, "  c%-3d %-13s %-5s member %d of %d, %" G_GINT64_FORMAT
+                           " x %d bytes of %s [%" G_GINT64_FORMAT ", +%" G_GINT64_FORMAT
+                           ")  %s\n", c, ps_coll_op_name(pc->op), pc->algo, m, pc->n_members,
+                           pc->count, pc->elem_bytes,
+                           pc->buffer == PS_BUFFER_GRADS ? "gradients" : "parameters",
+                           pc->offset, pc->count, pc->name);
+  }
+}

@@ -1,0 +1,41 @@
+/* strategy.c: the registry of strategies (see strategy.h). */
+#include "strategy/strategy.h"
+
+#include "strategy/lower.h"
+
+#include <string.h>
+
+static PsPlan *pipeline_compile(const PsExperiment *exp, GError **error)
+{
+  g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+              "%s: strategy.kind: the pipeline strategy is not available in this version; "
+              "use \"replicate\"", exp->file);
+  return NULL;
+}
+
+static const PsStrategy pipeline = {"pipeline", "GPipe-style pipeline (not available yet)",
+                                    pipeline_compile};
+
+const PsStrategy *const ps_strategies[] = {&ps_strategy_replicate, &pipeline, NULL};
+
+const PsStrategy *ps_strategy_find(const char *name)
+{
+  for (int i = 0; ps_strategies[i]; i++)
+    if (strcmp(ps_strategies[i]->name, name) == 0)
+      return ps_strategies[i];
+  return NULL;
+}
+
+PsPlan *ps_strategy_compile(const PsExperiment *exp, GError **error)
+{
+  const char *name = exp->strategy.kind == PS_STRATEGY_PIPELINE ? "pipeline" : "replicate";
+  const PsStrategy *s = ps_strategy_find(name);
+  g_assert(s != NULL);
+  PsPlan *plan = s->compile(exp, error);
+  if (plan) {
+    GError *err = NULL;
+    if (!ps_plan_validate(plan, &err))
+      g_error("strategy %s compiled an invalid plan: %s", name, err->message);
+  }
+  return plan;
+}
