@@ -56,6 +56,7 @@ struct PsCollective {
   char *why;
   Member *members;
   Xfer *free_xfers;
+  GPtrArray *all_xfers; /* every Xfer ever allocated, freed with the collective */
   int64_t live_xfers;
   uint32_t ev_done;
 };
@@ -195,8 +196,12 @@ static Xfer *xfer_new(PsCollective *c)
   Xfer *x = c->free_xfers;
   if (x)
     c->free_xfers = x->next_free;
-  else
-    x = g_new(Xfer, 1);
+  else {
+    x = g_new0(Xfer, 1);
+    if (!c->all_xfers)
+      c->all_xfers = g_ptr_array_new();
+    g_ptr_array_add(c->all_xfers, x);
+  }
   c->live_xfers++;
   return x;
 }
@@ -446,14 +451,17 @@ void ps_collective_free(PsCollective *c)
 {
   if (!c)
     return;
-  g_warn_if_fail(c->live_xfers == 0);
+  /* messages still in flight (a run stopped early) hold live Xfers too */
   for (int i = 0; i < c->g.n; i++)
     if (c->members[i].early)
       g_hash_table_destroy(c->members[i].early);
-  while (c->free_xfers) {
-    Xfer *x = c->free_xfers;
-    c->free_xfers = x->next_free;
-    g_free(x);
+  if (c->all_xfers) {
+    for (guint i = 0; i < c->all_xfers->len; i++) {
+      Xfer *x = g_ptr_array_index(c->all_xfers, i);
+      g_free(x->data);
+      g_free(x);
+    }
+    g_ptr_array_free(c->all_xfers, TRUE);
   }
   c->algo->plan_free(c->plan);
   group_clear(&c->g);

@@ -86,6 +86,7 @@ typedef struct {
   int host, device;      /* SEND: device is the receiver */
   int src, tag;          /* SEND */
   double bytes;
+  void *next_free;
 } Xfer;
 
 struct PsPod {
@@ -102,6 +103,8 @@ struct PsPod {
   int64_t devices_finished;
   PsNetwork *net;
   Coll *colls;
+  GPtrArray *xfers;      /* every Xfer allocated (freed with the pod) */
+  Xfer *free_xfers;
   int **member_of;       /* per collective: device -> member, or -1 */
   uint32_t ev_op_done, ev_prep_done, ev_loop_start, ev_call_done;
 };
@@ -179,11 +182,29 @@ static PsTimeCategory op_category(PsOpKind k)
   }
 }
 
+static Xfer *xfer_new(PsPod *pod)
+{
+  Xfer *x = pod->free_xfers;
+  if (x) {
+    pod->free_xfers = x->next_free;
+    return x;
+  }
+  x = g_new0(Xfer, 1);
+  g_ptr_array_add(pod->xfers, x);
+  return x;
+}
+
+static void xfer_free(PsPod *pod, Xfer *x)
+{
+  x->next_free = pod->free_xfers;
+  pod->free_xfers = x;
+}
+
 static void send_xfer(PsPod *pod, XferKind kind, int host, int device, int src, int dst,
                       double bytes)
 {
-  Xfer *x = g_new(Xfer, 1);
-  *x = (Xfer){pod, kind, host, device, -1, -1, bytes};
+  Xfer *x = xfer_new(pod);
+  *x = (Xfer){pod, kind, host, device, -1, -1, bytes, NULL};
   ps_network_send(pod->net, src, dst, (int64_t)bytes, on_deliver, x);
 }
 
@@ -361,7 +382,7 @@ static void on_deliver(void *ctx, const PsNetDelivery *dl)
     mailbox_arrive(pod, x, dl->sent);
     break;
   }
-  g_free(x);
+  xfer_free(pod, x);
 }
 
 static void on_call_done(PsEngine *engine, const PsEvent *ev, void *ctx)
@@ -481,8 +502,8 @@ static gboolean start_op(PsPod *pod, Device *d)
     return FALSE;
   }
   case PS_OP_SEND: {
-    Xfer *x = g_new(Xfer, 1);
-    *x = (Xfer){pod, XFER_SEND, -1, op->peer, d->index, op->tag, op->bytes};
+    Xfer *x = xfer_new(pod);
+    *x = (Xfer){pod, XFER_SEND, -1, op->peer, d->index, op->tag, op->bytes, NULL};
     ps_network_send(pod->net, d->index, op->peer, (int64_t)op->bytes, on_deliver, x);
     break;
   }
@@ -603,6 +624,7 @@ PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
   pod->per_chip = ps_topology_devices_per_chip(topo);
   pod->n_devices = plan->n_devices;
   pod->devices = g_new0(Device, pod->n_devices);
+  pod->xfers = g_ptr_array_new_with_free_func(g_free);
   pod->n_hosts = ps_topology_hosts(topo);
   pod->hosts = g_new0(Host, pod->n_hosts);
   for (int i = 0; i < pod->n_hosts; i++) {
@@ -668,6 +690,7 @@ void ps_pod_free(PsPod *pod)
   g_free(pod->member_of);
   if (pod->net)
     ps_network_free(pod->net);
+  g_ptr_array_free(pod->xfers, TRUE);
   g_free(pod->hosts);
   g_free(pod->devices);
   g_free(pod);

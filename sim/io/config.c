@@ -157,7 +157,10 @@ char *ps_config__find_config(const char *kind, const char *name, const char *ref
   g_autoptr(GPtrArray) dirs = search_dirs();
   GString *searched = g_string_new(NULL);
   for (guint i = 0; i < dirs->len; i++) {
-    g_autofree char *cand = g_build_filename(dirs->pdata[i], kind, leaf, NULL);
+    /* "experiments/x.json" rather than "./experiments/x.json" in messages */
+    const char *dir = dirs->pdata[i];
+    g_autofree char *cand = strcmp(dir, ".") == 0 ? g_build_filename(kind, leaf, NULL)
+                                                  : g_build_filename(dir, kind, leaf, NULL);
     if (ps_config__is_file(cand)) {
       g_string_free(searched, TRUE);
       return g_steal_pointer(&cand);
