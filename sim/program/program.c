@@ -116,6 +116,11 @@ gboolean ps_plan_validate(const PsPlan *plan, GError **error)
   gboolean ok = TRUE;
   for (int d = 0; d < nd && ok; d++) {
     const PsProgram *p = ps_plan_program(plan, d);
+    if (p->n_ops < 1) {
+      ok = invalid(error, d, -1, "has an empty program (a device that takes part runs at "
+                   "least one op per step)");
+      break;
+    }
     memset(open, 0, sizeof(int) * (size_t)(nc > 0 ? nc : 1));
     memset(starts, 0, sizeof(int) * (size_t)(nc > 0 ? nc : 1));
     for (int i = 0; i < p->n_ops && ok; i++) {
@@ -190,9 +195,10 @@ gboolean ps_plan_validate(const PsPlan *plan, GError **error)
     gint64 key = g_array_index(keys, gint64, k);
     gint64 *slot = g_hash_table_lookup(flow, &key);
     if (slot[1] != 0)
-      ok = invalid(error, (int)(key >> 42), -1, "%" G_GINT64_FORMAT " more SENDs to device %d "
-                   "with tag %d than RECVs there", slot[1], (int)((key >> 20) & 0x3fffff),
-                   (int)(key & 0xfffff));
+      ok = invalid(error, (int)(key >> 42), -1, "%" G_GINT64_FORMAT " %s to device %d with tag "
+                   "%d per step than device %d has RECVs from it", ABS(slot[1]),
+                   slot[1] > 0 ? "more SENDs" : "fewer SENDs", (int)((key >> 20) & 0x3fffff),
+                   (int)(key & 0xfffff), (int)((key >> 20) & 0x3fffff));
   }
   GHashTableIter it;
   gpointer kp;
