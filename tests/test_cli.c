@@ -191,7 +191,7 @@ static void test_strategy_keys_roundtrip(void)
   json_object *d = json_tokener_parse(out);
   g_assert_nonnull(d);
   json_object *so = strategy_of(d);
-  g_assert_cmpint(int_member(so, "bucket_bytes"), ==, 25000000);
+  g_assert_cmpint(int_member(so, "bucket_bytes"), ==, 31457280);
   g_assert_true(bool_member(so, "overlap"));
   g_assert_false(bool_member(so, "weight_update_sharding"));
   json_object_put(d);

@@ -384,7 +384,7 @@ static void test_experiment_defaults(void)
   g_assert_cmpint(e->strategy.micro_batches, ==, 1);
   g_assert_cmpint(e->strategy.schedule, ==, PS_SCHEDULE_GPIPE);
   g_assert_false(e->strategy.rematerialize);
-  g_assert_cmpint(PS_DEFAULT_BUCKET_BYTES, ==, 25 * 1000 * 1000); /* "25MB", SI */
+  g_assert_cmpint(PS_DEFAULT_BUCKET_BYTES, ==, 30 * 1024 * 1024); /* XLA combiner default */
   g_assert_cmpint(e->strategy.bucket_bytes, ==, PS_DEFAULT_BUCKET_BYTES);
   g_assert_true(e->strategy.overlap);
   g_assert_false(e->strategy.weight_update_sharding);
@@ -421,7 +421,7 @@ static void test_experiment_defaults(void)
   json_object *so = NULL;
   g_assert_true(json_object_object_get_ex(r, "strategy", &so));
   g_assert_true(json_object_object_get_ex(so, "bucket_bytes", &v));
-  g_assert_cmpint(json_object_get_int64(v), ==, 25000000);
+  g_assert_cmpint(json_object_get_int64(v), ==, 31457280);
   g_assert_true(json_object_object_get_ex(so, "overlap", &v));
   g_assert_true(json_object_get_boolean(v));
   g_assert_true(json_object_object_get_ex(so, "weight_update_sharding", &v));

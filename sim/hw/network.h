@@ -10,9 +10,11 @@
  * link direction is one FIFO queue served by its lanes: a chunk takes the
  * lane that frees first, occupies it for bytes / bandwidth, and reaches the
  * next chip `latency` after it left the lane.  Chunks are stored and
- * forwarded whole at every hop, so a message's chunks pipeline across hops
- * and messages that share a link interleave chunk by chunk; contention and
- * pipelining come out of the events, not from formulas.  One message over h
+ * forwarded whole at every hop, so a message's chunks pipeline across hops.
+ * A message's chunks all join its first link's queue when it is sent, so
+ * two messages leaving on the same link go one after the other there; at
+ * later hops, chunks of messages that meet interleave in arrival order.
+ * Contention and pipelining come out of the events, not from formulas.  One message over h
  * uncontended one-lane hops, n chunks of c bytes (S = n c), takes exactly
  *     T = h * latency + S / B + (h - 1) * c / B
  * (the last chunk leaves the first link at S/B, then each further hop adds

@@ -66,9 +66,12 @@ typedef enum { PS_SCHEDULE_GPIPE, PS_SCHEDULE_1F1B } PsSchedule;
 typedef enum { PS_SOURCE_FASHION_MNIST, PS_SOURCE_SYNTHETIC } PsSourceKind;
 typedef enum { PS_OPT_SGD, PS_OPT_ADAM } PsOptimizerKind;
 
-/* Gradient buckets of 25 MB: "25MB" as a config reads it (SI prefixes are
- * powers of 1000, "MiB" is 2^20), so 25,000,000 bytes. */
-#define PS_DEFAULT_BUCKET_BYTES INT64_C(25000000)
+/* Gradient buckets default to 30 MiB, the default of XLA's all-reduce
+ * combiner (xla_gpu_all_reduce_combine_threshold_bytes = 30 * 1024 * 1024
+ * in XLA's debug options; TPU's own threshold is not public): large enough
+ * that a bucket's bandwidth time dwarfs its per-step latency, small enough
+ * that the first bucket starts early in backward. */
+#define PS_DEFAULT_BUCKET_BYTES INT64_C(31457280)
 
 typedef struct {
   PsStrategyKind kind;
