@@ -702,6 +702,24 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
   json_object_object_add(o, "experiment", json_object_new_string(exp->name));
   json_object_object_add(o, "topology", json_object_new_string(exp->topology->name));
   json_object_object_add(o, "model", json_object_new_string(exp->model->name));
+  json_object_object_add(o, "strategy", json_object_new_string(
+                                          exp->strategy.kind == PS_STRATEGY_PIPELINE
+                                              ? "pipeline" : "replicate"));
+  json_object_object_add(o, "devices", json_object_new_int(s->devices));
+  json_object_object_add(o, "devices_in_topology",
+                         json_object_new_int(ps_topology_devices(exp->topology)));
+  json_object_object_add(o, "replicas", json_object_new_int(s->replicas));
+  json_object_object_add(o, "stages", json_object_new_int(s->stages));
+  json_object_object_add(o, "micro_batches", json_object_new_int(s->micro_batches));
+  json_object_object_add(o, "global_batch", json_object_new_int64(exp->global_batch));
+  json_object_object_add(o, "precision", json_object_new_string(
+                                           exp->numerics.precision == PS_PRECISION_BF16 ? "bf16"
+                                                                                        : "f32"));
+  json_object_object_add(o, "gradient_buckets", json_object_new_int(s->buckets));
+  json_object_object_add(o, "overlap", json_object_new_boolean(exp->strategy.overlap));
+  json_object_object_add(o, "weight_update_sharding",
+                         json_object_new_boolean(exp->strategy.weight_update_sharding));
+  json_object_object_add(o, "reporting_device", json_object_new_int(s->reporting_device));
   json_object_object_add(o, "steps", json_object_new_int64(s->steps));
   json_object_object_add(o, "measured_steps", json_object_new_int64(s->measured_steps));
   json_object_object_add(o, "step_time_s", json_object_new_double(s->step_time_s));
@@ -721,6 +739,8 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
     json_object_object_add(o, "loss_first", json_object_new_double(s->loss_first));
     json_object_object_add(o, "loss_last", json_object_new_double(s->loss_last));
   }
+  if (s->has_numerics && s->devices > 1)
+    json_object_object_add(o, "replica_divergence", json_object_new_double(s->replica_divergence));
   if (s->has_accuracy)
     json_object_object_add(o, "test_accuracy", json_object_new_double(s->test_accuracy));
   if (s->host_calls_json)
@@ -748,10 +768,16 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
     print_time(f, ps_time_category_name(c), s->breakdown[c], s->step_time_s);
   fprintf(f, "  (host loop      %10.3f us per step: one round trip every %" G_GINT64_FORMAT
              " steps)\n", s->host_loop_s * 1e6, exp->steps_per_run);
+  int64_t chunk = exp->collective.chunk_bytes;
+  g_autofree char *chunk_text = chunk % 1048576 == 0
+                                    ? g_strdup_printf("%" G_GINT64_FORMAT " MiB", chunk / 1048576)
+                                    : g_strdup_printf("%.3g MB", chunk / 1e6);
   if (s->collective_algorithm)
-    fprintf(f, "  (all-reduce     %s over %d replicas, in chunks of %" G_GINT64_FORMAT
-               " bytes)\n",
-            s->collective_algorithm, exp->strategy.replicas, exp->collective.chunk_bytes);
+    fprintf(f, "  (gradients      %d bucket%s, %s %s over %d replicas%s, chunks of %s)\n",
+            s->buckets, s->buckets == 1 ? "" : "s",
+            exp->strategy.weight_update_sharding ? "reduce-scatter + all-gather" : "all-reduce",
+            s->collective_algorithm, s->replicas,
+            exp->strategy.overlap ? ", overlapping backward" : "", chunk_text);
   fprintf(f, "examples/s       %10.0f\n", s->examples_per_s);
   fprintf(f, "MXU utilization  %10.2f%%\n", 100.0 * s->mxu_utilization);
   fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)\n",
