@@ -1,0 +1,884 @@
+/* test_replicate.c: the data-parallel strategy (strategy/replicate.c) run
+ * end to end with real numerics, checked against a reference trainer built
+ * here from the same pieces (model/net.h on the same synthetic batches),
+ * and with float rounding bounds derived below instead of guessed
+ * tolerances.
+ *
+ * Notation: u = 2^-24 (float unit roundoff), gamma(n) = n u / (1 - n u),
+ * the classic bound for any summation of n + 1 terms (or a dot product of
+ * n products): |fl(sum) - sum| <= gamma(n) sum|terms| whatever the order
+ * or tree (Higham, "Accuracy and Stability of Numerical Algorithms", 3.1).
+ * One SGD step without momentum is w' = fl(w - fl(lr g)) (kernels.c: the
+ * velocity is 0 v + g = g exactly), so a float rounding of |x| costs at
+ * most u|x|.  All replica counts here are powers of two, so 1/replicas,
+ * 1/batch and their products are exact in float.
+ *
+ * - /replicate/mean-matches-one-replica: the reference trainer equals the
+ *   one-replica run bit for bit at every step; N = 2, 4 and 8 replicas
+ *   with a "mean" reduction take, at every step, one step on the float sum
+ *   of their own gradients within the summation bound, and the one-replica
+ *   step from the same weights within that bound plus the kernels' own
+ *   (measured) batch-size rounding difference; after 4 steps the weights
+ *   and losses still agree, and the weights did move;
+ * - /replicate/replicas-identical: replica_divergence is exactly 0 (ring,
+ *   auto, bidir, torus; overlap on, off; weight-update sharding; Adam);
+ * - /replicate/sum-is-n-times-mean: one SGD step with "sum" moves each
+ *   weight exactly N times as far as with "mean", up to the two final
+ *   roundings;
+ * - /replicate/bucketing-unchanged: one bucket per layer group vs one
+ *   bucket: within the ring's reordering bound; overlap on vs off:
+ *   bit-identical;
+ * - /replicate/wus-unchanged: weight-update sharding on vs off,
+ *   bit-identical (SGD and Adam; ring, auto, torus, bidir);
+ * - /replicate/overlap-hides-communication: timing, ResNet-50: overlap
+ *   exposes less collective time, shortens the step, leaves compute alone;
+ *   one bucket without overlap exposes the collective's closed form;
+ * - /replicate/default-replicas-all-devices: no strategy.replicas on a
+ *   v3-8 means 8 replicas on 8 devices. */
+#include "collectives/collective.h"
+#include "hw/network.h"
+#include "io/config.h"
+#include "io/dataset.h"
+#include "model/net.h"
+#include "run.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#define U ((double)FLT_EPSILON / 2) /* 2^-24 */
+
+static double gam(int n)
+{
+  return n * U / (1 - n * U);
+}
+
+static char *tmpdir;
+static char *base_path;
+
+/* The MLP of models/mlp.json (784-256-128-10, 235,146 parameters) on the
+ * synthetic source: a global batch of 64 is 8 examples per replica at 8
+ * replicas.  evaluate off: the test set is not needed here. */
+static const char *base_json =
+    "{\"name\": \"replicate\", \"topology\": \"tpu-v3-8\", \"model\": \"mlp\","
+    " \"global_batch\": 64, \"steps\": 4, \"steps_per_run\": 2,"
+    " \"strategy\": {\"replicas\": 1},"
+    " \"input\": {\"source\": \"synthetic\", \"synthetic_examples\": 1024,"
+    "             \"host_cost_per_example_s\": 0},"
+    " \"optimizer\": {\"kind\": \"sgd\", \"learning_rate\": 0.05, \"momentum\": 0},"
+    " \"numerics\": {\"enabled\": true, \"precision\": \"f32\", \"seed\": 7,"
+    "                \"evaluate\": false},"
+    " \"collective\": {\"algorithm\": \"ring\"}}";
+
+/* ---- runs ----------------------------------------------------------- */
+
+static PsExperiment *load_va(const char *path, const char *first, va_list ap)
+{
+  GPtrArray *ov = g_ptr_array_new();
+  for (const char *o = first; o; o = va_arg(ap, const char *))
+    g_ptr_array_add(ov, (gpointer)o);
+  g_ptr_array_add(ov, NULL);
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load(path, (const char *const *)ov->pdata, &error);
+  g_assert_no_error(error);
+  g_assert_nonnull(e);
+  g_ptr_array_free(ov, TRUE);
+  return e;
+}
+
+/* An experiment file with overrides (NULL-terminated).  (transfer full) */
+static PsExperiment *load_va_path(const char *path, const char *first, ...)
+    G_GNUC_NULL_TERMINATED;
+static PsExperiment *load_va_path(const char *path, const char *first, ...)
+{
+  va_list ap;
+  va_start(ap, first);
+  PsExperiment *e = load_va(path, first, ap);
+  va_end(ap);
+  return e;
+}
+
+/* The base experiment with overrides (NULL-terminated).  (transfer full) */
+static PsExperiment *loadv(const char *first, ...) G_GNUC_NULL_TERMINATED;
+static PsExperiment *loadv(const char *first, ...)
+{
+  va_list ap;
+  va_start(ap, first);
+  PsExperiment *e = load_va(base_path, first, ap);
+  va_end(ap);
+  return e;
+}
+
+static PsSummary run_exp(const PsExperiment *e)
+{
+  PsSummary s;
+  GError *error = NULL;
+  PsRunOptions opt = {.keep_params = TRUE};
+  gboolean ok = ps_run(e, &opt, &s, &error);
+  g_assert_no_error(error);
+  g_assert_true(ok);
+  if (e->numerics.enabled) {
+    g_assert_true(s.has_numerics);
+    g_assert_nonnull(s.params);
+    /* every run here must end with identical replicas (see
+     * /replicate/replicas-identical); the bounds below rely on it, since
+     * they take device 0's weights as every replica's */
+    g_assert_cmpfloat(s.replica_divergence, ==, 0.0);
+  }
+  return s;
+}
+
+/* Runs the base experiment with overrides; the summary holds device 0's
+ * final weights (ps_summary_clear frees them). */
+static PsSummary runv(const char *first, ...) G_GNUC_NULL_TERMINATED;
+static PsSummary runv(const char *first, ...)
+{
+  va_list ap;
+  va_start(ap, first);
+  PsExperiment *e = load_va(base_path, first, ap);
+  va_end(ap);
+  PsSummary s = run_exp(e);
+  ps_experiment_free(e);
+  return s;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n, size_t *n_differ)
+{
+  double m = 0;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    m = fmax(m, fabs((double)a[i] - b[i]));
+    k += a[i] != b[i];
+  }
+  if (n_differ)
+    *n_differ = k;
+  return m;
+}
+
+/* ---- the reference trainer ------------------------------------------ */
+
+/* What run.c does for one device, rebuilt from the public pieces: the same
+ * synthetic set and sampler (same seed), the same initial weights, nets of
+ * the batch sizes the replicas use. */
+typedef struct {
+  PsExperiment *e;
+  PsDataset *ds;
+  size_t n;       /* parameters */
+  size_t elems;   /* per example */
+  int B;          /* global batch */
+  float lr;
+  float *w0;      /* initial weights */
+  float *x;       /* the global batch drawn last */
+  int32_t *y;
+  int64_t step;   /* whose batch x holds (1-based) */
+  PsNet *nets[8]; /* by batch size, made on demand */
+  int net_batch[8];
+} Ref;
+
+static void ref_init(Ref *r, PsExperiment *e)
+{
+  memset(r, 0, sizeof *r);
+  const PsModel *m = e->model;
+  g_assert_cmpint(e->input.source, ==, PS_SOURCE_SYNTHETIC);
+  r->e = e;
+  r->ds = ps_dataset_new_synthetic(m->in_shape, m->in_rank, (int)m->classes,
+                                   (size_t)e->input.synthetic_examples, e->numerics.seed);
+  r->elems = ps_dataset_example_elems(r->ds);
+  r->B = (int)e->global_batch;
+  r->lr = (float)e->optimizer.learning_rate;
+  r->x = g_new(float, (size_t)r->B * r->elems);
+  r->y = g_new(int32_t, r->B);
+  GError *error = NULL;
+  PsNet *net = ps_net_new(m, 1, e->numerics.precision, e->numerics.seed, &error);
+  g_assert_no_error(error);
+  r->n = ps_net_n_params(net);
+  r->w0 = g_memdup2(ps_net_params(net), sizeof(float) * r->n);
+  ps_net_free(net);
+}
+
+static void ref_clear(Ref *r)
+{
+  for (int i = 0; i < 8; i++)
+    ps_net_free(r->nets[i]);
+  ps_dataset_free(r->ds);
+  g_free(r->w0);
+  g_free(r->x);
+  g_free(r->y);
+  ps_experiment_free(r->e);
+}
+
+/* The global batch of step `step` (1-based): run.c draws one global batch
+ * per step from one sampler, replica r taking examples [r B/R, (r+1) B/R). */
+static void ref_draw(Ref *r, int64_t step)
+{
+  if (r->step == step)
+    return;
+  PsSampler *sm = ps_sampler_new(r->ds, r->e->input.shuffle, r->e->numerics.seed);
+  for (int64_t k = 0; k < step; k++)
+    ps_sampler_next(sm, r->B, r->x, r->y);
+  ps_sampler_free(sm);
+  r->step = step;
+}
+
+static PsNet *ref_net(Ref *r, int batch)
+{
+  int i = 0;
+  while (i < 8 && r->nets[i] && r->net_batch[i] != batch)
+    i++;
+  g_assert_cmpint(i, <, 8);
+  if (!r->nets[i]) {
+    GError *error = NULL;
+    r->nets[i] = ps_net_new(r->e->model, batch, r->e->numerics.precision, r->e->numerics.seed,
+                            &error);
+    g_assert_no_error(error);
+    r->net_batch[i] = batch;
+  }
+  return r->nets[i];
+}
+
+/* Gradient at weights w of examples [first, first + batch) of the drawn
+ * batch, as a replica computes it (zero, forward, backward with
+ * loss_scale).  (transfer none: the net's buffer, valid until the next
+ * call with this batch size) */
+static const float *ref_grad(Ref *r, const float *w, int first, int batch, float loss_scale)
+{
+  PsNet *net = ref_net(r, batch);
+  memcpy(ps_net_params(net), w, sizeof(float) * r->n);
+  ps_net_set_input(net, r->x + (size_t)first * r->elems, r->y + first, batch);
+  ps_net_zero_grads(net);
+  ps_net_forward(net);
+  ps_net_backward(net, loss_scale);
+  return ps_net_grads(net);
+}
+
+/* The logits of the last ref_grad of this batch size.  (transfer none) */
+static const float *ref_logits(Ref *r, int batch, size_t *n)
+{
+  const PsModel *m = r->e->model;
+  int last = m->n_layers - 1;
+  g_assert_cmpint(m->layers[last].kind, ==, PS_LAYER_SOFTMAX_XENT);
+  return ps_net_layer_output(ref_net(r, batch), m->layers[last].input_from, n);
+}
+
+/* One SGD step (momentum 0) as the optimizer does it.  (transfer full) */
+static float *sgd_step(const Ref *r, const float *w, const float *g)
+{
+  float *out = g_memdup2(w, sizeof(float) * r->n);
+  PsOptimizer *o = ps_optimizer_new_sgd(r->n, r->lr, 0.0f);
+  ps_optimizer_step(o, out, g);
+  ps_optimizer_free(o);
+  return out;
+}
+
+/* Per element, over the R replicas' gradients g_r at w on step `step`
+ * (each computed as its replica does: batch B/R, loss scale `scale`):
+ * G = sum g_r and A = sum |g_r|, in double.  The sim's replicas compute
+ * these same g_r bit for bit (same weights, examples, batch size and
+ * kernels); only the collective's summation order is theirs. */
+static void ref_replica_sums(Ref *r, const float *w, int64_t step, int R, float scale,
+                             double *G, double *A)
+{
+  ref_draw(r, step);
+  int b = r->B / R;
+  memset(G, 0, sizeof(double) * r->n);
+  memset(A, 0, sizeof(double) * r->n);
+  for (int k = 0; k < R; k++) {
+    const float *g = ref_grad(r, w, k * b, b, scale);
+    for (size_t i = 0; i < r->n; i++) {
+      G[i] += g[i];
+      A[i] += fabs((double)g[i]);
+    }
+  }
+}
+
+/* w_end must be one SGD step (momentum 0) from w_start on some float sum
+ * of the R replica gradients (any order or tree: a ring, a torus, a
+ * reduce-scatter), i.e. w_end = fl(w_start - fl(lr g)) with
+ * |g - G| <= gamma(R-1) A.  Then
+ *   |w_end - (w_start - lr G)| <= lr |g - G| + u lr |g| + u/(1-u) |w_end|
+ *                             <= lr (gamma(R-1) + u (1 + gamma(R-1))) A
+ *                                + u/(1-u) |w_end|,
+ * plus the double evaluation of the reference (G sums R floats, then lr G
+ * and the difference round: (R + 2) DBL_EPSILON of its terms).  Returns
+ * the largest |difference| / bound. */
+static double check_step_any_order(Ref *r, const float *w_start, const float *w_end,
+                                   int64_t step, int R, float scale, double *max_diff)
+{
+  g_autofree double *G = g_new(double, r->n);
+  g_autofree double *A = g_new(double, r->n);
+  ref_replica_sums(r, w_start, step, R, scale, G, A);
+  double lr = r->lr, worst = 0, md = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    double want = (double)w_start[i] - lr * G[i];
+    double d = fabs((double)w_end[i] - want);
+    double bound = lr * (gam(R - 1) + U * (1 + gam(R - 1))) * A[i] +
+                   U / (1 - U) * fabs((double)w_end[i]) +
+                   (R + 2) * DBL_EPSILON * (fabs((double)w_start[i]) + lr * A[i]) +
+                   lr * R * FLT_TRUE_MIN; /* subnormal sums: absolute */
+    if (d > bound)
+      g_error("step %" G_GINT64_FORMAT ", %d replicas, weight %zu: %.9g, reference %.9g, "
+              "differs by %.3g > bound %.3g", step, R, i, w_end[i], want, d, bound);
+    worst = fmax(worst, d / bound);
+    md = fmax(md, d);
+  }
+  if (max_diff)
+    *max_diff = md;
+  return worst;
+}
+
+/* ---- 1. mean over N replicas = one replica on the global batch ------- */
+
+/* Largest |logit difference| between the one-replica forward pass (batch
+ * B at weights w1) and the N replicas' (batch B/N each at weights wN) on
+ * the drawn batch; *LN and *L1 receive the losses they give (the replicas'
+ * averaged as run.c does). */
+static double logits_gap(Ref *r, int N, const float *w1, const float *wN, double *L1,
+                         double *LN)
+{
+  const int B = r->B, b = B / N;
+  size_t nz;
+  ref_grad(r, w1, 0, B, 1.0f);
+  *L1 = ps_net_loss(ref_net(r, B));
+  const float *z = ref_logits(r, B, &nz);
+  g_autofree float *z1 = g_memdup2(z, sizeof(float) * nz);
+  double gap = 0;
+  *LN = 0;
+  for (int q = 0; q < N; q++) {
+    ref_grad(r, wN, q * b, b, 1.0f / (float)N);
+    *LN += ps_net_loss(ref_net(r, b)) / N;
+    size_t nq;
+    const float *zq = ref_logits(r, b, &nq);
+    for (size_t i = 0; i < nq; i++)
+      gap = fmax(gap, fabs((double)zq[i] - z1[(size_t)q * nq + i]));
+  }
+  return gap;
+}
+
+/* Replicas run the same arithmetic as one replica on smaller batches, and
+ * that is not the same float arithmetic: BLAS rounds a row of a product
+ * differently with the row count (here 81% of the first layer's outputs
+ * differ between batches of 8 and 64, by up to 1.4e-6, a few ulps), so the
+ * replicas' gradients g_r do not even sum the one replica's per-example
+ * terms, and a worst-case bound on that (gamma(784) through three layers)
+ * exceeds the training step itself.  So the bound splits the difference
+ * into what the simulator does and what the kernels do, both computed:
+ * at step k from the same weights w (the N-replica run's after k-1 steps),
+ *   G  = sum_r g_r (double; the g_r recomputed bit-exactly: same weights,
+ *        examples, batch size B/N and loss scale 1/N as the replica),
+ *   g1 = the batch-B gradient (the one-replica run's, bit-exact),
+ * the N-replica run steps on g_N, a float sum of the g_r in the ring's
+ * order, |g_N - G| <= gamma(N-1) A with A = sum_r |g_r|; so
+ *   |w_N - w_1| <= lr (|G - g1| + gamma(N-1) A + u (1 + gamma(N-1)) A
+ *                  + u |g1|) + u/(1-u) (|w_N| + |w_1|)
+ * (fl(lr g) and the new weight each round once), plus N DBL_EPSILON A lr
+ * for G's own double rounding.  The kernels' part |G - g1| is reported. */
+static void test_mean_matches_one(void)
+{
+  enum { STEPS = 4 };
+  Ref r;
+  ref_init(&r, loadv(NULL, NULL));
+  const size_t n = r.n;
+  const int B = r.B;
+  char steps_ov[STEPS + 1][16];
+  for (int k = 1; k <= STEPS; k++)
+    g_snprintf(steps_ov[k], sizeof steps_ov[k], "steps=%d", k);
+
+  /* one replica: the reference trainer equals it bit for bit, every step
+   * (same init, same batches, same kernels, same optimizer) */
+  PsSummary one[STEPS + 1];
+  const float *prev = r.w0;
+  for (int k = 1; k <= STEPS; k++) {
+    one[k] = runv(steps_ov[k], NULL);
+    g_assert_cmpuint(one[k].n_params, ==, n);
+    g_assert_cmpint(one[k].replicas, ==, 1);
+    ref_draw(&r, k);
+    g_autofree float *want = sgd_step(&r, prev, ref_grad(&r, prev, 0, B, 1.0f));
+    g_assert_cmpint(memcmp(want, one[k].params, sizeof(float) * n), ==, 0);
+    prev = one[k].params;
+  }
+  /* and it trained */
+  size_t moved;
+  double dist = max_abs_diff(one[STEPS].params, r.w0, n, &moved);
+  g_test_message("1 replica: %d steps moved %zu of %zu weights, by up to %.3g; loss %.7f -> "
+                 "%.7f", STEPS, moved, n, dist, one[STEPS].loss_first, one[STEPS].loss_last);
+  g_assert_cmpuint(moved, >, n / 2);
+  g_assert_cmpfloat(one[STEPS].loss_last, <, one[STEPS].loss_first);
+
+  g_autofree double *G = g_new(double, n);
+  g_autofree double *A = g_new(double, n);
+  const int Ns[] = {2, 4, 8};
+  for (guint t = 0; t < G_N_ELEMENTS(Ns); t++) {
+    const int N = Ns[t];
+    char rep_ov[32];
+    g_snprintf(rep_ov, sizeof rep_ov, "strategy.replicas=%d", N);
+    PsSummary rep[STEPS + 1];
+    double sum_local = 0;
+    prev = r.w0;
+    for (int k = 1; k <= STEPS; k++) {
+      rep[k] = runv(steps_ov[k], rep_ov, NULL);
+      g_assert_cmpint(rep[k].replicas, ==, N);
+      /* every replica ends the step with device 0's weights, so the next
+       * step starts from rep[k].params everywhere */
+      g_assert_cmpfloat(rep[k].replica_divergence, ==, 0.0);
+      /* the simulator's part alone (check_step_any_order) */
+      double md_any;
+      double worst_any = check_step_any_order(&r, prev, rep[k].params, k, N, 1.0f / (float)N,
+                                              &md_any);
+      /* against the one-replica step from the same weights */
+      ref_draw(&r, k);
+      const float *g1 = ref_grad(&r, prev, 0, B, 1.0f);
+      g_autofree float *w1 = sgd_step(&r, prev, g1);
+      ref_replica_sums(&r, prev, k, N, 1.0f / (float)N, G, A);
+      double worst = 0, md = 0, mb = 0, kern = 0, gmax = 0;
+      size_t differ = 0;
+      const double lr = r.lr;
+      for (size_t i = 0; i < n; i++) {
+        double wN = rep[k].params[i], d = fabs(wN - w1[i]);
+        double gap = fabs(G[i] - g1[i]);
+        double bound = lr * (gap + gam(N - 1) * A[i] + U * (1 + gam(N - 1)) * A[i] +
+                             U * fabs((double)g1[i]) + N * DBL_EPSILON * A[i]) +
+                       U / (1 - U) * (fabs(wN) + fabs((double)w1[i]));
+        if (d > bound)
+          g_error("%d replicas, step %d, weight %zu: %.9g vs one replica's %.9g: %.3g > "
+                  "bound %.3g", N, k, i, wN, w1[i], d, bound);
+        worst = fmax(worst, d / bound);
+        md = fmax(md, d);
+        mb = fmax(mb, bound);
+        kern = fmax(kern, gap);
+        gmax = fmax(gmax, fabs((double)g1[i]));
+        differ += d != 0;
+      }
+      sum_local += mb;
+      /* the kernels' part is rounding, not arithmetic: a float dot product
+       * of length K errs by about sqrt(K) u of its absolute sum in practice
+       * (Higham and Mary, SIAM J. Sci. Comput. 41(5), 2019), at most
+       * sqrt(784) u ~ 2e-6 per layer here, compounding over three layers:
+       * well under 1e-5 of the largest gradient (a wrong example split or
+       * scale would differ at O(1)) */
+      g_assert_cmpfloat(kern, <=, 1e-5 * gmax);
+      g_test_message("%d replicas, step %d: vs one step on the exact sum of the replicas' "
+                     "gradients: max %.3g, worst diff/bound %.3f; vs the one-replica step: %zu "
+                     "weights differ, max %.3g, largest bound %.3g, worst diff/bound %.3f; "
+                     "kernels: max |G - g1| %.3g (max |g1| %.3g)", N, k, md_any, worst_any,
+                     differ, md, mb, worst, kern, gmax);
+      prev = rep[k].params;
+    }
+    /* global, after STEPS steps: the local differences carry into later
+     * steps through the gradient, which changes by lr H delta for a weight
+     * difference delta; at lr 0.05 and rounding-sized random-sign deltas
+     * that is small against delta (not bounded here: the per-step checks
+     * above are the rigorous part), so we allow twice the sum of the
+     * per-step largest bounds; the weights moved 10^4 times farther. */
+    size_t differ;
+    double d = max_abs_diff(rep[STEPS].params, one[STEPS].params, n, &differ);
+    g_test_message("%d replicas vs 1 after %d steps: %zu weights differ, max %.3g (bound "
+                   "%.3g; moved up to %.3g)", N, STEPS, differ, d, 2 * sum_local, dist);
+    g_assert_cmpfloat(d, <=, 2 * sum_local);
+    g_assert_cmpfloat(dist, >, 1e4 * 2 * sum_local);
+    /* losses: run.c averages the replicas' mean losses, each computed in
+     * double from float logits, so they are what the reference nets give
+     * (up to the order of that average: 1e-14).  Per example the loss
+     * logsumexp(z) - z_label moves by at most 2 max_j |dz_j| (its
+     * gradient p - onehot has 1-norm <= 2): so the N-replica and the
+     * one-replica loss differ by at most twice the largest gap between
+     * their logits, which the kernels' rounding and (for the last step)
+     * the weights' difference make. */
+    const struct {
+      const char *what;
+      int step;
+      const float *w1, *wN;
+      double sim1, simN;
+    } losses[] = {
+        {"first", 1, r.w0, r.w0, one[STEPS].loss_first, rep[STEPS].loss_first},
+        {"last", STEPS, one[STEPS - 1].params, rep[STEPS - 1].params, one[STEPS].loss_last,
+         rep[STEPS].loss_last},
+    };
+    for (guint i = 0; i < G_N_ELEMENTS(losses); i++) {
+      ref_draw(&r, losses[i].step);
+      double L1, LN;
+      double gap = logits_gap(&r, N, losses[i].w1, losses[i].wN, &L1, &LN);
+      double L = losses[i].sim1, dL = fabs(losses[i].simN - L);
+      g_test_message("%d replicas: loss_%s %.12f vs one replica's %.12f: differ by %.3g "
+                     "(relative %.3g); logits differ by up to %.3g", N, losses[i].what,
+                     losses[i].simN, L, dL, dL / L, gap);
+      g_assert_cmpfloat(fabs(L1 - losses[i].sim1), <=, 1e-14 * L);
+      g_assert_cmpfloat(fabs(LN - losses[i].simN), <=, 1e-14 * L);
+      g_assert_cmpfloat(dL, <=, 2 * gap + 1e-13 * L);
+      /* and, as a number to remember, far inside 1e-4 relative */
+      g_assert_cmpfloat(dL, <=, 1e-4 * L);
+    }
+    for (int k = 1; k <= STEPS; k++)
+      ps_summary_clear(&rep[k]);
+  }
+  for (int k = 1; k <= STEPS; k++)
+    ps_summary_clear(&one[k]);
+  ref_clear(&r);
+}
+
+/* ---- 2. replicas end bit-identical ------------------------------------ */
+
+/* Gather phases copy (collective.h), and with weight-update sharding the
+ * all-gather copies each shard's owner's weights; so every replica holds
+ * device 0's weights exactly, whatever the algorithm or schedule. */
+static void test_replicas_identical(void)
+{
+  const struct {
+    const char *what;
+    const char *ov[4];
+  } cases[] = {
+      {"ring, overlap", {"collective.algorithm=\"ring\"", NULL}},
+      {"ring, no overlap", {"collective.algorithm=\"ring\"", "strategy.overlap=false", NULL}},
+      {"auto, overlap", {"collective.algorithm=\"auto\"", NULL}},
+      {"auto, no overlap", {"collective.algorithm=\"auto\"", "strategy.overlap=false", NULL}},
+      {"bidir, bucket per layer", {"collective.algorithm=\"bidir\"", "strategy.bucket_bytes=1",
+                                   NULL}},
+      {"torus, bucket per layer", {"collective.algorithm=\"torus\"", "strategy.bucket_bytes=1",
+                                   NULL}},
+      {"ring, sharded update", {"strategy.weight_update_sharding=true", NULL}},
+      {"auto, sharded update per layer",
+       {"collective.algorithm=\"auto\"", "strategy.weight_update_sharding=true",
+        "strategy.bucket_bytes=1", NULL}},
+      {"auto, sharded Adam", {"collective.algorithm=\"auto\"", "optimizer.kind=\"adam\"",
+                              "optimizer.learning_rate=0.001",
+                              "strategy.weight_update_sharding=true"}},
+  };
+  PsExperiment *e0 = loadv(NULL, NULL);
+  Ref r;
+  ref_init(&r, e0);
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    const char *const *o = cases[i].ov;
+    PsSummary s = runv("strategy.replicas=8", "steps=3", o[0], o[1], o[2], o[3], NULL);
+    size_t moved;
+    double dist = max_abs_diff(s.params, r.w0, r.n, &moved);
+    g_test_message("%s (%s, %d buckets): divergence %g; %zu weights moved, up to %.3g; loss "
+                   "%.6f -> %.6f", cases[i].what, s.collective_algorithm, s.buckets,
+                   s.replica_divergence, moved, dist, s.loss_first, s.loss_last);
+    g_assert_cmpint(s.replicas, ==, 8);
+    g_assert_cmpuint(moved, >, r.n / 2); /* it trained, so 0 is not for lack of change */
+    g_assert_cmpfloat(s.replica_divergence, ==, 0.0);
+    ps_summary_clear(&s);
+  }
+  ref_clear(&r);
+}
+
+/* ---- 3. "sum" moves N times as far as "mean" ---------------------------- */
+
+/* With "mean" each replica's dlogits are (1/N)(1/(B/N))(p - y), with "sum"
+ * (1/(B/N))(p - y): a factor of N, a power of two, which commutes with
+ * every float rounding after it (no under- or overflow here), so the
+ * summed gradients are exactly g_sum = N g_mean, and fl(lr N g) =
+ * N fl(lr g) (with or without a fused multiply-add, lr N g is exactly N
+ * times lr g).  The only roundings that differ are the final ones, w =
+ * fl(w0 - c), each within u|w|; the differences w0 - w are exact in double:
+ *   |(w0 - w_sum) - N (w0 - w_mean)| <= u |w_sum| + N u |w_mean|. */
+static void test_sum_is_n_times_mean(void)
+{
+  Ref r;
+  ref_init(&r, loadv(NULL, NULL));
+  const int Ns[] = {2, 4, 8};
+  const char *algos[] = {"collective.algorithm=\"ring\"", "collective.algorithm=\"auto\""};
+  for (guint t = 0; t < G_N_ELEMENTS(Ns); t++)
+    for (guint a = 0; a < G_N_ELEMENTS(algos); a++) {
+      const int N = Ns[t];
+      char rep_ov[32];
+      g_snprintf(rep_ov, sizeof rep_ov, "strategy.replicas=%d", N);
+      PsSummary mean = runv(rep_ov, algos[a], "steps=1", "optimizer.learning_rate=0.001",
+                            NULL);
+      PsSummary sum = runv(rep_ov, algos[a], "steps=1", "optimizer.learning_rate=0.001",
+                           "strategy.loss_reduction=\"sum\"", NULL);
+      /* the same forward pass: the reported (mean) loss is the same */
+      g_assert_cmpfloat(sum.loss_first, ==, mean.loss_first);
+      double worst = 0, md = 0, dmax = 0;
+      size_t moved = 0, exact = 0;
+      for (size_t i = 0; i < r.n; i++) {
+        double w0 = r.w0[i], ws = sum.params[i], wm = mean.params[i];
+        double d = fabs((w0 - ws) - N * (w0 - wm));
+        double bound = U * fabs(ws) + N * U * fabs(wm);
+        if (d > bound)
+          g_error("%d replicas, weight %zu: w0 %.9g, sum %.9g, mean %.9g: |%.6g - %d x %.6g| "
+                  "= %.3g > %.3g", N, i, w0, ws, wm, w0 - ws, N, w0 - wm, d, bound);
+        if (bound > 0)
+          worst = fmax(worst, d / bound);
+        md = fmax(md, d);
+        dmax = fmax(dmax, fabs(w0 - wm));
+        moved += wm != w0;
+        exact += d == 0;
+      }
+      g_test_message("%d replicas, %s: %zu of %zu weights moved (mean: up to %.3g); "
+                     "|(w0 - w_sum) - N (w0 - w_mean)| max %.3g, worst diff/bound %.3f, exact "
+                     "in %zu", N, sum.collective_algorithm, moved, r.n, dmax, md, worst, exact);
+      /* a step far above the rounding: most weights moved */
+      g_assert_cmpuint(moved, >, r.n / 2);
+      g_assert_cmpfloat(dmax, >, 1e3 * md);
+      ps_summary_clear(&mean);
+      ps_summary_clear(&sum);
+    }
+  ref_clear(&r);
+}
+
+/* ---- 4. bucketing changes the summation order only ---------------------- */
+
+/* Every replica computes the same gradients whatever the buckets (they
+ * only decide when all-reduces start), so two runs with different buckets
+ * start step 1 with the same g_r and differ only in the order the ring
+ * adds them: the ring cuts each bucket into N blocks and block q's sum
+ * starts at member q+1, so a different bucket cut moves an element to
+ * another block and another starting member.  Each sum is within
+ * gamma(N-1) A of the exact one (A = sum_r |g_r|), so
+ *   |w_a - w_b| <= lr (2 gamma(N-1) + 2 u (1 + gamma(N-1))) A
+ *                  + u/(1-u) (|w_a| + |w_b|).
+ * Overlap only moves the COLL_STARTs: the same buckets, the same blocks,
+ * the same order of additions, so the weights are bit-identical.  After
+ * step 1 the runs' weights differ, so later steps are checked against
+ * their own previous weights (check_step_any_order). */
+static void test_bucketing_unchanged(void)
+{
+  enum { STEPS = 3 };
+  Ref r;
+  ref_init(&r, loadv("strategy.replicas=8", NULL));
+  const int N = 8;
+  const char *tiny = "strategy.bucket_bytes=1", *huge = "strategy.bucket_bytes=1000000000000";
+  const char *on = "strategy.overlap=true", *off = "strategy.overlap=false";
+  PsSummary tiny_on = runv("strategy.replicas=8", tiny, on, NULL);
+  PsSummary tiny_off = runv("strategy.replicas=8", tiny, off, NULL);
+  PsSummary huge_on = runv("strategy.replicas=8", huge, on, NULL);
+  PsSummary huge_off = runv("strategy.replicas=8", huge, off, NULL);
+  g_assert_cmpint(tiny_on.steps, ==, STEPS + 1);
+  /* one bucket per layer group with parameters (three dense layers) */
+  g_assert_cmpint(tiny_on.buckets, ==, 3);
+  g_assert_cmpint(tiny_off.buckets, ==, 3);
+  g_assert_cmpint(huge_on.buckets, ==, 1);
+  g_assert_cmpint(huge_off.buckets, ==, 1);
+  g_assert_cmpint(memcmp(tiny_on.params, tiny_off.params, sizeof(float) * r.n), ==, 0);
+  g_assert_cmpint(memcmp(huge_on.params, huge_off.params, sizeof(float) * r.n), ==, 0);
+  size_t differ;
+  double d = max_abs_diff(tiny_on.params, huge_on.params, r.n, &differ);
+  g_test_message("after %d steps: overlap on = off bit for bit (3 buckets and 1 bucket); 3 "
+                 "buckets vs 1: %zu weights differ, by up to %.3g", STEPS + 1, differ, d);
+
+  /* step 1, same start */
+  PsSummary a = runv("strategy.replicas=8", tiny, "steps=1", NULL);
+  PsSummary b = runv("strategy.replicas=8", huge, "steps=1", NULL);
+  g_autofree double *G = g_new(double, r.n);
+  g_autofree double *A = g_new(double, r.n);
+  ref_replica_sums(&r, r.w0, 1, N, 1.0f / N, G, A);
+  double worst = 0, md = 0;
+  differ = 0;
+  for (size_t i = 0; i < r.n; i++) {
+    double wa = a.params[i], wb = b.params[i], dd = fabs(wa - wb);
+    double bound = r.lr * (2 * gam(N - 1) + 2 * U * (1 + gam(N - 1))) * A[i] +
+                   U / (1 - U) * (fabs(wa) + fabs(wb));
+    if (dd > bound)
+      g_error("step 1, weight %zu: 3 buckets %.9g, 1 bucket %.9g: %.3g > bound %.3g", i, wa, wb,
+              dd, bound);
+    worst = fmax(worst, dd / bound);
+    md = fmax(md, dd);
+    differ += dd != 0;
+  }
+  g_test_message("step 1: 3 buckets vs 1: %zu weights differ, max %.3g, worst diff/bound %.3f",
+                 differ, md, worst);
+  /* the last step of each, from its own weights */
+  PsSummary a2 = runv("strategy.replicas=8", tiny, "steps=3", NULL);
+  PsSummary b2 = runv("strategy.replicas=8", huge, "steps=3", NULL);
+  double wa = check_step_any_order(&r, a2.params, tiny_on.params, STEPS + 1, N, 1.0f / N, NULL);
+  double wb = check_step_any_order(&r, b2.params, huge_on.params, STEPS + 1, N, 1.0f / N, NULL);
+  g_test_message("step %d from each run's own weights: worst diff/bound 3 buckets %.3f, 1 "
+                 "bucket %.3f", STEPS + 1, wa, wb);
+  PsSummary *all[] = {&tiny_on, &tiny_off, &huge_on, &huge_off, &a, &b, &a2, &b2};
+  for (guint i = 0; i < G_N_ELEMENTS(all); i++)
+    ps_summary_clear(all[i]);
+  ref_clear(&r);
+}
+
+/* ---- 5. weight-update sharding ------------------------------------------ */
+
+/* A ring reduce-scatter runs exactly the reduce phase of the ring
+ * all-reduce (algorithms.c: all-reduce = reduce-scatter phases, then
+ * all-gather phases), so a replica's block of the bucket holds the same
+ * float sums as after the all-reduce; its owner updates it elementwise as
+ * the full update would (ps_optimizer_step_range over a partition equals
+ * ps_optimizer_step, SGD and Adam alike), and the all-gather copies.  So
+ * sharding on and off give bit-identical weights: checked with SGD and
+ * Adam, one bucket and one per layer, ring and auto (which picks per
+ * collective; the torus reduce-scatter is likewise the all-reduce's
+ * reduce phases).  Also checked against the rounding bound on its own. */
+static void test_wus_unchanged(void)
+{
+  Ref r;
+  ref_init(&r, loadv("strategy.replicas=8", NULL));
+  const struct {
+    const char *what;
+    const char *ov[4];
+  } cases[] = {
+      {"ring SGD", {"collective.algorithm=\"ring\"", NULL}},
+      {"ring SGD, bucket per layer", {"collective.algorithm=\"ring\"",
+                                      "strategy.bucket_bytes=1", NULL}},
+      {"ring Adam", {"collective.algorithm=\"ring\"", "optimizer.kind=\"adam\"",
+                     "optimizer.learning_rate=0.001", NULL}},
+      {"auto SGD", {"collective.algorithm=\"auto\"", NULL}},
+      {"auto Adam, bucket per layer", {"collective.algorithm=\"auto\"", "optimizer.kind=\"adam\"",
+                                       "optimizer.learning_rate=0.001",
+                                       "strategy.bucket_bytes=1"}},
+      {"torus SGD, bucket per layer", {"collective.algorithm=\"torus\"",
+                                       "strategy.bucket_bytes=1", NULL}},
+      {"bidir Adam", {"collective.algorithm=\"bidir\"", "optimizer.kind=\"adam\"",
+                      "optimizer.learning_rate=0.001", NULL}},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    const char *const *o = cases[i].ov;
+    PsSummary off = runv("strategy.replicas=8", "steps=3", o[0], o[1], o[2], o[3], NULL);
+    PsSummary on = runv("strategy.replicas=8", "steps=3", "strategy.weight_update_sharding=true",
+                        o[0], o[1], o[2], o[3], NULL);
+    size_t differ, moved;
+    double d = max_abs_diff(on.params, off.params, r.n, &differ);
+    double dist = max_abs_diff(on.params, r.w0, r.n, &moved);
+    g_test_message("%s (%d buckets; algorithms %s / %s): sharded vs not: %zu weights differ "
+                   "(max %.3g); moved %zu, up to %.3g", cases[i].what, on.buckets,
+                   on.collective_algorithm, off.collective_algorithm, differ, d, moved, dist);
+    g_assert_cmpuint(moved, >, r.n / 2);
+    g_assert_cmpint(memcmp(on.params, off.params, sizeof(float) * r.n), ==, 0);
+    g_assert_cmpfloat(on.loss_last, ==, off.loss_last);
+    ps_summary_clear(&on);
+    ps_summary_clear(&off);
+  }
+  /* step 1 with sharding against the bound, independently of the above */
+  PsSummary s = runv("strategy.replicas=8", "steps=1", "strategy.weight_update_sharding=true",
+                     "strategy.bucket_bytes=1", NULL);
+  double worst = check_step_any_order(&r, r.w0, s.params, 1, 8, 1.0f / 8, NULL);
+  g_test_message("sharded step 1 vs exact sum: worst diff/bound %.3f", worst);
+  ps_summary_clear(&s);
+  ref_clear(&r);
+}
+
+/* ---- 6. overlap hides communication (timing only) ----------------------- */
+
+static const char *resnet_json =
+    "{\"name\": \"overlap\", \"topology\": \"tpu-v3-8\", \"model\": \"resnet50\","
+    " \"global_batch\": 64, \"steps\": 3, \"steps_per_run\": 1,"
+    " \"input\": {\"source\": \"synthetic\", \"host_cost_per_example_s\": 0},"
+    " \"numerics\": {\"enabled\": false}}";
+
+static PsSummary run_path(const char *path, const char *first, ...) G_GNUC_NULL_TERMINATED;
+static PsSummary run_path(const char *path, const char *first, ...)
+{
+  va_list ap;
+  va_start(ap, first);
+  PsExperiment *e = load_va(path, first, ap);
+  va_end(ap);
+  PsSummary s = run_exp(e);
+  ps_experiment_free(e);
+  return s;
+}
+
+/* With overlap each bucket's all-reduce runs under the rest of the
+ * backward pass, so less of it is exposed (COLLECTIVE in the breakdown)
+ * and the step is shorter, while the ops, and so COMPUTE, are the same.
+ * With one bucket and no overlap nothing overlaps: every replica starts
+ * the one all-reduce when its backward pass ends, and the device the
+ * summary reports (the one the collective waited for, run.h) waits for
+ * exactly that all-reduce: ps_collective_predict_s's closed form, which
+ * test_collectives holds to the simulated time within 0.5%. */
+static void test_overlap_hides_communication(void)
+{
+  g_autofree char *path = g_build_filename(tmpdir, "overlap.json", NULL);
+  g_assert_true(g_file_set_contents(path, resnet_json, -1, NULL));
+  PsSummary on = run_path(path, "strategy.overlap=true", NULL);
+  PsSummary off = run_path(path, "strategy.overlap=false", NULL);
+  PsSummary one = run_path(path, "strategy.overlap=false", "strategy.bucket_bytes=1000000000000",
+                           NULL);
+  g_assert_false(on.has_numerics);
+  g_assert_cmpint(on.replicas, ==, 8);
+  g_assert_cmpint(on.buckets, ==, off.buckets);
+  g_assert_cmpint(on.buckets, >, 1);
+  g_assert_cmpint(one.buckets, ==, 1);
+  const double *bon = on.breakdown, *boff = off.breakdown, *bone = one.breakdown;
+  g_test_message("ResNet-50, 8 replicas, %d buckets: overlap: step %.6g s, collective %.6g s, "
+                 "compute %.6g s; no overlap: step %.6g s, collective %.6g s, compute %.6g s; "
+                 "one bucket, no overlap: step %.6g s, collective %.6g s, compute %.6g s",
+                 on.buckets, on.step_time_s, bon[PS_TIME_COLLECTIVE], bon[PS_TIME_COMPUTE],
+                 off.step_time_s, boff[PS_TIME_COLLECTIVE], boff[PS_TIME_COMPUTE],
+                 one.step_time_s, bone[PS_TIME_COLLECTIVE], bone[PS_TIME_COMPUTE]);
+  g_assert_cmpfloat(bon[PS_TIME_COLLECTIVE], <, boff[PS_TIME_COLLECTIVE]);
+  g_assert_cmpfloat(on.step_time_s, <, off.step_time_s);
+  /* the same ops in the same order: the same sum of the same durations */
+  g_assert_cmpfloat(bon[PS_TIME_COMPUTE], ==, boff[PS_TIME_COMPUTE]);
+  g_assert_cmpfloat(bone[PS_TIME_COMPUTE], ==, boff[PS_TIME_COMPUTE]);
+
+  /* the closed form of the one all-reduce */
+  PsExperiment *e = load_va_path(path, NULL, NULL);
+  PsEngine *engine = ps_engine_new();
+  PsNetwork *net = ps_network_new(engine, e->topology, e->collective.chunk_bytes);
+  int devs[8];
+  for (int i = 0; i < 8; i++)
+    devs[i] = i;
+  PsCollSpec spec = {.op = PS_COLL_ALL_REDUCE, .algo = e->collective.algorithm, .devices = devs,
+                     .n_members = 8, .count = e->model->params, .elem_bytes = 4};
+  GError *error = NULL;
+  PsCollective *c = ps_collective_new(net, &spec, &error);
+  g_assert_no_error(error);
+  double want = ps_collective_predict_s(c);
+  g_test_message("one all-reduce of %.1f MB (%s): predicted %.6g s, exposed %.6g s (%+.3f%%)",
+                 e->model->params * 4 / 1e6, ps_collective_algo(c), want,
+                 bone[PS_TIME_COLLECTIVE], 100 * (bone[PS_TIME_COLLECTIVE] / want - 1));
+  g_assert_cmpstr(ps_collective_algo(c), ==, one.collective_algorithm);
+  g_assert_cmpfloat(fabs(bone[PS_TIME_COLLECTIVE] - want), <, 0.005 * want);
+  ps_collective_free(c);
+  ps_network_free(net);
+  ps_engine_free(engine);
+  ps_experiment_free(e);
+  ps_summary_clear(&on);
+  ps_summary_clear(&off);
+  ps_summary_clear(&one);
+}
+
+/* ---- 7. replicas default to every device -------------------------------- */
+
+static const char *default_json =
+    "{\"name\": \"all-devices\", \"topology\": \"tpu-v3-8\", \"model\": \"mlp\","
+    " \"global_batch\": 64, \"steps\": 2,"
+    " \"strategy\": {\"kind\": \"replicate\"},"
+    " \"input\": {\"source\": \"synthetic\", \"synthetic_examples\": 256,"
+    "             \"host_cost_per_example_s\": 0},"
+    " \"numerics\": {\"enabled\": true, \"seed\": 7, \"evaluate\": false}}";
+
+static void test_default_replicas(void)
+{
+  g_autofree char *path = g_build_filename(tmpdir, "all-devices.json", NULL);
+  g_assert_true(g_file_set_contents(path, default_json, -1, NULL));
+  PsExperiment *e = load_va_path(path, NULL, NULL);
+  g_assert_cmpint(e->strategy.replicas, ==, 8);
+  g_assert_cmpint(ps_experiment_devices_used(e), ==, 8);
+  ps_experiment_free(e);
+  PsSummary s = run_path(path, NULL, NULL);
+  g_assert_cmpint(s.replicas, ==, 8);
+  g_assert_cmpint(s.devices, ==, 8);
+  g_assert_cmpint(s.stages, ==, 1);
+  g_assert_cmpfloat(s.replica_divergence, ==, 0.0);
+  ps_summary_clear(&s);
+}
+
+int main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  if (!g_getenv("PODSIM_DATA_DIR"))
+    g_setenv("PODSIM_DATA_DIR", ".", TRUE);
+  tmpdir = g_dir_make_tmp("podsim-test-replicate-XXXXXX", NULL);
+  g_assert_nonnull(tmpdir);
+  base_path = g_build_filename(tmpdir, "replicate.json", NULL);
+  g_assert_true(g_file_set_contents(base_path, base_json, -1, NULL));
+  g_test_add_func("/replicate/mean-matches-one-replica", test_mean_matches_one);
+  g_test_add_func("/replicate/replicas-identical", test_replicas_identical);
+  g_test_add_func("/replicate/sum-is-n-times-mean", test_sum_is_n_times_mean);
+  g_test_add_func("/replicate/bucketing-unchanged", test_bucketing_unchanged);
+  g_test_add_func("/replicate/wus-unchanged", test_wus_unchanged);
+  g_test_add_func("/replicate/overlap-hides-communication", test_overlap_hides_communication);
+  g_test_add_func("/replicate/default-replicas-all-devices", test_default_replicas);
+  int rc = g_test_run();
+  g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
+  if (system(cmd) != 0)
+    g_warning("could not remove %s", tmpdir);
+  g_free(tmpdir);
+  g_free(base_path);
+  return rc;
+}
