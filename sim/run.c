@@ -71,6 +71,7 @@ typedef struct {
   Lanes *coll_lanes;    /* per device */
   Lanes host_lanes[PS_HOST_N_LANES]; /* per lane, tids shared by all hosts */
   guint8 *host_named;   /* per host: bit per (lane, sub) named */
+  int64_t *host_batches; /* per host: batches prepared so far (names slices) */
 } Run;
 
 static int lanes_pick(Lanes *l, ps_time_t start, ps_time_t end, gboolean *is_new)
@@ -375,10 +376,17 @@ static void on_host_work(void *ctx, int host, PsHostLane lane, const char *what,
     }
     r->host_named[host] |= (guint8)(1u << sub);
   }
-  char args[64];
+  char args[64], name[96];
   if (device >= 0)
     g_snprintf(args, sizeof args, "{\"device\":%d}", device);
-  ps_trace_complete(r->trace, HOST_PID_BASE + host, tid, what, "host", start, end - start,
+  /* distinct names: viewers merge back-to-back slices of one name */
+  if (lane == PS_HOST_INPUT)
+    g_snprintf(name, sizeof name, "%s %" G_GINT64_FORMAT, what, ++r->host_batches[host]);
+  else if (device >= 0)
+    g_snprintf(name, sizeof name, "%s: device %d", what, device);
+  else
+    g_snprintf(name, sizeof name, "%s", what);
+  ps_trace_complete(r->trace, HOST_PID_BASE + host, tid, name, "host", start, end - start,
                     device >= 0 ? args : NULL);
 }
 
@@ -581,6 +589,7 @@ static void run_free(Run *r)
   for (int l = 0; l < PS_HOST_N_LANES; l++)
     lanes_clear(&r->host_lanes[l]);
   g_free(r->host_named);
+  g_free(r->host_batches);
   if (r->histograms)
     for (int i = 0; i < r->exp->n_host_calls; i++)
       g_free(r->histograms[i].counts);
@@ -647,6 +656,7 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
       goto out;
     r.coll_lanes = g_new0(Lanes, r.n_dev);
     r.host_named = g_new0(guint8, ps_topology_hosts(exp->topology));
+    r.host_batches = g_new0(int64_t, ps_topology_hosts(exp->topology));
     trace_metadata(&r);
     if (opt->trace_links)
       ps_network_set_trace(ps_pod_network(r.pod), r.trace, LINKS_PID);

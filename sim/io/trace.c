@@ -129,10 +129,37 @@ static void put_time(PsTrace *t, ps_time_t ps)
 static void put_double(PsTrace *t, double v)
 {
   char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  int saved = errno; /* strtod clears it; a failed write before must keep its cause */
   g_ascii_formatd(buf, sizeof buf, "%.15g", v);
   if (g_ascii_strtod(buf, NULL) != v)
     g_ascii_formatd(buf, sizeof buf, "%.17g", v);
+  errno = saved;
   fputs(buf, t->f);
+}
+
+/* The double a viewer reads for put_time(ps)'s text. */
+static double time_as_read(ps_time_t ps)
+{
+  char buf[32];
+  g_snprintf(buf, sizeof buf, "%" PRId64 ".%06" PRId64, ps / 1000000, ps % 1000000);
+  return g_ascii_strtod(buf, NULL);
+}
+
+/* A duration as the largest double d with ts + d <= end in a viewer's
+ * double arithmetic (ts and end as it reads them), so back-to-back slices
+ * never overlap by a rounding error (viewers such as speedscope compute
+ * ts + dur and drop a slice that ends after its successor began). */
+static void put_duration(PsTrace *t, ps_time_t start, ps_time_t dur)
+{
+  int saved = errno; /* strtod clears it; a failed write before must keep its cause */
+  double s = time_as_read(start), e = time_as_read(start + dur);
+  errno = saved;
+  double d = e - s;
+  while (d > 0 && s + d > e)
+    d = nextafter(d, 0);
+  while (s + d < e && s + nextafter(d, INFINITY) <= e)
+    d = nextafter(d, INFINITY);
+  put_double(t, d);
 }
 
 /* Starts an event: the separator, then {"ph":"<ph>","pid":P */
@@ -195,7 +222,7 @@ void ps_trace_complete(PsTrace *t, int pid, int tid, const char *name, const cha
   fputs(",\"ts\":", t->f);
   put_time(t, start);
   fputs(",\"dur\":", t->f);
-  put_time(t, dur);
+  put_duration(t, start, dur);
   if (args_json) {
     fputs(",\"args\":", t->f);
     fputs(args_json, t->f);

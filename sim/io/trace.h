@@ -4,7 +4,10 @@
  * written as they come, never held in memory; the file is written under a
  * temporary name in the same directory and renamed when closed, so a
  * failed run never leaves a half-written trace.  Timestamps are exact:
- * picoseconds printed as microseconds with six decimals.
+ * picoseconds printed as microseconds with six decimals.  A complete
+ * event's duration is the largest double d for which ts + d does not
+ * pass its end's timestamp in a viewer's double arithmetic (within a few
+ * ulps of the exact duration), so slices that touch never overlap there.
  * Invariant: after ps_trace_close() returns TRUE the file is a complete,
  * valid JSON object {"traceEvents": [...], "displayTimeUnit": "ns", ...}. */
 #ifndef PS_TRACE_H
