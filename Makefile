@@ -152,7 +152,7 @@ check-valgrind: all $(TEST_BIN)
 	@for t in $(TEST_BIN); do \
 	  PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
 	  valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite $$t -q \
-	    -s /run/default/mlp-one-epoch || exit 1; done
+	    -s /run/default/cnn-data-parallel-epoch || exit 1; done
 
 clean:
 	rm -rf build build-asan tests/bin podsim traces/*.json

@@ -239,6 +239,11 @@ static void numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
     break;
   case PS_OP_UPDATE: {
     int64_t off = op->param_off, len = op->param_len;
+    const PsOptimizerConfig *oc = &r->exp->optimizer;
+    if (oc->schedule == PS_LR_COSINE) /* step k of S: lr (1 + cos(pi k / S)) / 2 */
+      ps_optimizer_set_lr(r->opts[device],
+                          (float)(oc->learning_rate * 0.5 *
+                                  (1.0 + cos(G_PI * (double)step / (double)r->exp->steps))));
     if (op->coll >= 0) { /* this device's shard of a reduce-scattered bucket */
       int64_t boff, blen;
       ps_pod_coll_block(r->pod, op->coll, device, &boff, &blen);

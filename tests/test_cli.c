@@ -187,7 +187,7 @@ static gboolean bool_member(json_object *o, const char *key)
 static void test_strategy_keys_roundtrip(void)
 {
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "describe", "experiment", "default", NULL), ==, 0);
+  g_assert_cmpint(run(&out, &err, "describe", "experiment", "resnet50-v3-8", NULL), ==, 0);
   json_object *d = json_tokener_parse(out);
   g_assert_nonnull(d);
   json_object *so = strategy_of(d);

@@ -474,8 +474,9 @@ static void test_experiment_overrides(void)
 
   const char *const enums[] = {"numerics.precision=bf16", "optimizer.kind=adam",
                                "strategy.loss_reduction=sum", "numerics.seed=42",
-                               "steps=3", "log_every=2", NULL};
+                               "steps=3", "log_every=2", "optimizer.schedule=cosine", NULL};
   e = load_good(enums);
+  g_assert_cmpint(e->optimizer.schedule, ==, PS_LR_COSINE);
   g_assert_cmpint(e->numerics.precision, ==, PS_PRECISION_BF16);
   g_assert_cmpint(e->optimizer.kind, ==, PS_OPT_ADAM);
   g_assert_cmpint(e->strategy.loss_reduction, ==, PS_LOSS_SUM);
@@ -748,6 +749,10 @@ static const BadCase bad_cases[] = {
     {"bucket-bytes/unit-in-file", BAD("bucket-bytes-unit.json"), {NULL}, PS_INPUT_ERROR_SYNTAX,
      {"bad/bucket-bytes-unit.json: ", "strategy.bucket_bytes: ",
       "cannot read '25 MBs' as a size"}},
+    {"optimizer/schedule", WHAT_IF_EXPERIMENT, {"optimizer.schedule=linear", NULL},
+     PS_INPUT_ERROR_VALUE,
+     {"good/experiments/mlp-what-if.json: ", "optimizer.schedule: ",
+      "must be one of: constant, cosine; got 'linear'"}},
     {"bucket-bytes/zero", WHAT_IF_EXPERIMENT, {"strategy.bucket_bytes=0", NULL},
      PS_INPUT_ERROR_VALUE,
      {"good/experiments/mlp-what-if.json: ", "strategy.bucket_bytes: ", "must be > 0, got 0"}},

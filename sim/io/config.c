@@ -310,7 +310,8 @@ static const char *const input_keys[] = {"source",   "data_dir",        "host_co
                                          "synthetic_examples", "shuffle", "outfeed_capacity",
                                          NULL};
 static const char *const optimizer_keys[] = {"kind",  "learning_rate", "momentum", "beta1",
-                                             "beta2", "epsilon",       NULL};
+                                             "beta2", "epsilon",       "schedule", NULL};
+static const char *const lr_schedules[] = {"constant", "cosine", NULL};
 static const char *const numerics_keys[] = {"enabled", "precision", "seed", "evaluate", NULL};
 
 static const char *const strategy_kinds[] = {"replicate", "pipeline", NULL};
@@ -650,7 +651,7 @@ static gboolean parse_optimizer(json_object *root, const char *file, PsOptimizer
   if (!o)
     return TRUE;
   const char *p = "optimizer";
-  int kind = opt->kind;
+  int kind = opt->kind, sched = PS_LR_CONSTANT;
   if (!ps_json_check_keys(o, file, p, optimizer_keys, error) ||
       !ps_json_get_enum(o, file, p, "kind", FALSE, optimizer_kinds, &kind, error) ||
       !ps_json_get_double(o, file, p, "learning_rate", FALSE, 0, TRUE, INFINITY,
@@ -659,9 +660,11 @@ static gboolean parse_optimizer(json_object *root, const char *file, PsOptimizer
       !get_unit_interval(o, file, p, "beta1", &opt->beta1, error) ||
       !get_unit_interval(o, file, p, "beta2", &opt->beta2, error) ||
       !ps_json_get_double(o, file, p, "epsilon", FALSE, 0, TRUE, INFINITY, &opt->epsilon,
-                          error))
+                          error) ||
+      !ps_json_get_enum(o, file, p, "schedule", FALSE, lr_schedules, &sched, error))
     return FALSE;
   opt->kind = (PsOptimizerKind)kind;
+  opt->schedule = (PsLrSchedule)sched;
   return TRUE;
 }
 
@@ -919,6 +922,7 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(oo, "beta1", ps_config__new_double(opt->beta1));
   json_object_object_add(oo, "beta2", ps_config__new_double(opt->beta2));
   json_object_object_add(oo, "epsilon", ps_config__new_double(opt->epsilon));
+  json_object_object_add(oo, "schedule", json_object_new_string(lr_schedules[opt->schedule]));
   json_object_object_add(o, "optimizer", oo);
 
   const PsNumericsConfig *n = &e->numerics;

@@ -98,8 +98,14 @@ typedef struct {
   gboolean shuffle;
 } PsInputConfig;
 
+/* Learning rate over the run: constant, or cosine decay from learning_rate
+ * to 0 over the run's steps (Loshchilov and Hutter, "SGDR: Stochastic
+ * Gradient Descent with Warm Restarts", ICLR 2017, without restarts). */
+typedef enum { PS_LR_CONSTANT, PS_LR_COSINE } PsLrSchedule;
+
 typedef struct {
   PsOptimizerKind kind;
+  PsLrSchedule schedule;
   double learning_rate;
   double momentum;
   double beta1, beta2, epsilon;

@@ -748,6 +748,12 @@ void ps_optimizer_step(PsOptimizer *opt, float *params, const float *grads)
   ps_optimizer_step_range(opt, params, grads, 0, opt->n, opt->t);
 }
 
+void ps_optimizer_set_lr(PsOptimizer *opt, float lr)
+{
+  g_return_if_fail(opt != NULL && lr >= 0);
+  opt->lr = lr;
+}
+
 void ps_optimizer_free(PsOptimizer *opt)
 {
   if (!opt)

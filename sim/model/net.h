@@ -62,5 +62,7 @@ void ps_optimizer_step(PsOptimizer *opt, float *params, const float *grads);
 void ps_optimizer_step_range(PsOptimizer *opt, float *params, const float *grads, size_t off,
                              size_t len, int64_t t);
 void ps_optimizer_free(PsOptimizer *opt);
+/* Sets the learning rate of the following steps. */
+void ps_optimizer_set_lr(PsOptimizer *opt, float lr);
 
 #endif
