@@ -59,7 +59,8 @@ deps:
 	  fi; \
 	fi
 
-$(BUILD)/%.o: %.c
+# Order-only on deps: with -j, nothing compiles before the headers are there.
+$(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
