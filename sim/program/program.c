@@ -233,6 +233,14 @@ static void describe_op(const PsPlan *plan, int i, const PsOp *op, GString *out)
   case PS_OP_RECV:
     g_string_append_printf(out, "from %d tag %d  %s", op->peer, op->tag, op->name);
     break;
+  case PS_OP_UPDATE:
+    g_string_append_printf(out, "params [%" G_GINT64_FORMAT ", +%" G_GINT64_FORMAT ")%s %s",
+                           op->param_off, op->param_len,
+                           op->coll >= 0 ? " (this device's shard)" : "", op->name);
+    if (op->time > 0)
+      g_string_append_printf(out, "  %.3f us%s", ps_time_to_s(op->time) * 1e6,
+                             op->memory_bound ? " (HBM-bound)" : " (MXU-bound)");
+    break;
   default:
     g_string_append_printf(out, "mb %-3d batch %-6" G_GINT64_FORMAT " %s", op->mb, op->batch,
                            op->name);
