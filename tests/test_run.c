@@ -98,7 +98,7 @@ static void test_default_epoch(void)
   GArray *core = g_array_new(FALSE, FALSE, sizeof(Slice));
   GArray *colls = g_array_new(FALSE, FALSE, sizeof(Slice)); /* chip 0's collectives */
   int fwd = 0, bwd = 0, upd = 0, counters = 0;
-  GHashTable *core_tracks = g_hash_table_new(g_str_hash, g_str_equal);
+  GHashTable *core_tracks = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
   for (size_t i = 0; i < json_object_array_length(events); i++) {
     json_object *ev = json_object_array_get_idx(events, i);
     const char *ph = json_object_get_string(json_object_object_get(ev, "ph"));
@@ -147,11 +147,6 @@ static void test_default_epoch(void)
   }
   g_assert_true(overlapped);
   g_array_free(colls, TRUE);
-  GHashTableIter it;
-  gpointer key;
-  g_hash_table_iter_init(&it, core_tracks);
-  while (g_hash_table_iter_next(&it, &key, NULL))
-    g_free(key);
   g_hash_table_destroy(core_tracks);
   g_array_sort(core, cmp_slice);
   for (guint i = 1; i < core->len; i++) {
