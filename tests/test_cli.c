@@ -58,6 +58,9 @@ static void test_usage_errors(void)
       {"run", NULL, NULL, "run needs exactly one EXPERIMENT"},
       {"run", "no-such-experiment", NULL, "no-such-experiment"},
       {"run", "default", "--bogus", "Unknown option --bogus"},
+      {"run", "default", "--steps=0", "--steps must be at least 1, got 0"},
+      {"run", "default", "--steps=-3", "--steps must be at least 1"},
+      {"run", "default", "--trace=", "--trace needs a file name (or use --no-trace)"},
       {"list", "planets", NULL, "unknown kind 'planets'"},
       {"describe", "nothing-by-this-name", NULL, "nothing-by-this-name"},
   };

@@ -70,6 +70,14 @@ static void test_syntax_line(void)
   assert_error(&err, PS_INPUT_ERROR_SYNTAX, "empty.json", "empty", NULL);
   g_assert_null(ps_json_parse("{\"a\": [1,\n2", "eof.json", &err));
   assert_error(&err, PS_INPUT_ERROR_SYNTAX, "eof.json: line 2", NULL);
+
+  /* strict JSON: what json-c's lenient mode would accept is refused */
+  g_assert_null(ps_json_parse("{\"a\": 1,}", "comma.json", &err));
+  assert_error(&err, PS_INPUT_ERROR_SYNTAX, "comma.json: line 1", NULL);
+  g_assert_null(ps_json_parse("{\"a\": [1, 2,]}", "comma2.json", &err));
+  assert_error(&err, PS_INPUT_ERROR_SYNTAX, "comma2.json: line 1", NULL);
+  g_assert_null(ps_json_parse("{'a': 1}", "quote.json", &err));
+  assert_error(&err, PS_INPUT_ERROR_SYNTAX, "quote.json: line 1", NULL);
 }
 
 static void test_load_file(void)

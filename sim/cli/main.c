@@ -13,6 +13,7 @@
 #include "run.h"
 
 #include <errno.h>
+#include <locale.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -31,6 +32,10 @@ static const char *const usage_text =
 
 static int fail(GError *error)
 {
+  if (!error) { /* a failure that forgot to say why is a bug, not bad input */
+    fprintf(stderr, "podsim: internal error: a step failed without an error message\n");
+    return 1;
+  }
   int status = error->domain == PS_INPUT_ERROR ? EXIT_INPUT : 1;
   fprintf(stderr, "podsim: %s\n", error->message);
   g_error_free(error);
@@ -118,7 +123,7 @@ static void warn_idle_devices(const PsExperiment *e)
 static int cmd_run(int argc, char **argv)
 {
   g_auto(GStrv) sets = NULL;
-  gint64 steps = 0, seed = -1;
+  gint64 steps = -1, seed = -1;
   g_autofree char *trace = NULL;
   gboolean no_trace = FALSE, json = FALSE, quiet = FALSE, trace_links = FALSE;
   GOptionEntry entries[] = {
@@ -155,10 +160,16 @@ static int cmd_run(int argc, char **argv)
   GPtrArray *ov = g_ptr_array_new_with_free_func(g_free);
   for (char **s = sets; s && *s; s++)
     g_ptr_array_add(ov, g_strdup(*s));
-  if (steps != 0) {
-    if (steps < 0)
-      return usage_error(ctx, "--steps must be positive, got %s", "a negative number");
+  if (steps != -1) {
+    if (steps < 1) {
+      g_ptr_array_free(ov, TRUE);
+      return usage_error(ctx, "--steps must be at least 1, got %s", steps == 0 ? "0" : "a negative number");
+    }
     g_ptr_array_add(ov, g_strdup_printf("steps=%" G_GINT64_FORMAT, steps));
+  }
+  if (trace && !*trace) {
+    g_ptr_array_free(ov, TRUE);
+    return usage_error(ctx, "--trace needs a file name%s", " (or use --no-trace)");
   }
   if (seed >= 0)
     g_ptr_array_add(ov, g_strdup_printf("numerics.seed=%" G_GINT64_FORMAT, seed));
@@ -333,6 +344,9 @@ static int cmd_describe(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+  /* the terminal's character set for GOption's help ("[OPTION…]"); numbers
+   * stay in the C locale (LC_NUMERIC untouched) */
+  setlocale(LC_CTYPE, "");
   /* GOption's usage lines name the program: "podsim run [OPTION?] ..." */
   if (argc >= 2 && strcmp(argv[1], "run") == 0) {
     g_set_prgname("podsim run");

@@ -118,13 +118,35 @@ static json_object *parse_whole(const char *text, size_t len, int flags, size_t 
   return obj;
 }
 
+/* The offset of the first single quote outside a double-quoted string, or
+ * len: json-c's strict mode still takes 'single-quoted' names. */
+static size_t single_quote_at(const char *text, size_t len)
+{
+  gboolean in_string = FALSE;
+  for (size_t i = 0; i < len; i++) {
+    if (in_string) {
+      if (text[i] == '\\' && i + 1 < len)
+        i++;
+      else if (text[i] == '"')
+        in_string = FALSE;
+    } else if (text[i] == '"') {
+      in_string = TRUE;
+    } else if (text[i] == '\'') {
+      return i;
+    }
+  }
+  return len;
+}
+
 json_object *ps_json_parse(const char *text, const char *origin, GError **error)
 {
   g_return_val_if_fail(text != NULL, NULL);
   size_t len = strlen(text);
-  size_t off = 0;
-  const char *reason = NULL;
-  json_object *obj = parse_whole(text, len, 0, &off, &reason);
+  size_t off = single_quote_at(text, len);
+  const char *reason = "strings and names take double quotes, not single quotes";
+  json_object *obj = NULL;
+  if (off == len)
+    obj = parse_whole(text, len, JSON_TOKENER_STRICT, &off, &reason);
   if (!obj) {
     int line, col;
     /* The tokener stops at the offending byte. */
