@@ -36,6 +36,14 @@ typedef struct {
   GArray *ends; /* ps_time_t, per lane: end of its last slice */
 } Lanes;
 
+/* A step some device is still in: nothing is kept per step beyond it. */
+typedef struct {
+  double loss;          /* weighted over the devices that outfeed */
+  int outfed;
+  int critical;         /* the last device to start the step's last collective */
+  int done;             /* devices that finished the step */
+} StepState;
+
 typedef struct {
   const PsExperiment *exp;
   const PsPlan *plan;
@@ -53,10 +61,10 @@ typedef struct {
   float *batch_x;       /* one global batch */
   int32_t *batch_y;
   int64_t drawn_step;   /* global batch currently in batch_x */
-  double *step_loss;    /* per step, weighted over devices */
-  int *step_outfed;
+  GHashTable *open_steps; /* int64 step -> StepState, while devices are in it */
   int outfeeders;       /* devices with an OUTFEED op */
   PsHistogram *histograms; /* per host call, device 0's last result */
+  double loss_first, loss_last;
   double log_loss_sum;
   int64_t log_loss_n;
   /* statistics, per device, over the measured steps */
@@ -64,7 +72,8 @@ typedef struct {
   double *loop_wait;    /* per device */
   double *mxu_flops;    /* per device */
   ps_time_t *t0, *t1;   /* per device: end of the warm-up, of the last step */
-  int *critical;        /* per step: the last device to start its last collective */
+  int64_t *votes;       /* per device: steps whose last collective waited for it */
+  int voted;            /* the device with the most votes, first to reach them */
   int64_t *live, *peak; /* per device: activation bytes live now, at the peak */
   /* trace */
   PsTrace *trace;
@@ -165,10 +174,27 @@ static void numerics_free(Run *r)
   g_free(r->batch_y);
 }
 
-static void log_step(Run *r, int64_t step, ps_time_t t)
+static StepState *step_state(Run *r, int64_t step)
+{
+  StepState *st = g_hash_table_lookup(r->open_steps, &step);
+  if (!st) {
+    gint64 *key = g_new(gint64, 1);
+    *key = step;
+    st = g_new0(StepState, 1);
+    st->critical = -1;
+    g_hash_table_insert(r->open_steps, key, st);
+  }
+  return st;
+}
+
+static void log_step(Run *r, int64_t step, double loss, ps_time_t t)
 {
   const PsExperiment *exp = r->exp;
-  r->log_loss_sum += r->step_loss[step];
+  if (step == 0)
+    r->loss_first = loss;
+  if (step == exp->steps - 1)
+    r->loss_last = loss;
+  r->log_loss_sum += loss;
   r->log_loss_n++;
   if (!r->log || ((step + 1) % exp->log_every != 0 && step + 1 != exp->steps))
     return;
@@ -254,11 +280,13 @@ static void numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
                             (size_t)off, (size_t)len, step + 1);
     break;
   }
-  case PS_OP_OUTFEED:
-    r->step_loss[step] += ps_net_loss(net) * op->loss_weight;
-    if (++r->step_outfed[step] == r->outfeeders)
-      log_step(r, step, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
+  case PS_OP_OUTFEED: {
+    StepState *st = step_state(r, step);
+    st->loss += ps_net_loss(net) * op->loss_weight;
+    if (++st->outfed == r->outfeeders)
+      log_step(r, step, st->loss, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
     break;
+  }
   case PS_OP_HOST_CALL:
     host_call_numerics(r, device, op);
     break;
@@ -350,6 +378,14 @@ static void on_step_done(void *ctx, int device, int64_t step, ps_time_t end)
     r->t0[device] = end;
   if (step == r->exp->steps - 1)
     r->t1[device] = end;
+  StepState *st = step_state(r, step);
+  if (++st->done < r->n_dev)
+    return;
+  /* every device is past the step: vote for the one its collectives waited for */
+  if (step >= r->warm && st->critical >= 0 &&
+      ++r->votes[st->critical] > r->votes[r->voted])
+    r->voted = st->critical;
+  g_hash_table_remove(r->open_steps, &step);
 }
 
 static void on_infeed_depth(void *ctx, int device, int depth, ps_time_t t)
@@ -398,7 +434,7 @@ static void on_host_work(void *ctx, int host, PsHostLane lane, const char *what,
 static void on_coll_arrived(void *ctx, int64_t step, int c, int last, ps_time_t t)
 {
   Run *r = ctx;
-  r->critical[step] = last;
+  step_state(r, step)->critical = last;
 }
 
 static void on_coll_done(void *ctx, int device, int64_t step, int c, ps_time_t start,
@@ -458,12 +494,7 @@ static void trace_metadata(Run *r)
  * collective most often waited for (device 0 without collectives). */
 static int reporting_device(Run *r)
 {
-  g_autofree int64_t *votes = g_new0(int64_t, r->n_dev);
-  int best = 0;
-  for (int64_t k = r->warm; k < r->exp->steps; k++)
-    if (r->critical[k] >= 0 && ++votes[r->critical[k]] > votes[best])
-      best = r->critical[k];
-  return best;
+  return r->voted;
 }
 
 static void summarise(Run *r, PsSummary *s)
@@ -503,8 +534,8 @@ static void summarise(Run *r, PsSummary *s)
   s->buckets = r->plan->n_buckets;
   if (r->numerics) {
     s->has_numerics = TRUE;
-    s->loss_first = r->step_loss[0];
-    s->loss_last = r->step_loss[steps - 1];
+    s->loss_first = r->loss_first;
+    s->loss_last = r->loss_last;
     /* replicas must end with identical weights: the largest difference */
     size_t n = ps_net_n_params(r->nets[0]);
     const float *p0 = ps_net_params(r->nets[0]);
@@ -582,11 +613,11 @@ static void run_free(Run *r)
   g_free(r->mxu_flops);
   g_free(r->t0);
   g_free(r->t1);
-  g_free(r->critical);
+  g_free(r->votes);
+  if (r->open_steps)
+    g_hash_table_destroy(r->open_steps);
   g_free(r->live);
   g_free(r->peak);
-  g_free(r->step_loss);
-  g_free(r->step_outfed);
   if (r->coll_lanes)
     for (int i = 0; i < r->n_dev; i++)
       lanes_clear(&r->coll_lanes[i]);
@@ -624,11 +655,8 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
   r.t1 = g_new0(ps_time_t, r.n_dev);
   r.live = g_new0(int64_t, r.n_dev);
   r.peak = g_new0(int64_t, r.n_dev);
-  r.critical = g_new(int, (size_t)steps);
-  for (int64_t k = 0; k < steps; k++)
-    r.critical[k] = -1;
-  r.step_loss = g_new0(double, (size_t)steps);
-  r.step_outfed = g_new0(int, (size_t)steps);
+  r.votes = g_new0(int64_t, r.n_dev);
+  r.open_steps = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, g_free);
   for (int d = 0; d < r.n_dev; d++) {
     const PsProgram *p = ps_plan_program(plan, d);
     for (int i = 0; i < p->n_ops; i++)
