@@ -697,6 +697,14 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
 
   ps_pod_start(r.pod);
   ps_engine_run(engine, PS_TIME_NEVER);
+  if (ps_engine_overflowed(engine)) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: the simulated time would pass 2^63 ps (about 106 days) after %.6g s: "
+                "a duration too long or a rate too small for the simulator's clock (look at "
+                "the topology's latencies, bandwidths and peak_flops, and the input's "
+                "host_cost_per_example_s)", exp->file, ps_time_to_s(ps_engine_now(engine)));
+    goto out;
+  }
   if (!ps_pod_check_finished(r.pod, error))
     goto out;
   summarise(&r, out);

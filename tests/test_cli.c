@@ -74,6 +74,24 @@ static void test_usage_errors(void)
   }
 }
 
+/* Durations and rates the picosecond clock cannot hold: exit 2 with a
+ * message, never an assertion or a saturated answer. */
+static void test_clock_overflow(void)
+{
+  const char *sets[] = {"topology.ici.latency_s=1e10", "topology.chip.peak_flops=1e-300",
+                        "input.host_cost_per_example_s=1e300"};
+  for (guint i = 0; i < G_N_ELEMENTS(sets); i++) {
+    g_autofree char *out = NULL, *err = NULL;
+    int st = run(&out, &err, "run", "resnet50-v3-8", "--no-trace", "--steps=2", "--set",
+                 sets[i], NULL);
+    g_test_message("%s: %d: %s", sets[i], st, err);
+    g_assert_cmpint(st, ==, 2);
+    g_assert_nonnull(strstr(err, "experiments/resnet50-v3-8.json: the simulated time would "
+                                 "pass 2^63 ps"));
+    g_assert_null(strstr(out, "step time"));
+  }
+}
+
 static void test_list(void)
 {
   g_autofree char *out = NULL, *err = NULL;
@@ -409,6 +427,7 @@ int main(int argc, char **argv)
   g_test_add_func("/cli/version-and-help", test_version_and_help);
   g_test_add_func("/cli/usage-errors", test_usage_errors);
   g_test_add_func("/cli/list", test_list);
+  g_test_add_func("/cli/clock-overflow", test_clock_overflow);
   g_test_add_func("/cli/json-summary", test_json_summary);
   g_test_add_func("/cli/describe-roundtrip", test_describe_roundtrip);
   g_test_add_func("/cli/trace-failures", test_trace_failures);

@@ -116,6 +116,29 @@ static void test_engine_ties_fifo(void)
   ps_engine_free(e);
 }
 
+/* A delay the clock cannot hold stops the engine with a flag, never an
+ * assertion or a wrapped time; what ran before it ran, nothing after. */
+static void test_engine_overflow(void)
+{
+  PsEngine *e = ps_engine_new();
+  Log log = {g_array_new(FALSE, FALSE, sizeof(uint32_t)), g_array_new(FALSE, FALSE, sizeof(ps_time_t))};
+  uint32_t t = ps_engine_register(e, "log", log_handler, &log);
+  ps_engine_at(e, 10, t, 1, 0);
+  ps_engine_at(e, PS_TIME_NEVER - 5, t, 2, 0); /* representable: runs */
+  g_assert_cmpuint(ps_engine_run(e, PS_TIME_NEVER), ==, 2);
+  g_assert_false(ps_engine_overflowed(e));
+  ps_engine_after(e, 100, t, 3, 0); /* saturates at PS_TIME_NEVER */
+  g_assert_true(ps_engine_overflowed(e));
+  ps_engine_at(e, PS_TIME_NEVER - 1, t, 4, 0);
+  g_assert_cmpuint(ps_engine_run(e, PS_TIME_NEVER), ==, 0);
+  g_assert_cmpuint(log.seen->len, ==, 2);
+  g_assert_cmpint(ps_time_add(PS_TIME_NEVER - 1, 5), ==, PS_TIME_NEVER);
+  g_assert_cmpint(ps_time_add(40, 2), ==, 42);
+  g_array_free(log.seen, TRUE);
+  g_array_free(log.times, TRUE);
+  ps_engine_free(e);
+}
+
 static void test_engine_cancel_and_until(void)
 {
   PsEngine *e = ps_engine_new();
@@ -723,6 +746,7 @@ int main(int argc, char **argv)
       }
   }
   g_test_add_func("/engine/loop/ties-fifo", test_engine_ties_fifo);
+  g_test_add_func("/engine/loop/overflow", test_engine_overflow);
   g_test_add_func("/engine/loop/cancel-and-until", test_engine_cancel_and_until);
   g_test_add_func("/engine/loop/self-scheduling", test_engine_self_scheduling);
   g_test_add_func("/engine/loop/against-heap", test_engine_against_heap);

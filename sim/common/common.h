@@ -17,6 +17,12 @@ typedef int64_t ps_time_t;
  * PS_TIME_NEVER for huge values. */
 ps_time_t ps_time_from_s(double seconds);
 double ps_time_to_s(ps_time_t t);
+/* a + b for a, b >= 0, saturating at PS_TIME_NEVER (never wraps). */
+static inline ps_time_t ps_time_add(ps_time_t a, ps_time_t b)
+{
+  ps_time_t r;
+  return __builtin_add_overflow(a, b, &r) ? PS_TIME_NEVER : r;
+}
 
 /* Error domain for everything a user can get wrong: config files, command
  * line, data files.  The CLI maps it to exit status 2. */

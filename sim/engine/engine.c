@@ -18,6 +18,7 @@ struct PsEngine {
   GArray *handlers;     /* HandlerEntry */
   GHashTable *cancelled; /* seq -> seq, NULL until the first cancel */
   gboolean stop;
+  gboolean overflowed;  /* an event fell at or past PS_TIME_NEVER */
 };
 
 PsEngine *ps_engine_new(void)
@@ -59,6 +60,12 @@ const char *ps_engine_type_name(const PsEngine *engine, uint32_t type)
  * ev has its time, type, target and arg; this gives it its seq. */
 static inline uint64_t schedule(PsEngine *engine, PsEvent *ev)
 {
+  if (G_UNLIKELY(ev->time >= PS_TIME_NEVER)) {
+    /* the clock would pass 2^63 ps: stop, and let the caller say so */
+    engine->overflowed = TRUE;
+    engine->stop = TRUE;
+    return 0;
+  }
   g_assert(ev->time >= engine->now);
   g_assert(ev->type < engine->handlers->len);
   ev->seq = engine->next_seq++;
@@ -102,6 +109,7 @@ ps_time_t ps_engine_now(const PsEngine *engine) { return engine->now; }
 size_t ps_engine_pending(const PsEngine *engine) { return ps_queue_len(&engine->queue); }
 uint64_t ps_engine_events_run(const PsEngine *engine) { return engine->events_run; }
 void ps_engine_stop(PsEngine *engine) { engine->stop = TRUE; }
+gboolean ps_engine_overflowed(const PsEngine *engine) { return engine->overflowed; }
 
 static gboolean take_cancelled(PsEngine *engine, uint64_t seq)
 {
@@ -120,7 +128,7 @@ uint64_t ps_engine_run(PsEngine *engine, ps_time_t until)
   uint64_t ran = 0;
   PsQueue *q = &engine->queue;
   PsEvent ev;
-  engine->stop = FALSE;
+  engine->stop = engine->overflowed;
   while (!engine->stop) {
     if (until != PS_TIME_NEVER) {
       const PsEvent *next = ps_queue_peek(q);

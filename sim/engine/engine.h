@@ -56,6 +56,10 @@ uint64_t ps_engine_events_run(const PsEngine *engine);
  * called.  Returns the number of events run by this call. */
 uint64_t ps_engine_run(PsEngine *engine, ps_time_t until);
 void ps_engine_stop(PsEngine *engine);
+/* TRUE once an event was scheduled at or after PS_TIME_NEVER (a delay too
+ * long for the picosecond clock, about 106 days): the engine then stopped,
+ * dropped that event, and runs nothing more. */
+gboolean ps_engine_overflowed(const PsEngine *engine);
 
 /* The queues, exposed for tests and the benchmark.  PsHeap: a 4-ary
  * min-heap of PsEvent keyed on (time, seq). */

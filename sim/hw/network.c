@@ -600,11 +600,12 @@ static ps_time_t transmit(PsNetwork *net, Message *m, uint64_t chunk, int hop)
     if (lane[i] < lane[best])
       best = i;
   ps_time_t start = lane[best] > now ? lane[best] : now;
-  ps_time_t ser = (ps_time_t)((double)bytes * l->ps_per_byte + 0.5);
-  lane[best] = start + ser;
+  double ser_d = (double)bytes * l->ps_per_byte + 0.5;
+  ps_time_t ser = ser_d >= (double)PS_TIME_NEVER ? PS_TIME_NEVER : (ps_time_t)ser_d;
+  lane[best] = ps_time_add(start, ser);
   l->bytes += bytes;
   l->chunks++;
-  l->busy += ser;
+  l->busy = ps_time_add(l->busy, ser);
   net->chunk_hops++;
   if (G_UNLIKELY(net->trace != NULL)) {
     trace_chunk(net, m, li, chunk, bytes, start, ser);
@@ -613,7 +614,7 @@ static ps_time_t transmit(PsNetwork *net, Message *m, uint64_t chunk, int hop)
     if (hop == m->hops - 1 && start > m->last_start)
       m->last_start = start;
   }
-  return start + ser + l->latency;
+  return ps_time_add(ps_time_add(start, ser), l->latency);
 }
 
 static inline uint64_t hop_arg(uint64_t chunk, int done)
