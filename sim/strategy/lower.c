@@ -1,5 +1,5 @@
 /* lower.c: shared lowering of layers to costed ops (see lower.h). */
-#include "strategy/lower.h"
+#include "strategy/strategy-private.h"
 
 #include "hw/cost.h"
 

@@ -20,7 +20,7 @@
  * up; buckets cover the parameters exactly once, in contiguous ranges. */
 #include "strategy/strategy.h"
 
-#include "strategy/lower.h"
+#include "strategy/strategy-private.h"
 
 #include <stdio.h>
 

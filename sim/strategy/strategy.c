@@ -1,7 +1,7 @@
 /* strategy.c: the registry of strategies (see strategy.h). */
 #include "strategy/strategy.h"
 
-#include "strategy/lower.h"
+#include "strategy/strategy-private.h"
 
 #include <string.h>
 

@@ -1,11 +1,11 @@
-/* lower.h: what every strategy does the same way when it lowers layers
+/* strategy-private.h: what every strategy does the same way when it lowers layers
  * to ops: grouping layers into fused ops, costing ops on the experiment's
  * hardware, laying out parameters, and checking HBM.
  *
  * Invariant: pure functions of the experiment; costs come from hw/cost.h
  * only, so two strategies price the same op the same. */
-#ifndef PS_LOWER_H
-#define PS_LOWER_H
+#ifndef PS_STRATEGY_PRIVATE_H
+#define PS_STRATEGY_PRIVATE_H
 
 #include "io/config.h"
 #include "program/program.h"
