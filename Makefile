@@ -130,7 +130,7 @@ install: all
 	  $(DESTDIR)$(PREFIX)/include/podsim $(DESTDIR)$(PREFIX)/share/podsim
 	install -m 755 podsim $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(BUILD)/libpodsim.a $(DESTDIR)$(PREFIX)/lib/
-	cd sim && find . -name '*.h' ! -name '*-private.h' -exec install -D -m 644 {} \
+	cd sim && find . -name '*.h' ! -name '*-private.h' ! -path './cli/*' -exec install -D -m 644 {} \
 	  $(DESTDIR)$(PREFIX)/include/podsim/{} \;
 	cp -r topologies models experiments $(DESTDIR)$(PREFIX)/share/podsim/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' podsim.pc.in \
