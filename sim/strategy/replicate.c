@@ -20,6 +20,7 @@
  * up; buckets cover the parameters exactly once, in contiguous ranges. */
 #include "strategy/strategy.h"
 
+#include "hw/cost.h"
 #include "strategy/strategy-private.h"
 
 #include <stdio.h>
@@ -74,7 +75,7 @@ static PsPlan *replicate_compile(const PsExperiment *exp, GError **error)
   GArray *ops = g_array_new(FALSE, TRUE, sizeof(PsOp));
   GArray *groups = ps_lower_layer_groups(exp, 0, m->n_layers);
   int n_groups = (int)groups->len - 1;
-  int act_bytes = exp->numerics.precision == PS_PRECISION_BF16 ? 2 : 4;
+  int act_bytes = ps_cost_act_bytes(exp->numerics.precision);
 
   PsOp in = {.kind = PS_OP_INFEED, .batch = batch, .time = ps_lower_launch(exp),
              .bytes = (double)(batch * ps_shape_elems(m->in_shape, m->in_rank)) * 4.0};
