@@ -58,6 +58,10 @@ typedef struct {
   PsNet **nets;         /* per device */
   PsOptimizer **opts;
   int64_t *example_base; /* per device: its replica's first example */
+  int64_t *grad_step;   /* per device: the step its gradients were zeroed for */
+  double *loss_acc;     /* per device: micro-batch losses of the step so far */
+  int *loss_n;
+  GHashTable *messages; /* (src, dst, tag) -> GQueue of payloads in flight */
   float *batch_x;       /* one global batch */
   int32_t *batch_y;
   int64_t drawn_step;   /* global batch currently in batch_x */
@@ -112,6 +116,16 @@ static double *cat_of(Run *r, int device)
 
 /* ---- numerics ------------------------------------------------------- */
 
+static void message_queue_free(gpointer q)
+{
+  g_queue_free_full(q, g_free);
+}
+
+static gint64 message_key(int src, int dst, int tag)
+{
+  return ((gint64)src << 40) | ((gint64)dst << 20) | tag;
+}
+
 static gboolean numerics_init(Run *r, GError **error)
 {
   const PsExperiment *exp = r->exp;
@@ -129,15 +143,25 @@ static gboolean numerics_init(Run *r, GError **error)
   r->nets = g_new0(PsNet *, r->n_dev);
   r->opts = g_new0(PsOptimizer *, r->n_dev);
   r->example_base = g_new0(int64_t, r->n_dev);
+  r->grad_step = g_new(int64_t, r->n_dev);
+  r->loss_acc = g_new0(double, r->n_dev);
+  r->loss_n = g_new0(int, r->n_dev);
+  r->messages = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, message_queue_free);
   for (int d = 0; d < r->n_dev; d++) {
     const PsProgram *p = ps_plan_program(plan, d);
     int64_t max_batch = 1;
-    for (int i = 0; i < p->n_ops; i++)
-      max_batch = MAX(max_batch, p->ops[i].batch);
+    int slots = 1;
+    for (int i = 0; i < p->n_ops; i++) {
+      const PsOp *op = &p->ops[i];
+      if (op->kind != PS_OP_OUTFEED)
+        max_batch = MAX(max_batch, op->batch);
+      slots = MAX(slots, op->mb + 1);
+    }
+    r->grad_step[d] = -1;
     /* same seed: every device starts from identical weights, as a mirrored
-     * variable does */
-    r->nets[d] = ps_net_new(m, (int)max_batch, exp->numerics.precision, exp->numerics.seed,
-                            error);
+     * variable does; a pipeline stage keeps a micro-batch per slot */
+    r->nets[d] = ps_net_new_slots(m, (int)max_batch, slots, exp->numerics.precision,
+                                  exp->numerics.seed, error);
     if (!r->nets[d])
       return FALSE;
     size_t n = ps_net_n_params(r->nets[d]);
@@ -147,7 +171,7 @@ static gboolean numerics_init(Run *r, GError **error)
                                              (float)o->beta2, (float)o->epsilon)
                      : ps_optimizer_new_sgd(n, (float)o->learning_rate, (float)o->momentum);
     /* replica r of R takes examples [r B/R, (r+1) B/R) of the global batch */
-    r->example_base[d] = (int64_t)(d % plan->replicas) * (exp->global_batch / plan->replicas);
+    r->example_base[d] = (int64_t)plan->replica_of[d] * (exp->global_batch / plan->replicas);
   }
   size_t elems = ps_dataset_example_elems(r->train);
   r->batch_x = g_new(float, (size_t)exp->global_batch * elems);
@@ -166,6 +190,11 @@ static void numerics_free(Run *r)
   g_free(r->nets);
   g_free(r->opts);
   g_free(r->example_base);
+  g_free(r->grad_step);
+  g_free(r->loss_acc);
+  g_free(r->loss_n);
+  if (r->messages)
+    g_hash_table_destroy(r->messages);
   if (r->sampler)
     ps_sampler_free(r->sampler);
   if (r->train)
@@ -211,13 +240,14 @@ static void log_step(Run *r, int64_t step, double loss, ps_time_t t)
  * call for the summary; a roundtrip brings the tensor back unchanged. */
 static void host_call_numerics(Run *r, int device, const PsOp *op)
 {
-  if (device != 0)
-    return; /* every device calls its host; the summary shows device 0's */
+  if (r->plan->replica_of[device] != 0)
+    return; /* every replica calls its host; the summary shows replica 0's */
   const PsHostCall *hc = &r->exp->host_calls[op->host_call];
   if (hc->kind != PS_HOST_CALL_HISTOGRAM)
     return;
   size_t n = 0;
-  const float *x = ps_net_layer_output(r->nets[0], hc->after, &n);
+  ps_net_select_slot(r->nets[device], op->mb);
+  const float *x = ps_net_layer_output(r->nets[device], hc->after, &n);
   PsHistogram *h = &r->histograms[op->host_call];
   if (!h->counts)
     h->counts = g_new0(int64_t, hc->bins);
@@ -236,11 +266,24 @@ static void host_call_numerics(Run *r, int device, const PsOp *op)
   h->calls++;
 }
 
+/* A pipeline's messages carry activations (even tags) or their gradients
+ * (odd tags) of layer op->first, for micro-batch op->mb: the sender's are
+ * copied when it sends, the receiver's buffers filled when it receives. */
+static float *message_buffer(PsNet *net, const PsOp *op, size_t *n)
+{
+  return op->tag % 2 == 0 ? ps_net_activation(net, op->first, n)
+                          : ps_net_activation_grad(net, op->first, n);
+}
+
 static void numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
 {
   Run *r = ctx;
   const PsPlan *plan = r->plan;
   PsNet *net = r->nets[device];
+  if (r->grad_step[device] != step) { /* gradients accumulate over a step's micro-batches */
+    ps_net_zero_grads(net);
+    r->grad_step[device] = step;
+  }
   switch (op->kind) {
   case PS_OP_INFEED: {
     if (r->drawn_step != step) {
@@ -249,20 +292,53 @@ static void numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
     }
     size_t elems = ps_dataset_example_elems(r->train);
     size_t off = (size_t)(r->example_base[device] + op->example_off);
+    ps_net_select_slot(net, op->mb);
     ps_net_set_input(net, r->batch_x + off * elems, r->batch_y + off, (int)op->batch);
-    if (op->mb == 0)
-      ps_net_zero_grads(net);
     break;
   }
   case PS_OP_FWD:
   case PS_OP_RECOMPUTE:
+    ps_net_select_slot(net, op->mb);
     for (int i = op->first; i <= op->last; i++)
       ps_net_forward_layer(net, i);
+    if (op->kind == PS_OP_FWD && op->last == r->exp->model->n_layers - 1) {
+      r->loss_acc[device] += ps_net_loss(net);
+      r->loss_n[device]++;
+    }
     break;
   case PS_OP_BWD:
+    ps_net_select_slot(net, op->mb);
     for (int i = op->last; i >= op->first; i--)
       ps_net_backward_layer(net, i, plan->loss_scale);
     break;
+  case PS_OP_SEND: {
+    ps_net_select_slot(net, op->mb);
+    size_t n = 0;
+    const float *x = message_buffer(net, op, &n);
+    g_assert(x != NULL);
+    gint64 key = message_key(device, op->peer, op->tag);
+    GQueue *q = g_hash_table_lookup(r->messages, &key);
+    if (!q) {
+      q = g_queue_new();
+      g_hash_table_insert(r->messages, g_memdup2(&key, sizeof key), q);
+    }
+    g_queue_push_tail(q, g_memdup2(x, n * sizeof *x));
+    break;
+  }
+  case PS_OP_RECV: {
+    ps_net_select_slot(net, op->mb);
+    if (op->tag % 2 == 0)
+      ps_net_set_batch(net, (int)op->batch);
+    gint64 key = message_key(op->peer, device, op->tag);
+    GQueue *q = g_hash_table_lookup(r->messages, &key);
+    g_assert(q != NULL && !g_queue_is_empty(q));
+    g_autofree float *payload = g_queue_pop_head(q);
+    size_t n = 0;
+    float *x = message_buffer(net, op, &n);
+    g_assert(x != NULL);
+    memcpy(x, payload, n * sizeof *x);
+    break;
+  }
   case PS_OP_UPDATE: {
     int64_t off = op->param_off, len = op->param_len;
     const PsOptimizerConfig *oc = &r->exp->optimizer;
@@ -282,7 +358,11 @@ static void numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
   }
   case PS_OP_OUTFEED: {
     StepState *st = step_state(r, step);
-    st->loss += ps_net_loss(net) * op->loss_weight;
+    /* the mean over the device's micro-batches, weighted among replicas */
+    if (r->loss_n[device] > 0)
+      st->loss += r->loss_acc[device] / r->loss_n[device] * op->loss_weight;
+    r->loss_acc[device] = 0;
+    r->loss_n[device] = 0;
     if (++st->outfed == r->outfeeders)
       log_step(r, step, st->loss, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
     break;
@@ -290,7 +370,7 @@ static void numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
   case PS_OP_HOST_CALL:
     host_call_numerics(r, device, op);
     break;
-  default: /* collectives reduce into coll_buffer(); messages carry nothing yet */
+  default: /* collectives reduce into coll_buffer() */
     break;
   }
 }
@@ -321,11 +401,13 @@ static char *op_args(const PsOp *op, int64_t step)
   case PS_OP_BWD:
   case PS_OP_RECOMPUTE:
   case PS_OP_UPDATE:
-    return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"flops\":%.0f,\"mxu_flops\":%.0f,"
-                           "\"hbm_bytes\":%.0f,\"bound\":\"%s\"}", step, op->flops,
-                           op->mxu_flops, op->hbm_bytes, op->memory_bound ? "hbm" : "mxu");
+    return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"mb\":%d,\"flops\":%.0f,"
+                           "\"mxu_flops\":%.0f,\"hbm_bytes\":%.0f,\"bound\":\"%s\"}", step,
+                           op->mb, op->flops, op->mxu_flops, op->hbm_bytes,
+                           op->memory_bound ? "hbm" : "mxu");
   default:
-    return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"bytes\":%.0f}", step, op->bytes);
+    return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"mb\":%d,\"bytes\":%.0f}", step,
+                           op->mb, op->bytes);
   }
 }
 
@@ -484,17 +566,96 @@ static void trace_metadata(Run *r)
       last_chip = chip;
     }
     int core = d % per_chip;
-    char tname[48];
-    g_snprintf(tname, sizeof tname, per_chip > 1 ? "core %d" : "megacore %d", core);
+    char tname[80];
+    if (r->plan->stages > 1)
+      g_snprintf(tname, sizeof tname, "%s %d: device %d, stage %d, replica %d",
+                 per_chip > 1 ? "core" : "megacore", core, d, r->plan->stage_of[d],
+                 r->plan->replica_of[d]);
+    else
+      g_snprintf(tname, sizeof tname, per_chip > 1 ? "core %d" : "megacore %d", core);
     ps_trace_thread(r->trace, chip + 1, core, tname, core);
   }
 }
 
-/* The device whose view the breakdown gives: the one the step's last
- * collective most often waited for (device 0 without collectives). */
+/* The device whose view the breakdown gives.  Replicas: the one the
+ * step's last collective most often waited for (device 0 without
+ * collectives).  A pipeline: the busiest device (most compute, the first
+ * on ties), the stage that sets the pace; its idle time is the bubble the
+ * schedule and the partition leave. */
 static int reporting_device(Run *r)
 {
-  return r->voted;
+  if (r->plan->stages <= 1)
+    return r->voted;
+  int best = 0;
+  for (int d = 1; d < r->n_dev; d++)
+    if (cat_of(r, d)[PS_TIME_COMPUTE] > cat_of(r, best)[PS_TIME_COMPUTE])
+      best = d;
+  return best;
+}
+
+/* Parameters [*off, *off + *len) that device holds for its stage (all of
+ * them without a pipeline). */
+static void stage_params(Run *r, int device, size_t *off, size_t *len)
+{
+  const PsPlan *plan = r->plan;
+  PsNet *net = r->nets[device];
+  size_t n = ps_net_n_params(net), o, l;
+  if (!plan->stage_first) {
+    *off = 0;
+    *len = n;
+    return;
+  }
+  int s = plan->stage_of[device];
+  int first = plan->stage_first[s], next = plan->stage_first[s + 1];
+  ps_net_layer_params(net, first, &o, &l);
+  *off = o;
+  if (next < r->exp->model->n_layers) {
+    ps_net_layer_params(net, next, &o, &l);
+    *len = o - *off;
+  } else {
+    *len = n - *off;
+  }
+}
+
+/* The device of replica 0 that runs stage s. */
+static int stage_device(Run *r, int s)
+{
+  for (int d = 0; d < r->n_dev; d++)
+    if (r->plan->replica_of[d] == 0 && r->plan->stage_of[d] == s)
+      return d;
+  g_assert_not_reached();
+  return -1;
+}
+
+/* Replicas must end with identical weights: the largest difference of a
+ * device's stage weights from replica 0's. */
+static double replica_divergence(Run *r)
+{
+  double worst = 0;
+  for (int i = 0; i < r->n_dev; i++) {
+    if (r->plan->replica_of[i] == 0)
+      continue;
+    int d0 = stage_device(r, r->plan->stage_of[i]);
+    size_t off, len;
+    stage_params(r, i, &off, &len);
+    const float *pi = ps_net_params(r->nets[i]) + off, *p0 = ps_net_params(r->nets[d0]) + off;
+    for (size_t k = 0; k < len; k++)
+      worst = fmax(worst, fabs((double)pi[k] - p0[k]));
+  }
+  return worst;
+}
+
+/* Copies every stage's weights of replica 0 into device 0's net, which
+ * then holds the trained model whole (a no-op without a pipeline). */
+static void gather_params(Run *r)
+{
+  for (int s = 1; s < r->plan->stages; s++) {
+    int d = stage_device(r, s);
+    size_t off, len;
+    stage_params(r, d, &off, &len);
+    memcpy(ps_net_params(r->nets[0]) + off, ps_net_params(r->nets[d]) + off,
+           len * sizeof(float));
+  }
 }
 
 static void summarise(Run *r, PsSummary *s)
@@ -536,14 +697,7 @@ static void summarise(Run *r, PsSummary *s)
     s->has_numerics = TRUE;
     s->loss_first = r->loss_first;
     s->loss_last = r->loss_last;
-    /* replicas must end with identical weights: the largest difference */
-    size_t n = ps_net_n_params(r->nets[0]);
-    const float *p0 = ps_net_params(r->nets[0]);
-    for (int i = 1; i < r->n_dev; i++) {
-      const float *pi = ps_net_params(r->nets[i]);
-      for (size_t k = 0; k < n; k++)
-        s->replica_divergence = fmax(s->replica_divergence, fabs((double)pi[k] - p0[k]));
-    }
+    s->replica_divergence = replica_divergence(r);
   }
 }
 
@@ -711,6 +865,8 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
   out->collective_algorithm =
       plan->n_colls > 0 ? ps_pod_coll_algorithm(r.pod, plan->n_colls - 1) : NULL;
   summarise_host_calls(&r, out);
+  if (r.numerics)
+    gather_params(&r);
   if (r.numerics && exp->numerics.evaluate && !evaluate(&r, out, error))
     goto out;
   if (r.numerics && opt && opt->keep_params) {
@@ -762,6 +918,13 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
   json_object_object_add(o, "replicas", json_object_new_int(s->replicas));
   json_object_object_add(o, "stages", json_object_new_int(s->stages));
   json_object_object_add(o, "micro_batches", json_object_new_int(s->micro_batches));
+  if (exp->strategy.kind == PS_STRATEGY_PIPELINE) {
+    json_object_object_add(o, "schedule", json_object_new_string(
+                                            exp->strategy.schedule == PS_SCHEDULE_1F1B ? "1f1b"
+                                                                                      : "gpipe"));
+    json_object_object_add(o, "rematerialize",
+                           json_object_new_boolean(exp->strategy.rematerialize));
+  }
   json_object_object_add(o, "global_batch", json_object_new_int64(exp->global_batch));
   json_object_object_add(o, "precision", json_object_new_string(
                                            exp->numerics.precision == PS_PRECISION_BF16 ? "bf16"
@@ -829,6 +992,15 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
             exp->strategy.weight_update_sharding ? "reduce-scatter + all-gather" : "all-reduce",
             s->collective_algorithm, s->replicas,
             exp->strategy.overlap ? ", overlapping backward" : "", chunk_text);
+  if (s->stages > 1) {
+    int K = s->stages, M = s->micro_batches;
+    fprintf(f, "  (pipeline       %d stages x %d micro-batches, %s%s: bubble %.1f%% of the step; "
+               "with equal stages (K-1)/(M+K-1) = %.1f%%)\n", K, M,
+            exp->strategy.schedule == PS_SCHEDULE_1F1B ? "1f1b" : "gpipe",
+            exp->strategy.rematerialize ? ", re-materialized" : "",
+            100.0 * s->breakdown[PS_TIME_PIPELINE_BUBBLE] / s->step_time_s,
+            100.0 * (K - 1) / (M + K - 1));
+  }
   fprintf(f, "examples/s       %10.0f\n", s->examples_per_s);
   fprintf(f, "MXU utilization  %10.2f%%\n", 100.0 * s->mxu_utilization);
   fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)\n",

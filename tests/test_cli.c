@@ -369,8 +369,8 @@ static void test_idle_warning(void)
   g_free(out);
   g_free(err);
 
-  /* A pipeline names replicas and stages.  (Only the lines before the run
-   * are checked: whether the run supports pipelines is not this test's.) */
+  /* A pipeline names replicas and stages (and, in the header, its
+   * micro-batches and schedule). */
   run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
       "strategy.kind=pipeline", "--set", "strategy.stages=2", "--set", "strategy.replicas=1",
       "--no-trace", NULL);
@@ -379,7 +379,8 @@ static void test_idle_warning(void)
   g_assert_nonnull(strstr(err, "mlp-what-if.json uses 2 of the 8 devices of tpu-v3-8 (1 replica "
                                "x 2 stages, 6 idle); set strategy.replicas=4 (or leave it out) "
                                "with strategy.stages=2 to use them all\n"));
-  g_assert_nonnull(strstr(out, " on tpu-v3-8 (2 of 8 devices: 1 replica x 2 stages), "));
+  g_assert_nonnull(strstr(out, " on tpu-v3-8 (2 of 8 devices: 1 replica x 2 stages, 1 "
+                               "micro-batch, gpipe), "));
   g_free(out);
   g_free(err);
 

@@ -617,34 +617,17 @@ static void test_replicas_default(void)
   g_free(tmp);
 }
 
-/* The HBM check follows the strategy: per-replica batch for replication,
- * micro-batches in flight per stage for a pipeline. */
-static void test_pipeline_memory(void)
+/* The HBM check of replication at load time: the per-replica batch (a
+ * pipeline's stages are checked by its strategy: test_pipeline.c). */
+static void test_replicate_memory(void)
 {
   g_autofree char *f = data_path("tests/data/bad/does-not-fit.json");
   GError *err = NULL;
-  const char *const gpipe[] = {"strategy.kind=pipeline", "strategy.stages=4",
-                               "strategy.micro_batches=64", NULL};
-  PsExperiment *e = ps_experiment_load(f, gpipe, &err);
-  g_assert_null(e); /* GPipe without remat keeps all 64 micro-batches */
+  PsExperiment *e = ps_experiment_load(f, NULL, &err);
+  g_assert_null(e);
   g_assert_error(err, PS_INPUT_ERROR, PS_INPUT_ERROR_DOES_NOT_FIT);
-  g_assert_nonnull(strstr(err->message, "stage 0"));
-  g_assert_nonnull(strstr(err->message, "64 micro-batches of 1024 in flight"));
+  g_assert_nonnull(strstr(err->message, "global_batch"));
   g_clear_error(&err);
-
-  const char *const f1b[] = {"strategy.kind=pipeline", "strategy.stages=4",
-                             "strategy.micro_batches=64", "strategy.schedule=1f1b", NULL};
-  e = ps_experiment_load(f, f1b, &err); /* 1F1B keeps 4 */
-  g_assert_no_error(err);
-  g_assert_cmpint(e->strategy.schedule, ==, PS_SCHEDULE_1F1B);
-  ps_experiment_free(e);
-
-  const char *const remat[] = {"strategy.kind=pipeline", "strategy.stages=4",
-                               "strategy.micro_batches=64", "strategy.rematerialize=true", NULL};
-  e = ps_experiment_load(f, remat, &err);
-  g_assert_no_error(err);
-  g_assert_true(e->strategy.rematerialize);
-  ps_experiment_free(e);
 
   const char *const replicas[] = {"strategy.replicas=8", NULL}; /* 8192 per core */
   e = ps_experiment_load(f, replicas, &err);
@@ -941,7 +924,7 @@ int main(int argc, char **argv)
   g_test_add_func("/config/experiment/overrides", test_experiment_overrides);
   g_test_add_func("/config/experiment/strategy-exchange-keys", test_strategy_exchange_keys);
   g_test_add_func("/config/experiment/replicas-default", test_replicas_default);
-  g_test_add_func("/config/experiment/pipeline-memory", test_pipeline_memory);
+  g_test_add_func("/config/experiment/replicate-memory", test_replicate_memory);
   g_test_add_func("/config/experiment/resolved-round-trip", test_resolved_round_trip);
   for (guint i = 0; i < G_N_ELEMENTS(bad_cases); i++) {
     g_autofree char *p = g_strdup_printf("/config/bad/%s", bad_cases[i].name);

@@ -9,8 +9,10 @@
  * Exit status: 0 success, 2 bad input (config, data, command line),
  * 1 internal failure.  Errors go to stderr as "podsim: <message>". */
 #include "cli/collective.h"
+#include "cli/timeline.h"
 #include "io/config.h"
 #include "run.h"
+#include "strategy/partition.h"
 
 #include <errno.h>
 #include <locale.h>
@@ -26,6 +28,7 @@ static const char *const usage_text =
     "  list KIND             list topologies, models or experiments\n"
     "  describe [KIND] NAME  print a resolved experiment, topology or model\n"
     "  collective            time a collective on the simulated interconnect\n"
+    "  timeline TRACE        one pipelined step's ops from a trace, for gnuplot\n"
     "\n"
     "EXPERIMENT, NAME: a name from experiments/, topologies/, models/, or a path.\n"
     "Run `podsim run --help` or `podsim describe --help` for their options.";
@@ -63,11 +66,16 @@ static void ensure_parent(const char *path)
 }
 
 /* "8 replicas", "2 replicas x 4 stages".  (transfer full) */
-static char *placement_text(const PsExperiment *e)
+static char *placement_text(const PsExperiment *e, gboolean schedule)
 {
   const PsStrategyConfig *s = &e->strategy;
   g_autofree char *stages =
-      s->stages > 1 ? g_strdup_printf(" x %d stages", s->stages) : g_strdup("");
+      s->kind != PS_STRATEGY_PIPELINE ? g_strdup("")
+      : schedule ? g_strdup_printf(" x %d stage%s, %d micro-batch%s, %s", s->stages,
+                                   s->stages == 1 ? "" : "s", s->micro_batches,
+                                   s->micro_batches == 1 ? "" : "es",
+                                   s->schedule == PS_SCHEDULE_1F1B ? "1f1b" : "gpipe")
+                 : g_strdup_printf(" x %d stage%s", s->stages, s->stages == 1 ? "" : "s");
   return g_strdup_printf("%d replica%s%s", s->replicas, s->replicas == 1 ? "" : "s", stages);
 }
 
@@ -80,7 +88,7 @@ static char *run_header(const PsExperiment *e)
   int used = ps_experiment_devices_used(e), devices = ps_topology_devices(e->topology);
   g_autofree char *of = used < devices ? g_strdup_printf("%d of %d", used, devices)
                                        : g_strdup_printf("%d", devices);
-  g_autofree char *placement = placement_text(e);
+  g_autofree char *placement = placement_text(e, TRUE);
   return g_strdup_printf(
       "podsim %s: %s: model %s on %s (%s device%s: %s), global batch %" G_GINT64_FORMAT
       ", %" G_GINT64_FORMAT " step%s, %s, numerics %s",
@@ -98,7 +106,7 @@ static void warn_idle_devices(const PsExperiment *e)
   int used = ps_experiment_devices_used(e), devices = ps_topology_devices(e->topology);
   if (used >= devices)
     return;
-  g_autofree char *what = s->stages > 1 ? placement_text(e) : NULL;
+  g_autofree char *what = s->stages > 1 ? placement_text(e, FALSE) : NULL;
   g_autofree char *fix = NULL;
   if (devices % s->stages != 0) {
     fix = g_strdup_printf("strategy.stages=%d does not divide %d; pick strategy.stages and "
@@ -260,12 +268,18 @@ static void describe_topology(const PsTopology *t)
 static int cmd_describe(int argc, char **argv)
 {
   g_auto(GStrv) sets = NULL;
-  gboolean program = FALSE;
+  gboolean program = FALSE, stages = FALSE;
+  int device = 0;
   GOptionEntry entries[] = {
       {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets, "Override a config field (repeatable)",
        "PATH=VALUE"},
       {"program", 'p', 0, G_OPTION_ARG_NONE, &program,
-       "For an experiment: also print the program compiled for device 0", NULL},
+       "For an experiment: also print the program compiled for a device", NULL},
+      {"device", 'd', 0, G_OPTION_ARG_INT, &device,
+       "The device whose program --program prints (default 0)", "N"},
+      {"stages", 0, 0, G_OPTION_ARG_NONE, &stages,
+       "For a pipeline experiment: also print each stage's layers, FLOPs, weights, "
+       "activations and time", NULL},
       {NULL}};
   g_autoptr(GOptionContext) ctx =
       g_option_context_new("[experiment|topology|model] NAME - print a resolved config");
@@ -307,14 +321,35 @@ static int cmd_describe(int argc, char **argv)
     if (!exp)
       return fail(error);
     print_json(exp->resolved);
+    if (stages && exp->strategy.kind == PS_STRATEGY_PIPELINE) {
+      const PsStrategyConfig *sc = &exp->strategy;
+      PsPartition *part = ps_partition_compute(
+          exp, sc->stages, exp->global_batch / sc->replicas / sc->micro_batches, &error);
+      if (!part) {
+        ps_experiment_free(exp);
+        return fail(error);
+      }
+      GString *s = g_string_new(NULL);
+      ps_partition_describe(part, exp, s);
+      printf("\n%s", s->str);
+      g_string_free(s, TRUE);
+      ps_partition_free(part);
+    }
     if (program) {
       PsPlan *plan = ps_run_compile(exp, &error);
       if (!plan) {
         ps_experiment_free(exp);
         return fail(error);
       }
+      if (device < 0 || device >= plan->n_devices) {
+        fprintf(stderr, "podsim: describe: --device %d: the plan has devices 0..%d\n", device,
+                plan->n_devices - 1);
+        ps_plan_free(plan);
+        ps_experiment_free(exp);
+        return EXIT_INPUT;
+      }
       GString *s = g_string_new(NULL);
-      ps_plan_describe_device(plan, 0, s);
+      ps_plan_describe_device(plan, device, s);
       printf("\n%s", s->str);
       g_string_free(s, TRUE);
       ps_plan_free(plan);
@@ -359,6 +394,10 @@ int main(int argc, char **argv)
     return cmd_describe(argc - 1, argv + 1);
   }
   if (argc >= 2 && strcmp(argv[1], "collective") == 0) return ps_cli_collective(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "timeline") == 0) {
+    g_set_prgname("podsim timeline");
+    return ps_cli_timeline(argc - 1, argv + 1);
+  }
 
   gboolean version = FALSE;
   GOptionEntry entries[] = {

@@ -304,7 +304,7 @@ static const char *const host_call_kinds[] = {"histogram", "roundtrip", NULL};
 static const char *const strategy_keys[] = {"kind",          "replicas",      "loss_reduction",
                                             "stages",        "micro_batches", "schedule",
                                             "rematerialize", "bucket_bytes",  "overlap",
-                                            "weight_update_sharding",         NULL};
+                                            "weight_update_sharding", "partition", NULL};
 static const char *const input_keys[] = {"source",   "data_dir",        "host_cost_per_example_s",
                                          "workers",  "prefetch",        "infeed_capacity",
                                          "synthetic_examples", "shuffle", "outfeed_capacity",
@@ -317,6 +317,7 @@ static const char *const numerics_keys[] = {"enabled", "precision", "seed", "eva
 static const char *const strategy_kinds[] = {"replicate", "pipeline", NULL};
 static const char *const loss_reductions[] = {"mean", "sum", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", NULL};
+static const char *const partitions[] = {"optimal", "seed", NULL};
 static const char *const sources[] = {"fashion-mnist", "synthetic", NULL};
 static const char *const optimizer_kinds[] = {"sgd", "adam", NULL};
 static const char *const precisions[] = {"f32", "bf16", NULL};
@@ -443,6 +444,47 @@ static gboolean default_replicas(const char *file, const PsTopology *topo, PsStr
   return TRUE;
 }
 
+/* "partition": "optimal" | "seed" | [layers of stage 0, of stage 1, ...];
+ * the list is checked against the stages and the model later. */
+static gboolean parse_partition(json_object *o, const char *file, PsStrategyConfig *s,
+                                GError **error)
+{
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, "partition", &v) || !v)
+    return TRUE;
+  if (json_object_is_type(v, json_type_string)) {
+    int kind = PS_PARTITION_OPTIMAL;
+    if (!ps_json_get_enum(o, file, "strategy", "partition", FALSE, partitions, &kind, error))
+      return FALSE;
+    s->partition = (PsPartitionKind)kind;
+    return TRUE;
+  }
+  if (!json_object_is_type(v, json_type_array) || json_object_array_length(v) == 0 ||
+      json_object_array_length(v) > (1 << 16)) {
+    ps_config__fail(error, PS_INPUT_ERROR_TYPE, file, "strategy.partition",
+                    "must be \"optimal\", \"seed\" or a non-empty array of layer counts, one "
+                    "per stage (e.g. [3, 4, 4]), got %s", ps_json_type_name(v));
+    return FALSE;
+  }
+  int n = (int)json_object_array_length(v);
+  s->partition = PS_PARTITION_GIVEN;
+  s->partition_layers = g_new0(int, n);
+  for (int i = 0; i < n; i++) {
+    json_object *x = json_object_array_get_idx(v, i);
+    g_autofree char *p = ps_json_path_index("strategy.partition", i);
+    int64_t k = json_object_is_type(x, json_type_int) ? json_object_get_int64(x) : 0;
+    if (k < 1 || k > (1 << 24)) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                      "must be a whole number of layers, at least 1, got %s",
+                      json_object_to_json_string_ext(x, JSON_C_TO_STRING_PLAIN));
+      return FALSE;
+    }
+    s->partition_layers[i] = (int)k;
+  }
+  s->n_partition = n;
+  return TRUE;
+}
+
 /* "strategy": {"kind", "replicas", "loss_reduction", "stages",
  * "micro_batches", "schedule", "rematerialize", "bucket_bytes", "overlap",
  * "weight_update_sharding"}.  Runs after the overrides, on the topology
@@ -459,6 +501,9 @@ static gboolean parse_strategy(json_object *root, const char *file, const PsTopo
   s->micro_batches = 1;
   s->schedule = PS_SCHEDULE_GPIPE;
   s->rematerialize = FALSE;
+  s->partition = PS_PARTITION_OPTIMAL;
+  s->partition_layers = NULL;
+  s->n_partition = 0;
   s->bucket_bytes = PS_DEFAULT_BUCKET_BYTES;
   s->overlap = TRUE;
   s->weight_update_sharding = FALSE;
@@ -487,6 +532,8 @@ static gboolean parse_strategy(json_object *root, const char *file, const PsTopo
     s->kind = (PsStrategyKind)kind;
     s->loss_reduction = (PsLossReduction)red;
     s->schedule = (PsSchedule)sched;
+    if (!parse_partition(o, file, s, error))
+      return FALSE;
     /* Past a tebibyte a bucket is "all the gradients at once" anyway; the
      * bound keeps the sums downstream far from overflow. */
     if (s->bucket_bytes > MAX_BUCKET_BYTES) {
@@ -703,88 +750,36 @@ static char *shape_text(const int64_t *shape, int rank)
   return g_string_free(s, FALSE);
 }
 
-/* Layer ranges of `stages` pipeline stages, balanced on forward FLOPs the
- * way Lingvo's GPipe partitioner does it: layer i goes to stage
- * min(floor(c_i * K), K - 1) with c_i the FLOP fraction before it.
- * first[s] .. first[s+1] is stage s; first has stages + 1 entries. */
-static void stage_ranges(const PsModel *m, int stages, int *first)
-{
-  double total = 0;
-  for (int i = 0; i < m->n_layers; i++)
-    total += m->layers[i].fwd_flops;
-  int stage_of_prev = 0;
-  double before = 0;
-  first[0] = 0;
-  for (int s = 1; s <= stages; s++)
-    first[s] = m->n_layers;
-  for (int i = 0; i < m->n_layers; i++) {
-    int s = total > 0 ? (int)floor(before / total * stages) : i * stages / m->n_layers;
-    if (s > stages - 1)
-      s = stages - 1;
-    if (s < stage_of_prev)
-      s = stage_of_prev;
-    for (int k = stage_of_prev + 1; k <= s; k++)
-      first[k] = i;
-    stage_of_prev = s;
-    before += m->layers[i].fwd_flops;
-  }
-}
-
-/* The HBM check: every device must hold its weights, gradients, optimizer
- * slots and the activations it keeps for the backward pass. */
+/* The HBM check of data parallelism, at load time so the message can name
+ * global_batch: every device holds the whole model, its gradients,
+ * optimizer slots and the activations of its share of the batch.  A
+ * pipeline's stages are checked by the pipeline strategy, which knows its
+ * partition and how many micro-batches each schedule keeps in flight. */
 static gboolean check_memory(const PsExperiment *e, GError **error)
 {
   const PsModel *m = e->model;
   const PsStrategyConfig *s = &e->strategy;
+  if (s->kind == PS_STRATEGY_PIPELINE)
+    return TRUE;
   int slots = e->optimizer.kind == PS_OPT_ADAM ? 2 : (e->optimizer.momentum > 0 ? 1 : 0);
   int act_bytes = e->numerics.precision == PS_PRECISION_BF16 ? 2 : 4;
-  int64_t per_replica = e->global_batch / s->replicas;
-  int64_t micro = per_replica / s->micro_batches;
+  int64_t batch = e->global_batch / s->replicas;
   int64_t have = ps_topology_device_hbm_bytes(e->topology);
-
-  int stages = s->kind == PS_STRATEGY_PIPELINE ? s->stages : 1;
-  /* Micro-batches whose activations a stage holds at once. */
-  int64_t live = 1;
-  if (s->kind == PS_STRATEGY_PIPELINE && !s->rematerialize)
-    live = s->schedule == PS_SCHEDULE_1F1B ? MIN(s->stages, s->micro_batches) : s->micro_batches;
-  int64_t batch = micro * live;
-
-  int *first = g_new(int, stages + 1);
-  stage_ranges(m, stages, first);
-  gboolean ok = TRUE;
-  for (int st = 0; st < stages && ok; st++) {
-    if (first[st] >= first[st + 1])
-      continue;
-    /* In doubles from the per-example figure, so a huge batch cannot
-     * overflow into a small number that "fits". */
-    int64_t fixed = ps_model_memory_bytes(m, first[st], first[st + 1], 0, slots, act_bytes);
-    int64_t per_example =
-        ps_model_memory_bytes(m, first[st], first[st + 1], 1, slots, act_bytes) - fixed;
-    double need = (double)fixed + (double)per_example * (double)batch;
-    if (need <= (double)have)
-      continue;
-    g_autofree char *what =
-        stages > 1 ? g_strdup_printf("stage %d (layers %d..%d) of model '%s'", st, first[st],
-                                     first[st + 1] - 1, m->name)
-                   : g_strdup_printf("model '%s'", m->name);
-    g_autofree char *batch_text =
-        live > 1 ? g_strdup_printf("%" G_GINT64_FORMAT " (%" G_GINT64_FORMAT
-                                   " micro-batches of %" G_GINT64_FORMAT " in flight)",
-                                   batch, live, micro)
-                 : g_strdup_printf("%" G_GINT64_FORMAT, batch);
-    ps_config__fail(error, PS_INPUT_ERROR_DOES_NOT_FIT, e->file, "global_batch",
-         "%s needs %.1f GiB per device at batch %s (weights, gradients and %d optimizer "
-         "slot%s %.1f GiB + activations %.1f GiB at %d bytes), %s has %.1f GiB per device; "
-         "lower global_batch, raise strategy.replicas, or %s",
-         what, need / GIB, batch_text, slots, slots == 1 ? "" : "s", ps_config__gib(fixed),
-         (need - (double)fixed) / GIB, act_bytes, e->topology->name, ps_config__gib(have),
-         s->kind != PS_STRATEGY_PIPELINE ? "use a pipeline with strategy.rematerialize=true"
-         : s->rematerialize ? "use more strategy.stages or micro_batches"
-                            : "set strategy.rematerialize=true");
-    ok = FALSE;
-  }
-  g_free(first);
-  return ok;
+  /* In doubles from the per-example figure, so a huge batch cannot
+   * overflow into a small number that "fits". */
+  int64_t fixed = ps_model_memory_bytes(m, 0, m->n_layers, 0, slots, act_bytes);
+  int64_t per_example = ps_model_memory_bytes(m, 0, m->n_layers, 1, slots, act_bytes) - fixed;
+  double need = (double)fixed + (double)per_example * (double)batch;
+  if (need <= (double)have)
+    return TRUE;
+  ps_config__fail(error, PS_INPUT_ERROR_DOES_NOT_FIT, e->file, "global_batch",
+       "model '%s' needs %.1f GiB per device at batch %" G_GINT64_FORMAT " (weights, gradients "
+       "and %d optimizer slot%s %.1f GiB + activations %.1f GiB at %d bytes), %s has %.1f GiB "
+       "per device; lower global_batch, raise strategy.replicas, or use a pipeline "
+       "(strategy.kind=pipeline) with strategy.rematerialize=true",
+       m->name, need / GIB, batch, slots, slots == 1 ? "" : "s", ps_config__gib(fixed),
+       (need - (double)fixed) / GIB, act_bytes, e->topology->name, ps_config__gib(have));
+  return FALSE;
 }
 
 /* `replicas_defaulted`: strategy.replicas came from the topology, not the
@@ -836,6 +831,19 @@ static gboolean check_experiment(PsExperiment *e, gboolean replicas_defaulted, G
          "%d stages but model '%s' has only %d layers; use at most %d stages", s->stages,
          m->name, m->n_layers, m->n_layers);
     return FALSE;
+  }
+  if (s->partition == PS_PARTITION_GIVEN) {
+    int64_t sum = 0;
+    for (int i = 0; i < s->n_partition; i++)
+      sum += s->partition_layers[i];
+    if (s->n_partition != s->stages || sum != m->n_layers) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.partition",
+           "gives %d stages holding %" G_GINT64_FORMAT " layers, but strategy.stages is %d and "
+           "model '%s' has %d layers; give one layer count per stage, summing to %d (see "
+           "`podsim describe model %s` for the layers)",
+           s->n_partition, sum, s->stages, m->name, m->n_layers, m->n_layers, m->name);
+      return FALSE;
+    }
   }
   if (e->numerics.enabled && !m->numerics_supported) {
     ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "numerics.enabled",
@@ -894,6 +902,14 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(so, "micro_batches", json_object_new_int(s->micro_batches));
   json_object_object_add(so, "schedule", json_object_new_string(schedules[s->schedule]));
   json_object_object_add(so, "rematerialize", json_object_new_boolean(s->rematerialize));
+  if (s->partition == PS_PARTITION_GIVEN) {
+    json_object *pa = json_object_new_array();
+    for (int i = 0; i < s->n_partition; i++)
+      json_object_array_add(pa, json_object_new_int(s->partition_layers[i]));
+    json_object_object_add(so, "partition", pa);
+  } else {
+    json_object_object_add(so, "partition", json_object_new_string(partitions[s->partition]));
+  }
   json_object_object_add(so, "bucket_bytes", json_object_new_int64(s->bucket_bytes));
   json_object_object_add(so, "overlap", json_object_new_boolean(s->overlap));
   json_object_object_add(so, "weight_update_sharding",
@@ -1063,6 +1079,7 @@ void ps_experiment_free(PsExperiment *e)
   g_free(e->input.data_dir);
   g_free(e->host_calls);
   g_free(e->collective.algorithm);
+  g_free(e->strategy.partition_layers);
   if (e->resolved)
     json_object_put(e->resolved);
   g_free(e);

@@ -63,6 +63,8 @@ int64_t ps_topology_device_hbm_bytes(const PsTopology *t);
 typedef enum { PS_STRATEGY_REPLICATE, PS_STRATEGY_PIPELINE } PsStrategyKind;
 typedef enum { PS_LOSS_MEAN, PS_LOSS_SUM } PsLossReduction;
 typedef enum { PS_SCHEDULE_GPIPE, PS_SCHEDULE_1F1B } PsSchedule;
+/* How a pipeline's layers are cut into stages (strategy/partition.h). */
+typedef enum { PS_PARTITION_OPTIMAL, PS_PARTITION_SEED, PS_PARTITION_GIVEN } PsPartitionKind;
 typedef enum { PS_SOURCE_FASHION_MNIST, PS_SOURCE_SYNTHETIC } PsSourceKind;
 typedef enum { PS_OPT_SGD, PS_OPT_ADAM } PsOptimizerKind;
 
@@ -81,6 +83,9 @@ typedef struct {
   int micro_batches;
   PsSchedule schedule;
   gboolean rematerialize;
+  PsPartitionKind partition;
+  int n_partition;
+  int *partition_layers;   /* GIVEN: layers per stage, n_partition == stages (owned) */
   int64_t bucket_bytes;    /* gradients are all-reduced in buckets of this size */
   gboolean overlap;        /* buckets all-reduce while the backward pass runs */
   gboolean weight_update_sharding; /* reduce-scatter, sharded update, all-gather */

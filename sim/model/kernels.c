@@ -1,5 +1,6 @@
 /* kernels.c: float32 training kernels (GEMM through CBLAS, dense, element-
  * wise activations, softmax cross-entropy, im2col convolution, pooling,
+ * layer normalization, multi-head self-attention, patch embedding,
  * optimizers).
  *
  * Invariant: every kernel is a pure function of its inputs, runs on one
@@ -177,23 +178,107 @@ void ps_relu_backward(const float *x, const float *dy, float *dx, size_t n)
     dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+/* Float <-> bits, for the branch-free selects below. */
+static inline uint32_t f2u(float f)
+{
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static inline float u2f(uint32_t u)
+{
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* e^-|x| without libm and without branches or selects, so that blocks of
+ * it vectorize (GCC's cheap vectorizer gives up on control flow, and it
+ * turns a select that yields a constant into a branch): |x| is capped at
+ * 100 on its bits (NaN too), -|x| = n ln2 + r with |r| <= ln2 / 2, e^r by
+ * its Taylor series to r^7 (truncation below 1e-8 relative), 2^n from the
+ * exponent bits, 0 below the normal range.  ln 2 is split in two
+ * (Cephes's expf constants, C1 = 0.693359375 exact in 9 bits, C2 =
+ * -2.12194440e-4) so n C1 is exact; adding 1.5 2^23 rounds to an
+ * integer.  (>> of a negative int is arithmetic in GCC.) */
+static inline float exp_neg_abs(float x)
+{
+  const int32_t cap = 0x42c80000; /* 100.0f */
+  int32_t over = (int32_t)(f2u(x) & 0x7fffffffu) - cap;
+  float a = u2f((uint32_t)(cap + (over & (over >> 31))) | 0x80000000u);
+  float nf = (a * 1.44269504f + 12582912.0f) - 12582912.0f;
+  float r = a - nf * 0.693359375f + nf * 2.12194440e-4f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t k = (int32_t)nf + 127;
+  k &= ~(k >> 31);
+  return p * u2f((uint32_t)k << 23);
+}
+
+/* The tanh form 0.5 v (1 + tanh(u)) equals v s with s = sigmoid(2u),
+ * which with e = exp(-|2u|) is 1 / (1 + e) for u >= 0 and e / (1 + e)
+ * below: no cancellation, no overflow, and far cheaper than tanhf.  Its
+ * derivative s (1 - s) is e / (1 + e)^2 on both sides. */
+static inline float gelu_u2(float v)
+{
+  return 2.0f * PS_GELU_C * (v + PS_GELU_A * v * v * v);
+}
+
+/* The numerator of s: 1 when u2 >= 0 (sign bit clear), else e. */
+static inline float gelu_num(float u2, float e)
+{
+  uint32_t neg = 0u - (f2u(u2) >> 31);
+  return u2f((f2u(e) & neg) | (f2u(1.0f) & ~neg));
+}
+
+static inline float gelu_value(float v)
+{
+  float u2 = gelu_u2(v);
+  float e = exp_neg_abs(u2);
+  return v * gelu_num(u2, e) / (1.0f + e);
+}
+
 void ps_gelu_forward(const float *x, float *y, size_t n)
 {
-  for (size_t i = 0; i < n; i++) {
-    float v = x[i];
-    float u = PS_GELU_C * (v + PS_GELU_A * v * v * v);
-    y[i] = 0.5f * v * (1.0f + tanhf(u));
+  size_t i = 0;
+  for (; i + PS_BLOCK <= n; i += PS_BLOCK) {
+    float blk[PS_BLOCK];
+    for (int j = 0; j < PS_BLOCK; j++)
+      blk[j] = gelu_value(x[i + j]);
+    memcpy(y + i, blk, sizeof blk);
   }
+  for (; i < n; i++)
+    y[i] = gelu_value(x[i]);
+}
+
+/* d/dv [v s] = s + v s (1 - s) d(2u)/dv, d(2u)/dv = 2 c (1 + 3 a v^2). */
+static inline float gelu_grad(float v, float g)
+{
+  float u2 = gelu_u2(v);
+  float e = exp_neg_abs(u2);
+  float inv = 1.0f / (1.0f + e);
+  float du = 2.0f * PS_GELU_C * (1.0f + 3.0f * PS_GELU_A * v * v);
+  return g * (gelu_num(u2, e) * inv + v * e * inv * inv * du);
 }
 
 void ps_gelu_backward(const float *x, const float *dy, float *dx, size_t n)
 {
-  for (size_t i = 0; i < n; i++) {
-    float v = x[i];
-    float t = tanhf(PS_GELU_C * (v + PS_GELU_A * v * v * v));
-    float du = PS_GELU_C * (1.0f + 3.0f * PS_GELU_A * v * v);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  size_t i = 0;
+  for (; i + PS_BLOCK <= n; i += PS_BLOCK) {
+    float blk[PS_BLOCK];
+    for (int j = 0; j < PS_BLOCK; j++)
+      blk[j] = gelu_grad(x[i + j], dy[i + j]);
+    memcpy(dx + i, blk, sizeof blk);
   }
+  for (; i < n; i++)
+    dx[i] = gelu_grad(x[i], dy[i]);
 }
 
 void ps_tanh_forward(const float *x, float *y, size_t n)
@@ -649,6 +734,288 @@ void ps_avgpool_backward(const PsPoolShape *s, const float *dy, float *dx)
         }
       }
     }
+  }
+}
+
+/* ---- layer normalization ----------------------------------------------- */
+
+void ps_layernorm_forward(const float *x, const float *gamma, const float *beta, float *y,
+                          float *stats, int rows, int dim)
+{
+  g_return_if_fail(rows >= 0 && dim > 0);
+  g_return_if_fail(rows == 0 || (x && gamma && beta && y && stats));
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * dim;
+    float *yr = y + (size_t)r * dim;
+    /* two passes in double: the variance is not a difference of squares */
+    double sum = 0.0, sq = 0.0;
+    for (int j = 0; j < dim; j++)
+      sum += xr[j];
+    double mean = sum / dim;
+    for (int j = 0; j < dim; j++) {
+      double d = xr[j] - mean;
+      sq += d * d;
+    }
+    const float m = (float)mean;
+    const float rstd = (float)(1.0 / sqrt(sq / dim + (double)PS_LAYERNORM_EPS));
+    for (int j = 0; j < dim; j++)
+      yr[j] = (xr[j] - m) * rstd * gamma[j] + beta[j];
+    stats[2 * (size_t)r] = m;
+    stats[2 * (size_t)r + 1] = rstd;
+  }
+}
+
+/* With xhat = (x - mean) rstd and g = dy gamma:
+ * dx = rstd (g - mean(g) - xhat mean(g xhat)), dgamma += dy xhat,
+ * dbeta += dy (the mean and variance depend on every x of the row). */
+void ps_layernorm_backward(const float *x, const float *gamma, const float *stats,
+                           const float *dy, float *dx, float *dgamma, float *dbeta, int rows,
+                           int dim)
+{
+  g_return_if_fail(rows >= 0 && dim > 0);
+  g_return_if_fail(rows == 0 || (x && gamma && stats && dy && dgamma && dbeta));
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * dim, *dyr = dy + (size_t)r * dim;
+    const float m = stats[2 * (size_t)r], rstd = stats[2 * (size_t)r + 1];
+    float sum_g = 0.0f, sum_gx = 0.0f;
+    for (int j = 0; j < dim; j++) {
+      float xhat = (xr[j] - m) * rstd, g = dyr[j] * gamma[j];
+      dgamma[j] += dyr[j] * xhat;
+      dbeta[j] += dyr[j];
+      sum_g += g;
+      sum_gx += g * xhat;
+    }
+    if (!dx)
+      continue;
+    const float mean_g = sum_g / (float)dim, mean_gx = sum_gx / (float)dim;
+    float *dxr = dx + (size_t)r * dim;
+    for (int j = 0; j < dim; j++) {
+      float xhat = (xr[j] - m) * rstd;
+      dxr[j] = rstd * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
+    }
+  }
+}
+
+/* ---- multi-head self-attention ----------------------------------------- */
+
+/* Saved: Q, K, V of every example in head-major blocks (example, which of
+ * q/k/v, head: seq x dh each), then the context rows (batch seq x dim),
+ * then the probabilities (example, head: seq x seq). */
+size_t ps_attention_saved(const PsAttnShape *s)
+{
+  g_return_val_if_fail(s != NULL, 0);
+  return (size_t)s->batch * (4 * (size_t)s->seq * s->dim + (size_t)s->heads * s->seq * s->seq);
+}
+
+/* Forward: the Q K V rows and one head's context.  Backward: the context
+ * gradient rows (later the Q K V gradient rows, 3x), the head-major Q K V
+ * gradients, one head's context gradient and one score matrix. */
+size_t ps_attention_workspace(const PsAttnShape *s)
+{
+  g_return_val_if_fail(s != NULL && s->heads > 0, 0);
+  size_t sd = (size_t)s->seq * s->dim;
+  return (size_t)s->batch * 6 * sd + sd / s->heads + (size_t)s->seq * s->seq;
+}
+
+/* Rows (batch seq, parts x dim) <-> head-major blocks (example, part, head:
+ * seq x dh). */
+static void split_heads(const float *rows, float *heads, int batch, int seq, int n_heads,
+                        int dh, int parts)
+{
+  const size_t width = (size_t)parts * n_heads * dh;
+  for (int b = 0; b < batch; b++)
+    for (int i = 0; i < seq; i++)
+      for (int t = 0; t < parts; t++)
+        for (int h = 0; h < n_heads; h++)
+          memcpy(heads + ((((size_t)b * parts + t) * n_heads + h) * seq + i) * dh,
+                 rows + ((size_t)b * seq + i) * width + ((size_t)t * n_heads + h) * dh,
+                 (size_t)dh * sizeof *rows);
+}
+
+static void merge_heads(const float *heads, float *rows, int batch, int seq, int n_heads,
+                        int dh, int parts)
+{
+  const size_t width = (size_t)parts * n_heads * dh;
+  for (int b = 0; b < batch; b++)
+    for (int i = 0; i < seq; i++)
+      for (int t = 0; t < parts; t++)
+        for (int h = 0; h < n_heads; h++)
+          memcpy(rows + ((size_t)b * seq + i) * width + ((size_t)t * n_heads + h) * dh,
+                 heads + ((((size_t)b * parts + t) * n_heads + h) * seq + i) * dh,
+                 (size_t)dh * sizeof *rows);
+}
+
+/* Row-wise softmax of scale * scores in place (max subtracted first); a
+ * causal row i keeps columns j <= i and zeroes the rest. */
+static void attention_softmax(float *p, int seq, float scale, gboolean causal)
+{
+  for (int i = 0; i < seq; i++) {
+    float *row = p + (size_t)i * seq;
+    int n = causal ? i + 1 : seq;
+    float mx = row[0] * scale;
+    for (int j = 1; j < n; j++)
+      mx = fmaxf(mx, row[j] * scale);
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+      row[j] = expf(row[j] * scale - mx);
+      sum += row[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int j = 0; j < n; j++)
+      row[j] *= inv;
+    for (int j = n; j < seq; j++)
+      row[j] = 0.0f;
+  }
+}
+
+void ps_attention_forward(PsPrecision prec, const PsAttnShape *s, const float *x,
+                          const float *w, const float *b, float *y, float *saved,
+                          float *workspace)
+{
+  g_return_if_fail(s != NULL && s->heads > 0 && s->dim % s->heads == 0);
+  g_return_if_fail(x && w && y && saved && workspace);
+  const int S = s->seq, D = s->dim, H = s->heads, dh = D / H;
+  const size_t rows = (size_t)s->batch * S;
+  const float scale = 1.0f / sqrtf((float)dh);
+  float *qkvh = saved, *ctx = saved + rows * 3 * D, *probs = ctx + rows * D;
+  float *qkv = workspace, *head_ctx = workspace + rows * 3 * D;
+
+  ps_dense_forward(prec, x, w, b, qkv, (int)rows, D, 3 * D);
+  split_heads(qkv, qkvh, s->batch, S, H, dh, 3);
+  for (int e = 0; e < s->batch; e++) {
+    for (int h = 0; h < H; h++) {
+      const float *q = qkvh + (((size_t)e * 3 + 0) * H + h) * S * dh;
+      const float *k = qkvh + (((size_t)e * 3 + 1) * H + h) * S * dh;
+      const float *v = qkvh + (((size_t)e * 3 + 2) * H + h) * S * dh;
+      float *p = probs + ((size_t)e * H + h) * S * S;
+      ps_gemm(prec, FALSE, TRUE, S, S, dh, q, k, FALSE, p);
+      attention_softmax(p, S, scale, s->causal);
+      ps_gemm(prec, FALSE, FALSE, S, dh, S, p, v, FALSE, head_ctx);
+      for (int i = 0; i < S; i++)
+        memcpy(ctx + ((size_t)e * S + i) * D + (size_t)h * dh, head_ctx + (size_t)i * dh,
+               (size_t)dh * sizeof *ctx);
+    }
+  }
+  ps_dense_forward(prec, ctx, w + (size_t)D * 3 * D, b ? b + 3 * D : NULL, y, (int)rows, D, D);
+}
+
+/* Per head, with C = P V and P = softmax(scale Q K^T):
+ * dP = dC V^T, dV = P^T dC, dS = scale P o (dP - rowsum(dP o P)),
+ * dQ = dS K, dK = dS^T Q; then the projections as dense layers. */
+void ps_attention_backward(PsPrecision prec, const PsAttnShape *s, const float *x,
+                           const float *w, const float *saved, const float *dy, float *dx,
+                           float *dw, float *db, float *workspace)
+{
+  g_return_if_fail(s != NULL && s->heads > 0 && s->dim % s->heads == 0);
+  g_return_if_fail(x && w && saved && dy && dw && workspace);
+  const int S = s->seq, D = s->dim, H = s->heads, dh = D / H;
+  const size_t rows = (size_t)s->batch * S;
+  const float scale = 1.0f / sqrtf((float)dh);
+  const float *qkvh = saved, *ctx = saved + rows * 3 * D, *probs = ctx + rows * D;
+  float *dctx = workspace, *dqkv = workspace; /* the second once the first is used up */
+  float *dqkvh = workspace + rows * 3 * D;
+  float *head_dctx = dqkvh + rows * 3 * D, *dp = head_dctx + (size_t)S * dh;
+
+  ps_dense_backward(prec, ctx, w + (size_t)D * 3 * D, dy, dctx, dw + (size_t)D * 3 * D,
+                    db ? db + 3 * D : NULL, (int)rows, D, D);
+  for (int e = 0; e < s->batch; e++) {
+    for (int h = 0; h < H; h++) {
+      size_t qo = (((size_t)e * 3 + 0) * H + h) * S * dh;
+      size_t ko = (((size_t)e * 3 + 1) * H + h) * S * dh;
+      size_t vo = (((size_t)e * 3 + 2) * H + h) * S * dh;
+      const float *p = probs + ((size_t)e * H + h) * S * S;
+      for (int i = 0; i < S; i++)
+        memcpy(head_dctx + (size_t)i * dh, dctx + ((size_t)e * S + i) * D + (size_t)h * dh,
+               (size_t)dh * sizeof *dctx);
+      ps_gemm(prec, FALSE, TRUE, S, S, dh, head_dctx, qkvh + vo, FALSE, dp);
+      ps_gemm(prec, TRUE, FALSE, S, dh, S, p, head_dctx, FALSE, dqkvh + vo);
+      for (int i = 0; i < S; i++) {
+        const float *pr = p + (size_t)i * S;
+        float *dr = dp + (size_t)i * S;
+        float dot = 0.0f;
+        for (int j = 0; j < S; j++)
+          dot += pr[j] * dr[j];
+        for (int j = 0; j < S; j++)
+          dr[j] = scale * pr[j] * (dr[j] - dot);
+      }
+      ps_gemm(prec, FALSE, FALSE, S, dh, S, dp, qkvh + ko, FALSE, dqkvh + qo);
+      ps_gemm(prec, TRUE, FALSE, S, dh, S, dp, qkvh + qo, FALSE, dqkvh + ko);
+    }
+  }
+  merge_heads(dqkvh, dqkv, s->batch, S, H, dh, 3);
+  ps_dense_backward(prec, x, w, dqkv, dx, dw, db, (int)rows, D, 3 * D);
+}
+
+/* ---- patch embedding --------------------------------------------------- */
+
+int ps_patch_seq(const PsPatchShape *s)
+{
+  g_return_val_if_fail(s != NULL && s->patch > 0, 0);
+  return (s->h / s->patch) * (s->w / s->patch);
+}
+
+size_t ps_patch_workspace(const PsPatchShape *s)
+{
+  g_return_val_if_fail(s != NULL, 0);
+  return (size_t)s->batch * ps_patch_seq(s) * s->patch * s->patch * s->c;
+}
+
+/* Image <-> patch rows (batch seq, patch^2 c): a patch's row py is one
+ * contiguous run of patch c floats in the image. */
+static void patch_copy(const PsPatchShape *s, float *image, float *cols, gboolean to_cols)
+{
+  const int P = s->patch, gw = s->w / P, gh = s->h / P;
+  const size_t run = (size_t)P * s->c;
+  float *col = cols;
+  for (int b = 0; b < s->batch; b++)
+    for (int gy = 0; gy < gh; gy++)
+      for (int gx = 0; gx < gw; gx++)
+        for (int py = 0; py < P; py++, col += run) {
+          float *px = image + (((size_t)b * s->h + (size_t)gy * P + py) * s->w +
+                               (size_t)gx * P) * s->c;
+          if (to_cols)
+            memcpy(col, px, run * sizeof *col);
+          else
+            memcpy(px, col, run * sizeof *col);
+        }
+}
+
+void ps_patch_forward(PsPrecision prec, const PsPatchShape *s, const float *x, const float *w,
+                      const float *pos, const float *b, float *y, float *workspace)
+{
+  g_return_if_fail(s != NULL && s->patch > 0 && s->h % s->patch == 0 && s->w % s->patch == 0);
+  g_return_if_fail(x && w && y && workspace);
+  const int seq = ps_patch_seq(s), k = s->patch * s->patch * s->c, D = s->dim;
+  const size_t rows = (size_t)s->batch * seq;
+  patch_copy(s, (float *)x, workspace, TRUE); /* reads x only */
+  gboolean start = b != NULL || pos != NULL;
+  for (size_t r = 0; r < rows && start; r++) {
+    float *yr = y + r * D;
+    const float *pr = pos ? pos + (r % (size_t)seq) * D : NULL;
+    for (int j = 0; j < D; j++)
+      yr[j] = (b ? b[j] : 0.0f) + (pr ? pr[j] : 0.0f);
+  }
+  ps_gemm(prec, FALSE, FALSE, (int)rows, D, k, workspace, w, start, y);
+}
+
+void ps_patch_backward(PsPrecision prec, const PsPatchShape *s, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *dpos, float *db,
+                       float *workspace)
+{
+  g_return_if_fail(s != NULL && s->patch > 0 && s->h % s->patch == 0 && s->w % s->patch == 0);
+  g_return_if_fail(x && w && dy && dw && workspace);
+  const int seq = ps_patch_seq(s), k = s->patch * s->patch * s->c, D = s->dim;
+  const size_t rows = (size_t)s->batch * seq;
+  patch_copy(s, (float *)x, workspace, TRUE);
+  ps_gemm(prec, TRUE, FALSE, k, D, (int)rows, workspace, dy, TRUE, dw);
+  if (db)
+    sum_rows_into(dy, db, rows, D);
+  if (dpos)
+    for (int b = 0; b < s->batch; b++)
+      add_into(dpos, dy + (size_t)b * seq * D, (size_t)seq * D);
+  if (dx) {
+    ps_gemm(prec, FALSE, TRUE, (int)rows, k, D, dy, w, FALSE, workspace);
+    patch_copy(s, dx, workspace, FALSE);
   }
 }
 

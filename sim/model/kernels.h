@@ -86,6 +86,62 @@ void ps_maxpool_backward(const PsPoolShape *s, const int32_t *argmax, const floa
 void ps_avgpool_forward(const PsPoolShape *s, const float *x, float *y);
 void ps_avgpool_backward(const PsPoolShape *s, const float *dy, float *dx);
 
+/* Layer normalization over the last dimension (Ba, Kiros and Hinton,
+ * "Layer Normalization", 2016, arXiv:1607.06450, eqs. 3-4, with the gain
+ * and bias of section 3.1): per row of `dim` values, y = gamma (x - mu) /
+ * sqrt(var + eps) + beta with the biased variance.  `stats` (2 per row:
+ * mean, then 1/sqrt(var + eps)) is written by forward and read by
+ * backward. */
+#define PS_LAYERNORM_EPS 1e-5f
+void ps_layernorm_forward(const float *x, const float *gamma, const float *beta, float *y,
+                          float *stats, int rows, int dim);
+void ps_layernorm_backward(const float *x, const float *gamma, const float *stats,
+                           const float *dy, float *dx, float *dgamma, float *dbeta, int rows,
+                           int dim);
+
+/* Multi-head self-attention on (seq, dim) per example (Vaswani et al.,
+ * "Attention Is All You Need", NeurIPS 2017, section 3.2): [Q K V] = x
+ * W_qkv + b_qkv, per head softmax(Q_h K_h^T / sqrt(dim / heads)) V_h, the
+ * heads' contexts side by side, then y = context W_o + b_o.  Weights are
+ * w = [W_qkv (dim x 3 dim), W_o (dim x dim)], biases b = [b_qkv (3 dim),
+ * b_o (dim)] or NULL; head h owns columns [h dh, (h+1) dh) of Q, K, V and
+ * of the context.  With `causal`, position i attends to j <= i only. */
+typedef struct {
+  int batch, seq, dim, heads;
+  gboolean causal;
+} PsAttnShape;
+
+/* Floats that forward keeps for backward (Q, K, V, context,
+ * probabilities: batch (4 seq dim + heads seq^2)), and of workspace. */
+size_t ps_attention_saved(const PsAttnShape *s);
+size_t ps_attention_workspace(const PsAttnShape *s);
+void ps_attention_forward(PsPrecision prec, const PsAttnShape *s, const float *x,
+                          const float *w, const float *b, float *y, float *saved,
+                          float *workspace);
+/* dx may be NULL; b/db may be NULL (no biases). */
+void ps_attention_backward(PsPrecision prec, const PsAttnShape *s, const float *x,
+                           const float *w, const float *saved, const float *dy, float *dx,
+                           float *dw, float *db, float *workspace);
+
+/* Patch embedding (Dosovitskiy et al., ICLR 2021, arXiv:2010.11929, eq.
+ * 1): an (h, w, c) image cut into non-overlapping patch x patch squares,
+ * row-major over patches, each flattened as (py, px, c) and projected:
+ * y (seq x dim) = patches w (patch^2 c x dim) + b (+ pos (seq x dim) when
+ * pos is not NULL), seq = (h / patch) (w / patch); h and w are multiples
+ * of patch. */
+typedef struct {
+  int batch, h, w, c, patch, dim;
+} PsPatchShape;
+
+int ps_patch_seq(const PsPatchShape *s);
+size_t ps_patch_workspace(const PsPatchShape *s);
+void ps_patch_forward(PsPrecision prec, const PsPatchShape *s, const float *x, const float *w,
+                      const float *pos, const float *b, float *y, float *workspace);
+/* dx may be NULL; dpos is NULL exactly when there are no positions. */
+void ps_patch_backward(PsPrecision prec, const PsPatchShape *s, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *dpos, float *db,
+                       float *workspace);
+
 /* Optimizers over a flat parameter vector.  State buffers are zeroed by
  * the caller at creation.  Adam's step t counts from 1. */
 void ps_sgd_momentum_update(float *w, const float *g, float *velocity, size_t n, float lr,

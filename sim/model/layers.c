@@ -9,8 +9,8 @@
  * SOFTMAX_XENT.
  *
  * Cost conventions (per example; a multiply-add is 2 FLOPs everywhere):
- * - matmul layers (dense, conv2d, attention): forward = 2*rows*k*n per
- *   product; backward = twice that (gradient of the input and of the
+ * - matmul layers (dense, conv2d, attention, patch_embedding): forward =
+ *   2*rows*k*n per product; backward = twice that (gradient of the input and of the
  *   weights); a bias adds 1 FLOP per output forward and 1 backward (its
  *   gradient is a sum).  Backward HBM traffic is taken as twice the forward
  *   traffic (it reads the output gradient and both operands and writes two
@@ -24,7 +24,11 @@
  *   dS); attention scaling of scores 1 / 1; add 1 / 1 (the
  *   backward one is the sum of the two gradients at the fork); max pool
  *   size^2 per output / 1 per output; avg pool size^2 + 1 per output /
- *   size^2 per output; global average pool 1 per input / 1 per input.
+ *   size^2 per output; global average pool 1 per input / 1 per input (over
+ *   pixels of an image or tokens of a sequence); a patch embedding's
+ *   position table is added like its bias, 1 FLOP per output forward and 1
+ *   backward (cutting an image into patches is a reshape and moves no
+ *   FLOPs).
  * - HBM traffic in elements, unfused: each op reads its inputs (and
  *   weights) and writes its outputs; normalizations read the input twice
  *   (statistics, then normalize); flatten is a view and moves nothing.
@@ -68,14 +72,15 @@ static const char *const kind_names[PS_LAYER_N_KINDS] = {
   [PS_LAYER_ATTENTION] = "attention",
   [PS_LAYER_FLATTEN] = "flatten",
   [PS_LAYER_ADD] = "add",
+  [PS_LAYER_PATCH_EMBEDDING] = "patch_embedding",
 };
 
 /* Types a model file may name, in the order error messages list them
  * ("add" is made by residual groups, never written). */
 static const char *const item_types[] = {
   "dense", "conv2d", "maxpool", "avgpool", "global_avgpool", "batchnorm", "layernorm",
-  "embedding", "attention", "relu", "gelu", "tanh", "flatten", "softmax_xent", "residual",
-  "repeat", NULL,
+  "embedding", "patch_embedding", "attention", "relu", "gelu", "tanh", "flatten",
+  "softmax_xent", "residual", "repeat", NULL,
 };
 
 /* Allowed keys per layer kind (each also takes "type" and "name"). */
@@ -85,6 +90,7 @@ static const char *const keys_conv[] = {"type",    "name", "filters", "kernel", 
                                         "padding", "bias", NULL};
 static const char *const keys_pool[] = {"type", "name", "size", "stride", "padding", NULL};
 static const char *const keys_embedding[] = {"type", "name", "vocab", "dim", "positions", NULL};
+static const char *const keys_patch[] = {"type", "name", "size", "dim", "positions", NULL};
 static const char *const keys_attention[] = {"type", "name", "heads", "bias", "causal", NULL};
 static const char *const keys_residual[] = {"type", "name", "body", "shortcut", NULL};
 static const char *const keys_repeat[] = {"type", "name", "count", "first", "body", NULL};
@@ -375,17 +381,19 @@ static gboolean layer_compute(PsLayer *L, const Tensor *in, gboolean positions,
     return TRUE;
   }
   case PS_LAYER_GLOBAL_AVGPOOL: {
-    if (in->rank != 3) {
+    /* the mean over pixels (H, W, C) or over tokens (S, D) */
+    if (in->rank != 3 && in->rank != 2) {
       set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-                "global_avgpool needs a rank-3 (H, W, C) input, got %s", ins);
+                "global_avgpool needs a rank-3 (H, W, C) or rank-2 (S, D) input, got %s", ins);
       return FALSE;
     }
+    int64_t c = in->shape[in->rank - 1];
     L->out_rank = 1;
-    L->out_shape[0] = in->shape[2];
-    L->fwd_flops = (double)e_in + (double)in->shape[2];
+    L->out_shape[0] = c;
+    L->fwd_flops = (double)e_in + (double)c;
     L->bwd_flops = (double)e_in;
-    L->fwd_bytes = (double)e_in + (double)in->shape[2];
-    L->bwd_bytes = (double)in->shape[2] + (double)e_in;
+    L->fwd_bytes = (double)e_in + (double)c;
+    L->bwd_bytes = (double)c + (double)e_in;
     L->act_elems = 0;
     return TRUE;
   }
@@ -426,6 +434,42 @@ static gboolean layer_compute(PsLayer *L, const Tensor *in, gboolean positions,
     L->fwd_bytes = (double)s + (pos ? 3.0 : 2.0) * (double)sd; /* ids, rows, (pos), y */
     L->bwd_bytes = (double)s + (pos ? 3.0 : 2.0) * (double)sd;
     L->act_elems = s;
+    return TRUE;
+  }
+  case PS_LAYER_PATCH_EMBEDDING: {
+    /* Dosovitskiy et al., "An Image is Worth 16x16 Words: Transformers for
+     * Image Recognition at Scale", ICLR 2021, arXiv:2010.11929, eq. 1: the
+     * image cut into non-overlapping PxP patches, each flattened and
+     * projected to D, plus a learned position embedding per patch. */
+    if (in->rank != 3) {
+      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
+                "patch_embedding needs a rank-3 (H, W, C) input, got %s", ins);
+      return FALSE;
+    }
+    int64_t h = in->shape[0], w = in->shape[1], c = in->shape[2], p = L->kernel;
+    if (h % p != 0 || w % p != 0) {
+      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
+                "patch size %" G_GINT64_FORMAT " does not divide the input %s into whole "
+                "patches; H and W must be multiples of it",
+                p, ins);
+      return FALSE;
+    }
+    int64_t s = (h / p) * (w / p), k = p * p * c;
+    if (!check_size((double)k * (double)L->dim, "projection", file, path, error) ||
+        !check_size((double)s * (double)L->dim, "output", file, path, error))
+      return FALSE;
+    int64_t sd = s * L->dim;
+    L->out_rank = 2;
+    L->out_shape[0] = s;
+    L->out_shape[1] = L->dim;
+    L->params = k * L->dim + L->dim + (L->positions ? sd : 0);
+    add_matmul(L, s, k, L->dim, 1);
+    double mm = matmul_flops(L), adds = (double)sd * (L->positions ? 2 : 1);
+    L->fwd_flops = mm + adds;
+    L->bwd_flops = 2 * mm + adds;
+    L->fwd_bytes = (double)e_in + (double)L->params + (double)sd;
+    L->bwd_bytes = 2 * L->fwd_bytes;
+    L->act_elems = e_in;
     return TRUE;
   }
   case PS_LAYER_ATTENTION: {
@@ -658,14 +702,20 @@ static gboolean item_layer(Builder *b, json_object *obj, const char *path, const
          ps_json_get_bool(obj, file, path, "positions", FALSE, &positions, error);
     break;
   }
-  case PS_LAYER_ATTENTION: {
-    gboolean causal = FALSE; /* a mask: same counted cost, kept for readers */
+  case PS_LAYER_PATCH_EMBEDDING:
+    ok = ps_json_check_keys(obj, file, path, keys_patch, error) &&
+         get_dim(obj, file, path, "size", TRUE, &L.kernel, error) &&
+         get_dim(obj, file, path, "dim", TRUE, &L.dim, error) &&
+         ps_json_get_bool(obj, file, path, "positions", FALSE, &positions, error);
+    L.stride = L.kernel;
+    break;
+  case PS_LAYER_ATTENTION:
+    /* a mask: the same counted cost, but the numerics honour it */
     ok = ps_json_check_keys(obj, file, path, keys_attention, error) &&
          get_dim(obj, file, path, "heads", TRUE, &L.heads, error) &&
          ps_json_get_bool(obj, file, path, "bias", FALSE, &L.bias, error) &&
-         ps_json_get_bool(obj, file, path, "causal", FALSE, &causal, error);
+         ps_json_get_bool(obj, file, path, "causal", FALSE, &L.causal, error);
     break;
-  }
   default:
     L.bias = FALSE;
     ok = ps_json_check_keys(obj, file, path, keys_none, error);
@@ -674,6 +724,7 @@ static gboolean item_layer(Builder *b, json_object *obj, const char *path, const
   if (!ok)
     return FALSE;
   L.same_padding = padding == 1;
+  L.positions = (kind == PS_LAYER_EMBEDDING || kind == PS_LAYER_PATCH_EMBEDDING) && positions;
   if (!layer_compute(&L, t, positions, file, path, error))
     return FALSE;
   L.name = g_strdup(name);
@@ -826,6 +877,10 @@ static gboolean layer_numeric(const PsLayer *L)
   case PS_LAYER_GLOBAL_AVGPOOL:
   case PS_LAYER_FLATTEN:
   case PS_LAYER_SOFTMAX_XENT:
+  case PS_LAYER_LAYERNORM:
+  case PS_LAYER_ATTENTION:
+  case PS_LAYER_ADD:
+  case PS_LAYER_PATCH_EMBEDDING:
     return TRUE;
   case PS_LAYER_MAXPOOL:
   case PS_LAYER_AVGPOOL:
@@ -975,12 +1030,12 @@ void ps_model_describe(const PsModel *model, GString *out)
     g_string_append_printf(out, "  %s\n", model->description);
   g_string_append_printf(out, "input %s%s, %" G_GINT64_FORMAT " classes\n\n", ins,
                          model->token_input ? " token ids" : "", model->classes);
-  g_string_append_printf(out, "%5s  %-*s  %-14s  %-18s  %14s  %14s\n", "#", w, "name", "kind",
+  g_string_append_printf(out, "%5s  %-*s  %-15s  %-18s  %14s  %14s\n", "#", w, "name", "kind",
                          "output", "params", "fwd MFLOP/ex");
   for (int i = 0; i < model->n_layers; i++) {
     const PsLayer *L = &model->layers[i];
     g_autofree char *os = shape_str(L->out_shape, L->out_rank);
-    g_string_append_printf(out, "%5d  %-*s  %-14s  %-18s  %14" G_GINT64_FORMAT "  %14.3f\n", i,
+    g_string_append_printf(out, "%5d  %-*s  %-15s  %-18s  %14" G_GINT64_FORMAT "  %14.3f\n", i,
                            w, L->name, kind_names[L->kind], os, L->params,
                            L->fwd_flops / 1e6);
   }

@@ -24,13 +24,14 @@ typedef enum {
   PS_LAYER_CONV2D,       /* NHWC, square kernel, stride, "same"/"valid" */
   PS_LAYER_MAXPOOL,
   PS_LAYER_AVGPOOL,
-  PS_LAYER_GLOBAL_AVGPOOL, /* (H, W, C) -> (C) */
+  PS_LAYER_GLOBAL_AVGPOOL, /* (H, W, C) -> (C), or (S, D) -> (D) over tokens */
   PS_LAYER_BATCHNORM,
   PS_LAYER_LAYERNORM,
   PS_LAYER_EMBEDDING,    /* token ids (S) -> (S, D), plus positions */
   PS_LAYER_ATTENTION,    /* multi-head self-attention, (S, D) -> (S, D) */
   PS_LAYER_FLATTEN,
   PS_LAYER_ADD,          /* residual join: body output + shortcut output */
+  PS_LAYER_PATCH_EMBEDDING, /* (H, W, C) image -> (S, D) tokens, one per PxP patch */
   PS_LAYER_N_KINDS
 } PsLayerKind;
 
@@ -55,7 +56,10 @@ typedef struct {
   int64_t out_shape[PS_MAX_RANK];
   /* hyper-parameters (those that apply to the kind) */
   int64_t units, filters, kernel, stride, pool, heads, vocab, dim;
+                               /* PATCH_EMBEDDING: kernel = stride = P, dim = D */
   gboolean same_padding, bias;
+  gboolean positions;          /* EMBEDDING, PATCH_EMBEDDING: learned positions */
+  gboolean causal;             /* ATTENTION: position i attends to j <= i only */
   int shortcut_of;             /* ADD: index of the first layer of the
                                   block whose input feeds the shortcut */
   /* costs per example */

@@ -1,11 +1,20 @@
-/* net.c: real numerics of a sequential model on one device: parameters,
- * gradients, activations and their gradients, stepped one layer at a time.
+/* net.c: real numerics of a model on one device: parameters, gradients,
+ * and per slot the activations and their gradients, stepped one layer at a
+ * time.
  *
- * Invariant: every buffer is allocated once in ps_net_new for max_batch
- * examples, so stepping a layer never allocates (bf16 GEMM copies aside);
- * parameters and gradients are each one contiguous vector in layer order,
- * weights before bias; a FLATTEN layer's output and output gradient are the
- * very buffers of the layer before it. */
+ * A layer reads the output of the layer its input_from names (an ADD also
+ * that of its shortcut_from), the net input for -1; backward writes the
+ * gradient of each such input.  An output read by several layers (a
+ * residual block's input) gets the sum: kernels overwrite dx, so of the
+ * layers writing into one gradient buffer the one whose backward runs
+ * first in a pass (the highest index) overwrites it and the others compute
+ * into a scratch buffer that is then added in.
+ * Invariant: every buffer is allocated once in ps_net_new_slots for
+ * max_batch examples per slot, so stepping a layer never allocates (bf16
+ * GEMM copies aside); parameters and gradients are each one contiguous
+ * vector in layer order, weights before bias; a FLATTEN layer's output is
+ * the very buffer of its input, and so is its output gradient unless that
+ * input is the net input (which has no gradient). */
 #include "net.h"
 
 #include "kernels.h"
@@ -15,33 +24,57 @@
 
 typedef struct {
   PsLayerKind kind;
+  int input_from, shortcut_from; /* producers, -1 for the net input */
+  int out_rank;
+  int64_t out_shape[PS_MAX_RANK];
   size_t in_elems, out_elems;   /* per example */
-  /* DENSE: y (rows x units) = x (rows x in_dim) W, rows = batch * groups */
+  /* DENSE: y (rows x units) = x (rows x in_dim) W, rows = batch * groups;
+   * LAYERNORM: groups rows of in_dim per example */
   int in_dim, units, groups;
   PsConvShape conv;             /* batch filled in per call */
   PsPoolShape pool;             /* also GLOBAL_AVGPOOL's h, w, c */
+  PsAttnShape attn;
+  PsPatchShape patch;
+  gboolean positions;           /* PATCH_EMBEDDING: pos table after W */
   size_t w_off, w_len, b_off, b_len;
-  float *out;                   /* max_batch * out_elems, or the previous one's */
-  float *dout;                  /* gradient of out; NULL when nothing needs it */
-  int32_t *argmax;              /* MAXPOOL */
-  gboolean owns_out, owns_dout;
+  size_t cache_elems;           /* per example, kept from forward for backward */
+  gboolean aliased;             /* FLATTEN of a layer: out and dout are its input's */
+  gboolean owns_dout;
+  /* backward's write into the gradient of input_from / shortcut_from is
+   * the first of the pass into that buffer (overwrite) or not (add) */
+  gboolean in_first, sc_first;
 } NetLayer;
+
+typedef struct {
+  float *out;                   /* max_batch * out_elems, or its input's */
+  float *dout;                  /* gradient of out; NULL for softmax_xent */
+  float *cache;                 /* layernorm statistics, attention's Q K V, ... */
+  int32_t *argmax;              /* MAXPOOL */
+} SlotLayer;
+
+typedef struct {
+  SlotLayer *layers;
+  float *input;
+  int32_t *labels;
+  int batch;                    /* examples of the current input */
+  double loss_sum;
+  int correct;
+} Slot;
 
 struct PsNet {
   int n_layers;
   NetLayer *layers;
   int max_batch;
-  int batch;                    /* examples of the current input */
   PsPrecision prec;
   size_t in_elems;              /* per example */
-  float *input;
-  int32_t *labels;
   int classes;
   size_t n_params;
   float *params, *grads;
-  float *workspace;             /* im2col, sized for the largest conv */
-  double loss_sum;
-  int correct;
+  float *workspace;             /* im2col, attention, patches: the largest */
+  float *scratch;               /* a gradient to be added into another */
+  int n_slots;
+  Slot *slots;
+  Slot *cur;
 };
 
 /* ---- construction ------------------------------------------------------ */
@@ -59,6 +92,10 @@ static gboolean kind_has_kernel(PsLayerKind kind)
   case PS_LAYER_AVGPOOL:
   case PS_LAYER_GLOBAL_AVGPOOL:
   case PS_LAYER_FLATTEN:
+  case PS_LAYER_LAYERNORM:
+  case PS_LAYER_ATTENTION:
+  case PS_LAYER_ADD:
+  case PS_LAYER_PATCH_EMBEDDING:
     return TRUE;
   default:
     return FALSE;
@@ -91,25 +128,40 @@ static char *shape_str(int rank, const int64_t *shape)
   return g_string_free(s, FALSE);
 }
 
-/* Works out layer i's output shape from `rank`/`shape` (its input) and its
- * hyper-parameters, fills the kernel shapes in `nl`, and checks the result
- * against what the model says. */
-static gboolean plan_layer(const PsModel *model, int i, int rank, const int64_t *shape,
-                           NetLayer *nl, int *out_rank, int64_t *out_shape, int64_t *params,
-                           GError **error)
+/* The rank and shape of producer p's output (the model input for -1). */
+static void producer_shape(const PsModel *model, const NetLayer *planned, int p, int *rank,
+                           const int64_t **shape)
+{
+  *rank = p < 0 ? model->in_rank : planned[p].out_rank;
+  *shape = p < 0 ? model->in_shape : planned[p].out_shape;
+}
+
+/* Works out layer i's output shape from its input (the output of the
+ * layers before it, already in `planned`) and its hyper-parameters, fills
+ * the kernel shapes in planned[i], and checks the result against what the
+ * model says. */
+static gboolean plan_layer(const PsModel *model, int i, NetLayer *planned, GError **error)
 {
   const PsLayer *l = &model->layers[i];
+  NetLayer *nl = &planned[i];
   const char *where = model_where(model);
   const char *lname = l->name ? l->name : "?";
   const char *kname = ps_layer_kind_name(l->kind);
-  int64_t elems = ps_shape_elems(shape, rank);
 
-  if (l->input_from != i - 1) {
+  if (l->input_from < -1 || l->input_from >= i ||
+      (l->kind == PS_LAYER_ADD && (l->shortcut_from < -1 || l->shortcut_from >= i))) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                "%s: layer \"%s\": its input is not the previous layer's output (numerics "
-                "support sequential models only)", where, lname);
+                "%s: layer \"%s\": its input is not the output of an earlier layer", where,
+                lname);
     return FALSE;
   }
+  nl->input_from = l->input_from;
+  nl->shortcut_from = l->kind == PS_LAYER_ADD ? l->shortcut_from : -1;
+  int rank;
+  const int64_t *shape;
+  producer_shape(model, planned, l->input_from, &rank, &shape);
+  int64_t elems = ps_shape_elems(shape, rank);
+
   if (!shapes_equal(l->in_rank, l->in_shape, rank, shape)) {
     g_autofree char *got = shape_str(l->in_rank, l->in_shape);
     g_autofree char *want = shape_str(rank, shape);
@@ -119,10 +171,17 @@ static gboolean plan_layer(const PsModel *model, int i, int rank, const int64_t 
     return FALSE;
   }
   if ((l->kind == PS_LAYER_CONV2D || l->kind == PS_LAYER_MAXPOOL ||
-       l->kind == PS_LAYER_AVGPOOL || l->kind == PS_LAYER_GLOBAL_AVGPOOL) && rank != 3) {
+       l->kind == PS_LAYER_AVGPOOL || l->kind == PS_LAYER_PATCH_EMBEDDING) && rank != 3) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                 "%s: layer \"%s\": %s needs an (H, W, C) input, got rank %d", where, lname,
                 kname, rank);
+    return FALSE;
+  }
+  if ((l->kind == PS_LAYER_ATTENTION && rank != 2) ||
+      (l->kind == PS_LAYER_GLOBAL_AVGPOOL && rank != 2 && rank != 3)) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: layer \"%s\": %s needs an (S, D)%s input, got rank %d", where, lname,
+                kname, l->kind == PS_LAYER_GLOBAL_AVGPOOL ? " or (H, W, C)" : "", rank);
     return FALSE;
   }
   if (elems <= 0 || elems > G_MAXINT32) {
@@ -132,9 +191,10 @@ static gboolean plan_layer(const PsModel *model, int i, int rank, const int64_t 
     return FALSE;
   }
 
+  int *out_rank = &nl->out_rank;
+  int64_t *out_shape = nl->out_shape;
   *out_rank = rank;
   memcpy(out_shape, shape, sizeof(int64_t) * PS_MAX_RANK);
-  *params = 0;
   nl->in_elems = (size_t)elems;
 
   switch (l->kind) {
@@ -213,10 +273,11 @@ static gboolean plan_layer(const PsModel *model, int i, int rank, const int64_t 
     break;
   }
   case PS_LAYER_GLOBAL_AVGPOOL:
-    nl->pool = (PsPoolShape){.batch = 1, .h = (int)shape[0], .w = (int)shape[1],
-                             .c = (int)shape[2]};
+    /* (S, D) is pooled as an S x 1 image of D channels */
+    nl->pool = (PsPoolShape){.batch = 1, .h = (int)shape[0],
+                             .w = rank == 3 ? (int)shape[1] : 1, .c = (int)shape[rank - 1]};
     *out_rank = 1;
-    out_shape[0] = shape[2];
+    out_shape[0] = shape[rank - 1];
     out_shape[1] = out_shape[2] = 0;
     break;
   case PS_LAYER_FLATTEN:
@@ -224,6 +285,63 @@ static gboolean plan_layer(const PsModel *model, int i, int rank, const int64_t 
     out_shape[0] = elems;
     out_shape[1] = out_shape[2] = 0;
     break;
+  case PS_LAYER_LAYERNORM:
+    nl->in_dim = (int)shape[rank - 1];
+    nl->groups = (int)(elems / nl->in_dim);
+    nl->w_len = (size_t)nl->in_dim; /* gamma */
+    nl->b_len = (size_t)nl->in_dim; /* beta */
+    nl->cache_elems = 2 * (size_t)nl->groups;
+    break;
+  case PS_LAYER_ATTENTION: {
+    int64_t d = shape[1];
+    if (l->heads <= 0 || d % l->heads != 0) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "%s: layer \"%s\": attention needs heads > 0 dividing d_model %" G_GINT64_FORMAT,
+                  where, lname, d);
+      return FALSE;
+    }
+    nl->attn = (PsAttnShape){.batch = 1, .seq = (int)shape[0], .dim = (int)d,
+                             .heads = (int)l->heads, .causal = l->causal};
+    nl->w_len = 4 * (size_t)d * d;
+    nl->b_len = l->bias ? 4 * (size_t)d : 0;
+    nl->cache_elems = ps_attention_saved(&nl->attn);
+    break;
+  }
+  case PS_LAYER_ADD: {
+    int sr;
+    const int64_t *ss;
+    producer_shape(model, planned, l->shortcut_from, &sr, &ss);
+    if (!shapes_equal(sr, ss, rank, shape)) {
+      g_autofree char *a = shape_str(rank, shape);
+      g_autofree char *b = shape_str(sr, ss);
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "%s: layer \"%s\": adds a %s input to a %s shortcut", where, lname, a, b);
+      return FALSE;
+    }
+    break;
+  }
+  case PS_LAYER_PATCH_EMBEDDING: {
+    int64_t p = l->kernel;
+    if (p <= 0 || shape[0] % p != 0 || shape[1] % p != 0 || l->dim <= 0 ||
+        l->dim > G_MAXINT32) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "%s: layer \"%s\": patch_embedding needs dim > 0 and a patch size dividing "
+                  "the %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " input", where, lname, shape[0],
+                  shape[1]);
+      return FALSE;
+    }
+    nl->patch = (PsPatchShape){.batch = 1, .h = (int)shape[0], .w = (int)shape[1],
+                               .c = (int)shape[2], .patch = (int)p, .dim = (int)l->dim};
+    nl->positions = l->positions;
+    int seq = ps_patch_seq(&nl->patch);
+    *out_rank = 2;
+    out_shape[0] = seq;
+    out_shape[1] = l->dim;
+    out_shape[2] = 0;
+    nl->w_len = (size_t)(p * p * shape[2] + (l->positions ? seq : 0)) * (size_t)l->dim;
+    nl->b_len = (size_t)l->dim;
+    break;
+  }
   case PS_LAYER_SOFTMAX_XENT:
     if (i != model->n_layers - 1 || rank != 1) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
@@ -242,7 +360,7 @@ static gboolean plan_layer(const PsModel *model, int i, int rank, const int64_t 
     break;
   }
 
-  *params = (int64_t)(nl->w_len + nl->b_len);
+  int64_t params = (int64_t)(nl->w_len + nl->b_len);
   if (l->kind != PS_LAYER_SOFTMAX_XENT &&
       !shapes_equal(l->out_rank, l->out_shape, *out_rank, out_shape)) {
     g_autofree char *got = shape_str(l->out_rank, l->out_shape);
@@ -252,47 +370,149 @@ static gboolean plan_layer(const PsModel *model, int i, int rank, const int64_t 
                 lname, got, kname, want);
     return FALSE;
   }
-  if (l->params != *params) {
+  if (l->params != params) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                 "%s: layer \"%s\": %" G_GINT64_FORMAT " parameters, but the %s kernel has %"
-                G_GINT64_FORMAT, where, lname, l->params, kname, *params);
+                G_GINT64_FORMAT, where, lname, l->params, kname, params);
     return FALSE;
   }
   nl->out_elems = (size_t)ps_shape_elems(out_shape, *out_rank);
   return TRUE;
 }
 
+/* The layer whose buffer holds producer p's output gradient (a FLATTEN of
+ * a layer shares its input's). */
+static int grad_owner(const PsNet *net, int p)
+{
+  while (p >= 0 && net->layers[p].aliased)
+    p = net->layers[p].input_from;
+  return p;
+}
+
+/* Marks, for each gradient buffer, which write of a backward pass comes
+ * first: layers run backward from the last, an ADD's input before its
+ * shortcut. */
+static void plan_gradient_writes(PsNet *net)
+{
+  g_autofree gboolean *written = g_new0(gboolean, MAX(net->n_layers, 1));
+  for (int i = net->n_layers - 1; i >= 0; i--) {
+    NetLayer *nl = &net->layers[i];
+    if (nl->kind == PS_LAYER_FLATTEN)
+      continue; /* writes nothing: its readers write through it */
+    int o = grad_owner(net, nl->input_from);
+    if (o >= 0) {
+      nl->in_first = !written[o];
+      written[o] = TRUE;
+    }
+    o = grad_owner(net, nl->shortcut_from);
+    if (nl->kind == PS_LAYER_ADD && o >= 0) {
+      nl->sc_first = !written[o];
+      written[o] = TRUE;
+    }
+  }
+}
+
+static void fill_uniform(GRand *rng, float *w, size_t n, double limit)
+{
+  for (size_t j = 0; j < n; j++)
+    w[j] = (float)g_rand_double_range(rng, -limit, limit);
+}
+
 /* Uniform weights: He (limit sqrt(6 / fan_in)) when a ReLU follows, Glorot
  * (limit sqrt(6 / (fan_in + fan_out))) otherwise, as Keras's he_uniform and
- * glorot_uniform initializers define them; biases stay zero. */
-static void init_weights(PsNet *net, const PsModel *model, GRand *rng)
+ * glorot_uniform initializers define them; attention's four D x D
+ * projections Glorot each; position embeddings uniform with standard
+ * deviation 0.02 (the normal(0.02) of the ViT reference implementation,
+ * github.com/google-research/vision_transformer, models_vit.py); layernorm
+ * gains one; biases zero. */
+static void init_weights(PsNet *net, GRand *rng)
 {
   for (int i = 0; i < net->n_layers; i++) {
     NetLayer *nl = &net->layers[i];
+    float *w = net->params + nl->w_off;
     double fan_in, fan_out;
-    if (nl->kind == PS_LAYER_DENSE) {
+    switch (nl->kind) {
+    case PS_LAYER_DENSE:
       fan_in = nl->in_dim;
       fan_out = nl->units;
-    } else if (nl->kind == PS_LAYER_CONV2D) {
+      break;
+    case PS_LAYER_CONV2D: {
       double area = (double)nl->conv.kernel * nl->conv.kernel;
       fan_in = area * nl->conv.cin;
       fan_out = area * nl->conv.cout;
-    } else {
+      break;
+    }
+    case PS_LAYER_ATTENTION:
+      fill_uniform(rng, w, nl->w_len, sqrt(6.0 / (2.0 * nl->attn.dim)));
+      continue;
+    case PS_LAYER_PATCH_EMBEDDING: {
+      const PsPatchShape *p = &nl->patch;
+      size_t k = (size_t)p->patch * p->patch * p->c;
+      fill_uniform(rng, w, k * p->dim, sqrt(6.0 / ((double)k + p->dim)));
+      fill_uniform(rng, w + k * p->dim, nl->w_len - k * p->dim, 0.02 * sqrt(3.0));
+      continue;
+    }
+    case PS_LAYER_LAYERNORM:
+      for (size_t j = 0; j < nl->w_len; j++)
+        w[j] = 1.0f;
+      continue;
+    default:
       continue;
     }
     gboolean relu_next = i + 1 < net->n_layers && net->layers[i + 1].kind == PS_LAYER_RELU;
     double limit = relu_next ? sqrt(6.0 / fan_in) : sqrt(6.0 / (fan_in + fan_out));
-    float *w = net->params + nl->w_off;
-    for (size_t j = 0; j < nl->w_len; j++)
-      w[j] = (float)g_rand_double_range(rng, -limit, limit);
+    fill_uniform(rng, w, nl->w_len, limit);
   }
 }
 
-PsNet *ps_net_new(const PsModel *model, int max_batch, PsPrecision prec, uint64_t seed,
-                  GError **error)
+static void slot_alloc(PsNet *net, Slot *s)
+{
+  const size_t mb = (size_t)net->max_batch;
+  s->input = g_new0(float, net->in_elems * mb);
+  s->labels = g_new0(int32_t, mb);
+  s->layers = g_new0(SlotLayer, net->n_layers);
+  for (int i = 0; i < net->n_layers; i++) {
+    const NetLayer *nl = &net->layers[i];
+    SlotLayer *sl = &s->layers[i];
+    if (nl->kind == PS_LAYER_FLATTEN) {
+      int p = nl->input_from;
+      sl->out = p >= 0 ? s->layers[p].out : s->input;
+      sl->dout = p >= 0 ? s->layers[p].dout : g_new0(float, nl->out_elems * mb);
+    } else {
+      sl->out = g_new0(float, nl->out_elems * mb);
+      if (nl->kind != PS_LAYER_SOFTMAX_XENT)
+        sl->dout = g_new0(float, nl->out_elems * mb);
+    }
+    if (nl->cache_elems)
+      sl->cache = g_new0(float, nl->cache_elems * mb);
+    if (nl->kind == PS_LAYER_MAXPOOL)
+      sl->argmax = g_new0(int32_t, nl->out_elems * mb);
+  }
+}
+
+static void slot_free(PsNet *net, Slot *s)
+{
+  if (!s->layers)
+    return;
+  for (int i = 0; i < net->n_layers; i++) {
+    SlotLayer *sl = &s->layers[i];
+    if (!net->layers[i].aliased && sl->out != s->input) /* a FLATTEN of the input */
+      g_free(sl->out);
+    if (net->layers[i].owns_dout)
+      g_free(sl->dout);
+    g_free(sl->cache);
+    g_free(sl->argmax);
+  }
+  g_free(s->layers);
+  g_free(s->input);
+  g_free(s->labels);
+}
+
+PsNet *ps_net_new_slots(const PsModel *model, int max_batch, int slots, PsPrecision prec,
+                        uint64_t seed, GError **error)
 {
   g_return_val_if_fail(model != NULL, NULL);
-  g_return_val_if_fail(max_batch > 0, NULL);
+  g_return_val_if_fail(max_batch > 0 && slots > 0, NULL);
   g_return_val_if_fail(error == NULL || *error == NULL, NULL);
 
   const char *where = model_where(model);
@@ -302,7 +522,8 @@ PsNet *ps_net_new(const PsModel *model, int max_batch, PsPrecision prec, uint64_
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                   "%s: layer \"%s\": kind \"%s\" has no numeric kernel (numerics support "
                   "dense, relu, gelu, tanh, conv2d, maxpool, avgpool, global_avgpool, "
-                  "flatten, softmax_xent)", where, l->name ? l->name : "?",
+                  "flatten, layernorm, attention, patch_embedding, residual add, "
+                  "softmax_xent)", where, l->name ? l->name : "?",
                   ps_layer_kind_name(l->kind));
       return NULL;
     }
@@ -327,10 +548,8 @@ PsNet *ps_net_new(const PsModel *model, int max_batch, PsPrecision prec, uint64_
 
   /* Shapes, parameter offsets and the largest workspace. */
   int rank = model->in_rank;
-  int64_t shape[PS_MAX_RANK] = {0};
-  memcpy(shape, model->in_shape, sizeof(int64_t) * (size_t)CLAMP(rank, 0, PS_MAX_RANK));
-  int64_t in_elems = ps_shape_elems(shape, rank);
-  if (rank < 1 || rank > PS_MAX_RANK || in_elems <= 0 || in_elems > G_MAXINT32) {
+  int64_t in_elems = rank >= 1 && rank <= PS_MAX_RANK ? ps_shape_elems(model->in_shape, rank) : 0;
+  if (in_elems <= 0 || in_elems > G_MAXINT32) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                 "%s: input: shape of rank %d with %" G_GINT64_FORMAT " elements is out of "
                 "range for numerics", where, rank, in_elems);
@@ -341,17 +560,18 @@ PsNet *ps_net_new(const PsModel *model, int max_batch, PsPrecision prec, uint64_
   for (int i = 0; i < net->n_layers; i++) {
     NetLayer *nl = &net->layers[i];
     nl->kind = model->layers[i].kind;
-    int out_rank;
-    int64_t out_shape[PS_MAX_RANK], params;
-    if (!plan_layer(model, i, rank, shape, nl, &out_rank, out_shape, &params, error))
+    if (!plan_layer(model, i, net->layers, error))
       goto fail_net;
     if ((double)nl->out_elems * max_batch > (double)G_MAXINT32 ||
-        (double)nl->in_elems * max_batch > (double)G_MAXINT32) {
+        (double)nl->in_elems * max_batch > (double)G_MAXINT32 ||
+        (double)nl->cache_elems * max_batch > (double)G_MAXINT32) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                   "%s: layer \"%s\": activations of %d examples are too large for numerics",
                   where, model->layers[i].name ? model->layers[i].name : "?", max_batch);
       goto fail_net;
     }
+    nl->aliased = nl->kind == PS_LAYER_FLATTEN && nl->input_from >= 0;
+    nl->owns_dout = nl->kind != PS_LAYER_SOFTMAX_XENT && !nl->aliased;
     nl->w_off = offset;
     nl->b_off = offset + nl->w_len;
     offset += nl->w_len + nl->b_len;
@@ -359,42 +579,40 @@ PsNet *ps_net_new(const PsModel *model, int max_batch, PsPrecision prec, uint64_
       PsConvShape c = nl->conv;
       c.batch = max_batch;
       ws = MAX(ws, ps_conv2d_workspace(&c));
+    } else if (nl->kind == PS_LAYER_ATTENTION) {
+      PsAttnShape a = nl->attn;
+      a.batch = max_batch;
+      ws = MAX(ws, ps_attention_workspace(&a));
+    } else if (nl->kind == PS_LAYER_PATCH_EMBEDDING) {
+      PsPatchShape p = nl->patch;
+      p.batch = max_batch;
+      ws = MAX(ws, ps_patch_workspace(&p));
     }
-    rank = out_rank;
-    memcpy(shape, out_shape, sizeof shape);
   }
   net->classes = (int)net->layers[net->n_layers - 1].in_elems;
   net->n_params = offset;
+  plan_gradient_writes(net);
+  size_t scratch = 0;
+  for (int i = 0; i < net->n_layers; i++) {
+    const NetLayer *nl = &net->layers[i];
+    if ((nl->input_from >= 0 && !nl->in_first && nl->kind != PS_LAYER_FLATTEN) ||
+        (nl->shortcut_from >= 0 && !nl->sc_first))
+      scratch = MAX(scratch, nl->in_elems * (size_t)max_batch);
+  }
 
-  /* Buffers.  A layer's output gradient is needed only when some layer at
-   * or before it has parameters. */
   net->params = g_new0(float, MAX(net->n_params, 1));
   net->grads = g_new0(float, MAX(net->n_params, 1));
-  net->input = g_new0(float, net->in_elems * max_batch);
-  net->labels = g_new0(int32_t, max_batch);
   net->workspace = ws ? g_new(float, ws) : NULL;
-  gboolean params_so_far = FALSE;
-  for (int i = 0; i < net->n_layers; i++) {
-    NetLayer *nl = &net->layers[i];
-    params_so_far = params_so_far || nl->w_len + nl->b_len > 0;
-    if (nl->kind == PS_LAYER_FLATTEN) {
-      nl->out = i ? net->layers[i - 1].out : net->input;
-      nl->dout = i ? net->layers[i - 1].dout : NULL;
-    } else {
-      nl->out = g_new0(float, nl->out_elems * max_batch);
-      nl->owns_out = TRUE;
-      if (params_so_far && nl->kind != PS_LAYER_SOFTMAX_XENT) {
-        nl->dout = g_new0(float, nl->out_elems * max_batch);
-        nl->owns_dout = TRUE;
-      }
-    }
-    if (nl->kind == PS_LAYER_MAXPOOL)
-      nl->argmax = g_new0(int32_t, nl->out_elems * max_batch);
-  }
+  net->scratch = scratch ? g_new(float, scratch) : NULL;
+  net->n_slots = slots;
+  net->slots = g_new0(Slot, slots);
+  for (int s = 0; s < slots; s++)
+    slot_alloc(net, &net->slots[s]);
+  net->cur = &net->slots[0];
 
   uint32_t seed_words[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
   GRand *rng = g_rand_new_with_seed_array(seed_words, 2);
-  init_weights(net, model, rng);
+  init_weights(net, rng);
   g_rand_free(rng);
   return net;
 
@@ -403,28 +621,40 @@ fail_net:
   return NULL;
 }
 
+PsNet *ps_net_new(const PsModel *model, int max_batch, PsPrecision prec, uint64_t seed,
+                  GError **error)
+{
+  return ps_net_new_slots(model, max_batch, 1, prec, seed, error);
+}
+
 void ps_net_free(PsNet *net)
 {
   if (!net)
     return;
-  for (int i = 0; i < net->n_layers; i++) {
-    NetLayer *nl = &net->layers[i];
-    if (nl->owns_out)
-      g_free(nl->out);
-    if (nl->owns_dout)
-      g_free(nl->dout);
-    g_free(nl->argmax);
-  }
+  for (int s = 0; s < net->n_slots; s++)
+    slot_free(net, &net->slots[s]);
+  g_free(net->slots);
   g_free(net->layers);
   g_free(net->params);
   g_free(net->grads);
-  g_free(net->input);
-  g_free(net->labels);
   g_free(net->workspace);
+  g_free(net->scratch);
   g_free(net);
 }
 
-/* ---- stepping ---------------------------------------------------------- */
+/* ---- slots ------------------------------------------------------------- */
+
+int ps_net_slots(const PsNet *net)
+{
+  g_return_val_if_fail(net != NULL, 0);
+  return net->n_slots;
+}
+
+void ps_net_select_slot(PsNet *net, int slot)
+{
+  g_return_if_fail(net != NULL && slot >= 0 && slot < net->n_slots);
+  net->cur = &net->slots[slot];
+}
 
 void ps_net_set_input(PsNet *net, const float *x, const int32_t *labels, int batch)
 {
@@ -432,14 +662,67 @@ void ps_net_set_input(PsNet *net, const float *x, const int32_t *labels, int bat
   g_return_if_fail(batch > 0 && batch <= net->max_batch);
   for (int r = 0; r < batch; r++)
     g_return_if_fail(labels[r] >= 0 && labels[r] < net->classes);
-  memcpy(net->input, x, (size_t)batch * net->in_elems * sizeof *x);
-  memcpy(net->labels, labels, (size_t)batch * sizeof *labels);
-  net->batch = batch;
+  Slot *s = net->cur;
+  memcpy(s->input, x, (size_t)batch * net->in_elems * sizeof *x);
+  memcpy(s->labels, labels, (size_t)batch * sizeof *labels);
+  s->batch = batch;
 }
 
-static const float *layer_input(const PsNet *net, int i)
+void ps_net_set_batch(PsNet *net, int batch)
 {
-  return i ? net->layers[i - 1].out : net->input;
+  g_return_if_fail(net != NULL && batch > 0 && batch <= net->max_batch);
+  net->cur->batch = batch;
+}
+
+static size_t layer_elems(const PsNet *net, int layer)
+{
+  return layer < 0 ? net->in_elems : net->layers[layer].out_elems;
+}
+
+float *ps_net_activation(PsNet *net, int layer, size_t *n)
+{
+  g_return_val_if_fail(net != NULL && layer >= -1 && layer < net->n_layers, NULL);
+  if (n)
+    *n = (size_t)net->cur->batch * layer_elems(net, layer);
+  return layer < 0 ? net->cur->input : net->cur->layers[layer].out;
+}
+
+float *ps_net_activation_grad(PsNet *net, int layer, size_t *n)
+{
+  g_return_val_if_fail(net != NULL && layer >= -1 && layer < net->n_layers, NULL);
+  float *g = layer < 0 ? NULL : net->cur->layers[layer].dout;
+  if (n)
+    *n = g ? (size_t)net->cur->batch * layer_elems(net, layer) : 0;
+  return g;
+}
+
+/* ---- stepping ---------------------------------------------------------- */
+
+static float *slot_output(Slot *s, int producer)
+{
+  return producer < 0 ? s->input : s->layers[producer].out;
+}
+
+/* Where backward puts the gradient of the output of `producer`: its own
+ * buffer for the pass's first write, else the scratch buffer that
+ * grad_done adds in.  NULL for the net input. */
+static float *grad_target(PsNet *net, int producer, gboolean first)
+{
+  if (producer < 0)
+    return NULL;
+  return first ? net->cur->layers[producer].dout : net->scratch;
+}
+
+static void add_to(float *dst, const float *src, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    dst[i] += src[i];
+}
+
+static void grad_done(PsNet *net, int producer, gboolean first, size_t n)
+{
+  if (producer >= 0 && !first)
+    add_to(net->cur->layers[producer].dout, net->scratch, n);
 }
 
 static void global_avgpool_forward(const PsPoolShape *p, const float *x, float *y)
@@ -474,56 +757,81 @@ static void global_avgpool_backward(const PsPoolShape *p, const float *dy, float
 void ps_net_forward_layer(PsNet *net, int layer)
 {
   g_return_if_fail(net != NULL && layer >= 0 && layer < net->n_layers);
-  g_return_if_fail(net->batch > 0);
+  Slot *s = net->cur;
+  g_return_if_fail(s->batch > 0);
   NetLayer *nl = &net->layers[layer];
-  const float *x = layer_input(net, layer);
-  const int batch = net->batch;
+  SlotLayer *sl = &s->layers[layer];
+  const float *x = slot_output(s, nl->input_from);
+  const int batch = s->batch;
   const size_t n = (size_t)batch * nl->out_elems;
   const float *w = net->params + nl->w_off;
   const float *b = nl->b_len ? net->params + nl->b_off : NULL;
 
   switch (nl->kind) {
   case PS_LAYER_DENSE:
-    ps_dense_forward(net->prec, x, w, b, nl->out, batch * nl->groups, nl->in_dim, nl->units);
+    ps_dense_forward(net->prec, x, w, b, sl->out, batch * nl->groups, nl->in_dim, nl->units);
     break;
   case PS_LAYER_RELU:
-    ps_relu_forward(x, nl->out, n);
+    ps_relu_forward(x, sl->out, n);
     break;
   case PS_LAYER_GELU:
-    ps_gelu_forward(x, nl->out, n);
+    ps_gelu_forward(x, sl->out, n);
     break;
   case PS_LAYER_TANH:
-    ps_tanh_forward(x, nl->out, n);
+    ps_tanh_forward(x, sl->out, n);
     break;
   case PS_LAYER_CONV2D: {
     PsConvShape c = nl->conv;
     c.batch = batch;
-    ps_conv2d_forward(net->prec, &c, x, w, b, nl->out, net->workspace);
+    ps_conv2d_forward(net->prec, &c, x, w, b, sl->out, net->workspace);
     break;
   }
   case PS_LAYER_MAXPOOL: {
     PsPoolShape p = nl->pool;
     p.batch = batch;
-    ps_maxpool_forward(&p, x, nl->out, nl->argmax);
+    ps_maxpool_forward(&p, x, sl->out, sl->argmax);
     break;
   }
   case PS_LAYER_AVGPOOL: {
     PsPoolShape p = nl->pool;
     p.batch = batch;
-    ps_avgpool_forward(&p, x, nl->out);
+    ps_avgpool_forward(&p, x, sl->out);
     break;
   }
   case PS_LAYER_GLOBAL_AVGPOOL: {
     PsPoolShape p = nl->pool;
     p.batch = batch;
-    global_avgpool_forward(&p, x, nl->out);
+    global_avgpool_forward(&p, x, sl->out);
     break;
   }
   case PS_LAYER_FLATTEN:
     break; /* out is the input buffer itself */
+  case PS_LAYER_LAYERNORM:
+    ps_layernorm_forward(x, w, b, sl->out, sl->cache, batch * nl->groups, nl->in_dim);
+    break;
+  case PS_LAYER_ATTENTION: {
+    PsAttnShape a = nl->attn;
+    a.batch = batch;
+    ps_attention_forward(net->prec, &a, x, w, b, sl->out, sl->cache, net->workspace);
+    break;
+  }
+  case PS_LAYER_ADD: {
+    const float *sc = slot_output(s, nl->shortcut_from);
+    for (size_t i = 0; i < n; i++)
+      sl->out[i] = x[i] + sc[i];
+    break;
+  }
+  case PS_LAYER_PATCH_EMBEDDING: {
+    PsPatchShape p = nl->patch;
+    p.batch = batch;
+    size_t proj = (size_t)p.patch * p.patch * p.c * p.dim;
+    ps_patch_forward(net->prec, &p, x, w, nl->positions ? w + proj : NULL, b, sl->out,
+                     net->workspace);
+    break;
+  }
   case PS_LAYER_SOFTMAX_XENT:
-    net->loss_sum = ps_softmax_xent_forward(x, net->labels, nl->out, batch, net->classes,
-                                            &net->correct);
+    s->loss_sum = ps_softmax_xent_forward(x, s->labels, sl->out, batch, net->classes,
+                                          &s->correct);
     break;
   default:
     g_assert_not_reached();
@@ -533,12 +841,16 @@ void ps_net_forward_layer(PsNet *net, int layer)
 void ps_net_backward_layer(PsNet *net, int layer, float loss_scale)
 {
   g_return_if_fail(net != NULL && layer >= 0 && layer < net->n_layers);
-  g_return_if_fail(net->batch > 0);
+  Slot *s = net->cur;
+  g_return_if_fail(s->batch > 0);
   NetLayer *nl = &net->layers[layer];
-  const float *x = layer_input(net, layer);
-  float *dx = layer ? net->layers[layer - 1].dout : NULL;
-  const float *dy = nl->dout;
-  const int batch = net->batch;
+  SlotLayer *sl = &s->layers[layer];
+  if (nl->kind == PS_LAYER_FLATTEN)
+    return; /* its readers wrote the gradient of its input already */
+  const float *x = slot_output(s, nl->input_from);
+  float *dx = grad_target(net, nl->input_from, nl->in_first);
+  const float *dy = sl->dout;
+  const int batch = s->batch;
   const size_t n = (size_t)batch * nl->out_elems;
   const float *w = net->params + nl->w_off;
   float *dw = net->grads + nl->w_off;
@@ -559,7 +871,7 @@ void ps_net_backward_layer(PsNet *net, int layer, float loss_scale)
     break;
   case PS_LAYER_TANH:
     if (dx)
-      ps_tanh_backward(nl->out, dy, dx, n);
+      ps_tanh_backward(sl->out, dy, dx, n);
     break;
   case PS_LAYER_CONV2D: {
     PsConvShape c = nl->conv;
@@ -571,7 +883,7 @@ void ps_net_backward_layer(PsNet *net, int layer, float loss_scale)
     PsPoolShape p = nl->pool;
     p.batch = batch;
     if (dx)
-      ps_maxpool_backward(&p, nl->argmax, dy, dx);
+      ps_maxpool_backward(&p, sl->argmax, dy, dx);
     break;
   }
   case PS_LAYER_AVGPOOL: {
@@ -588,16 +900,47 @@ void ps_net_backward_layer(PsNet *net, int layer, float loss_scale)
       global_avgpool_backward(&p, dy, dx);
     break;
   }
-  case PS_LAYER_FLATTEN:
-    break; /* dx is dy itself */
+  case PS_LAYER_LAYERNORM:
+    ps_layernorm_backward(x, w, sl->cache, dy, dx, dw, db, batch * nl->groups, nl->in_dim);
+    break;
+  case PS_LAYER_ATTENTION: {
+    PsAttnShape a = nl->attn;
+    a.batch = batch;
+    ps_attention_backward(net->prec, &a, x, w, sl->cache, dy, dx, dw, db, net->workspace);
+    break;
+  }
+  case PS_LAYER_ADD: {
+    /* both inputs get dy; no scratch needed, so return from here */
+    float *targets[2] = {nl->input_from >= 0 ? s->layers[nl->input_from].dout : NULL,
+                         nl->shortcut_from >= 0 ? s->layers[nl->shortcut_from].dout : NULL};
+    gboolean first[2] = {nl->in_first, nl->sc_first};
+    for (int t = 0; t < 2; t++) {
+      if (!targets[t])
+        continue;
+      if (first[t])
+        memcpy(targets[t], dy, n * sizeof *dy);
+      else
+        add_to(targets[t], dy, n);
+    }
+    return;
+  }
+  case PS_LAYER_PATCH_EMBEDDING: {
+    PsPatchShape p = nl->patch;
+    p.batch = batch;
+    size_t proj = (size_t)p.patch * p.patch * p.c * p.dim;
+    ps_patch_backward(net->prec, &p, x, w, dy, dx, dw, nl->positions ? dw + proj : NULL, db,
+                      net->workspace);
+    break;
+  }
   case PS_LAYER_SOFTMAX_XENT:
     if (dx)
-      ps_softmax_xent_backward(nl->out, net->labels, dx, batch, net->classes,
+      ps_softmax_xent_backward(sl->out, s->labels, dx, batch, net->classes,
                                loss_scale / (float)batch);
     break;
   default:
     g_assert_not_reached();
   }
+  grad_done(net, nl->input_from, nl->in_first, (size_t)batch * nl->in_elems);
 }
 
 void ps_net_forward(PsNet *net)
@@ -623,22 +966,21 @@ void ps_net_zero_grads(PsNet *net)
 double ps_net_loss(const PsNet *net)
 {
   g_return_val_if_fail(net != NULL, 0.0);
-  return net->batch > 0 ? net->loss_sum / net->batch : 0.0;
+  return net->cur->batch > 0 ? net->cur->loss_sum / net->cur->batch : 0.0;
 }
 
 int ps_net_correct(const PsNet *net)
 {
   g_return_val_if_fail(net != NULL, 0);
-  return net->correct;
+  return net->cur->correct;
 }
 
 const float *ps_net_layer_output(const PsNet *net, int layer, size_t *n)
 {
   g_return_val_if_fail(net != NULL && layer >= 0 && layer < net->n_layers, NULL);
-  const NetLayer *l = &net->layers[layer];
   if (n)
-    *n = (size_t)net->batch * l->out_elems;
-  return l->out;
+    *n = (size_t)net->cur->batch * net->layers[layer].out_elems;
+  return net->cur->layers[layer].out;
 }
 
 size_t ps_net_n_params(const PsNet *net)
@@ -669,7 +1011,6 @@ void ps_net_layer_params(const PsNet *net, int layer, size_t *offset, size_t *le
     *len = nl->w_len + nl->b_len;
 }
 
-/* Overwrites the current input, activations, loss and correct count. */
 double ps_net_accuracy(PsNet *net, const float *x, const int32_t *labels, size_t n)
 {
   g_return_val_if_fail(net != NULL, 0.0);
@@ -681,7 +1022,7 @@ double ps_net_accuracy(PsNet *net, const float *x, const int32_t *labels, size_t
     int batch = (int)MIN((size_t)net->max_batch, n - start);
     ps_net_set_input(net, x + start * net->in_elems, labels + start, batch);
     ps_net_forward(net);
-    right += (size_t)net->correct;
+    right += (size_t)net->cur->correct;
   }
   return (double)right / (double)n;
 }

@@ -1,13 +1,23 @@
 /* net.h: a model's real numerics on one device: parameters, activations
- * and gradients for a sequential model (dense, activations, conv2d,
- * pooling, flatten, softmax cross-entropy).
+ * and gradients for a model of dense, activation, conv2d, pooling,
+ * flatten, layernorm, attention, patch embedding, residual add and softmax
+ * cross-entropy layers.
  *
  * The simulator calls it one layer at a time, from the same FWD/BWD ops
  * that it times, so numerics ride on the ops.  Parameters and gradients
  * live each in one contiguous float buffer (layer after layer, weights
  * then bias), so a collective can reduce gradients as flat buckets.
- * Invariant: ps_net_backward_layer(i) runs only after forward of every
- * layer and backward of every layer after i, in the current step. */
+ * Activations live in `slots`, one per micro-batch in flight (GPipe keeps
+ * several): each slot has its own input, labels, batch, activations,
+ * activation gradients, loss and correct count; parameters and gradients
+ * are shared by all slots, so backward of several slots sums into one
+ * gradient.  Every call below that reads or writes activations acts on the
+ * current slot (ps_net_select_slot; slot 0 at creation).
+ * Invariant: ps_net_backward_layer(i) runs, for the current slot, only
+ * after forward of every layer and backward of every layer after i in the
+ * current step (for a pipeline stage holding layers [first, last]: after
+ * its forward, and once the gradient of layer last's output is in
+ * ps_net_activation_grad(net, last), unless last is the loss). */
 #ifndef PS_NET_H
 #define PS_NET_H
 
@@ -15,30 +25,65 @@
 
 typedef struct PsNet PsNet;
 
-/* Fails (PS_INPUT_ERROR_VALUE) naming the first layer kind that has no
- * kernel.  Weights are initialised from `seed` (He/Glorot uniform), so two
- * nets with the same seed are bit-identical.  (transfer full) */
+/* A net with `slots` slots of up to max_batch examples each.  Fails
+ * (PS_INPUT_ERROR_VALUE) naming the first layer kind that has no kernel.
+ * Weights are initialised from `seed` (He/Glorot uniform), so two nets
+ * with the same seed are bit-identical whatever their slots.
+ * (transfer full) */
+PsNet *ps_net_new_slots(const PsModel *model, int max_batch, int slots, PsPrecision prec,
+                        uint64_t seed, GError **error);
+/* ps_net_new_slots with one slot.  (transfer full) */
 PsNet *ps_net_new(const PsModel *model, int max_batch, PsPrecision prec, uint64_t seed,
                   GError **error);
 void ps_net_free(PsNet *net);
 
-/* Copies a batch in (x: batch x input elems, labels: batch). */
+int ps_net_slots(const PsNet *net);
+/* Makes `slot` (0 <= slot < ps_net_slots) the current slot. */
+void ps_net_select_slot(PsNet *net, int slot);
+
+/* Copies a batch into the current slot (x: batch x input elems, labels:
+ * batch). */
 void ps_net_set_input(PsNet *net, const float *x, const int32_t *labels, int batch);
+/* Sets the current slot's batch without copying an input: for a pipeline
+ * stage whose input arrives in ps_net_activation(net, first - 1).  The
+ * labels stay what the last ps_net_set_input gave. */
+void ps_net_set_batch(PsNet *net, int batch);
 void ps_net_forward_layer(PsNet *net, int layer);
-/* loss_scale multiplies d(loss)/d(logits) on top of the 1/batch of a mean
- * loss (the strategy passes 1/replicas for a "mean" reduction). */
+/* Accumulates the layer's parameter gradients and writes the gradient of
+ * its input(s), for every layer whose input is not the net input (so a
+ * pipeline stage can pass it back).  loss_scale multiplies
+ * d(loss)/d(logits) on top of the 1/batch of a mean loss (the strategy
+ * passes 1/replicas for a "mean" reduction, and 1/micro-batches for
+ * micro-batches of a pipeline); other layers ignore it. */
 void ps_net_backward_layer(PsNet *net, int layer, float loss_scale);
 void ps_net_forward(PsNet *net);
 void ps_net_backward(PsNet *net, float loss_scale);
 void ps_net_zero_grads(PsNet *net);
 
-/* Mean loss and correct predictions of the last forward pass. */
+/* Mean loss and correct predictions of the current slot's last forward
+ * pass of the loss layer. */
 double ps_net_loss(const PsNet *net);
 int ps_net_correct(const PsNet *net);
 
-/* The output of a layer in the last forward pass, batch x out elements
- * (*n receives the count).  (transfer none) */
+/* The output of a layer in the current slot's last forward pass, batch x
+ * out elements (*n receives the count).  (transfer none) */
 const float *ps_net_layer_output(const PsNet *net, int layer, size_t *n);
+
+/* The current slot's output of `layer`, -1 for the net input: batch x out
+ * elements (*n, may be NULL, receives the count for the slot's batch).
+ * Writable: a pipeline stage puts the activations it receives here, at
+ * first - 1.  A FLATTEN's output is the very buffer of the layer before it.
+ * (transfer none) */
+float *ps_net_activation(PsNet *net, int layer, size_t *n);
+/* The current slot's gradient of the loss with respect to that output,
+ * same size, written by backward of the layers reading it; NULL for the
+ * net input (-1) and for the softmax_xent layer's output (its backward
+ * starts from the labels).  Writable: a pipeline stage puts the gradient it
+ * receives here, at its last layer, before its backward.  A skip
+ * connection must not cross a stage boundary: the gradient of an output
+ * read by layers of two stages would need both stages' parts.
+ * (transfer none) */
+float *ps_net_activation_grad(PsNet *net, int layer, size_t *n);
 
 size_t ps_net_n_params(const PsNet *net);
 /* (transfer none) contiguous buffers of ps_net_n_params floats */
@@ -47,7 +92,9 @@ float *ps_net_grads(PsNet *net);
 /* Offset and length, in floats, of a layer's parameters in those buffers. */
 void ps_net_layer_params(const PsNet *net, int layer, size_t *offset, size_t *len);
 
-/* Test accuracy over a whole dataset-sized array, in batches of max_batch. */
+/* Test accuracy over a whole dataset-sized array, in batches of max_batch,
+ * through the current slot (whose input, activations, loss and correct
+ * count it overwrites). */
 double ps_net_accuracy(PsNet *net, const float *x, const int32_t *labels, size_t n);
 
 /* An optimizer owning its slot buffers.  (transfer full) */

@@ -11,6 +11,8 @@ PsPlan *ps_plan_new(int n_devices)
   PsPlan *plan = g_new0(PsPlan, 1);
   plan->n_devices = n_devices;
   plan->program_of = g_new0(int, n_devices);
+  plan->stage_of = g_new0(int, n_devices);
+  plan->replica_of = g_new0(int, n_devices);
   plan->strategy = "?";
   plan->replicas = 1;
   plan->stages = 1;
@@ -33,6 +35,9 @@ void ps_plan_free(PsPlan *plan)
   g_free(plan->programs);
   g_free(plan->colls);
   g_free(plan->program_of);
+  g_free(plan->stage_of);
+  g_free(plan->replica_of);
+  g_free(plan->stage_first);
   g_free(plan);
 }
 
@@ -258,6 +263,9 @@ static void describe_op(const PsPlan *plan, int i, const PsOp *op, GString *out)
 void ps_plan_describe_device(const PsPlan *plan, int device, GString *out)
 {
   const PsProgram *p = ps_plan_program(plan, device);
+  if (plan->stages > 1)
+    g_string_append_printf(out, "stage %d of %d, replica %d of %d: ", plan->stage_of[device],
+                           plan->stages, plan->replica_of[device], plan->replicas);
   g_string_append_printf(out, "device %d (program %d of %d): %d ops per step, HBM %.2f MiB "
                          "static, %.2f MiB peak\n", device, plan->program_of[device],
                          plan->n_programs, p->n_ops, p->hbm_static_bytes / 1048576.0,

@@ -97,7 +97,11 @@ typedef struct {
    * never reads these) */
   const char *strategy;     /* "replicate", ... (static) */
   int replicas, stages, micro_batches;
-  float loss_scale;         /* applied to d(loss)/d(logits): 1/replicas for "mean" */
+  int *stage_of, *replica_of; /* per device (zero-filled by ps_plan_new) */
+  int *stage_first;         /* stages + 1 entries: stage s runs layers
+                               [stage_first[s], stage_first[s + 1]) (owned) */
+  float loss_scale;         /* applied to d(loss)/d(logits): 1/replicas for "mean",
+                               1/(replicas x micro_batches) in a pipeline */
   int optimizer_slots;
   int n_buckets;
 } PsPlan;

@@ -107,3 +107,154 @@ gboolean ps_lower_memory(const PsExperiment *exp, PsProgram *p, int64_t params,
               have / 1073741824.0, advice);
   return FALSE;
 }
+
+void ps_lower_host_calls(const PsExperiment *exp, const PsOp *fwd, GArray *ops)
+{
+  const PsModel *m = exp->model;
+  int act_bytes = ps_cost_act_bytes(exp->numerics.precision);
+  for (int h = 0; h < exp->n_host_calls; h++) {
+    const PsHostCall *hc = &exp->host_calls[h];
+    if (hc->after != fwd->last)
+      continue;
+    const PsLayer *l = &m->layers[hc->after];
+    double elems = (double)(ps_shape_elems(l->out_shape, l->out_rank) * fwd->batch);
+    PsOp call = {.kind = PS_OP_HOST_CALL, .batch = fwd->batch, .mb = fwd->mb, .host_call = h,
+                 .first = hc->after, .last = hc->after};
+    call.bytes = elems * act_bytes;
+    call.bytes_back = hc->kind == PS_HOST_CALL_HISTOGRAM ? 4.0 * hc->bins : call.bytes;
+    call.host_flops = elems * hc->flops_per_element;
+    snprintf(call.name, sizeof call.name, "host call: %s %s",
+             hc->kind == PS_HOST_CALL_HISTOGRAM ? "histogram of" : "roundtrip of", l->name);
+    g_array_append_val(ops, call);
+  }
+}
+
+/* ---- gradient buckets ------------------------------------------------ */
+
+typedef struct {
+  int first, last;       /* layers */
+  int64_t off, count;    /* parameters (floats) */
+} PsBucket;
+
+static PsOp coll_op(PsOpKind kind, int c)
+{
+  PsOp op = {.kind = kind, .coll = c};
+  snprintf(op.name, sizeof op.name, "%s c%d", kind == PS_OP_COLL_START ? "start" : "done", c);
+  return op;
+}
+
+static int bucket_coll(PsBuckets *b, PsCollOp kind, const PsBucket *bk, int k,
+                       PsBufferKind buf)
+{
+  static const char *const what[PS_COLL_N_OPS] = {"all-reduce", "reduce-scatter", "all-gather",
+                                                  "broadcast", "send-recv"};
+  const PsModel *m = b->exp->model;
+  PsPlanColl c = {.op = kind, .algo = b->exp->collective.algorithm, .n_members = b->n,
+                  .members = (int *)b->members, .count = bk->count, .elem_bytes = 4,
+                  .buffer = buf, .offset = bk->off};
+  snprintf(c.name, sizeof c.name, "%s %sb%d %s..%s (%.1f MB)", what[kind], b->prefix, k,
+           m->layers[bk->first].name, m->layers[bk->last].name, (double)bk->count * 4 / 1e6);
+  return ps_plan_add_coll(b->plan, &c);
+}
+
+void ps_lower_buckets_init(PsBuckets *b, const PsExperiment *exp, PsPlan *plan,
+                           const char *prefix, const int *members, int n)
+{
+  *b = (PsBuckets){.exp = exp, .plan = plan, .prefix = prefix, .members = members, .n = n,
+                   .wus = exp->strategy.weight_update_sharding && n > 1,
+                   .buckets = g_array_new(FALSE, FALSE, sizeof(PsBucket)),
+                   .reduce = g_array_new(FALSE, FALSE, sizeof(int)),
+                   .cur_first = -1, .cur_last = -1};
+}
+
+void ps_lower_buckets_add(PsBuckets *b, GArray *ops, const PsOp *bwd, gboolean closes)
+{
+  const PsModel *m = b->exp->model;
+  if (b->n == 1)
+    return;
+  int64_t p = 0;
+  for (int l = bwd->first; l <= bwd->last; l++)
+    p += m->layers[l].params;
+  if (p == 0 && b->cur_count == 0)
+    return;
+  if (b->cur_last < 0)
+    b->cur_last = bwd->last;
+  b->cur_first = bwd->first;
+  b->cur_count += p;
+  if (b->cur_count * 4 < b->exp->strategy.bucket_bytes && !closes)
+    return;
+  PsBucket bk = {b->cur_first, b->cur_last, ps_lower_param_offset(m, b->cur_first),
+                 b->cur_count};
+  int k = (int)b->buckets->len;
+  int c = bucket_coll(b, b->wus ? PS_COLL_REDUCE_SCATTER : PS_COLL_ALL_REDUCE, &bk, k,
+                      PS_BUFFER_GRADS);
+  g_array_append_val(b->buckets, bk);
+  g_array_append_val(b->reduce, c);
+  if (b->exp->strategy.overlap) {
+    PsOp st = coll_op(PS_OP_COLL_START, c);
+    g_array_append_val(ops, st);
+  }
+  b->cur_first = b->cur_last = -1;
+  b->cur_count = 0;
+}
+
+int ps_lower_buckets_count(const PsBuckets *b)
+{
+  return (int)b->buckets->len;
+}
+
+int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off, int64_t param_len)
+{
+  const PsExperiment *exp = b->exp;
+  int nb = (int)b->buckets->len;
+  if (!exp->strategy.overlap)
+    for (int k = 0; k < nb; k++) {
+      PsOp st = coll_op(PS_OP_COLL_START, g_array_index(b->reduce, int, k));
+      g_array_append_val(ops, st);
+    }
+  if (!b->wus) {
+    for (int k = 0; k < nb; k++) {
+      PsOp dn = coll_op(PS_OP_COLL_DONE, g_array_index(b->reduce, int, k));
+      g_array_append_val(ops, dn);
+    }
+    if (param_len > 0) {
+      PsOp up = {.coll = -1, .param_off = param_off, .param_len = param_len};
+      ps_lower_update_op(exp, &up, param_len);
+      snprintf(up.name, sizeof up.name, "apply update");
+      g_array_append_val(ops, up);
+    }
+    return param_len;
+  }
+  /* per bucket: wait for its shard, update it, start gathering it */
+  int64_t slot_params = 0;
+  GArray *gather = g_array_new(FALSE, FALSE, sizeof(int));
+  for (int k = 0; k < nb; k++) {
+    const PsBucket *bk = &g_array_index(b->buckets, PsBucket, k);
+    int rs = g_array_index(b->reduce, int, k);
+    PsOp dn = coll_op(PS_OP_COLL_DONE, rs);
+    g_array_append_val(ops, dn);
+    int64_t shard = (bk->count + b->n - 1) / b->n;
+    slot_params += shard;
+    PsOp up = {.coll = rs, .param_off = bk->off, .param_len = bk->count};
+    ps_lower_update_op(exp, &up, shard);
+    snprintf(up.name, sizeof up.name, "apply update: shard of %sb%d", b->prefix, k);
+    g_array_append_val(ops, up);
+    int ag = bucket_coll(b, PS_COLL_ALL_GATHER, bk, k, PS_BUFFER_PARAMS);
+    g_array_append_val(gather, ag);
+    PsOp st = coll_op(PS_OP_COLL_START, ag);
+    g_array_append_val(ops, st);
+  }
+  for (int k = 0; k < nb; k++) {
+    PsOp dn = coll_op(PS_OP_COLL_DONE, g_array_index(gather, int, k));
+    g_array_append_val(ops, dn);
+  }
+  g_array_free(gather, TRUE);
+  return slot_params;
+}
+
+void ps_lower_buckets_clear(PsBuckets *b)
+{
+  g_array_free(b->buckets, TRUE);
+  g_array_free(b->reduce, TRUE);
+  b->buckets = b->reduce = NULL;
+}

@@ -5,18 +5,7 @@
 
 #include <string.h>
 
-static PsPlan *pipeline_compile(const PsExperiment *exp, GError **error)
-{
-  g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-              "%s: strategy.kind: the pipeline strategy is not available in this version; "
-              "use \"replicate\"", exp->file);
-  return NULL;
-}
-
-static const PsStrategy pipeline = {"pipeline", "GPipe-style pipeline (not available yet)",
-                                    pipeline_compile};
-
-const PsStrategy *const ps_strategies[] = {&ps_strategy_replicate, &pipeline, NULL};
+const PsStrategy *const ps_strategies[] = {&ps_strategy_replicate, &ps_strategy_pipeline, NULL};
 
 const PsStrategy *ps_strategy_find(const char *name)
 {

@@ -1,0 +1,298 @@
+/* pipeline.c: the pipeline strategy (GPipe, seed 003; PipeDream-Flush).
+ *
+ * The model is cut into K stages (strategy/partition.h), each on its own
+ * device; the per-replica batch is split into M micro-batches.  A stage
+ * receives a micro-batch's activations from the stage before it (RECV),
+ * runs its layers forward, and sends its output on (SEND); backward runs
+ * the other way with the gradients of those activations.  Stage 0 takes
+ * the examples from its infeed, the last stage takes the labels from its
+ * own and computes the loss.  Gradients accumulate over the micro-batches
+ * (the loss is scaled by 1/M on top of the replicas' scaling), so one step
+ * is one optimizer update of the whole batch, as GPipe's synchronous
+ * update does.
+ *
+ * Schedules:
+ * - gpipe: all M forwards, then all M backwards (last micro-batch first);
+ *   a stage holds the activations of all M micro-batches.
+ * - 1f1b (PipeDream-Flush, Narayanan et al., "Memory-Efficient
+ *   Pipeline-Parallel DNN Training", ICML 2021): stage s runs
+ *   min(K - s - 1, M) warm-up forwards, then alternates one forward and
+ *   one backward, then drains the remaining backwards; it holds at most
+ *   K - s micro-batches of activations.
+ * Both have the same bubble with equal stages: (K - 1) / (M + K - 1) of
+ * the step (Huang et al. 2019, section 2.3).
+ * Re-materialization keeps only each stage's input per micro-batch and
+ * recomputes the forward (RECOMPUTE) right before its backward.
+ *
+ * Placement: a pipeline replica's K stages sit on consecutive positions of
+ * a snake through the slice (the cores of a chip, then chips along x, every
+ * other row reversed, every other plane reversed in y), so neighbouring
+ * stages are on one chip or on neighbouring chips; replica r takes
+ * positions [rK, (r+1)K).  The devices used are
+ * always 0 .. KR - 1.  With R > 1, stage s of every replica forms a group
+ * whose gradients are all-reduced in buckets, overlapped with the last
+ * micro-batch's backward, as in the replicate strategy.
+ * Invariant: every SEND has its RECV (tag 2 mb forward, 2 mb + 1
+ * backward), each stage's collectives are shared by its R devices and
+ * started in the same order by each. */
+#include "strategy/strategy.h"
+
+#include "hw/cost.h"
+#include "strategy/partition.h"
+#include "strategy/strategy-private.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Position p of the snake -> device (see the placement note above): the
+ * chips of a plane row by row, every other row reversed in x, every other
+ * plane reversed in y, so consecutive chips are one hop apart.  Only rows
+ * and planes the `used` positions fill are reversed, so the devices used
+ * are always 0 .. used - 1 (the last, partial row goes forward). */
+static int snake_device(const PsTopology *t, int p, int used)
+{
+  int per_chip = ps_topology_devices_per_chip(t);
+  int64_t X = t->dims[0], Y = t->ndims > 1 ? t->dims[1] : 1;
+  int64_t chip_pos = p / per_chip, core = p % per_chip;
+  int64_t used_chips = (used + per_chip - 1) / per_chip;
+  int64_t z = chip_pos / (X * Y), yi = (chip_pos / X) % Y, xi = chip_pos % X;
+  int64_t y = z % 2 == 1 && (z + 1) * X * Y <= used_chips ? Y - 1 - yi : yi;
+  int64_t seq_row = chip_pos / X;
+  int64_t x = seq_row % 2 == 1 && (seq_row + 1) * X <= used_chips ? X - 1 - xi : xi;
+  return (int)(((z * Y + y) * X + x) * per_chip + core);
+}
+
+typedef struct {
+  const PsExperiment *exp;
+  const PsPartition *part;
+  int s, K, M;
+  int64_t b;             /* micro-batch */
+  GArray *groups;        /* the stage's fused ops */
+  GArray *ops;
+  PsBuckets *bk;
+  int64_t in_bytes;      /* the stage's input activation, one micro-batch */
+  int64_t out_bytes;     /* its output */
+} Stage;
+
+static void append(GArray *ops, const PsOp *op)
+{
+  g_array_append_val(ops, *op);
+}
+
+static int n_groups(const Stage *st)
+{
+  return (int)st->groups->len - 1;
+}
+
+static PsOp group_op(const Stage *st, PsOpKind kind, int g, int mb)
+{
+  PsOp op = {.kind = kind, .batch = st->b, .mb = mb,
+             .first = g_array_index(st->groups, int, g),
+             .last = g_array_index(st->groups, int, g + 1) - 1};
+  ps_lower_compute_op(st->exp, &op);
+  /* "fwd a..b mb3": the micro-batch after the layers, the name cut to fit */
+  char suffix[16];
+  int n = snprintf(suffix, sizeof suffix, " mb%d", mb);
+  size_t keep = MIN(strlen(op.name), sizeof op.name - 1 - (size_t)n);
+  memcpy(op.name + keep, suffix, (size_t)n + 1);
+  return op;
+}
+
+static void forward(Stage *st, int mb)
+{
+  const PsExperiment *exp = st->exp;
+  const PsModel *m = exp->model;
+  const int first = st->part->first[st->s], last = st->part->first[st->s + 1] - 1;
+  gboolean remat = exp->strategy.rematerialize;
+  if (st->s == 0) {
+    PsOp in = {.kind = PS_OP_INFEED, .batch = st->b, .mb = mb, .example_off = mb * st->b,
+               .time = ps_lower_launch(exp),
+               .bytes = (double)(st->b * ps_shape_elems(m->in_shape, m->in_rank)) * 4.0};
+    snprintf(in.name, sizeof in.name, "infeed dequeue mb%d", mb);
+    append(st->ops, &in);
+  }
+  if (st->s == st->K - 1 && st->K > 1) {
+    PsOp in = {.kind = PS_OP_INFEED, .batch = st->b, .mb = mb, .example_off = mb * st->b,
+               .time = ps_lower_launch(exp), .bytes = (double)st->b * 4.0};
+    snprintf(in.name, sizeof in.name, "infeed labels mb%d", mb);
+    append(st->ops, &in);
+  }
+  if (st->s > 0) {
+    PsOp rv = {.kind = PS_OP_RECV, .batch = st->b, .mb = mb, .peer = st->s - 1, .tag = 2 * mb,
+               .first = first - 1, .last = first - 1};
+    snprintf(rv.name, sizeof rv.name, "recv activations mb%d", mb);
+    append(st->ops, &rv);
+  }
+  for (int g = 0; g < n_groups(st); g++) {
+    PsOp f = group_op(st, PS_OP_FWD, g, mb);
+    if (remat) /* only the stage's input stays, for the recomputation */
+      f.act_bytes = g == 0 ? st->in_bytes : 0;
+    append(st->ops, &f);
+    ps_lower_host_calls(exp, &f, st->ops);
+  }
+  if (st->s < st->K - 1) {
+    PsOp sd = {.kind = PS_OP_SEND, .batch = st->b, .mb = mb, .peer = st->s + 1, .tag = 2 * mb,
+               .first = last, .last = last, .bytes = (double)st->out_bytes};
+    snprintf(sd.name, sizeof sd.name, "send activations mb%d", mb);
+    append(st->ops, &sd);
+  }
+}
+
+/* `final`: the step's last backward on this stage, whose gradients
+ * complete the buckets. */
+static void backward(Stage *st, int mb, gboolean final)
+{
+  const PsExperiment *exp = st->exp;
+  const int first = st->part->first[st->s], last = st->part->first[st->s + 1] - 1;
+  gboolean remat = exp->strategy.rematerialize;
+  if (st->s < st->K - 1) {
+    PsOp rv = {.kind = PS_OP_RECV, .batch = st->b, .mb = mb, .peer = st->s + 1,
+               .tag = 2 * mb + 1, .first = last, .last = last};
+    snprintf(rv.name, sizeof rv.name, "recv gradients mb%d", mb);
+    append(st->ops, &rv);
+  }
+  if (remat)
+    for (int g = 0; g < n_groups(st); g++) {
+      PsOp f = group_op(st, PS_OP_RECOMPUTE, g, mb);
+      append(st->ops, &f);
+    }
+  for (int g = n_groups(st) - 1; g >= 0; g--) {
+    PsOp b = group_op(st, PS_OP_BWD, g, mb);
+    if (remat && g == 0)
+      b.act_bytes -= st->in_bytes;
+    append(st->ops, &b);
+    if (final)
+      ps_lower_buckets_add(st->bk, st->ops, &b, g == 0);
+  }
+  if (st->s > 0) {
+    PsOp sd = {.kind = PS_OP_SEND, .batch = st->b, .mb = mb, .peer = st->s - 1,
+               .tag = 2 * mb + 1, .first = first - 1, .last = first - 1,
+               .bytes = (double)st->in_bytes};
+    snprintf(sd.name, sizeof sd.name, "send gradients mb%d", mb);
+    append(st->ops, &sd);
+  }
+}
+
+static void schedule(Stage *st)
+{
+  const int M = st->M;
+  if (st->exp->strategy.schedule == PS_SCHEDULE_GPIPE) {
+    for (int mb = 0; mb < M; mb++)
+      forward(st, mb);
+    for (int mb = M - 1; mb >= 0; mb--)
+      backward(st, mb, mb == 0);
+    return;
+  }
+  int warm = MIN(st->K - st->s - 1, M);
+  for (int mb = 0; mb < warm; mb++)
+    forward(st, mb);
+  for (int i = 0; i < M - warm; i++) {
+    forward(st, warm + i);
+    backward(st, i, i == M - 1);
+  }
+  for (int mb = M - warm; mb < M; mb++)
+    backward(st, mb, mb == M - 1);
+}
+
+static const char *memory_advice(const PsStrategyConfig *sc)
+{
+  if (sc->rematerialize)
+    return "use more strategy.stages, more strategy.micro_batches, or a smaller global_batch";
+  if (sc->schedule == PS_SCHEDULE_GPIPE)
+    return "set strategy.rematerialize=true, use strategy.schedule=\"1f1b\" (at most "
+           "stages micro-batches in flight), or more strategy.stages";
+  return "set strategy.rematerialize=true or use more strategy.stages";
+}
+
+static PsPlan *pipeline_compile(const PsExperiment *exp, GError **error)
+{
+  const PsModel *m = exp->model;
+  const PsStrategyConfig *sc = &exp->strategy;
+  const int K = sc->stages, R = sc->replicas, M = sc->micro_batches;
+  const int64_t b = exp->global_batch / R / M;
+  const int act = ps_cost_act_bytes(exp->numerics.precision);
+  PsPartition *part = ps_partition_compute(exp, K, b, error);
+  if (!part)
+    return NULL;
+  const int N = K * R;
+  PsPlan *plan = ps_plan_new(N);
+  plan->strategy = "pipeline";
+  plan->replicas = R;
+  plan->stages = K;
+  plan->micro_batches = M;
+  plan->loss_scale = (sc->loss_reduction == PS_LOSS_MEAN ? 1.0f / (float)R : 1.0f) / (float)M;
+  plan->optimizer_slots = ps_lower_optimizer_slots(exp);
+  plan->stage_first = g_memdup2(part->first, sizeof(int) * (size_t)(K + 1));
+  int *dev = g_new(int, N);
+  for (int p = 0; p < N; p++)
+    dev[p] = snake_device(exp->topology, p, N);
+  int *members = g_new(int, R);
+  gboolean ok = TRUE;
+  GArray *ops = g_array_new(FALSE, TRUE, sizeof(PsOp));
+  for (int s = 0; s < K && ok; s++) {
+    const int first = part->first[s], last = part->first[s + 1] - 1;
+    const PsLayer *lf = &m->layers[first], *ll = &m->layers[last];
+    for (int r = 0; r < R; r++) {
+      members[r] = dev[r * K + s];
+      plan->stage_of[members[r]] = s;
+      plan->replica_of[members[r]] = r;
+    }
+    char prefix[16];
+    snprintf(prefix, sizeof prefix, "s%d ", s);
+    PsBuckets bk;
+    ps_lower_buckets_init(&bk, exp, plan, g_intern_string(prefix), members, R);
+    g_array_set_size(ops, 0);
+    Stage st = {.exp = exp, .part = part, .s = s, .K = K, .M = M, .b = b,
+                .groups = ps_lower_layer_groups(exp, first, last + 1), .ops = ops, .bk = &bk,
+                .in_bytes = ps_shape_elems(lf->in_shape, lf->in_rank) * b * act,
+                .out_bytes = ps_shape_elems(ll->out_shape, ll->out_rank) * b * act};
+    schedule(&st);
+    plan->n_buckets += ps_lower_buckets_count(&bk);
+    int64_t off = ps_lower_param_offset(m, first);
+    int64_t slot_params = ps_lower_buckets_finish(&bk, ops, off, part->params[s]);
+    ps_lower_buckets_clear(&bk);
+    g_array_free(st.groups, TRUE);
+    if (s == K - 1) {
+      PsOp out = {.kind = PS_OP_OUTFEED, .batch = b * M, .bytes = 8.0,
+                  .time = ps_lower_launch(exp), .loss_weight = 1.0 / R};
+      snprintf(out.name, sizeof out.name, "outfeed");
+      append(ops, &out);
+    }
+    /* one program per device: the same ops, with the peers of its replica */
+    PsProgram tmpl = {.n_ops = (int)ops->len, .ops = (PsOp *)(void *)ops->data};
+    g_autofree char *what = g_strdup_printf("stage %d (layers %d..%d, %s..%s)", s, first, last,
+                                            lf->name, ll->name);
+    if (!ps_lower_memory(exp, &tmpl, part->params[s], slot_params, what, memory_advice(sc),
+                         error)) {
+      ok = FALSE;
+      break;
+    }
+    PsOp *copy = g_memdup2(ops->data, sizeof(PsOp) * ops->len);
+    for (int r = 0; r < R; r++) {
+      for (guint i = 0; i < ops->len; i++) {
+        const PsOp *o = &g_array_index(ops, PsOp, i);
+        if (o->kind == PS_OP_SEND || o->kind == PS_OP_RECV)
+          copy[i].peer = dev[r * K + o->peer];
+      }
+      int prog = ps_plan_add_program(plan, copy, (int)ops->len);
+      plan->programs[prog].hbm_static_bytes = tmpl.hbm_static_bytes;
+      plan->programs[prog].hbm_peak_bytes = tmpl.hbm_peak_bytes;
+      plan->program_of[dev[r * K + s]] = prog;
+    }
+    g_free(copy);
+  }
+  g_array_free(ops, TRUE);
+  g_free(members);
+  g_free(dev);
+  ps_partition_free(part);
+  if (!ok) {
+    ps_plan_free(plan);
+    return NULL;
+  }
+  return plan;
+}
+
+const PsStrategy ps_strategy_pipeline = {
+    "pipeline", "GPipe pipeline: stages on neighbouring devices, micro-batches, gpipe or 1f1b "
+                "schedule, optionally replicated",
+    pipeline_compile};
