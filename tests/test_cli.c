@@ -415,6 +415,82 @@ static void test_trace_failures(void)
   g_rmdir(dir);
 }
 
+/* `podsim timeline` reads a pipeline's trace back: one row per compute op
+ * of replica 0 in the last step, every stage's forwards and backwards for
+ * every micro-batch, in time order per stage; `describe --stages` prints the
+ * partition and `--device` picks the program printed. */
+static void test_pipeline_timeline(void)
+{
+  g_autofree char *dir = g_dir_make_tmp("podsim-cli-XXXXXX", NULL);
+  g_autofree char *trace = g_build_filename(dir, "p.json", NULL);
+  char *out, *err;
+  const char *exp = "tests/data/good/experiments/mlp-what-if.json";
+  g_assert_cmpint(run(&out, &err, "run", exp, "--set", "strategy.kind=pipeline", "--set",
+                      "strategy.stages=2", "--set", "strategy.replicas=4", "--set",
+                      "strategy.micro_batches=4", "--set", "numerics.enabled=false", "--steps",
+                      "3", "--trace", trace, NULL),
+                  ==, 0);
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(run(&out, &err, "timeline", trace, NULL), ==, 0);
+  g_auto(GStrv) lines = g_strsplit(out, "\n", -1);
+  int fwd[2] = {0, 0}, bwd[2] = {0, 0}, mb_seen[2] = {0, 0};
+  double last_start[2] = {-1, -1};
+  for (int i = 0; lines[i]; i++) {
+    int stage, mb;
+    double start, end;
+    char kind[16];
+    if (lines[i][0] == '#' || !lines[i][0])
+      continue;
+    g_assert_cmpint(sscanf(lines[i], "%d %lf %lf %d %15s", &stage, &start, &end, &mb, kind), ==,
+                    5);
+    g_assert_cmpint(stage, >=, 0);
+    g_assert_cmpint(stage, <, 2);
+    g_assert_cmpfloat(end, >, start);
+    g_assert_cmpfloat(start, >=, last_start[stage]); /* sorted by start within a stage */
+    last_start[stage] = start;
+    mb_seen[stage] |= 1 << mb;
+    if (strcmp(kind, "FWD") == 0)
+      fwd[stage]++;
+    else if (strcmp(kind, "BWD") == 0)
+      bwd[stage]++;
+  }
+  for (int s = 0; s < 2; s++) {
+    g_assert_cmpint(mb_seen[s], ==, 0xf); /* micro-batches 0..3 */
+    g_assert_cmpint(fwd[s], >=, 4);
+    g_assert_cmpint(fwd[s] % 4, ==, 0);
+    g_assert_cmpint(bwd[s], ==, fwd[s]);
+  }
+  g_free(out);
+  g_free(err);
+  /* a replicated run's trace has no stages: a clear error, exit 2 */
+  g_assert_cmpint(run(&out, &err, "run", exp, "--steps", "2", "--set", "numerics.enabled=false",
+                      "--trace", trace, NULL), ==, 0);
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(run(&out, &err, "timeline", trace, NULL), ==, 2);
+  g_assert_nonnull(strstr(err, "no pipeline stage"));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(run(&out, &err, "timeline", "no/such/trace.json", NULL), ==, 2);
+  g_assert_nonnull(strstr(err, "no/such/trace.json"));
+  g_free(out);
+  g_free(err);
+
+  g_assert_cmpint(run(&out, &err, "describe", exp, "--set", "strategy.kind=pipeline", "--set",
+                      "strategy.stages=2", "--set", "strategy.replicas=4", "--stages",
+                      "--program", "--device", "1", NULL), ==, 0);
+  g_assert_nonnull(strstr(out, "2 stages of model"));
+  g_assert_nonnull(strstr(out, "stage 1 of 2, replica 0 of 4: device 1"));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(run(&out, &err, "describe", exp, "--program", "--device", "99", NULL), ==, 2);
+  g_free(out);
+  g_free(err);
+  g_unlink(trace);
+  g_rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -436,5 +512,6 @@ int main(int argc, char **argv)
   g_test_add_func("/cli/bad-strategy-values", test_bad_strategy_values);
   g_test_add_func("/cli/run-header/what-if", test_run_header_what_if);
   g_test_add_func("/cli/idle-warning", test_idle_warning);
+  g_test_add_func("/cli/pipeline-timeline", test_pipeline_timeline);
   return g_test_run();
 }

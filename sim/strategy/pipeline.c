@@ -22,7 +22,8 @@
  * Both have the same bubble with equal stages: (K - 1) / (M + K - 1) of
  * the step (Huang et al. 2019, section 2.3).
  * Re-materialization keeps only each stage's input per micro-batch and
- * recomputes the forward (RECOMPUTE) right before its backward.
+ * recomputes the forward (RECOMPUTE) right before its backward, ahead of
+ * the RECV of the gradient it waits for.
  *
  * Placement: a pipeline replica's K stages sit on consecutive positions of
  * a snake through the slice (the cores of a chip, then chips along x, every
@@ -145,17 +146,19 @@ static void backward(Stage *st, int mb, gboolean final)
   const PsExperiment *exp = st->exp;
   const int first = st->part->first[st->s], last = st->part->first[st->s + 1] - 1;
   gboolean remat = exp->strategy.rematerialize;
+  /* the recomputation needs only the stage's input, so it runs before the
+   * gradient arrives and fills part of the wait (Huang et al. 2019, 2.3) */
+  if (remat)
+    for (int g = 0; g < n_groups(st); g++) {
+      PsOp f = group_op(st, PS_OP_RECOMPUTE, g, mb);
+      append(st->ops, &f);
+    }
   if (st->s < st->K - 1) {
     PsOp rv = {.kind = PS_OP_RECV, .batch = st->b, .mb = mb, .peer = st->s + 1,
                .tag = 2 * mb + 1, .first = last, .last = last};
     snprintf(rv.name, sizeof rv.name, "recv gradients mb%d", mb);
     append(st->ops, &rv);
   }
-  if (remat)
-    for (int g = 0; g < n_groups(st); g++) {
-      PsOp f = group_op(st, PS_OP_RECOMPUTE, g, mb);
-      append(st->ops, &f);
-    }
   for (int g = n_groups(st) - 1; g >= 0; g--) {
     PsOp b = group_op(st, PS_OP_BWD, g, mb);
     if (remat && g == 0)
