@@ -53,7 +53,9 @@ typedef struct {
   int64_t warm;         /* steps of the warm-up loop, not measured */
   /* numerics */
   gboolean numerics;
-  PsDataset *train;
+  const PsDataset *train; /* own_train or the caller's */
+  PsDataset *own_train;
+  const PsDataset *fashion_train, *fashion_test; /* the caller's, or NULL */
   PsSampler *sampler;
   PsNet **nets;         /* per device */
   PsOptimizer **opts;
@@ -131,12 +133,15 @@ static gboolean numerics_init(Run *r, GError **error)
   const PsExperiment *exp = r->exp;
   const PsModel *m = exp->model;
   const PsPlan *plan = r->plan;
-  if (exp->input.source == PS_SOURCE_FASHION_MNIST)
-    r->train = ps_dataset_open_fashion_mnist(exp->input.data_dir, TRUE, error);
+  if (exp->input.source == PS_SOURCE_FASHION_MNIST && r->fashion_train)
+    r->train = r->fashion_train;
+  else if (exp->input.source == PS_SOURCE_FASHION_MNIST)
+    r->train = r->own_train = ps_dataset_open_fashion_mnist(exp->input.data_dir, TRUE, error);
   else
-    r->train = ps_dataset_new_synthetic(m->in_shape, m->in_rank, (int)m->classes,
-                                        (size_t)exp->input.synthetic_examples,
-                                        exp->numerics.seed);
+    r->train = r->own_train = ps_dataset_new_synthetic(m->in_shape, m->in_rank,
+                                                       (int)m->classes,
+                                                       (size_t)exp->input.synthetic_examples,
+                                                       exp->numerics.seed);
   if (!r->train)
     return FALSE;
   r->sampler = ps_sampler_new(r->train, exp->input.shuffle, exp->numerics.seed);
@@ -197,8 +202,7 @@ static void numerics_free(Run *r)
     g_hash_table_destroy(r->messages);
   if (r->sampler)
     ps_sampler_free(r->sampler);
-  if (r->train)
-    ps_dataset_free(r->train);
+  ps_dataset_free(r->own_train);
   g_free(r->batch_x);
   g_free(r->batch_y);
 }
@@ -327,8 +331,14 @@ static void numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
   }
   case PS_OP_RECV: {
     ps_net_select_slot(net, op->mb);
-    if (op->tag % 2 == 0)
+    if (op->labels) { /* the micro-batch of this step that stage 0 took */
+      g_assert(r->drawn_step == step);
+      size_t elems = ps_dataset_example_elems(r->train);
+      size_t off = (size_t)(r->example_base[device] + op->example_off);
+      ps_net_set_input(net, r->batch_x + off * elems, r->batch_y + off, (int)op->batch);
+    } else if (op->tag % 2 == 0) {
       ps_net_set_batch(net, (int)op->batch);
+    }
     gint64 key = message_key(op->peer, device, op->tag);
     GQueue *q = g_hash_table_lookup(r->messages, &key);
     g_assert(q != NULL && !g_queue_is_empty(q));
@@ -742,18 +752,20 @@ static gboolean evaluate(Run *r, PsSummary *s, GError **error)
 {
   const PsExperiment *exp = r->exp;
   const PsModel *m = exp->model;
-  PsDataset *test;
-  if (exp->input.source == PS_SOURCE_FASHION_MNIST)
-    test = ps_dataset_open_fashion_mnist(exp->input.data_dir, FALSE, error);
-  else /* same class prototypes (same seed), fresh noise (a larger set) */
-    test = ps_dataset_new_synthetic(m->in_shape, m->in_rank, (int)m->classes,
-                                    SYNTHETIC_TEST_EXAMPLES, exp->numerics.seed);
+  PsDataset *own = NULL;
+  const PsDataset *test = r->fashion_test;
+  if (exp->input.source == PS_SOURCE_FASHION_MNIST && !test)
+    test = own = ps_dataset_open_fashion_mnist(exp->input.data_dir, FALSE, error);
+  else if (exp->input.source != PS_SOURCE_FASHION_MNIST)
+    /* same class prototypes (same seed), fresh noise (a larger set) */
+    test = own = ps_dataset_new_synthetic(m->in_shape, m->in_rank, (int)m->classes,
+                                          SYNTHETIC_TEST_EXAMPLES, exp->numerics.seed);
   if (!test)
     return FALSE;
   s->has_accuracy = TRUE;
   s->test_accuracy = ps_net_accuracy(r->nets[0], ps_dataset_images(test),
                                      ps_dataset_labels(test), ps_dataset_size(test));
-  ps_dataset_free(test);
+  ps_dataset_free(own);
   return TRUE;
 }
 
@@ -790,7 +802,9 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
                 GError **error)
 {
   gboolean ok = FALSE;
-  Run r = {.exp = exp, .log = opt ? opt->log : NULL};
+  Run r = {.exp = exp, .log = opt ? opt->log : NULL,
+           .fashion_train = opt ? opt->fashion_train : NULL,
+           .fashion_test = opt ? opt->fashion_test : NULL};
   memset(out, 0, sizeof *out);
   gint64 wall0 = g_get_monotonic_time();
   ps_kernels_init();

@@ -42,10 +42,13 @@ typedef struct {
   int first, last;      /* layer range: FWD/BWD/RECOMPUTE; HOST_CALL: its layer */
   int mb;               /* micro-batch, 0 without pipelining */
   int64_t batch;        /* examples the op processes */
-  int64_t example_off;  /* INFEED: first example of the global batch it takes */
+  int64_t example_off;  /* INFEED (and RECV with labels): first example of the
+                           global batch it takes */
   int coll;             /* COLL_START/DONE: index in plan->colls; UPDATE: the
                            reduce-scatter whose block this device updates, or -1 */
   int peer, tag;        /* SEND/RECV */
+  gboolean labels;      /* RECV: the labels of examples [example_off, + batch)
+                           arrive with the activations (a pipeline's last stage) */
   int host_call;        /* HOST_CALL: index in the experiment's host_calls */
   int64_t param_off, param_len; /* UPDATE: parameters (floats) it covers */
   double bytes;         /* INFEED/OUTFEED/SEND payload; HOST_CALL: up to the host */

@@ -5,8 +5,10 @@
  * receives a micro-batch's activations from the stage before it (RECV),
  * runs its layers forward, and sends its output on (SEND); backward runs
  * the other way with the gradients of those activations.  Stage 0 takes
- * the examples from its infeed, the last stage takes the labels from its
- * own and computes the loss.  Gradients accumulate over the micro-batches
+ * the examples and their labels from its infeed; the labels travel with
+ * the activations to the last stage, which computes the loss (so one host
+ * queue feeds a pipeline, as in GPipe, where the input is fed to the first
+ * partition).  Gradients accumulate over the micro-batches
  * (the loss is scaled by 1/M on top of the replicas' scaling), so one step
  * is one optimizer update of the whole batch, as GPipe's synchronous
  * update does.
@@ -112,15 +114,10 @@ static void forward(Stage *st, int mb)
     snprintf(in.name, sizeof in.name, "infeed dequeue mb%d", mb);
     append(st->ops, &in);
   }
-  if (st->s == st->K - 1 && st->K > 1) {
-    PsOp in = {.kind = PS_OP_INFEED, .batch = st->b, .mb = mb, .example_off = mb * st->b,
-               .time = ps_lower_launch(exp), .bytes = (double)st->b * 4.0};
-    snprintf(in.name, sizeof in.name, "infeed labels mb%d", mb);
-    append(st->ops, &in);
-  }
   if (st->s > 0) {
     PsOp rv = {.kind = PS_OP_RECV, .batch = st->b, .mb = mb, .peer = st->s - 1, .tag = 2 * mb,
-               .first = first - 1, .last = first - 1};
+               .first = first - 1, .last = first - 1, .labels = st->s == st->K - 1,
+               .example_off = mb * st->b};
     snprintf(rv.name, sizeof rv.name, "recv activations mb%d", mb);
     append(st->ops, &rv);
   }
@@ -132,8 +129,9 @@ static void forward(Stage *st, int mb)
     ps_lower_host_calls(exp, &f, st->ops);
   }
   if (st->s < st->K - 1) {
+    /* the micro-batch's labels ride along (int32), for the last stage's loss */
     PsOp sd = {.kind = PS_OP_SEND, .batch = st->b, .mb = mb, .peer = st->s + 1, .tag = 2 * mb,
-               .first = last, .last = last, .bytes = (double)st->out_bytes};
+               .first = last, .last = last, .bytes = (double)st->out_bytes + 4.0 * st->b};
     snprintf(sd.name, sizeof sd.name, "send activations mb%d", mb);
     append(st->ops, &sd);
   }
