@@ -19,7 +19,8 @@
 # to cell or from model to model: topology, batch, schedule, partitioner and
 # re-materialization are the experiment files'.  Prints, per model, a
 # markdown table of podsim's throughput normalized to its K=2, M=1 cell
-# beside the paper's value, podsim's examples/s, and the source line.
+# beside the paper's value, podsim's examples/s, and the source line.  With
+# GPIPE_SET, each model's heading names the what-if.
 #
 # A cell that fails (podsim refuses it, e.g. a stage that does not fit a
 # core's HBM) is shown as "failed" with podsim's message under the table;
@@ -143,7 +144,11 @@ for model in $models; do
 
   [[ $first_model -eq 1 ]] || echo
   first_model=0
-  echo "### $(title "$model") ($exp)"
+  if [[ ${#extra_sets[@]} -gt 0 ]]; then
+    echo "### $(title "$model") ($exp), what-if: --set ${extra_sets[*]}"
+  else
+    echo "### $(title "$model") ($exp)"
+  fi
   echo
   echo "Training throughput normalized to K=2, M=1, podsim / paper (K partitions, M micro-batches):"
   echo
