@@ -11,6 +11,7 @@
 
 #include "exec/pod.h"
 #include "io/config.h"
+#include "io/dataset.h"
 
 #include <stdio.h>
 
@@ -19,6 +20,11 @@ typedef struct {
   gboolean trace_links;   /* also a track per interconnect link direction */
   FILE *log;              /* progress lines (loss), NULL for none */
   gboolean keep_params;   /* numerics: copy device 0's final weights out */
+  /* Fashion-MNIST train and test sets the caller opened from the
+   * experiment's input.data_dir, for a caller that runs many experiments
+   * (transfer none; read only, so runs on several threads may share them).
+   * NULL: the run reads the files itself. */
+  const PsDataset *fashion_train, *fashion_test;
 } PsRunOptions;
 
 typedef struct {

@@ -9,7 +9,10 @@
  * Exit status: 0 success, 2 bad input (config, data, command line),
  * 1 internal failure.  Errors go to stderr as "podsim: <message>". */
 #include "cli/collective.h"
+#include "cli/compare.h"
+#include "cli/sweep.h"
 #include "cli/timeline.h"
+#include "cli/validate.h"
 #include "io/config.h"
 #include "run.h"
 #include "strategy/partition.h"
@@ -29,6 +32,9 @@ static const char *const usage_text =
     "  describe [KIND] NAME  print a resolved experiment, topology or model\n"
     "  collective            time a collective on the simulated interconnect\n"
     "  timeline TRACE        one pipelined step's ops from a trace, for gnuplot\n"
+    "  sweep EXPERIMENT      run an experiment over a grid of config values, to CSV\n"
+    "  compare A [B]         two experiments (or one with two --set) side by side\n"
+    "  validate              predicted against published TPU step times (tests/measured)\n"
     "\n"
     "EXPERIMENT, NAME: a name from experiments/, topologies/, models/, or a path.\n"
     "Run `podsim run --help` or `podsim describe --help` for their options.";
@@ -394,6 +400,9 @@ int main(int argc, char **argv)
     return cmd_describe(argc - 1, argv + 1);
   }
   if (argc >= 2 && strcmp(argv[1], "collective") == 0) return ps_cli_collective(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "sweep") == 0) return ps_cli_sweep(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "compare") == 0) return ps_cli_compare(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "validate") == 0) return ps_cli_validate(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "timeline") == 0) {
     g_set_prgname("podsim timeline");
     return ps_cli_timeline(argc - 1, argv + 1);

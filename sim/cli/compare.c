@@ -1,0 +1,260 @@
+/* compare.c: `podsim compare` (see compare.h).
+ *
+ *   podsim compare A [B] [--set k=v]... [--set-a k=v]... [--set-b k=v]... [--json]
+ *
+ * A is loaded with --set then --set-a, B (A again when left out) with --set
+ * then --set-b; each runs as `podsim run --no-trace --quiet` would.  The
+ * rows are the step time, its breakdown, examples/s, MXU utilization and
+ * HBM peak; each shows A, B, B - A and B / A.
+ * Invariant: nothing is printed to stdout unless both runs succeeded; a
+ * ratio whose A is 0 is "-" in the table and null in the JSON. */
+#include "cli/compare.h"
+
+#include "io/config.h"
+#include "run.h"
+
+#include <json-c/json.h>
+#include <stdio.h>
+#include <string.h>
+
+#define EXIT_INPUT 2
+
+/* One row of the table: where its value is and how it prints. */
+typedef struct {
+  const char *label;
+  const char *key;      /* in the JSON diff/ratio (NULL for a breakdown category) */
+  int category;         /* breakdown index, or -1 */
+  double scale;         /* printed value = value x scale */
+  const char *format;   /* of a printed value */
+  const char *dformat;  /* of a printed difference */
+} Metric;
+
+static const Metric metrics[] = {
+    {"step time (us)", "step_time_s", -1, 1e6, "%14.3f", "%+14.3f"},
+    {NULL, NULL, 0, 1e6, "%14.3f", "%+14.3f"}, /* one per breakdown category */
+    {"examples/s", "examples_per_s", -1, 1, "%14.0f", "%+14.0f"},
+    {"MXU utilization (%)", "mxu_utilization", -1, 100, "%14.2f", "%+14.2f"},
+    {"HBM peak (MiB)", "hbm_peak_bytes", -1, 1.0 / 1048576, "%14.2f", "%+14.2f"},
+};
+
+static int input_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+static int input_error(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "podsim: compare: %s\n", msg);
+  return EXIT_INPUT;
+}
+
+static double metric_value(const Metric *m, const PsSummary *s)
+{
+  if (m->category >= 0)
+    return s->breakdown[m->category];
+  if (strcmp(m->key, "step_time_s") == 0)
+    return s->step_time_s;
+  if (strcmp(m->key, "examples_per_s") == 0)
+    return s->examples_per_s;
+  if (strcmp(m->key, "mxu_utilization") == 0)
+    return s->mxu_utilization;
+  return (double)s->hbm_peak_bytes;
+}
+
+/* The table's rows in order: the breakdown placeholder becomes a row per
+ * category. */
+static GArray *metric_rows(void)
+{
+  GArray *rows = g_array_new(FALSE, FALSE, sizeof(Metric));
+  for (guint i = 0; i < G_N_ELEMENTS(metrics); i++) {
+    if (metrics[i].label) {
+      g_array_append_val(rows, metrics[i]);
+      continue;
+    }
+    for (int c = 0; c < PS_TIME_N_CATEGORIES; c++) {
+      Metric m = metrics[i];
+      m.label = ps_time_category_name(c);
+      m.category = c;
+      g_array_append_val(rows, m);
+    }
+  }
+  return rows;
+}
+
+/* Loads and runs one side; its GError names the side. */
+static PsExperiment *run_side(const char *side, const char *name, char **sets, char **own,
+                              PsSummary *sum, GError **error)
+{
+  GPtrArray *ov = g_ptr_array_new();
+  for (char **s = sets; s && *s; s++)
+    g_ptr_array_add(ov, *s);
+  for (char **s = own; s && *s; s++)
+    g_ptr_array_add(ov, *s);
+  g_ptr_array_add(ov, NULL);
+  PsExperiment *exp = ps_experiment_load(name, (const char *const *)ov->pdata, error);
+  g_ptr_array_free(ov, TRUE);
+  PsRunOptions opt = {0}; /* no trace, no log */
+  if (exp && !ps_run(exp, &opt, sum, error)) {
+    ps_experiment_free(exp);
+    exp = NULL;
+  }
+  if (!exp)
+    g_prefix_error(error, "%s: ", side);
+  return exp;
+}
+
+/* "resnet50-v3-8: model resnet50 on tpu-v3-8, 8 replicas, global batch
+ * 1024, bf16, numerics off".  (transfer full) */
+static char *side_text(const PsExperiment *e, const PsSummary *s)
+{
+  g_autofree char *stages =
+      s->stages > 1 ? g_strdup_printf(" x %d stages, %d micro-batches", s->stages,
+                                      s->micro_batches)
+                    : g_strdup("");
+  return g_strdup_printf("%s: model %s on %s, %d replica%s%s, global batch %" G_GINT64_FORMAT
+                         ", %s, numerics %s",
+                         e->name, e->model->name, e->topology->name, s->replicas,
+                         s->replicas == 1 ? "" : "s", stages, e->global_batch,
+                         e->numerics.precision == PS_PRECISION_BF16 ? "bf16" : "f32",
+                         e->numerics.enabled ? "on" : "off");
+}
+
+static void print_sets(const char *flag, char **sets)
+{
+  for (char **s = sets; s && *s; s++)
+    printf(" %s %s", flag, *s);
+}
+
+static void print_table(const GArray *rows, const PsExperiment *ea, const PsSummary *a,
+                        const PsExperiment *eb, const PsSummary *b, char **sets, char **set_a,
+                        char **set_b)
+{
+  g_autofree char *ta = side_text(ea, a), *tb = side_text(eb, b);
+  printf("A  %s\n", ta);
+  if (sets || set_a) {
+    printf("  ");
+    print_sets("--set", sets);
+    print_sets("--set-a", set_a);
+    printf("\n");
+  }
+  printf("B  %s\n", tb);
+  if (sets || set_b) {
+    printf("  ");
+    print_sets("--set", sets);
+    print_sets("--set-b", set_b);
+    printf("\n");
+  }
+  printf("\n%-22s %14s %14s %14s %10s\n", "", "A", "B", "B - A", "B / A");
+  for (guint i = 0; i < rows->len; i++) {
+    const Metric *m = &g_array_index(rows, Metric, i);
+    double va = metric_value(m, a), vb = metric_value(m, b);
+    g_autofree char *label =
+        m->category >= 0 ? g_strdup_printf("  %s", m->label) : g_strdup(m->label);
+    printf("%-22s ", label);
+    printf(m->format, va * m->scale);
+    printf(" ");
+    printf(m->format, vb * m->scale);
+    printf(" ");
+    printf(m->dformat, (vb - va) * m->scale);
+    if (va != 0)
+      printf(" %10.4f\n", vb / va);
+    else
+      printf(" %10s\n", "-");
+  }
+}
+
+static void print_json(const GArray *rows, const PsExperiment *ea, const PsSummary *a,
+                       const PsExperiment *eb, const PsSummary *b)
+{
+  g_autofree char *ja = ps_summary_to_json(ea, a), *jb = ps_summary_to_json(eb, b);
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "a", json_tokener_parse(ja));
+  json_object_object_add(o, "b", json_tokener_parse(jb));
+  json_object *diff = json_object_new_object(), *ratio = json_object_new_object();
+  json_object *dbreak = NULL, *rbreak = NULL;
+  for (guint i = 0; i < rows->len; i++) {
+    const Metric *m = &g_array_index(rows, Metric, i);
+    double va = metric_value(m, a), vb = metric_value(m, b);
+    json_object *d = m->key && strcmp(m->key, "hbm_peak_bytes") == 0
+                         ? json_object_new_int64(b->hbm_peak_bytes - a->hbm_peak_bytes)
+                         : json_object_new_double(vb - va);
+    json_object *r = va != 0 ? json_object_new_double(vb / va) : NULL;
+    if (m->category < 0) {
+      json_object_object_add(diff, m->key, d);
+      json_object_object_add(ratio, m->key, r);
+      continue;
+    }
+    if (!dbreak) { /* the breakdown sits where the summary has it, after the step time */
+      dbreak = json_object_new_object();
+      rbreak = json_object_new_object();
+      json_object_object_add(diff, "breakdown", dbreak);
+      json_object_object_add(ratio, "breakdown", rbreak);
+    }
+    json_object_object_add(dbreak, m->label, d);
+    json_object_object_add(rbreak, m->label, r);
+  }
+  json_object_object_add(o, "diff", diff);
+  json_object_object_add(o, "ratio", ratio);
+  printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
+                                                       JSON_C_TO_STRING_NOSLASHESCAPE));
+  json_object_put(o);
+}
+
+int ps_cli_compare(int argc, char **argv)
+{
+  g_auto(GStrv) sets = NULL, set_a = NULL, set_b = NULL;
+  gboolean json = FALSE;
+  GOptionEntry entries[] = {
+      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets,
+       "Override a config field of both A and B (repeatable)", "PATH=VALUE"},
+      {"set-a", 'a', 0, G_OPTION_ARG_STRING_ARRAY, &set_a,
+       "Override a config field of A only, after --set (repeatable)", "PATH=VALUE"},
+      {"set-b", 'b', 0, G_OPTION_ARG_STRING_ARRAY, &set_b,
+       "Override a config field of B only, after --set (repeatable)", "PATH=VALUE"},
+      {"json", 'j', 0, G_OPTION_ARG_NONE, &json,
+       "Print one object {\"a\": summary, \"b\": summary, \"diff\": {...}, \"ratio\": {...}}",
+       NULL},
+      {NULL}};
+  g_set_prgname("podsim compare");
+  g_autoptr(GOptionContext) ctx =
+      g_option_context_new("A [B] - run two experiments and compare them side by side");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  g_option_context_set_summary(
+      ctx, "Runs A and B (A again when B is left out, so that --set-a and --set-b make\n"
+           "the difference) without traces and prints their step time, its breakdown,\n"
+           "examples/s, MXU utilization and HBM peak, with B - A and B / A per row.");
+  g_option_context_set_description(
+      ctx, "Examples:\n"
+           "  podsim compare resnet50-v3-8 --set-b topology.ici.bandwidth_Bps=40GB/s\n"
+           "  podsim compare scaling-resnet50-32 scaling-resnet50-128 --set steps=20 --json");
+  GError *error = NULL;
+  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
+    int st = input_error("%s (see podsim compare --help)", error->message);
+    g_error_free(error);
+    return st;
+  }
+  if (argc < 2 || argc > 3)
+    return input_error("give one or two EXPERIMENTs, got %d (see podsim compare --help)",
+                       argc - 1);
+  const char *name_a = argv[1], *name_b = argc == 3 ? argv[2] : argv[1];
+  PsSummary a = {0}, b = {0};
+  PsExperiment *ea = run_side("A", name_a, sets, set_a, &a, &error);
+  PsExperiment *eb = ea ? run_side("B", name_b, sets, set_b, &b, &error) : NULL;
+  int status = 0;
+  if (!eb) {
+    status = error->domain == PS_INPUT_ERROR ? EXIT_INPUT : 1;
+    fprintf(stderr, "podsim: compare: %s\n", error->message);
+    g_error_free(error);
+  } else {
+    g_autoptr(GArray) rows = metric_rows();
+    if (json)
+      print_json(rows, ea, &a, eb, &b);
+    else
+      print_table(rows, ea, &a, eb, &b, sets, set_a, set_b);
+  }
+  ps_summary_clear(&a);
+  ps_summary_clear(&b);
+  ps_experiment_free(ea);
+  ps_experiment_free(eb);
+  return status;
+}

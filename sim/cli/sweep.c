@@ -1,0 +1,1019 @@
+/* sweep.c: `podsim sweep` (see sweep.h).
+ *
+ *   podsim sweep EXPERIMENT --vary KEY=V1,V2,... [--vary ...] [--set K=V]...
+ *       --out FILE [--format csv|jsonl] [--jobs N] [--dry-run]
+ *
+ * Points are numbered in the order of nested loops over the --vary options,
+ * the last one innermost.  Each point loads its own experiment (--set, then
+ * its varied values, as --set overrides) and runs it with no trace and no
+ * log; worker threads of a GThreadPool run points and hand their outcomes
+ * through a GAsyncQueue to the calling thread, the only one that writes
+ * the file or the terminal.  The Fashion-MNIST sets that numerics points
+ * read are opened once per sweep, under a mutex, and shared read-only.
+ * Rows carry no wall-clock field, so a sweep on N threads writes the rows
+ * of one thread, in another order.
+ *
+ * Invariant: the output file only ever grows by whole rows (one fwrite and
+ * fflush each), the CSV header first and once; a point has a row only once
+ * it finished, and a finished point's row is written before the writer
+ * waits for another (in a fresh CSV, points that fail before the first one
+ * runs wait for the header), so a re-run skips exactly the points done. */
+#include "cli/sweep.h"
+
+#include "common/json.h"
+#include "io/config.h"
+#include "model/kernels.h"
+#include "run.h"
+
+#include <errno.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EXIT_INPUT 2
+#define MAX_POINTS 1000000
+/* summary fields that measure the host running the simulator, not the
+ * simulated pod: left out of rows so they repeat exactly */
+static const char *const wall_clock_keys[] = {"wall_s", "events_per_s", NULL};
+
+typedef enum { FORMAT_CSV, FORMAT_JSONL } Format;
+
+typedef struct {
+  char *key;
+  GPtrArray *values; /* char *: as given, or a range's expansion */
+} Vary;
+
+/* What became of one point; made by a worker, consumed by the writer. */
+typedef struct {
+  guint index;
+  json_object *flat; /* the summary, flattened, without varied or wall-clock keys; NULL if failed */
+  char *error;       /* NULL if it ran */
+  double wall_s;
+} Outcome;
+
+typedef struct {
+  const char *experiment;
+  char **sets;        /* NULL-terminated, may be NULL */
+  GPtrArray *varies;  /* Vary * */
+  guint n_points;
+  GMutex data_lock;   /* guards datasets */
+  GHashTable *datasets; /* "train|test\n" data_dir -> PsDataset (owned) */
+  GAsyncQueue *done;  /* Outcome * */
+} Sweep;
+
+/* The output file as the writer sees it. */
+typedef struct {
+  const char *path;
+  Format format;
+  FILE *f;
+  GPtrArray *columns;   /* CSV: the header's names, NULL until known */
+  GHashTable *finished; /* point key -> GINT_TO_POINTER(1 ok, 2 failed), rows in the file */
+  gboolean warned_dropped;
+} Output;
+
+static int input_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+static int input_error(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "podsim: sweep: %s\n", msg);
+  return EXIT_INPUT;
+}
+
+static void vary_free(gpointer p)
+{
+  Vary *v = p;
+  g_free(v->key);
+  g_ptr_array_free(v->values, TRUE);
+  g_free(v);
+}
+
+static void outcome_free(Outcome *o)
+{
+  if (o->flat)
+    json_object_put(o->flat);
+  g_free(o->error);
+  g_free(o);
+}
+
+/* ---- values ----------------------------------------------------------- */
+
+/* The whole of text as strict JSON, or FALSE; *out may be NULL (JSON null).
+ * (transfer full) */
+static gboolean parse_json_value(const char *text, json_object **out)
+{
+  json_tokener *tok = json_tokener_new();
+  json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+  size_t len = strlen(text);
+  /* the terminating NUL tells the tokener a bare number is complete */
+  json_object *v = json_tokener_parse_ex(tok, text, (int)len + 1);
+  gboolean ok = json_tokener_get_error(tok) == json_tokener_success &&
+                json_tokener_get_parse_end(tok) >= len;
+  json_tokener_free(tok);
+  if (!ok) {
+    if (v)
+      json_object_put(v);
+    return FALSE;
+  }
+  *out = v;
+  return TRUE;
+}
+
+/* A value as the config reads it (JSON if it parses, else a string), in
+ * one spelling, so that "64", 64 and "[2, 2]", [2,2] match on resume.
+ * (transfer full) */
+static char *canonical_json(json_object *v)
+{
+  if (v && json_object_is_type(v, json_type_string))
+    return g_strdup(json_object_get_string(v));
+  return g_strdup(v ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN |
+                                                          JSON_C_TO_STRING_NOSLASHESCAPE)
+                    : "null");
+}
+
+static char *canonical_text(const char *text)
+{
+  json_object *v = NULL;
+  if (!parse_json_value(text, &v))
+    return g_strdup(text);
+  char *c = canonical_json(v);
+  if (v)
+    json_object_put(v);
+  return c;
+}
+
+/* Numbers a range prints: integers exactly, others to 15 significant
+ * digits, which drops the rounding of A + i S (0.1:0.5:+0.1 gives 0.3, not
+ * 0.30000000000000004).  (transfer full) */
+static char *number_text(double x)
+{
+  if (fabs(x) < 9e15 && x == floor(x))
+    return g_strdup_printf("%" G_GINT64_FORMAT, (gint64)x);
+  char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  return g_strdup(g_ascii_formatd(buf, sizeof buf, "%.15g", x));
+}
+
+/* A number, or a quantity in the unit the key's name implies ("4MiB" for
+ * a *_bytes key, "50GB/s" for *_Bps). */
+static gboolean range_number(const char *key, const char *text, double *out)
+{
+  const char *leaf = strrchr(key, '.');
+  return *text && ps_parse_quantity(leaf ? leaf + 1 : key, text, out) && isfinite(*out);
+}
+
+/* Appends A, A*F, ... or A, A+S, ... up to B when item is "A:B:xF" or
+ * "A:B:+S"; FALSE (with *error unset) when item is not a range at all. */
+static gboolean expand_range(const char *key, const char *item, GPtrArray *values,
+                             GError **error)
+{
+  g_auto(GStrv) p = g_strsplit(item, ":", -1);
+  if (g_strv_length(p) != 3 || (p[2][0] != 'x' && p[2][0] != '+'))
+    return FALSE;
+  double a, b, step;
+  gboolean geometric = p[2][0] == 'x';
+  if (!range_number(key, p[0], &a) || !range_number(key, p[1], &b) ||
+      !(geometric ? range_number("", p[2] + 1, &step) : range_number(key, p[2] + 1, &step))) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
+                "--vary %s=%s: a range is A:B:xF (A, A*F, ... up to B) or A:B:+S (A, A+S, "
+                "... up to B), with numbers (or quantities such as 4MiB for a *_bytes key)",
+                key, item);
+    return TRUE;
+  }
+  if (b < a || (geometric ? !(a > 0 && step > 1) : !(step > 0))) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "--vary %s=%s: a range needs A <= B and %s", key, item,
+                geometric ? "A > 0 and a factor F > 1" : "a step S > 0");
+    return TRUE;
+  }
+  double tolerance = 1e-9 * MAX(fabs(a), fabs(b));
+  for (guint i = 0;; i++) {
+    double x = geometric ? a * pow(step, i) : a + step * i;
+    if (x > b + tolerance)
+      break;
+    if (values->len >= MAX_POINTS) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "--vary %s=%s: more than %d values", key, item, MAX_POINTS);
+      return TRUE;
+    }
+    g_ptr_array_add(values, number_text(x));
+  }
+  return TRUE;
+}
+
+/* Splits at the commas outside [], {} and "" so that array values such as
+ * topology.torus.dims=[2,2],[4,4] stay whole.  (transfer full) */
+static GPtrArray *split_items(const char *text)
+{
+  GPtrArray *items = g_ptr_array_new_with_free_func(g_free);
+  int depth = 0;
+  gboolean quoted = FALSE;
+  const char *start = text;
+  for (const char *c = text;; c++) {
+    if (*c == '\0' || (*c == ',' && depth == 0 && !quoted)) {
+      g_ptr_array_add(items, g_strstrip(g_strndup(start, (gsize)(c - start))));
+      if (*c == '\0')
+        break;
+      start = c + 1;
+    } else if (*c == '"' && (c == text || c[-1] != '\\')) {
+      quoted = !quoted;
+    } else if (!quoted && (*c == '[' || *c == '{')) {
+      depth++;
+    } else if (!quoted && (*c == ']' || *c == '}')) {
+      depth--;
+    }
+  }
+  return items;
+}
+
+/* "KEY=V1,V2,...", each item a value or a range.  (transfer full) */
+static Vary *parse_vary(const char *arg, GError **error)
+{
+  const char *eq = strchr(arg, '=');
+  g_autofree char *key = g_strstrip(g_strndup(arg, eq ? (gsize)(eq - arg) : strlen(arg)));
+  if (!eq || !*key) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
+                "--vary %s: expected KEY=V1,V2,... or KEY=A:B:xF or KEY=A:B:+S (e.g. "
+                "global_batch=64:512:x2)",
+                arg);
+    return NULL;
+  }
+  Vary *v = g_new0(Vary, 1);
+  v->key = g_steal_pointer(&key);
+  v->values = g_ptr_array_new_with_free_func(g_free);
+  g_autoptr(GPtrArray) items = split_items(eq + 1);
+  g_autoptr(GHashTable) seen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+  for (guint i = 0; i < items->len; i++) {
+    const char *item = items->pdata[i];
+    GError *range_error = NULL;
+    if (!*item) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
+                  "--vary %s: an empty value (two commas in a row, or one at an end)", arg);
+      goto fail;
+    }
+    guint before = v->values->len;
+    if (!expand_range(v->key, item, v->values, &range_error))
+      g_ptr_array_add(v->values, g_strdup(item));
+    if (range_error) {
+      g_propagate_error(error, range_error);
+      goto fail;
+    }
+    for (guint j = before; j < v->values->len; j++) {
+      char *c = canonical_text(v->values->pdata[j]);
+      if (!g_hash_table_add(seen, c)) {
+        g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                    "--vary %s: the value %s comes twice", v->key,
+                    (char *)v->values->pdata[j]);
+        goto fail;
+      }
+    }
+  }
+  return v;
+fail:
+  vary_free(v);
+  return NULL;
+}
+
+/* ---- points ----------------------------------------------------------- */
+
+static const char *point_value(const Sweep *sw, guint index, guint k)
+{
+  guint stride = 1;
+  for (guint j = sw->varies->len; j-- > k + 1;)
+    stride *= ((Vary *)sw->varies->pdata[j])->values->len;
+  const Vary *v = sw->varies->pdata[k];
+  return v->values->pdata[(index / stride) % v->values->len];
+}
+
+/* "global_batch=128 topology=tpu-v3-32".  (transfer full) */
+static char *point_label(const Sweep *sw, guint index)
+{
+  GString *s = g_string_new(NULL);
+  for (guint k = 0; k < sw->varies->len; k++)
+    g_string_append_printf(s, "%s%s=%s", k ? " " : "", ((Vary *)sw->varies->pdata[k])->key,
+                           point_value(sw, index, k));
+  return g_string_free(s, FALSE);
+}
+
+/* The point's canonical values, in --vary order; what resume matches on.
+ * (transfer full) */
+static char *point_key(const Sweep *sw, guint index)
+{
+  GString *s = g_string_new(NULL);
+  for (guint k = 0; k < sw->varies->len; k++) {
+    g_autofree char *c = canonical_text(point_value(sw, index, k));
+    g_string_append_printf(s, "%s%s", k ? "\x1f" : "", c);
+  }
+  return g_string_free(s, FALSE);
+}
+
+static int vary_index(const Sweep *sw, const char *key)
+{
+  for (guint k = 0; k < sw->varies->len; k++)
+    if (strcmp(((Vary *)sw->varies->pdata[k])->key, key) == 0)
+      return (int)k;
+  return -1;
+}
+
+/* The Fashion-MNIST sets a numerics point reads, opened by the first point
+ * that needs them and shared by the rest. */
+static gboolean point_datasets(Sweep *sw, const PsExperiment *exp, PsRunOptions *opt,
+                               GError **error)
+{
+  if (!exp->numerics.enabled || exp->input.source != PS_SOURCE_FASHION_MNIST)
+    return TRUE;
+  gboolean ok = TRUE;
+  g_mutex_lock(&sw->data_lock);
+  for (int train = 1; train >= 0 && ok; train--) {
+    if (!train && !exp->numerics.evaluate)
+      break;
+    g_autofree char *key = g_strdup_printf("%s\n%s", train ? "train" : "test",
+                                           exp->input.data_dir);
+    PsDataset *ds = g_hash_table_lookup(sw->datasets, key);
+    if (!ds) {
+      ds = ps_dataset_open_fashion_mnist(exp->input.data_dir, train, error);
+      if (ds)
+        g_hash_table_insert(sw->datasets, g_steal_pointer(&key), ds);
+    }
+    ok = ds != NULL;
+    if (train)
+      opt->fashion_train = ds;
+    else
+      opt->fashion_test = ds;
+  }
+  g_mutex_unlock(&sw->data_lock);
+  return ok;
+}
+
+/* Copies src's fields into dst as "a", "b.c", ..., leaving out wall-clock
+ * and varied keys. */
+static void flatten(json_object *dst, const char *prefix, json_object *src, const Sweep *sw)
+{
+  json_object_object_foreach(src, k, v) {
+    g_autofree char *name = prefix ? g_strconcat(prefix, ".", k, NULL) : g_strdup(k);
+    if ((!prefix && g_strv_contains(wall_clock_keys, k)) || vary_index(sw, name) >= 0)
+      continue;
+    if (v && json_object_is_type(v, json_type_object))
+      flatten(dst, name, v, sw);
+    else
+      json_object_object_add(dst, name, json_object_get(v));
+  }
+}
+
+static Outcome *point_run(Sweep *sw, guint index)
+{
+  Outcome *o = g_new0(Outcome, 1);
+  o->index = index;
+  gint64 t0 = g_get_monotonic_time();
+  GPtrArray *ov = g_ptr_array_new_with_free_func(g_free);
+  for (char **s = sw->sets; s && *s; s++)
+    g_ptr_array_add(ov, g_strdup(*s));
+  for (guint k = 0; k < sw->varies->len; k++)
+    g_ptr_array_add(ov, g_strdup_printf("%s=%s", ((Vary *)sw->varies->pdata[k])->key,
+                                        point_value(sw, index, k)));
+  g_ptr_array_add(ov, NULL);
+  GError *error = NULL;
+  PsExperiment *exp = ps_experiment_load(sw->experiment, (const char *const *)ov->pdata, &error);
+  g_ptr_array_free(ov, TRUE);
+  PsRunOptions opt = {0};
+  PsSummary sum;
+  if (exp && point_datasets(sw, exp, &opt, &error) && ps_run(exp, &opt, &sum, &error)) {
+    g_autofree char *text = ps_summary_to_json(exp, &sum);
+    ps_summary_clear(&sum);
+    json_object *root = json_tokener_parse(text);
+    if (root) {
+      o->flat = json_object_new_object();
+      flatten(o->flat, NULL, root, sw);
+      json_object_put(root);
+    }
+  }
+  if (error) {
+    o->error = g_strdup(error->message);
+    g_error_free(error);
+  } else if (!o->flat) {
+    o->error = g_strdup("internal error: the run failed without a message");
+  }
+  ps_experiment_free(exp);
+  o->wall_s = (double)(g_get_monotonic_time() - t0) / 1e6;
+  return o;
+}
+
+static void pool_run(gpointer data, gpointer user_data)
+{
+  Sweep *sw = user_data;
+  g_async_queue_push(sw->done, point_run(sw, GPOINTER_TO_UINT(data) - 1));
+}
+
+/* ---- the output file -------------------------------------------------- */
+
+static void csv_cell(GString *s, const char *text)
+{
+  size_t n = strlen(text);
+  if (n == 0 || (!strpbrk(text, ",\"\n\r") && text[0] != ' ' && text[n - 1] != ' ')) {
+    g_string_append(s, text);
+    return;
+  }
+  g_string_append_c(s, '"');
+  for (const char *c = text; *c; c++) {
+    if (*c == '"')
+      g_string_append_c(s, '"');
+    g_string_append_c(s, *c);
+  }
+  g_string_append_c(s, '"');
+}
+
+/* CSV records of text (RFC 4180: quoted fields may hold commas, quotes
+ * doubled, newlines); *complete is the length of the whole records, any
+ * text after it a row cut short.  (transfer full: GStrv each) */
+static GPtrArray *csv_parse(const char *text, size_t len, size_t *complete)
+{
+  GPtrArray *records = g_ptr_array_new_with_free_func((GDestroyNotify)g_strfreev);
+  GPtrArray *fields = g_ptr_array_new();
+  GString *cell = g_string_new(NULL);
+  gboolean quoted = FALSE;
+  *complete = 0;
+  for (size_t i = 0; i < len; i++) {
+    char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < len && text[i + 1] == '"')
+        g_string_append_c(cell, text[++i]);
+      else if (c == '"')
+        quoted = FALSE;
+      else
+        g_string_append_c(cell, c);
+    } else if (c == '"') {
+      quoted = TRUE;
+    } else if (c == ',' || c == '\n') {
+      g_ptr_array_add(fields, g_strdup(cell->str));
+      g_string_truncate(cell, 0);
+      if (c == '\n') {
+        g_ptr_array_add(fields, NULL);
+        g_ptr_array_add(records, g_ptr_array_free(fields, FALSE));
+        fields = g_ptr_array_new();
+        *complete = i + 1;
+      }
+    } else if (c != '\r') {
+      g_string_append_c(cell, c);
+    }
+  }
+  g_ptr_array_set_free_func(fields, g_free);
+  g_ptr_array_free(fields, TRUE);
+  g_string_free(cell, TRUE);
+  return records;
+}
+
+/* Notes that the file holds point key (owned); two rows of one point mean
+ * the file comes from a sweep that varied more keys. */
+static gboolean finished_add(Output *out, char *key, gboolean failed, guint line,
+                             GError **error)
+{
+  if (g_hash_table_contains(out->finished, key)) {
+    g_free(key);
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: line %u repeats the values of an earlier row: the file comes from a "
+                "sweep that varied other keys; give another --out, or the same --vary keys "
+                "to resume it",
+                out->path, line);
+    return FALSE;
+  }
+  g_hash_table_insert(out->finished, key, GINT_TO_POINTER(failed ? 2 : 1));
+  return TRUE;
+}
+
+/* Reads the CSV header and rows already in the file: the points they hold
+ * go to out->finished (when they belong to this sweep). */
+static gboolean read_csv(Output *out, const Sweep *sw, const char *text, size_t len,
+                         size_t *complete, GError **error)
+{
+  g_autoptr(GPtrArray) records = csv_parse(text, len, complete);
+  if (records->len == 0)
+    return TRUE;
+  char **header = records->pdata[0];
+  guint nv = sw->varies->len, ncol = g_strv_length(header);
+  gboolean same = ncol >= nv + 1 && strcmp(header[ncol - 1], "error") == 0;
+  int *col = g_newa(int, nv);
+  for (guint k = 0; k < nv && same; k++) {
+    col[k] = -1;
+    for (guint c = 0; c < nv; c++)
+      if (strcmp(header[c], ((Vary *)sw->varies->pdata[k])->key) == 0)
+        col[k] = (int)c;
+    same = col[k] >= 0;
+  }
+  if (!same) {
+    GString *first = g_string_new(NULL);
+    for (guint c = 0; c < MIN(ncol, nv + 1); c++)
+      g_string_append_printf(first, "%s%s", c ? "," : "", header[c]);
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: its header (%s%s) is not that of a sweep varying these keys: give "
+                "another --out, or the same --vary keys to resume it",
+                out->path, first->str, ncol > nv + 1 ? ",..." : "");
+    g_string_free(first, TRUE);
+    return FALSE;
+  }
+  out->columns = g_ptr_array_new_with_free_func(g_free);
+  for (guint c = 0; c < ncol; c++)
+    g_ptr_array_add(out->columns, g_strdup(header[c]));
+  for (guint r = 1; r < records->len; r++) {
+    char **row = records->pdata[r];
+    if (g_strv_length(row) != ncol) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
+                  "%s: row %u has %u fields, its header %u: not a file podsim sweep wrote",
+                  out->path, r + 1, g_strv_length(row), ncol);
+      return FALSE;
+    }
+    GString *key = g_string_new(NULL);
+    for (guint k = 0; k < nv; k++) {
+      g_autofree char *c = canonical_text(row[col[k]]);
+      g_string_append_printf(key, "%s%s", k ? "\x1f" : "", c);
+    }
+    if (!finished_add(out, g_string_free(key, FALSE), *row[ncol - 1] != '\0', r + 1, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean read_jsonl(Output *out, const Sweep *sw, const char *text, size_t len,
+                           size_t *complete, GError **error)
+{
+  *complete = 0;
+  guint line = 0;
+  for (size_t start = 0; start < len; line++) {
+    const char *nl = memchr(text + start, '\n', len - start);
+    if (!nl)
+      break; /* a row cut short */
+    g_autofree char *row = g_strndup(text + start, (gsize)(nl - (text + start)));
+    start = (size_t)(nl - text) + 1;
+    *complete = start;
+    json_object *o = NULL;
+    if (!parse_json_value(row, &o) || !o || !json_object_is_type(o, json_type_object)) {
+      if (o)
+        json_object_put(o);
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
+                  "%s: line %u is not a JSON object: not a file podsim sweep wrote", out->path,
+                  line + 1);
+      return FALSE;
+    }
+    GString *key = g_string_new(NULL);
+    gboolean mine = TRUE;
+    for (guint k = 0; k < sw->varies->len && mine; k++) {
+      json_object *v = NULL;
+      mine = json_object_object_get_ex(o, ((Vary *)sw->varies->pdata[k])->key, &v);
+      g_autofree char *c = canonical_json(v);
+      g_string_append_printf(key, "%s%s", k ? "\x1f" : "", c);
+    }
+    json_object *err = NULL;
+    gboolean failed = json_object_object_get_ex(o, "error", &err) && err != NULL;
+    json_object_put(o);
+    if (!mine)
+      g_string_free(key, TRUE);
+    else if (!finished_add(out, g_string_free(key, FALSE), failed, line + 1, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+/* Reads what an earlier sweep left in the file and drops a last row an
+ * interrupted write cut short. */
+static gboolean output_read(Output *out, const Sweep *sw, GError **error)
+{
+  g_autofree char *text = NULL;
+  gsize len = 0;
+  GError *read_error = NULL;
+  if (!g_file_get_contents(out->path, &text, &len, &read_error)) {
+    gboolean missing = g_error_matches(read_error, G_FILE_ERROR, G_FILE_ERROR_NOENT);
+    if (!missing)
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s: cannot read: %s", out->path,
+                  read_error->message);
+    g_error_free(read_error);
+    return missing;
+  }
+  size_t complete = 0;
+  if (!(out->format == FORMAT_CSV ? read_csv(out, sw, text, len, &complete, error)
+                                  : read_jsonl(out, sw, text, len, &complete, error)))
+    return FALSE;
+  if (complete < len) {
+    if (truncate(out->path, (off_t)complete) != 0) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s: cannot drop its cut last row: %s",
+                  out->path, g_strerror(errno));
+      return FALSE;
+    }
+    fprintf(stderr, "podsim: sweep: %s: dropped a last row an interrupted sweep cut short\n",
+            out->path);
+  }
+  return TRUE;
+}
+
+static gboolean output_write(Output *out, const GString *line, GError **error)
+{
+  if (fwrite(line->str, 1, line->len, out->f) != line->len || fflush(out->f) != 0) {
+    g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(errno), "%s: cannot write: %s",
+                out->path, g_strerror(errno));
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* The CSV header: the varied keys, the first point that ran's summary
+ * fields, "error". */
+static gboolean output_header(Output *out, const Sweep *sw, const Outcome *first, GError **error)
+{
+  out->columns = g_ptr_array_new_with_free_func(g_free);
+  for (guint k = 0; k < sw->varies->len; k++)
+    g_ptr_array_add(out->columns, g_strdup(((Vary *)sw->varies->pdata[k])->key));
+  if (first && first->flat) {
+    json_object_object_foreach(first->flat, k, v) {
+      (void)v;
+      g_ptr_array_add(out->columns, g_strdup(k));
+    }
+  }
+  g_ptr_array_add(out->columns, g_strdup("error"));
+  g_autoptr(GString) line = g_string_new(NULL);
+  for (guint c = 0; c < out->columns->len; c++) {
+    if (c)
+      g_string_append_c(line, ',');
+    csv_cell(line, out->columns->pdata[c]);
+  }
+  g_string_append_c(line, '\n');
+  return output_write(out, line, error);
+}
+
+static void csv_value(GString *line, json_object *v)
+{
+  if (!v)
+    return;
+  if (json_object_is_type(v, json_type_string))
+    csv_cell(line, json_object_get_string(v));
+  else
+    csv_cell(line, json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN |
+                                                         JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
+static gboolean output_row(Output *out, const Sweep *sw, const Outcome *o, GError **error)
+{
+  g_autoptr(GString) line = g_string_new(NULL);
+  guint nv = sw->varies->len;
+  if (out->format == FORMAT_JSONL) {
+    json_object *row = json_object_new_object();
+    for (guint k = 0; k < nv; k++) {
+      const char *text = point_value(sw, o->index, k);
+      json_object *v = NULL;
+      if (!parse_json_value(text, &v))
+        v = json_object_new_string(text);
+      json_object_object_add(row, ((Vary *)sw->varies->pdata[k])->key, v);
+    }
+    if (o->flat) {
+      json_object_object_foreach(o->flat, k, v)
+        json_object_object_add(row, k, json_object_get(v));
+    }
+    json_object_object_add(row, "error", o->error ? json_object_new_string(o->error) : NULL);
+    g_string_append(line, json_object_to_json_string_ext(row, JSON_C_TO_STRING_PLAIN |
+                                                                  JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(row);
+  } else {
+    for (guint c = 0; c < out->columns->len; c++) {
+      const char *name = out->columns->pdata[c];
+      int k = vary_index(sw, name);
+      if (c)
+        g_string_append_c(line, ',');
+      if (c + 1 == out->columns->len)
+        csv_cell(line, o->error ? o->error : "");
+      else if (k >= 0)
+        csv_cell(line, point_value(sw, o->index, (guint)k));
+      else if (o->flat)
+        csv_value(line, json_object_object_get(o->flat, name));
+    }
+    if (o->flat && !out->warned_dropped) {
+      GString *dropped = g_string_new(NULL);
+      json_object_object_foreach(o->flat, k, v) {
+        (void)v;
+        gboolean found = FALSE;
+        for (guint c = 0; c < out->columns->len && !found; c++)
+          found = strcmp(out->columns->pdata[c], k) == 0;
+        if (!found)
+          g_string_append_printf(dropped, "%s%s", dropped->len ? ", " : "", k);
+      }
+      if (dropped->len) {
+        g_autofree char *label = point_label(sw, o->index);
+        fprintf(stderr,
+                "podsim: sweep: warning: %s: fields not in the header of %s are left out "
+                "(%s); --format jsonl keeps every field of every point\n",
+                label, out->path, dropped->str);
+        out->warned_dropped = TRUE;
+      }
+      g_string_free(dropped, TRUE);
+    }
+  }
+  g_string_append_c(line, '\n');
+  return output_write(out, line, error);
+}
+
+/* ---- progress --------------------------------------------------------- */
+
+static char *duration_text(double s)
+{
+  if (s < 60)
+    return g_strdup_printf("%.1f s", s);
+  if (s < 3600)
+    return g_strdup_printf("%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+  return g_strdup_printf("%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+}
+
+typedef struct {
+  gboolean tty;
+  guint total, done, failed;
+  gint64 t0;
+} Progress;
+
+static void progress_draw(const Progress *p)
+{
+  if (!p->tty)
+    return;
+  double elapsed = (double)(g_get_monotonic_time() - p->t0) / 1e6;
+  g_autofree char *el = duration_text(elapsed);
+  g_autofree char *eta =
+      p->done ? duration_text(elapsed / p->done * (p->total - p->done)) : g_strdup("?");
+  fprintf(stderr, "\r\033[Ksweep: %u/%u points, %u failed, %s elapsed, ETA %s", p->done,
+          p->total, p->failed, el, eta);
+  fflush(stderr);
+}
+
+static void progress_point(Progress *p, const Sweep *sw, const Outcome *o)
+{
+  p->done++;
+  p->failed += o->error != NULL;
+  g_autofree char *label = point_label(sw, o->index);
+  if (!p->tty || o->error) {
+    json_object *st = o->flat ? json_object_object_get(o->flat, "step_time_s") : NULL;
+    g_autofree char *what =
+        o->error ? g_strdup_printf("failed: %s", o->error)
+                 : g_strdup_printf("step %.3f us", st ? json_object_get_double(st) * 1e6 : 0.0);
+    fprintf(stderr, "%ssweep: [%u/%u] %s: %s (%.2f s)\n", p->tty ? "\r\033[K" : "", p->done,
+            p->total, label, what, o->wall_s);
+  }
+  progress_draw(p);
+}
+
+/* ---- the command ------------------------------------------------------ */
+
+static const char *const description =
+    "KEY is any path --set takes: global_batch, topology, topology.torus.dims,\n"
+    "topology.ici.bandwidth_Bps, input.workers, strategy.replicas,\n"
+    "strategy.micro_batches, collective.chunk_bytes, numerics.precision, ...\n"
+    "Each comma-separated item of a --vary is a value or a range: A:B:xF is A,\n"
+    "A*F, A*F^2, ... up to B; A:B:+S is A, A+S, ... up to B (A and B may carry the\n"
+    "key's unit, e.g. 256KiB:4MiB:x2).  Array values stay whole:\n"
+    "--vary 'topology.torus.dims=[2,2],[4,4]'.\n"
+    "\n"
+    "Points are the Cartesian product of the --vary lists, the last one varying\n"
+    "fastest.  Each point loads the experiment with --set, then its values, and\n"
+    "runs it without a trace, with numerics only if the experiment has them on\n"
+    "(Fashion-MNIST is then read once and shared by all points).  A row holds the\n"
+    "varied values, every field of `podsim run --json` except the wall-clock ones\n"
+    "(wall_s, events_per_s), nested ones flattened (breakdown.compute, ...), and\n"
+    "an error column: empty, or why the point failed (bad config, does not fit,\n"
+    "...).  The CSV header is the varied keys, the fields of the first point that\n"
+    "runs (alone, before the others start), then error; a field a later point\n"
+    "adds is left out of the CSV with a warning, --format jsonl keeps it.\n"
+    "\n"
+    "Rows are appended as points finish.  Run the same command again to resume:\n"
+    "points whose values already have a row in --out are skipped (failed ones\n"
+    "too: delete a row to run its point again).  --jobs N runs N points at once;\n"
+    "the rows are those of --jobs 1, in finishing order.  Progress goes to\n"
+    "stderr.  Exit status: 0 every point ran, 1 some failed, 2 bad input.\n"
+    "\n"
+    "Example:\n"
+    "  podsim sweep resnet50-v3-8 --vary global_batch=64:1024:x2 \\\n"
+    "      --vary topology=tpu-v3-8,tpu-v3-32 --jobs 4 --out batch.csv";
+
+/* Runs the points of todo, appending their rows; the exit status. */
+static int sweep_run(Sweep *sw, Output *out, const GArray *todo, guint failed_before, int jobs)
+{
+  GError *error = NULL;
+  GThreadPool *pool = NULL;
+  int threads = MIN(jobs, (int)MAX(todo->len, 1));
+  if (todo->len == 0)
+    fprintf(stderr, "sweep: %u point%s, %u already in %s, none to run\n", sw->n_points,
+            sw->n_points == 1 ? "" : "s", sw->n_points, out->path);
+  else
+    fprintf(stderr, "sweep: %u point%s, %u already in %s, %u to run on %d thread%s\n",
+            sw->n_points, sw->n_points == 1 ? "" : "s", sw->n_points - todo->len, out->path,
+            todo->len, threads, threads == 1 ? "" : "s");
+  ps_kernels_init(); /* once here, before any thread runs a point */
+  Progress prog = {.tty = isatty(fileno(stderr)), .total = todo->len,
+                   .t0 = g_get_monotonic_time()};
+  guint next = 0;
+  /* A fresh CSV needs its header before any row: points run here, in
+   * order, until one gives the fields; the rows of those that failed
+   * before it wait for it. */
+  if (out->format == FORMAT_CSV && !out->columns) {
+    GPtrArray *held = g_ptr_array_new_with_free_func((GDestroyNotify)outcome_free);
+    Outcome *first = NULL;
+    while (next < todo->len && !first) {
+      Outcome *o = point_run(sw, g_array_index(todo, guint, next++));
+      progress_point(&prog, sw, o);
+      if (o->flat)
+        first = o;
+      else
+        g_ptr_array_add(held, o);
+    }
+    gboolean ok = output_header(out, sw, first, &error);
+    for (guint h = 0; h < held->len && ok; h++)
+      ok = output_row(out, sw, held->pdata[h], &error);
+    if (ok && first)
+      ok = output_row(out, sw, first, &error);
+    g_ptr_array_free(held, TRUE);
+    if (first)
+      outcome_free(first);
+    if (!ok)
+      goto fail;
+  }
+  if (next < todo->len) {
+    pool = g_thread_pool_new(pool_run, sw, MIN(jobs, (int)(todo->len - next)), TRUE, &error);
+    if (!pool)
+      goto fail;
+    for (guint t = next; t < todo->len; t++)
+      g_thread_pool_push(pool, GUINT_TO_POINTER(g_array_index(todo, guint, t) + 1), NULL);
+    for (guint got = next; got < todo->len;) {
+      Outcome *o = prog.tty ? g_async_queue_timeout_pop(sw->done, G_USEC_PER_SEC)
+                            : g_async_queue_pop(sw->done);
+      if (!o) {
+        progress_draw(&prog);
+        continue;
+      }
+      got++;
+      progress_point(&prog, sw, o);
+      gboolean ok = output_row(out, sw, o, &error);
+      outcome_free(o);
+      if (!ok)
+        goto fail;
+    }
+    g_thread_pool_free(pool, FALSE, TRUE);
+  }
+  if (prog.tty)
+    fprintf(stderr, "\n");
+  guint failed = failed_before + prog.failed;
+  if (!failed) {
+    fprintf(stderr, "sweep: %u point%s in %s\n", sw->n_points, sw->n_points == 1 ? "" : "s",
+            out->path);
+    return 0;
+  }
+  {
+    g_autofree char *before =
+        failed_before ? g_strdup_printf(" (%u in an earlier run)", failed_before) : g_strdup("");
+    fprintf(stderr, "podsim: sweep: %u of %u point%s failed%s: see the error column of %s\n",
+            failed, sw->n_points, sw->n_points == 1 ? "" : "s", before, out->path);
+    return 1;
+  }
+
+fail:
+  if (pool) /* drop the points not started, wait for the others */
+    g_thread_pool_free(pool, TRUE, TRUE);
+  fprintf(stderr, "%spodsim: sweep: %s\n", prog.tty ? "\n" : "", error->message);
+  g_error_free(error);
+  return 1;
+}
+
+/* The --vary options, checked against each other and against --set. */
+static gboolean sweep_add_varies(Sweep *sw, char **vary_args, GError **error)
+{
+  for (char **a = vary_args; *a; a++) {
+    Vary *v = parse_vary(*a, error);
+    if (!v)
+      return FALSE;
+    g_ptr_array_add(sw->varies, v);
+    if (vary_index(sw, v->key) != (int)sw->varies->len - 1) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "--vary %s comes twice; give all its values in one --vary", v->key);
+      return FALSE;
+    }
+    for (char **s = sw->sets; s && *s; s++) {
+      const char *eq = strchr(*s, '=');
+      g_autofree char *k = g_strstrip(g_strndup(*s, eq ? (gsize)(eq - *s) : strlen(*s)));
+      if (strcmp(k, v->key) == 0) {
+        g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                    "%s is both set (--set %s) and varied: drop one", v->key, *s);
+        return FALSE;
+      }
+    }
+    if (sw->n_points > MAX_POINTS / v->values->len) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "more than %d points: vary fewer keys or values", MAX_POINTS);
+      return FALSE;
+    }
+    sw->n_points *= v->values->len;
+  }
+  return TRUE;
+}
+
+int ps_cli_sweep(int argc, char **argv)
+{
+  g_auto(GStrv) vary_args = NULL, sets = NULL;
+  g_autofree char *out_path = NULL, *format_name = NULL, *found = NULL;
+  gint jobs = 1;
+  gboolean dry_run = FALSE;
+  GOptionEntry entries[] = {
+      {"vary", 'v', 0, G_OPTION_ARG_STRING_ARRAY, &vary_args,
+       "A key and its values: KEY=V1,V2,... or KEY=A:B:xF or KEY=A:B:+S (repeatable)",
+       "KEY=VALUES"},
+      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets,
+       "Override a config field at every point (repeatable)", "PATH=VALUE"},
+      {"out", 'o', 0, G_OPTION_ARG_FILENAME, &out_path,
+       "The file rows are appended to (required; resumed if it exists)", "FILE"},
+      {"format", 'f', 0, G_OPTION_ARG_STRING, &format_name,
+       "csv or jsonl (default: jsonl for a .jsonl FILE, else csv)", "FORMAT"},
+      {"jobs", 'j', 0, G_OPTION_ARG_INT, &jobs,
+       "Points to run at once (default 1; 0: one per processor)", "N"},
+      {"dry-run", 'n', 0, G_OPTION_ARG_NONE, &dry_run,
+       "Print the points that would run, one a line, and run none", NULL},
+      {NULL}};
+  g_set_prgname("podsim sweep");
+  g_autoptr(GOptionContext) ctx =
+      g_option_context_new("EXPERIMENT - run an experiment over a grid of config values");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  g_option_context_set_summary(
+      ctx, "Runs EXPERIMENT once per point of the product of the --vary lists and writes\n"
+           "a row per point (values, summary, error) to --out, as CSV or JSON lines.");
+  g_option_context_set_description(ctx, description);
+  GError *error = NULL;
+  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
+    int st = input_error("%s (see podsim sweep --help)", error->message);
+    g_error_free(error);
+    return st;
+  }
+  if (argc != 2)
+    return input_error("sweep needs exactly one EXPERIMENT%s (see podsim sweep --help)",
+                       argc > 2 ? " (extra arguments)" : "");
+  if (!vary_args)
+    return input_error("give at least one --vary KEY=V1,V2,... (see podsim sweep --help)");
+  if (!out_path && !dry_run)
+    return input_error("--out FILE is required (rows are appended to it as points finish)");
+  if (out_path && !*out_path)
+    return input_error("--out needs a file name");
+  Format format = FORMAT_CSV;
+  if (format_name && strcmp(format_name, "jsonl") == 0)
+    format = FORMAT_JSONL;
+  else if (format_name && strcmp(format_name, "csv") != 0)
+    return input_error("--format %s: choose csv or jsonl", format_name);
+  else if (!format_name && out_path && g_str_has_suffix(out_path, ".jsonl"))
+    format = FORMAT_JSONL;
+  if (jobs < 0)
+    return input_error("--jobs %d: give a number of threads, or 0 for one per processor", jobs);
+  if (jobs == 0)
+    jobs = (gint)g_get_num_processors();
+
+  int status = 0;
+  Sweep sw = {.experiment = argv[1], .sets = sets, .n_points = 1};
+  sw.varies = g_ptr_array_new_with_free_func(vary_free);
+  sw.datasets = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
+                                      (GDestroyNotify)ps_dataset_free);
+  sw.done = g_async_queue_new_full((GDestroyNotify)outcome_free);
+  g_mutex_init(&sw.data_lock);
+  Output out = {.path = out_path, .format = format};
+  out.finished = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+  GArray *todo = g_array_new(FALSE, FALSE, sizeof(guint));
+  guint failed_before = 0;
+
+  if (!sweep_add_varies(&sw, vary_args, &error) ||
+      !(found = ps_config_find("experiments", sw.experiment, &error)) ||
+      (out_path && !output_read(&out, &sw, &error))) {
+    status = input_error("%s", error->message);
+    g_error_free(error);
+    goto out;
+  }
+  for (guint i = 0; i < sw.n_points; i++) {
+    g_autofree char *key = point_key(&sw, i);
+    gpointer seen = g_hash_table_lookup(out.finished, key);
+    if (!seen)
+      g_array_append_val(todo, i);
+    failed_before += GPOINTER_TO_INT(seen) == 2;
+  }
+  if (dry_run) {
+    for (guint t = 0; t < todo->len; t++) {
+      g_autofree char *label = point_label(&sw, g_array_index(todo, guint, t));
+      printf("%s\n", label);
+    }
+  } else if (out.columns && out.columns->len == sw.varies->len + 1 && todo->len > 0) {
+    status = input_error("%s holds only failed points (its header has no summary fields): "
+                         "remove it to start again",
+                         out.path);
+  } else if (!(out.f = fopen(out.path, "a"))) {
+    status = input_error("%s: cannot open for writing: %s", out.path, g_strerror(errno));
+  } else {
+    status = sweep_run(&sw, &out, todo, failed_before, jobs);
+    fclose(out.f);
+  }
+out:
+  if (out.columns)
+    g_ptr_array_free(out.columns, TRUE);
+  g_hash_table_destroy(out.finished);
+  g_array_free(todo, TRUE);
+  g_async_queue_unref(sw.done);
+  g_hash_table_destroy(sw.datasets);
+  g_mutex_clear(&sw.data_lock);
+  g_ptr_array_free(sw.varies, TRUE);
+  return status;
+}

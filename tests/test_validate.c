@@ -1,0 +1,406 @@
+/* test_validate.c: `podsim validate` as a user meets it (the binary named
+ * by $PODSIM, run in $PODSIM_DATA_DIR, as test_cli.c does): on hand-written
+ * points in a temporary --dir whose measured times are known multiples of
+ * what `podsim run --json` predicts for them, the signed error is exactly
+ * predicted / measured - 1 and the calibration point stays out of the
+ * median and worst; a point that does not fit in HBM is a row without a
+ * prediction and exit 1; a point file missing a field exits 2 naming it;
+ * the table shows every row's source; --only filters; the shipped points
+ * load. */
+#include <glib.h>
+#include <glib/gstdio.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <string.h>
+
+static const char *podsim;
+
+/* Runs podsim with args (NULL-terminated); returns its exit status, stdout
+ * and stderr. */
+static int run(char **out, char **err, ...)
+{
+  GPtrArray *argv = g_ptr_array_new();
+  g_ptr_array_add(argv, (gpointer)podsim);
+  va_list ap;
+  va_start(ap, err);
+  for (const char *a; (a = va_arg(ap, const char *));)
+    g_ptr_array_add(argv, (gpointer)a);
+  va_end(ap);
+  g_ptr_array_add(argv, NULL);
+  int status = -1;
+  GError *error = NULL;
+  const char *dir = g_getenv("PODSIM_DATA_DIR");
+  g_assert_true(g_spawn_sync(dir, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, out,
+                             err, &status, &error));
+  g_assert_no_error(error);
+  g_ptr_array_free(argv, TRUE);
+  return g_spawn_check_wait_status(status, NULL) ? 0 : WEXITSTATUS(status);
+}
+
+/* A hand-written point. */
+typedef struct {
+  const char *file, *name, *experiment, *model, *topology;
+  int batch;
+  int steps_per_run;   /* > 0: the point's "set" gives it */
+  double factor;       /* measured = predicted x factor */
+  gboolean calibration;
+  const char *source;  /* the "source" object, as JSON */
+  const char *source_text; /* how validate prints it */
+} Spec;
+
+static const Spec specs[] = {
+    {"a-cal.json", "test-resnet50-v3-8", "resnet50-v3-8", "resnet50", "tpu-v3-8", 1024, 0, 0.5,
+     TRUE,
+     "{\"kind\": \"mlperf\", \"round\": \"v9.9\", \"submitter\": \"Nobody\", "
+     "\"system\": \"test system A\"}",
+     "MLPerf v9.9, Nobody, test system A"},
+    {"b.json", "test-resnet50-v2-8", "resnet50-v3-8", "resnet50", "tpu-v2-8", 512, 0, 2.0, FALSE,
+     "{\"kind\": \"mlperf\", \"round\": \"v8.8\", \"submitter\": \"Somebody\", "
+     "\"system\": \"test system B\"}",
+     "MLPerf v8.8, Somebody, test system B"},
+    {"c.json", "test-transformer-v4-8", "scaling-transformer-big", "transformer-big",
+     "tpu-v4-8", 128, 3, 0.8, FALSE,
+     "{\"kind\": \"paper\", \"paper\": \"A. Author, Some Paper (2020)\", \"table\": \"Table 7\"}",
+     "A. Author, Some Paper (2020), Table 7"},
+};
+
+/* What `podsim run --json` predicts for the spec's run, with the
+ * overrides validate applies. */
+static double predict(const Spec *s)
+{
+  g_autofree char *topo = g_strdup_printf("topology=%s", s->topology);
+  g_autofree char *batch = g_strdup_printf("global_batch=%d", s->batch);
+  int spr = s->steps_per_run > 0 ? s->steps_per_run : 2;
+  g_autofree char *spr_set = g_strdup_printf("steps_per_run=%d", spr);
+  g_autofree char *steps = g_strdup_printf("%d", 2 * spr);
+  g_autofree char *out = NULL, *err = NULL;
+  int st = run(&out, &err, "run", s->experiment, "--json", "--no-trace", "--set", topo, "--set",
+               batch, "--set", "numerics.enabled=false", "--set", "strategy.replicas=null",
+               "--set", spr_set, "--steps", steps, NULL);
+  g_test_message("run %s: %d: %s", s->name, st, err);
+  g_assert_cmpint(st, ==, 0);
+  json_object *o = json_tokener_parse(out);
+  g_assert_nonnull(o);
+  double t = json_object_get_double(json_object_object_get(o, "step_time_s"));
+  json_object_put(o);
+  g_assert_cmpfloat(t, >, 0);
+  return t;
+}
+
+static void write_file(const char *dir, const char *file, const char *text)
+{
+  g_autofree char *path = g_build_filename(dir, file, NULL);
+  GError *error = NULL;
+  g_assert_true(g_file_set_contents(path, text, -1, &error));
+  g_assert_no_error(error);
+}
+
+static char *point_json(const Spec *s, double measured)
+{
+  g_autofree char *set = s->steps_per_run > 0
+                             ? g_strdup_printf(",\n  \"set\": [\"steps_per_run=%d\"]",
+                                               s->steps_per_run)
+                             : g_strdup("");
+  return g_strdup_printf("{\n  \"name\": \"%s\",\n  \"model\": \"%s\",\n  \"topology\": \"%s\",\n"
+                         "  \"global_batch\": %d,\n  \"precision\": \"bf16\",\n"
+                         "  \"measured_step_s\": %.17g,\n  \"experiment\": \"%s\",\n"
+                         "  \"source\": %s,\n  \"calibration\": %s%s\n}\n",
+                         s->name, s->model, s->topology, s->batch, measured, s->experiment,
+                         s->source, s->calibration ? "true" : "false", set);
+}
+
+static void remove_dir(char *dir)
+{
+  GDir *d = g_dir_open(dir, 0, NULL);
+  g_assert_nonnull(d);
+  for (const char *e; (e = g_dir_read_name(d));) {
+    g_autofree char *p = g_build_filename(dir, e, NULL);
+    g_assert_cmpint(g_unlink(p), ==, 0);
+  }
+  g_dir_close(d);
+  g_assert_cmpint(g_rmdir(dir), ==, 0);
+  g_free(dir);
+}
+
+/* A temporary --dir holding the three points of specs[], each measured
+ * at factor x its prediction (returned in predicted[]).  (transfer full) */
+static char *make_points(double *predicted)
+{
+  GError *error = NULL;
+  char *dir = g_dir_make_tmp("podsim-validate-XXXXXX", &error);
+  g_assert_no_error(error);
+  for (guint i = 0; i < G_N_ELEMENTS(specs); i++) {
+    predicted[i] = predict(&specs[i]);
+    g_autofree char *text = point_json(&specs[i], predicted[i] * specs[i].factor);
+    write_file(dir, specs[i].file, text);
+  }
+  return dir;
+}
+
+static json_object *row_named(json_object *rows, const char *name)
+{
+  for (size_t i = 0; i < json_object_array_length(rows); i++) {
+    json_object *r = json_object_array_get_idx(rows, i);
+    if (strcmp(json_object_get_string(json_object_object_get(r, "name")), name) == 0)
+      return r;
+  }
+  g_assert_not_reached();
+}
+
+static double num(json_object *o, const char *key)
+{
+  json_object *v = NULL;
+  g_assert_true(json_object_object_get_ex(o, key, &v));
+  g_assert_nonnull(v);
+  return json_object_get_double(v);
+}
+
+/* error = predicted / measured - 1 to 1e-9, for factors 0.5, 2 and 0.8
+ * (errors +1, -0.5, +0.25); the calibration row (+1) is left out, so the
+ * median is 0.375 and the worst 0.5 (with it they would be 0.5 and 1). */
+static void test_exact_errors(void)
+{
+  double predicted[G_N_ELEMENTS(specs)];
+  char *dir = make_points(predicted);
+  g_autofree char *out = NULL, *err = NULL;
+  int st = run(&out, &err, "validate", "--json", "--dir", dir, NULL);
+  g_test_message("validate: %d: %s", st, err);
+  g_assert_cmpint(st, ==, 0);
+  json_object *o = json_tokener_parse(out);
+  g_assert_nonnull(o);
+  json_object *rows = json_object_object_get(o, "rows");
+  g_assert_cmpint(json_object_array_length(rows), ==, G_N_ELEMENTS(specs));
+  for (guint i = 0; i < G_N_ELEMENTS(specs); i++) {
+    const Spec *s = &specs[i];
+    json_object *r = row_named(rows, s->name);
+    /* rows in file-name order */
+    g_assert_true(r == json_object_array_get_idx(rows, i));
+    double pred = num(r, "predicted_s"), meas = num(r, "measured_s"), e = num(r, "error");
+    g_assert_cmpfloat(fabs(pred - predicted[i]), <=, 1e-12 * predicted[i]);
+    g_assert_cmpfloat(fabs(meas - predicted[i] * s->factor), <=, 1e-15 * meas);
+    g_assert_cmpfloat(fabs(e - (pred / meas - 1)), <, 1e-9);
+    g_assert_cmpfloat(fabs(e - (1 / s->factor - 1)), <, 1e-9);
+    g_assert_cmpstr(json_object_get_string(json_object_object_get(r, "model")), ==, s->model);
+    g_assert_cmpstr(json_object_get_string(json_object_object_get(r, "topology")), ==,
+                    s->topology);
+    g_assert_cmpint(json_object_get_int(json_object_object_get(r, "global_batch")), ==,
+                    s->batch);
+    g_assert_cmpstr(json_object_get_string(json_object_object_get(r, "source")), ==,
+                    s->source_text);
+    g_assert_true(json_object_get_boolean(json_object_object_get(r, "calibration")) ==
+                  s->calibration);
+  }
+  g_assert_cmpfloat(fabs(num(o, "median_abs_error") - 0.375), <, 1e-9);
+  g_assert_cmpfloat(fabs(num(o, "worst_abs_error") - 0.5), <, 1e-9);
+  g_assert_cmpint(json_object_get_int(json_object_object_get(o, "failed")), ==, 0);
+  json_object_put(o);
+
+  /* the table: every row's source, the calibration mark on its row only,
+   * and the same summary */
+  g_autofree char *text = NULL, *terr = NULL;
+  g_assert_cmpint(run(&text, &terr, "validate", "--dir", dir, NULL), ==, 0);
+  g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+  for (guint i = 0; i < G_N_ELEMENTS(specs); i++) {
+    const char *line = NULL;
+    for (char **l = lines; *l && !line; l++)
+      if (g_str_has_prefix(*l, specs[i].name))
+        line = *l;
+    g_assert_nonnull(line);
+    g_assert_nonnull(strstr(line, specs[i].source_text));
+    g_autofree char *marked = g_strconcat(specs[i].name, " *", NULL);
+    g_assert_true(g_str_has_prefix(line, marked) == specs[i].calibration);
+    g_autofree char *pct = g_strdup_printf("%+.1f%%", 100 * (1 / specs[i].factor - 1));
+    g_assert_nonnull(strstr(line, pct));
+  }
+  g_assert_nonnull(strstr(text, "median 37.5%, worst 50.0%"));
+  g_assert_nonnull(strstr(text, "left out of the summary"));
+  remove_dir(dir);
+}
+
+/* --only keeps the points whose name contains the substring. */
+static void test_only(void)
+{
+  double predicted[G_N_ELEMENTS(specs)];
+  char *dir = make_points(predicted);
+  g_autofree char *out = NULL, *err = NULL;
+  g_assert_cmpint(run(&out, &err, "validate", "--json", "--dir", dir, "--only", "v2-8", NULL),
+                  ==, 0);
+  json_object *o = json_tokener_parse(out);
+  g_assert_nonnull(o);
+  json_object *rows = json_object_object_get(o, "rows");
+  g_assert_cmpint(json_object_array_length(rows), ==, 1);
+  g_assert_cmpstr(json_object_get_string(
+                      json_object_object_get(json_object_array_get_idx(rows, 0), "name")),
+                  ==, "test-resnet50-v2-8");
+  json_object_put(o);
+  g_autofree char *out2 = NULL, *err2 = NULL;
+  g_assert_cmpint(run(&out2, &err2, "validate", "--dir", dir, "--only", "nothing-like-it", NULL),
+                  ==, 2);
+  g_assert_nonnull(strstr(err2, "nothing-like-it"));
+  g_assert_cmpstr(out2, ==, "");
+  remove_dir(dir);
+}
+
+/* BERT-large at 32 sequences per v3 TensorCore needs more than its 16 GiB:
+ * a row with the message and no prediction, left out of the summary, and
+ * exit 1 after the other rows. */
+static void test_does_not_fit(void)
+{
+  double predicted[G_N_ELEMENTS(specs)];
+  char *dir = make_points(predicted);
+  Spec big = {"d.json", "test-bert-v3-8", "scaling-bert-large", "bert-large", "tpu-v3-8", 256,
+              0, 1.0, FALSE,
+              "{\"kind\": \"mlperf\", \"round\": \"v0.0\", \"submitter\": \"X\", "
+              "\"system\": \"Y\"}",
+              "MLPerf v0.0, X, Y"};
+  g_autofree char *text = point_json(&big, 0.5);
+  write_file(dir, big.file, text);
+  g_autofree char *out = NULL, *err = NULL;
+  int st = run(&out, &err, "validate", "--json", "--dir", dir, NULL);
+  g_test_message("validate: %d: %s", st, err);
+  g_assert_cmpint(st, ==, 1);
+  g_assert_nonnull(strstr(err, "1 of 4 points could not be simulated: test-bert-v3-8"));
+  json_object *o = json_tokener_parse(out);
+  g_assert_nonnull(o);
+  json_object *rows = json_object_object_get(o, "rows");
+  g_assert_cmpint(json_object_array_length(rows), ==, 4);
+  json_object *r = row_named(rows, "test-bert-v3-8"), *v = NULL;
+  g_assert_true(json_object_object_get_ex(r, "predicted_s", &v) && v == NULL);
+  g_assert_true(json_object_object_get_ex(r, "error", &v) && v == NULL);
+  g_assert_cmpfloat(num(r, "measured_s"), ==, 0.5);
+  const char *why = json_object_get_string(json_object_object_get(r, "failure"));
+  g_assert_nonnull(why);
+  g_assert_nonnull(strstr(why, "GiB per device"));
+  /* the others still ran, and the summary is theirs alone */
+  g_assert_cmpfloat(num(row_named(rows, "test-resnet50-v2-8"), "predicted_s"), >, 0);
+  g_assert_cmpint(json_object_get_int(json_object_object_get(o, "failed")), ==, 1);
+  g_assert_cmpfloat(fabs(num(o, "median_abs_error") - 0.375), <, 1e-9);
+  g_assert_cmpfloat(fabs(num(o, "worst_abs_error") - 0.5), <, 1e-9);
+  json_object_put(o);
+
+  g_autofree char *tout = NULL, *terr = NULL;
+  g_assert_cmpint(run(&tout, &terr, "validate", "--dir", dir, NULL), ==, 1);
+  g_assert_nonnull(strstr(tout, "not simulated: "));
+  g_assert_nonnull(strstr(tout, "1 not simulated"));
+  remove_dir(dir);
+}
+
+/* A point file without one of its fields exits 2, names the file and the
+ * field, and prints nothing on stdout. */
+static void test_missing_field(void)
+{
+  static const struct {
+    const char *key, *sub; /* sub: inside "source" */
+  } cases[] = {{"name", NULL},         {"model", NULL},      {"topology", NULL},
+               {"global_batch", NULL}, {"measured_step_s", NULL}, {"experiment", NULL},
+               {"source", NULL},       {"source", "round"},  {"source", "system"}};
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    GError *error = NULL;
+    char *dir = g_dir_make_tmp("podsim-validate-XXXXXX", &error);
+    g_assert_no_error(error);
+    g_autofree char *good = point_json(&specs[1], 0.1);
+    json_object *o = json_tokener_parse(good);
+    g_assert_nonnull(o);
+    if (cases[i].sub)
+      json_object_object_del(json_object_object_get(o, "source"), cases[i].sub);
+    else
+      json_object_object_del(o, cases[i].key);
+    write_file(dir, "broken.json", json_object_to_json_string(o));
+    json_object_put(o);
+    g_autofree char *good2 = point_json(&specs[0], 0.1);
+    write_file(dir, "fine.json", good2);
+
+    g_autofree char *out = NULL, *err = NULL;
+    int st = run(&out, &err, "validate", "--dir", dir, NULL);
+    const char *field = cases[i].sub ? cases[i].sub : cases[i].key;
+    g_test_message("without %s: %d: %s", field, st, err);
+    g_assert_cmpint(st, ==, 2);
+    g_assert_true(g_str_has_prefix(err, "podsim: validate: "));
+    g_assert_nonnull(strstr(err, "broken.json"));
+    g_autofree char *quoted = g_strdup_printf("'%s'", field);
+    g_assert_nonnull(strstr(err, quoted));
+    if (cases[i].sub)
+      g_assert_nonnull(strstr(err, "source: missing required key"));
+    g_assert_cmpstr(out, ==, "");
+    remove_dir(dir);
+  }
+}
+
+/* A wrong type or an unknown experiment is a bad file too. */
+static void test_bad_values(void)
+{
+  static const struct {
+    const char *from, *to, *msg;
+  } cases[] = {
+      {"\"experiment\": \"resnet50-v3-8\"", "\"experiment\": \"no-such-experiment\"",
+       "broken.json: experiment: unknown experiment 'no-such-experiment'"},
+      {"\"global_batch\": 512", "\"global_batch\": \"many\"", "broken.json: global_batch: "},
+      {"\"calibration\": false", "\"calibration\": false, \"set\": [\"steps_per_run\"]",
+       "broken.json: set[0]: must be a \"key=value\" string"},
+      {"\"model\": \"resnet50\"", "\"model\": \"bert-large\"",
+       "broken.json: model: 'bert-large', but experiment 'resnet50-v3-8' runs model 'resnet50'"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    GError *error = NULL;
+    char *dir = g_dir_make_tmp("podsim-validate-XXXXXX", &error);
+    g_assert_no_error(error);
+    g_autofree char *good = point_json(&specs[1], 0.1);
+    g_assert_nonnull(strstr(good, cases[i].from));
+    g_auto(GStrv) parts = g_strsplit(good, cases[i].from, 2);
+    g_autofree char *bad = g_strjoin(cases[i].to, parts[0], parts[1], NULL);
+    write_file(dir, "broken.json", bad);
+    g_autofree char *out = NULL, *err = NULL;
+    int st = run(&out, &err, "validate", "--dir", dir, NULL);
+    g_test_message("%s: %d: %s", cases[i].to, st, err);
+    g_assert_cmpint(st, ==, 2);
+    g_assert_nonnull(strstr(err, cases[i].msg));
+    g_assert_cmpstr(out, ==, "");
+    remove_dir(dir);
+  }
+}
+
+/* The shipped points (tests/measured of the data directory, the default
+ * --dir) all load; the two v0.5 ResNet-50 points run, one of them the
+ * calibration point. */
+static void test_shipped(void)
+{
+  g_autofree char *out = NULL, *err = NULL;
+  int st = run(&out, &err, "validate", "--json", "--only", "mlperf-v0.5-", NULL);
+  g_test_message("validate: %d: %s", st, err);
+  g_assert_cmpint(st, ==, 0);
+  json_object *o = json_tokener_parse(out);
+  g_assert_nonnull(o);
+  json_object *rows = json_object_object_get(o, "rows");
+  g_assert_cmpint(json_object_array_length(rows), ==, 2);
+  json_object *cal = row_named(rows, "mlperf-v0.5-google-resnet50-tpu-v3-8");
+  g_assert_true(json_object_get_boolean(json_object_object_get(cal, "calibration")));
+  g_assert_cmpfloat(num(cal, "measured_s"), ==, 0.137274);
+  g_assert_cmpfloat(num(cal, "predicted_s"), >, 0);
+  json_object *v2 = row_named(rows, "mlperf-v0.5-google-resnet50-tpu-v2-8");
+  g_assert_false(json_object_get_boolean(json_object_object_get(v2, "calibration")));
+  double e = num(v2, "error");
+  g_assert_cmpfloat(fabs(num(o, "median_abs_error") - fabs(e)), <, 1e-12);
+  g_assert_cmpfloat(fabs(num(o, "worst_abs_error") - fabs(e)), <, 1e-12);
+  g_assert_nonnull(strstr(json_object_get_string(json_object_object_get(v2, "source")),
+                          "MLPerf v0.5, Google, tpu-v2-8"));
+  json_object_put(o);
+}
+
+int main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  podsim = g_getenv("PODSIM");
+  if (!g_getenv("PODSIM_DATA_DIR"))
+    g_setenv("PODSIM_DATA_DIR", ".", TRUE);
+  if (!podsim) {
+    g_test_message("PODSIM is not set: `make test` sets it to the built binary");
+    podsim = "./podsim";
+  }
+  g_test_add_func("/validate/exact-errors", test_exact_errors);
+  g_test_add_func("/validate/only", test_only);
+  g_test_add_func("/validate/does-not-fit", test_does_not_fit);
+  g_test_add_func("/validate/missing-field", test_missing_field);
+  g_test_add_func("/validate/bad-values", test_bad_values);
+  g_test_add_func("/validate/shipped", test_shipped);
+  return g_test_run();
+}
