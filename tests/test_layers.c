@@ -470,7 +470,8 @@ static void test_names_and_groups(void)
   g_assert_cmpint(m->layers[10].shortcut_from, ==, 9); /* ... and shortcut output */
   g_assert_cmpint(m->layers[10].shortcut_of, ==, 8);
   g_assert_cmpint(m->layers[11].input_from, ==, 10);
-  g_assert_false(m->numerics_supported); /* residuals */
+  /* identity and projection shortcuts both have kernels (net.c) */
+  g_assert_true(m->numerics_supported);
   g_assert_cmpfloat(m->layers[3].fwd_flops, ==, 16);
 
   /* an inline model reports paths under its own key */
@@ -503,6 +504,125 @@ static void test_describe(void)
   g_assert_cmpint(ps_shape_elems(shape, 3), ==, 3136);
   g_assert_cmpint(ps_shape_elems(shape, 0), ==, 1);
   g_string_free(s, TRUE);
+  ps_model_free(m);
+}
+
+/* ------------------------------------------------------------ ViT pieces */
+
+/* Patch embedding (Dosovitskiy et al. 2021, eq. 1) of an (H, W, C) image
+ * with patch P: S = (H/P)(W/P) tokens, one product S x P^2 C x D, P^2 C D
+ * + D parameters plus S D positions; bias and positions each add 1 FLOP
+ * per output forward and backward. */
+static void test_patch_embedding(void)
+{
+  static const struct { int h, w, c, p, d, pos; } cases[] = {
+    {28, 28, 1, 7, 64, 1}, {28, 28, 1, 4, 32, 1}, {12, 8, 3, 4, 10, 0}, {6, 6, 2, 6, 5, 1},
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    int h = cases[i].h, w = cases[i].w, c = cases[i].c, p = cases[i].p, d = cases[i].d;
+    int pos = cases[i].pos;
+    g_autofree char *text = g_strdup_printf(
+        "{'input': {'shape': [%d, %d, %d], 'classes': %d}, 'layers': ["
+        "{'type': 'patch_embedding', 'size': %d, 'dim': %d, 'positions': %s},"
+        "{'type': 'global_avgpool'}, {'type': 'softmax_xent'}]}",
+        h, w, c, d, p, d, pos ? "true" : "false");
+    PsModel *m = model_ok(text);
+    const PsLayer *L = &m->layers[0];
+    int64_t s = (int64_t)(h / p) * (w / p), k = (int64_t)p * p * c;
+    g_assert_cmpint(L->kind, ==, PS_LAYER_PATCH_EMBEDDING);
+    g_assert_cmpint(L->out_rank, ==, 2);
+    g_assert_cmpint(L->out_shape[0], ==, s);
+    g_assert_cmpint(L->out_shape[1], ==, d);
+    g_assert_cmpint(L->params, ==, k * d + d + (pos ? s * d : 0));
+    g_assert_cmpint(L->n_mm, ==, 1);
+    g_assert_cmpint(L->mm[0].rows, ==, s);
+    g_assert_cmpint(L->mm[0].k, ==, k);
+    g_assert_cmpint(L->mm[0].n, ==, d);
+    double mm = 2.0 * s * k * d, adds = (double)(s * d) * (pos ? 2 : 1);
+    g_assert_cmpfloat(L->fwd_flops, ==, mm + adds);
+    g_assert_cmpfloat(L->bwd_flops, ==, 2 * mm + adds);
+    g_assert_cmpint(L->act_elems, ==, (int64_t)h * w * c);
+    g_assert_true(L->positions == pos);
+    /* the mean over tokens: (S, D) -> (D), 1 FLOP per input and a divide
+     * per output */
+    const PsLayer *g = &m->layers[1];
+    g_assert_cmpint(g->out_rank, ==, 1);
+    g_assert_cmpint(g->out_shape[0], ==, d);
+    g_assert_cmpfloat(g->fwd_flops, ==, (double)(s * d + d));
+    g_assert_cmpfloat(g->bwd_flops, ==, (double)(s * d));
+    g_assert_true(m->numerics_supported);
+    ps_model_free(m);
+  }
+  g_assert_cmpstr(ps_layer_kind_name(PS_LAYER_PATCH_EMBEDDING), ==, "patch_embedding");
+
+  /* "causal" is kept for the numerics; batchnorm and embeddings stay
+   * timing only */
+  PsModel *m = model_ok("{'input': {'shape': [6, 8], 'classes': 8}, 'layers': ["
+                        "{'type': 'attention', 'heads': 2, 'causal': true},"
+                        "{'type': 'layernorm'}, {'type': 'global_avgpool'},"
+                        "{'type': 'softmax_xent'}]}");
+  g_assert_true(m->layers[0].causal);
+  g_assert_true(m->numerics_supported);
+  ps_model_free(m);
+  m = model_ok("{'input': {'shape': [6, 8], 'classes': 8}, 'layers': ["
+               "{'type': 'batchnorm'}, {'type': 'global_avgpool'}, {'type': 'softmax_xent'}]}");
+  g_assert_false(m->numerics_supported);
+  ps_model_free(m);
+}
+
+/* models/vit.json: the published ViT layout at a Fashion-MNIST size,
+ * counted here from the architecture: patch 7 on 28x28x1 (16 tokens),
+ * D = 64, 4 pre-LN blocks of attention (4 heads) and an MLP 128, a final
+ * layernorm, token mean and a 10-way head.  Each block has the same
+ * cost, and the block boundaries give 4 pipeline stages. */
+static void test_vit(void)
+{
+  PsModel *m = load_named("vit");
+  const int64_t S = 16, D = 64, F = 128, C = 10, L = 4, K = 49;
+  int64_t block = (2 * D) + (4 * D * D + 4 * D) + (2 * D) + (D * F + F) + (F * D + D);
+  int64_t ref = (K * D + D + S * D) + L * block + 2 * D + (D * C + C);
+  g_assert_cmpint(m->params, ==, ref);
+  g_assert_cmpint(m->params, ==, 138890);
+  g_assert_true(m->numerics_supported);
+  g_assert_cmpint(m->layers[0].kind, ==, PS_LAYER_PATCH_EMBEDDING);
+  g_assert_cmpint(m->layers[0].out_shape[0], ==, S);
+
+  /* blocks: [1, 9), [9, 17), ...; each ends in an ADD fed by the block's
+   * input (identity shortcuts), and all cost the same */
+  const int per_block = 8;
+  g_assert_cmpint(m->n_layers, ==, 1 + L * per_block + 4);
+  double fwd0 = 0, bwd0 = 0;
+  for (int b = 0; b < L; b++) {
+    int first = 1 + b * per_block, last = first + per_block - 1;
+    double fwd = 0, bwd = 0;
+    for (int i = first; i <= last; i++) {
+      fwd += m->layers[i].fwd_flops;
+      bwd += m->layers[i].bwd_flops;
+    }
+    if (b == 0) {
+      fwd0 = fwd;
+      bwd0 = bwd;
+    }
+    g_assert_cmpfloat(fwd, ==, fwd0);
+    g_assert_cmpfloat(bwd, ==, bwd0);
+    const PsLayer *add1 = &m->layers[first + 2], *add2 = &m->layers[last];
+    g_assert_cmpint(add1->kind, ==, PS_LAYER_ADD);
+    g_assert_cmpint(add2->kind, ==, PS_LAYER_ADD);
+    g_assert_cmpint(add1->shortcut_from, ==, first - 1);
+    g_assert_cmpint(add2->shortcut_from, ==, first + 2);
+    g_assert_cmpint(m->layers[first].kind, ==, PS_LAYER_LAYERNORM);
+    g_assert_cmpint(m->layers[first + 1].kind, ==, PS_LAYER_ATTENTION);
+    g_assert_cmpint(m->layers[first + 1].heads, ==, 4);
+  }
+  /* the blocks carry nearly all the work: in stages of one block each,
+   * the embedding adds under 10% to the first, the head under 2% to the
+   * last */
+  g_assert_cmpfloat(m->layers[0].fwd_flops, <, 0.1 * fwd0);
+  double tail = 0;
+  for (int i = 1 + L * per_block; i < m->n_layers; i++)
+    tail += m->layers[i].fwd_flops;
+  g_assert_cmpfloat(tail, <, 0.02 * fwd0);
+  g_assert_cmpint(m->layers[m->n_layers - 3].kind, ==, PS_LAYER_GLOBAL_AVGPOOL);
   ps_model_free(m);
 }
 
@@ -582,7 +702,19 @@ static void test_bad_models(void)
     {IMG "[" FL ", {'type': 'dense', 'units': 10, 'bias': 1}, " SM "]}", PS_INPUT_ERROR_TYPE,
      "bad.json: layers[1].bias: must be true or false, got integer"},
     {IMG "[" FL ", {'type': 'global_avgpool'}, " SM "]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: layers[1]: global_avgpool needs a rank-3 (H, W, C) input, got (784)"},
+     "bad.json: layers[1]: global_avgpool needs a rank-3 (H, W, C) or rank-2 (S, D) input, got "
+     "(784)"},
+    {IMG "[{'type': 'patch_embedding', 'size': 5, 'dim': 8}, " SM "]}", PS_INPUT_ERROR_VALUE,
+     "bad.json: layers[0]: patch size 5 does not divide the input (28, 28, 1) into whole "
+     "patches"},
+    {IMG "[" FL ", {'type': 'patch_embedding', 'size': 4, 'dim': 8}, " SM "]}",
+     PS_INPUT_ERROR_VALUE, "bad.json: layers[1]: patch_embedding needs a rank-3 (H, W, C) input"},
+    {IMG "[{'type': 'patch_embedding', 'size': 4}, " SM "]}", PS_INPUT_ERROR_KEY,
+     "bad.json: layers[0]: missing required key 'dim'"},
+    {IMG "[{'type': 'patch_embedding', 'size': 4, 'dim': 8, 'bias': false}, " SM "]}",
+     PS_INPUT_ERROR_KEY,
+     "bad.json: layers[0]: unknown key 'bias' (expected one of: type, name, size, dim, "
+     "positions)"},
     {IMG "[" FL ", [1, 2], " SM "]}", PS_INPUT_ERROR_TYPE,
      "bad.json: layers[1]: must be an object, got array"},
     {IMG "[]}", PS_INPUT_ERROR_VALUE, "bad.json: layers: must not be empty"},
@@ -638,6 +770,8 @@ int main(int argc, char **argv)
   g_test_add_func("/layers/bert-large/params-flops", test_bert_large);
   g_test_add_func("/layers/transformer-big/params", test_transformer_big);
   g_test_add_func("/layers/attention/flops", test_attention_flops);
+  g_test_add_func("/layers/patch-embedding/shapes-costs", test_patch_embedding);
+  g_test_add_func("/layers/vit/params-blocks", test_vit);
   g_test_add_func("/layers/mlp/params-memory", test_mlp);
   g_test_add_func("/layers/cnn/shapes", test_cnn);
   g_test_add_func("/layers/conv/shapes", test_conv_shapes);

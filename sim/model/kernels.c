@@ -739,6 +739,38 @@ void ps_avgpool_backward(const PsPoolShape *s, const float *dy, float *dx)
 
 /* ---- layer normalization ----------------------------------------------- */
 
+/* Sums of a row in PS_BLOCK partial sums (so they vectorize), then the
+ * tail: of x, and of (x - m)^2. */
+static float row_sum(const float *x, int n)
+{
+  float acc[PS_BLOCK] = {0}, s = 0.0f;
+  int j = 0;
+  for (; j + PS_BLOCK <= n; j += PS_BLOCK)
+    for (int k = 0; k < PS_BLOCK; k++)
+      acc[k] += x[j + k];
+  for (int k = 0; k < PS_BLOCK; k++)
+    s += acc[k];
+  for (; j < n; j++)
+    s += x[j];
+  return s;
+}
+
+static float row_sq_dev(const float *x, float m, int n)
+{
+  float acc[PS_BLOCK] = {0}, s = 0.0f;
+  int j = 0;
+  for (; j + PS_BLOCK <= n; j += PS_BLOCK)
+    for (int k = 0; k < PS_BLOCK; k++) {
+      float d = x[j + k] - m;
+      acc[k] += d * d;
+    }
+  for (int k = 0; k < PS_BLOCK; k++)
+    s += acc[k];
+  for (; j < n; j++)
+    s += (x[j] - m) * (x[j] - m);
+  return s;
+}
+
 void ps_layernorm_forward(const float *x, const float *gamma, const float *beta, float *y,
                           float *stats, int rows, int dim)
 {
@@ -747,18 +779,17 @@ void ps_layernorm_forward(const float *x, const float *gamma, const float *beta,
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * dim;
     float *yr = y + (size_t)r * dim;
-    /* two passes in double: the variance is not a difference of squares */
-    double sum = 0.0, sq = 0.0;
-    for (int j = 0; j < dim; j++)
-      sum += xr[j];
-    double mean = sum / dim;
-    for (int j = 0; j < dim; j++) {
-      double d = xr[j] - mean;
-      sq += d * d;
+    /* two passes: the variance is not a difference of squares */
+    const float m = row_sum(xr, dim) / (float)dim;
+    const float rstd = 1.0f / sqrtf(row_sq_dev(xr, m, dim) / (float)dim + PS_LAYERNORM_EPS);
+    int j = 0;
+    for (; j + PS_BLOCK <= dim; j += PS_BLOCK) {
+      float blk[PS_BLOCK];
+      for (int k = 0; k < PS_BLOCK; k++)
+        blk[k] = (xr[j + k] - m) * rstd * gamma[j + k] + beta[j + k];
+      memcpy(yr + j, blk, sizeof blk);
     }
-    const float m = (float)mean;
-    const float rstd = (float)(1.0 / sqrt(sq / dim + (double)PS_LAYERNORM_EPS));
-    for (int j = 0; j < dim; j++)
+    for (; j < dim; j++)
       yr[j] = (xr[j] - m) * rstd * gamma[j] + beta[j];
     stats[2 * (size_t)r] = m;
     stats[2 * (size_t)r + 1] = rstd;
@@ -777,8 +808,27 @@ void ps_layernorm_backward(const float *x, const float *gamma, const float *stat
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * dim, *dyr = dy + (size_t)r * dim;
     const float m = stats[2 * (size_t)r], rstd = stats[2 * (size_t)r + 1];
-    float sum_g = 0.0f, sum_gx = 0.0f;
-    for (int j = 0; j < dim; j++) {
+    float acc_g[PS_BLOCK] = {0}, acc_gx[PS_BLOCK] = {0}, sum_g = 0.0f, sum_gx = 0.0f;
+    int j = 0;
+    for (; j + PS_BLOCK <= dim; j += PS_BLOCK) {
+      float dgb[PS_BLOCK], dbb[PS_BLOCK];
+      memcpy(dgb, dgamma + j, sizeof dgb);
+      memcpy(dbb, dbeta + j, sizeof dbb);
+      for (int k = 0; k < PS_BLOCK; k++) {
+        float xhat = (xr[j + k] - m) * rstd, g = dyr[j + k] * gamma[j + k];
+        dgb[k] += dyr[j + k] * xhat;
+        dbb[k] += dyr[j + k];
+        acc_g[k] += g;
+        acc_gx[k] += g * xhat;
+      }
+      memcpy(dgamma + j, dgb, sizeof dgb);
+      memcpy(dbeta + j, dbb, sizeof dbb);
+    }
+    for (int k = 0; k < PS_BLOCK; k++) {
+      sum_g += acc_g[k];
+      sum_gx += acc_gx[k];
+    }
+    for (; j < dim; j++) {
       float xhat = (xr[j] - m) * rstd, g = dyr[j] * gamma[j];
       dgamma[j] += dyr[j] * xhat;
       dbeta[j] += dyr[j];
@@ -789,7 +839,16 @@ void ps_layernorm_backward(const float *x, const float *gamma, const float *stat
       continue;
     const float mean_g = sum_g / (float)dim, mean_gx = sum_gx / (float)dim;
     float *dxr = dx + (size_t)r * dim;
-    for (int j = 0; j < dim; j++) {
+    j = 0;
+    for (; j + PS_BLOCK <= dim; j += PS_BLOCK) {
+      float blk[PS_BLOCK];
+      for (int k = 0; k < PS_BLOCK; k++) {
+        float xhat = (xr[j + k] - m) * rstd;
+        blk[k] = rstd * (dyr[j + k] * gamma[j + k] - mean_g - xhat * mean_gx);
+      }
+      memcpy(dxr + j, blk, sizeof blk);
+    }
+    for (; j < dim; j++) {
       float xhat = (xr[j] - m) * rstd;
       dxr[j] = rstd * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
     }
@@ -960,24 +1019,32 @@ size_t ps_patch_workspace(const PsPatchShape *s)
   return (size_t)s->batch * ps_patch_seq(s) * s->patch * s->patch * s->c;
 }
 
-/* Image <-> patch rows (batch seq, patch^2 c): a patch's row py is one
- * contiguous run of patch c floats in the image. */
-static void patch_copy(const PsPatchShape *s, float *image, float *cols, gboolean to_cols)
+/* Image <-> patch rows (batch seq, patch^2 c): row py of a patch is one
+ * contiguous run of patch c floats in the image, at this offset. */
+static size_t patch_run_offset(const PsPatchShape *s, int b, int gy, int gx, int py)
 {
-  const int P = s->patch, gw = s->w / P, gh = s->h / P;
-  const size_t run = (size_t)P * s->c;
-  float *col = cols;
+  return (((size_t)b * s->h + (size_t)gy * s->patch + py) * s->w + (size_t)gx * s->patch) *
+         s->c;
+}
+
+static void patch_gather(const PsPatchShape *s, const float *image, float *cols)
+{
+  const size_t run = (size_t)s->patch * s->c;
   for (int b = 0; b < s->batch; b++)
-    for (int gy = 0; gy < gh; gy++)
-      for (int gx = 0; gx < gw; gx++)
-        for (int py = 0; py < P; py++, col += run) {
-          float *px = image + (((size_t)b * s->h + (size_t)gy * P + py) * s->w +
-                               (size_t)gx * P) * s->c;
-          if (to_cols)
-            memcpy(col, px, run * sizeof *col);
-          else
-            memcpy(px, col, run * sizeof *col);
-        }
+    for (int gy = 0; gy < s->h / s->patch; gy++)
+      for (int gx = 0; gx < s->w / s->patch; gx++)
+        for (int py = 0; py < s->patch; py++, cols += run)
+          memcpy(cols, image + patch_run_offset(s, b, gy, gx, py), run * sizeof *cols);
+}
+
+static void patch_scatter(const PsPatchShape *s, const float *cols, float *image)
+{
+  const size_t run = (size_t)s->patch * s->c;
+  for (int b = 0; b < s->batch; b++)
+    for (int gy = 0; gy < s->h / s->patch; gy++)
+      for (int gx = 0; gx < s->w / s->patch; gx++)
+        for (int py = 0; py < s->patch; py++, cols += run)
+          memcpy(image + patch_run_offset(s, b, gy, gx, py), cols, run * sizeof *cols);
 }
 
 void ps_patch_forward(PsPrecision prec, const PsPatchShape *s, const float *x, const float *w,
@@ -987,7 +1054,7 @@ void ps_patch_forward(PsPrecision prec, const PsPatchShape *s, const float *x, c
   g_return_if_fail(x && w && y && workspace);
   const int seq = ps_patch_seq(s), k = s->patch * s->patch * s->c, D = s->dim;
   const size_t rows = (size_t)s->batch * seq;
-  patch_copy(s, (float *)x, workspace, TRUE); /* reads x only */
+  patch_gather(s, x, workspace);
   gboolean start = b != NULL || pos != NULL;
   for (size_t r = 0; r < rows && start; r++) {
     float *yr = y + r * D;
@@ -1006,7 +1073,7 @@ void ps_patch_backward(PsPrecision prec, const PsPatchShape *s, const float *x, 
   g_return_if_fail(x && w && dy && dw && workspace);
   const int seq = ps_patch_seq(s), k = s->patch * s->patch * s->c, D = s->dim;
   const size_t rows = (size_t)s->batch * seq;
-  patch_copy(s, (float *)x, workspace, TRUE);
+  patch_gather(s, x, workspace);
   ps_gemm(prec, TRUE, FALSE, k, D, (int)rows, workspace, dy, TRUE, dw);
   if (db)
     sum_rows_into(dy, db, rows, D);
@@ -1015,7 +1082,7 @@ void ps_patch_backward(PsPrecision prec, const PsPatchShape *s, const float *x, 
       add_into(dpos, dy + (size_t)b * seq * D, (size_t)seq * D);
   if (dx) {
     ps_gemm(prec, FALSE, TRUE, (int)rows, k, D, dy, w, FALSE, workspace);
-    patch_copy(s, dx, workspace, FALSE);
+    patch_scatter(s, workspace, dx);
   }
 }
 

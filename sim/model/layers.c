@@ -10,9 +10,9 @@
  *
  * Cost conventions (per example; a multiply-add is 2 FLOPs everywhere):
  * - matmul layers (dense, conv2d, attention, patch_embedding): forward =
- *   2*rows*k*n per product; backward = twice that (gradient of the input and of the
- *   weights); a bias adds 1 FLOP per output forward and 1 backward (its
- *   gradient is a sum).  Backward HBM traffic is taken as twice the forward
+ *   2*rows*k*n per product; backward = twice that (gradient of the input
+ *   and of the weights); a bias adds 1 FLOP per output forward and 1
+ *   backward (its gradient is a sum).  Backward HBM traffic is taken as twice the forward
  *   traffic (it reads the output gradient and both operands and writes two
  *   gradients).
  * - element-wise work, FLOPs per element (rough, transcendental = 1 op of

@@ -12,9 +12,12 @@
  * Invariant: every buffer is allocated once in ps_net_new_slots for
  * max_batch examples per slot, so stepping a layer never allocates (bf16
  * GEMM copies aside); parameters and gradients are each one contiguous
- * vector in layer order, weights before bias; a FLATTEN layer's output is
- * the very buffer of its input, and so is its output gradient unless that
- * input is the net input (which has no gradient). */
+ * vector in layer order, weights before bias; every layer's output but
+ * the loss's has a gradient buffer in each slot, so backward of any layer
+ * reading a layer's output writes that output's gradient (what a pipeline
+ * stage passes back); a FLATTEN layer's output is the very buffer of its
+ * input, and so is its output gradient unless that input is the net input
+ * (which has no gradient). */
 #include "net.h"
 
 #include "kernels.h"
@@ -39,7 +42,7 @@ typedef struct {
   size_t w_off, w_len, b_off, b_len;
   size_t cache_elems;           /* per example, kept from forward for backward */
   gboolean aliased;             /* FLATTEN of a layer: out and dout are its input's */
-  gboolean owns_dout;
+  gboolean owns_out, owns_dout; /* a FLATTEN's out is its input's, even the net input */
   /* backward's write into the gradient of input_from / shortcut_from is
    * the first of the pass into that buffer (overwrite) or not (add) */
   gboolean in_first, sc_first;
@@ -496,7 +499,7 @@ static void slot_free(PsNet *net, Slot *s)
     return;
   for (int i = 0; i < net->n_layers; i++) {
     SlotLayer *sl = &s->layers[i];
-    if (!net->layers[i].aliased && sl->out != s->input) /* a FLATTEN of the input */
+    if (net->layers[i].owns_out)
       g_free(sl->out);
     if (net->layers[i].owns_dout)
       g_free(sl->dout);
@@ -571,6 +574,7 @@ PsNet *ps_net_new_slots(const PsModel *model, int max_batch, int slots, PsPrecis
       goto fail_net;
     }
     nl->aliased = nl->kind == PS_LAYER_FLATTEN && nl->input_from >= 0;
+    nl->owns_out = nl->kind != PS_LAYER_FLATTEN;
     nl->owns_dout = nl->kind != PS_LAYER_SOFTMAX_XENT && !nl->aliased;
     nl->w_off = offset;
     nl->b_off = offset + nl->w_len;
