@@ -8,6 +8,8 @@
 #include <glib/gstdio.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <string.h>
 
 static const char *podsim;
@@ -491,6 +493,47 @@ static void test_pipeline_timeline(void)
   g_rmdir(dir);
 }
 
+/* SIGINT or SIGTERM in the middle of a run leaves neither the trace nor its
+ * temporary file, and the process dies of the signal. */
+static void test_interrupted_trace(void)
+{
+  static const int sigs[] = {SIGINT, SIGTERM};
+  for (guint k = 0; k < G_N_ELEMENTS(sigs); k++) {
+    g_autofree char *dir = g_dir_make_tmp("podsim-sig-XXXXXX", NULL);
+    g_autofree char *trace = g_build_filename(dir, "t.json", NULL);
+    const char *argv[] = {podsim, "run", "vit-pipeline", "--quiet", "--trace", trace, NULL};
+    GPid pid;
+    GError *error = NULL;
+    g_assert_true(g_spawn_async(g_getenv("PODSIM_DATA_DIR"), (char **)argv, NULL,
+                                G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL |
+                                    G_SPAWN_STDERR_TO_DEV_NULL,
+                                NULL, NULL, &pid, &error));
+    g_assert_no_error(error);
+    /* wait until the temporary trace exists (the run is under way) */
+    gboolean seen = FALSE;
+    for (int i = 0; i < 400 && !seen; i++) {
+      GDir *d = g_dir_open(dir, 0, NULL);
+      for (const char *n; d && (n = g_dir_read_name(d));)
+        seen |= g_str_has_prefix(n, "t.json.tmp-");
+      if (d)
+        g_dir_close(d);
+      if (!seen)
+        g_usleep(25000);
+    }
+    g_assert_true(seen);
+    kill(pid, sigs[k]);
+    int status = 0;
+    g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
+    g_spawn_close_pid(pid);
+    g_assert_true(WIFSIGNALED(status));
+    g_assert_cmpint(WTERMSIG(status), ==, sigs[k]);
+    GDir *d = g_dir_open(dir, 0, NULL);
+    g_assert_null(g_dir_read_name(d)); /* nothing left behind */
+    g_dir_close(d);
+    g_rmdir(dir);
+  }
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -513,5 +556,6 @@ int main(int argc, char **argv)
   g_test_add_func("/cli/run-header/what-if", test_run_header_what_if);
   g_test_add_func("/cli/idle-warning", test_idle_warning);
   g_test_add_func("/cli/pipeline-timeline", test_pipeline_timeline);
+  g_test_add_func("/cli/interrupted-trace", test_interrupted_trace);
   return g_test_run();
 }

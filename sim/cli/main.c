@@ -14,11 +14,13 @@
 #include "cli/timeline.h"
 #include "cli/validate.h"
 #include "io/config.h"
+#include "io/trace.h"
 #include "run.h"
 #include "strategy/partition.h"
 
 #include <errno.h>
 #include <locale.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -383,8 +385,22 @@ static int cmd_describe(int argc, char **argv)
   return 0;
 }
 
+/* SIGINT, SIGTERM, SIGHUP: remove the trace being written, then die of
+ * the signal as if unhandled (the shell sees the usual status). */
+static void on_fatal_signal(int sig)
+{
+  ps_trace_remove_unfinished();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 int main(int argc, char **argv)
 {
+  struct sigaction sa = {.sa_handler = on_fatal_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
   /* the terminal's character set for GOption's help ("[OPTION…]"); numbers
    * stay in the C locale (LC_NUMERIC untouched) */
   setlocale(LC_CTYPE, "");

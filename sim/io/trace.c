@@ -14,6 +14,7 @@
 #include <glib/gstdio.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,7 +28,46 @@ struct PsTrace {
   char *buf;      /* stdio's buffer, freed after fclose */
   uint64_t events;
   int write_errno; /* first failure while streaming, 0 if none */
+  int slot;        /* in tmp_slots, or -1 */
 };
+
+/* Temporary files of traces being written, for ps_trace_remove_unfinished
+ * (a signal handler): fixed slots, so the handler reads no memory that may
+ * be freed under it; a slot is marked free before its path changes. */
+#define TMP_SLOTS 8
+#define TMP_PATH_MAX 4096
+static char tmp_slots[TMP_SLOTS][TMP_PATH_MAX];
+static volatile sig_atomic_t tmp_used[TMP_SLOTS];
+static GMutex tmp_lock;
+
+static int tmp_register(const char *path)
+{
+  if (strlen(path) >= TMP_PATH_MAX)
+    return -1;
+  g_mutex_lock(&tmp_lock);
+  int slot = -1;
+  for (int i = 0; i < TMP_SLOTS && slot < 0; i++)
+    if (!tmp_used[i]) {
+      memcpy(tmp_slots[i], path, strlen(path) + 1);
+      tmp_used[i] = 1;
+      slot = i;
+    }
+  g_mutex_unlock(&tmp_lock);
+  return slot;
+}
+
+static void tmp_unregister(int slot)
+{
+  if (slot >= 0)
+    tmp_used[slot] = 0;
+}
+
+void ps_trace_remove_unfinished(void)
+{
+  for (int i = 0; i < TMP_SLOTS; i++)
+    if (tmp_used[i])
+      unlink(tmp_slots[i]);
+}
 
 /* Remembers the first write failure; stdio's error flag is sticky, so
  * checking it once per event is enough to catch any failed write. */
@@ -65,6 +105,7 @@ PsTrace *ps_trace_open(const char *path, GError **error)
   t->f = f;
   t->path = g_strdup(path);
   t->tmp_path = tmp_path;
+  t->slot = tmp_register(tmp_path);
   t->buf = g_malloc(TRACE_BUFFER_BYTES);
   setvbuf(f, t->buf, _IOFBF, TRACE_BUFFER_BYTES);
   fputs("{\"traceEvents\":[", f);
@@ -298,6 +339,7 @@ uint64_t ps_trace_events(const PsTrace *t)
 
 static void trace_free(PsTrace *t)
 {
+  tmp_unregister(t->slot);
   g_free(t->buf);
   g_free(t->path);
   g_free(t->tmp_path);

@@ -42,6 +42,11 @@ void ps_trace_instant(PsTrace *t, int pid, int tid, const char *name, ps_time_t 
 
 uint64_t ps_trace_events(const PsTrace *t);
 
+/* Removes the temporary files of traces still being written.  Async-signal
+ * safe: for a SIGINT/SIGTERM handler, so an interrupted run leaves no
+ * "<path>.tmp-XXXXXX" behind (the final <path> is untouched). */
+void ps_trace_remove_unfinished(void);
+
 /* Finishes the JSON, flushes, renames into place.  Frees t either way.
  * FALSE (and the temporary removed) on an I/O error. */
 gboolean ps_trace_close(PsTrace *t, GError **error);
