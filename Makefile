@@ -15,6 +15,23 @@ BUILD       ?= build
 PODSIM_BIN  ?= podsim
 TESTBIN     ?= tests/bin
 
+# MPI=1 builds podsim with OpenMPI (mpicc, -DPS_WITH_MPI) so that `mpirun
+# -np K podsim sweep ...` spreads a sweep's points over K processes; it
+# installs openmpi-bin and libopenmpi-dev (as root) when they are missing.
+# A plain build needs no MPI.  $(BUILD)/mpi.txt remembers which kind of
+# build $(BUILD) holds, so switching rebuilds sweep.o and relinks.
+MPI         ?= 0
+MPI_ON      := $(if $(filter 1,$(MPI)),1,0)
+MPI_DEB_PKGS := openmpi-bin libopenmpi-dev
+MPI_STAMP   := $(BUILD)/mpi.txt
+ifeq ($(MPI_ON),1)
+CC          := mpicc
+MPI_CFLAGS  := -DPS_WITH_MPI
+MPI_DEPS    := mpi-deps
+endif
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(MPI_STAMP) 2>/dev/null)" = "MPI=$(MPI_ON)" ] || \
+  echo "MPI=$(MPI_ON)" > $(MPI_STAMP); })
+
 PKG_CFLAGS   = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS     = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 BLAS_CFLAGS  = $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
@@ -25,7 +42,7 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototy
 OPT      ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -MMD -MP \
             -DPS_VERSION='"$(VERSION)"' -DPS_DATA_DIR='"$(PREFIX)/share/podsim"' \
-            -Isim $(PKG_CFLAGS) $(BLAS_CFLAGS)
+            -Isim $(PKG_CFLAGS) $(BLAS_CFLAGS) $(MPI_CFLAGS)
 LDLIBS   += $(PKG_LIBS) $(BLAS_LIBS) -lm
 
 LIB_SRC   := $(filter-out sim/cli/main.c,$(wildcard sim/*.c sim/*/*.c))
@@ -35,7 +52,8 @@ TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTBIN)/%)
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps bench-deps run test golden bench plots install uninstall clean check-asan check-valgrind
+.PHONY: all deps bench-deps mpi-deps run test golden regress bench plots install uninstall clean \
+        check-asan check-valgrind
 
 all: $(PODSIM_BIN) $(BUILD)/libpodsim.a
 
@@ -59,11 +77,25 @@ deps:
 	  fi; \
 	fi
 
+mpi-deps:
+	@if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "mpi-deps: installing $(MPI_DEB_PKGS)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends $(MPI_DEB_PKGS) >/dev/null; \
+	  else \
+	    echo "mpi-deps: MPI=1 needs OpenMPI; run as root:"; \
+	    echo "  apt-get install -y $(MPI_DEB_PKGS)"; exit 1; \
+	  fi; \
+	fi
+
 # Order-only on deps: with -j, nothing compiles before the headers are there.
-$(BUILD)/%.o: %.c | deps
+$(BUILD)/%.o: %.c | deps $(MPI_DEPS)
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/sim/cli/sweep.o: $(MPI_STAMP)
 
 $(BUILD)/libpodsim.a: $(LIB_OBJ)
 	@rm -f $@
@@ -110,14 +142,25 @@ run: deps all
 	./podsim run experiments/default.json
 
 # Each GTest binary speaks TAP (--tap); prove runs them and summarises.
+# Test binaries call the library directly, so they pin OpenBLAS's kernel the
+# way the podsim binary does itself (see pin_blas_kernel in sim/cli/main.c):
+# Haswell's on any x86-64 CPU with AVX2 and FMA, for the same numbers on
+# every machine.
+BLAS_PIN := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo && echo OPENBLAS_CORETYPE=Haswell)
+
 test: deps all $(TEST_BIN)
-	PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
+	$(BLAS_PIN) PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
 	  prove -f $(TEST_BIN) :: --tap
 
 # Rewrites tests/golden/step-times.txt from the current model: do it on
 # purpose, and say in the commit why the predictions moved.
 golden: all
 	tests/golden/regen.sh
+
+# The golden cases against the current model: old, new and the difference
+# of each that moved (`podsim regress --help`).
+regress: all
+	$(abspath $(PODSIM_BIN)) regress
 
 bench: deps bench-deps all $(BENCH_BIN)
 	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
@@ -151,7 +194,7 @@ check-asan:
 # sanitizer build covers it).
 check-valgrind: all $(TEST_BIN)
 	@for t in $(TEST_BIN); do \
-	  PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
+	  $(BLAS_PIN) PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
 	  valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite $$t -q \
 	    -s /run/default/cnn-data-parallel-epoch || exit 1; done
 

@@ -534,6 +534,54 @@ static void test_interrupted_trace(void)
   }
 }
 
+/* The same losses whatever OpenBLAS kernel the CPU would pick: podsim pins
+ * one (sim/cli/main.c), so runs under different OPENBLAS_CORETYPE values
+ * print identical losses.  (Skipped where nothing is pinned: no AVX2.) */
+static void test_blas_pinned(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    g_test_skip("no AVX2/FMA: podsim keeps the CPU's own BLAS kernel");
+    return;
+  }
+  static const char *const cores[] = {"Sandybridge", "SkylakeX", "Prescott", NULL};
+  char *first = NULL;
+  for (int i = 0; cores[i]; i++) {
+    g_auto(GStrv) env = g_environ_setenv(g_get_environ(), "OPENBLAS_CORETYPE", cores[i], TRUE);
+    env = g_environ_unsetenv(env, "PODSIM_BLAS_PINNED");
+    env = g_environ_unsetenv(env, "PODSIM_BLAS_NATIVE");
+    const char *argv[] = {podsim, "run", "default", "--steps", "30", "--no-trace", "--set",
+                          "numerics.evaluate=false", "--set", "log_every=10", NULL};
+    char *out = NULL, *err = NULL;
+    int status = 0;
+    GError *error = NULL;
+    g_assert_true(g_spawn_sync(g_getenv("PODSIM_DATA_DIR"), (char **)argv, env,
+                               G_SPAWN_DEFAULT, NULL, NULL, &out, &err, &status, &error));
+    g_assert_no_error(error);
+    g_assert_cmpint(status, ==, 0);
+    /* the loss lines and the summary's loss */
+    GString *losses = g_string_new(NULL);
+    g_auto(GStrv) lines = g_strsplit(out, "\n", -1);
+    for (int k = 0; lines[k]; k++)
+      if (strstr(lines[k], "loss "))
+        g_string_append_printf(losses, "%s\n", strstr(lines[k], "loss "));
+    g_assert_cmpuint(losses->len, >, 0);
+    if (!first)
+      first = g_string_free(losses, FALSE);
+    else {
+      g_assert_cmpstr(losses->str, ==, first);
+      g_string_free(losses, TRUE);
+    }
+    g_free(out);
+    g_free(err);
+  }
+  g_free(first);
+#else
+  g_test_skip("BLAS kernels are pinned on x86-64 only");
+#endif
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -557,5 +605,6 @@ int main(int argc, char **argv)
   g_test_add_func("/cli/idle-warning", test_idle_warning);
   g_test_add_func("/cli/pipeline-timeline", test_pipeline_timeline);
   g_test_add_func("/cli/interrupted-trace", test_interrupted_trace);
+  g_test_add_func("/cli/blas-pinned", test_blas_pinned);
   return g_test_run();
 }
