@@ -430,6 +430,42 @@ static void test_replicas_match_single(void)
   ps_experiment_free(e4s);
 }
 
+/* Every shipped experiment's summary adds up: each breakdown category is
+ * >= 0, they sum to the step time, the host loop is part of `host`, and
+ * examples/s is the global batch over the step.  Timing only, a few steps
+ * in loops of 2 so the warm-up loop is left out. */
+static void test_shipped_summaries(void)
+{
+  char **names = ps_config_list("experiments");
+  g_assert_nonnull(names);
+  int n = 0;
+  for (int i = 0; names[i]; i++) {
+    const char *const ov[] = {"numerics.enabled=false", "steps_per_run=2", "steps=4", NULL};
+    GError *error = NULL;
+    PsExperiment *e = ps_experiment_load(names[i], ov, &error);
+    if (!e)
+      g_error("%s: %s", names[i], error->message);
+    PsSummary s;
+    if (!ps_run(e, &(PsRunOptions){0}, &s, &error))
+      g_error("%s: %s", names[i], error->message);
+    double sum = 0;
+    for (int c = 0; c < PS_TIME_N_CATEGORIES; c++) {
+      g_assert_cmpfloat(s.breakdown[c], >=, 0.0);
+      sum += s.breakdown[c];
+    }
+    if (fabs(sum - s.step_time_s) > 1e-9 * s.step_time_s + 1e-12)
+      g_error("%s: breakdown sums to %.9g s, step %.9g s", names[i], sum, s.step_time_s);
+    g_assert_cmpfloat(s.host_loop_s, <=, s.breakdown[PS_TIME_HOST] * (1 + 1e-12) + 1e-15);
+    g_assert_cmpfloat(fabs(s.examples_per_s * s.step_time_s - (double)e->global_batch), <=,
+                      1e-9 * (double)e->global_batch);
+    ps_summary_clear(&s);
+    ps_experiment_free(e);
+    n++;
+  }
+  g_assert_cmpint(n, >=, 10);
+  g_strfreev(names);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -444,6 +480,7 @@ int main(int argc, char **argv)
   g_test_add_func("/run/outside-compilation/closed-form", test_host_call_closed_form);
   g_test_add_func("/run/outside-compilation/histogram", test_host_call_numerics);
   g_test_add_func("/run/replicate/mean-matches-single", test_replicas_match_single);
+  g_test_add_func("/run/shipped-summaries-add-up", test_shipped_summaries);
   g_test_add_func("/run/default/cnn-data-parallel-epoch", test_default_epoch);
   int rc = g_test_run();
   g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
