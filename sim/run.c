@@ -983,19 +983,38 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
   return text;
 }
 
-static void print_time(FILE *f, const char *label, double s, double total)
+/* The unit a step's times print in: the one that fits the step (us below
+ * a millisecond, ms below a second, else s), shared by every row so they
+ * line up. */
+typedef struct {
+  const char *name;
+  double scale;
+} TimeUnit;
+
+static TimeUnit unit_for(double step_s)
 {
-  fprintf(f, "  %-16s %10.3f us  %5.1f%%\n", label, s * 1e6, total > 0 ? 100.0 * s / total : 0);
+  if (step_s < 1e-3)
+    return (TimeUnit){"us", 1e6};
+  if (step_s < 1.0)
+    return (TimeUnit){"ms", 1e3};
+  return (TimeUnit){"s ", 1.0};
+}
+
+static void print_time(FILE *f, TimeUnit u, const char *label, double s, double total)
+{
+  fprintf(f, "  %-16s %10.3f %s  %5.1f%%\n", label, s * u.scale, u.name,
+          total > 0 ? 100.0 * s / total : 0);
 }
 
 void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
 {
-  fprintf(f, "\nstep time        %10.3f us  (mean of %" G_GINT64_FORMAT " steps after warm-up)\n",
-          s->step_time_s * 1e6, s->measured_steps);
+  TimeUnit u = unit_for(s->step_time_s);
+  fprintf(f, "\nstep time        %10.3f %s  (mean of %" G_GINT64_FORMAT " steps after warm-up)\n",
+          s->step_time_s * u.scale, u.name, s->measured_steps);
   for (int c = 0; c < PS_TIME_N_CATEGORIES; c++)
-    print_time(f, ps_time_category_name(c), s->breakdown[c], s->step_time_s);
-  fprintf(f, "  (host loop      %10.3f us per step: one round trip every %" G_GINT64_FORMAT
-             " steps)\n", s->host_loop_s * 1e6, exp->steps_per_run);
+    print_time(f, u, ps_time_category_name(c), s->breakdown[c], s->step_time_s);
+  fprintf(f, "  (host loop      %10.3f %s per step: one round trip every %" G_GINT64_FORMAT
+             " steps)\n", s->host_loop_s * u.scale, u.name, exp->steps_per_run);
   int64_t chunk = exp->collective.chunk_bytes;
   g_autofree char *chunk_text = chunk % 1048576 == 0
                                     ? g_strdup_printf("%" G_GINT64_FORMAT " MiB", chunk / 1048576)
