@@ -21,6 +21,8 @@
 #define SYNTHETIC_TEST_EXAMPLES 10000
 /* trace threads of a chip: core c is tid c; its collective lanes follow */
 #define COLL_TID(core, lane) (100 + (core) * 64 + (lane))
+/* and its steps, one slice per step, on a track above the core's ops */
+#define STEP_TID(core) (50 + (core))
 #define HOST_TID(lane, sub) ((lane) + PS_HOST_N_LANES * (sub))
 
 typedef struct {
@@ -78,6 +80,7 @@ typedef struct {
   double *loop_wait;    /* per device */
   double *mxu_flops;    /* per device */
   ps_time_t *t0, *t1;   /* per device: end of the warm-up, of the last step */
+  ps_time_t *step_start; /* per device: when its current step began (trace) */
   int64_t *votes;       /* per device: steps whose last collective waited for it */
   int voted;            /* the device with the most votes, first to reach them */
   int64_t *live, *peak; /* per device: activation bytes live now, at the peak */
@@ -466,6 +469,15 @@ static void on_wait(void *ctx, int device, int64_t step, PsTimeCategory why, con
 static void on_step_done(void *ctx, int device, int64_t step, ps_time_t end)
 {
   Run *r = ctx;
+  if (r->trace && end > r->step_start[device]) {
+    char name[48], args[64];
+    g_snprintf(name, sizeof name, "step %" G_GINT64_FORMAT, step);
+    g_snprintf(args, sizeof args, "{\"step\":%" G_GINT64_FORMAT "}", step);
+    ps_trace_complete(r->trace, chip_pid(r, device), STEP_TID(ps_pod_device_core(r->pod, device)),
+                      name, "step", r->step_start[device], end - r->step_start[device], args);
+  }
+  if (r->trace)
+    r->step_start[device] = end;
   if (step == r->warm - 1)
     r->t0[device] = end;
   if (step == r->exp->steps - 1)
@@ -584,6 +596,8 @@ static void trace_metadata(Run *r)
     else
       g_snprintf(tname, sizeof tname, per_chip > 1 ? "core %d" : "megacore %d", core);
     ps_trace_thread(r->trace, chip + 1, core, tname, core);
+    g_snprintf(tname, sizeof tname, "%s %d steps", per_chip > 1 ? "core" : "megacore", core);
+    ps_trace_thread(r->trace, chip + 1, STEP_TID(core), tname, STEP_TID(core) - 100);
   }
 }
 
@@ -788,6 +802,7 @@ static void run_free(Run *r)
     for (int i = 0; i < r->n_dev; i++)
       lanes_clear(&r->coll_lanes[i]);
   g_free(r->coll_lanes);
+  g_free(r->step_start);
   for (int l = 0; l < PS_HOST_N_LANES; l++)
     lanes_clear(&r->host_lanes[l]);
   g_free(r->host_named);
@@ -856,6 +871,7 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
     if (!r.trace)
       goto out;
     r.coll_lanes = g_new0(Lanes, r.n_dev);
+    r.step_start = g_new0(ps_time_t, r.n_dev);
     r.host_named = g_new0(guint8, ps_topology_hosts(exp->topology));
     r.host_batches = g_new0(int64_t, ps_topology_hosts(exp->topology));
     trace_metadata(&r);
