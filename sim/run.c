@@ -813,6 +813,33 @@ static void run_free(Run *r)
   g_free(r->histograms);
 }
 
+int64_t ps_run_trace_estimate(const PsExperiment *exp, const PsPlan *plan, gboolean links)
+{
+  /* bytes of one event line, measured on shipped traces: an op slice with
+   * its args about 190, a wait or collective slice about 150 */
+  const double op_line = 190, short_line = 150;
+  double per_step = 0;
+  for (int d = 0; d < plan->n_devices; d++) {
+    const PsProgram *p = ps_plan_program(plan, d);
+    int waits = 0;
+    for (int i = 0; i < p->n_ops; i++)
+      waits += p->ops[i].kind == PS_OP_COLL_DONE || p->ops[i].kind == PS_OP_RECV ||
+               p->ops[i].kind == PS_OP_INFEED;
+    per_step += p->n_ops * op_line + waits * short_line + short_line /* step */;
+  }
+  for (int c = 0; c < plan->n_colls; c++) {
+    const PsPlanColl *pc = &plan->colls[c];
+    per_step += pc->n_members * short_line;
+    if (links) { /* chunks of a ring: 2 (n - 1) steps of count / n each, per member */
+      double bytes = (double)pc->count * pc->elem_bytes;
+      double chunks = MAX(1.0, bytes / pc->n_members / (double)exp->collective.chunk_bytes);
+      per_step += 2.0 * (pc->n_members - 1) * chunks * pc->n_members * 2 * short_line;
+    }
+  }
+  double bytes = per_step * (double)exp->steps;
+  return bytes > 9e18 ? INT64_MAX : (int64_t)bytes;
+}
+
 gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out,
                 GError **error)
 {
@@ -866,7 +893,15 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
     goto out;
   if (r.numerics && !numerics_init(&r, error))
     goto out;
-  if (opt && opt->trace_path) {
+  gboolean tracing = opt && opt->trace_path;
+  if (tracing) {
+    out->trace_estimate_bytes = ps_run_trace_estimate(exp, plan, opt->trace_links);
+    if (opt->trace_max_bytes > 0 && out->trace_estimate_bytes > opt->trace_max_bytes) {
+      out->trace_skipped = TRUE;
+      tracing = FALSE;
+    }
+  }
+  if (tracing) {
     r.trace = ps_trace_open(opt->trace_path, error);
     if (!r.trace)
       goto out;

@@ -25,6 +25,10 @@ typedef struct {
    * (transfer none; read only, so runs on several threads may share them).
    * NULL: the run reads the files itself. */
   const PsDataset *fashion_train, *fashion_test;
+  /* With a trace_path: when the trace would take more than this many bytes
+   * (ps_run_trace_estimate), none is written and the summary says so
+   * (trace_skipped).  0: no limit. */
+  int64_t trace_max_bytes;
 } PsRunOptions;
 
 typedef struct {
@@ -51,6 +55,8 @@ typedef struct {
   double wall_s;
   double events_per_s;
   uint64_t trace_events;
+  gboolean trace_skipped;   /* over trace_max_bytes: no trace was written */
+  int64_t trace_estimate_bytes; /* the estimate, when a trace was asked for */
   /* outside compilation: a JSON array, one object per call site, with the
    * calls made and (numerics on, histogram) replica 0's last histogram;
    * NULL without host calls.  Owned: ps_summary_clear() frees it. */
@@ -61,6 +67,11 @@ void ps_summary_clear(PsSummary *s);
 
 /* The plan the experiment compiles to.  (transfer full) */
 PsPlan *ps_run_compile(const PsExperiment *exp, GError **error);
+
+/* Roughly how many bytes the run's trace takes (within a factor of about
+ * two): its op, wait and step slices per device and step, collective and
+ * host slices, and with links every chunk on every hop. */
+int64_t ps_run_trace_estimate(const PsExperiment *exp, const PsPlan *plan, gboolean links);
 
 /* Runs the experiment.  Fails on input problems found late (data files,
  * trace path) with PS_INPUT_ERROR; the trace is only left on disk if the

@@ -582,6 +582,37 @@ static void test_blas_pinned(void)
 #endif
 }
 
+/* A trace estimated over --trace-max is not written, with a warning that
+ * says so and how to get it; the run itself succeeds.  --trace-max 0 has no
+ * limit. */
+static void test_trace_max(void)
+{
+  g_autofree char *dir = g_dir_make_tmp("podsim-tmax-XXXXXX", NULL);
+  g_autofree char *trace = g_build_filename(dir, "t.json", NULL);
+  char *out, *err;
+  g_assert_cmpint(run(&out, &err, "run", "vit-pipeline", "--steps", "20", "--set",
+                      "numerics.enabled=false", "--trace", trace, "--trace-max", "1", NULL),
+                  ==, 0);
+  g_assert_nonnull(strstr(err, "no trace written"));
+  g_assert_nonnull(strstr(err, "--trace-max 1 MB"));
+  g_assert_null(strstr(out, "open it at"));
+  g_assert_false(g_file_test(trace, G_FILE_TEST_EXISTS));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(run(&out, &err, "run", "vit-pipeline", "--steps", "20", "--set",
+                      "numerics.enabled=false", "--trace", trace, "--trace-max", "0", NULL),
+                  ==, 0);
+  g_assert_true(g_file_test(trace, G_FILE_TEST_EXISTS));
+  g_assert_null(strstr(err, "no trace written"));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(run(&out, &err, "run", "vit-pipeline", "--trace-max", "-3", NULL), ==, 2);
+  g_free(out);
+  g_free(err);
+  g_unlink(trace);
+  g_rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -606,5 +637,6 @@ int main(int argc, char **argv)
   g_test_add_func("/cli/pipeline-timeline", test_pipeline_timeline);
   g_test_add_func("/cli/interrupted-trace", test_interrupted_trace);
   g_test_add_func("/cli/blas-pinned", test_blas_pinned);
+  g_test_add_func("/cli/trace-max", test_trace_max);
   return g_test_run();
 }

@@ -141,7 +141,7 @@ static void warn_idle_devices(const PsExperiment *e)
 static int cmd_run(int argc, char **argv)
 {
   g_auto(GStrv) sets = NULL;
-  gint64 steps = -1, seed = -1;
+  gint64 steps = -1, seed = -1, trace_max_mb = 256;
   g_autofree char *trace = NULL;
   gboolean no_trace = FALSE, json = FALSE, quiet = FALSE, trace_links = FALSE;
   GOptionEntry entries[] = {
@@ -157,6 +157,9 @@ static int cmd_run(int argc, char **argv)
       {"no-trace", 0, 0, G_OPTION_ARG_NONE, &no_trace, "Do not write a trace", NULL},
       {"trace-links", 0, 0, G_OPTION_ARG_NONE, &trace_links,
        "Also trace every chunk on every interconnect link (large on big slices)", NULL},
+      {"trace-max", 0, 0, G_OPTION_ARG_INT64, &trace_max_mb,
+       "Write no trace when it would exceed this many MB (estimated before the run; "
+       "default 256, 0 for no limit)", "MB"},
       {"json", 'j', 0, G_OPTION_ARG_NONE, &json, "Print the summary as one JSON object", NULL},
       {"quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "Do not print the loss while training", NULL},
       {NULL}};
@@ -189,6 +192,10 @@ static int cmd_run(int argc, char **argv)
     g_ptr_array_free(ov, TRUE);
     return usage_error(ctx, "--trace needs a file name%s", " (or use --no-trace)");
   }
+  if (trace_max_mb < 0 || trace_max_mb > G_MAXINT64 / 1000000) {
+    g_ptr_array_free(ov, TRUE);
+    return usage_error(ctx, "--trace-max must be a number of MB, 0 or more%s", "");
+  }
   if (seed >= 0)
     g_ptr_array_add(ov, g_strdup_printf("numerics.seed=%" G_GINT64_FORMAT, seed));
   g_ptr_array_add(ov, NULL);
@@ -210,19 +217,24 @@ static int cmd_run(int argc, char **argv)
     fflush(stdout);
   }
   PsRunOptions opt = {.trace_path = no_trace ? NULL : trace, .trace_links = trace_links,
-                      .log = log};
+                      .log = log, .trace_max_bytes = trace_max_mb * 1000000};
   PsSummary sum;
   gboolean ok = ps_run(exp, &opt, &sum, &error);
   if (!ok) {
     ps_experiment_free(exp);
     return fail(error);
   }
+  if (sum.trace_skipped)
+    fprintf(stderr, "podsim: warning: no trace written: %s would take about %.0f MB, over "
+                    "--trace-max %" G_GINT64_FORMAT " MB; raise --trace-max (0: no limit), "
+                    "run fewer steps, or use --no-trace\n",
+            opt.trace_path, sum.trace_estimate_bytes / 1e6, trace_max_mb);
   if (json) {
     g_autofree char *text = ps_summary_to_json(exp, &sum);
     printf("%s\n", text);
   } else {
     ps_summary_print(exp, &sum, stdout);
-    if (opt.trace_path)
+    if (opt.trace_path && !sum.trace_skipped)
       printf("trace            %s (%" G_GUINT64_FORMAT
              " events): open it at https://ui.perfetto.dev or chrome://tracing\n",
              opt.trace_path, sum.trace_events);
