@@ -914,8 +914,18 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
       ps_network_set_trace(ps_pod_network(r.pod), r.trace, LINKS_PID);
   }
 
+  if (opt && opt->max_events)
+    ps_engine_set_max_events(engine, opt->max_events);
   ps_pod_start(r.pod);
   ps_engine_run(engine, PS_TIME_NEVER);
+  if (ps_engine_limited(engine)) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: stopped after %" G_GUINT64_FORMAT " events (--max-events) at %.6g s of "
+                "simulated time, before the run's end; run fewer steps or a smaller slice, or "
+                "raise --max-events", exp->file, ps_engine_events_run(engine),
+                ps_time_to_s(ps_engine_now(engine)));
+    goto out;
+  }
   if (ps_engine_overflowed(engine)) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                 "%s: the simulated time would pass 2^63 ps (about 106 days) after %.6g s: "

@@ -29,6 +29,8 @@ typedef struct {
    * (ps_run_trace_estimate), none is written and the summary says so
    * (trace_skipped).  0: no limit. */
   int64_t trace_max_bytes;
+  /* Stop with an input error after this many events (0: no limit). */
+  uint64_t max_events;
 } PsRunOptions;
 
 typedef struct {

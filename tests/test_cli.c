@@ -613,6 +613,29 @@ static void test_trace_max(void)
   g_rmdir(dir);
 }
 
+/* --max-events stops a run that would go on: exit 2 naming the guard, and
+ * no trace left; a limit the run stays under changes nothing. */
+static void test_max_events(void)
+{
+  g_autofree char *dir = g_dir_make_tmp("podsim-maxev-XXXXXX", NULL);
+  g_autofree char *trace = g_build_filename(dir, "t.json", NULL);
+  char *out, *err;
+  g_assert_cmpint(run(&out, &err, "run", "vit-pipeline", "--steps", "20", "--set",
+                      "numerics.enabled=false", "--trace", trace, "--max-events", "500", NULL),
+                  ==, 2);
+  g_assert_nonnull(strstr(err, "stopped after 500 events (--max-events)"));
+  g_assert_false(g_file_test(trace, G_FILE_TEST_EXISTS));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(run(&out, &err, "run", "vit-pipeline", "--steps", "2", "--set",
+                      "numerics.enabled=false", "--no-trace", "--json", "--max-events",
+                      "1000000", NULL), ==, 0);
+  g_assert_nonnull(strstr(out, "\"step_time_s\""));
+  g_free(out);
+  g_free(err);
+  g_rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -638,5 +661,6 @@ int main(int argc, char **argv)
   g_test_add_func("/cli/interrupted-trace", test_interrupted_trace);
   g_test_add_func("/cli/blas-pinned", test_blas_pinned);
   g_test_add_func("/cli/trace-max", test_trace_max);
+  g_test_add_func("/cli/max-events", test_max_events);
   return g_test_run();
 }

@@ -141,7 +141,7 @@ static void warn_idle_devices(const PsExperiment *e)
 static int cmd_run(int argc, char **argv)
 {
   g_auto(GStrv) sets = NULL;
-  gint64 steps = -1, seed = -1, trace_max_mb = 256;
+  gint64 steps = -1, seed = -1, trace_max_mb = 256, max_events = 0;
   g_autofree char *trace = NULL;
   gboolean no_trace = FALSE, json = FALSE, quiet = FALSE, trace_links = FALSE;
   GOptionEntry entries[] = {
@@ -160,6 +160,9 @@ static int cmd_run(int argc, char **argv)
       {"trace-max", 0, 0, G_OPTION_ARG_INT64, &trace_max_mb,
        "Write no trace when it would exceed this many MB (estimated before the run; "
        "default 256, 0 for no limit)", "MB"},
+      {"max-events", 0, 0, G_OPTION_ARG_INT64, &max_events,
+       "Stop with an error after N simulator events (default: no limit); a BERT-large step "
+       "on the full v4 pod is about 4e7", "N"},
       {"json", 'j', 0, G_OPTION_ARG_NONE, &json, "Print the summary as one JSON object", NULL},
       {"quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "Do not print the loss while training", NULL},
       {NULL}};
@@ -192,6 +195,10 @@ static int cmd_run(int argc, char **argv)
     g_ptr_array_free(ov, TRUE);
     return usage_error(ctx, "--trace needs a file name%s", " (or use --no-trace)");
   }
+  if (max_events < 0) {
+    g_ptr_array_free(ov, TRUE);
+    return usage_error(ctx, "--max-events must be 0 (no limit) or more%s", "");
+  }
   if (trace_max_mb < 0 || trace_max_mb > G_MAXINT64 / 1000000) {
     g_ptr_array_free(ov, TRUE);
     return usage_error(ctx, "--trace-max must be a number of MB, 0 or more%s", "");
@@ -217,7 +224,8 @@ static int cmd_run(int argc, char **argv)
     fflush(stdout);
   }
   PsRunOptions opt = {.trace_path = no_trace ? NULL : trace, .trace_links = trace_links,
-                      .log = log, .trace_max_bytes = trace_max_mb * 1000000};
+                      .log = log, .trace_max_bytes = trace_max_mb * 1000000,
+                      .max_events = (uint64_t)max_events};
   PsSummary sum;
   gboolean ok = ps_run(exp, &opt, &sum, &error);
   if (!ok) {

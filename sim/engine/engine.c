@@ -19,6 +19,8 @@ struct PsEngine {
   GHashTable *cancelled; /* seq -> seq, NULL until the first cancel */
   gboolean stop;
   gboolean overflowed;  /* an event fell at or past PS_TIME_NEVER */
+  uint64_t max_events;  /* 0: no limit */
+  gboolean limited;     /* stopped at max_events */
 };
 
 PsEngine *ps_engine_new(void)
@@ -111,6 +113,10 @@ uint64_t ps_engine_events_run(const PsEngine *engine) { return engine->events_ru
 void ps_engine_stop(PsEngine *engine) { engine->stop = TRUE; }
 gboolean ps_engine_overflowed(const PsEngine *engine) { return engine->overflowed; }
 
+void ps_engine_set_max_events(PsEngine *engine, uint64_t max) { engine->max_events = max; }
+
+gboolean ps_engine_limited(const PsEngine *engine) { return engine->limited; }
+
 static gboolean take_cancelled(PsEngine *engine, uint64_t seq)
 {
   if (!engine->cancelled || g_hash_table_size(engine->cancelled) == 0)
@@ -134,6 +140,10 @@ uint64_t ps_engine_run(PsEngine *engine, ps_time_t until)
       const PsEvent *next = ps_queue_peek(q);
       if (!next || next->time > until)
         break;
+    }
+    if (G_UNLIKELY(engine->max_events != 0 && engine->events_run >= engine->max_events)) {
+      engine->limited = ps_queue_peek(q) != NULL;
+      break;
     }
     if (!ps_queue_pop_inline(q, &ev))
       break;

@@ -61,6 +61,13 @@ void ps_engine_stop(PsEngine *engine);
  * dropped that event, and runs nothing more. */
 gboolean ps_engine_overflowed(const PsEngine *engine);
 
+/* At most `max` events in all (0: no limit, the default): ps_engine_run
+ * stops before the event that would pass it, and ps_engine_limited() then
+ * says so.  A guard for runs that would not end in reasonable time or
+ * memory. */
+void ps_engine_set_max_events(PsEngine *engine, uint64_t max);
+gboolean ps_engine_limited(const PsEngine *engine);
+
 /* The queues, exposed for tests and the benchmark.  PsHeap: a 4-ary
  * min-heap of PsEvent keyed on (time, seq). */
 typedef struct {
