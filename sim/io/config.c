@@ -852,6 +852,20 @@ static gboolean check_experiment(PsExperiment *e, gboolean replicas_defaulted, G
          m->name);
     return FALSE;
   }
+  /* numerics materialize the synthetic set: keep it within 4 GiB of floats */
+  if (e->numerics.enabled && e->input.source == PS_SOURCE_SYNTHETIC) {
+    int64_t elems = MAX(ps_shape_elems(m->in_shape, m->in_rank), 1);
+    int64_t most = (INT64_C(1) << 30) / elems;
+    if (e->input.synthetic_examples > most) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "input.synthetic_examples",
+           "%" G_GINT64_FORMAT " examples of %" G_GINT64_FORMAT " values would take %.3g GiB "
+           "in memory with numerics on; use at most %" G_GINT64_FORMAT " for model '%s', or "
+           "numerics.enabled=false",
+           e->input.synthetic_examples, elems,
+           (double)e->input.synthetic_examples * (double)elems * 4.0 / GIB, most, m->name);
+      return FALSE;
+    }
+  }
   if (e->input.source == PS_SOURCE_FASHION_MNIST) {
     int64_t elems = ps_shape_elems(m->in_shape, m->in_rank);
     if (elems != FASHION_MNIST_ELEMS || m->classes != FASHION_MNIST_CLASSES || m->token_input) {
