@@ -10,6 +10,7 @@
  * 1 internal failure.  Errors go to stderr as "podsim: <message>". */
 #include "cli/collective.h"
 #include "cli/compare.h"
+#include "cli/regress.h"
 #include "cli/sweep.h"
 #include "cli/timeline.h"
 #include "cli/validate.h"
@@ -39,6 +40,7 @@ static const char *const usage_text =
     "  sweep EXPERIMENT      run an experiment over a grid of config values, to CSV\n"
     "  compare A [B]         two experiments (or one with two --set) side by side\n"
     "  validate              predicted against published TPU step times (tests/measured)\n"
+    "  regress               golden step-time predictions against the current model\n"
     "\n"
     "EXPERIMENT, NAME: a name from experiments/, topologies/, models/, or a path.\n"
     "Run `podsim run --help` or `podsim describe --help` for their options.";
@@ -472,6 +474,7 @@ int main(int argc, char **argv)
   if (argc >= 2 && strcmp(argv[1], "sweep") == 0) return ps_cli_sweep(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "compare") == 0) return ps_cli_compare(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "validate") == 0) return ps_cli_validate(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "regress") == 0) return ps_cli_regress(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "timeline") == 0) {
     g_set_prgname("podsim timeline");
     return ps_cli_timeline(argc - 1, argv + 1);

@@ -13,6 +13,15 @@
  * Rows carry no wall-clock field, so a sweep on N threads writes the rows
  * of one thread, in another order.
  *
+ * Built with PS_WITH_MPI and started by an MPI launcher, the sweep runs on
+ * every rank: rank 0 alone reads and writes --out and the terminal.  It
+ * works out the points still to run, runs the ones the CSV header waits
+ * for itself, as above, then hands out the rest one at a time, to itself
+ * and the others, as each rank's points come back.  The other ranks run
+ * theirs on their own thread pools and send each outcome back as JSON text
+ * whose numbers keep the digits they were printed with, so rank 0 writes
+ * the rows one process would have written.
+ *
  * Invariant: the output file only ever grows by whole rows (one fwrite and
  * fflush each), the CSV header first and once; a point has a row only once
  * it finished, and a finished point's row is written before the writer
@@ -30,8 +39,13 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#ifdef PS_WITH_MPI
+#include <mpi.h>
+#endif
 
 #define EXIT_INPUT 2
 #define MAX_POINTS 1000000
@@ -759,6 +773,18 @@ static void progress_point(Progress *p, const Sweep *sw, const Outcome *o)
 
 /* ---- the command ------------------------------------------------------ */
 
+#ifdef PS_WITH_MPI
+#define RANKS_HELP \
+  "This podsim is built with MPI (make MPI=1): `mpirun -np K podsim sweep ...`\n" \
+  "spreads the points over K processes (one per node, say, with --jobs threads\n" \
+  "each).  Rank 0 reads --out, works out the points still to run, hands them out\n" \
+  "as ranks free up, and alone writes the rows: those of one process, in another\n" \
+  "order.  Run alone, it sweeps as one process.\n" \
+  "\n"
+#else
+#define RANKS_HELP ""
+#endif
+
 static const char *const description =
     "KEY is any path --set takes: global_batch, topology, topology.torus.dims,\n"
     "topology.ici.bandwidth_Bps, input.workers, strategy.replicas,\n"
@@ -784,24 +810,221 @@ static const char *const description =
     "too: delete a row to run its point again).  --jobs N runs N points at once;\n"
     "the rows are those of --jobs 1, in finishing order.  Progress goes to\n"
     "stderr.  Exit status: 0 every point ran, 1 some failed, 2 bad input.\n"
-    "\n"
+    "\n" RANKS_HELP
     "Example:\n"
     "  podsim sweep resnet50-v3-8 --vary global_batch=64:1024:x2 \\\n"
     "      --vary topology=tpu-v3-8,tpu-v3-32 --jobs 4 --out batch.csv";
 
+/* ---- ranks ------------------------------------------------------------ */
+
+/* The processes one sweep runs on: rank 0 alone, unless an MPI launcher
+ * started several (then rank 0 reads and writes the file and hands out the
+ * points, and every rank, rank 0 too, runs points on its own threads). */
+typedef struct {
+  int rank, size;
+  gboolean mpi;     /* MPI_Init was called */
+  gboolean started; /* rank 0 told the others to go (or to stop) */
+  int *threads;     /* rank 0: each rank's --jobs, once started */
+} Ranks;
+
+#ifdef PS_WITH_MPI
+/* Messages: rank 0 sends others a Work ({WORK_POINT, index} or {WORK_STOP,
+ * exit status}); they send back each point's outcome as one JSON text. */
+enum { TAG_WORK = 1, TAG_OUTCOME = 2 };
+enum { WORK_POINT = 0, WORK_STOP = 1 };
+#define GO_RUN (-1) /* broadcast for "run"; anything else is the exit status */
+/* how long a rank waits for its own threads before it looks at MPI again */
+#define POLL_USEC 1000
+
+/* TRUE when an MPI launcher (mpirun, srun, mpiexec.hydra) started us;
+ * run alone, podsim sweep does not start MPI at all. */
+static gboolean mpi_launched(void)
+{
+  return g_getenv("OMPI_COMM_WORLD_SIZE") || g_getenv("PMIX_RANK") || g_getenv("PMI_RANK");
+}
+
+/* Rank 0: the others may run points; gathers their thread counts. */
+static void mpi_start(Ranks *r, int jobs)
+{
+  int go = GO_RUN;
+  MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  r->started = TRUE;
+  r->threads = g_new0(int, r->size);
+  MPI_Gather(&jobs, 1, MPI_INT, r->threads, 1, MPI_INT, 0, MPI_COMM_WORLD);
+}
+
+/* Rank 0: no rank will get another point; they exit with status. */
+static void mpi_stop(const Ranks *r, int status)
+{
+  int msg[2] = {WORK_STOP, status};
+  for (int k = 1; k < r->size; k++)
+    MPI_Send(msg, 2, MPI_INT, k, TAG_WORK, MPI_COMM_WORLD);
+}
+
+/* An outcome as it travels: doubles keep the text they were parsed from,
+ * so rank 0 writes the row the rank that ran it would have.  (transfer full) */
+static char *outcome_encode(const Outcome *o)
+{
+  json_object *m = json_object_new_object();
+  json_object_object_add(m, "index", json_object_new_int64(o->index));
+  json_object_object_add(m, "wall_s", json_object_new_double(o->wall_s));
+  json_object_object_add(m, "error", o->error ? json_object_new_string(o->error) : NULL);
+  json_object_object_add(m, "flat", o->flat ? json_object_get(o->flat) : NULL);
+  char *text = g_strdup(json_object_to_json_string_ext(m, JSON_C_TO_STRING_PLAIN |
+                                                              JSON_C_TO_STRING_NOSLASHESCAPE));
+  json_object_put(m);
+  return text;
+}
+
+/* (transfer full); NULL if text is not an outcome */
+static Outcome *outcome_decode(const char *text, const Sweep *sw)
+{
+  json_object *m = NULL, *index = NULL, *wall = NULL, *err = NULL, *flat = NULL;
+  if (!parse_json_value(text, &m) || !m || !json_object_is_type(m, json_type_object) ||
+      !json_object_object_get_ex(m, "index", &index) ||
+      !json_object_is_type(index, json_type_int) || json_object_get_int64(index) < 0 ||
+      json_object_get_int64(index) >= sw->n_points) {
+    if (m)
+      json_object_put(m);
+    return NULL;
+  }
+  Outcome *o = g_new0(Outcome, 1);
+  o->index = (guint)json_object_get_int64(index);
+  if (json_object_object_get_ex(m, "wall_s", &wall))
+    o->wall_s = json_object_get_double(wall);
+  if (json_object_object_get_ex(m, "error", &err) && err)
+    o->error = g_strdup(json_object_get_string(err));
+  if (json_object_object_get_ex(m, "flat", &flat) && flat &&
+      json_object_is_type(flat, json_type_object))
+    o->flat = json_object_get(flat);
+  if (!o->error && !o->flat)
+    o->error = g_strdup("internal error: a rank sent a point without its summary");
+  json_object_put(m);
+  return o;
+}
+
+/* The outcome whose arrival Iprobe reported in st.  (transfer full) */
+static Outcome *mpi_recv_outcome(const Sweep *sw, MPI_Status *st)
+{
+  int len = 0;
+  MPI_Get_count(st, MPI_CHAR, &len);
+  char *text = g_malloc((gsize)len + 1);
+  MPI_Recv(text, len, MPI_CHAR, st->MPI_SOURCE, TAG_OUTCOME, MPI_COMM_WORLD,
+           MPI_STATUS_IGNORE);
+  text[len] = '\0';
+  Outcome *o = outcome_decode(text, sw);
+  g_free(text);
+  if (!o) {
+    fprintf(stderr, "podsim: sweep: internal error: rank %d sent a message that is not a "
+                    "point's outcome\n", st->MPI_SOURCE);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return o;
+}
+
+/* Rank 0: hands rank k the next point of todo, unless none is left or it
+ * already has one more in hand than it has threads (rank 0's own go to its
+ * pool); whether it did. */
+static gboolean mpi_give(GThreadPool *pool, const GArray *todo, guint *next, int *in_flight,
+                         const Ranks *r, int k)
+{
+  if (*next >= todo->len || in_flight[k] > MAX(r->threads[k], 1))
+    return FALSE;
+  guint index = g_array_index(todo, guint, (*next)++);
+  if (k == 0) {
+    g_thread_pool_push(pool, GUINT_TO_POINTER(index + 1), NULL);
+  } else {
+    int msg[2] = {WORK_POINT, (int)index};
+    MPI_Send(msg, 2, MPI_INT, k, TAG_WORK, MPI_COMM_WORLD);
+  }
+  in_flight[k]++;
+  return TRUE;
+}
+
+/* Rank 0, once the CSV header is written: hands out the points of todo
+ * from next on to the ranks (itself too), a new one to a rank as each of
+ * its points comes back, and writes each row as it arrives.  FALSE if a
+ * row could not be written. */
+static gboolean mpi_lead(Sweep *sw, Output *out, const GArray *todo, guint next,
+                         const Ranks *r, Progress *prog, GError **error)
+{
+  GThreadPool *pool = g_thread_pool_new(pool_run, sw, MAX(r->threads[0], 1), TRUE, error);
+  if (!pool)
+    return FALSE;
+  int *in_flight = g_new0(int, r->size);
+  guint *ran = g_new0(guint, r->size);
+  ran[0] = next; /* the points before the CSV header ran here */
+  guint left = todo->len - next; /* points not yet back */
+  /* one point to each rank in turn, so that a short sweep reaches them all */
+  for (gboolean gave = TRUE; gave;) {
+    gave = FALSE;
+    for (int k = 0; k < r->size; k++)
+      gave |= mpi_give(pool, todo, &next, in_flight, r, k);
+  }
+  gboolean ok = TRUE;
+  while (ok && left > 0) {
+    Outcome *o = NULL;
+    int from = 0;
+    while (!o) {
+      int flag = 0;
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, TAG_OUTCOME, MPI_COMM_WORLD, &flag, &st);
+      if (flag) {
+        o = mpi_recv_outcome(sw, &st);
+        from = st.MPI_SOURCE;
+      } else {
+        o = g_async_queue_timeout_pop(sw->done, POLL_USEC);
+      }
+    }
+    in_flight[from]--;
+    ran[from]++;
+    left--;
+    while (mpi_give(pool, todo, &next, in_flight, r, from))
+      ;
+    progress_point(prog, sw, o);
+    ok = output_row(out, sw, o, error);
+    outcome_free(o);
+  }
+  g_thread_pool_free(pool, !ok, TRUE);
+  if (ok) {
+    GString *per = g_string_new(NULL);
+    for (int k = 0; k < r->size; k++)
+      g_string_append_printf(per, " %u", ran[k]);
+    fprintf(stderr, "%ssweep: points run by rank 0..%d:%s\n", prog->tty ? "\r\033[K" : "",
+            r->size - 1, per->str);
+    g_string_free(per, TRUE);
+  }
+  g_free(ran);
+  g_free(in_flight);
+  return ok;
+}
+#endif
+
 /* Runs the points of todo, appending their rows; the exit status. */
-static int sweep_run(Sweep *sw, Output *out, const GArray *todo, guint failed_before, int jobs)
+static int sweep_run(Sweep *sw, Output *out, const GArray *todo, guint failed_before, int jobs,
+                     const Ranks *ranks)
 {
   GError *error = NULL;
   GThreadPool *pool = NULL;
+  int status = 0;
   int threads = MIN(jobs, (int)MAX(todo->len, 1));
+  g_autofree char *where = NULL;
+  if (ranks->size > 1) {
+    int all = 0;
+    for (int k = 0; k < ranks->size; k++)
+      all += ranks->threads[k];
+    where = g_strdup_printf("%d ranks (%d thread%s in all)", ranks->size, all,
+                            all == 1 ? "" : "s");
+  } else {
+    where = g_strdup_printf("%d thread%s", threads, threads == 1 ? "" : "s");
+  }
   if (todo->len == 0)
     fprintf(stderr, "sweep: %u point%s, %u already in %s, none to run\n", sw->n_points,
             sw->n_points == 1 ? "" : "s", sw->n_points, out->path);
   else
-    fprintf(stderr, "sweep: %u point%s, %u already in %s, %u to run on %d thread%s\n",
-            sw->n_points, sw->n_points == 1 ? "" : "s", sw->n_points - todo->len, out->path,
-            todo->len, threads, threads == 1 ? "" : "s");
+    fprintf(stderr, "sweep: %u point%s, %u already in %s, %u to run on %s\n", sw->n_points,
+            sw->n_points == 1 ? "" : "s", sw->n_points - todo->len, out->path, todo->len,
+            where);
   ps_kernels_init(); /* once here, before any thread runs a point */
   Progress prog = {.tty = isatty(fileno(stderr)), .total = todo->len,
                    .t0 = g_get_monotonic_time()};
@@ -831,6 +1054,13 @@ static int sweep_run(Sweep *sw, Output *out, const GArray *todo, guint failed_be
     if (!ok)
       goto fail;
   }
+#ifdef PS_WITH_MPI
+  if (ranks->size > 1 && next < todo->len) {
+    if (!mpi_lead(sw, out, todo, next, ranks, &prog, &error))
+      goto fail;
+    next = todo->len;
+  }
+#endif
   if (next < todo->len) {
     pool = g_thread_pool_new(pool_run, sw, MIN(jobs, (int)(todo->len - next)), TRUE, &error);
     if (!pool)
@@ -859,21 +1089,28 @@ static int sweep_run(Sweep *sw, Output *out, const GArray *todo, guint failed_be
   if (!failed) {
     fprintf(stderr, "sweep: %u point%s in %s\n", sw->n_points, sw->n_points == 1 ? "" : "s",
             out->path);
-    return 0;
-  }
-  {
+  } else {
     g_autofree char *before =
         failed_before ? g_strdup_printf(" (%u in an earlier run)", failed_before) : g_strdup("");
     fprintf(stderr, "podsim: sweep: %u of %u point%s failed%s: see the error column of %s\n",
             failed, sw->n_points, sw->n_points == 1 ? "" : "s", before, out->path);
-    return 1;
+    status = 1;
   }
+#ifdef PS_WITH_MPI
+  if (ranks->size > 1)
+    mpi_stop(ranks, status);
+#endif
+  return status;
 
 fail:
   if (pool) /* drop the points not started, wait for the others */
     g_thread_pool_free(pool, TRUE, TRUE);
   fprintf(stderr, "%spodsim: sweep: %s\n", prog.tty ? "\n" : "", error->message);
   g_error_free(error);
+#ifdef PS_WITH_MPI
+  if (ranks->size > 1) /* the other ranks may be mid-point: stop them all */
+    MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
   return 1;
 }
 
@@ -909,25 +1146,41 @@ static gboolean sweep_add_varies(Sweep *sw, char **vary_args, GError **error)
   return TRUE;
 }
 
-int ps_cli_sweep(int argc, char **argv)
+/* The command line, read and checked. */
+typedef struct {
+  char **vary_args, **sets; /* NULL-terminated; sets may be NULL */
+  char *out_path, *format_name;
+  const char *experiment;   /* in argv */
+  int jobs;                 /* >= 1 */
+  gboolean dry_run;
+  Format format;
+} Options;
+
+static void options_clear(Options *o)
 {
-  g_auto(GStrv) vary_args = NULL, sets = NULL;
-  g_autofree char *out_path = NULL, *format_name = NULL, *found = NULL;
-  gint jobs = 1;
-  gboolean dry_run = FALSE;
+  g_strfreev(o->vary_args);
+  g_strfreev(o->sets);
+  g_free(o->out_path);
+  g_free(o->format_name);
+}
+
+/* Fills o from the command line; 0, or EXIT_INPUT after a message. */
+static int options_parse(Options *o, int argc, char **argv)
+{
+  o->jobs = 1;
   GOptionEntry entries[] = {
-      {"vary", 'v', 0, G_OPTION_ARG_STRING_ARRAY, &vary_args,
+      {"vary", 'v', 0, G_OPTION_ARG_STRING_ARRAY, &o->vary_args,
        "A key and its values: KEY=V1,V2,... or KEY=A:B:xF or KEY=A:B:+S (repeatable)",
        "KEY=VALUES"},
-      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets,
+      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &o->sets,
        "Override a config field at every point (repeatable)", "PATH=VALUE"},
-      {"out", 'o', 0, G_OPTION_ARG_FILENAME, &out_path,
+      {"out", 'o', 0, G_OPTION_ARG_FILENAME, &o->out_path,
        "The file rows are appended to (required; resumed if it exists)", "FILE"},
-      {"format", 'f', 0, G_OPTION_ARG_STRING, &format_name,
+      {"format", 'f', 0, G_OPTION_ARG_STRING, &o->format_name,
        "csv or jsonl (default: jsonl for a .jsonl FILE, else csv)", "FORMAT"},
-      {"jobs", 'j', 0, G_OPTION_ARG_INT, &jobs,
+      {"jobs", 'j', 0, G_OPTION_ARG_INT, &o->jobs,
        "Points to run at once (default 1; 0: one per processor)", "N"},
-      {"dry-run", 'n', 0, G_OPTION_ARG_NONE, &dry_run,
+      {"dry-run", 'n', 0, G_OPTION_ARG_NONE, &o->dry_run,
        "Print the points that would run, one a line, and run none", NULL},
       {NULL}};
   g_set_prgname("podsim sweep");
@@ -947,39 +1200,67 @@ int ps_cli_sweep(int argc, char **argv)
   if (argc != 2)
     return input_error("sweep needs exactly one EXPERIMENT%s (see podsim sweep --help)",
                        argc > 2 ? " (extra arguments)" : "");
-  if (!vary_args)
+  o->experiment = argv[1];
+  if (!o->vary_args)
     return input_error("give at least one --vary KEY=V1,V2,... (see podsim sweep --help)");
-  if (!out_path && !dry_run)
+  if (!o->out_path && !o->dry_run)
     return input_error("--out FILE is required (rows are appended to it as points finish)");
-  if (out_path && !*out_path)
+  if (o->out_path && !*o->out_path)
     return input_error("--out needs a file name");
-  Format format = FORMAT_CSV;
-  if (format_name && strcmp(format_name, "jsonl") == 0)
-    format = FORMAT_JSONL;
-  else if (format_name && strcmp(format_name, "csv") != 0)
-    return input_error("--format %s: choose csv or jsonl", format_name);
-  else if (!format_name && out_path && g_str_has_suffix(out_path, ".jsonl"))
-    format = FORMAT_JSONL;
-  if (jobs < 0)
-    return input_error("--jobs %d: give a number of threads, or 0 for one per processor", jobs);
-  if (jobs == 0)
-    jobs = (gint)g_get_num_processors();
+  o->format = FORMAT_CSV;
+  if (o->format_name && strcmp(o->format_name, "jsonl") == 0)
+    o->format = FORMAT_JSONL;
+  else if (o->format_name && strcmp(o->format_name, "csv") != 0)
+    return input_error("--format %s: choose csv or jsonl", o->format_name);
+  else if (!o->format_name && o->out_path && g_str_has_suffix(o->out_path, ".jsonl"))
+    o->format = FORMAT_JSONL;
+  if (o->jobs < 0)
+    return input_error("--jobs %d: give a number of threads, or 0 for one per processor",
+                       o->jobs);
+  if (o->jobs == 0)
+    o->jobs = (int)g_get_num_processors();
+  return 0;
+}
 
-  int status = 0;
-  Sweep sw = {.experiment = argv[1], .sets = sets, .n_points = 1};
-  sw.varies = g_ptr_array_new_with_free_func(vary_free);
-  sw.datasets = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
-                                      (GDestroyNotify)ps_dataset_free);
-  sw.done = g_async_queue_new_full((GDestroyNotify)outcome_free);
-  g_mutex_init(&sw.data_lock);
-  Output out = {.path = out_path, .format = format};
+static void sweep_init(Sweep *sw, const Options *o)
+{
+  *sw = (Sweep){.experiment = o->experiment, .sets = o->sets, .n_points = 1};
+  sw->varies = g_ptr_array_new_with_free_func(vary_free);
+  sw->datasets = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
+                                       (GDestroyNotify)ps_dataset_free);
+  sw->done = g_async_queue_new_full((GDestroyNotify)outcome_free);
+  g_mutex_init(&sw->data_lock);
+}
+
+static void sweep_clear(Sweep *sw)
+{
+  g_async_queue_unref(sw->done);
+  g_hash_table_destroy(sw->datasets);
+  g_mutex_clear(&sw->data_lock);
+  g_ptr_array_free(sw->varies, TRUE);
+}
+
+/* The sweep as rank 0 (or the only process) runs it; the exit status. */
+static int sweep_lead(int argc, char **argv, Ranks *ranks)
+{
+  Options o = {0};
+  int status = options_parse(&o, argc, argv);
+  if (status) {
+    options_clear(&o);
+    return status;
+  }
+  g_autofree char *found = NULL;
+  GError *error = NULL;
+  Sweep sw;
+  sweep_init(&sw, &o);
+  Output out = {.path = o.out_path, .format = o.format};
   out.finished = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
   GArray *todo = g_array_new(FALSE, FALSE, sizeof(guint));
   guint failed_before = 0;
 
-  if (!sweep_add_varies(&sw, vary_args, &error) ||
+  if (!sweep_add_varies(&sw, o.vary_args, &error) ||
       !(found = ps_config_find("experiments", sw.experiment, &error)) ||
-      (out_path && !output_read(&out, &sw, &error))) {
+      (o.out_path && !output_read(&out, &sw, &error))) {
     status = input_error("%s", error->message);
     g_error_free(error);
     goto out;
@@ -991,7 +1272,7 @@ int ps_cli_sweep(int argc, char **argv)
       g_array_append_val(todo, i);
     failed_before += GPOINTER_TO_INT(seen) == 2;
   }
-  if (dry_run) {
+  if (o.dry_run) {
     for (guint t = 0; t < todo->len; t++) {
       g_autofree char *label = point_label(&sw, g_array_index(todo, guint, t));
       printf("%s\n", label);
@@ -1003,7 +1284,11 @@ int ps_cli_sweep(int argc, char **argv)
   } else if (!(out.f = fopen(out.path, "a"))) {
     status = input_error("%s: cannot open for writing: %s", out.path, g_strerror(errno));
   } else {
-    status = sweep_run(&sw, &out, todo, failed_before, jobs);
+#ifdef PS_WITH_MPI
+    if (ranks->size > 1)
+      mpi_start(ranks, o.jobs);
+#endif
+    status = sweep_run(&sw, &out, todo, failed_before, o.jobs, ranks);
     fclose(out.f);
   }
 out:
@@ -1011,9 +1296,108 @@ out:
     g_ptr_array_free(out.columns, TRUE);
   g_hash_table_destroy(out.finished);
   g_array_free(todo, TRUE);
-  g_async_queue_unref(sw.done);
-  g_hash_table_destroy(sw.datasets);
-  g_mutex_clear(&sw.data_lock);
-  g_ptr_array_free(sw.varies, TRUE);
+  sweep_clear(&sw);
+  options_clear(&o);
   return status;
+}
+
+#ifdef PS_WITH_MPI
+/* A rank other than 0: waits for rank 0's go, reads the same command line,
+ * then runs the points it is sent on --jobs threads and sends back each
+ * outcome, until rank 0 says stop; rank 0's exit status. */
+static int mpi_serve(int argc, char **argv, const Ranks *r)
+{
+  int go = 0;
+  MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (go != GO_RUN)
+    return go;
+  /* rank 0 read this same command line without a complaint */
+  Options o = {0};
+  if (options_parse(&o, argc, argv) != 0)
+    MPI_Abort(MPI_COMM_WORLD, EXIT_INPUT);
+  Sweep sw;
+  sweep_init(&sw, &o);
+  GError *error = NULL;
+  if (!sweep_add_varies(&sw, o.vary_args, &error)) {
+    fprintf(stderr, "podsim: sweep: rank %d: %s\n", r->rank, error->message);
+    MPI_Abort(MPI_COMM_WORLD, EXIT_INPUT);
+  }
+  MPI_Gather(&o.jobs, 1, MPI_INT, NULL, 0, MPI_INT, 0, MPI_COMM_WORLD);
+  ps_kernels_init(); /* once here, before any thread runs a point */
+  GThreadPool *pool = g_thread_pool_new(pool_run, &sw, MAX(o.jobs, 1), TRUE, &error);
+  if (!pool) {
+    fprintf(stderr, "podsim: sweep: rank %d: %s\n", r->rank, error->message);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  int status = -1, in_flight = 0;
+  while (status < 0 || in_flight > 0) {
+    int flag = 0;
+    MPI_Iprobe(0, TAG_WORK, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+    if (flag) {
+      int msg[2];
+      MPI_Recv(msg, 2, MPI_INT, 0, TAG_WORK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (msg[0] == WORK_POINT) {
+        g_thread_pool_push(pool, GUINT_TO_POINTER((guint)msg[1] + 1), NULL);
+        in_flight++;
+      } else {
+        status = msg[1];
+      }
+      continue;
+    }
+    if (!in_flight) {
+      g_usleep(POLL_USEC);
+      continue;
+    }
+    Outcome *o_done = g_async_queue_timeout_pop(sw.done, POLL_USEC);
+    if (!o_done)
+      continue;
+    g_autofree char *text = outcome_encode(o_done);
+    outcome_free(o_done);
+    MPI_Send(text, (int)strlen(text), MPI_CHAR, 0, TAG_OUTCOME, MPI_COMM_WORLD);
+    in_flight--;
+  }
+  g_thread_pool_free(pool, FALSE, TRUE);
+  sweep_clear(&sw);
+  options_clear(&o);
+  return status;
+}
+#else
+/* The processes an MPI launcher started us among, 1 if none did. */
+static int launched_processes(void)
+{
+  const char *n = g_getenv("OMPI_COMM_WORLD_SIZE");
+  if (!n)
+    n = g_getenv("PMI_SIZE");
+  return n ? MAX(atoi(n), 1) : 1;
+}
+#endif
+
+int ps_cli_sweep(int argc, char **argv)
+{
+  Ranks ranks = {.rank = 0, .size = 1};
+#ifdef PS_WITH_MPI
+  if (mpi_launched()) {
+    int provided = 0;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &ranks.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks.size);
+    ranks.mpi = TRUE;
+  }
+  int status = ranks.rank == 0 ? sweep_lead(argc, argv, &ranks) : mpi_serve(argc, argv, &ranks);
+  if (ranks.mpi) {
+    if (ranks.rank == 0 && ranks.size > 1 && !ranks.started) /* bad input, dry run: all stop */
+      MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Finalize();
+  }
+  g_free(ranks.threads);
+  return status;
+#else
+  int n = launched_processes();
+  if (n > 1)
+    return input_error("this podsim was built without MPI, so each of the %d processes "
+                       "mpirun started would run the whole sweep and write --out: build it "
+                       "with `make MPI=1` to spread the points over them, or run one podsim",
+                       n);
+  return sweep_lead(argc, argv, &ranks);
+#endif
 }
