@@ -704,6 +704,12 @@ static void summarise(Run *r, PsSummary *s)
   s->breakdown[PS_TIME_OTHER] = MAX(0.0, s->step_time_s - sum);
   s->examples_per_s = (double)exp->global_batch / s->step_time_s;
   s->mxu_utilization = r->mxu_flops[d] / (measured * ps_topology_device_peak_flops(exp->topology));
+  const PsProgram *prog = ps_plan_program(r->plan, d);
+  for (int i = 0; i < prog->n_ops; i++) {
+    s->compute_mxu_s += prog->ops[i].mxu_s;
+    s->compute_memory_s += prog->ops[i].memory_s;
+    s->compute_overhead_s += prog->ops[i].overhead_s;
+  }
   int64_t peak = 0;
   for (int i = 0; i < r->n_dev; i++)
     peak = MAX(peak, ps_plan_program(r->plan, i)->hbm_static_bytes + r->peak[i]);
@@ -1023,6 +1029,11 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
   json_object_object_add(o, "host_loop_s", json_object_new_double(s->host_loop_s));
   json_object_object_add(o, "examples_per_s", json_object_new_double(s->examples_per_s));
   json_object_object_add(o, "mxu_utilization", json_object_new_double(s->mxu_utilization));
+  json_object *cs = json_object_new_object();
+  json_object_object_add(cs, "mxu_s", json_object_new_double(s->compute_mxu_s));
+  json_object_object_add(cs, "memory_s", json_object_new_double(s->compute_memory_s));
+  json_object_object_add(cs, "overhead_s", json_object_new_double(s->compute_overhead_s));
+  json_object_object_add(o, "compute_split", cs);
   json_object_object_add(o, "hbm_peak_bytes", json_object_new_int64(s->hbm_peak_bytes));
   if (s->has_numerics) {
     json_object_object_add(o, "loss_first", json_object_new_double(s->loss_first));
@@ -1097,6 +1108,9 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
   }
   fprintf(f, "examples/s       %10.0f\n", s->examples_per_s);
   fprintf(f, "MXU utilization  %10.2f%%\n", 100.0 * s->mxu_utilization);
+  fprintf(f, "compute split    %10.3f ms MXU-bound, %.3f ms memory-bound (HBM or VPU), "
+             "%.3f ms launch overhead per step\n",
+          s->compute_mxu_s * 1e3, s->compute_memory_s * 1e3, s->compute_overhead_s * 1e3);
   fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)\n",
           s->hbm_peak_bytes / 1048576.0,
           ps_topology_device_hbm_bytes(exp->topology) / 1073741824.0);

@@ -44,6 +44,10 @@ typedef struct {
   int devices, replicas, stages, micro_batches, buckets;
   double examples_per_s;
   double mxu_utilization;   /* useful matmul FLOPs / (time x peak), device 0 */
+  /* compute of one step of the reporting device's program split by what
+   * its kernels wait for (hw/cost.h): MXU-bound kernels, HBM- or
+   * VPU-bound kernels, launch overheads; seconds per step */
+  double compute_mxu_s, compute_memory_s, compute_overhead_s;
   int64_t hbm_peak_bytes;   /* device 0 */
   gboolean has_numerics;
   double loss_first, loss_last;

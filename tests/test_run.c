@@ -267,7 +267,8 @@ static void test_mxu_padding(void)
   g_autofree char *tp = NULL;
   GError *error = NULL;
   PsTopology *t = ps_topology_load("tpu-v3-8", (const char *const[]){
-      "chip.op_overhead_s=0", "chip.hbm_bandwidth_Bps=1e18", NULL}, &error);
+      "chip.op_overhead_s=0", "chip.hbm_bandwidth_Bps=1e18", "chip.mxu_efficiency=1",
+      NULL}, &error);
   g_assert_no_error(error);
   double times[4];
   int widths[] = {100, 128, 129, 256};

@@ -17,6 +17,7 @@
 #include "io/config.h"
 #include "io/trace.h"
 #include "run.h"
+#include "strategy/kernels.h"
 #include "strategy/partition.h"
 
 #include <errno.h>
@@ -300,7 +301,7 @@ static void describe_topology(const PsTopology *t)
 static int cmd_describe(int argc, char **argv)
 {
   g_auto(GStrv) sets = NULL;
-  gboolean program = FALSE, stages = FALSE;
+  gboolean program = FALSE, stages = FALSE, kernels = FALSE;
   int device = 0;
   GOptionEntry entries[] = {
       {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets, "Override a config field (repeatable)",
@@ -312,6 +313,9 @@ static int cmd_describe(int argc, char **argv)
       {"stages", 0, 0, G_OPTION_ARG_NONE, &stages,
        "For a pipeline experiment: also print each stage's layers, FLOPs, weights, "
        "activations and time", NULL},
+      {"kernels", 'k', 0, G_OPTION_ARG_NONE, &kernels,
+       "For an experiment: also print the kernels of one step of a device (--device) with "
+       "FLOPs, HBM bytes, time and bound (MXU, HBM, VPU or launch)", NULL},
       {NULL}};
   g_autoptr(GOptionContext) ctx =
       g_option_context_new("[experiment|topology|model] NAME - print a resolved config");
@@ -367,7 +371,7 @@ static int cmd_describe(int argc, char **argv)
       g_string_free(s, TRUE);
       ps_partition_free(part);
     }
-    if (program) {
+    if (program || kernels) {
       PsPlan *plan = ps_run_compile(exp, &error);
       if (!plan) {
         ps_experiment_free(exp);
@@ -381,7 +385,12 @@ static int cmd_describe(int argc, char **argv)
         return EXIT_INPUT;
       }
       GString *s = g_string_new(NULL);
-      ps_plan_describe_device(plan, device, s);
+      if (program)
+        ps_plan_describe_device(plan, device, s);
+      if (kernels) {
+        g_string_append(s, program ? "\n" : "");
+        ps_kernels_describe(exp, ps_plan_program(plan, device), s);
+      }
       printf("\n%s", s->str);
       g_string_free(s, TRUE);
       ps_plan_free(plan);

@@ -16,6 +16,8 @@
  * An OUTFEED op queues the step's outputs for the host (blocking only when
  * the outfeed queue is full); a HOST_CALL op sends a tensor up, lets the
  * host compute on one CPU thread, and waits for the result to come down.
+ * Faults (pod.h) scale a straggler's compute ops and a slow host's CPU
+ * work, and put a straggler's delay before the first op of each step.
  * Invariant: depth + inflight <= capacity for every device, and every
  * moment of a device's time is in exactly one op or one wait. */
 #include "exec/pod.h"
@@ -29,7 +31,8 @@ typedef enum {
   WAIT_COLL,
   WAIT_RECV,
   WAIT_LOOP,
-  WAIT_HOST_CALL
+  WAIT_HOST_CALL,
+  WAIT_DELAY
 } WaitKind;
 
 typedef struct {
@@ -46,6 +49,9 @@ typedef struct {
   ps_time_t wait_start;
   ps_time_t op_start;
   GHashTable *mailbox;   /* (src << 20 | tag) -> messages arrived, not yet received */
+  double slowdown;       /* straggler: factor on compute ops' times, 1 otherwise */
+  ps_time_t delay;       /* straggler: time added at the start of every step */
+  int64_t delayed_step;  /* the last step whose delay has begun */
 } Device;
 
 /* A device's part in one collective. */
@@ -75,6 +81,7 @@ typedef struct {
   gboolean prep_busy, sending;
   ps_time_t prep_start;
   int loop_arrived;
+  double slowdown;       /* slow host: factor on its CPU work, 1 otherwise */
 } Host;
 
 typedef enum { XFER_INFEED, XFER_OUTFEED, XFER_CALL_UP, XFER_CALL_DOWN, XFER_SEND } XferKind;
@@ -106,7 +113,7 @@ struct PsPod {
   GPtrArray *xfers;      /* every Xfer allocated (freed with the pod) */
   Xfer *free_xfers;
   int **member_of;       /* per collective: device -> member, or -1 */
-  uint32_t ev_op_done, ev_prep_done, ev_loop_start, ev_call_done;
+  uint32_t ev_op_done, ev_prep_done, ev_loop_start, ev_call_done, ev_delay_done;
 };
 
 const char *ps_time_category_name(PsTimeCategory c)
@@ -225,7 +232,8 @@ static void host_prepare_maybe(PsPod *pod, Host *h)
   double b = (double)h->batch_examples;
   h->prep_busy = TRUE;
   h->prep_start = now(pod);
-  ps_engine_after(pod->engine, ps_time_from_s(b * in->host_cost_per_example_s / in->workers),
+  ps_engine_after(pod->engine,
+                  ps_time_from_s(b * in->host_cost_per_example_s * h->slowdown / in->workers),
                   pod->ev_prep_done, (uint32_t)h->index, 0);
 }
 
@@ -268,11 +276,11 @@ static void set_depth(PsPod *pod, Device *d, int delta)
     pod->obs.infeed_depth(pod->obs.ctx, d->index, d->depth, now(pod));
 }
 
-/* One CPU thread's share of the host's FLOP rate. */
-static ps_time_t host_call_time(const PsPod *pod, const PsOp *op)
+/* One CPU thread's share of the host's FLOP rate (slowed on a slow host). */
+static ps_time_t host_call_time(const PsPod *pod, const Host *h, const PsOp *op)
 {
   const PsTopology *t = pod->exp->topology;
-  return ps_time_from_s(op->host_flops / (t->cpu_flops / t->cpu_threads));
+  return ps_time_from_s(op->host_flops * h->slowdown / (t->cpu_flops / t->cpu_threads));
 }
 
 static void end_wait(PsPod *pod, Device *d, PsTimeCategory why, const char *what)
@@ -371,7 +379,7 @@ static void on_deliver(void *ctx, const PsNetDelivery *dl)
     }
     break;
   case XFER_CALL_UP:
-    ps_engine_after(pod->engine, host_call_time(pod, &d->prog->ops[d->pc]), pod->ev_call_done,
+    ps_engine_after(pod->engine, host_call_time(pod, h, &d->prog->ops[d->pc]), pod->ev_call_done,
                     (uint32_t)h->index, (uint64_t)d->index);
     break;
   case XFER_CALL_DOWN: /* the op ends; op_start was set when the call began */
@@ -393,7 +401,7 @@ static void on_call_done(PsEngine *engine, const PsEvent *ev, void *ctx)
   const PsOp *op = &d->prog->ops[d->pc];
   if (pod->obs.host_work)
     pod->obs.host_work(pod->obs.ctx, h->index, PS_HOST_CALLS, op->name, d->index,
-                       now(pod) - host_call_time(pod, op), now(pod));
+                       now(pod) - host_call_time(pod, h, op), now(pod));
   send_xfer(pod, XFER_CALL_DOWN, h->index, d->index, host_ep(pod, h->index), d->index,
             op->bytes_back);
 }
@@ -515,8 +523,11 @@ static gboolean start_op(PsPod *pod, Device *d)
   case PS_OP_N_KINDS:
     g_assert_not_reached();
   }
-  if (op->time > 0) {
-    finish_op_after(pod, d, op->time);
+  ps_time_t t = op->time;
+  if (d->slowdown != 1.0 && op_category(op->kind) == PS_TIME_COMPUTE)
+    t = (ps_time_t)((double)t * d->slowdown + 0.5);
+  if (t > 0) {
+    finish_op_after(pod, d, t);
     return FALSE;
   }
   return TRUE;
@@ -548,12 +559,28 @@ static gboolean end_op(PsPod *pod, Device *d)
   return TRUE;
 }
 
-/* Runs ops from pc until one takes time or waits. */
+/* Runs ops from pc until one takes time or waits.  A straggler's step
+ * begins with its delay. */
 static void device_run(PsPod *pod, Device *d)
 {
-  while (start_op(pod, d))
-    if (!end_op(pod, d))
+  do {
+    if (d->pc == 0 && d->delay > 0 && d->delayed_step < d->step) {
+      d->delayed_step = d->step;
+      start_wait(d, WAIT_DELAY);
+      ps_engine_after(pod->engine, d->delay, pod->ev_delay_done, (uint32_t)d->index, 0);
       return;
+    }
+    if (!start_op(pod, d))
+      return;
+  } while (end_op(pod, d));
+}
+
+static void on_delay_done(PsEngine *engine, const PsEvent *ev, void *ctx)
+{
+  PsPod *pod = ctx;
+  Device *d = &pod->devices[ev->target];
+  end_wait(pod, d, PS_TIME_COMPUTE, PS_WAIT_STRAGGLER);
+  device_run(pod, d);
 }
 
 static void on_op_done(PsEngine *engine, const PsEvent *ev, void *ctx)
@@ -598,6 +625,47 @@ static gboolean build_colls(PsPod *pod, GError **error)
   return TRUE;
 }
 
+/* The experiment's faults on devices, hosts and links. */
+static gboolean apply_faults(PsPod *pod, GError **error)
+{
+  const PsExperiment *exp = pod->exp;
+  const PsFaultsConfig *fc = &exp->faults;
+  for (int i = 0; i < fc->n_stragglers; i++) {
+    const PsStraggler *s = &fc->stragglers[i];
+    if (s->device >= pod->n_devices) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "%s: faults.stragglers[%d].device: device %d runs no program in this plan "
+                  "(devices 0..%d)",
+                  exp->file, i, s->device, pod->n_devices - 1);
+      return FALSE;
+    }
+    pod->devices[s->device].slowdown = s->slowdown;
+    pod->devices[s->device].delay = ps_time_from_s(s->delay_s);
+  }
+  for (int i = 0; i < fc->n_slow_hosts; i++)
+    pod->hosts[fc->slow_hosts[i].host].slowdown = fc->slow_hosts[i].slowdown;
+  for (int i = 0; i < fc->n_links; i++) {
+    const PsLinkFault *f = &fc->links[i];
+    int link = ps_network_ici_link(pod->net, f->chip, f->dim, f->dir);
+    g_assert(link >= 0); /* config.c checked that it exists */
+    GError *err = NULL;
+    gboolean ok = ps_network_degrade_link(pod->net, link, f->bandwidth_factor, &err);
+    if (ok && f->both_ways) {
+      PsLinkInfo info;
+      ps_network_link_info(pod->net, link, &info);
+      int back = ps_network_ici_link(pod->net, info.to_chip, f->dim, -f->dir);
+      ok = ps_network_degrade_link(pod->net, back, f->bandwidth_factor, &err);
+    }
+    if (!ok) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "%s: faults.links[%d]: %s",
+                  exp->file, i, err->message);
+      g_error_free(err);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
 static void key_free(gpointer p) { g_free(p); }
 
 PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
@@ -629,6 +697,7 @@ PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
   pod->hosts = g_new0(Host, pod->n_hosts);
   for (int i = 0; i < pod->n_hosts; i++) {
     pod->hosts[i].index = i;
+    pod->hosts[i].slowdown = 1.0;
     pod->hosts[i].devs = g_array_new(FALSE, FALSE, sizeof(int));
     pod->hosts[i].infeed_devs = g_array_new(FALSE, FALSE, sizeof(int));
   }
@@ -637,6 +706,8 @@ PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
     d->pod = pod;
     d->index = i;
     d->prog = ps_plan_program(plan, i);
+    d->slowdown = 1.0;
+    d->delayed_step = -1;
     d->capacity = exp->input.infeed_capacity;
     d->mailbox = g_hash_table_new_full(g_int64_hash, g_int64_equal, key_free, NULL);
     d->host = ps_pod_chip_host(pod, ps_pod_device_chip(pod, i));
@@ -662,7 +733,8 @@ PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
   pod->ev_prep_done = ps_engine_register(engine, "prep-done", on_prep_done, pod);
   pod->ev_loop_start = ps_engine_register(engine, "loop-start", on_loop_start, pod);
   pod->ev_call_done = ps_engine_register(engine, "host-call-done", on_call_done, pod);
-  if (!build_colls(pod, error)) {
+  pod->ev_delay_done = ps_engine_register(engine, "straggler-delay-done", on_delay_done, pod);
+  if (!apply_faults(pod, error) || !build_colls(pod, error)) {
     ps_pod_free(pod);
     return NULL;
   }
@@ -715,7 +787,8 @@ gboolean ps_pod_check_finished(const PsPod *pod, GError **error)
 {
   static const char *const waits[] = {"running", "waiting for infeed", "waiting for outfeed",
                                       "waiting for a collective", "waiting for a message",
-                                      "waiting for the host loop", "waiting for a host call"};
+                                      "waiting for the host loop", "waiting for a host call",
+                                      "in its straggler delay"};
   for (int i = 0; i < pod->n_devices; i++) {
     const Device *d = &pod->devices[i];
     if (d->step == pod->exp->steps)

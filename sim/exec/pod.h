@@ -17,6 +17,16 @@
  * collective (exposed communication only), a RECV is pipeline_bubble, the
  * host loop, a full outfeed queue, outfeed and host calls are host;
  * FWD/BWD/RECOMPUTE/UPDATE are compute; the INFEED dequeue is other.
+ *
+ * Faults (the experiment's "faults", what-if knobs).  A straggler device's
+ * compute ops (FWD/BWD/RECOMPUTE/UPDATE) take `slowdown` times their
+ * compile-time cost, and every step of it begins with `delay_s` of
+ * nothing else, reported as a wait named PS_WAIT_STRAGGLER in category
+ * compute (the device is busy being slow, not waiting for anyone).  A slow
+ * host's CPU work (its input workers' per-example cost and outside
+ * compilation) takes `slowdown` times as long; its PCIe and loop overhead
+ * do not change.  Link faults are applied to the network before the
+ * collectives are built (so "auto" predicts on the degraded network).
  * Invariant: depth + inflight <= capacity for every device's infeed queue,
  * and every moment of a device's time is in exactly one op or one wait. */
 #ifndef PS_POD_H
@@ -53,6 +63,8 @@ const char *ps_host_lane_name(PsHostLane lane);
 
 /* The name of the wait between two steps_per_run loops. */
 #define PS_WAIT_HOST_LOOP "host loop"
+/* The name of a straggler's per-step delay (category compute). */
+#define PS_WAIT_STRAGGLER "straggler delay"
 
 typedef struct {
   void *ctx;
@@ -60,7 +72,8 @@ typedef struct {
   void (*op_done)(void *ctx, int device, int64_t step, const PsOp *op, PsTimeCategory cat,
                   ps_time_t start, ps_time_t end);
   /* A device waited; `what` names the wait ("infeed empty", "host loop",
-   * "outfeed full", a collective's or a message's name). */
+   * "outfeed full", a collective's or a message's name, or
+   * PS_WAIT_STRAGGLER, the one wait of category compute). */
   void (*wait)(void *ctx, int device, int64_t step, PsTimeCategory why, const char *what,
                ps_time_t start, ps_time_t end);
   /* A device finished a step. */
@@ -98,7 +111,9 @@ typedef struct PsPod PsPod;
 /* (transfer full); exp and plan must outlive the pod.  Builds the network
  * (always: PCIe is part of it) and one collective per plan collective.
  * Fails with PS_INPUT_ERROR if the plan is invalid, uses more devices than
- * the topology has, or a collective's algorithm cannot run on its group.
+ * the topology has, a collective's algorithm cannot run on its group, a
+ * straggler is not a device of the plan, or the link faults cut chips off
+ * from each other.
  * observer and numerics may be NULL. */
 PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
                   const PsPodObserver *observer, const PsPodNumerics *numerics,

@@ -1,7 +1,25 @@
-/* cost.c: the roofline cost model (see cost.h). */
+/* cost.c: ops lowered to kernels and each kernel costed by its roofline
+ * (see cost.h for the lowering and its sources).
+ *
+ * The kernels of a layer depend only on the layer and its neighbours in
+ * the data flow (input_from, shortcut_from, the first consumer), so an op
+ * is costed by visiting its own layers only.  Invariant: with fusion
+ * "xla" every element-wise layer's work is charged exactly to the kernel
+ * XLA would fuse it into (duplicated where XLA duplicates it: an
+ * element-wise gradient read by both gradient products of a matmul). */
 #include "hw/cost.h"
 
 #include <math.h>
+
+/* Shares of a normalization's FLOPs (model/layers.c counts 8 forward, 12
+ * backward per element): forward statistics (sum, square, sum) 3, the
+ * normalization itself (subtract, scale, shift) the rest; backward
+ * reductions (sum dy, sum dy * x-hat) 4, the element-wise gradient the
+ * rest. */
+#define NORM_STATS_SHARE (3.0 / 8.0)
+#define NORM_BWD_REDUCE_SHARE (4.0 / 12.0)
+/* Bytes of one per-channel statistic (float32). */
+#define STAT_BYTES 4.0
 
 static int64_t pad_to(int64_t x, int64_t tile)
 {
@@ -11,6 +29,18 @@ static int64_t pad_to(int64_t x, int64_t tile)
 int ps_cost_act_bytes(PsPrecision prec)
 {
   return prec == PS_PRECISION_BF16 ? 2 : 4;
+}
+
+int ps_cost_passes(PsPrecision prec, int matmul_passes)
+{
+  return prec == PS_PRECISION_BF16 ? 1 : MAX(matmul_passes, 1);
+}
+
+void ps_cost_options(const PsExperiment *exp, PsCostOptions *out)
+{
+  out->passes = ps_cost_passes(exp->numerics.precision, exp->numerics.matmul_passes);
+  out->act_bytes = ps_cost_act_bytes(exp->numerics.precision);
+  out->fusion = exp->fusion;
 }
 
 gboolean ps_cost_fuses_into_producer(PsLayerKind k)
@@ -30,64 +60,419 @@ gboolean ps_cost_fuses_into_producer(PsLayerKind k)
   }
 }
 
-static ps_time_t roofline(const PsTopology *topo, PsOpCost *c)
+const char *ps_cost_bound_name(PsBound b)
+{
+  static const char *const names[] = {"MXU", "HBM", "VPU", "launch"};
+  return names[b];
+}
+
+/* ---- kernels ---------------------------------------------------------- */
+
+static void kernel_finish(const PsTopology *topo, PsKernel *k)
 {
   double peak = ps_topology_device_peak_flops(topo) * topo->mxu_efficiency;
-  double t_mxu = c->padded_flops / peak;
-  double t_mem = c->bytes / ps_topology_device_hbm_bandwidth(topo);
-  c->memory_bound = t_mem > t_mxu;
-  return ps_time_from_s(fmax(t_mxu, t_mem) + topo->op_overhead_s);
+  double t_mxu = k->padded_flops / peak;
+  double t_mem = k->bytes / ps_topology_device_hbm_bandwidth(topo);
+  double vpu = topo->vpu_flops / ps_topology_devices_per_chip(topo);
+  double t_vpu = vpu > 0 ? k->vpu_flops / vpu : 0;
+  k->busy_s = fmax(t_mxu, fmax(t_mem, t_vpu));
+  k->launch_s = topo->op_overhead_s;
+  k->bound = t_mxu >= t_mem && t_mxu >= t_vpu ? PS_BOUND_MXU
+             : t_mem >= t_vpu                 ? PS_BOUND_HBM
+                                              : PS_BOUND_VPU;
+  if (k->launch_s > k->busy_s)
+    k->bound = PS_BOUND_LAUNCH;
+  k->time = ps_time_from_s(k->busy_s + k->launch_s); /* PS_TIME_NEVER if too long */
+}
+
+typedef struct {
+  const PsTopology *topo;
+  const PsModel *m;
+  int64_t batch;
+  const PsCostOptions *opt;
+  double eb;
+  GArray *out;      /* PsKernel, or NULL */
+  PsOpCost *sum;
+} Ctx;
+
+static void emit(Ctx *c, PsKernel *k)
+{
+  kernel_finish(c->topo, k);
+  PsOpCost *s = c->sum;
+  s->mxu_flops += k->mxu_flops;
+  s->padded_flops += k->padded_flops;
+  s->bytes += k->bytes;
+  s->time = s->time == PS_TIME_NEVER || k->time == PS_TIME_NEVER ||
+                    k->time > PS_TIME_NEVER - s->time
+                ? PS_TIME_NEVER
+                : s->time + k->time;
+  s->kernels++;
+  s->overhead_s += k->launch_s;
+  if (k->bound == PS_BOUND_MXU)
+    s->mxu_s += k->busy_s;
+  else
+    s->memory_s += k->busy_s;
+  if (c->out)
+    g_array_append_val(c->out, *k);
+}
+
+static const PsLayer *L(const Ctx *c, int i)
+{
+  return &c->m->layers[i];
+}
+
+static double out_elems(const Ctx *c, int i)
+{
+  const PsLayer *l = L(c, i);
+  return (double)ps_shape_elems(l->out_shape, l->out_rank) * (double)c->batch;
+}
+
+static double in_elems(const Ctx *c, int i)
+{
+  const PsLayer *l = L(c, i);
+  return (double)ps_shape_elems(l->in_shape, l->in_rank) * (double)c->batch;
+}
+
+static gboolean is_unary(PsLayerKind k)
+{
+  return k == PS_LAYER_RELU || k == PS_LAYER_GELU || k == PS_LAYER_TANH ||
+         k == PS_LAYER_FLATTEN;
+}
+
+static double mm_flops(const PsLayer *l, int64_t batch)
+{
+  double f = 0;
+  for (int m = 0; m < l->n_mm; m++)
+    f += 2.0 * (double)(l->mm[m].rows * batch) * (double)l->mm[m].k * (double)l->mm[m].n *
+         (double)l->mm[m].count;
+  return f;
+}
+
+/* The contraction side of a product as the MXU sees it.  A convolution's
+ * contraction is kernel^2 x input channels; XLA's TPU convolution emitter
+ * pads the input-feature dimension to the MXU size, except for a thin
+ * input (under half a tile, e.g. an RGB stem) whose window it folds into
+ * the feature dimension (assumption, as MLPerf ResNet-50 on TPU does with
+ * its space-to-depth stem). */
+static int64_t padded_k(const PsLayer *l, const PsMatmul *mm, int64_t tile)
+{
+  if (l->kind == PS_LAYER_CONV2D) {
+    int64_t cin = l->in_shape[l->in_rank - 1];
+    if (2 * cin >= tile)
+      return l->kernel * l->kernel * pad_to(cin, tile);
+  }
+  return pad_to(mm->k, tile);
+}
+
+static double mm_padded(const Ctx *c, const PsLayer *l)
+{
+  const int64_t tile = c->topo->mxu_size;
+  double f = 0;
+  for (int m = 0; m < l->n_mm; m++) {
+    const PsMatmul *mm = &l->mm[m];
+    f += 2.0 * (double)pad_to(mm->rows * c->batch, PS_MXU_ROW_TILE) *
+         (double)padded_k(l, mm, tile) * (double)pad_to(mm->n, tile) * (double)mm->count;
+  }
+  return f * c->opt->passes;
+}
+
+/* HBM traffic of a layer's own kernel: the unfused traffic of layers.c
+ * (whose weight term counts once, not per example). */
+static double own_bytes(const Ctx *c, int i, gboolean backward)
+{
+  const PsLayer *l = L(c, i);
+  double w = (double)l->params * (backward ? 2.0 : 1.0);
+  double per_ex = (backward ? l->bwd_bytes : l->fwd_bytes) - w;
+  return c->eb * (per_ex * (double)c->batch + w);
+}
+
+/* The first layer after i that reads i's output (an ADD also through its
+ * shortcut), or -1. */
+static int consumer(const Ctx *c, int i)
+{
+  for (int j = i + 1; j < c->m->n_layers; j++) {
+    const PsLayer *l = L(c, j);
+    if (l->input_from == i || (l->kind == PS_LAYER_ADD && l->shortcut_from == i))
+      return j;
+  }
+  return -1;
+}
+
+/* Walking back from layer p through unary element-wise layers: the first
+ * other layer (-1: the model input). */
+static int chain_root(const Ctx *c, int p)
+{
+  while (p >= 0 && is_unary(L(c, p)->kind))
+    p = L(c, p)->input_from;
+  return p;
+}
+
+/* Forward work deferred on layer p's output: a training batch
+ * normalization's normalization and the activations after it, which XLA
+ * fuses into the consumer; 0 when p's output is in HBM as it is. */
+static double pending_flops(const Ctx *c, int p)
+{
+  double f = 0;
+  while (p >= 0 && is_unary(L(c, p)->kind)) {
+    f += L(c, p)->fwd_flops * (double)c->batch;
+    p = L(c, p)->input_from;
+  }
+  if (p >= 0 && L(c, p)->kind == PS_LAYER_BATCHNORM)
+    return f + (1.0 - NORM_STATS_SHARE) * L(c, p)->fwd_flops * (double)c->batch;
+  return 0;
+}
+
+/* An ADD joins its body producer's output fusion unless the body ends in
+ * a pending normalization (or is the model input). */
+static gboolean add_fuses(const Ctx *c, int i)
+{
+  int r = chain_root(c, L(c, i)->input_from);
+  return r >= 0 && L(c, r)->kind != PS_LAYER_BATCHNORM;
+}
+
+/* Output fusion: element-wise consumers of layer i's kernel output. */
+static void fuse_consumers_fwd(Ctx *c, int i, PsKernel *k)
+{
+  int prev = i;
+  for (int j = consumer(c, i); j >= 0; j = consumer(c, j)) {
+    const PsLayer *l = L(c, j);
+    if (l->input_from != prev)
+      break;
+    if (is_unary(l->kind)) {
+      k->vpu_flops += l->fwd_flops * (double)c->batch;
+    } else if (l->kind == PS_LAYER_ADD) {
+      /* the shortcut is read; a pending normalization on it is applied */
+      k->bytes += c->eb * out_elems(c, j);
+      k->vpu_flops += l->fwd_flops * (double)c->batch + pending_flops(c, l->shortcut_from);
+    } else {
+      break;
+    }
+    prev = j;
+  }
+}
+
+/* Backward: element-wise gradients of the layers after i (activation
+ * masks, the residual fork, a normalization's element-wise gradient) are
+ * fused into each kernel that reads i's output gradient. */
+static void fuse_consumers_bwd(Ctx *c, int i, PsKernel *k)
+{
+  int prev = i;
+  for (int j = consumer(c, i); j >= 0; j = consumer(c, j)) {
+    const PsLayer *l = L(c, j);
+    gboolean fed = l->input_from == prev ||
+                   (l->kind == PS_LAYER_ADD && l->shortcut_from == prev);
+    if (!fed)
+      break;
+    if (l->kind == PS_LAYER_BATCHNORM) {
+      k->vpu_flops += (1.0 - NORM_BWD_REDUCE_SHARE) * l->bwd_flops * (double)c->batch;
+      k->bytes += c->eb * out_elems(c, j); /* x again, with dy */
+      break;
+    }
+    if (!is_unary(l->kind) && l->kind != PS_LAYER_ADD)
+      break;
+    k->vpu_flops += l->bwd_flops * (double)c->batch;
+    if (l->kind != PS_LAYER_FLATTEN && l->kind != PS_LAYER_ADD)
+      k->bytes += c->eb * out_elems(c, j); /* the saved activation (mask) */
+    prev = j;
+  }
+}
+
+static PsKernel kernel(int layer, const char *what)
+{
+  return (PsKernel){.layer = layer, .what = what};
+}
+
+static void layer_fwd(Ctx *c, int i)
+{
+  const PsLayer *l = L(c, i);
+  const PsFusion fu = c->opt->fusion;
+  const double b = (double)c->batch;
+  if (l->kind == PS_LAYER_FLATTEN)
+    return; /* a view */
+  if (fu == PS_FUSION_IDEAL && ps_cost_fuses_into_producer(l->kind) && l->input_from >= 0)
+    return; /* free riders of their producer, the loss and layer norm too */
+  if (l->kind == PS_LAYER_BATCHNORM) {
+    if (fu == PS_FUSION_IDEAL)
+      return;
+    double e = in_elems(c, i);
+    PsKernel k = kernel(i, "bn stats");
+    k.bytes = c->eb * e + 2 * STAT_BYTES * (double)l->params / 2;
+    k.vpu_flops = NORM_STATS_SHARE * l->fwd_flops * b;
+    if (fu == PS_FUSION_XLA) {
+      k.vpu_flops += pending_flops(c, l->input_from);
+      emit(c, &k);
+      return;
+    }
+    emit(c, &k);
+    PsKernel n = kernel(i, "bn normalize");
+    n.bytes = c->eb * 2.0 * e + c->eb * (double)l->params;
+    n.vpu_flops = (1.0 - NORM_STATS_SHARE) * l->fwd_flops * b;
+    emit(c, &n);
+    return;
+  }
+  if (is_unary(l->kind) || l->kind == PS_LAYER_ADD) {
+    if (fu == PS_FUSION_IDEAL)
+      return;
+    if (fu == PS_FUSION_XLA) {
+      if (l->kind == PS_LAYER_ADD ? add_fuses(c, i) : l->input_from >= 0)
+        return; /* fused into its producer, or pending into its consumer */
+    }
+    PsKernel k = kernel(i, l->kind == PS_LAYER_ADD ? "add" : "elementwise");
+    k.bytes = own_bytes(c, i, FALSE);
+    k.vpu_flops = l->fwd_flops * b;
+    if (fu == PS_FUSION_XLA) {
+      k.vpu_flops += pending_flops(c, l->input_from);
+      if (l->kind == PS_LAYER_ADD)
+        k.vpu_flops += pending_flops(c, l->shortcut_from);
+      fuse_consumers_fwd(c, i, &k);
+    }
+    emit(c, &k);
+    return;
+  }
+  /* a producer: matmul, convolution, pool, embedding, normalization of
+   * rows, the loss */
+  PsKernel k = kernel(i, l->n_mm > 0 ? (l->kind == PS_LAYER_CONV2D ? "conv" : "matmul")
+                                     : ps_layer_kind_name(l->kind));
+  k.mxu_flops = mm_flops(l, c->batch);
+  k.padded_flops = mm_padded(c, l);
+  k.bytes = own_bytes(c, i, FALSE);
+  k.vpu_flops = l->fwd_flops * b - k.mxu_flops;
+  if (fu == PS_FUSION_XLA) {
+    k.vpu_flops += pending_flops(c, l->input_from);
+    fuse_consumers_fwd(c, i, &k);
+  }
+  emit(c, &k);
+}
+
+static void layer_bwd(Ctx *c, int i)
+{
+  const PsLayer *l = L(c, i);
+  const PsFusion fu = c->opt->fusion;
+  const double b = (double)c->batch;
+  if (l->kind == PS_LAYER_FLATTEN)
+    return;
+  if (fu == PS_FUSION_IDEAL && ps_cost_fuses_into_producer(l->kind) && l->input_from >= 0)
+    return;
+  if (l->kind == PS_LAYER_BATCHNORM) {
+    if (fu == PS_FUSION_IDEAL)
+      return;
+    double e = in_elems(c, i);
+    PsKernel k = kernel(i, "bn grad reduce");
+    k.bytes = c->eb * 2.0 * e + STAT_BYTES * (double)l->params;
+    k.vpu_flops = NORM_BWD_REDUCE_SHARE * l->bwd_flops * b;
+    if (fu == PS_FUSION_XLA) {
+      fuse_consumers_bwd(c, i, &k);
+      emit(c, &k);
+      return;
+    }
+    emit(c, &k);
+    PsKernel n = kernel(i, "bn grad");
+    n.bytes = c->eb * 3.0 * e + c->eb * (double)l->params;
+    n.vpu_flops = (1.0 - NORM_BWD_REDUCE_SHARE) * l->bwd_flops * b;
+    emit(c, &n);
+    return;
+  }
+  if (is_unary(l->kind) || l->kind == PS_LAYER_ADD) {
+    if (fu == PS_FUSION_IDEAL)
+      return;
+    if (fu == PS_FUSION_XLA && chain_root(c, l->input_from) >= 0)
+      return; /* fused into the gradient kernels of its producer */
+    PsKernel k = kernel(i, l->kind == PS_LAYER_ADD ? "add grad" : "elementwise grad");
+    k.bytes = own_bytes(c, i, TRUE);
+    k.vpu_flops = l->bwd_flops * b;
+    emit(c, &k);
+    return;
+  }
+  if (l->n_mm > 0) {
+    double mm = mm_flops(l, c->batch), padded = mm_padded(c, l);
+    double other = fmax(l->bwd_flops * b - 2.0 * mm, 0);
+    double w = (double)l->params;
+    double act = c->eb * (l->fwd_bytes - w) * b; /* inputs and outputs once */
+    /* dx = dy W^T: reads dy, W and the saved operands, writes dx.  Kept
+     * for the model's first layer too, although XLA drops it there as dead
+     * code: the pipeline's equal-stage checks rely on equal layers costing
+     * the same (a refinement left for later). */
+    PsKernel d = kernel(i, "dgrad");
+    d.mxu_flops = mm;
+    d.padded_flops = padded;
+    d.bytes = act + c->eb * w;
+    d.vpu_flops = other;
+    if (fu == PS_FUSION_XLA)
+      fuse_consumers_bwd(c, i, &d);
+    emit(c, &d);
+    /* dW = x^T dy: reads x and dy, writes dW in float32; bias gradient */
+    PsKernel g = kernel(i, "wgrad");
+    g.mxu_flops = mm;
+    g.padded_flops = padded;
+    g.bytes = act + STAT_BYTES * w;
+    g.vpu_flops = 0;
+    if (l->bias)
+      g.vpu_flops += out_elems(c, i);
+    if (fu == PS_FUSION_XLA)
+      fuse_consumers_bwd(c, i, &g);
+    emit(c, &g);
+    return;
+  }
+  PsKernel k = kernel(i, ps_layer_kind_name(l->kind));
+  k.bytes = own_bytes(c, i, TRUE);
+  k.vpu_flops = l->bwd_flops * b;
+  if (fu == PS_FUSION_XLA)
+    fuse_consumers_bwd(c, i, &k);
+  emit(c, &k);
+}
+
+void ps_cost_op(const PsTopology *topo, const PsModel *model, int first, int last,
+                int64_t batch, const PsCostOptions *opt, gboolean backward, GArray *kernels,
+                PsOpCost *out)
+{
+  g_return_if_fail(first >= 0 && last < model->n_layers && first <= last);
+  PsOpCost s = {0};
+  Ctx c = {.topo = topo, .m = model, .batch = batch, .opt = opt, .eb = opt->act_bytes,
+           .out = kernels, .sum = &s};
+  for (int n = 0; n <= last - first; n++) {
+    int i = backward ? last - n : first + n;
+    const PsLayer *l = &model->layers[i];
+    s.flops += (backward ? l->bwd_flops : l->fwd_flops) * (double)batch;
+    if (backward)
+      layer_bwd(&c, i);
+    else
+      layer_fwd(&c, i);
+  }
+  s.memory_bound = s.memory_s > s.mxu_s;
+  *out = s;
 }
 
 void ps_cost_layers(const PsTopology *topo, const PsModel *model, int first, int last,
                     int64_t batch, PsPrecision prec, gboolean fused, gboolean backward,
                     PsOpCost *out)
 {
-  g_return_if_fail(first >= 0 && last < model->n_layers && first <= last);
-  const int64_t tile = topo->mxu_size;
-  const int passes = prec == PS_PRECISION_BF16 ? 1 : PS_F32_MXU_PASSES;
-  const double eb = ps_cost_act_bytes(prec);
-  PsOpCost c = {0};
-  for (int i = first; i <= last; i++) {
-    const PsLayer *l = &model->layers[i];
-    c.flops += (backward ? l->bwd_flops : l->fwd_flops) * (double)batch;
-    for (int m = 0; m < l->n_mm; m++) {
-      const PsMatmul *mm = &l->mm[m];
-      double useful = 2.0 * (double)(mm->rows * batch) * (double)mm->k * (double)mm->n *
-                      (double)mm->count;
-      double padded = 2.0 * (double)pad_to(mm->rows * batch, PS_MXU_ROW_TILE) *
-                      (double)pad_to(mm->k, tile) * (double)pad_to(mm->n, tile) *
-                      (double)mm->count;
-      /* backward: one product for the input gradient, one for the weights */
-      int products = backward ? 2 : 1;
-      c.mxu_flops += useful * products;
-      c.padded_flops += padded * products * passes;
-    }
-    /* HBM traffic from shapes: forward reads x and W, writes y; backward
-     * reads x, W and dy, writes dx and dW.  Inside a fused group an
-     * element-wise layer's input and output never leave the core. */
-    if (l->kind == PS_LAYER_FLATTEN)
-      continue; /* a view: no traffic of its own */
-    double in = (double)ps_shape_elems(l->in_shape, l->in_rank) * (double)batch;
-    double outv = (double)ps_shape_elems(l->out_shape, l->out_rank) * (double)batch;
-    double w = (double)l->params;
-    if (fused && i > first && ps_cost_fuses_into_producer(l->kind))
-      in = 0; /* produced inside the group */
-    if (fused && i < last && ps_cost_fuses_into_producer(model->layers[i + 1].kind))
-      outv = 0; /* consumed inside the group */
-    c.bytes += eb * (backward ? 2.0 * in + outv + 2.0 * w : in + outv + w);
-  }
-  c.time = roofline(topo, &c);
-  *out = c;
+  PsCostOptions o = {.passes = ps_cost_passes(prec, 1), .act_bytes = ps_cost_act_bytes(prec),
+                     .fusion = fused ? PS_FUSION_XLA : PS_FUSION_NONE};
+  ps_cost_op(topo, model, first, last, batch, &o, backward, NULL, out);
+}
+
+void ps_cost_update_kernel(const PsTopology *topo, int64_t params, int slots, PsKernel *out)
+{
+  /* read w, g, slots; write w, slots (float32); ~2 FLOPs per state
+   * vector element */
+  PsKernel k = {.layer = -1, .what = "optimizer"};
+  k.bytes = (double)params * 4.0 * (2.0 + 2.0 * slots + 1.0);
+  k.vpu_flops = (double)params * (2.0 + 3.0 * slots);
+  kernel_finish(topo, &k);
+  *out = k;
 }
 
 void ps_cost_update(const PsTopology *topo, int64_t params, int slots, PsOpCost *out)
 {
-  PsOpCost c = {0};
-  /* read w, g, slots; write w, slots; ~2 FLOPs per state vector element */
-  c.bytes = (double)params * 4.0 * (2.0 + 2.0 * slots + 1.0);
-  c.flops = (double)params * (2.0 + 3.0 * slots);
-  c.time = roofline(topo, &c);
+  PsKernel k;
+  ps_cost_update_kernel(topo, params, slots, &k);
+  PsOpCost c = {.flops = k.vpu_flops, .bytes = k.bytes, .time = k.time, .kernels = 1,
+                .overhead_s = k.launch_s};
+  if (k.bound == PS_BOUND_MXU)
+    c.mxu_s = k.busy_s;
+  else
+    c.memory_s = k.busy_s;
+  c.memory_bound = k.bound != PS_BOUND_MXU;
   *out = c;
 }
 

@@ -1,24 +1,75 @@
-/* cost.h: how long a core takes for an op, by the roofline of DESIGN.md.
+/* cost.h: how long a core takes for an op, as the kernels XLA emits for it.
  *
- * time = max(matmul FLOPs padded to the MXU / (peak x efficiency),
- *            HBM bytes / HBM bandwidth) + op overhead.
- * Matrix products pad k and n to the MXU size (128) and the batch-side rows
- * to PS_MXU_ROW_TILE (8), so a 100-wide layer costs like a 128-wide one.
- * Element-wise work costs only its HBM traffic; with fusion, element-wise
- * layers that follow a producer in the same op add no traffic of their own.
- * Invariant: pure functions of (topology, model, batch); no state. */
+ * An op (a group of layers, forward or backward) is lowered to kernels; each
+ * kernel costs
+ *     max(padded MXU FLOPs x passes / (peak x mxu_efficiency),
+ *         HBM bytes / HBM bandwidth,
+ *         vector-unit FLOPs / vpu_flops) + op_overhead_s (one launch),
+ * and the op costs the sum of its kernels.  Matrix products pad the feature
+ * sides to the MXU size (128) and the rows (batch side) to PS_MXU_ROW_TILE
+ * (Cloud TPU performance guide, cloud.google.com/tpu/docs/performance-guide:
+ * each core works on 8 x 128 vector registers, XLA pads tensors to 8 x 128
+ * tiles, feature dimensions to multiples of 128 and the per-core batch to 8).
+ *
+ * The lowering with fusion "xla" follows XLA's documented passes:
+ * - a matmul or convolution takes its element-wise consumers (activations,
+ *   a residual add whose other input is already in HBM, bias) into its
+ *   output (XLA's instruction fusion, xla/service/instruction_fusion.cc,
+ *   and the "Fusion" section of the Cloud TPU performance guide);
+ * - training batch normalization is expanded into reductions and
+ *   element-wise ops (openxla xla/service/batchnorm_expander.cc): forward, one
+ *   statistics reduction kernel over the producer's output, and the
+ *   normalization (with the activation after it) fused into the consumer
+ *   (the next convolution's input, or the residual add's kernel);
+ *   backward, one reduction kernel (sum dy, sum dy x-hat) and the rest
+ *   fused into the producer's gradient kernels;
+ * - backward of a matmul is an input-gradient and a weight-gradient product
+ *   each
+ *   reading the output gradient with the consumers' element-wise gradients
+ *   (relu masks, normalization) fused into it;
+ * - pools, embeddings, layer normalization and the loss are one kernel each
+ *   way; the optimizer one kernel over the weights.
+ * Fusion "none" gives every layer its own kernels (the unfused traffic of
+ * model/layers.c); "ideal" makes element-wise and normalization work free
+ * (the bound no compiler reaches).  none >= xla >= ideal in time.
+ *
+ * Invariant: pure functions of (topology, model, batch, options); no state.
+ * Kernels are attributed to one layer (the one whose op launches them), so
+ * an op's cost is the sum over its layers and any grouping of layers into
+ * ops gives the same step compute time up to nothing. */
 #ifndef PS_COST_H
 #define PS_COST_H
 
 #include "io/config.h"
 
-/* Rows of a matmul are padded to a multiple of this (the batch side of a
- * v2/v3 vector register holds 8 rows; REFERENCE.md). */
+/* Rows of a matmul are padded to a multiple of this: a vector register is
+ * 8 sublanes x 128 lanes on v2, v3 and v4 ([SB] tpus.md: the VPU is an
+ * (8, 128) SIMD machine; the Cloud TPU performance guide: 8 x 128 vector
+ * registers), so the batch side is tiled by 8 on every generation here. */
 #define PS_MXU_ROW_TILE 8
-/* A float32-exact matmul on the MXU takes 6 bf16 passes (the TPU's
- * "highest" precision; JAX documents jax.lax.Precision.HIGHEST as 6-pass
- * bf16 on TPU).  bf16 inputs take one pass. */
-#define PS_F32_MXU_PASSES 6
+
+typedef enum { PS_BOUND_MXU, PS_BOUND_HBM, PS_BOUND_VPU, PS_BOUND_LAUNCH } PsBound;
+
+/* How an op is lowered: MXU passes, element bytes and fusion. */
+typedef struct {
+  int passes;     /* bf16 MXU passes per matmul (bf16 inputs: 1) */
+  int act_bytes;  /* bytes of one activation element in HBM */
+  PsFusion fusion;
+} PsCostOptions;
+
+/* One kernel as the core launches it. */
+typedef struct {
+  int layer;          /* the layer whose op launches it */
+  const char *what;   /* static: "conv", "dgrad", "wgrad", "bn stats", ... */
+  double mxu_flops;   /* useful matmul FLOPs */
+  double padded_flops;/* matmul FLOPs after padding, times passes */
+  double vpu_flops;   /* element-wise FLOPs on the vector unit */
+  double bytes;       /* HBM traffic */
+  double busy_s;      /* max(MXU, HBM, VPU) time */
+  double launch_s;    /* launch overhead */
+  ps_time_t time;     /* busy + launch */
+  PsBound bound;      /* what the kernel waits for */
+} PsKernel;
 
 typedef struct {
   double flops;        /* useful FLOPs (all layers of the op) */
@@ -27,7 +78,18 @@ typedef struct {
   double bytes;        /* HBM traffic */
   ps_time_t time;
   gboolean memory_bound;
+  int kernels;
+  double mxu_s;        /* busy time of MXU-bound kernels */
+  double memory_s;     /* busy time of HBM- and VPU-bound kernels */
+  double overhead_s;   /* launches */
 } PsOpCost;
+
+/* Options from an experiment's precision, matmul precision and fusion. */
+void ps_cost_options(const PsExperiment *exp, PsCostOptions *out);
+
+/* MXU passes of a matmul at `prec` with XLA precision passes `matmul_passes`
+ * (1, 3, 6): bf16 inputs take one pass whatever the precision. */
+int ps_cost_passes(PsPrecision prec, int matmul_passes);
 
 /* Layers that XLA fuses into the op producing their input (element-wise
  * work, reshapes, the loss); strategies group ops by it. */
@@ -36,16 +98,26 @@ gboolean ps_cost_fuses_into_producer(PsLayerKind kind);
 /* Bytes of one activation element in HBM. */
 int ps_cost_act_bytes(PsPrecision prec);
 
-/* Forward (backward when `backward`) of layers [first, last] as one op on
- * `batch` examples.  With `fused`, HBM traffic is the group's input,
- * weights and output only. */
+/* Kernels launched by layers [first, last] forward (backward when
+ * `backward`, in execution order: last to first) on `batch` examples,
+ * appended to `kernels` (PsKernel) when it is not NULL; their sum in out. */
+void ps_cost_op(const PsTopology *topo, const PsModel *model, int first, int last,
+                int64_t batch, const PsCostOptions *opt, gboolean backward, GArray *kernels,
+                PsOpCost *out);
+
+/* ps_cost_op with default matmul precision and fusion "xla" when `fused`
+ * ("none" otherwise). */
 void ps_cost_layers(const PsTopology *topo, const PsModel *model, int first, int last,
                     int64_t batch, PsPrecision prec, gboolean fused, gboolean backward,
                     PsOpCost *out);
 
 /* The optimizer update over `params` weights with `slots` state vectors:
- * reads weights, gradients and slots, writes weights and slots (float32). */
+ * one kernel reading weights, gradients and slots, writing weights and
+ * slots (float32). */
 void ps_cost_update(const PsTopology *topo, int64_t params, int slots, PsOpCost *out);
+void ps_cost_update_kernel(const PsTopology *topo, int64_t params, int slots, PsKernel *out);
+
+const char *ps_cost_bound_name(PsBound bound);
 
 /* A host <-> device transfer of `bytes` over PCIe. */
 ps_time_t ps_cost_pcie(const PsTopology *topo, double bytes);

@@ -13,6 +13,7 @@
 
 #include "common/json.h"
 
+#include <math.h>
 #include <string.h>
 
 #define HOP_BITS 20
@@ -31,6 +32,8 @@ typedef struct {
   int lanes;
   int first_lane;
   gboolean present;
+  gboolean failed;      /* ICI only: bandwidth factor 0, no route crosses it */
+  double factor;        /* bandwidth multiplier (ps_network_degrade_link), 1 by default */
   int64_t bytes;
   int64_t chunks;
   ps_time_t busy;
@@ -70,6 +73,7 @@ struct PsNetwork {
   int twist_k;
   int chips, per_chip, devices, hosts, chips_per_host;
   int onchip_base, pcie_base, n_links;
+  int n_failed;         /* failed ICI link directions */
   Link *links;
   ps_time_t *lane_free;
   int32_t *nbr;         /* (chip * ndims + dim) * 2 + (dir < 0): neighbour or -1 */
@@ -197,6 +201,19 @@ static int ring_way(const PsNetwork *net, int d, int a, int b, int *dir)
   return back;
 }
 
+/* TRUE if going `hops` hops from chip along dim in direction dir crosses
+ * a failed link. */
+static gboolean path_failed(const PsNetwork *net, int chip, int dim, int dir, int hops)
+{
+  for (int i = 0; i < hops; i++) {
+    int id = ici_index(net, chip, dim, dir);
+    if (net->links[id].failed)
+      return TRUE;
+    chip = net->nbr[id];
+  }
+  return FALSE;
+}
+
 /* The chip-to-chip part of a route: per dimension a direction and a hop
  * count, then walked in dimension order. */
 static void route_chips(const PsNetwork *net, int from, int to, RouteBuf *r)
@@ -248,13 +265,23 @@ static void route_chips(const PsNetwork *net, int from, int to, RouteBuf *r)
     }
   }
   int cur = from;
-  for (int d = 0; d < net->ndims; d++)
+  for (int d = 0; d < net->ndims; d++) {
+    /* a failed link on the way: the other way round the ring, which
+     * ps_network_degrade_link made sure is clear (never on a twisted torus
+     * or a mesh dimension) */
+    if (net->n_failed > 0 && hops[d] > 0 && path_failed(net, cur, d, dir[d], hops[d])) {
+      g_assert(net->wrap[d] && !net->twisted);
+      dir[d] = -dir[d];
+      hops[d] = net->dims[d] - hops[d];
+      g_assert(!path_failed(net, cur, d, dir[d], hops[d]));
+    }
     for (int i = 0; i < hops[d]; i++) {
       int id = ici_index(net, cur, d, dir[d]);
       g_assert(net->nbr[id] >= 0);
       route_push(r, id);
       cur = net->nbr[id];
     }
+  }
   g_assert(cur == to);
 }
 
@@ -312,6 +339,7 @@ static void link_init(PsNetwork *net, int id, double bw, double latency_s, int l
 {
   Link *l = &net->links[id];
   l->present = TRUE;
+  l->factor = 1.0;
   l->ps_per_byte = (double)PS_PS_PER_S / bw;
   l->latency = ps_time_from_s(latency_s);
   l->lanes = lanes;
@@ -461,7 +489,7 @@ gboolean ps_network_link_info(const PsNetwork *net, int link, PsLinkInfo *out)
                      .to_core = -1, .host = -1, .lanes = l->lanes,
                      .bandwidth_Bps = (double)PS_PS_PER_S / l->ps_per_byte,
                      .latency = l->latency, .bytes = l->bytes, .chunks = l->chunks,
-                     .busy = l->busy};
+                     .busy = l->busy, .bandwidth_factor = l->factor, .failed = l->failed};
   if (link < net->onchip_base) {
     info.kind = PS_LINK_ICI;
     info.chip = link / 2 / net->ndims;
@@ -521,6 +549,84 @@ char *ps_network_link_name(const PsNetwork *net, int link)
     break;
   }
   return g_string_free(s, FALSE);
+}
+
+/* ---- faults --------------------------------------------------------- */
+
+/* The failed link directions of one ring (dimension dim through chip)
+ * must leave a way between every two of its chips.  A route that meets a
+ * failed link goes the other way round, so two chips are cut off exactly
+ * when both ways meet one: a failed + link leaving position p and a
+ * failed - link leaving position q cut the pair (q, p + 1) unless
+ * q = p + 1, that is unless they are the two directions of one cable.
+ * On a cut, FALSE and *plus, *minus set to the two links. */
+static gboolean ring_connected(const PsNetwork *net, int chip, int dim, int *plus, int *minus)
+{
+  int n = net->dims[dim];
+  int c[PS_MAX_DIMS];
+  coords_of(net, chip, c);
+  for (int p = 0; p < n; p++) {
+    c[dim] = p;
+    int up = ici_index(net, chip_of(net, c), dim, +1);
+    if (!net->links[up].failed)
+      continue;
+    for (int q = 0; q < n; q++) {
+      c[dim] = q;
+      int down = ici_index(net, chip_of(net, c), dim, -1);
+      if (net->links[down].failed && q != (p + 1) % n) {
+        *plus = up;
+        *minus = down;
+        return FALSE;
+      }
+    }
+  }
+  return TRUE;
+}
+
+gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError **error)
+{
+  g_return_val_if_fail(net != NULL && factor >= 0 && factor < G_MAXDOUBLE, FALSE);
+  g_return_val_if_fail(link >= 0 && link < net->onchip_base && net->links[link].present, FALSE);
+  Link *l = &net->links[link];
+  int chip = link / 2 / net->ndims, dim = link / 2 % net->ndims;
+  if (factor == 0 && !l->failed) {
+    g_autofree char *name = ps_network_link_name(net, link);
+    if (net->twisted || !net->wrap[dim]) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  net->twisted
+                      ? "failing %s: rerouting round a failed link is not modelled on a "
+                        "twisted torus; degrade it (a factor > 0) instead"
+                      : "failing %s cuts dimension %c in two: it has no wrap-around, so "
+                        "traffic between the chips on either side has no other way; degrade "
+                        "it (a factor > 0) instead",
+                  name, "xyz"[dim]);
+      return FALSE;
+    }
+    l->failed = TRUE;
+    int plus, minus;
+    if (!ring_connected(net, chip, dim, &plus, &minus)) {
+      l->failed = FALSE;
+      g_autofree char *pn = ps_network_link_name(net, plus);
+      g_autofree char *mn = ps_network_link_name(net, minus);
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "failing %s: with %s and %s both failed, some chips of the %c ring have no "
+                  "way to each other (each way round crosses a failed link); fail links of "
+                  "one ring in one direction only, or the two directions of one cable",
+                  name, pn, mn, "xyz"[dim]);
+      return FALSE;
+    }
+    net->n_failed++;
+  } else if (factor > 0 && l->failed) {
+    l->failed = FALSE;
+    net->n_failed--;
+  }
+  l->factor = factor;
+  const PsTopology *t = net->topo;
+  l->ps_per_byte = factor > 0 ? (double)PS_PS_PER_S / (t->ici_bandwidth_Bps * factor) : INFINITY;
+  /* routes change; messages in flight keep the route they were sent on */
+  for (uint32_t i = 0; i <= net->route_mask; i++)
+    net->route_cache[i].src = -1;
+  return TRUE;
 }
 
 /* ---- messages ------------------------------------------------------- */

@@ -54,10 +54,21 @@
  * crossings, then the lowest dimensions.  Hops are still taken in dimension
  * order.
  *
+ * Faults (ps_network_degrade_link, the experiment's faults.links).  An
+ * ICI link direction's bandwidth may be multiplied by a factor (all its
+ * lanes; latency unchanged).  A factor of 0 fails it: a route that would
+ * cross it in some dimension goes the other way round that dimension's
+ * ring instead (still dimension order; only that dimension's direction
+ * changes, so the detour costs n - 2h more hops on a ring of n where the
+ * direct way took h).  A failure is refused where it would leave two chips
+ * without a way: in a dimension without wrap-around, on a twisted torus
+ * (whose wraps land shifted, so there is no plain other way round), or
+ * where both ways round a ring would cross a failed link.
+ *
  * Invariant: on every link direction each lane carries one chunk at a time
- * and chunks leave a link in the order they reached it; a message's deliver
- * callback runs once per chunk, with `last` set exactly once, after every
- * chunk has arrived. */
+ * and chunks leave a link in the order they reached it; no route crosses a
+ * failed link; a message's deliver callback runs once per chunk, with
+ * `last` set exactly once, after every chunk has arrived. */
 #ifndef PS_NETWORK_H
 #define PS_NETWORK_H
 
@@ -86,7 +97,9 @@ typedef struct {
   int from_core, to_core; /* on-chip only; else -1 */
   int host;           /* PCIe only; else -1 */
   int lanes;
-  double bandwidth_Bps; /* per lane */
+  double bandwidth_Bps; /* per lane, bandwidth_factor applied (0 if failed) */
+  double bandwidth_factor; /* 1 unless degraded */
+  gboolean failed;    /* ICI: degraded to 0, no route crosses it */
   ps_time_t latency;
   int64_t bytes;      /* carried so far */
   int64_t chunks;
@@ -146,6 +159,14 @@ gboolean ps_network_link_info(const PsNetwork *net, int link, PsLinkInfo *out);
 /* The ICI link leaving chip in dimension dim, direction dir (+1 / -1), or
  * -1 if there is none. */
 int ps_network_ici_link(const PsNetwork *net, int chip, int dim, int dir);
+/* Multiplies the bandwidth of ICI link direction `link` (from
+ * ps_network_ici_link) by factor (>= 0; the topology's figure times
+ * factor, so a second call replaces the first); 0 fails it and routes go
+ * round it (see Faults above).  FALSE and a PS_INPUT_ERROR naming the link
+ * when a failure would cut chips off from each other; the link is then
+ * unchanged.  Messages already sent keep the route they were sent on. */
+gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError **error);
+
 /* "chip (1,2) -> (1,3) +y", "chip (0,0) core 0 -> core 1",
  * "host 3 -> chips (PCIe)".  (transfer full) */
 char *ps_network_link_name(const PsNetwork *net, int link);

@@ -295,8 +295,9 @@ char *ps_config__override_key(const char *assignment)
 static const char *const experiment_keys[] = {
     "name",          "description", "topology",         "model",    "global_batch",
     "steps",         "epochs",      "steps_per_run",    "log_every", "fuse_elementwise",
+    "fusion",
     "strategy",      "input",       "optimizer",        "numerics", "outside_compilation",
-    "collective",    NULL};
+    "collective",    "faults",      NULL};
 static const char *const collective_keys[] = {"algorithm", "chunk_bytes", NULL};
 static const char *const collective_algorithms[] = {"auto", "ring", "bidir", "torus", NULL};
 static const char *const host_call_keys[] = {"after", "kind", "bins", "flops_per_element", NULL};
@@ -312,7 +313,14 @@ static const char *const input_keys[] = {"source",   "data_dir",        "host_co
 static const char *const optimizer_keys[] = {"kind",  "learning_rate", "momentum", "beta1",
                                              "beta2", "epsilon",       "schedule", NULL};
 static const char *const lr_schedules[] = {"constant", "cosine", NULL};
-static const char *const numerics_keys[] = {"enabled", "precision", "seed", "evaluate", NULL};
+static const char *const numerics_keys[] = {"enabled", "precision", "seed", "evaluate",
+                                            "matmul_precision", NULL};
+/* XLA's PrecisionConfig (jax.lax.Precision): bf16 MXU passes of a float32
+ * matmul are 1, 3 and 6 (docs.jax.dev "Matmul precision"; jax issue #1856:
+ * the TPU default multiplies float32 in bfloat16 with float32 accumulation). */
+static const char *const matmul_precisions[] = {"default", "high", "highest", NULL};
+static const int matmul_precision_passes[] = {1, 3, 6};
+static const char *const fusions[] = {"xla", "none", "ideal", NULL};
 
 static const char *const strategy_kinds[] = {"replicate", "pipeline", NULL};
 static const char *const loss_reductions[] = {"mean", "sum", NULL};
@@ -667,6 +675,439 @@ static gboolean parse_collective(json_object *root, const char *file, PsCollecti
   return TRUE;
 }
 
+/* ============================================================ faults */
+
+/* "faults": {"stragglers": [{"device", "slowdown", "delay_s"}],
+ *            "slow_hosts": [{"host", "slowdown"}],
+ *            "links": [{"chip", "dim", "dir", "both_ways", "bandwidth_factor",
+ *                       "failed"}]}
+ * Checked against the run the rest of the experiment resolved to: a
+ * straggler must be a device the run uses, a link must exist, and failed
+ * links must leave a way between every two chips (see check_cuts). */
+static const char *const faults_keys[] = {"stragglers", "slow_hosts", "links", NULL};
+static const char *const straggler_keys[] = {"device", "slowdown", "delay_s", NULL};
+static const char *const slow_host_keys[] = {"host", "slowdown", NULL};
+static const char *const link_fault_keys[] = {"chip",      "dim",    "dir", "both_ways",
+                                              "bandwidth_factor", "failed", NULL};
+static const char *const link_dirs[] = {"+", "-", NULL};
+
+/* Past these a slowdown or a delay is surely a typo; they also keep every
+ * slowed op time far from overflowing picoseconds. */
+#define MAX_SLOWDOWN 1e6
+#define MAX_DELAY_S 3600.0
+#define MAX_FAULTS (1 << 16)
+
+static gboolean has_key(json_object *o, const char *key)
+{
+  json_object *v = NULL;
+  return json_object_object_get_ex(o, key, &v) && v != NULL;
+}
+
+/* faults.<key> when it must be an array: *arr NULL when absent. */
+static gboolean get_fault_list(json_object *o, const char *file, const char *key,
+                               json_object **arr, GError **error)
+{
+  json_object *v = NULL;
+  *arr = NULL;
+  if (!json_object_object_get_ex(o, key, &v) || !v)
+    return TRUE;
+  g_autofree char *p = ps_json_path_join("faults", key);
+  if (!json_object_is_type(v, json_type_array)) {
+    ps_config__fail(error, PS_INPUT_ERROR_TYPE, file, p,
+                    "must be an array of objects (e.g. [{\"%s\": 0, ...}]), got %s",
+                    strcmp(key, "links") == 0        ? "chip"
+                    : strcmp(key, "slow_hosts") == 0 ? "host"
+                                                     : "device",
+                    ps_json_type_name(v));
+    return FALSE;
+  }
+  if (json_object_array_length(v) > MAX_FAULTS) {
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p, "has %zu entries, more than the %d accepted",
+                    json_object_array_length(v), MAX_FAULTS);
+    return FALSE;
+  }
+  *arr = v;
+  return TRUE;
+}
+
+static gboolean parse_stragglers(json_object *arr, const char *file, PsExperiment *e,
+                                 GError **error)
+{
+  PsFaultsConfig *fc = &e->faults;
+  int n = (int)json_object_array_length(arr);
+  int used = ps_experiment_devices_used(e);
+  fc->stragglers = g_new0(PsStraggler, n ? n : 1);
+  for (int i = 0; i < n; i++) {
+    g_autofree char *p = ps_json_path_index("faults.stragglers", i);
+    json_object *o = json_object_array_get_idx(arr, i);
+    PsStraggler *s = &fc->stragglers[i];
+    s->slowdown = 1.0;
+    s->delay_s = 0.0;
+    if (!ps_json_expect_object(o, file, p, error) ||
+        !ps_json_check_keys(o, file, p, straggler_keys, error) ||
+        !ps_json_get_int32(o, file, p, "device", TRUE, G_MININT, G_MAXINT, &s->device, error) ||
+        !ps_json_get_double(o, file, p, "slowdown", FALSE, 0, TRUE, MAX_SLOWDOWN, &s->slowdown,
+                            error) ||
+        !ps_json_get_double(o, file, p, "delay_s", FALSE, 0, FALSE, MAX_DELAY_S, &s->delay_s,
+                            error))
+      return FALSE;
+    fc->n_stragglers++;
+    if (!has_key(o, "slowdown") && !has_key(o, "delay_s")) {
+      ps_config__fail(error, PS_INPUT_ERROR_KEY, file, p,
+                      "give slowdown (a factor > 0 on the device's compute), delay_s (seconds "
+                      "added to each of its steps), or both");
+      return FALSE;
+    }
+    g_autofree char *dp = ps_json_path_join(p, "device");
+    if (s->device < 0 || s->device >= used) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, dp,
+                      "device %d is not a device of this run: it uses devices 0..%d (replicas %d x "
+                      "stages %d of %s's %d devices)",
+                      s->device, used - 1, e->strategy.replicas, e->strategy.stages,
+                      e->topology->name, ps_topology_devices(e->topology));
+      return FALSE;
+    }
+    for (int j = 0; j < i; j++)
+      if (fc->stragglers[j].device == s->device) {
+        ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, dp,
+                        "device %d is already a straggler in faults.stragglers[%d]; merge the "
+                        "two entries",
+                        s->device, j);
+        return FALSE;
+      }
+  }
+  return TRUE;
+}
+
+static gboolean parse_slow_hosts(json_object *arr, const char *file, PsExperiment *e,
+                                 GError **error)
+{
+  PsFaultsConfig *fc = &e->faults;
+  int n = (int)json_object_array_length(arr);
+  int hosts = ps_topology_hosts(e->topology);
+  fc->slow_hosts = g_new0(PsSlowHost, n ? n : 1);
+  for (int i = 0; i < n; i++) {
+    g_autofree char *p = ps_json_path_index("faults.slow_hosts", i);
+    json_object *o = json_object_array_get_idx(arr, i);
+    PsSlowHost *h = &fc->slow_hosts[i];
+    if (!ps_json_expect_object(o, file, p, error) ||
+        !ps_json_check_keys(o, file, p, slow_host_keys, error) ||
+        !ps_json_get_int32(o, file, p, "host", TRUE, G_MININT, G_MAXINT, &h->host, error) ||
+        !ps_json_get_double(o, file, p, "slowdown", TRUE, 0, TRUE, MAX_SLOWDOWN, &h->slowdown,
+                            error))
+      return FALSE;
+    fc->n_slow_hosts++;
+    g_autofree char *hp = ps_json_path_join(p, "host");
+    if (h->host < 0 || h->host >= hosts) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, hp,
+                      "host %d is out of range: %s has %d host%s (0..%d)", h->host,
+                      e->topology->name, hosts, hosts == 1 ? "" : "s", hosts - 1);
+      return FALSE;
+    }
+    for (int j = 0; j < i; j++)
+      if (fc->slow_hosts[j].host == h->host) {
+        ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, hp,
+                        "host %d is already slowed by faults.slow_hosts[%d]; merge the two "
+                        "entries",
+                        h->host, j);
+        return FALSE;
+      }
+  }
+  return TRUE;
+}
+
+/* Chip coordinates, x fastest (network.h's numbering). */
+static void chip_coords(const PsTopology *t, int chip, int c[PS_MAX_DIMS])
+{
+  for (int d = 0; d < PS_MAX_DIMS; d++) {
+    c[d] = d < t->ndims ? chip % t->dims[d] : 0;
+    if (d < t->ndims)
+      chip /= t->dims[d];
+  }
+}
+
+static int chip_at(const PsTopology *t, const int c[PS_MAX_DIMS])
+{
+  int chip = 0;
+  for (int d = t->ndims - 1; d >= 0; d--)
+    chip = chip * t->dims[d] + c[d];
+  return chip;
+}
+
+/* The chip one hop from `chip` along dim in direction dir (the twist of a
+ * twisted torus applied as network.c applies it), or -1 at a mesh edge. */
+static int neighbour_of(const PsTopology *t, int chip, int dim, int dir)
+{
+  int c[PS_MAX_DIMS], n = t->dims[dim];
+  chip_coords(t, chip, c);
+  int x = c[dim] + dir;
+  if (x < 0 || x >= n) {
+    if (!t->wrap[dim])
+      return -1;
+    x = (x + n) % n;
+    if (t->twisted) {
+      int k = MIN(t->dims[0], MIN(t->dims[1], t->dims[2]));
+      if (n == k)
+        for (int l = 0; l < t->ndims; l++)
+          if (t->dims[l] != k)
+            c[l] = (c[l] + k) % t->dims[l];
+    }
+  }
+  c[dim] = x;
+  return chip_at(t, c);
+}
+
+static void append_chip(GString *s, const PsTopology *t, int chip)
+{
+  int c[PS_MAX_DIMS];
+  chip_coords(t, chip, c);
+  g_string_append_c(s, '(');
+  for (int d = 0; d < t->ndims; d++)
+    g_string_append_printf(s, "%s%d", d ? "," : "", c[d]);
+  g_string_append_c(s, ')');
+}
+
+/* "chip (1,0) -> (0,0) -x", as ps_network_link_name names it.  (transfer
+ * full) */
+static char *link_text(const PsTopology *t, int chip, int dim, int dir)
+{
+  GString *s = g_string_new("chip ");
+  append_chip(s, t, chip);
+  g_string_append(s, " -> ");
+  append_chip(s, t, neighbour_of(t, chip, dim, dir));
+  g_string_append_printf(s, " %c%c", dir > 0 ? '+' : '-', "xyz"[dim]);
+  return g_string_free(s, FALSE);
+}
+
+/* One link direction a fault entry names. */
+typedef struct {
+  int chip, dim, dir;
+  gboolean failed;
+  int entry;
+} LinkDir;
+
+/* Failed links must leave a way between every two chips.  In a ring
+ * (dims with wrap-around; mesh dims reject any failure before this), a
+ * route that meets a failed link goes the other way round, so two chips
+ * are cut off exactly when both ways meet one: a failed + link leaving
+ * position p and a failed - link leaving position q cut the pair
+ * (q, p + 1) unless q = p + 1, i.e. unless the two are the directions of
+ * one cable. */
+static gboolean check_cuts(const PsTopology *t, const LinkDir *ld, int n, const char *file,
+                           GError **error)
+{
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) {
+      const LinkDir *u = &ld[i], *v = &ld[j];
+      if (!u->failed || !v->failed || u->dim != v->dim || u->dir < 0 || v->dir > 0)
+        continue;
+      int cu[PS_MAX_DIMS], cv[PS_MAX_DIMS], d = u->dim, len = t->dims[d];
+      chip_coords(t, u->chip, cu);
+      chip_coords(t, v->chip, cv);
+      gboolean same_ring = TRUE;
+      for (int k = 0; k < t->ndims; k++)
+        if (k != d && cu[k] != cv[k])
+          same_ring = FALSE;
+      if (!same_ring || cv[d] == (cu[d] + 1) % len)
+        continue;
+      int later = MAX(u->entry, v->entry), earlier = MIN(u->entry, v->entry);
+      g_autofree char *p = ps_json_path_index("faults.links", later);
+      g_autofree char *un = link_text(t, u->chip, d, +1);
+      g_autofree char *vn = link_text(t, v->chip, d, -1);
+      cu[d] = (cu[d] + 1) % len;
+      GString *a = g_string_new(NULL), *b = g_string_new(NULL);
+      append_chip(a, t, v->chip);
+      append_chip(b, t, chip_at(t, cu));
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                      "with %s and %s both failed (faults.links[%d] and [%d]), chip %s and "
+                      "chip %s have no way to each other round the %c ring (each way crosses "
+                      "a failed link); fail links of one ring in one direction only, or the "
+                      "two directions of one cable",
+                      un, vn, earlier, later, a->str, b->str, "xyz"[d]);
+      g_string_free(a, TRUE);
+      g_string_free(b, TRUE);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+static gboolean parse_link_faults(json_object *arr, const char *file, PsExperiment *e,
+                                  GError **error)
+{
+  const PsTopology *t = e->topology;
+  PsFaultsConfig *fc = &e->faults;
+  int n = (int)json_object_array_length(arr);
+  int chips = ps_topology_chips(t);
+  fc->links = g_new0(PsLinkFault, n ? n : 1);
+  g_autofree LinkDir *ld = g_new0(LinkDir, 2 * (size_t)n + 1);
+  int n_ld = 0;
+  for (int i = 0; i < n; i++) {
+    g_autofree char *p = ps_json_path_index("faults.links", i);
+    json_object *o = json_object_array_get_idx(arr, i);
+    PsLinkFault *f = &fc->links[i];
+    int dir = 0;
+    gboolean failed = FALSE;
+    f->bandwidth_factor = 1.0;
+    if (!ps_json_expect_object(o, file, p, error) ||
+        !ps_json_check_keys(o, file, p, link_fault_keys, error) ||
+        !ps_json_get_int32(o, file, p, "chip", TRUE, G_MININT, G_MAXINT, &f->chip, error) ||
+        !ps_json_get_int32(o, file, p, "dim", TRUE, G_MININT, G_MAXINT, &f->dim, error) ||
+        !ps_json_get_enum(o, file, p, "dir", TRUE, link_dirs, &dir, error) ||
+        !ps_json_get_bool(o, file, p, "both_ways", FALSE, &f->both_ways, error) ||
+        !ps_json_get_double(o, file, p, "bandwidth_factor", FALSE, 0, FALSE, 1.0,
+                            &f->bandwidth_factor, error) ||
+        !ps_json_get_bool(o, file, p, "failed", FALSE, &failed, error))
+      return FALSE;
+    fc->n_links++;
+    f->dir = dir == 0 ? 1 : -1;
+    if (!has_key(o, "bandwidth_factor") && !failed) {
+      ps_config__fail(error, PS_INPUT_ERROR_KEY, file, p,
+                      "give bandwidth_factor (0 to 1, multiplies the link's bandwidth; 0 "
+                      "fails it) or \"failed\": true");
+      return FALSE;
+    }
+    if (failed && has_key(o, "bandwidth_factor") && f->bandwidth_factor != 0) {
+      g_autofree char *fp = ps_json_path_join(p, "failed");
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, fp,
+                      "true contradicts bandwidth_factor %g; give one of them",
+                      f->bandwidth_factor);
+      return FALSE;
+    }
+    if (failed)
+      f->bandwidth_factor = 0.0;
+    g_autofree char *cp = ps_json_path_join(p, "chip");
+    g_autofree char *dp = ps_json_path_join(p, "dim");
+    if (f->chip < 0 || f->chip >= chips) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, cp,
+                      "chip %d is out of range: %s has %d chips (0..%d, numbered x fastest)",
+                      f->chip, t->name, chips, chips - 1);
+      return FALSE;
+    }
+    if (f->dim < 0 || f->dim >= t->ndims) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, dp,
+                      "dimension %d is out of range: %s's torus has %d dimension%s (0 = x%s)",
+                      f->dim, t->name, t->ndims, t->ndims == 1 ? "" : "s",
+                      t->ndims == 3 ? ", 1 = y, 2 = z" : t->ndims == 2 ? ", 1 = y" : "");
+      return FALSE;
+    }
+    char axis = "xyz"[f->dim], sign = f->dir > 0 ? '+' : '-';
+    if (t->dims[f->dim] == 1) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, dp,
+                      "dimension %c of %s has size 1: there are no ICI links along it", axis,
+                      t->name);
+      return FALSE;
+    }
+    int to = neighbour_of(t, f->chip, f->dim, f->dir);
+    if (to < 0) {
+      GString *c = g_string_new(NULL);
+      append_chip(c, t, f->chip);
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                      "chip %d %s has no %c%c link: it is at the edge of dimension %c, which "
+                      "has no wrap-around (torus.wrap[%d] = false)",
+                      f->chip, c->str, sign, axis, axis, f->dim);
+      g_string_free(c, TRUE);
+      return FALSE;
+    }
+    g_autofree char *name = link_text(t, f->chip, f->dim, f->dir);
+    if (f->bandwidth_factor == 0 && !t->wrap[f->dim]) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                      "failing %s cuts dimension %c in two: it has no wrap-around "
+                      "(torus.wrap[%d] = false), so traffic between the chips on either side "
+                      "has no other way; degrade it with a bandwidth_factor > 0 instead",
+                      name, axis, f->dim);
+      return FALSE;
+    }
+    if (f->bandwidth_factor == 0 && t->twisted) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                      "failing %s: rerouting round a failed link is not modelled on a twisted "
+                      "torus; degrade it with a bandwidth_factor > 0 instead",
+                      name);
+      return FALSE;
+    }
+    int first = n_ld;
+    ld[n_ld++] = (LinkDir){f->chip, f->dim, f->dir, f->bandwidth_factor == 0, i};
+    if (f->both_ways)
+      ld[n_ld++] = (LinkDir){to, f->dim, -f->dir, f->bandwidth_factor == 0, i};
+    for (int k = first; k < n_ld; k++)
+      for (int j = 0; j < first; j++)
+        if (ld[j].chip == ld[k].chip && ld[j].dim == ld[k].dim && ld[j].dir == ld[k].dir) {
+          g_autofree char *dup = link_text(t, ld[k].chip, ld[k].dim, ld[k].dir);
+          ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                          "%s is already named by faults.links[%d]; give each link direction "
+                          "once",
+                          dup, ld[j].entry);
+          return FALSE;
+        }
+  }
+  return check_cuts(t, ld, n_ld, file, error);
+}
+
+static gboolean parse_faults(json_object *root, const char *file, PsExperiment *e,
+                             GError **error)
+{
+  json_object *o, *arr;
+  if (!ps_config__get_object(root, file, "", "faults", FALSE, &o, error))
+    return FALSE;
+  if (!o)
+    return TRUE;
+  if (!ps_json_check_keys(o, file, "faults", faults_keys, error))
+    return FALSE;
+  if (!get_fault_list(o, file, "stragglers", &arr, error) ||
+      (arr && !parse_stragglers(arr, file, e, error)) ||
+      !get_fault_list(o, file, "slow_hosts", &arr, error) ||
+      (arr && !parse_slow_hosts(arr, file, e, error)) ||
+      !get_fault_list(o, file, "links", &arr, error) ||
+      (arr && !parse_link_faults(arr, file, e, error)))
+    return FALSE;
+  return TRUE;
+}
+
+/* The faults as a loadable object (a failed link as bandwidth_factor 0),
+ * or NULL when there are none.  (transfer full) */
+static json_object *faults_to_json(const PsFaultsConfig *fc)
+{
+  if (fc->n_stragglers + fc->n_slow_hosts + fc->n_links == 0)
+    return NULL;
+  json_object *o = json_object_new_object();
+  if (fc->n_stragglers) {
+    json_object *a = json_object_new_array();
+    for (int i = 0; i < fc->n_stragglers; i++) {
+      const PsStraggler *s = &fc->stragglers[i];
+      json_object *so = json_object_new_object();
+      json_object_object_add(so, "device", json_object_new_int(s->device));
+      json_object_object_add(so, "slowdown", ps_config__new_double(s->slowdown));
+      json_object_object_add(so, "delay_s", ps_config__new_double(s->delay_s));
+      json_object_array_add(a, so);
+    }
+    json_object_object_add(o, "stragglers", a);
+  }
+  if (fc->n_slow_hosts) {
+    json_object *a = json_object_new_array();
+    for (int i = 0; i < fc->n_slow_hosts; i++) {
+      json_object *ho = json_object_new_object();
+      json_object_object_add(ho, "host", json_object_new_int(fc->slow_hosts[i].host));
+      json_object_object_add(ho, "slowdown", ps_config__new_double(fc->slow_hosts[i].slowdown));
+      json_object_array_add(a, ho);
+    }
+    json_object_object_add(o, "slow_hosts", a);
+  }
+  if (fc->n_links) {
+    json_object *a = json_object_new_array();
+    for (int i = 0; i < fc->n_links; i++) {
+      const PsLinkFault *f = &fc->links[i];
+      json_object *lo = json_object_new_object();
+      json_object_object_add(lo, "chip", json_object_new_int(f->chip));
+      json_object_object_add(lo, "dim", json_object_new_int(f->dim));
+      json_object_object_add(lo, "dir", json_object_new_string(f->dir > 0 ? "+" : "-"));
+      json_object_object_add(lo, "both_ways", json_object_new_boolean(f->both_ways));
+      json_object_object_add(lo, "bandwidth_factor", ps_config__new_double(f->bandwidth_factor));
+      json_object_array_add(a, lo);
+    }
+    json_object_object_add(o, "links", a);
+  }
+  return o;
+}
+
 /* A probability-like parameter in [0, 1). */
 static gboolean get_unit_interval(json_object *o, const char *file, const char *p,
                                   const char *key, double *out, GError **error)
@@ -722,6 +1163,7 @@ static gboolean parse_numerics(json_object *root, const char *file, gboolean def
   n->precision = PS_PRECISION_F32;
   n->seed = 1;
   n->evaluate = TRUE;
+  n->matmul_passes = 1;
   json_object *o;
   if (!ps_config__get_object(root, file, "", "numerics", FALSE, &o, error))
     return FALSE;
@@ -730,7 +1172,10 @@ static gboolean parse_numerics(json_object *root, const char *file, gboolean def
   const char *p = "numerics";
   int prec = n->precision;
   int64_t seed = 1;
+  int mp = 0;
   if (!ps_json_check_keys(o, file, p, numerics_keys, error) ||
+      !ps_json_get_enum(o, file, p, "matmul_precision", FALSE, matmul_precisions, &mp,
+                        error) ||
       !ps_json_get_bool(o, file, p, "enabled", FALSE, &n->enabled, error) ||
       !ps_json_get_enum(o, file, p, "precision", FALSE, precisions, &prec, error) ||
       !ps_json_get_int(o, file, p, "seed", FALSE, 0, INT64_MAX, &seed, error) ||
@@ -738,6 +1183,7 @@ static gboolean parse_numerics(json_object *root, const char *file, gboolean def
     return FALSE;
   n->precision = (PsPrecision)prec;
   n->seed = (uint64_t)seed;
+  n->matmul_passes = matmul_precision_passes[mp];
   return TRUE;
 }
 
@@ -905,6 +1351,7 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(o, "steps_per_run", json_object_new_int64(e->steps_per_run));
   json_object_object_add(o, "log_every", json_object_new_int64(e->log_every));
   json_object_object_add(o, "fuse_elementwise", json_object_new_boolean(e->fuse_elementwise));
+  json_object_object_add(o, "fusion", json_object_new_string(fusions[e->fusion]));
 
   const PsStrategyConfig *s = &e->strategy;
   json_object *so = json_object_new_object();
@@ -961,6 +1408,10 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(no, "precision", json_object_new_string(precisions[n->precision]));
   json_object_object_add(no, "seed", json_object_new_int64((int64_t)n->seed));
   json_object_object_add(no, "evaluate", json_object_new_boolean(n->evaluate));
+  for (int i = 0; matmul_precisions[i]; i++)
+    if (matmul_precision_passes[i] == n->matmul_passes)
+      json_object_object_add(no, "matmul_precision",
+                             json_object_new_string(matmul_precisions[i]));
   json_object_object_add(o, "numerics", no);
   json_object *co = json_object_new_object();
   json_object_object_add(co, "algorithm", json_object_new_string(e->collective.algorithm));
@@ -979,6 +1430,9 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
     }
     json_object_object_add(o, "outside_compilation", hc);
   }
+  json_object *faults = faults_to_json(&e->faults);
+  if (faults)
+    json_object_object_add(o, "faults", faults);
   return o;
 }
 
@@ -1022,6 +1476,12 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
                        error) ||
       !ps_json_get_bool(root, f, "", "fuse_elementwise", FALSE, &e->fuse_elementwise, error))
     goto fail;
+  /* "fusion" wins; the older "fuse_elementwise": false means "none" */
+  int fusion = e->fuse_elementwise ? PS_FUSION_XLA : PS_FUSION_NONE;
+  if (!ps_json_get_enum(root, f, "", "fusion", FALSE, fusions, &fusion, error))
+    goto fail;
+  e->fusion = (PsFusion)fusion;
+  e->fuse_elementwise = e->fusion != PS_FUSION_NONE;
 
   gboolean replicas_defaulted = FALSE;
   if (!parse_strategy(root, f, e->topology, &e->strategy, &replicas_defaulted, error) ||
@@ -1041,7 +1501,7 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
   e->steps = steps;
   e->log_every = log_every ? log_every : MAX(1, steps / 10);
 
-  if (!check_experiment(e, replicas_defaulted, error))
+  if (!check_experiment(e, replicas_defaulted, error) || !parse_faults(root, f, e, error))
     goto fail;
   e->resolved = experiment_to_json(e, root);
   return e;
@@ -1092,6 +1552,9 @@ void ps_experiment_free(PsExperiment *e)
     ps_model_free(e->model);
   g_free(e->input.data_dir);
   g_free(e->host_calls);
+  g_free(e->faults.stragglers);
+  g_free(e->faults.slow_hosts);
+  g_free(e->faults.links);
   g_free(e->collective.algorithm);
   g_free(e->strategy.partition_layers);
   if (e->resolved)

@@ -30,7 +30,8 @@ typedef struct {
   int64_t hbm_bytes;         /* per chip */
   double hbm_bandwidth_Bps;  /* per chip */
   double mxu_efficiency;     /* fraction of peak a padded matmul reaches */
-  double op_overhead_s;      /* fixed cost per op launched on a core */
+  double op_overhead_s;      /* fixed cost per kernel launched on a core */
+  double vpu_flops;          /* vector-unit FLOP/s per chip (element-wise work) */
   double on_chip_bandwidth_Bps; /* between the cores of one chip */
   /* host */
   int chips_per_host;
@@ -127,7 +128,16 @@ typedef struct {
   PsPrecision precision;
   uint64_t seed;
   gboolean evaluate;   /* test accuracy at the end (real data only) */
+  int matmul_passes;   /* bf16 MXU passes of a float32 matmul: "default" 1,
+                          "high" 3, "highest" 6 (XLA PrecisionConfig) */
 } PsNumericsConfig;
+
+/* How element-wise work is fused into kernels (top-level "fusion"). */
+typedef enum {
+  PS_FUSION_XLA,   /* as XLA emits kernels: see hw/cost.h */
+  PS_FUSION_NONE,  /* every layer its own kernels */
+  PS_FUSION_IDEAL  /* element-wise work free (the bound of perfect fusion) */
+} PsFusion;
 
 /* Outside compilation: an op that runs on the host in the middle of a step.
  * The output of layer `after` goes to the host over PCIe, the host works on
@@ -140,6 +150,41 @@ typedef struct {
   int bins;
   double flops_per_element; /* host work per element of the tensor */
 } PsHostCall;
+
+/* What-if faults (the experiment's "faults" section).  A straggler is a
+ * device whose compute ops take `slowdown` times as long and that spends
+ * `delay_s` more at the start of every step; a slow host does its CPU
+ * work (input pipeline, outside compilation) `slowdown` times slower; a
+ * link fault multiplies an ICI link direction's bandwidth by
+ * bandwidth_factor, 0 failing it (traffic goes the other way round its
+ * ring).  Loaded and checked by config.c, applied by the executor. */
+typedef struct {
+  int device;
+  double slowdown;          /* > 0; 1 when absent */
+  double delay_s;           /* >= 0; 0 when absent */
+} PsStraggler;
+
+typedef struct {
+  int host;
+  double slowdown;          /* > 0 */
+} PsSlowHost;
+
+typedef struct {
+  int chip;                 /* the chip the link direction leaves */
+  int dim;                  /* torus dimension, 0 = x */
+  int dir;                  /* +1 or -1: towards that neighbour */
+  gboolean both_ways;       /* also the neighbour's link back to chip */
+  double bandwidth_factor;  /* in [0, 1]; 0 = failed */
+} PsLinkFault;
+
+typedef struct {
+  int n_stragglers;
+  PsStraggler *stragglers;  /* owned; devices distinct */
+  int n_slow_hosts;
+  PsSlowHost *slow_hosts;   /* owned; hosts distinct */
+  int n_links;
+  PsLinkFault *links;       /* owned; link directions distinct */
+} PsFaultsConfig;
 
 typedef struct {
   char *name;
@@ -157,8 +202,10 @@ typedef struct {
   PsNumericsConfig numerics;
   PsCollectiveConfig collective;
   gboolean fuse_elementwise; /* XLA-style fusion of element-wise ops */
+  PsFusion fusion;           /* "fusion"; fuse_elementwise=false means none */
   int n_host_calls;
   PsHostCall *host_calls;    /* owned; sorted by layer */
+  PsFaultsConfig faults;     /* none: every count 0 */
   json_object *resolved;  /* the fully resolved tree, for `describe` (owned) */
 } PsExperiment;
 

@@ -24,6 +24,7 @@ static const char *const chip_keys[] = {"cores",
                                         "hbm_bandwidth_Bps",
                                         "mxu_efficiency",
                                         "op_overhead_s",
+                                        "vpu_flops",
                                         "on_chip_bandwidth_Bps",
                                         NULL};
 static const char *const host_keys[] = {"chips",     "cpu_threads",     "pcie_bandwidth_Bps",
@@ -147,6 +148,7 @@ static gboolean parse_chip(json_object *root, const char *file, const char *path
   t->mxu_size = 128;
   t->mxu_efficiency = 1.0;
   t->op_overhead_s = 1e-6;
+  t->vpu_flops = 0; /* absent: element-wise work bound by HBM only */
   if (!ps_json_check_keys(c, file, p, chip_keys, error) ||
       !ps_json_get_int32(c, file, p, "cores", TRUE, 1, 1024, &t->cores_per_chip, error) ||
       !ps_json_get_bool(c, file, p, "megacore", FALSE, &t->megacore, error) ||
@@ -162,6 +164,8 @@ static gboolean parse_chip(json_object *root, const char *file, const char *path
                           &t->mxu_efficiency, error) ||
       !ps_json_get_double(c, file, p, "op_overhead_s", FALSE, 0, FALSE, INFINITY,
                           &t->op_overhead_s, error) ||
+      !ps_json_get_double(c, file, p, "vpu_flops", FALSE, 0, FALSE, INFINITY, &t->vpu_flops,
+                          error) ||
       !ps_json_get_double(c, file, p, "on_chip_bandwidth_Bps", TRUE, 0, TRUE, INFINITY,
                           &t->on_chip_bandwidth_Bps, error))
     return FALSE;
@@ -504,6 +508,7 @@ json_object *ps_config__topology_to_json(const PsTopology *t, json_object *sourc
   json_object_object_add(c, "hbm_bandwidth_Bps", ps_config__new_double(t->hbm_bandwidth_Bps));
   json_object_object_add(c, "mxu_efficiency", ps_config__new_double(t->mxu_efficiency));
   json_object_object_add(c, "op_overhead_s", ps_config__new_double(t->op_overhead_s));
+  json_object_object_add(c, "vpu_flops", ps_config__new_double(t->vpu_flops));
   json_object_object_add(c, "on_chip_bandwidth_Bps",
                          ps_config__new_double(t->on_chip_bandwidth_Bps));
   json_object_object_add(o, "chip", c);

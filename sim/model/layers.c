@@ -960,6 +960,17 @@ PsModel *ps_model_from_json(json_object *obj, const char *file, const char *path
     goto fail_layers;
   }
 
+  /* Each layer is within MAX_ELEMS, but many of them can sum past int64:
+   * the totals are checked in doubles first. */
+  double total_params = 0, total_act = 0;
+  for (int i = 0; i < m->n_layers; i++) {
+    total_params += (double)m->layers[i].params;
+    total_act += (double)m->layers[i].act_elems;
+  }
+  if (!check_size(total_params, "the model's parameter count", file, lpath, error) ||
+      !check_size(total_act, "the model's activation count per example", file, lpath, error))
+    goto fail_layers;
+
   m->numerics_supported = TRUE;
   for (int i = 0; i < m->n_layers; i++) {
     const PsLayer *L = &m->layers[i];
@@ -1014,6 +1025,12 @@ int64_t ps_model_memory_bytes(const PsModel *model, int first, int last, int64_t
     params += model->layers[i].params;
     act += model->layers[i].act_elems;
   }
+  /* In doubles, saturating at INT64_MAX: a huge batch must read as "does
+   * not fit", not wrap around to a small number. */
+  double need = (double)params * 4 * (2 + optimizer_slots) +
+                (double)act * (double)batch * act_bytes;
+  if (need >= 9.2e18)
+    return INT64_MAX;
   return params * 4 * (2 + optimizer_slots) + act * batch * act_bytes;
 }
 

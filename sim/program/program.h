@@ -61,6 +61,9 @@ typedef struct {
   double mxu_flops;     /* useful matrix FLOPs */
   double hbm_bytes;     /* HBM traffic */
   gboolean memory_bound;
+  int kernels;          /* kernels launched (FWD/BWD/RECOMPUTE/UPDATE) */
+  double mxu_s, memory_s, overhead_s; /* time split: MXU-bound kernels,
+                           HBM/VPU-bound kernels, launches (hw/cost.h) */
   int64_t act_bytes;    /* activations it leaves live (FWD, RECOMPUTE: > 0) or
                            frees (BWD: < 0) in HBM */
   char name[64];        /* for traces: "fwd dense_1+relu_1" */

@@ -28,6 +28,19 @@ GArray *ps_lower_layer_groups(const PsExperiment *exp, int first, int last)
   return starts;
 }
 
+static void set_cost(PsOp *op, const PsOpCost *c)
+{
+  op->time = c->time;
+  op->flops = c->flops;
+  op->mxu_flops = c->mxu_flops;
+  op->hbm_bytes = c->bytes;
+  op->memory_bound = c->memory_bound;
+  op->kernels = c->kernels;
+  op->mxu_s = c->mxu_s;
+  op->memory_s = c->memory_s;
+  op->overhead_s = c->overhead_s;
+}
+
 int64_t ps_lower_param_offset(const PsModel *model, int layer)
 {
   int64_t off = 0;
@@ -49,13 +62,11 @@ void ps_lower_compute_op(const PsExperiment *exp, PsOp *op)
     snprintf(op->name, sizeof op->name, "%s %s..%s", prefix[op->kind],
              m->layers[op->first].name, m->layers[op->last].name);
   PsOpCost c;
-  ps_cost_layers(exp->topology, m, op->first, op->last, op->batch, exp->numerics.precision,
-                 exp->fuse_elementwise, op->kind == PS_OP_BWD, &c);
-  op->time = c.time;
-  op->flops = c.flops;
-  op->mxu_flops = c.mxu_flops;
-  op->hbm_bytes = c.bytes;
-  op->memory_bound = c.memory_bound;
+  PsCostOptions opt;
+  ps_cost_options(exp, &opt);
+  ps_cost_op(exp->topology, m, op->first, op->last, op->batch, &opt, op->kind == PS_OP_BWD,
+             NULL, &c);
+  set_cost(op, &c);
   int64_t act = 0;
   for (int l = op->first; l <= op->last; l++)
     act += m->layers[l].act_elems;
@@ -73,10 +84,7 @@ void ps_lower_update_op(const PsExperiment *exp, PsOp *op, int64_t params)
   PsOpCost c;
   ps_cost_update(exp->topology, params, ps_lower_optimizer_slots(exp), &c);
   op->kind = PS_OP_UPDATE;
-  op->time = c.time;
-  op->flops = c.flops;
-  op->hbm_bytes = c.bytes;
-  op->memory_bound = c.memory_bound;
+  set_cost(op, &c);
 }
 
 ps_time_t ps_lower_launch(const PsExperiment *exp)

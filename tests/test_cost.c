@@ -1,0 +1,244 @@
+/* test_cost.c: the kernel cost model (hw/cost.h) against closed forms:
+ * a dense layer's HBM traffic, a convolution's padded MXU FLOPs, the
+ * kernels of a ResNet bottleneck block, MXU passes per precision, and the
+ * order none >= xla >= ideal of the fusion modes. */
+#include "hw/cost.h"
+#include "io/config.h"
+#include "model/layers.h"
+
+#include <math.h>
+#include <string.h>
+
+static PsModel *model_from(const char *text)
+{
+  json_object *o = json_tokener_parse(text);
+  g_assert_nonnull(o);
+  GError *error = NULL;
+  PsModel *m = ps_model_from_json(o, "test.json", "", &error);
+  g_assert_no_error(error);
+  json_object_put(o);
+  return m;
+}
+
+static PsTopology *v3(void)
+{
+  GError *error = NULL;
+  PsTopology *t = ps_topology_load("tpu-v3-8", NULL, &error);
+  g_assert_no_error(error);
+  return t;
+}
+
+static const PsCostOptions xla_bf16 = {.passes = 1, .act_bytes = 2, .fusion = PS_FUSION_XLA};
+
+static int find_layer(const PsModel *m, const char *name)
+{
+  for (int i = 0; i < m->n_layers; i++)
+    if (g_strcmp0(m->layers[i].name, name) == 0)
+      return i;
+  g_error("no layer %s", name);
+  return -1;
+}
+
+/* y = x W over 512 -> 256 at batch 64 in bf16: forward reads x and W and
+ * writes y; backward reads dy, W and x for the input gradient and x and dy
+ * for the weight gradient, which it writes in float32. */
+static void test_dense_bytes(void)
+{
+  PsModel *m = model_from("{\"name\": \"d\", \"input\": {\"shape\": [512], \"classes\": 256},"
+                          " \"layers\": [{\"type\": \"dense\", \"units\": 256, \"bias\": false},"
+                          " {\"type\": \"softmax_xent\"}]}");
+  PsTopology *t = v3();
+  const double B = 64, in = 512, out = 256, w = 512 * 256;
+  PsOpCost c;
+  ps_cost_op(t, m, 0, 0, (int64_t)B, &xla_bf16, FALSE, NULL, &c);
+  g_assert_cmpint(c.kernels, ==, 1);
+  g_assert_cmpfloat(c.bytes, ==, 2 * ((in + out) * B + w));
+  ps_cost_op(t, m, 0, 0, (int64_t)B, &xla_bf16, TRUE, NULL, &c);
+  g_assert_cmpint(c.kernels, ==, 2);
+  g_assert_cmpfloat(c.bytes, ==, 2 * ((in + out) * B + w) + 2 * (in + out) * B + 4 * w);
+  /* the roofline of the forward kernel */
+  ps_cost_op(t, m, 0, 0, (int64_t)B, &xla_bf16, FALSE, NULL, &c);
+  double t_mem = c.bytes / ps_topology_device_hbm_bandwidth(t);
+  double t_mxu = 2 * B * 512 * 256 / (ps_topology_device_peak_flops(t) * t->mxu_efficiency);
+  double want = fmax(t_mem, t_mxu) + t->op_overhead_s;
+  g_assert_cmpfloat(fabs(ps_time_to_s(c.time) - want), <, 2e-12);
+  ps_topology_free(t);
+  ps_model_free(m);
+}
+
+/* A 3x3 convolution of 64 channels to 100 filters on 5x5 images at batch
+ * 3: rows 75 -> 80, contraction 9 x (64 -> 128), filters 100 -> 128.  An
+ * RGB input folds its window into one 128-wide contraction (27 -> 128). */
+static void test_conv_padding(void)
+{
+  PsTopology *t = v3();
+  PsModel *m = model_from("{\"name\": \"c\", \"input\": {\"shape\": [5, 5, 64], \"classes\": 10},"
+                          " \"layers\": [{\"type\": \"conv2d\", \"filters\": 100, \"kernel\": 3,"
+                          " \"padding\": \"same\", \"bias\": false}, {\"type\": \"flatten\"},"
+                          " {\"type\": \"dense\", \"units\": 10}, {\"type\": \"softmax_xent\"}]}");
+  PsOpCost c;
+  ps_cost_op(t, m, 0, 0, 3, &xla_bf16, FALSE, NULL, &c);
+  g_assert_cmpfloat(c.mxu_flops, ==, 2.0 * 75 * 9 * 64 * 100);
+  g_assert_cmpfloat(c.padded_flops, ==, 2.0 * 80 * 9 * 128 * 128);
+  /* backward: the input-gradient and weight-gradient products */
+  ps_cost_op(t, m, 0, 0, 3, &xla_bf16, TRUE, NULL, &c);
+  g_assert_cmpfloat(c.padded_flops, ==, 2 * 2.0 * 80 * 9 * 128 * 128);
+  ps_model_free(m);
+  m = model_from("{\"name\": \"c\", \"input\": {\"shape\": [5, 5, 3], \"classes\": 10},"
+                 " \"layers\": [{\"type\": \"conv2d\", \"filters\": 100, \"kernel\": 3,"
+                 " \"padding\": \"same\", \"bias\": false}, {\"type\": \"flatten\"},"
+                 " {\"type\": \"dense\", \"units\": 10}, {\"type\": \"softmax_xent\"}]}");
+  ps_cost_op(t, m, 0, 0, 3, &xla_bf16, FALSE, NULL, &c);
+  g_assert_cmpfloat(c.padded_flops, ==, 2.0 * 80 * 128 * 128);
+  ps_model_free(m);
+  ps_topology_free(t);
+}
+
+static int count_kernels(const PsTopology *t, const PsModel *m, int first, int last,
+                         gboolean backward, const PsCostOptions *o)
+{
+  PsOpCost c;
+  GArray *ks = g_array_new(FALSE, FALSE, sizeof(PsKernel));
+  ps_cost_op(t, m, first, last, 32, o, backward, ks, &c);
+  g_assert_cmpint((int)ks->len, ==, c.kernels);
+  /* kernels sum to the op */
+  ps_time_t sum = 0;
+  for (guint i = 0; i < ks->len; i++)
+    sum += g_array_index(ks, PsKernel, i).time;
+  g_assert_cmpint(sum, ==, c.time);
+  g_array_free(ks, TRUE);
+  return c.kernels;
+}
+
+/* ResNet-50's first bottleneck block (projection shortcut) and second
+ * (identity).  Forward: a kernel per convolution with the activation of
+ * the batch norm before it fused into its input, a statistics kernel per
+ * batch norm, and the residual add (with both normalizations and the relu)
+ * as one kernel: 4 + 4 + 1 = 9, identity 3 + 3 + 1 = 7.  Backward: input-
+ * and weight-gradient kernels per convolution and a reduction per batch
+ * norm: 8 + 4 = 12, identity 6 + 3 = 9.  Unfused, every layer is its own
+ * kernel and a batch norm two. */
+static void test_bottleneck_kernels(void)
+{
+  PsTopology *t = v3();
+  GError *error = NULL;
+  const char *dir = g_getenv("PODSIM_DATA_DIR");
+  g_autofree char *path = g_build_filename(dir && *dir ? dir : ".", "models", "resnet50.json",
+                                           NULL);
+  PsModel *m = ps_model_load_file(path, &error);
+  g_assert_no_error(error);
+  int b1 = find_layer(m, "stage1.block1.res.body.conv1");
+  int a1 = find_layer(m, "stage1.block1.res.add");
+  int b2 = find_layer(m, "stage1.block2.res.body.conv1");
+  int a2 = find_layer(m, "stage1.block2.res.add");
+  g_assert_cmpint(count_kernels(t, m, b1, a1 + 1, FALSE, &xla_bf16), ==, 9);
+  g_assert_cmpint(count_kernels(t, m, b1, a1 + 1, TRUE, &xla_bf16), ==, 12);
+  g_assert_cmpint(count_kernels(t, m, b2, a2 + 1, FALSE, &xla_bf16), ==, 7);
+  g_assert_cmpint(count_kernels(t, m, b2, a2 + 1, TRUE, &xla_bf16), ==, 9);
+  PsCostOptions none = xla_bf16;
+  none.fusion = PS_FUSION_NONE;
+  /* 4 conv + 4 x 2 bn + 2 relu + add + relu */
+  g_assert_cmpint(count_kernels(t, m, b1, a1 + 1, FALSE, &none), ==, 16);
+  PsCostOptions ideal = xla_bf16;
+  ideal.fusion = PS_FUSION_IDEAL;
+  g_assert_cmpint(count_kernels(t, m, b1, a1 + 1, FALSE, &ideal), ==, 4);
+  g_assert_cmpint(count_kernels(t, m, b1, a1 + 1, TRUE, &ideal), ==, 8);
+  ps_model_free(m);
+  ps_topology_free(t);
+}
+
+/* XLA's precision config: float32 matmuls take 1, 3 or 6 bf16 passes;
+ * bf16 inputs one pass whatever the setting; the experiment key sets it
+ * and "default" is the default. */
+static void test_precision_passes(void)
+{
+  g_assert_cmpint(ps_cost_passes(PS_PRECISION_F32, 1), ==, 1);
+  g_assert_cmpint(ps_cost_passes(PS_PRECISION_F32, 3), ==, 3);
+  g_assert_cmpint(ps_cost_passes(PS_PRECISION_F32, 6), ==, 6);
+  for (int p = 1; p <= 6; p++)
+    g_assert_cmpint(ps_cost_passes(PS_PRECISION_BF16, p), ==, 1);
+  static const char *const names[] = {"default", "high", "highest"};
+  static const int passes[] = {1, 3, 6};
+  for (int i = 0; i < 3; i++) {
+    g_autofree char *set = g_strdup_printf("numerics.matmul_precision=%s", names[i]);
+    const char *ov[] = {"numerics.precision=f32", set, NULL};
+    GError *error = NULL;
+    PsExperiment *e = ps_experiment_load("resnet50-v3-8", ov, &error);
+    g_assert_no_error(error);
+    PsCostOptions o;
+    ps_cost_options(e, &o);
+    g_assert_cmpint(o.passes, ==, passes[i]);
+    g_assert_cmpint(o.act_bytes, ==, 4);
+    PsOpCost c;
+    ps_cost_op(e->topology, e->model, 0, 0, 8, &o, FALSE, NULL, &c);
+    PsCostOptions one = o;
+    one.passes = 1;
+    PsOpCost c1;
+    ps_cost_op(e->topology, e->model, 0, 0, 8, &one, FALSE, NULL, &c1);
+    g_assert_cmpfloat(c.padded_flops, ==, passes[i] * c1.padded_flops);
+    ps_experiment_free(e);
+  }
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load("resnet50-v3-8", NULL, &error);
+  g_assert_no_error(error);
+  g_assert_cmpint(e->numerics.matmul_passes, ==, 1);
+  g_assert_cmpint(e->fusion, ==, PS_FUSION_XLA);
+  ps_experiment_free(e);
+  const char *bad[] = {"numerics.matmul_precision=fastest", NULL};
+  g_assert_null(ps_experiment_load("resnet50-v3-8", bad, &error));
+  g_assert_nonnull(strstr(error->message, "matmul_precision"));
+  g_clear_error(&error);
+}
+
+/* One step of ResNet-50's compute on a v3 core: no fusion costs at least
+ * XLA's fusion, which costs at least ideal fusion; fuse_elementwise=false
+ * is fusion "none". */
+static void test_fusion_order(void)
+{
+  double step[3];
+  static const char *const names[] = {"none", "xla", "ideal"};
+  for (int f = 0; f < 3; f++) {
+    g_autofree char *set = g_strdup_printf("fusion=%s", names[f]);
+    const char *ov[] = {set, NULL};
+    GError *error = NULL;
+    PsExperiment *e = ps_experiment_load("resnet50-v3-8", ov, &error);
+    g_assert_no_error(error);
+    PsCostOptions o;
+    ps_cost_options(e, &o);
+    int n = e->model->n_layers;
+    PsOpCost fwd, bwd;
+    ps_cost_op(e->topology, e->model, 0, n - 1, 128, &o, FALSE, NULL, &fwd);
+    ps_cost_op(e->topology, e->model, 0, n - 1, 128, &o, TRUE, NULL, &bwd);
+    step[f] = ps_time_to_s(fwd.time + bwd.time);
+    g_test_message("fusion %s: %.3f ms, %d kernels", names[f], step[f] * 1e3,
+                   fwd.kernels + bwd.kernels);
+    /* the op's cost is the sum of its layers' whatever the grouping */
+    int half = n / 2;
+    PsOpCost a, b;
+    ps_cost_op(e->topology, e->model, 0, half, 128, &o, FALSE, NULL, &a);
+    ps_cost_op(e->topology, e->model, half + 1, n - 1, 128, &o, FALSE, NULL, &b);
+    g_assert_cmpint(a.time + b.time, ==, fwd.time);
+    ps_experiment_free(e);
+  }
+  g_assert_cmpfloat(step[0], >, step[1]);
+  g_assert_cmpfloat(step[1], >, step[2]);
+  const char *ov[] = {"fuse_elementwise=false", NULL};
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load("resnet50-v3-8", ov, &error);
+  g_assert_no_error(error);
+  g_assert_cmpint(e->fusion, ==, PS_FUSION_NONE);
+  ps_experiment_free(e);
+}
+
+int main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  if (!g_getenv("PODSIM_DATA_DIR"))
+    g_setenv("PODSIM_DATA_DIR", ".", TRUE);
+  g_test_add_func("/cost/dense-bytes", test_dense_bytes);
+  g_test_add_func("/cost/conv-padding", test_conv_padding);
+  g_test_add_func("/cost/bottleneck-kernels", test_bottleneck_kernels);
+  g_test_add_func("/cost/precision-passes", test_precision_passes);
+  g_test_add_func("/cost/fusion-order", test_fusion_order);
+  return g_test_run();
+}
