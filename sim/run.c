@@ -1087,6 +1087,9 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
     print_time(f, u, ps_time_category_name(c), s->breakdown[c], s->step_time_s);
   fprintf(f, "  (host loop      %10.3f %s per step: one round trip every %" G_GINT64_FORMAT
              " steps)\n", s->host_loop_s * u.scale, u.name, exp->steps_per_run);
+  fprintf(f, "  (compute        %10.3f %s MXU-bound, %.3f %s memory-bound (HBM or VPU), %.3f %s "
+             "launch overhead)\n", s->compute_mxu_s * u.scale, u.name,
+          s->compute_memory_s * u.scale, u.name, s->compute_overhead_s * u.scale, u.name);
   int64_t chunk = exp->collective.chunk_bytes;
   g_autofree char *chunk_text = chunk % 1048576 == 0
                                     ? g_strdup_printf("%" G_GINT64_FORMAT " MiB", chunk / 1048576)
@@ -1108,9 +1111,6 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
   }
   fprintf(f, "examples/s       %10.0f\n", s->examples_per_s);
   fprintf(f, "MXU utilization  %10.2f%%\n", 100.0 * s->mxu_utilization);
-  fprintf(f, "compute split    %10.3f ms MXU-bound, %.3f ms memory-bound (HBM or VPU), "
-             "%.3f ms launch overhead per step\n",
-          s->compute_mxu_s * 1e3, s->compute_memory_s * 1e3, s->compute_overhead_s * 1e3);
   fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)\n",
           s->hbm_peak_bytes / 1048576.0,
           ps_topology_device_hbm_bytes(exp->topology) / 1073741824.0);
