@@ -386,6 +386,50 @@ static void test_shipped(void)
   json_object_put(o);
 }
 
+/* A point whose "settings" give the real run's steps_per_run L has its
+ * host round trip spread over L steps: the prediction is the simulated
+ * step less host_loop_s x (1 - 2 / L), host_loop_s from `podsim run` of the
+ * same simulation (loops of 2). */
+static void test_real_loop(void)
+{
+  const Spec *sp = &specs[1]; /* ResNet-50 on tpu-v2-8, loops of 2 */
+  g_autofree char *topo = g_strdup_printf("topology=%s", sp->topology);
+  g_autofree char *batch = g_strdup_printf("global_batch=%d", sp->batch);
+  g_autofree char *out = NULL, *err = NULL;
+  g_assert_cmpint(run(&out, &err, "run", sp->experiment, "--json", "--no-trace", "--set", topo,
+                      "--set", batch, "--set", "numerics.enabled=false", "--set",
+                      "strategy.replicas=null", "--set", "steps_per_run=2", "--steps", "4", NULL),
+                  ==, 0);
+  json_object *o = json_tokener_parse(out);
+  double step = json_object_get_double(json_object_object_get(o, "step_time_s"));
+  double loop = json_object_get_double(json_object_object_get(o, "host_loop_s"));
+  json_object_put(o);
+  g_assert_cmpfloat(loop, >, 0);
+  const int L = 1000;
+  double want = step - loop * (1.0 - 2.0 / L);
+  GError *error = NULL;
+  char *dir = g_dir_make_tmp("podsim-validate-XXXXXX", &error);
+  g_assert_no_error(error);
+  g_autofree char *text = point_json(sp, want);
+  /* add the real run's loop to the point */
+  char *close = strrchr(text, '}');
+  *close = '\0';
+  g_autofree char *with = g_strdup_printf("%s,\n  \"settings\": {\"steps_per_run\": %d}\n}\n",
+                                          g_strchomp(text), L);
+  write_file(dir, sp->file, with);
+  g_free(out);
+  g_free(err);
+  out = err = NULL;
+  run(&out, &err, "validate", "--json", "--dir", dir, NULL);
+  json_object *v = json_tokener_parse(out);
+  g_assert_nonnull(v);
+  json_object *r = row_named(json_object_object_get(v, "rows"), sp->name);
+  g_assert_cmpfloat(fabs(num(r, "predicted_s") - want), <=, 1e-12 * want);
+  g_assert_cmpfloat(fabs(num(r, "error")), <=, 1e-9);
+  json_object_put(v);
+  remove_dir(dir);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -402,5 +446,6 @@ int main(int argc, char **argv)
   g_test_add_func("/validate/missing-field", test_missing_field);
   g_test_add_func("/validate/bad-values", test_bad_values);
   g_test_add_func("/validate/shipped", test_shipped);
+  g_test_add_func("/validate/real-loop", test_real_loop);
   return g_test_run();
 }

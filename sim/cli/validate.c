@@ -11,7 +11,11 @@
  * and then the point's own "set", so the replicas are podsim's default
  * (every device of the slice) unless the point says otherwise.  It runs
  * with no trace: two host loops of two steps, the first (the warm-up loop)
- * left out of the step time.  A point whose "set" gives steps_per_run but
+ * left out of the step time.  When the point's "settings" give the real
+ * run's steps_per_run (iterations per loop), its host round trip is spread
+ * over that many steps: the prediction is the step time less the
+ * simulated loop cost per step times (1 - simulated loop / real loop).
+ * A point whose "set" gives steps_per_run but
  * not steps runs 2 x steps_per_run steps, at most MAX_STEPS (beyond
  * that there is no warm-up loop to leave out).  Points run on one thread
  * per processor, the costliest first; rows print in file-name order once
@@ -53,6 +57,8 @@ typedef struct {
   int64_t global_batch;
   double measured_s;
   gboolean calibration;
+  int64_t loop_steps;      /* settings.steps_per_run of the real run, 0 if not given */
+  int64_t sim_loop_steps;  /* steps_per_run of the simulation */
   GPtrArray *sets;         /* char *: the point's "set" */
   /* from loading and running */
   PsExperiment *exp;       /* loaded, until it has run; NULL if it cannot be */
@@ -168,6 +174,12 @@ static Point *point_load(const char *path, GError **error)
     goto fail;
   p->source = source_text(root, path, error);
   if (!p->source)
+    goto fail;
+  json_object *settings = NULL;
+  if (json_object_object_get_ex(root, "settings", &settings) && settings &&
+      (!ps_json_expect_object(settings, path, "settings", error) ||
+       !ps_json_get_int(settings, path, "settings", "steps_per_run", FALSE, 1, INT64_MAX,
+                        &p->loop_steps, error)))
     goto fail;
   json_object *sets = NULL;
   if (json_object_object_get_ex(root, "set", &sets) && sets) {
@@ -301,9 +313,15 @@ static void run_point(gpointer data, gpointer user_data)
   PsRunOptions opt = {0};
   PsSummary sum;
   GError *err = NULL;
+  p->sim_loop_steps = p->exp->steps_per_run;
   if (ps_run(p->exp, &opt, &sum, &err)) {
     p->ran = TRUE;
     p->predicted_s = sum.step_time_s;
+    /* the real run's loop: its host round trip is spread over loop_steps
+     * steps, not the simulation's few (host_loop_s is that round trip per
+     * simulated step) */
+    if (p->loop_steps > p->sim_loop_steps)
+      p->predicted_s -= sum.host_loop_s * (1.0 - (double)p->sim_loop_steps / (double)p->loop_steps);
   } else {
     p->failure = g_strdup(err->message);
     g_error_free(err);
