@@ -53,7 +53,7 @@ BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps bench-deps mpi-deps run test golden regress bench plots install uninstall clean \
-        check-asan check-valgrind
+        check-asan check-valgrind fuzz
 
 all: $(PODSIM_BIN) $(BUILD)/libpodsim.a
 
@@ -202,3 +202,12 @@ clean:
 	rm -rf build build-asan tests/bin podsim traces/*.json
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# libFuzzer harnesses of the experiment, topology and model loaders and the
+# --set parser (tests/fuzz/README.md): `make fuzz FUZZ_SECONDS=600` runs each
+# for that long (clang needed; not part of `make test`, whose
+# test_fuzz_regressions replays every input the fuzzers found).
+FUZZ_SECONDS ?= 60
+fuzz:
+	$(MAKE) -C tests/fuzz
+	$(MAKE) -C tests/fuzz run FUZZ_SECONDS=$(FUZZ_SECONDS)
