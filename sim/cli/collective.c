@@ -13,6 +13,8 @@
  * bad input exits 2 with one "podsim: ..." line. */
 #include "cli/collective.h"
 
+#include "cli/cli-common.h"
+
 #include "collectives/collective.h"
 #include "io/trace.h"
 
@@ -33,16 +35,7 @@ static int fail(GError *error)
   return status;
 }
 
-static int input_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
-static int input_error(const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "podsim: collective: %s\n", msg);
-  return EXIT_INPUT;
-}
+#define input_error(...) ps_cli_input_error("collective", __VA_ARGS__)
 
 /* "8", "64K", "1M", "1G", optionally followed by "B"; powers of 1024. */
 static gboolean parse_size(const char *text, int64_t *out)

@@ -10,6 +10,8 @@
  * ratio whose A is 0 is "-" in the table and null in the JSON. */
 #include "cli/compare.h"
 
+#include "cli/cli-common.h"
+
 #include "io/config.h"
 #include "run.h"
 
@@ -37,16 +39,7 @@ static const Metric metrics[] = {
     {"HBM peak (MiB)", "hbm_peak_bytes", -1, 1.0 / 1048576, "%14.2f", "%+14.2f"},
 };
 
-static int input_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
-static int input_error(const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "podsim: compare: %s\n", msg);
-  return EXIT_INPUT;
-}
+#define input_error(...) ps_cli_input_error("compare", __VA_ARGS__)
 
 static double metric_value(const Metric *m, const PsSummary *s)
 {

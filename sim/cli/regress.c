@@ -16,6 +16,8 @@
  * > 0, and no case comes twice; anything else is a "PATH:LINE:" error. */
 #include "cli/regress.h"
 
+#include "cli/cli-common.h"
+
 #include "common/common.h"
 #include "io/config.h"
 #include "run.h"
@@ -28,9 +30,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#ifndef PS_DATA_DIR
-#define PS_DATA_DIR "/usr/local/share/podsim"
-#endif
 
 #define EXIT_INPUT 2
 
@@ -211,16 +210,7 @@ typedef struct {
   guint run, moved, failed, changed;
 } Counts;
 
-static int input_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
-static int input_error(const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "podsim: regress: %s\n", msg);
-  return EXIT_INPUT;
-}
+#define input_error(...) ps_cli_input_error("regress", __VA_ARGS__)
 
 /* A step time as the golden file writes it.  (transfer full) */
 static char *seconds_text(double s)
@@ -338,23 +328,6 @@ static void print_summary(const PsGolden *g, const Counts *n, const char *tail)
          failed, PS_GOLDEN_TOLERANCE, tail);
 }
 
-/* The golden file of the first data directory that has one, searched as
- * experiments are: $PODSIM_DATA_DIR, the install prefix, then ".".
- * (transfer full) */
-static char *default_file(void)
-{
-  const char *env = g_getenv("PODSIM_DATA_DIR");
-  const char *roots[] = {env && *env ? env : NULL, PS_DATA_DIR};
-  for (guint i = 0; i < G_N_ELEMENTS(roots); i++) {
-    if (!roots[i])
-      continue;
-    char *f = g_build_filename(roots[i], "tests", "golden", "step-times.txt", NULL);
-    if (g_file_test(f, G_FILE_TEST_IS_REGULAR))
-      return f;
-    g_free(f);
-  }
-  return g_build_filename("tests", "golden", "step-times.txt", NULL);
-}
 
 int ps_cli_regress(int argc, char **argv)
 {
@@ -389,7 +362,7 @@ int ps_cli_regress(int argc, char **argv)
   if (argc > 1)
     return input_error("unexpected argument '%s' (see podsim regress --help)", argv[1]);
   if (!file)
-    file = default_file();
+    file = ps_cli_data_path("tests/golden/step-times.txt", G_FILE_TEST_IS_REGULAR);
 
   PsGolden *g = ps_golden_read(file, &error);
   if (!g) {

@@ -29,6 +29,8 @@
  * runs wait for the header), so a re-run skips exactly the points done. */
 #include "cli/sweep.h"
 
+#include "cli/cli-common.h"
+
 #include "common/json.h"
 #include "io/config.h"
 #include "model/kernels.h"
@@ -88,16 +90,7 @@ typedef struct {
   gboolean warned_dropped;
 } Output;
 
-static int input_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
-static int input_error(const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "podsim: sweep: %s\n", msg);
-  return EXIT_INPUT;
-}
+#define input_error(...) ps_cli_input_error("sweep", __VA_ARGS__)
 
 static void vary_free(gpointer p)
 {

@@ -28,6 +28,8 @@
  * the summary, and makes the exit status 1. */
 #include "cli/validate.h"
 
+#include "cli/cli-common.h"
+
 #include "common/json.h"
 #include "io/config.h"
 #include "model/kernels.h"
@@ -40,9 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef PS_DATA_DIR
-#define PS_DATA_DIR "/usr/local/share/podsim"
-#endif
 
 #define EXIT_INPUT 2
 /* Steps per host loop when the point does not set it; the run is two
@@ -76,16 +75,7 @@ typedef struct {
   const Point *worst_point;
 } Summary;
 
-static int input_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
-static int input_error(const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "podsim: validate: %s\n", msg);
-  return EXIT_INPUT;
-}
+#define input_error(...) ps_cli_input_error("validate", __VA_ARGS__)
 
 static void point_free(Point *p)
 {
@@ -499,23 +489,6 @@ static void print_table(const GPtrArray *points, const Summary *s, const char *d
            100 * s->median, 100 * s->worst, s->worst_point->name);
 }
 
-/* tests/measured of the first data directory that has one, searched as
- * experiments are: $PODSIM_DATA_DIR, the install prefix, then ".".
- * (transfer full) */
-static char *default_dir(void)
-{
-  const char *env = g_getenv("PODSIM_DATA_DIR");
-  const char *roots[] = {env && *env ? env : NULL, PS_DATA_DIR};
-  for (guint i = 0; i < G_N_ELEMENTS(roots); i++) {
-    if (!roots[i])
-      continue;
-    char *d = g_build_filename(roots[i], "tests", "measured", NULL);
-    if (g_file_test(d, G_FILE_TEST_IS_DIR))
-      return d;
-    g_free(d);
-  }
-  return g_build_filename("tests", "measured", NULL);
-}
 
 static gint by_path(gconstpointer a, gconstpointer b)
 {
@@ -577,7 +550,7 @@ int ps_cli_validate(int argc, char **argv)
   if (argc > 1)
     return input_error("unexpected argument '%s' (see podsim validate --help)", argv[1]);
   if (!dir)
-    dir = default_dir();
+    dir = ps_cli_data_path("tests/measured", G_FILE_TEST_IS_DIR);
 
   g_autoptr(GPtrArray) files = point_files(dir, &error);
   if (!files) {

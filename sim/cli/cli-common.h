@@ -1,0 +1,20 @@
+/* cli-common.h: what every podsim subcommand does the same way.
+ *
+ * Invariant: messages go to stderr as "podsim: CMD: ..."; bad input is exit
+ * status 2 (EXIT_INPUT). */
+#ifndef PS_CLI_COMMON_H
+#define PS_CLI_COMMON_H
+
+#include <glib.h>
+
+#define PS_CLI_EXIT_INPUT 2
+
+/* Prints "podsim: CMD: <message>" on stderr and returns PS_CLI_EXIT_INPUT. */
+int ps_cli_input_error(const char *cmd, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+
+/* DATA_DIR/rel for the first data directory where it passes `test`,
+ * searched as experiments are: $PODSIM_DATA_DIR, the install prefix; else
+ * rel itself (relative to the working directory).  (transfer full) */
+char *ps_cli_data_path(const char *rel, GFileTest test);
+
+#endif
