@@ -769,6 +769,111 @@ static void test_rounds(void)
   fix_clear(&f);
 }
 
+
+/* ---- the timing-only fast path -------------------------------------- */
+
+/* Done times of two collectives over one group whose rounds overlap
+ * (members arrive staggered), and every link's statistics after. */
+typedef struct {
+  ps_time_t done[2][16];
+  int64_t bytes[4096], chunks[4096];
+  ps_time_t busy[4096];
+} Outcome;
+
+static void fast_path_case(gboolean general, gboolean buffers, Outcome *out)
+{
+  /* two lanes per neighbour, messages of several chunks, one degraded and
+   * one failed link: the failure sends some messages two ways round, so
+   * steps mix one-hop and rerouted messages */
+  Fix f;
+  fix_init(&f, topo("torus:4x4", "ici.links_per_neighbor=2", NULL), 3000);
+  GError *error = NULL;
+  g_assert_true(ps_network_degrade_link(f.net, ps_network_ici_link(f.net, 5, 0, 1), 0.5,
+                                        &error));
+  g_assert_true(ps_network_degrade_link(f.net, ps_network_ici_link(f.net, 9, 1, -1), 0.0,
+                                        &error));
+  g_assert_no_error(error);
+  g_autofree char *dir = g_dir_make_tmp("podsim-fast-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "t.json", NULL);
+  PsTrace *tr = NULL;
+  if (general) {
+    tr = ps_trace_open(path, &error);
+    g_assert_no_error(error);
+    ps_network_set_trace(f.net, tr, 7);
+  }
+  int *devs = all_devices(&f);
+  int64_t count = 40000;
+  PsCollective *c[2] = {coll_new(&f, PS_COLL_ALL_REDUCE, "torus", devs, 16, count, 4, 0),
+                        coll_new(&f, PS_COLL_ALL_REDUCE, "ring", devs, 16, count / 3, 4, 0)};
+  float **bufs = g_new0(float *, 32);
+  for (int i = 0; i < 32; i++)
+    bufs[i] = buffers ? g_new0(float, count) : NULL;
+  Run r[2];
+  for (int k = 0; k < 2; k++)
+    r[k] = (Run){.c = c[k], .done = out->done[k]};
+  for (int m = 0; m < 16; m++) {
+    ps_engine_run(f.engine, ps_time_from_s((m % 5) * 1.3e-6));
+    ps_collective_arrive(c[0], m, bufs[m], on_done, &r[0]);
+    ps_engine_run(f.engine, ps_time_from_s((m % 5) * 1.3e-6 + 0.7e-6));
+    ps_collective_arrive(c[1], (m * 7) % 16, bufs[16 + m], on_done, &r[1]);
+  }
+  ps_engine_run(f.engine, PS_TIME_NEVER);
+  g_assert_cmpint(r[0].n_done, ==, 16);
+  g_assert_cmpint(r[1].n_done, ==, 16);
+  g_assert_cmpint(ps_network_n_links(f.net), <=, 4096);
+  for (int l = 0; l < ps_network_n_links(f.net); l++) {
+    PsLinkInfo info;
+    if (!ps_network_link_info(f.net, l, &info))
+      continue;
+    out->bytes[l] = info.bytes;
+    out->chunks[l] = info.chunks;
+    out->busy[l] = info.busy;
+  }
+  if (tr) {
+    ps_network_set_trace(f.net, NULL, 0);
+    ps_trace_abort(tr);
+  }
+  g_rmdir(dir);
+  for (int i = 0; i < 32; i++)
+    g_free(bufs[i]);
+  g_free(bufs);
+  ps_collective_free(c[0]);
+  ps_collective_free(c[1]);
+  g_free(devs);
+  fix_clear(&f);
+}
+
+/* Timing only, messages of one hop skip the network's chunk events
+ * (ps_network_send_direct, one event per step): the same done times to the
+ * picosecond and the same link statistics as the general path (taken when
+ * the network is traced, or when members pass buffers). */
+static void test_fast_path_exact(void)
+{
+  Outcome *fast = g_new0(Outcome, 1), *traced = g_new0(Outcome, 1), *numerics = g_new0(Outcome, 1);
+  fast_path_case(FALSE, FALSE, fast);
+  fast_path_case(TRUE, FALSE, traced);
+  fast_path_case(FALSE, TRUE, numerics);
+  int64_t total = 0;
+  for (int k = 0; k < 2; k++)
+    for (int m = 0; m < 16; m++) {
+      g_assert_cmpint(fast->done[k][m], >, 0);
+      g_assert_cmpint(fast->done[k][m], ==, traced->done[k][m]);
+      g_assert_cmpint(fast->done[k][m], ==, numerics->done[k][m]);
+    }
+  for (int l = 0; l < 4096; l++) {
+    g_assert_cmpint(fast->bytes[l], ==, traced->bytes[l]);
+    g_assert_cmpint(fast->chunks[l], ==, traced->chunks[l]);
+    g_assert_cmpint(fast->busy[l], ==, traced->busy[l]);
+    g_assert_cmpint(fast->bytes[l], ==, numerics->bytes[l]);
+    g_assert_cmpint(fast->busy[l], ==, numerics->busy[l]);
+    total += fast->bytes[l];
+  }
+  g_assert_cmpint(total, >, 0);
+  g_free(fast);
+  g_free(traced);
+  g_free(numerics);
+}
+
 /* ---- the CLI -------------------------------------------------------- */
 
 static const char *podsim_or_skip(void)
@@ -960,6 +1065,7 @@ int main(int argc, char **argv)
   g_test_add_func("/collectives/numerics/broadcast", test_numerics_broadcast);
   g_test_add_func("/collectives/numerics/replica-groups", test_replica_groups);
   g_test_add_func("/collectives/numerics/rounds", test_rounds);
+  g_test_add_func("/collectives/fast-path/exact", test_fast_path_exact);
   g_test_add_func("/collectives/cli/every-topology", test_cli_every_topology);
   g_test_add_func("/collectives/cli/ring-formula", test_cli_ring_formula);
   g_test_add_func("/collectives/cli/bad-input", test_cli_bad_input);

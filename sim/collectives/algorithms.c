@@ -129,16 +129,30 @@ static inline void part_of(int64_t lo, int64_t len, int L, int j, int64_t *plo, 
 /* The links from member a to member b.  (transfer full) */
 static int *route_of(const PsCollGroup *g, int a, int b, int *hops)
 {
-  *hops = ps_network_hops(g->net, g->dev[a], g->dev[b]);
+  int buf[16];
+  *hops = ps_network_route(g->net, g->dev[a], g->dev[b], buf, 16);
   int *r = g_new(int, *hops > 0 ? *hops : 1);
-  ps_network_route(g->net, g->dev[a], g->dev[b], r, *hops);
+  if (*hops <= 16)
+    memcpy(r, buf, sizeof(int) * (size_t)*hops);
+  else
+    ps_network_route(g->net, g->dev[a], g->dev[b], r, *hops);
   return r;
 }
+
+static double route_message_s(const PsCollGroup *g, const int *route, int h, int64_t bytes,
+                              int64_t chunk);
 
 double ps_coll_message_s(const PsCollGroup *g, int a, int b, int64_t bytes, int64_t chunk)
 {
   int h;
   g_autofree int *route = route_of(g, a, b, &h);
+  return route_message_s(g, route, h, bytes, chunk);
+}
+
+/* ps_coll_message_s over a route already found. */
+static double route_message_s(const PsCollGroup *g, const int *route, int h, int64_t bytes,
+                              int64_t chunk)
+{
   if (h == 0)
     return 0.0;
   g_autofree PsLinkInfo *info = g_new(PsLinkInfo, h);
@@ -392,11 +406,9 @@ static void phases_step(const PsCollPlan *p, int m, int s, PsCollStep *out)
   }
 }
 
-/* The slowest link's bandwidth (times its lanes) from member a to b. */
-static double route_bandwidth(const PsCollGroup *g, int a, int b)
+/* The slowest link's bandwidth (times its lanes) along a route. */
+static double route_bandwidth(const PsCollGroup *g, const int *route, int h)
 {
-  int h;
-  g_autofree int *route = route_of(g, a, b, &h);
   double bw = INFINITY;
   for (int i = 0; i < h; i++) {
     PsLinkInfo info;
@@ -406,18 +418,17 @@ static double route_bandwidth(const PsCollGroup *g, int a, int b)
   return bw;
 }
 
-/* Messages of one phase step that cross each link, over every line. */
-static int *phase_loads(const PsCollPlan *p, const Axis *x)
+/* Messages of one phase step that cross each link, over every line, from
+ * the routes of each member to its next (k = 0) and previous (k = 1)
+ * member: route[k][m], hops[k][m]. */
+static int *phase_loads(const PsCollPlan *p, const Axis *x, int **route[2], int *hops[2])
 {
   const PsCollGroup *g = p->g;
   int *load = g_new0(int, ps_network_n_links(g->net));
   for (int m = 0; m < g->n; m++)
-    for (int k = 0; k < (x->bidir ? 2 : 1); k++) {
-      int h, *route = route_of(g, m, k == 0 ? x->next[m] : x->prev[m], &h);
-      for (int i = 0; i < h; i++)
-        load[route[i]]++;
-      g_free(route);
-    }
+    for (int k = 0; k < (x->bidir ? 2 : 1); k++)
+      for (int i = 0; i < hops[k][m]; i++)
+        load[route[k][m][i]]++;
   return load;
 }
 
@@ -439,29 +450,38 @@ static double phases_predict(const PsCollPlan *p)
   int n = g->n;
   double *V = g_new0(double, n), *W = g_new(double, n);
   double *T[2], *ser[2], *free_at[2], *start[2];
+  int **route[2], *hops[2];
   for (int k = 0; k < 2; k++) {
     T[k] = g_new(double, n);
     ser[k] = g_new(double, n);
     free_at[k] = g_new(double, n);
     start[k] = g_new(double, n);
+    route[k] = g_new0(int *, n);
+    hops[k] = g_new0(int, n);
   }
   for (int i = 0; i < p->n_phases; i++) {
     const Axis *x = &p->ax[p->ph[i].axis];
     int ndir = x->bidir ? 2 : 1;
-    int *load = phase_loads(p, x);
+    /* each route once per phase: on a pod's group they are most of the
+     * prediction's work */
+    for (int k = 0; k < ndir; k++)
+      for (int m = 0; m < n; m++) {
+        g_free(route[k][m]);
+        route[k][m] = route_of(g, m, k == 0 ? x->next[m] : x->prev[m], &hops[k][m]);
+      }
+    int *load = phase_loads(p, x, route, hops);
     for (int m = 0; m < n; m++) {
       int64_t part = p->reg_len[p->ph[i].axis * n + m] / x->L;
       if (x->bidir)
         part = (part + 1) / 2;
       for (int k = 0; k < ndir; k++) {
-        int peer = k == 0 ? x->next[m] : x->prev[m];
-        int h, share = 1, *route = route_of(g, m, peer, &h);
+        int h = hops[k][m], share = 1;
+        const int *r = route[k][m];
         for (int j = 0; j < h; j++)
-          share = MAX(share, load[route[j]]);
-        g_free(route);
+          share = MAX(share, load[r[j]]);
         int64_t bytes = part * p->p.elem_bytes * share;
-        T[k][m] = ps_coll_message_s(g, m, peer, bytes, p->p.chunk_bytes);
-        ser[k][m] = (double)bytes / route_bandwidth(g, m, peer);
+        T[k][m] = route_message_s(g, r, h, bytes, p->p.chunk_bytes);
+        ser[k][m] = (double)bytes / route_bandwidth(g, r, h);
         free_at[k][m] = 0;
       }
     }
@@ -503,6 +523,10 @@ static double phases_predict(const PsCollPlan *p)
     g_free(ser[k]);
     g_free(free_at[k]);
     g_free(start[k]);
+    for (int m = 0; m < n; m++)
+      g_free(route[k][m]);
+    g_free(route[k]);
+    g_free(hops[k]);
   }
   return total;
 }
@@ -767,6 +791,21 @@ static void plan_step(const PsCollPlan *p, int m, int s, PsCollStep *out)
   g_assert_not_reached();
 }
 
+/* plan_step's n_recv alone: a phase's steps each hear from one neighbour
+ * per direction. */
+static int plan_n_recv(const PsCollPlan *p, int m, int s)
+{
+  if (p->kind == KIND_PHASES) {
+    int i = p->n_phases - 1;
+    while (p->ph[i].first > s)
+      i--;
+    return p->ax[p->ph[i].axis].bidir ? 2 : 1;
+  }
+  PsCollStep st;
+  plan_step(p, m, s, &st);
+  return st.n_recv;
+}
+
 static void plan_block(const PsCollPlan *p, int m, int64_t *off, int64_t *len)
 {
   if (p->kind == KIND_PHASES) {
@@ -815,22 +854,22 @@ static const char *p2p_unsupported(const PsCollGroup *g, PsCollOp op)
 
 static const PsCollAlgo ring_algo = {
     "ring", "unidirectional ring over the group (snake order on a grid)", ring_unsupported,
-    ring_plan, plan_free, plan_n_steps, plan_step, plan_block, plan_predict};
+    ring_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict};
 
 static const PsCollAlgo bidir_algo = {
     "bidir", "two rings, one each way, each carrying half the data", ring_unsupported,
-    bidir_plan, plan_free, plan_n_steps, plan_step, plan_block, plan_predict};
+    bidir_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict};
 
 static const PsCollAlgo torus_algo = {
     "torus",
     "dimension by dimension: reduce-scatter along each torus axis in turn, all-gather back "
     "(bidirectional rings on wrapped axes)",
-    torus_unsupported, torus_plan, plan_free, plan_n_steps, plan_step, plan_block,
+    torus_unsupported, torus_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block,
     plan_predict};
 
 static const PsCollAlgo p2p_algo = {"p2p", "one message from the sender to the receiver",
                                     p2p_unsupported, p2p_plan, plan_free, plan_n_steps,
-                                    plan_step, plan_block, plan_predict};
+                                    plan_step, plan_n_recv, plan_block, plan_predict};
 
 const PsCollAlgo *const ps_coll_algos[] = {&ring_algo, &bidir_algo, &torus_algo, &p2p_algo,
                                            NULL};

@@ -70,6 +70,8 @@ typedef struct {
   void (*plan_free)(PsCollPlan *plan);
   int (*n_steps)(const PsCollPlan *plan, int member);
   void (*step)(const PsCollPlan *plan, int member, int step, PsCollStep *out);
+  /* step()'s n_recv, cheaper */
+  int (*n_recv)(const PsCollPlan *plan, int member, int step);
   void (*block)(const PsCollPlan *plan, int member, int64_t *off, int64_t *len);
   /* Closed-form time of one round, all members arriving together. */
   double (*predict_s)(const PsCollPlan *plan);

@@ -5,10 +5,13 @@
  * message whose context is an Xfer naming receiver, round, step, elements,
  * and, with numerics, a copy of the elements), then waits for the step's
  * receives.  A chunk for the receiver's current (round, step) is applied at
- * once; one for a later step waits in the receiver's `early` table, keyed by
- * (round, step), and is applied in arrival order when the receiver gets
- * there.  No chunk can be for an earlier step: a step completes only after
- * every message it expects has arrived whole.
+ * once; one for a later step waits in the receiver's `early` list, kept
+ * sorted by (round, step) and, within a key, in arrival order, and is
+ * applied in arrival order when the receiver gets there (timing only, just
+ * a message's last chunk is kept: the others carry nothing to apply).  No
+ * chunk can be for an earlier step: a step completes only after every
+ * message it expects has arrived whole, so the receiver's current key is
+ * never above the list's smallest, and draining takes a prefix.
  * Invariant: member.pending counts the messages of its current step not yet
  * wholly applied; the member advances exactly when it reaches zero. */
 #include "collectives/collective-private.h"
@@ -29,9 +32,23 @@ struct Xfer {
 
 typedef struct {
   Xfer *x;
+  uint64_t key;   /* early_key(round, step) of the receiver's step */
   int64_t offset, bytes;
   gboolean last;
+  int n;          /* x == NULL: timing-only messages that arrived together */
 } Early;
+
+/* Timing-only messages sent so far to a member for one (round, step). */
+typedef struct {
+  uint64_t key;   /* early_key(round, step) */
+  int expected;   /* the messages that step waits for */
+  int sent;       /* sent so far, by either path */
+  int direct;     /* of them, ps_network_send_direct's */
+  ps_time_t last; /* the latest arrival of the direct ones */
+} Inbox;
+
+/* Peers whose link a member remembers: a torus member sends to six. */
+#define PEER_MEMO 8
 
 typedef struct {
   int64_t round;  /* -1 before the first arrival */
@@ -43,7 +60,14 @@ typedef struct {
   PsCollDoneFn done;
   void *ctx;
   int64_t finished;
-  GHashTable *early; /* gint64 (round << 32 | step) -> GArray of Early; NULL if none yet */
+  Early *early;      /* [early_head, early_len): sorted by key, then arrival */
+  guint early_head, early_len, early_cap;
+  Inbox *inbox;      /* steps some but not all of whose messages were sent */
+  guint inbox_len, inbox_cap;
+  /* the one-hop link to each of the first peers sent to (-1: not one hop) */
+  int n_peers;
+  int peer[PEER_MEMO], peer_link[PEER_MEMO];
+  uint64_t peers_version; /* ps_network_routes_version when they were found */
 } Member;
 
 struct PsCollective {
@@ -59,6 +83,7 @@ struct PsCollective {
   GPtrArray *all_xfers; /* every Xfer ever allocated, freed with the collective */
   int64_t live_xfers;
   uint32_t ev_done;
+  uint32_t ev_arrive;   /* a timing-only message of one hop has arrived */
 };
 
 /* ---- names ---------------------------------------------------------- */
@@ -236,11 +261,97 @@ static void apply_chunk(PsCollective *c, Member *m, const Xfer *x, int64_t offse
 static void member_run(PsCollective *c, int mi);
 static void on_deliver(void *ctx, const PsNetDelivery *d);
 
+static inline uint64_t early_key(int64_t round, int step)
+{
+  return ((uint64_t)round << 32) | (uint32_t)step;
+}
+
+/* An arrival event's argument: early_key, with the number of messages it
+ * stands for in bits 32..39 (the round then fits in the 24 bits above). */
+#define INBOX_COUNT_SHIFT 32
+#define INBOX_MAX_ROUND (INT64_C(1) << 24)
+
+/* Timing only, the arrivals of a step's messages matter together: the
+ * step can go on once the last has arrived.  So messages of one hop
+ * (ps_network_send_direct, whose arrival time is known when sent) are
+ * counted in the receiver's inbox for that (round, step), and one event at
+ * the latest of their arrivals stands for all of them, scheduled when the
+ * step's last message is sent.  Messages sent the general way are counted
+ * too (so the step's count completes) and arrive by themselves. */
+static Inbox *inbox_for(PsCollective *c, int peer, int64_t round, int step)
+{
+  Member *r = &c->members[peer];
+  uint64_t key = ((uint64_t)round << 32) | (uint32_t)step;
+  for (guint i = r->inbox_len; i-- > 0;)
+    if (r->inbox[i].key == key)
+      return &r->inbox[i];
+  if (r->inbox_len == r->inbox_cap) {
+    r->inbox_cap = r->inbox_cap ? 2 * r->inbox_cap : 4;
+    r->inbox = g_renew(Inbox, r->inbox, r->inbox_cap);
+  }
+  Inbox *in = &r->inbox[r->inbox_len++];
+  *in = (Inbox){key, c->algo->n_recv(c->plan, peer, step), 0, 0, 0};
+  return in;
+}
+
+/* The inbox entry is complete: its arrival event (if any direct message
+ * went), and the entry goes. */
+static void inbox_close(PsCollective *c, int peer, Inbox *in)
+{
+  Member *r = &c->members[peer];
+  /* when the step's last message went the general way, its direct ones
+   * may have arrived already: they count from now (the step still waits
+   * for that last message) */
+  ps_time_t now = ps_engine_now(c->engine);
+  if (in->direct > 0)
+    ps_engine_at(c->engine, MAX(in->last, now), c->ev_arrive, (uint32_t)peer,
+                 (in->key >> 32) << (INBOX_COUNT_SHIFT + 8) |
+                     (uint64_t)in->direct << INBOX_COUNT_SHIFT | (uint32_t)in->key);
+  *in = r->inbox[--r->inbox_len];
+}
+
+/* ps_network_send_direct from member mi to member peer, with the link
+ * remembered per peer. */
+static ps_time_t send_direct(PsCollective *c, int mi, int peer, int64_t bytes)
+{
+  Member *m = &c->members[mi];
+  uint64_t version = ps_network_routes_version(c->net);
+  if (m->peers_version != version) {
+    m->n_peers = 0;
+    m->peers_version = version;
+  }
+  for (int i = 0; i < m->n_peers; i++)
+    if (m->peer[i] == peer)
+      return m->peer_link[i] < 0 ? PS_TIME_NEVER
+                                 : ps_network_send_link(c->net, m->peer_link[i], bytes);
+  int link = ps_network_direct_link(c->net, c->g.dev[mi], c->g.dev[peer]);
+  if (m->n_peers < PEER_MEMO) {
+    m->peer[m->n_peers] = peer;
+    m->peer_link[m->n_peers++] = link;
+  }
+  return link < 0 ? PS_TIME_NEVER : ps_network_send_link(c->net, link, bytes);
+}
+
 static void post_send(PsCollective *c, int mi, const PsCollSend *s)
 {
   Member *m = &c->members[mi];
   g_assert(s->peer >= 0 && s->peer < c->g.n && s->peer != mi);
   g_assert(s->off >= 0 && s->len >= 0 && s->off + s->len <= c->p.count);
+  if (!m->buf && m->round < INBOX_MAX_ROUND) {
+    Inbox *in = inbox_for(c, s->peer, m->round, s->peer_step);
+    in->sent++;
+    ps_time_t t = send_direct(c, mi, s->peer, s->len * c->p.elem_bytes);
+    if (t != PS_TIME_NEVER) {
+      in->direct++;
+      if (t > in->last)
+        in->last = t;
+    }
+    gboolean sent = t != PS_TIME_NEVER;
+    if (in->sent == in->expected)
+      inbox_close(c, s->peer, in);
+    if (sent)
+      return;
+  }
   Xfer *x = xfer_new(c);
   x->c = c;
   x->dst = s->peer;
@@ -254,14 +365,51 @@ static void post_send(PsCollective *c, int mi, const PsCollSend *s)
                   on_deliver, x);
 }
 
-static inline gint64 early_key(int64_t round, int step)
+/* Inserts e after every entry whose key is not above its own: arrivals
+ * nearly always come in key order, so this is an append. */
+static void early_insert(Member *m, const Early *e)
 {
-  return (gint64)(((uint64_t)round << 32) | (uint32_t)step);
+  if (m->early_head == m->early_len)
+    m->early_head = m->early_len = 0;
+  if (m->early_len == m->early_cap) {
+    if (m->early_head > 0) {
+      memmove(m->early, m->early + m->early_head,
+              (m->early_len - m->early_head) * sizeof(Early));
+      m->early_len -= m->early_head;
+      m->early_head = 0;
+    } else {
+      m->early_cap = m->early_cap ? 2 * m->early_cap : 8;
+      m->early = g_renew(Early, m->early, m->early_cap);
+    }
+  }
+  guint i = m->early_len;
+  while (i > m->early_head && m->early[i - 1].key > e->key)
+    i--;
+  memmove(m->early + i + 1, m->early + i, (m->early_len - i) * sizeof(Early));
+  m->early[i] = *e;
+  m->early_len++;
 }
 
-static void early_free(gpointer p)
+/* Timing-only messages of one hop (post_send's inbox) have arrived. */
+static void on_arrive(PsEngine *engine, const PsEvent *ev, void *ctx)
 {
-  g_array_free(p, TRUE);
+  PsCollective *c = ctx;
+  Member *m = &c->members[ev->target];
+  int n = (int)((ev->arg.u >> INBOX_COUNT_SHIFT) & 0xff);
+  uint64_t key = early_key((int64_t)(ev->arg.u >> (INBOX_COUNT_SHIFT + 8)),
+                           (int)(uint32_t)ev->arg.u);
+  if (m->active && early_key(m->round, m->step) == key) {
+    m->pending -= n;
+    g_assert(m->pending >= 0);
+    if (m->pending == 0) {
+      m->step++;
+      member_run(c, (int)ev->target);
+    }
+    return;
+  }
+  g_assert(key > early_key(m->round, m->step) || !m->active);
+  Early e = {NULL, key, 0, 0, TRUE, n};
+  early_insert(m, &e);
 }
 
 static void on_deliver(void *ctx, const PsNetDelivery *d)
@@ -282,36 +430,30 @@ static void on_deliver(void *ctx, const PsNetDelivery *d)
   }
   /* for a step the receiver has not reached */
   g_assert(x->round > m->round || (m->active && x->round == m->round && x->step > m->step));
-  if (!m->early)
-    m->early = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, early_free);
-  gint64 key = early_key(x->round, x->step);
-  GArray *list = g_hash_table_lookup(m->early, &key);
-  if (!list) {
-    list = g_array_new(FALSE, FALSE, sizeof(Early));
-    g_hash_table_insert(m->early, g_memdup2(&key, sizeof key), list);
-  }
-  Early e = {x, d->offset, d->bytes, d->last};
-  g_array_append_val(list, e);
+  if (!x->data && !d->last)
+    return;
+  Early e = {x, early_key(x->round, x->step), d->offset, d->bytes, d->last, 0};
+  early_insert(m, &e);
 }
 
-/* Applies what arrived early for the member's current step. */
+/* Applies what arrived early for the member's current step: the list's
+ * prefix with its key. */
 static void drain_early(PsCollective *c, Member *m)
 {
-  if (!m->early || g_hash_table_size(m->early) == 0)
-    return;
-  gint64 key = early_key(m->round, m->step);
-  GArray *list = g_hash_table_lookup(m->early, &key);
-  if (!list)
-    return;
-  for (guint i = 0; i < list->len; i++) {
-    Early *e = &g_array_index(list, Early, i);
+  uint64_t key = early_key(m->round, m->step);
+  while (m->early_head < m->early_len && m->early[m->early_head].key == key) {
+    Early *e = &m->early[m->early_head++];
+    if (!e->x) { /* timing-only messages (on_arrive) */
+      m->pending -= e->n;
+      continue;
+    }
     apply_chunk(c, m, e->x, e->offset, e->bytes);
     if (e->last) {
       xfer_free(c, e->x);
       m->pending--;
     }
   }
-  g_hash_table_remove(m->early, &key);
+  g_assert(m->early_head == m->early_len || m->early[m->early_head].key > key);
 }
 
 static void member_run(PsCollective *c, int mi)
@@ -440,6 +582,7 @@ PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError *
     c->members[i].n_steps = c->algo->n_steps(c->plan, i);
   }
   c->ev_done = ps_engine_register(c->engine, "collective-done", on_done, c);
+  c->ev_arrive = ps_engine_register(c->engine, "collective-arrive", on_arrive, c);
   return c;
 fail:
   group_clear(&c->g);
@@ -452,9 +595,10 @@ void ps_collective_free(PsCollective *c)
   if (!c)
     return;
   /* messages still in flight (a run stopped early) hold live Xfers too */
-  for (int i = 0; i < c->g.n; i++)
-    if (c->members[i].early)
-      g_hash_table_destroy(c->members[i].early);
+  for (int i = 0; i < c->g.n; i++) {
+    g_free(c->members[i].early);
+    g_free(c->members[i].inbox);
+  }
   if (c->all_xfers) {
     for (guint i = 0; i < c->all_xfers->len; i++) {
       Xfer *x = g_ptr_array_index(c->all_xfers, i);

@@ -21,10 +21,14 @@
 #define SLAB_SHIFT 10
 #define SLAB_SIZE (1u << SLAB_SHIFT)
 #define INLINE_ROUTE 14
-/* Routes of recent (src, dst) pairs, direct-mapped: collectives send to the
- * same few neighbours over and over.  At most 2^15 entries, about eight per
- * endpoint. */
-#define ROUTE_CACHE_MAX_BITS 15
+/* Routes of recent (src, dst) pairs, in sets of ROUTE_WAYS entries:
+ * collectives send to the same few neighbours over and over (a member of a
+ * torus all-reduce to six).  At most 2^16 entries, about 16 per endpoint.
+ * Direct-mapped, a third of a 3-D torus collective's pairs collided and
+ * evicted each other on every message. */
+#define ROUTE_CACHE_MAX_BITS 16
+#define ROUTE_CACHE_PER_ENDPOINT 16u
+#define ROUTE_WAYS 4
 
 typedef struct {
   double ps_per_byte;
@@ -79,6 +83,8 @@ struct PsNetwork {
   int32_t *nbr;         /* (chip * ndims + dim) * 2 + (dir < 0): neighbour or -1 */
   CachedRoute *route_cache;
   uint32_t route_mask;  /* entries - 1 */
+  uint32_t route_victim; /* the way a miss in a full set replaces, mod ROUTE_WAYS */
+  uint64_t routes_version; /* bumped whenever routes may have changed */
   Message **slabs;
   uint32_t n_slabs;
   uint32_t free_head;   /* UINT32_MAX when empty */
@@ -400,7 +406,7 @@ PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chun
   net->free_head = UINT32_MAX;
   uint32_t entries = 64;
   while (entries < (1u << ROUTE_CACHE_MAX_BITS) &&
-         entries < 8u * (uint32_t)ps_network_endpoints(net))
+         entries < ROUTE_CACHE_PER_ENDPOINT * (uint32_t)ps_network_endpoints(net))
     entries *= 2;
   net->route_mask = entries - 1;
   net->route_cache = g_new(CachedRoute, entries);
@@ -624,6 +630,7 @@ gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError
   const PsTopology *t = net->topo;
   l->ps_per_byte = factor > 0 ? (double)PS_PS_PER_S / (t->ici_bandwidth_Bps * factor) : INFINITY;
   /* routes change; messages in flight keep the route they were sent on */
+  net->routes_version++;
   for (uint32_t i = 0; i <= net->route_mask; i++)
     net->route_cache[i].src = -1;
   return TRUE;
@@ -692,14 +699,11 @@ static void trace_chunk(PsNetwork *net, const Message *m, int link, uint64_t chu
                     ser, args);
 }
 
-/* Gives chunk `chunk` of m to the link of hop `hop`; returns when it
- * reaches the far end. */
-static ps_time_t transmit(PsNetwork *net, Message *m, uint64_t chunk, int hop)
+/* A chunk of `bytes` joins link l's queue now: it takes the lane that
+ * frees first.  Sets when it starts and its serialization. */
+static inline void link_take(PsNetwork *net, Link *l, int64_t bytes, ps_time_t now,
+                             ps_time_t *start_out, ps_time_t *ser_out)
 {
-  int li = m->route[hop];
-  Link *l = &net->links[li];
-  int64_t bytes = chunk_size(net, m, chunk);
-  ps_time_t now = ps_engine_now(net->engine);
   ps_time_t *lane = net->lane_free + l->first_lane;
   int best = 0;
   for (int i = 1; i < l->lanes; i++)
@@ -713,6 +717,19 @@ static ps_time_t transmit(PsNetwork *net, Message *m, uint64_t chunk, int hop)
   l->chunks++;
   l->busy = ps_time_add(l->busy, ser);
   net->chunk_hops++;
+  *start_out = start;
+  *ser_out = ser;
+}
+
+/* Gives chunk `chunk` of m to the link of hop `hop`; returns when it
+ * reaches the far end. */
+static ps_time_t transmit(PsNetwork *net, Message *m, uint64_t chunk, int hop)
+{
+  int li = m->route[hop];
+  Link *l = &net->links[li];
+  int64_t bytes = chunk_size(net, m, chunk);
+  ps_time_t start, ser;
+  link_take(net, l, bytes, ps_engine_now(net->engine), &start, &ser);
   if (G_UNLIKELY(net->trace != NULL)) {
     trace_chunk(net, m, li, chunk, bytes, start, ser);
     if (hop == 0 && chunk == 0)
@@ -761,6 +778,40 @@ static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
   fn(fctx, &d);
 }
 
+/* The cached route of (src, dst), computing and caching it on a miss:
+ * NULL when it is longer than INLINE_ROUTE (not cached; the caller
+ * computes it). */
+static const CachedRoute *route_cached(PsNetwork *net, int src, int dst)
+{
+  /* a multiply mixes only upwards: take the product's top bits (a
+   * product's low bits would depend on the ids' low bits alone, and the
+   * pairs of a torus collective collide there) */
+  uint64_t h = ((uint64_t)(uint32_t)src << 32 | (uint32_t)dst) * UINT64_C(0x9E3779B97F4A7C15);
+  uint32_t set = (uint32_t)(h >> 40) & net->route_mask & ~(uint32_t)(ROUTE_WAYS - 1);
+  CachedRoute *ways = &net->route_cache[set];
+  for (int w = 0; w < ROUTE_WAYS; w++)
+    if (ways[w].src == src && ways[w].dst == dst)
+      return &ways[w];
+  /* a miss: an empty way, else the next in turn */
+  CachedRoute *cr = NULL;
+  for (int w = 0; w < ROUTE_WAYS && !cr; w++)
+    if (ways[w].src < 0)
+      cr = &ways[w];
+  if (!cr)
+    cr = &ways[net->route_victim++ % ROUTE_WAYS];
+  int rbuf[INLINE_ROUTE];
+  RouteBuf r = {rbuf, INLINE_ROUTE, 0};
+  route_into(net, src, dst, &r);
+  if (r.n > INLINE_ROUTE)
+    return NULL;
+  cr->src = src;
+  cr->dst = dst;
+  cr->hops = r.n;
+  for (int i = 0; i < r.n; i++)
+    cr->links[i] = rbuf[i];
+  return cr;
+}
+
 uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetDeliverFn fn,
                          void *ctx)
 {
@@ -769,39 +820,26 @@ uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetD
   g_return_val_if_fail(dst >= 0 && dst < ps_network_endpoints(net), 0);
   uint32_t idx = msg_alloc(net);
   Message *m = msg_at(net, idx);
-  uint32_t slot = ((uint32_t)src * 2654435761u ^ (uint32_t)dst * 40503u) & net->route_mask;
-  CachedRoute *cr = &net->route_cache[slot];
-  RouteBuf r = {NULL, 0, 0};
-  if (cr->src == src && cr->dst == dst) {
+  const CachedRoute *cr = route_cached(net, src, dst);
+  int hops;
+  if (cr) {
     m->route = m->inline_route;
     memcpy(m->route, cr->links, sizeof(int32_t) * (size_t)cr->hops);
-    r.n = cr->hops;
+    hops = cr->hops;
   } else {
-    int rbuf[INLINE_ROUTE];
-    r = (RouteBuf){rbuf, INLINE_ROUTE, 0};
-    route_into(net, src, dst, &r);
-    if (r.n <= INLINE_ROUTE) {
-      m->route = m->inline_route;
-      for (int i = 0; i < r.n; i++)
-        m->route[i] = rbuf[i];
-      cr->src = src;
-      cr->dst = dst;
-      cr->hops = r.n;
-      memcpy(cr->links, m->route, sizeof(int32_t) * (size_t)r.n);
-    } else {
-      int *big = g_new(int, r.n);
-      RouteBuf r2 = {big, r.n, 0};
-      route_into(net, src, dst, &r2);
-      m->route = g_new(int32_t, r.n);
-      for (int i = 0; i < r.n; i++)
-        m->route[i] = big[i];
-      g_free(big);
-    }
+    hops = ps_network_route(net, src, dst, NULL, 0);
+    int *big = g_new(int, hops);
+    RouteBuf r2 = {big, hops, 0};
+    route_into(net, src, dst, &r2);
+    m->route = g_new(int32_t, hops);
+    for (int i = 0; i < hops; i++)
+      m->route[i] = big[i];
+    g_free(big);
   }
-  g_assert(r.n <= (int)HOP_MASK);
+  g_assert(hops <= (int)HOP_MASK);
   m->src = src;
   m->dst = dst;
-  m->hops = r.n;
+  m->hops = hops;
   m->bytes = bytes;
   m->n_chunks = bytes == 0 ? 1 : (bytes + net->chunk - 1) / net->chunk;
   g_assert((uint64_t)m->n_chunks < (UINT64_C(1) << (64 - HOP_BITS)));
@@ -821,6 +859,48 @@ uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetD
     }
   }
   return m->id;
+}
+
+int ps_network_direct_link(PsNetwork *net, int src, int dst)
+{
+  g_return_val_if_fail(net != NULL, -1);
+  g_return_val_if_fail(src >= 0 && src < ps_network_endpoints(net), -1);
+  g_return_val_if_fail(dst >= 0 && dst < ps_network_endpoints(net), -1);
+  if (net->trace)
+    return -1;
+  const CachedRoute *cr = route_cached(net, src, dst);
+  return cr && cr->hops == 1 ? cr->links[0] : -1;
+}
+
+uint64_t ps_network_routes_version(const PsNetwork *net) { return net->routes_version; }
+
+ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes)
+{
+  g_return_val_if_fail(net != NULL && bytes >= 0, PS_TIME_NEVER);
+  g_return_val_if_fail(link >= 0 && link < net->n_links, PS_TIME_NEVER);
+  if (net->trace)
+    return PS_TIME_NEVER;
+  /* every chunk joins the link now, as ps_network_send's first hop */
+  Link *l = &net->links[link];
+  ps_time_t now = ps_engine_now(net->engine);
+  int64_t n_chunks = bytes == 0 ? 1 : (bytes + net->chunk - 1) / net->chunk;
+  ps_time_t last = 0;
+  for (int64_t j = 0; j < n_chunks; j++) {
+    int64_t left = bytes - j * net->chunk;
+    ps_time_t start, ser;
+    link_take(net, l, left < net->chunk ? left : net->chunk, now, &start, &ser);
+    ps_time_t arrive = ps_time_add(ps_time_add(start, ser), l->latency);
+    if (arrive > last)
+      last = arrive;
+  }
+  net->next_id++;
+  return last;
+}
+
+ps_time_t ps_network_send_direct(PsNetwork *net, int src, int dst, int64_t bytes)
+{
+  int link = ps_network_direct_link(net, src, dst);
+  return link < 0 ? PS_TIME_NEVER : ps_network_send_link(net, link, bytes);
 }
 
 void ps_network_set_trace(PsNetwork *net, PsTrace *trace, int pid)
