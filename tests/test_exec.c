@@ -140,7 +140,13 @@ typedef struct {
   GArray **steps;    /* per device: ps_time_t end of each step */
   int coll_done;
   int messages;
+  GArray *colls;     /* CollSpan of every collective a device finished */
 } Rec;
+
+typedef struct {
+  int device, c;
+  ps_time_t start, end;
+} CollSpan;
 
 static void rec_op(void *ctx, int device, int64_t step, const PsOp *op, PsTimeCategory cat,
                    ps_time_t start, ps_time_t end)
@@ -177,6 +183,8 @@ static void rec_coll_done(void *ctx, int device, int64_t step, int c, ps_time_t 
   Rec *r = ctx;
   g_assert_cmpint(start, <=, end);
   r->coll_done++;
+  CollSpan cs = {device, c, start, end};
+  g_array_append_val(r->colls, cs);
 }
 
 static void rec_message(void *ctx, int src, int dst, int tag, double bytes, ps_time_t sent,
@@ -209,6 +217,7 @@ static void sim_init(Sim *s, PsExperiment *exp, PsPlan *plan)
     s->rec.steps[d] = g_array_new(FALSE, FALSE, sizeof(ps_time_t));
   }
   s->rec.coll_done = s->rec.messages = 0;
+  s->rec.colls = g_array_new(FALSE, FALSE, sizeof(CollSpan));
   PsPodObserver obs = {.ctx = &s->rec, .op_done = rec_op, .wait = rec_wait,
                        .step_done = rec_step, .coll_done = rec_coll_done,
                        .message = rec_message};
@@ -242,6 +251,7 @@ static void sim_clear(Sim *s)
   }
   g_free(s->rec.spans);
   g_free(s->rec.steps);
+  g_array_free(s->rec.colls, TRUE);
   ps_plan_free(s->plan);
   ps_experiment_free(s->exp);
 }
@@ -584,6 +594,84 @@ static void test_overlap(void)
   }
 }
 
+
+/* ---- collective.max_in_flight ----------------------------------------- */
+
+/* Two all-reduces of AR_BYTES over row 0's core-0 devices, started one
+ * after the other, then both waited for: with max_in_flight = 1 the second
+ * begins on each device when the first is done there, so (the ring being
+ * symmetric and otherwise idle) each runs alone in T, the time of one, and
+ * a step lasts 2 T; with no limit both start at once and share the links,
+ * which hides latency: a step lasts less than 2 T. */
+static ps_time_t run_two_allreduces(const char *limit, int n_colls, Sim *out)
+{
+  const char *ov[] = {torus_ov[0], torus_ov[1], torus_ov[2], "steps=2", "steps_per_run=2",
+                      limit, NULL};
+  PsPlan *plan = ps_plan_new(16);
+  int idle = add_idle(plan);
+  for (int d = 0; d < 16; d++)
+    plan->program_of[d] = idle;
+  int c0 = add_allreduce(plan, row0_core0, GROUP_N, AR_BYTES, "first");
+  int c1 = add_allreduce(plan, row0_core0, GROUP_N, AR_BYTES, "second");
+  PsOp two[] = {op_coll(PS_OP_COLL_START, c0), op_coll(PS_OP_COLL_START, c1),
+                op_coll(PS_OP_COLL_DONE, c0), op_coll(PS_OP_COLL_DONE, c1)};
+  PsOp one[] = {op_coll(PS_OP_COLL_START, c0), op_coll(PS_OP_COLL_DONE, c0),
+                op_coll(PS_OP_COLL_START, c1), op_coll(PS_OP_COLL_DONE, c1)};
+  /* n_colls 1: the same two, one after the other in the program */
+  int p = ps_plan_add_program(plan, n_colls == 2 ? two : one, 4);
+  for (int m = 0; m < GROUP_N; m++)
+    plan->program_of[row0_core0[m]] = p;
+  sim_init(out, load(ov), plan);
+  sim_run(out);
+  ps_time_t loop = ps_time_from_s(out->exp->topology->loop_overhead_s);
+  return step_end(out, row0_core0[0], 0) - loop;
+}
+
+static void test_max_in_flight(void)
+{
+  Sim seq, lim, free_;
+  /* the program itself waits for the first before starting the second */
+  ps_time_t two_T = run_two_allreduces("collective.max_in_flight=0", 1, &seq);
+  ps_time_t limited = run_two_allreduces("collective.max_in_flight=1", 2, &lim);
+  ps_time_t unlimited = run_two_allreduces("collective.max_in_flight=0", 2, &free_);
+  g_test_message("two all-reduces: one after the other %" G_GINT64_FORMAT
+                 " ps, limit 1 %" G_GINT64_FORMAT " ps, no limit %" G_GINT64_FORMAT " ps",
+                 two_T, limited, unlimited);
+  g_assert_cmpint(lim.exp->collective.max_in_flight, ==, 1);
+  g_assert_cmpint(limited, ==, two_T);
+  g_assert_cmpint(unlimited, <, two_T);
+  /* limit 1: on every device the second begins when the first ends there */
+  for (int m = 0; m < GROUP_N; m++) {
+    ps_time_t end0 = -1, start1 = -2, start1_free = -2, start0_free = -3;
+    for (guint i = 0; i < lim.rec.colls->len; i++) {
+      const CollSpan *cs = &g_array_index(lim.rec.colls, CollSpan, i);
+      if (cs->device == row0_core0[m] && cs->c == 0 && end0 < 0)
+        end0 = cs->end;
+      if (cs->device == row0_core0[m] && cs->c == 1 && start1 < -1)
+        start1 = cs->start;
+    }
+    for (guint i = 0; i < free_.rec.colls->len; i++) {
+      const CollSpan *cs = &g_array_index(free_.rec.colls, CollSpan, i);
+      if (cs->device == row0_core0[m] && cs->c == 0 && start0_free < -2)
+        start0_free = cs->start;
+      if (cs->device == row0_core0[m] && cs->c == 1 && start1_free < -1)
+        start1_free = cs->start;
+    }
+    g_assert_cmpint(start1, ==, end0);
+    g_assert_cmpint(start1_free, ==, start0_free);
+  }
+  sim_clear(&seq);
+  sim_clear(&lim);
+  sim_clear(&free_);
+  /* a bad value names the key */
+  GError *error = NULL;
+  const char *bad[] = {"collective.max_in_flight=-1", NULL};
+  g_assert_null(ps_experiment_load(exp_path, bad, &error));
+  g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE);
+  g_assert_nonnull(strstr(error->message, "max_in_flight"));
+  g_error_free(error);
+}
+
 /* ---- 4. deadlocks and invalid plans --------------------------------- */
 
 /* Each RECVs from the other before sending. */
@@ -822,6 +910,7 @@ int main(int argc, char **argv)
   g_test_add_func("/exec/ping-pong", test_ping_pong);
   g_test_add_func("/exec/disjoint-groups-concurrent", test_disjoint_groups);
   g_test_add_func("/exec/overlap", test_overlap);
+  g_test_add_func("/exec/max-in-flight", test_max_in_flight);
   g_test_add_func("/exec/deadlock", test_deadlock);
   g_test_add_func("/exec/deadlock/collective-order", test_deadlock_collective_order);
   g_test_add_func("/exec/invalid-plans", test_invalid_plans);

@@ -52,6 +52,8 @@ typedef struct {
   double slowdown;       /* straggler: factor on compute ops' times, 1 otherwise */
   ps_time_t delay;       /* straggler: time added at the start of every step */
   int64_t delayed_step;  /* the last step whose delay has begun */
+  int coll_busy[PS_COLL_N_OPS]; /* collectives of each kind begun, not yet done */
+  GArray *coll_queue;    /* int: collectives started beyond max_in_flight, in order */
 } Device;
 
 /* A device's part in one collective. */
@@ -432,6 +434,8 @@ static void on_loop_start(PsEngine *engine, const PsEvent *ev, void *ctx)
 
 /* ---- collectives ---------------------------------------------------- */
 
+static void coll_begin(PsPod *pod, Device *d, int c);
+
 static void on_coll_done(void *ctx, int member, ps_time_t t)
 {
   Member *m = ctx;
@@ -440,6 +444,17 @@ static void on_coll_done(void *ctx, int member, ps_time_t t)
   m->rounds_done++;
   if (pod->obs.coll_done)
     pod->obs.coll_done(pod->obs.ctx, d->index, m->rounds_done - 1, m->c, m->started, t);
+  /* the device's next queued collective of this kind begins now */
+  PsCollOp kind = pod->plan->colls[m->c].op;
+  d->coll_busy[kind]--;
+  for (guint i = 0; i < d->coll_queue->len; i++) {
+    int next = g_array_index(d->coll_queue, int, i);
+    if (pod->plan->colls[next].op == kind) {
+      g_array_remove_index(d->coll_queue, i);
+      coll_begin(pod, d, next);
+      break;
+    }
+  }
   const PsOp *op = &d->prog->ops[d->pc];
   if (d->waiting == WAIT_COLL && op->coll == m->c) {
     end_wait(pod, d, PS_TIME_COLLECTIVE, pod->plan->colls[m->c].name);
@@ -448,21 +463,36 @@ static void on_coll_done(void *ctx, int member, ps_time_t t)
   }
 }
 
-static void coll_start(PsPod *pod, Device *d, const PsOp *op)
+/* Device d joins collective c's round now. */
+static void coll_begin(PsPod *pod, Device *d, int c_index)
 {
-  Coll *c = &pod->colls[op->coll];
-  int mi = pod->member_of[op->coll][d->index];
+  Coll *c = &pod->colls[c_index];
+  int mi = pod->member_of[c_index][d->index];
   Member *m = &c->members[mi];
+  d->coll_busy[pod->plan->colls[c_index].op]++;
   m->started = now(pod);
   c->last = d->index;
   if (++c->arrived == ps_collective_members(c->coll)) {
     c->arrived = 0;
     if (pod->obs.coll_arrived)
-      pod->obs.coll_arrived(pod->obs.ctx, d->step, op->coll, d->index, now(pod));
+      pod->obs.coll_arrived(pod->obs.ctx, d->step, c_index, d->index, now(pod));
   }
-  float *buf = pod->num.coll_buffer ? pod->num.coll_buffer(pod->num.ctx, d->index, op->coll)
+  float *buf = pod->num.coll_buffer ? pod->num.coll_buffer(pod->num.ctx, d->index, c_index)
                                     : NULL;
   ps_collective_arrive(c->coll, mi, buf, on_coll_done, m);
+}
+
+/* COLL_START: the collective begins now, or after the device's earlier
+ * ones of its kind when max_in_flight of them are running; the core goes
+ * on either way. */
+static void coll_start(PsPod *pod, Device *d, const PsOp *op)
+{
+  int64_t limit = pod->exp->collective.max_in_flight;
+  if (limit > 0 && d->coll_busy[pod->plan->colls[op->coll].op] >= limit) {
+    g_array_append_val(d->coll_queue, op->coll);
+    return;
+  }
+  coll_begin(pod, d, op->coll);
 }
 
 /* ---- devices -------------------------------------------------------- */
@@ -710,6 +740,7 @@ PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
     d->delayed_step = -1;
     d->capacity = exp->input.infeed_capacity;
     d->mailbox = g_hash_table_new_full(g_int64_hash, g_int64_equal, key_free, NULL);
+    d->coll_queue = g_array_new(FALSE, FALSE, sizeof(int));
     d->host = ps_pod_chip_host(pod, ps_pod_device_chip(pod, i));
     Host *h = &pod->hosts[d->host];
     g_array_append_val(h->devs, i);
@@ -749,8 +780,11 @@ void ps_pod_free(PsPod *pod)
     g_array_free(pod->hosts[i].devs, TRUE);
     g_array_free(pod->hosts[i].infeed_devs, TRUE);
   }
-  for (int i = 0; i < pod->n_devices; i++)
+  for (int i = 0; i < pod->n_devices; i++) {
     g_hash_table_destroy(pod->devices[i].mailbox);
+    if (pod->devices[i].coll_queue)
+      g_array_free(pod->devices[i].coll_queue, TRUE);
+  }
   if (pod->colls)
     for (int c = 0; c < pod->plan->n_colls; c++) {
       if (pod->colls[c].coll)

@@ -298,7 +298,8 @@ static const char *const experiment_keys[] = {
     "fusion",
     "strategy",      "input",       "optimizer",        "numerics", "outside_compilation",
     "collective",    "faults",      NULL};
-static const char *const collective_keys[] = {"algorithm", "chunk_bytes", NULL};
+static const char *const collective_keys[] = {"algorithm", "chunk_bytes", "max_in_flight",
+                                                 NULL};
 static const char *const collective_algorithms[] = {"auto", "ring", "bidir", "torus", NULL};
 static const char *const host_call_keys[] = {"after", "kind", "bins", "flops_per_element", NULL};
 static const char *const host_call_kinds[] = {"histogram", "roundtrip", NULL};
@@ -656,12 +657,14 @@ static gboolean parse_host_calls(json_object *root, const char *file, PsExperime
   return TRUE;
 }
 
-/* "collective": {"algorithm": "auto"|"ring"|"bidir"|"torus", "chunk_bytes"} */
+/* "collective": {"algorithm": "auto"|"ring"|"bidir"|"torus", "chunk_bytes",
+ *                "max_in_flight"} */
 static gboolean parse_collective(json_object *root, const char *file, PsCollectiveConfig *c,
                                  GError **error)
 {
   int algo = 0;
   c->chunk_bytes = INT64_C(1) << 20;
+  c->max_in_flight = 0;
   json_object *o;
   if (!ps_config__get_object(root, file, "", "collective", FALSE, &o, error))
     return FALSE;
@@ -669,7 +672,9 @@ static gboolean parse_collective(json_object *root, const char *file, PsCollecti
             !ps_json_get_enum(o, file, "collective", "algorithm", FALSE, collective_algorithms,
                               &algo, error) ||
             !ps_json_get_int(o, file, "collective", "chunk_bytes", FALSE, 1, INT64_C(1) << 40,
-                             &c->chunk_bytes, error)))
+                             &c->chunk_bytes, error) ||
+            !ps_json_get_int(o, file, "collective", "max_in_flight", FALSE, 0, 1 << 20,
+                             &c->max_in_flight, error)))
     return FALSE;
   c->algorithm = g_strdup(collective_algorithms[algo]);
   return TRUE;
@@ -1416,6 +1421,8 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object *co = json_object_new_object();
   json_object_object_add(co, "algorithm", json_object_new_string(e->collective.algorithm));
   json_object_object_add(co, "chunk_bytes", json_object_new_int64(e->collective.chunk_bytes));
+  json_object_object_add(co, "max_in_flight",
+                         json_object_new_int64(e->collective.max_in_flight));
   json_object_object_add(o, "collective", co);
   if (e->n_host_calls > 0) {
     json_object *hc = json_object_new_array();
