@@ -489,6 +489,60 @@ static void test_names_and_groups(void)
   ps_model_free(m);
 }
 
+/* Nested and numbered repeats of 11 or more never make one name twice
+ * (once "x1" + "11" and "x11" + "1" were both "x111", refusing a valid
+ * model): a repeat whose name ends in a digit numbers its copies NAME_<i>.
+ * A name the user gives that equals a generated one is a clear error. */
+static void test_nested_repeat_names(void)
+{
+  /* a named repeat around an unnamed one: x1_1 ... x11_11 */
+  PsModel *m = model_ok(
+      "{'input': {'shape': [8], 'classes': 4}, 'layers': ["
+      " {'type': 'repeat', 'name': 'x', 'count': 11, 'body': ["
+      "  {'type': 'repeat', 'count': 11, 'body': [{'type': 'dense', 'units': 8}]}]},"
+      " {'type': 'dense', 'units': 4}, {'type': 'softmax_xent'}]}");
+  g_assert_cmpint(m->n_layers, ==, 11 * 11 + 2);
+  for (int o = 1, i = 0; o <= 11; o++)
+    for (int k = 1; k <= 11; k++, i++) {
+      g_autofree char *want = g_strdup_printf("x%d_%d", o, k);
+      g_assert_cmpstr(m->layers[i].name, ==, want);
+    }
+  ps_model_free(m);
+
+  /* unnamed all the way down, twelve to a level, in a list of twelve
+   * unnamed repeats (repeat1 ... repeat12): check_invariants finds no
+   * duplicate among the 2 * 12^3 layers */
+  GString *text = g_string_new("{'input': {'shape': [8], 'classes': 4}, 'layers': [");
+  for (int r = 0; r < 12; r++)
+    g_string_append(text, "{'type': 'repeat', 'count': 12, 'body': [{'type': 'repeat',"
+                          " 'count': 12, 'body': [{'type': 'dense', 'units': 8},"
+                          " {'type': 'relu'}]}]}, ");
+  g_string_append(text, "{'type': 'dense', 'units': 4}, {'type': 'softmax_xent'}]}");
+  m = model_ok(text->str);
+  g_string_free(text, TRUE);
+  g_assert_cmpint(m->n_layers, ==, 12 * 12 * 12 * 2 + 2);
+  g_assert_cmpstr(m->layers[0].name, ==, "repeat1_1_1.dense1");
+  g_assert_cmpstr(find_layer(m, "repeat1_12_1.relu1")->name, ==, "repeat1_12_1.relu1");
+  g_assert_cmpstr(find_layer(m, "repeat12_1_12.dense1")->name, ==, "repeat12_1_12.dense1");
+  ps_model_free(m);
+
+  /* a name given by the user that a repeat also generates */
+  GError *err = NULL;
+  m = model_from_text("{'input': {'shape': [8], 'classes': 4}, 'layers': ["
+                      " {'type': 'dense', 'units': 8, 'name': 'x1_2'},"
+                      " {'type': 'repeat', 'name': 'x', 'count': 2, 'body': ["
+                      "  {'type': 'repeat', 'count': 2, 'body': [{'type': 'relu'}]}]},"
+                      " {'type': 'dense', 'units': 4}, {'type': 'softmax_xent'}]}",
+                      "clash.json", &err);
+  g_assert_null(m);
+  g_assert_error(err, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE);
+  if (!strstr(err->message, "clash.json: layers[1].body[0].body[0]: duplicate layer name "
+                            "'x1_2' (also used at layers[0]); a repeat names its copies "
+                            "NAME<i>, or NAME_<i> when NAME ends in a digit"))
+    g_error("%s", err->message);
+  g_clear_error(&err);
+}
+
 static void test_describe(void)
 {
   PsModel *m = load_named("cnn");
@@ -777,6 +831,7 @@ int main(int argc, char **argv)
   g_test_add_func("/layers/conv/shapes", test_conv_shapes);
   g_test_add_func("/layers/dense/flops", test_dense_flops);
   g_test_add_func("/layers/names-groups", test_names_and_groups);
+  g_test_add_func("/layers/names-nested-repeats", test_nested_repeat_names);
   g_test_add_func("/layers/describe", test_describe);
   g_test_add_func("/layers/errors", test_bad_models);
   g_test_add_func("/layers/all-files", test_all_model_files);

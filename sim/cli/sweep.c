@@ -37,12 +37,14 @@
 #include "run.h"
 
 #include <errno.h>
+#include <glib/gstdio.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef PS_WITH_MPI
@@ -590,6 +592,11 @@ static gboolean output_read(Output *out, const Sweep *sw, GError **error)
   g_autofree char *text = NULL;
   gsize len = 0;
   GError *read_error = NULL;
+  /* a device or a pipe (/dev/null, /dev/full) holds no earlier rows, and
+   * reading one may never end */
+  GStatBuf st;
+  if (g_stat(out->path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+    return TRUE;
   if (!g_file_get_contents(out->path, &text, &len, &read_error)) {
     gboolean missing = g_error_matches(read_error, G_FILE_ERROR, G_FILE_ERROR_NOENT);
     if (!missing)
@@ -1099,12 +1106,14 @@ fail:
   if (pool) /* drop the points not started, wait for the others */
     g_thread_pool_free(pool, TRUE, TRUE);
   fprintf(stderr, "%spodsim: sweep: %s\n", prog.tty ? "\n" : "", error->message);
+  /* an output that cannot be written (full, gone) is the user's to fix */
+  status = error->domain == G_FILE_ERROR ? EXIT_INPUT : 1;
   g_error_free(error);
 #ifdef PS_WITH_MPI
   if (ranks->size > 1) /* the other ranks may be mid-point: stop them all */
     MPI_Abort(MPI_COMM_WORLD, 1);
 #endif
-  return 1;
+  return status;
 }
 
 /* The --vary options, checked against each other and against --set. */

@@ -1,6 +1,8 @@
 /* trace.c: the Chrome Trace Event JSON writer, one event per line,
  * streamed through a large stdio buffer into "<path>.tmp-XXXXXX" and
- * renamed onto <path> when closed.
+ * renamed onto <path> when closed.  A <path> that exists and is not a
+ * regular file (/dev/null, /dev/full, a FIFO) is written in place instead:
+ * renaming onto it would replace the device or pipe with a regular file.
  *
  * Invariant: the file on disk is always the prefix of one valid document
  * '{"traceEvents":[' event (',\n' event)* ... and only ps_trace_close()
@@ -14,9 +16,12 @@
 #include <glib/gstdio.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define TRACE_BUFFER_BYTES (1 << 20)
@@ -24,7 +29,7 @@
 struct PsTrace {
   FILE *f;
   char *path;     /* final name */
-  char *tmp_path; /* what is being written */
+  char *tmp_path; /* what is being written, or NULL when path is written in place */
   char *buf;      /* stdio's buffer, freed after fclose */
   uint64_t events;
   int write_errno; /* first failure while streaming, 0 if none */
@@ -39,6 +44,9 @@ struct PsTrace {
 static char tmp_slots[TMP_SLOTS][TMP_PATH_MAX];
 static volatile sig_atomic_t tmp_used[TMP_SLOTS];
 static GMutex tmp_lock;
+/* Set while a thread, its fatal signals blocked, creates a temporary file
+ * and registers it: a handler running on another thread waits it out. */
+static atomic_int tmp_creating;
 
 static int tmp_register(const char *path)
 {
@@ -64,6 +72,8 @@ static void tmp_unregister(int slot)
 
 void ps_trace_remove_unfinished(void)
 {
+  while (atomic_load(&tmp_creating) > 0)
+    ; /* microseconds: the creating thread cannot be stopped by this signal */
   for (int i = 0; i < TMP_SLOTS; i++)
     if (tmp_used[i])
       unlink(tmp_slots[i]);
@@ -82,10 +92,37 @@ PsTrace *ps_trace_open(const char *path, GError **error)
   g_return_val_if_fail(path != NULL && *path != '\0', NULL);
   g_return_val_if_fail(error == NULL || *error == NULL, NULL);
 
-  char *tmp_path = g_strdup_printf("%s.tmp-XXXXXX", path);
-  int fd = g_mkstemp_full(tmp_path, O_WRONLY | O_CLOEXEC, 0666);
+  /* a device or a pipe is written in place (a directory is left to fail
+   * at the rename) */
+  GStatBuf st;
+  gboolean in_place =
+      g_stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+  char *tmp_path = NULL;
+  int fd, open_errno, slot = -1;
+  if (in_place) {
+    fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY); /* a FIFO waits for its reader */
+    open_errno = errno;
+  } else {
+    /* no SIGINT or SIGTERM handled between creating the temporary file and
+     * registering it, here or on another thread, or the handler would
+     * leave it behind */
+    tmp_path = g_strdup_printf("%s.tmp-XXXXXX", path);
+    sigset_t fatal, saved_mask;
+    sigemptyset(&fatal);
+    sigaddset(&fatal, SIGINT);
+    sigaddset(&fatal, SIGTERM);
+    sigaddset(&fatal, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &fatal, &saved_mask);
+    atomic_fetch_add(&tmp_creating, 1);
+    fd = g_mkstemp_full(tmp_path, O_WRONLY | O_CLOEXEC, 0666);
+    open_errno = errno;
+    if (fd >= 0)
+      slot = tmp_register(tmp_path);
+    atomic_fetch_sub(&tmp_creating, 1);
+    pthread_sigmask(SIG_SETMASK, &saved_mask, NULL);
+  }
   if (fd < 0) {
-    int err = errno;
+    int err = open_errno;
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
                 "%s: cannot create the trace file: %s", path, g_strerror(err));
     g_free(tmp_path);
@@ -95,7 +132,9 @@ PsTrace *ps_trace_open(const char *path, GError **error)
   if (!f) {
     int err = errno;
     close(fd);
-    g_unlink(tmp_path);
+    if (tmp_path)
+      g_unlink(tmp_path);
+    tmp_unregister(slot);
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
                 "%s: cannot open the trace file for writing: %s", path, g_strerror(err));
     g_free(tmp_path);
@@ -105,7 +144,7 @@ PsTrace *ps_trace_open(const char *path, GError **error)
   t->f = f;
   t->path = g_strdup(path);
   t->tmp_path = tmp_path;
-  t->slot = tmp_register(tmp_path);
+  t->slot = slot;
   t->buf = g_malloc(TRACE_BUFFER_BYTES);
   setvbuf(f, t->buf, _IOFBF, TRACE_BUFFER_BYTES);
   fputs("{\"traceEvents\":[", f);
@@ -365,11 +404,12 @@ gboolean ps_trace_close(PsTrace *t, GError **error)
   if (err) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
                 "%s: cannot write the trace: %s", t->path, g_strerror(err));
-    g_unlink(t->tmp_path);
+    if (t->tmp_path)
+      g_unlink(t->tmp_path);
     trace_free(t);
     return FALSE;
   }
-  if (g_rename(t->tmp_path, t->path) != 0) {
+  if (t->tmp_path && g_rename(t->tmp_path, t->path) != 0) {
     err = errno;
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
                 "%s: cannot rename the finished trace from %s: %s", t->path, t->tmp_path,
@@ -387,6 +427,7 @@ void ps_trace_abort(PsTrace *t)
   if (!t)
     return;
   fclose(t->f);
-  g_unlink(t->tmp_path);
+  if (t->tmp_path)
+    g_unlink(t->tmp_path);
   trace_free(t);
 }

@@ -2,8 +2,10 @@
  * layers with per-example shapes and costs.
  *
  * Groups are expanded as they are read: "repeat" copies its body `count`
- * times; "residual" becomes its body layers, then its shortcut layers (fed
- * by the block input), then an ADD layer.  Invariant: every layer's
+ * times, copy i named NAME<i> (NAME_<i> when NAME ends in a digit, so that
+ * nested or numbered repeats never make one name twice); "residual"
+ * becomes its body layers, then its shortcut layers (fed by the block
+ * input), then an ADD layer.  Invariant: every layer's
  * in_shape is the out_shape of the layer named by its input_from (the
  * model input when -1), names are unique, and the last layer is the only
  * SOFTMAX_XENT.
@@ -153,6 +155,7 @@ typedef struct {
   const char *file;
   GArray *layers;    /* PsLayer, names owned */
   GHashTable *names; /* layer name -> JSON path (owned) */
+  int repeats;       /* repeat groups being expanded around the current item */
 } Builder;
 
 static void set_error(GError **error, int code, const char *file, const char *path,
@@ -174,7 +177,10 @@ static gboolean add_name(Builder *b, const char *name, const char *path, GError 
   const char *prev = g_hash_table_lookup(b->names, name);
   if (prev) {
     set_error(error, PS_INPUT_ERROR_VALUE, b->file, path,
-              "duplicate layer name '%s' (also used at %s)", name, prev);
+              "duplicate layer name '%s' (also used at %s)%s", name, prev,
+              b->repeats > 0 ? "; a repeat names its copies NAME<i>, or NAME_<i> when NAME "
+                               "ends in a digit: rename the layer or the repeat"
+                             : "");
     return FALSE;
   }
   g_hash_table_insert(b->names, g_strdup(name), g_strdup(path));
@@ -648,12 +654,19 @@ static gboolean item_repeat(Builder *b, json_object *obj, const char *path, cons
     return FALSE;
   }
   g_autofree char *bpath = ps_json_path_join(path, "body");
-  for (int64_t i = 0; i < count; i++) {
-    g_autofree char *iname = g_strdup_printf("%s%" G_GINT64_FORMAT, name, first + i);
-    if (!build_list(b, body, bpath, iname, TRUE, t, error))
-      return FALSE;
+  /* NAME<i>, or NAME_<i> when NAME ends in a digit (an unnamed repeat,
+   * repeat1, or an iteration of an enclosing one, x1): "x1" + "11" would
+   * be "x11" + "1" */
+  size_t len = strlen(name);
+  const char *sep = len > 0 && g_ascii_isdigit(name[len - 1]) ? "_" : "";
+  gboolean ok = TRUE;
+  b->repeats++;
+  for (int64_t i = 0; i < count && ok; i++) {
+    g_autofree char *iname = g_strdup_printf("%s%s%" G_GINT64_FORMAT, name, sep, first + i);
+    ok = build_list(b, body, bpath, iname, TRUE, t, error);
   }
-  return TRUE;
+  b->repeats--;
+  return ok;
 }
 
 static gboolean item_layer(Builder *b, json_object *obj, const char *path, const char *name,
