@@ -1,7 +1,10 @@
 # batch-sweep.gp: step time (compute + collective, stacked) and MXU
 # utilization against global batch, from batch-sweep.csv.
-set terminal pngcairo size 900,520 font ",11"
-set output "batch-sweep.png"
+# Writes batch-sweep.png here (plots/Makefile copies it to ../docs/), or
+# .svg with fmt='svg' (terminal.gp).
+if (!exists("fmt")) fmt = "png"
+stem = "batch-sweep"; w = 900; h = 520; outfile = stem . "." . fmt
+load "terminal.gp"
 set datafile separator ","
 set title "ResNet-50 on tpu-v3-8 (8 replicas, bf16): where a step goes"
 set xlabel "global batch (examples per step; per core = batch / 8)"

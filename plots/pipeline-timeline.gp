@@ -3,10 +3,11 @@
 # pipeline-timeline.sh.  Stages are rows (stage 0 on top), micro-batches
 # are colours (their number in the box when it fits), forward boxes are
 # solid, backward hatched, recomputation hollow.
-if (!exists("outfile")) outfile = '../docs/pipeline-timeline.png'
+# Writes outfile (default ../docs/pipeline-timeline.png, .svg with
+# fmt='svg': terminal.gp).
 if (!exists("subtitle")) subtitle = ''
-set terminal pngcairo size 1400,820 font ',10'
-set output outfile
+stem = "pipeline-timeline"; w = 1400; h = 820; font = ",10"
+load "terminal.gp"
 set multiplot layout 2,1 title "One pipelined training step: ".subtitle
 set style fill solid 1.0 border lc rgb '#303030'
 set ylabel 'stage'

@@ -2,13 +2,10 @@
 # examples/s against devices (log-log), one line per model setting and TPU
 # generation, each beside its ideal linear scaling from its smallest slice
 # (dashed, same colour); below, the scaling efficiency against that ideal.
-# Writes ../docs/scaling.png; run from plots/ (make -C plots).
-if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {
-    set terminal pngcairo size 1300,860 font ",11" linewidth 1.3
-} else {
-    set terminal png size 1300,860
-}
-set output "../docs/scaling.png"
+# Writes ../docs/scaling.png (.svg with fmt='svg', terminal.gp); run from
+# plots/ (make -C plots).
+stem = "scaling"; w = 1300; h = 860; termlw = 1.3
+load "terminal.gp"
 set datafile separator ","
 
 csv = "scaling.csv"

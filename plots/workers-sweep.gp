@@ -1,8 +1,11 @@
 # workers-sweep.gp: step time and infeed stall against the host's input
 # workers, from workers-sweep.csv, with the closed-form knee
 # w* = batch x cost / compute time marked.
-set terminal pngcairo size 900,520 font ",11"
-set output "workers-sweep.png"
+# Writes workers-sweep.png here (plots/Makefile copies it to ../docs/), or
+# .svg with fmt='svg' (terminal.gp).
+if (!exists("fmt")) fmt = "png"
+stem = "workers-sweep"; w = 900; h = 520; outfile = stem . "." . fmt
+load "terminal.gp"
 set datafile separator ","
 set title "ResNet-50 on tpu-v3-8, 5 ms of host CPU per image: input workers vs step time"
 set xlabel "input pipeline workers on the host"

@@ -7,12 +7,14 @@
  * when; the breakdown is one device's, whose categories sum to its step. */
 #include "run.h"
 
+#include "hw/link-stats.h"
 #include "io/dataset.h"
 #include "io/trace.h"
 #include "model/kernels.h"
 #include "model/net.h"
 #include "strategy/strategy.h"
 
+#include <glib/gstdio.h>
 #include <math.h>
 #include <string.h>
 
@@ -955,12 +957,18 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
     out->params = g_memdup2(ps_net_params(r.nets[0]), sizeof(float) * out->n_params);
   }
   out->events = ps_engine_events_run(engine);
+  if (opt && opt->links_csv &&
+      !ps_link_stats_write(ps_pod_network(r.pod), ps_engine_now(engine), opt->links_csv, error))
+    goto out;
   if (r.trace) {
     out->trace_events = ps_trace_events(r.trace);
     PsTrace *t = r.trace;
     r.trace = NULL;
-    if (!ps_trace_close(t, error))
+    if (!ps_trace_close(t, error)) {
+      if (opt->links_csv)
+        g_unlink(opt->links_csv);
       goto out;
+    }
   }
   out->wall_s = (double)(g_get_monotonic_time() - wall0) / 1e6;
   out->events_per_s = out->wall_s > 0 ? (double)out->events / out->wall_s : 0;

@@ -31,6 +31,10 @@ typedef struct {
   int64_t trace_max_bytes;
   /* Stop with an input error after this many events (0: no limit). */
   uint64_t max_events;
+  /* At the end of a run that succeeds, what every link direction carried
+   * (hw/link-stats.h), utilization over the whole simulated time; NULL:
+   * none.  Like the trace, left on disk only if the run succeeded. */
+  const char *links_csv;
 } PsRunOptions;
 
 typedef struct {

@@ -146,6 +146,7 @@ static int cmd_run(int argc, char **argv)
   g_auto(GStrv) sets = NULL;
   gint64 steps = -1, seed = -1, trace_max_mb = 256, max_events = 0;
   g_autofree char *trace = NULL;
+  g_autofree char *links_csv = NULL;
   gboolean no_trace = FALSE, json = FALSE, quiet = FALSE, trace_links = FALSE;
   GOptionEntry entries[] = {
       {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets,
@@ -160,6 +161,9 @@ static int cmd_run(int argc, char **argv)
       {"no-trace", 0, 0, G_OPTION_ARG_NONE, &no_trace, "Do not write a trace", NULL},
       {"trace-links", 0, 0, G_OPTION_ARG_NONE, &trace_links,
        "Also trace every chunk on every interconnect link (large on big slices)", NULL},
+      {"links-csv", 0, 0, G_OPTION_ARG_FILENAME, &links_csv,
+       "At the end, write what every link direction carried (bytes, busy time, "
+       "utilization) here as CSV", "FILE"},
       {"trace-max", 0, 0, G_OPTION_ARG_INT64, &trace_max_mb,
        "Write no trace when it would exceed this many MB (estimated before the run; "
        "default 256, 0 for no limit)", "MB"},
@@ -198,6 +202,10 @@ static int cmd_run(int argc, char **argv)
     g_ptr_array_free(ov, TRUE);
     return usage_error(ctx, "--trace needs a file name%s", " (or use --no-trace)");
   }
+  if (links_csv && !*links_csv) {
+    g_ptr_array_free(ov, TRUE);
+    return usage_error(ctx, "--links-csv needs a file name%s", "");
+  }
   if (max_events < 0) {
     g_ptr_array_free(ov, TRUE);
     return usage_error(ctx, "--max-events must be 0 (no limit) or more%s", "");
@@ -228,7 +236,7 @@ static int cmd_run(int argc, char **argv)
   }
   PsRunOptions opt = {.trace_path = no_trace ? NULL : trace, .trace_links = trace_links,
                       .log = log, .trace_max_bytes = trace_max_mb * 1000000,
-                      .max_events = (uint64_t)max_events};
+                      .max_events = (uint64_t)max_events, .links_csv = links_csv};
   PsSummary sum;
   gboolean ok = ps_run(exp, &opt, &sum, &error);
   if (!ok) {
@@ -249,6 +257,8 @@ static int cmd_run(int argc, char **argv)
       printf("trace            %s (%" G_GUINT64_FORMAT
              " events): open it at https://ui.perfetto.dev or chrome://tracing\n",
              opt.trace_path, sum.trace_events);
+    if (links_csv)
+      printf("links            %s (one row per link direction)\n", links_csv);
   }
   ps_summary_clear(&sum);
   ps_experiment_free(exp);
