@@ -211,3 +211,11 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	$(MAKE) -C tests/fuzz
 	$(MAKE) -C tests/fuzz run FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+# podsim's traces (the default run's, a replicated --trace-links one and a
+# pipeline's) in catapult and speedscope, through the trace viewer harness
+# of ../shared/tools/trace-viewer (Chromium, Node 20, `npm ci` there): every
+# trace must load with no error and no warning (tests/check-trace.sh).
+TRACE_VIEWER ?= ../shared/tools/trace-viewer
+check-trace: all
+	tests/check-trace.sh $(TRACE_VIEWER)

@@ -89,10 +89,21 @@ typedef struct {
   /* trace */
   PsTrace *trace;
   Lanes *coll_lanes;    /* per device */
+  GArray **flow_ends;   /* per device: FlowEnd of its collectives' messages (links) */
   Lanes host_lanes[PS_HOST_N_LANES]; /* per lane, tids shared by all hosts */
   guint8 *host_named;   /* per host: bit per (lane, sub) named */
   int64_t *host_batches; /* per host: batches prepared so far (names slices) */
 } Run;
+
+/* One end of a collective message's flow, kept until the device's slice
+ * of that collective round is drawn (the flow binds to it). */
+typedef struct {
+  int c;
+  int64_t round;
+  uint64_t id;
+  ps_time_t t;
+  PsCollMsgEvent what;
+} FlowEnd;
 
 static int lanes_pick(Lanes *l, ps_time_t start, ps_time_t end, gboolean *is_new)
 {
@@ -543,28 +554,108 @@ static void on_coll_arrived(void *ctx, int64_t step, int c, int last, ps_time_t 
   step_state(r, step)->critical = last;
 }
 
+static void draw_flow_ends(Run *r, int device, int64_t round, int c, int pid, int tid,
+                           ps_time_t start, ps_time_t end);
+static void drop_flow_ends(Run *r, int device, int64_t round, int c);
+
 static void on_coll_done(void *ctx, int device, int64_t step, int c, ps_time_t start,
                          ps_time_t end)
 {
   Run *r = ctx;
-  if (!r->trace || end <= start)
+  if (!r->trace)
     return;
-  gboolean is_new;
-  int lane = lanes_pick(&r->coll_lanes[device], start, end, &is_new);
-  int core = ps_pod_device_core(r->pod, device);
-  int tid = COLL_TID(core, lane);
-  if (is_new) {
-    char name[64];
-    g_snprintf(name, sizeof name, "core %d collectives (%d)", core, lane + 1);
-    ps_trace_thread(r->trace, chip_pid(r, device), tid, name, tid);
+  if (end > start) {
+    gboolean is_new;
+    int lane = lanes_pick(&r->coll_lanes[device], start, end, &is_new);
+    int core = ps_pod_device_core(r->pod, device);
+    int tid = COLL_TID(core, lane);
+    if (is_new) {
+      char name[64];
+      g_snprintf(name, sizeof name, "core %d collectives (%d)", core, lane + 1);
+      ps_trace_thread(r->trace, chip_pid(r, device), tid, name, tid);
+    }
+    const PsPlanColl *pc = &r->plan->colls[c];
+    char args[160];
+    g_snprintf(args, sizeof args, "{\"step\":%" G_GINT64_FORMAT ",\"bytes\":%" G_GINT64_FORMAT
+               ",\"members\":%d,\"algorithm\":\"%s\"}", step, pc->count * pc->elem_bytes,
+               pc->n_members, ps_pod_coll_algorithm(r->pod, c));
+    if (ps_trace_complete(r->trace, chip_pid(r, device), tid, pc->name, "collective", start,
+                          end - start, args) &&
+        r->flow_ends)
+      draw_flow_ends(r, device, step, c, chip_pid(r, device), tid, start, end);
   }
-  const PsPlanColl *pc = &r->plan->colls[c];
-  char args[160];
-  g_snprintf(args, sizeof args, "{\"step\":%" G_GINT64_FORMAT ",\"bytes\":%" G_GINT64_FORMAT
-             ",\"members\":%d,\"algorithm\":\"%s\"}", step, pc->count * pc->elem_bytes,
-             pc->n_members, ps_pod_coll_algorithm(r->pod, c));
-  ps_trace_complete(r->trace, chip_pid(r, device), tid, pc->name, "collective", start,
-                    end - start, args);
+  if (r->flow_ends)
+    drop_flow_ends(r, device, step, c);
+}
+
+/* The flows of device's messages in round `round` of collective c start
+ * and end on its slice [start, end] of the round: at the time a message
+ * left or arrived, kept inside the slice (a message that arrived before
+ * the device began the round ends at the slice's start; one that arrived
+ * as the round ended, a nanosecond before its end, so that a viewer finds
+ * the slice there whatever it rounds).  The network's steps in between
+ * sit at least a nanosecond inside its chunks (network.c), so each flow's
+ * events are in time order. */
+static void draw_flow_ends(Run *r, int device, int64_t round, int c, int pid, int tid,
+                           ps_time_t start, ps_time_t end)
+{
+  const GArray *a = r->flow_ends[device];
+  ps_time_t last = end - start >= 2000 ? end - 1000 : start;
+  for (guint i = 0; i < a->len; i++) {
+    const FlowEnd *fe = &g_array_index(a, FlowEnd, i);
+    if (fe->c != c || fe->round != round)
+      continue;
+    ps_time_t t = MIN(MAX(fe->t, start), last);
+    if (fe->what == PS_COLL_MSG_SENT)
+      ps_trace_flow_start(r->trace, pid, tid, "message", fe->id, t);
+    else
+      ps_trace_flow_end(r->trace, pid, tid, "message", fe->id, t);
+  }
+}
+
+static void drop_flow_ends(Run *r, int device, int64_t round, int c)
+{
+  GArray *a = r->flow_ends[device];
+  guint kept = 0;
+  for (guint i = 0; i < a->len; i++) {
+    const FlowEnd *fe = &g_array_index(a, FlowEnd, i);
+    if (fe->c != c || fe->round != round)
+      g_array_index(a, FlowEnd, kept++) = *fe;
+  }
+  g_array_set_size(a, kept);
+}
+
+/* A collective's message, when the links are drawn: both ends of its
+ * flow wait for the device's slice of the round (on_coll_done). */
+static void on_coll_message(void *ctx, int c, PsCollMsgEvent what, int src, int dst,
+                            int64_t round, uint64_t id, ps_time_t t)
+{
+  Run *r = ctx;
+  if (!r->flow_ends)
+    return;
+  FlowEnd fe = {c, round, id, t, what};
+  g_array_append_val(r->flow_ends[what == PS_COLL_MSG_SENT ? src : dst], fe);
+}
+
+/* A SEND's message: a flow from the sender's step slice as it leaves
+ * (before the network draws its first chunk), through the links' chunks
+ * when they are drawn, to the receiver's step slice when it arrives. */
+static void on_message_sent(void *ctx, int src, int dst, int tag, double bytes, ps_time_t t,
+                            uint64_t id)
+{
+  Run *r = ctx;
+  if (r->trace)
+    ps_trace_flow_start(r->trace, chip_pid(r, src), STEP_TID(ps_pod_device_core(r->pod, src)),
+                        "message", id, t);
+}
+
+static void on_message(void *ctx, int src, int dst, int tag, double bytes, ps_time_t sent,
+                       ps_time_t arrived, uint64_t id)
+{
+  Run *r = ctx;
+  if (r->trace)
+    ps_trace_flow_end(r->trace, chip_pid(r, dst), STEP_TID(ps_pod_device_core(r->pod, dst)),
+                      "message", id, arrived);
 }
 
 /* ---- the run -------------------------------------------------------- */
@@ -810,6 +901,10 @@ static void run_free(Run *r)
     for (int i = 0; i < r->n_dev; i++)
       lanes_clear(&r->coll_lanes[i]);
   g_free(r->coll_lanes);
+  for (int i = 0; r->flow_ends && i < r->n_dev; i++)
+    g_array_free(r->flow_ends[i], TRUE);
+  g_free(r->flow_ends);
+
   g_free(r->step_start);
   for (int l = 0; l < PS_HOST_N_LANES; l++)
     lanes_clear(&r->host_lanes[l]);
@@ -886,21 +981,6 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
   r.histograms = g_new0(PsHistogram, exp->n_host_calls ? exp->n_host_calls : 1);
   r.numerics = exp->numerics.enabled;
 
-  PsEngine *engine = ps_engine_new();
-  PsPodObserver obs = {.ctx = &r,
-                       .op_done = on_op_done,
-                       .wait = on_wait,
-                       .step_done = on_step_done,
-                       .infeed_depth = on_infeed_depth,
-                       .host_work = on_host_work,
-                       .coll_arrived = on_coll_arrived,
-                       .coll_done = on_coll_done};
-  PsPodNumerics num = {.ctx = &r, .op = numerics_op, .coll_buffer = numerics_coll_buffer};
-  r.pod = ps_pod_new(engine, exp, plan, &obs, r.numerics ? &num : NULL, error);
-  if (!r.pod)
-    goto out;
-  if (r.numerics && !numerics_init(&r, error))
-    goto out;
   gboolean tracing = opt && opt->trace_path;
   if (tracing) {
     out->trace_estimate_bytes = ps_run_trace_estimate(exp, plan, opt->trace_links);
@@ -909,17 +989,41 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
       tracing = FALSE;
     }
   }
+  PsEngine *engine = ps_engine_new();
+  PsPodObserver obs = {.ctx = &r,
+                       .op_done = on_op_done,
+                       .wait = on_wait,
+                       .step_done = on_step_done,
+                       .infeed_depth = on_infeed_depth,
+                       .host_work = on_host_work,
+                       .coll_arrived = on_coll_arrived,
+                       .coll_done = on_coll_done,
+                       .message_sent = tracing ? on_message_sent : NULL,
+                       .message = tracing ? on_message : NULL,
+                       /* messages through the links: only when they are drawn */
+                       .coll_message = tracing && opt->trace_links ? on_coll_message : NULL};
+  PsPodNumerics num = {.ctx = &r, .op = numerics_op, .coll_buffer = numerics_coll_buffer};
+  r.pod = ps_pod_new(engine, exp, plan, &obs, r.numerics ? &num : NULL, error);
+  if (!r.pod)
+    goto out;
+  if (r.numerics && !numerics_init(&r, error))
+    goto out;
   if (tracing) {
     r.trace = ps_trace_open(opt->trace_path, error);
     if (!r.trace)
       goto out;
     r.coll_lanes = g_new0(Lanes, r.n_dev);
+
     r.step_start = g_new0(ps_time_t, r.n_dev);
     r.host_named = g_new0(guint8, ps_topology_hosts(exp->topology));
     r.host_batches = g_new0(int64_t, ps_topology_hosts(exp->topology));
     trace_metadata(&r);
-    if (opt->trace_links)
+    if (opt->trace_links) {
       ps_network_set_trace(ps_pod_network(r.pod), r.trace, LINKS_PID);
+      r.flow_ends = g_new(GArray *, r.n_dev);
+      for (int i = 0; i < r.n_dev; i++)
+        r.flow_ends[i] = g_array_new(FALSE, FALSE, sizeof(FlowEnd));
+    }
   }
 
   if (opt && opt->max_events)

@@ -188,7 +188,7 @@ static void rec_coll_done(void *ctx, int device, int64_t step, int c, ps_time_t 
 }
 
 static void rec_message(void *ctx, int src, int dst, int tag, double bytes, ps_time_t sent,
-                        ps_time_t arrived)
+                        ps_time_t arrived, uint64_t id)
 {
   Rec *r = ctx;
   g_assert_cmpint(sent, <, arrived);

@@ -21,6 +21,7 @@
 typedef struct Xfer Xfer;
 struct Xfer {
   PsCollective *c;
+  int src;        /* sending member */
   int dst;        /* receiving member */
   int step;       /* receiver's step */
   int64_t round;
@@ -84,6 +85,8 @@ struct PsCollective {
   int64_t live_xfers;
   uint32_t ev_done;
   uint32_t ev_arrive;   /* a timing-only message of one hop has arrived */
+  PsCollMessageFn msg_fn; /* ps_collective_set_message_observer */
+  void *msg_ctx;
 };
 
 /* ---- names ---------------------------------------------------------- */
@@ -337,7 +340,7 @@ static void post_send(PsCollective *c, int mi, const PsCollSend *s)
   Member *m = &c->members[mi];
   g_assert(s->peer >= 0 && s->peer < c->g.n && s->peer != mi);
   g_assert(s->off >= 0 && s->len >= 0 && s->off + s->len <= c->p.count);
-  if (!m->buf && m->round < INBOX_MAX_ROUND) {
+  if (!m->buf && m->round < INBOX_MAX_ROUND && !c->msg_fn) {
     Inbox *in = inbox_for(c, s->peer, m->round, s->peer_step);
     in->sent++;
     ps_time_t t = send_direct(c, mi, s->peer, s->len * c->p.elem_bytes);
@@ -354,6 +357,7 @@ static void post_send(PsCollective *c, int mi, const PsCollSend *s)
   }
   Xfer *x = xfer_new(c);
   x->c = c;
+  x->src = mi;
   x->dst = s->peer;
   x->round = m->round;
   x->step = s->peer_step;
@@ -361,8 +365,25 @@ static void post_send(PsCollective *c, int mi, const PsCollSend *s)
   x->len = s->len;
   x->op = s->op;
   x->data = m->buf ? g_memdup2(m->buf + s->off, (size_t)s->len * sizeof(float)) : NULL;
-  ps_network_send(c->net, c->g.dev[mi], c->g.dev[s->peer], s->len * c->p.elem_bytes,
-                  on_deliver, x);
+  if (!c->msg_fn) {
+    ps_network_send(c->net, c->g.dev[mi], c->g.dev[s->peer], s->len * c->p.elem_bytes,
+                    on_deliver, x);
+    return;
+  }
+  /* the flow's start first: a traced network draws the first chunk at once */
+  uint64_t id = ps_network_next_message_id(c->net);
+  c->msg_fn(c->msg_ctx, PS_COLL_MSG_SENT, mi, s->peer, m->round, id,
+            ps_engine_now(c->engine));
+  uint64_t sent = ps_network_send_chained(c->net, c->g.dev[mi], c->g.dev[s->peer],
+                                          s->len * c->p.elem_bytes, on_deliver, x);
+  g_assert(sent == id);
+}
+
+void ps_collective_set_message_observer(PsCollective *c, PsCollMessageFn fn, void *ctx)
+{
+  g_return_if_fail(c != NULL);
+  c->msg_fn = fn;
+  c->msg_ctx = ctx;
 }
 
 /* Inserts e after every entry whose key is not above its own: arrivals
@@ -417,6 +438,9 @@ static void on_deliver(void *ctx, const PsNetDelivery *d)
   Xfer *x = ctx;
   PsCollective *c = x->c;
   Member *m = &c->members[x->dst];
+  if (d->last && c->msg_fn)
+    c->msg_fn(c->msg_ctx, PS_COLL_MSG_ARRIVED, x->src, x->dst, x->round, d->message,
+              ps_engine_now(c->engine));
   if (m->active && m->round == x->round && m->step == x->step) {
     apply_chunk(c, m, x, d->offset, d->bytes);
     if (d->last) {

@@ -142,6 +142,19 @@ int ps_collective_steps(const PsCollective *c, int member);
  * again before done has run is a programming error. */
 void ps_collective_arrive(PsCollective *c, int member, float *buf, PsCollDoneFn done, void *ctx);
 
+/* Every message of the collective, for traces: when member src sends one
+ * of its round `round` to member dst (just before the network has it),
+ * and when it has wholly arrived, at t; id is the network's message id
+ * (its flow id in a traced network). */
+typedef enum { PS_COLL_MSG_SENT, PS_COLL_MSG_ARRIVED } PsCollMsgEvent;
+typedef void (*PsCollMessageFn)(void *ctx, PsCollMsgEvent what, int src, int dst,
+                                int64_t round, uint64_t id, ps_time_t t);
+/* Observes every message from now on (fn NULL stops): messages then take
+ * the general path (ps_network_send_chained: in a traced network the flow
+ * runs from the sender's track through every link to the receiver's; the
+ * observer draws its ends).  Timing is the same either way. */
+void ps_collective_set_message_observer(PsCollective *c, PsCollMessageFn fn, void *ctx);
+
 /* Rounds every member has finished. */
 int64_t ps_collective_rounds_done(const PsCollective *c);
 

@@ -65,6 +65,8 @@ typedef struct {
 } Member;
 
 typedef struct {
+  PsPod *pod;
+  int index;
   PsCollective *coll;
   Member *members;
   int arrived;           /* members that started the current round */
@@ -95,6 +97,7 @@ typedef struct {
   int host, device;      /* SEND: device is the receiver */
   int src, tag;          /* SEND */
   double bytes;
+  uint64_t id;           /* SEND: the network's message id */
   void *next_free;
 } Xfer;
 
@@ -213,7 +216,7 @@ static void send_xfer(PsPod *pod, XferKind kind, int host, int device, int src, 
                       double bytes)
 {
   Xfer *x = xfer_new(pod);
-  *x = (Xfer){pod, kind, host, device, -1, -1, bytes, NULL};
+  *x = (Xfer){pod, kind, host, device, -1, -1, bytes, 0, NULL};
   ps_network_send(pod->net, src, dst, (int64_t)bytes, on_deliver, x);
 }
 
@@ -317,7 +320,8 @@ static void mailbox_arrive(PsPod *pod, const Xfer *x, ps_time_t sent)
   Device *d = &pod->devices[x->device];
   gint64 key = ((gint64)x->src << 20) | x->tag;
   if (pod->obs.message)
-    pod->obs.message(pod->obs.ctx, x->src, x->device, x->tag, x->bytes, sent, now(pod));
+    pod->obs.message(pod->obs.ctx, x->src, x->device, x->tag, x->bytes, sent, now(pod),
+                     x->id);
   const PsOp *op = &d->prog->ops[d->pc];
   if (d->waiting == WAIT_RECV && op->peer == x->src && op->tag == x->tag) {
     end_wait(pod, d, PS_TIME_PIPELINE_BUBBLE, op->name);
@@ -436,6 +440,16 @@ static void on_loop_start(PsEngine *engine, const PsEvent *ev, void *ctx)
 
 static void coll_begin(PsPod *pod, Device *d, int c);
 
+/* A collective's message, reported with device ids (traces). */
+static void on_coll_message(void *ctx, PsCollMsgEvent what, int src, int dst, int64_t round,
+                            uint64_t id, ps_time_t t)
+{
+  Coll *c = ctx;
+  PsPod *pod = c->pod;
+  pod->obs.coll_message(pod->obs.ctx, c->index, what, c->members[src].device,
+                        c->members[dst].device, round, id, t);
+}
+
 static void on_coll_done(void *ctx, int member, ps_time_t t)
 {
   Member *m = ctx;
@@ -541,8 +555,15 @@ static gboolean start_op(PsPod *pod, Device *d)
   }
   case PS_OP_SEND: {
     Xfer *x = xfer_new(pod);
-    *x = (Xfer){pod, XFER_SEND, -1, op->peer, d->index, op->tag, op->bytes, NULL};
-    ps_network_send(pod->net, d->index, op->peer, (int64_t)op->bytes, on_deliver, x);
+    *x = (Xfer){pod, XFER_SEND, -1, op->peer, d->index, op->tag, op->bytes, 0, NULL};
+    if (pod->obs.message_sent)
+      pod->obs.message_sent(pod->obs.ctx, d->index, op->peer, op->tag, op->bytes, now(pod),
+                            ps_network_next_message_id(pod->net));
+    x->id = pod->obs.coll_message
+                ? ps_network_send_chained(pod->net, d->index, op->peer, (int64_t)op->bytes,
+                                          on_deliver, x)
+                : ps_network_send(pod->net, d->index, op->peer, (int64_t)op->bytes, on_deliver,
+                                  x);
     break;
   }
   case PS_OP_RECV:
@@ -636,6 +657,8 @@ static gboolean build_colls(PsPod *pod, GError **error)
                        .elem_bytes = pc->elem_bytes};
     GError *err = NULL;
     pod->colls[c].coll = ps_collective_new(pod->net, &spec, &err);
+    pod->colls[c].pod = pod;
+    pod->colls[c].index = c;
     if (!pod->colls[c].coll) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                   "%s: collective.algorithm: %s cannot run: %s", exp->file, pc->name,
@@ -651,6 +674,8 @@ static gboolean build_colls(PsPod *pod, GError **error)
       pod->member_of[c][pc->members[m]] = m;
       pod->colls[c].members[m] = (Member){pod, c, m, pc->members[m], 0, 0};
     }
+    if (pod->obs.coll_message)
+      ps_collective_set_message_observer(pod->colls[c].coll, on_coll_message, &pod->colls[c]);
   }
   return TRUE;
 }

@@ -90,9 +90,20 @@ typedef struct {
   /* Device's part of collective c ran from its COLL_START to completion. */
   void (*coll_done)(void *ctx, int device, int64_t step, int c, ps_time_t start,
                     ps_time_t end);
-  /* A SEND's message from src reached dst. */
+  /* A SEND's message from src leaves now, as message id (traces). */
+  void (*message_sent)(void *ctx, int src, int dst, int tag, double bytes, ps_time_t t,
+                       uint64_t id);
+  /* A SEND's message from src reached dst; id is the network's message
+   * id. */
   void (*message)(void *ctx, int src, int dst, int tag, double bytes, ps_time_t sent,
-                  ps_time_t arrived);
+                  ps_time_t arrived, uint64_t id);
+  /* Set for traces that draw messages (the network traced): SEND messages
+   * go by ps_network_send_chained, and every message of collective c
+   * (device src's round `round` to device dst) is reported when sent and
+   * when it has wholly arrived at t, so that the observer draws each
+   * flow's ends (collective.h: ps_collective_set_message_observer). */
+  void (*coll_message)(void *ctx, int c, PsCollMsgEvent what, int src, int dst,
+                       int64_t round, uint64_t id, ps_time_t t);
 } PsPodObserver;
 
 /* The data plane: real arithmetic riding on the ops. */

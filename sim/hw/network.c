@@ -58,7 +58,10 @@ typedef struct {
   PsNetDeliverFn fn;
   void *ctx;
   ps_time_t sent;
-  ps_time_t last_start; /* latest start of a chunk on the final link (trace flow) */
+  ps_time_t last_start; /* traced: latest start of a drawn chunk (its flow's end) */
+  int last_link;        /* traced: that chunk's link, or -1 before one is drawn */
+  gboolean flow_started; /* traced, not chained: the flow's start is drawn */
+  gboolean chained;     /* traced: the sender's flow runs through it (send_chained) */
   uint64_t id;
   int32_t *route;       /* inline_route or heap */
   int32_t inline_route[INLINE_ROUTE];
@@ -446,6 +449,7 @@ int ps_network_devices(const PsNetwork *net) { return net->devices; }
 int ps_network_endpoints(const PsNetwork *net) { return net->devices + net->hosts; }
 int ps_network_n_links(const PsNetwork *net) { return net->n_links; }
 uint64_t ps_network_messages(const PsNetwork *net) { return net->next_id; }
+uint64_t ps_network_next_message_id(const PsNetwork *net) { return net->next_id + 1; }
 uint64_t ps_network_chunk_hops(const PsNetwork *net) { return net->chunk_hops; }
 uint64_t ps_network_in_flight(const PsNetwork *net) { return net->in_flight; }
 
@@ -680,8 +684,9 @@ static inline int64_t chunk_size(const PsNetwork *net, const Message *m, uint64_
 
 static const char *const link_cat[] = {"ici", "on-chip", "pcie", "pcie"};
 
-static void trace_chunk(PsNetwork *net, const Message *m, int link, uint64_t chunk,
-                        int64_t bytes, ps_time_t start, ps_time_t ser)
+/* FALSE when the chunk is too short for the trace to draw (trace.h). */
+static gboolean trace_chunk(PsNetwork *net, const Message *m, int link, uint64_t chunk,
+                            int64_t bytes, ps_time_t start, ps_time_t ser)
 {
   if (!net->named[link]) {
     net->named[link] = 1;
@@ -695,8 +700,8 @@ static void trace_chunk(PsNetwork *net, const Message *m, int link, uint64_t chu
              "{\"message\":%" G_GUINT64_FORMAT ",\"chunk\":%" G_GUINT64_FORMAT
              ",\"bytes\":%" G_GINT64_FORMAT ",\"src\":%d,\"dst\":%d}",
              m->id, chunk, bytes, m->src, m->dst);
-  ps_trace_complete(net->trace, net->trace_pid, link + 1, "chunk", link_cat[info.kind], start,
-                    ser, args);
+  return ps_trace_complete(net->trace, net->trace_pid, link + 1, "chunk", link_cat[info.kind],
+                           start, ser, args);
 }
 
 /* A chunk of `bytes` joins link l's queue now: it takes the lane that
@@ -731,11 +736,23 @@ static ps_time_t transmit(PsNetwork *net, Message *m, uint64_t chunk, int hop)
   ps_time_t start, ser;
   link_take(net, l, bytes, ps_engine_now(net->engine), &start, &ser);
   if (G_UNLIKELY(net->trace != NULL)) {
-    trace_chunk(net, m, li, chunk, bytes, start, ser);
-    if (hop == 0 && chunk == 0)
-      ps_trace_flow_start(net->trace, net->trace_pid, li + 1, "message", m->id, start);
-    if (hop == m->hops - 1 && start > m->last_start)
-      m->last_start = start;
+    /* flows bind only to chunks the trace draws */
+    if (trace_chunk(net, m, li, chunk, bytes, start, ser)) {
+      if (chunk == 0 && m->chained) {
+        /* mid-chunk, a nanosecond or more inside: after the flow's start
+         * on the sender's track, before its end on the receiver's */
+        if (ser >= 2000)
+          ps_trace_flow_step(net->trace, net->trace_pid, li + 1, "message", m->id,
+                             start + ser / 2);
+      } else if (hop == 0 && chunk == 0 && !m->chained) {
+        ps_trace_flow_start(net->trace, net->trace_pid, li + 1, "message", m->id, start);
+        m->flow_started = TRUE;
+      }
+      if (m->last_link < 0 || start >= m->last_start) {
+        m->last_start = start;
+        m->last_link = li;
+      }
+    }
   }
   return ps_time_add(ps_time_add(start, ser), l->latency);
 }
@@ -769,9 +786,9 @@ static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
   PsNetDeliverFn fn = m->fn;
   void *fctx = m->ctx;
   if (d.last) {
-    if (net->trace && m->hops > 0)
-      ps_trace_flow_end(net->trace, net->trace_pid, m->route[m->hops - 1] + 1, "message",
-                        m->id, m->last_start);
+    if (net->trace && m->flow_started)
+      ps_trace_flow_end(net->trace, net->trace_pid, m->last_link + 1, "message", m->id,
+                        m->last_start);
     msg_release(net, idx);
     net->in_flight--;
   }
@@ -812,8 +829,23 @@ static const CachedRoute *route_cached(PsNetwork *net, int src, int dst)
   return cr;
 }
 
+static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
+                             PsNetDeliverFn fn, void *ctx, gboolean chained);
+
 uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetDeliverFn fn,
                          void *ctx)
+{
+  return send_message(net, src, dst, bytes, fn, ctx, FALSE);
+}
+
+uint64_t ps_network_send_chained(PsNetwork *net, int src, int dst, int64_t bytes,
+                                 PsNetDeliverFn fn, void *ctx)
+{
+  return send_message(net, src, dst, bytes, fn, ctx, TRUE);
+}
+
+static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
+                             PsNetDeliverFn fn, void *ctx, gboolean chained)
 {
   g_return_val_if_fail(net != NULL && fn != NULL && bytes >= 0, 0);
   g_return_val_if_fail(src >= 0 && src < ps_network_endpoints(net), 0);
@@ -848,6 +880,9 @@ uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetD
   m->ctx = ctx;
   m->sent = ps_engine_now(net->engine);
   m->last_start = 0;
+  m->last_link = -1;
+  m->flow_started = FALSE;
+  m->chained = chained;
   m->id = ++net->next_id;
   net->in_flight++;
   for (int64_t j = 0; j < m->n_chunks; j++) {

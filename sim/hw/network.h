@@ -147,6 +147,14 @@ int ps_network_chip_at(const PsNetwork *net, const int coords[PS_MAX_DIMS]);
 uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetDeliverFn fn,
                          void *ctx);
 
+/* ps_network_send for a sender that draws the message's flow itself: when
+ * the network is traced, the sender writes the flow's start (ph "s") and
+ * end (ph "f") on its own tracks with the message's id, and the network a
+ * step (ph "t") at the message's first chunk on every link it crosses,
+ * instead of a flow of its own from the first link to the last. */
+uint64_t ps_network_send_chained(PsNetwork *net, int src, int dst, int64_t bytes,
+                                 PsNetDeliverFn fn, void *ctx);
+
 /* The fast path of a timing-only sender: a message of one hop, whose
  * chunks join that link now exactly as ps_network_send's would (same
  * lanes, same link statistics), but with no delivery: it returns the time
@@ -187,6 +195,10 @@ gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError
  * "host 3 -> chips (PCIe)".  (transfer full) */
 char *ps_network_link_name(const PsNetwork *net, int link);
 
+/* The id the next message sent will have (so that a sender can draw its
+ * flow's start before the network draws the first chunk). */
+uint64_t ps_network_next_message_id(const PsNetwork *net);
+
 /* Totals so far: messages sent, chunk-hops carried, chunks delivered. */
 uint64_t ps_network_messages(const PsNetwork *net);
 uint64_t ps_network_chunk_hops(const PsNetwork *net);
@@ -212,7 +224,8 @@ PsTopology *ps_network_shorthand(const char *spec, const char *const *overrides,
  * (tid = link + 1, named by ps_network_link_name), a complete event per
  * chunk and hop (cat "ici", "on-chip" or "pcie"), and a flow from each
  * message's first chunk on its first link to its last chunk on its last
- * link.  (transfer none) trace must outlive its use. */
+ * link (ps_network_send_chained: steps of the sender's flow instead, in
+ * the middle of each first chunk of 2 ns or more).  (transfer none) trace must outlive its use. */
 void ps_network_set_trace(PsNetwork *net, PsTrace *trace, int pid);
 
 #endif

@@ -198,10 +198,19 @@ static void put_string(PsTrace *t, const char *s)
   putc('"', t->f);
 }
 
-/* Picoseconds as microseconds with exactly six decimals. */
+/* Picoseconds to the nearest nanosecond (halves up): the finest time
+ * catapult resolves (it compares slice bounds rounded to its display
+ * unit, ns at best), so every time in the file is a whole nanosecond. */
+static inline int64_t ns_of(ps_time_t ps)
+{
+  return ps / 1000 + (ps % 1000 >= 500); /* ps + 500 could overflow */
+}
+
+/* A time as microseconds with exactly three decimals (whole ns). */
 static void put_time(PsTrace *t, ps_time_t ps)
 {
-  fprintf(t->f, "%" PRId64 ".%06" PRId64, ps / 1000000, ps % 1000000);
+  int64_t ns = ns_of(ps);
+  fprintf(t->f, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000);
 }
 
 /* Shortest of %.15g and %.17g that reads back as the same double,
@@ -221,23 +230,32 @@ static void put_double(PsTrace *t, double v)
 static double time_as_read(ps_time_t ps)
 {
   char buf[32];
-  g_snprintf(buf, sizeof buf, "%" PRId64 ".%06" PRId64, ps / 1000000, ps % 1000000);
+  int64_t ns = ns_of(ps);
+  g_snprintf(buf, sizeof buf, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000);
   return g_ascii_strtod(buf, NULL);
 }
 
-/* A duration as the largest double d with ts + d <= end in a viewer's
- * double arithmetic (ts and end as it reads them), so back-to-back slices
- * never overlap by a rounding error (viewers such as speedscope compute
- * ts + dur and drop a slice that ends after its successor began). */
+/* A duration as the largest double d with ts + d <= end - 8 ulp(end) in
+ * double arithmetic on the values a viewer reads, so back-to-back slices
+ * never overlap by a rounding error, whatever the viewer does first:
+ * speedscope subtracts each thread's first timestamp before adding dur,
+ * catapult divides by 1000, and either costs up to about two ulps (a
+ * viewer that finds a slice ending after its successor began nests or
+ * drops it).  The gap left is far below a picosecond up to 10^5 s. */
 static void put_duration(PsTrace *t, ps_time_t start, ps_time_t dur)
 {
   int saved = errno; /* strtod clears it; a failed write before must keep its cause */
   double s = time_as_read(start), e = time_as_read(start + dur);
   errno = saved;
-  double d = e - s;
-  while (d > 0 && s + d > e)
+  double target = e - 8 * (nextafter(e, INFINITY) - e);
+  double d = target - s;
+  if (d <= 0) {
+    put_double(t, 0.0);
+    return;
+  }
+  while (d > 0 && s + d > target)
     d = nextafter(d, 0);
-  while (s + d < e && s + nextafter(d, INFINITY) <= e)
+  while (s + d < target && s + nextafter(d, INFINITY) <= target)
     d = nextafter(d, INFINITY);
   put_double(t, d);
 }
@@ -286,12 +304,14 @@ void ps_trace_thread(PsTrace *t, int pid, int tid, const char *name, int sort_in
   put_metadata(t, pid, &tid, "thread_sort_index", NULL, &sort_index);
 }
 
-void ps_trace_complete(PsTrace *t, int pid, int tid, const char *name, const char *cat,
-                       ps_time_t start, ps_time_t dur, const char *args_json)
+gboolean ps_trace_complete(PsTrace *t, int pid, int tid, const char *name, const char *cat,
+                           ps_time_t start, ps_time_t dur, const char *args_json)
 {
-  g_return_if_fail(t != NULL && name != NULL);
-  g_return_if_fail(start >= 0);
-  g_return_if_fail(dur >= 0);
+  g_return_val_if_fail(t != NULL && name != NULL, FALSE);
+  g_return_val_if_fail(start >= 0, FALSE);
+  g_return_val_if_fail(dur >= 0, FALSE);
+  if (dur > 0 && ns_of(start + dur) == ns_of(start))
+    return FALSE; /* shorter than the file's nanosecond: a viewer would nest it */
   begin_event(t, 'X', pid);
   fprintf(t->f, ",\"tid\":%d,\"name\":", tid);
   put_string(t, name);
@@ -308,6 +328,7 @@ void ps_trace_complete(PsTrace *t, int pid, int tid, const char *name, const cha
     fputs(args_json, t->f);
   }
   end_event(t);
+  return TRUE;
 }
 
 void ps_trace_counter(PsTrace *t, int pid, const char *name, ps_time_t time, double value)
@@ -356,6 +377,14 @@ void ps_trace_flow_end(PsTrace *t, int pid, int tid, const char *name, uint64_t 
   g_return_if_fail(t != NULL && name != NULL);
   g_return_if_fail(time >= 0);
   put_flow(t, 'f', pid, tid, name, id, time);
+}
+
+void ps_trace_flow_step(PsTrace *t, int pid, int tid, const char *name, uint64_t id,
+                        ps_time_t time)
+{
+  g_return_if_fail(t != NULL && name != NULL);
+  g_return_if_fail(time >= 0);
+  put_flow(t, 't', pid, tid, name, id, time);
 }
 
 void ps_trace_instant(PsTrace *t, int pid, int tid, const char *name, ps_time_t time)

@@ -3,11 +3,15 @@
  * Loads in Perfetto (ui.perfetto.dev) and chrome://tracing.  Events are
  * written as they come, never held in memory; the file is written under a
  * temporary name in the same directory and renamed when closed, so a
- * failed run never leaves a half-written trace.  Timestamps are exact:
- * picoseconds printed as microseconds with six decimals.  A complete
- * event's duration is the largest double d for which ts + d does not
- * pass its end's timestamp in a viewer's double arithmetic (within a few
- * ulps of the exact duration), so slices that touch never overlap there.
+ * failed run never leaves a half-written trace.  Times are whole
+ * nanoseconds (microseconds with three decimals, picoseconds rounded to
+ * the nearest ns): catapult compares slice bounds rounded to the ns, so
+ * finer structure would nest touching slices there; a complete event
+ * shorter than its nanosecond is not written.  A complete event's
+ * duration is the largest double d for which ts + d stays 8 ulps
+ * short of its end's timestamp in double arithmetic (within 12 ulps of the
+ * exact duration), so slices that touch never overlap in a viewer, even
+ * one that shifts or scales the times first (speedscope, catapult).
  * Invariant: after ps_trace_close() returns TRUE the file is a complete,
  * valid JSON object {"traceEvents": [...], "displayTimeUnit": "ns", ...}. */
 #ifndef PS_TRACE_H
@@ -26,9 +30,11 @@ void ps_trace_process(PsTrace *t, int pid, const char *name, int sort_index);
 void ps_trace_thread(PsTrace *t, int pid, int tid, const char *name, int sort_index);
 
 /* A complete event (ph "X").  args_json is NULL or the text of a JSON
- * object, e.g. "{\"layer\":\"dense1\"}", copied as is. */
-void ps_trace_complete(PsTrace *t, int pid, int tid, const char *name, const char *cat,
-                       ps_time_t start, ps_time_t dur, const char *args_json);
+ * object, e.g. "{\"layer\":\"dense1\"}", copied as is.  FALSE when it is
+ * not written: it starts and ends in the same nanosecond of the file (a
+ * flow must not bind to it then). */
+gboolean ps_trace_complete(PsTrace *t, int pid, int tid, const char *name, const char *cat,
+                           ps_time_t start, ps_time_t dur, const char *args_json);
 /* A counter sample (ph "C") for track `name` of process pid. */
 void ps_trace_counter(PsTrace *t, int pid, const char *name, ps_time_t time, double value);
 /* Flow events tying a send to its receive: ph "s" at the source, ph "f"
@@ -37,6 +43,10 @@ void ps_trace_flow_start(PsTrace *t, int pid, int tid, const char *name, uint64_
                          ps_time_t time);
 void ps_trace_flow_end(PsTrace *t, int pid, int tid, const char *name, uint64_t id,
                        ps_time_t time);
+/* A step of a flow between its start and end (ph "t"), binding to the
+ * slice that encloses `time` on (pid, tid). */
+void ps_trace_flow_step(PsTrace *t, int pid, int tid, const char *name, uint64_t id,
+                        ps_time_t time);
 /* An instant event (ph "i", thread scope). */
 void ps_trace_instant(PsTrace *t, int pid, int tid, const char *name, ps_time_t time);
 

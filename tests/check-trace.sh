@@ -1,0 +1,58 @@
+#!/bin/sh
+# check-trace.sh VIEWER_DIR: podsim's traces in two real trace viewers.
+#
+# Writes three traces with ./podsim and opens each in catapult (the
+# chrome://tracing UI) and speedscope through VIEWER_DIR/check_trace.sh
+# (../shared/tools/trace-viewer from the project root; it needs Chromium,
+# Node 20 and `npm ci` there, see its README):
+#   default.json    `podsim run default`: the default experiment, the
+#                   Fashion-MNIST CNN on 8 cores, one epoch (about a minute);
+#   links.json      ResNet-50 on tpu-v3-8, 2 steps, --trace-links: every
+#                   chunk on every link, and the flows of every collective
+#                   message from its sender's slice through the links to
+#                   its receiver's;
+#   pipeline.json   the ViT pipeline (vit-pipeline), 3 steps, --trace-links:
+#                   SEND to RECV flows between stages.
+# Passes when every viewer loads every trace with no error and no warning;
+# prints what each parsed.  Output in build/check-trace/.
+set -eu
+viewer=${1:?usage: check-trace.sh VIEWER_DIR}
+check="$viewer/check_trace.sh"
+if [ ! -x "$check" ]; then
+  echo "check-trace: $check not found (the trace viewer harness)" >&2
+  exit 2
+fi
+if [ ! -d "$viewer/node_modules" ]; then
+  echo "check-trace: run 'npm ci' in $viewer first (see its README.md)" >&2
+  exit 2
+fi
+out=build/check-trace
+mkdir -p "$out"
+./podsim run default --quiet --trace "$out/default.json" > /dev/null
+./podsim run resnet50-v3-8 --quiet --set steps=2 --set steps_per_run=2 --trace-links \
+  --trace "$out/links.json" > /dev/null
+./podsim run vit-pipeline --quiet --set steps=3 --trace-links --trace "$out/pipeline.json" \
+  > /dev/null
+status=0
+for t in default links pipeline; do
+  "$check" "$out/$t.json" "$out/$t" > "$out/$t.log" 2>&1 || true
+  python3 - "$out/$t/verdict.json" "$t" <<'PY' || status=1
+import json, sys
+path, name = sys.argv[1], sys.argv[2]
+try:
+    v = json.load(open(path))
+except (OSError, ValueError) as e:
+    print(f"check-trace: {name}: no verdict ({e})")
+    sys.exit(1)
+s = v.get("summary", {})
+ok = v.get("loaded") and not v.get("errors") and not v.get("warnings")
+print(f"check-trace: {name}.json: {'ok' if ok else 'FAILED'}: {s.get('slices')} slices, "
+      f"{s.get('flows')} flows, {len(s.get('threads', []))} threads, "
+      f"{len(v.get('warnings', []))} warnings, {len(v.get('errors', []))} errors "
+      f"(screenshot {v.get('screenshot')})")
+for w in (v.get("errors", []) + v.get("warnings", []))[:10]:
+    print("  " + w)
+sys.exit(0 if ok else 1)
+PY
+done
+exit $status
