@@ -4,7 +4,7 @@
  *
  * The file is read whole and checked before any case runs, so a malformed
  * line exits 2 with nothing on stdout.  Cases run one after the other, in
- * file order (the seven of tests/golden take well under a second).  With
+ * file order (the sixteen of tests/golden take about a second).  With
  * --update the file is rewritten line for line: comments, blank lines and
  * the order stay, each case line gets "ARGS<TAB>%.6g" of its new step time
  * (what tests/golden/regen.sh writes); the new text goes to a temporary
