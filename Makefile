@@ -10,6 +10,8 @@ PKGS        := glib-2.0 gio-2.0 json-c zlib
 DEB_PKGS    := libglib2.0-dev libjson-c-dev libopenblas-dev zlib1g-dev pkg-config \
                gnuplot-nox dataset-fashion-mnist
 VERSION     := 0.1.0
+# the shared library's ABI: libpodsim.so.$(SOVERSION) -> libpodsim.so.$(VERSION)
+SOVERSION   := 0
 BUILD       ?= build
 # where the CLI and test binaries go (the sanitizer build puts its own apart)
 PODSIM_BIN  ?= podsim
@@ -40,22 +42,46 @@ BLAS_LIBS    = $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wno-unused-parameter
 OPT      ?= -O2 -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -MMD -MP \
-            -DPS_VERSION='"$(VERSION)"' -DPS_DATA_DIR='"$(PREFIX)/share/podsim"' \
+# Every object is position-independent: the library's go into both
+# libpodsim.a and libpodsim.so.  Nothing depends on PREFIX: the data
+# directory is found at run time (ps_data_dirs in sim/io/config.c).
+CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -fPIC -MMD -MP \
+            -DPS_VERSION='"$(VERSION)"' \
             -Isim $(PKG_CFLAGS) $(BLAS_CFLAGS) $(MPI_CFLAGS)
 LDLIBS   += $(PKG_LIBS) $(BLAS_LIBS) -lm
+# $(BUILD)/flags.txt holds our compile flags: objects built with others
+# (before -fPIC, another OPT) are rebuilt.  Not the packages' (they change
+# when `deps` installs them), nor MPI's, which only sweep.o sees
+# ($(MPI_STAMP) above; mpicc compiles as cc does).
+FLAGS_STAMP := $(BUILD)/flags.txt
+$(file >$(FLAGS_STAMP).new,$(filter-out $(PKG_CFLAGS) $(BLAS_CFLAGS) $(MPI_CFLAGS),$(CFLAGS)))
+$(shell cmp -s $(FLAGS_STAMP).new $(FLAGS_STAMP) && rm -f $(FLAGS_STAMP).new || \
+  mv -f $(FLAGS_STAMP).new $(FLAGS_STAMP))
 
-LIB_SRC   := $(filter-out sim/cli/main.c,$(wildcard sim/*.c sim/*/*.c))
+# libpodsim: everything but the command line.  The subcommands (sim/cli/)
+# go into build/libpodsim-cli.a, for podsim and the tests, never installed.
+LIB_SRC   := $(filter-out sim/cli/%,$(wildcard sim/*.c sim/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_SRC   := $(filter-out sim/cli/main.c,$(wildcard sim/cli/*.c))
+CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
+LIB_A     := $(BUILD)/libpodsim.a
+CLI_A     := $(BUILD)/libpodsim-cli.a
+LIB_SO    := $(BUILD)/libpodsim.so.$(VERSION)
+LIB_LINKS := $(BUILD)/libpodsim.so.$(SOVERSION) $(BUILD)/libpodsim.so
+# The embedding API: include/podsim/podsim.h and the headers of sim/ it
+# reaches (run.h and what run.h includes), installed under include/podsim/
+# with their paths (run.h, io/config.h, ...); $(BUILD)/umbrella.txt lists them.
+UMBRELLA  := include/podsim/podsim.h
+HDR_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude -Isim $(PKG_CFLAGS) $(BLAS_CFLAGS)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTBIN)/%)
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps bench-deps mpi-deps run test golden regress bench plots install uninstall clean \
-        check-asan check-valgrind fuzz
+        check-asan check-valgrind fuzz check-trace
 
-all: $(PODSIM_BIN) $(BUILD)/libpodsim.a
+all: $(PODSIM_BIN) $(LIB_A) $(LIB_SO) $(LIB_LINKS) $(BUILD)/umbrella.txt
 
 deps:
 	@missing=""; \
@@ -90,34 +116,63 @@ mpi-deps:
 	fi
 
 # Order-only on deps: with -j, nothing compiles before the headers are there.
-$(BUILD)/%.o: %.c | deps $(MPI_DEPS)
+$(BUILD)/%.o: %.c $(FLAGS_STAMP) | deps $(MPI_DEPS)
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/sim/cli/sweep.o: $(MPI_STAMP)
 
-$(BUILD)/libpodsim.a: $(LIB_OBJ)
+$(LIB_A): $(LIB_OBJ)
 	@rm -f $@
 	@echo "  AR    $@"
 	@ar rcs $@ $^
 
-$(PODSIM_BIN): $(BUILD)/sim/cli/main.o $(BUILD)/libpodsim.a
+$(CLI_A): $(CLI_OBJ)
+	@rm -f $@
+	@echo "  AR    $@"
+	@ar rcs $@ $^
+
+# --no-undefined: the library names every library it needs (DT_NEEDED), so
+# `cc prog.c -lpodsim` links with nothing else; --as-needed drops the rest
+# (mpicc's MPI libraries under MPI=1: only sweep.c, in the CLI, uses MPI).
+$(LIB_SO): $(LIB_OBJ)
+	@echo "  LD    $@"
+	@$(CC) -shared -Wl,-soname,libpodsim.so.$(SOVERSION) -Wl,--no-undefined \
+	  -Wl,--as-needed $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(LIB_LINKS): $(LIB_SO)
+	@ln -sf $(notdir $<) $(BUILD)/libpodsim.so.$(SOVERSION)
+	@ln -sf libpodsim.so.$(SOVERSION) $(BUILD)/libpodsim.so
+
+# The public headers: what the umbrella header reaches under sim/ (checked
+# to compile in the tree with -Iinclude -Isim, and to hold nothing of the
+# CLI and no *-private.h).
+$(BUILD)/umbrella.txt: $(UMBRELLA) $(wildcard sim/*.h sim/*/*.h) | deps
+	@echo "  HDRS  $@"
+	@$(CC) $(HDR_CFLAGS) -fsyntax-only -x c $(UMBRELLA)
+	@$(CC) $(HDR_CFLAGS) -MM -MT x $(UMBRELLA) | tr ' \\' '\n\n' | grep '^sim/' | \
+	  xargs realpath -m --relative-to=sim | sort -u > $@.tmp
+	@if grep -E '^cli/|-private\.h$$' $@.tmp; then \
+	  echo "$(UMBRELLA) reaches a CLI or private header (above)"; rm -f $@.tmp; exit 1; fi
+	@mv $@.tmp $@
+
+$(PODSIM_BIN): $(BUILD)/sim/cli/main.o $(CLI_A) $(LIB_A)
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(TESTBIN)/%: $(BUILD)/tests/%.o $(BUILD)/libpodsim.a
+$(TESTBIN)/%: $(BUILD)/tests/%.o $(CLI_A) $(LIB_A)
 	@mkdir -p $(TESTBIN)
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libpodsim.a
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(CLI_A) $(LIB_A)
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The SimGrid side-by-side bench also links SimGrid (libsimgrid-dev, which
 # only `make bench` needs and installs; `make test` never does).
-$(BUILD)/bench/bench_simgrid: $(BUILD)/bench/bench_simgrid.o $(BUILD)/libpodsim.a | bench-deps
+$(BUILD)/bench/bench_simgrid: $(BUILD)/bench/bench_simgrid.o $(CLI_A) $(LIB_A) | bench-deps
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs simgrid 2>/dev/null || echo -lsimgrid)
 
@@ -148,9 +203,14 @@ run: deps all
 # every machine.
 BLAS_PIN := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo && echo OPENBLAS_CORETYPE=Haswell)
 
+# tests/test_install.sh installs this build into a temporary prefix (the
+# make variables reach its `make install` through MAKEFLAGS) and builds a
+# program against it with $(LDFLAGS) (the sanitizers' under check-asan).
+TEST_SCRIPTS := tests/test_install.sh
+
 test: deps all $(TEST_BIN)
 	$(BLAS_PIN) PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
-	  prove -f $(TEST_BIN) :: --tap
+	  PODSIM_TEST_LDFLAGS="$(LDFLAGS)" prove -f $(TEST_BIN) $(TEST_SCRIPTS) :: --tap
 
 # Rewrites tests/golden/step-times.txt from the current model: do it on
 # purpose, and say in the commit why the predictions moved.
@@ -168,21 +228,39 @@ bench: deps bench-deps all $(BENCH_BIN)
 plots: deps all
 	$(MAKE) -C plots
 
+# DESTDIR stages a package; PREFIX is only where the files go: the installed
+# podsim and libpodsim find PREFIX/share/podsim from their own path at run
+# time, so the tree can move.  Data: topologies, models, experiments, and the
+# measured points and golden cases `podsim validate` and `regress` read.
+# Requires.private names openblas when it has a .pc file, else Libs.private.
+DATA_DIRS   := topologies models experiments tests/measured
+DATA_FILES  := tests/golden/step-times.txt
+PC_REQUIRES := glib-2.0 json-c
+PC_REQ_PRIV := gio-2.0 zlib$(if $(shell pkg-config --exists openblas 2>/dev/null && echo y), openblas)
+PC_LIBS_PRIV := $(if $(findstring openblas,$(PC_REQ_PRIV)),,$(BLAS_LIBS) )-lm
+DEST        := $(DESTDIR)$(PREFIX)
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
-	  $(DESTDIR)$(PREFIX)/include/podsim $(DESTDIR)$(PREFIX)/share/podsim
-	install -m 755 podsim $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(BUILD)/libpodsim.a $(DESTDIR)$(PREFIX)/lib/
-	cd sim && find . -name '*.h' ! -name '*-private.h' ! -path './cli/*' -exec install -D -m 644 {} \
-	  $(DESTDIR)$(PREFIX)/include/podsim/{} \;
-	cp -r topologies models experiments $(DESTDIR)$(PREFIX)/share/podsim/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' podsim.pc.in \
-	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/podsim.pc
+	install -d $(DEST)/bin $(DEST)/lib/pkgconfig $(DEST)/include/podsim $(DEST)/share/podsim
+	install -m 755 $(PODSIM_BIN) $(DEST)/bin/podsim
+	install -m 644 $(LIB_A) $(DEST)/lib/
+	install -m 755 $(LIB_SO) $(DEST)/lib/
+	ln -sf libpodsim.so.$(VERSION) $(DEST)/lib/libpodsim.so.$(SOVERSION)
+	ln -sf libpodsim.so.$(SOVERSION) $(DEST)/lib/libpodsim.so
+	rm -rf $(DEST)/include/podsim/*
+	install -m 644 $(UMBRELLA) $(DEST)/include/podsim/
+	cd sim && for h in $$(cat $(abspath $(BUILD)/umbrella.txt)); do \
+	  install -D -m 644 $$h $(DEST)/include/podsim/$$h || exit 1; done
+	for d in $(DATA_DIRS); do rm -rf $(DEST)/share/podsim/$$d; done
+	find $(DATA_DIRS) $(DATA_FILES) -type f -exec install -D -m 644 {} $(DEST)/share/podsim/{} \;
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+	  -e 's|@REQUIRES@|$(PC_REQUIRES)|' -e 's|@REQUIRES_PRIVATE@|$(PC_REQ_PRIV)|' \
+	  -e 's|@LIBS_PRIVATE@|$(PC_LIBS_PRIV)|' podsim.pc.in > $(DEST)/lib/pkgconfig/podsim.pc
 
 uninstall:
-	rm -rf $(DESTDIR)$(PREFIX)/bin/podsim $(DESTDIR)$(PREFIX)/lib/libpodsim.a \
-	  $(DESTDIR)$(PREFIX)/include/podsim $(DESTDIR)$(PREFIX)/share/podsim \
-	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/podsim.pc
+	rm -rf $(DEST)/bin/podsim $(DEST)/lib/libpodsim.a $(DEST)/lib/libpodsim.so \
+	  $(DEST)/lib/libpodsim.so.$(SOVERSION) $(DEST)/lib/libpodsim.so.$(VERSION) \
+	  $(DEST)/include/podsim $(DEST)/share/podsim $(DEST)/lib/pkgconfig/podsim.pc
 
 # Address and undefined-behaviour sanitizers over the whole test suite.
 check-asan:

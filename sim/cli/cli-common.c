@@ -1,12 +1,11 @@
 /* cli-common.c: shared pieces of the subcommands (see cli-common.h). */
 #include "cli/cli-common.h"
 
+#include "io/config.h"
+
 #include <stdarg.h>
 #include <stdio.h>
-
-#ifndef PS_DATA_DIR
-#define PS_DATA_DIR "/usr/local/share/podsim"
-#endif
+#include <string.h>
 
 int ps_cli_input_error(const char *cmd, const char *fmt, ...)
 {
@@ -20,12 +19,9 @@ int ps_cli_input_error(const char *cmd, const char *fmt, ...)
 
 char *ps_cli_data_path(const char *rel, GFileTest test)
 {
-  const char *env = g_getenv("PODSIM_DATA_DIR");
-  const char *roots[] = {env && *env ? env : NULL, PS_DATA_DIR};
-  for (guint i = 0; i < G_N_ELEMENTS(roots); i++) {
-    if (!roots[i])
-      continue;
-    char *p = g_build_filename(roots[i], rel, NULL);
+  g_auto(GStrv) dirs = ps_data_dirs();
+  for (char **d = dirs; *d; d++) {
+    char *p = strcmp(*d, ".") == 0 ? g_strdup(rel) : g_build_filename(*d, rel, NULL);
     if (g_file_test(p, test))
       return p;
     g_free(p);

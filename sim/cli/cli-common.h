@@ -12,9 +12,10 @@
 /* Prints "podsim: CMD: <message>" on stderr and returns PS_CLI_EXIT_INPUT. */
 int ps_cli_input_error(const char *cmd, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
 
-/* DATA_DIR/rel for the first data directory where it passes `test`,
- * searched as experiments are: $PODSIM_DATA_DIR, the install prefix; else
- * rel itself (relative to the working directory).  (transfer full) */
+/* DATA_DIR/rel for the first of ps_data_dirs() (io/config.h) where it
+ * passes `test`, searched as experiments are: $PODSIM_DATA_DIR, the
+ * installed or source tree, the working directory; else rel itself.
+ * (transfer full) */
 char *ps_cli_data_path(const char *rel, GFileTest test);
 
 #endif

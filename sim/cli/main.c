@@ -44,6 +44,12 @@ static const char *const usage_text =
     "  regress               golden step-time predictions against the current model\n"
     "\n"
     "EXPERIMENT, NAME: a name from experiments/, topologies/, models/, or a path.\n"
+    "Those folders (and validate's tests/measured) are looked up, first to last, in:\n"
+    "  $PODSIM_DATA_DIR     when set, before any other\n"
+    "  PREFIX/share/podsim  of the tree podsim is installed in (found at run time\n"
+    "                       beside the binary: BINDIR/../share/podsim), or else the\n"
+    "                       source tree it was built in\n"
+    "  .                    the working directory\n"
     "Run `podsim run --help` or `podsim describe --help` for their options.";
 
 static int fail(GError *error)

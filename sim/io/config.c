@@ -8,14 +8,14 @@
  * message reads "FILE: JSON.PATH: reason" and says what to change. */
 #include "io/config-private.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#ifndef PS_DATA_DIR
-#define PS_DATA_DIR "/usr/local/share/podsim"
-#endif
+#include <unistd.h>
 
 /* The largest gradient bucket we accept: 1 TiB. */
 #define MAX_BUCKET_BYTES (INT64_C(1) << 40)
@@ -59,6 +59,87 @@ double ps_config__gib(int64_t bytes)
   return (double)bytes / GIB;
 }
 
+/* ============================================================ data directories */
+
+/* The directory of the file this code was loaded from: libpodsim.so's
+ * when the library is shared, else the running program's (/proc/self/exe),
+ * symbolic links resolved.  (transfer full; NULL if unknown) */
+static char *code_dir(gboolean shared_library)
+{
+  g_autofree char *file = NULL;
+  if (shared_library) {
+    Dl_info info;
+    struct link_map *map = NULL;
+    /* the main program's link map has an empty name */
+    if (!dladdr1((void *)ps_data_dirs, &info, (void **)&map, RTLD_DL_LINKMAP) || !map ||
+        !map->l_name || !*map->l_name)
+      return NULL;
+    file = realpath(map->l_name, NULL);
+  } else {
+    file = g_file_read_link("/proc/self/exe", NULL);
+  }
+  return file ? g_path_get_dirname(file) : NULL;
+}
+
+static gboolean is_dir(const char *dir, const char *sub)
+{
+  g_autofree char *p = g_build_filename(dir, sub, NULL);
+  return g_file_test(p, G_FILE_TEST_IS_DIR);
+}
+
+/* Adds `dir` unless it is already there (compared after resolving links)
+ * or, with a `cwd`, missing; the working directory `cwd` is added as ".",
+ * so that names found there print as "experiments/x.json".  Without a cwd
+ * `dir` is added as spelt, even when missing.  `real` holds the resolved
+ * paths added so far. */
+static void add_dir(GPtrArray *dirs, GPtrArray *real, const char *dir, const char *cwd)
+{
+  char *r = realpath(dir, NULL);
+  if (!r && !cwd) /* $PODSIM_DATA_DIR: kept, so messages say it was searched */
+    r = strdup(dir);
+  if (!r)
+    return;
+  for (guint i = 0; i < real->len; i++)
+    if (strcmp(real->pdata[i], r) == 0) {
+      free(r);
+      return;
+    }
+  g_ptr_array_add(dirs, g_strdup(cwd && strcmp(r, cwd) == 0 ? "." : dir));
+  g_ptr_array_add(real, g_strdup(r));
+  free(r);
+}
+
+char **ps_data_dirs(void)
+{
+  GPtrArray *dirs = g_ptr_array_new();
+  g_autoptr(GPtrArray) real = g_ptr_array_new_with_free_func(g_free);
+  g_autofree char *cwd = realpath(".", NULL);
+  const char *env = g_getenv("PODSIM_DATA_DIR");
+  if (env && *env)
+    add_dir(dirs, real, env, NULL); /* as the user spelt it */
+  /* libdir/../share/podsim, bindir/../share/podsim: an installed tree; the
+   * directory holding the binary, or its parent (build/libpodsim.so,
+   * build-asan/podsim), when it has experiments/: a source tree */
+  for (int shared = 1; shared >= 0; shared--) {
+    g_autofree char *dir = code_dir(shared);
+    if (!dir)
+      continue;
+    g_autofree char *parent = g_path_get_dirname(dir);
+    g_autofree char *share = g_build_filename(parent, "share", "podsim", NULL);
+    if (is_dir(share, "."))
+      add_dir(dirs, real, share, cwd);
+    else if (is_dir(dir, "experiments"))
+      add_dir(dirs, real, dir, cwd);
+    else if (is_dir(parent, "experiments"))
+      add_dir(dirs, real, parent, cwd);
+  }
+  /* the working directory last, even when $PODSIM_DATA_DIR names it too */
+  if (!g_ptr_array_find_with_equal_func(dirs, ".", g_str_equal, NULL))
+    g_ptr_array_add(dirs, g_strdup("."));
+  g_ptr_array_add(dirs, NULL);
+  return (char **)g_ptr_array_free(dirs, FALSE);
+}
+
 /* ============================================================ lookup */
 
 static const char *kind_singular(const char *kind)
@@ -70,19 +151,6 @@ static const char *kind_singular(const char *kind)
   if (strcmp(kind, "experiments") == 0)
     return "experiment";
   return kind;
-}
-
-/* The data directories, most specific first: $PODSIM_DATA_DIR, the
- * install prefix, the working directory.  (transfer full) */
-static GPtrArray *search_dirs(void)
-{
-  GPtrArray *dirs = g_ptr_array_new_with_free_func(g_free);
-  const char *env = g_getenv("PODSIM_DATA_DIR");
-  if (env && *env)
-    g_ptr_array_add(dirs, g_strdup(env));
-  g_ptr_array_add(dirs, g_strdup(PS_DATA_DIR));
-  g_ptr_array_add(dirs, g_strdup("."));
-  return dirs;
 }
 
 static gboolean is_path(const char *name)
@@ -111,7 +179,7 @@ static const char *unreadable_reason(const char *path)
  * file's directory, then as given.  Names are tried next to the referring
  * file when it is of the same kind (a topology extending another), in
  * the referring file's sibling <kind>/ folder (experiments/x.json naming a
- * topology finds topologies/), then along search_dirs().
+ * topology finds topologies/), then along ps_data_dirs().
  * (transfer full) */
 char *ps_config__find_config(const char *kind, const char *name, const char *ref_file,
                          const char *ref_path, gboolean same_kind, GError **error)
@@ -154,18 +222,18 @@ char *ps_config__find_config(const char *kind, const char *name, const char *ref
     if (ps_config__is_file(up))
       return g_steal_pointer(&up);
   }
-  g_autoptr(GPtrArray) dirs = search_dirs();
+  g_auto(GStrv) dirs = ps_data_dirs();
   GString *searched = g_string_new(NULL);
-  for (guint i = 0; i < dirs->len; i++) {
+  for (guint i = 0; dirs[i]; i++) {
     /* "experiments/x.json" rather than "./experiments/x.json" in messages */
-    const char *dir = dirs->pdata[i];
+    const char *dir = dirs[i];
     g_autofree char *cand = strcmp(dir, ".") == 0 ? g_build_filename(kind, leaf, NULL)
                                                   : g_build_filename(dir, kind, leaf, NULL);
     if (ps_config__is_file(cand)) {
       g_string_free(searched, TRUE);
       return g_steal_pointer(&cand);
     }
-    g_autofree char *d = g_build_filename(dirs->pdata[i], kind, NULL);
+    g_autofree char *d = g_build_filename(dir, kind, NULL);
     g_string_append_printf(searched, "%s%s", i ? ", " : "", d);
   }
   g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
@@ -190,9 +258,9 @@ char **ps_config_list(const char *kind)
 {
   g_return_val_if_fail(kind != NULL, NULL);
   g_autoptr(GHashTable) seen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
-  g_autoptr(GPtrArray) dirs = search_dirs();
-  for (guint i = 0; i < dirs->len; i++) {
-    g_autofree char *d = g_build_filename(dirs->pdata[i], kind, NULL);
+  g_auto(GStrv) dirs = ps_data_dirs();
+  for (guint i = 0; dirs[i]; i++) {
+    g_autofree char *d = g_build_filename(dirs[i], kind, NULL);
     GDir *dir = g_dir_open(d, 0, NULL);
     if (!dir)
       continue;

@@ -220,10 +220,18 @@ typedef struct {
   json_object *resolved;  /* the fully resolved tree, for `describe` (owned) */
 } PsExperiment;
 
+/* The data directories, each once, in the order names are looked up in
+ * them: $PODSIM_DATA_DIR; share/podsim of the tree libpodsim.so, then the
+ * program, is installed in (LIBDIR/../share/podsim, BINDIR/../share/podsim)
+ * or else the source tree they were built in (the binary's directory or its
+ * parent, when it holds experiments/); the working directory, as ".".
+ * Found at run time, wherever the binary was built.  (transfer full,
+ * NULL-terminated, g_strfreev) */
+char **ps_data_dirs(void);
+
 /* Search path for names: the directory of the referring file, then
- * $PODSIM_DATA_DIR, then the build-time PS_DATA_DIR, then "." (each with
- * its topologies/ models/ experiments/ subfolder).  A name containing '/'
- * or ending in ".json" is a path. */
+ * ps_data_dirs() (each with its topologies/ models/ experiments/
+ * subfolder).  A name containing '/' or ending in ".json" is a path. */
 char *ps_config_find(const char *kind /* "topologies" | "models" | "experiments" */,
                      const char *name, GError **error);
 
