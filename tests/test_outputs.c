@@ -11,7 +11,8 @@
  * As root a 0555 directory does not stop anyone, so there the read-only
  * case writes under /proc/self (which even root cannot create files in)
  * and under a regular file instead, and the full device is first a node
- * of our own (mknod, major 1 minor 7) before it is /dev/full itself. */
+ * of our own (mknod, major 1 minor 7) before it is /dev/full itself.
+ * Standard output on /dev/full fails every command that prints (exit 2). */
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <errno.h>
@@ -227,6 +228,43 @@ static void test_full_device(void)
   assert_full_device_refused("/dev/full");
 }
 
+/* Standard output on a full device: every command that prints fails with
+ * exit status 2 and says so, rather than passing for one whose output was
+ * lost. */
+static void test_stdout_full(void)
+{
+  if (!is_full_device("/dev/full")) {
+    g_test_skip("no /dev/full here");
+    return;
+  }
+  const char *const cmds[][8] = {
+      {"list", "experiments", NULL},
+      {"describe", "resnet50-v3-8", NULL},
+      {"run", "resnet50-v3-8", "--no-trace", "--json", NULL},
+      {"collective", "--topology", "ring:4", "--bytes", "1K", NULL},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cmds); i++) {
+    GString *sh = g_string_new("exec \"$0\"");
+    for (int k = 0; cmds[i][k]; k++)
+      g_string_append_printf(sh, " %s", cmds[i][k]);
+    g_string_append(sh, " > /dev/full");
+    const char *argv[] = {"/bin/sh", "-c", sh->str, podsim, NULL};
+    int status = -1;
+    g_autofree char *err = NULL;
+    GError *error = NULL;
+    g_assert_true(g_spawn_sync(g_getenv("PODSIM_DATA_DIR"), (char **)argv, NULL,
+                               G_SPAWN_DEFAULT, NULL, NULL, NULL, &err, &status, &error));
+    g_assert_no_error(error);
+    g_test_message("%s: %s", sh->str, err);
+    g_assert_true(WIFEXITED(status));
+    g_assert_cmpint(WEXITSTATUS(status), ==, 2);
+    /* the reason when the failing write was the last one; an earlier one
+     * (a long output) leaves only stdout's error flag: "write error" */
+    g_assert_nonnull(strstr(err, "podsim: standard output: "));
+    g_string_free(sh, TRUE);
+  }
+}
+
 /* The shell's status for a process that died of sig, or that exited with
  * 128 + sig itself: both read as 130 (SIGINT) or 143 (SIGTERM). */
 static int shell_status(int status)
@@ -310,6 +348,7 @@ int main(int argc, char **argv)
   g_test_add_func("/outputs/proc", test_proc);
   g_test_add_func("/outputs/file-parent", test_file_parent);
   g_test_add_func("/outputs/full-device", test_full_device);
+  g_test_add_func("/outputs/stdout-full", test_stdout_full);
   g_test_add_data_func("/outputs/signal/term", GINT_TO_POINTER(SIGTERM),
                        test_signal_keeps_earlier_trace);
   g_test_add_data_func("/outputs/signal/int", GINT_TO_POINTER(SIGINT),

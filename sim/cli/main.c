@@ -473,7 +473,7 @@ static void on_fatal_signal(int sig)
   raise(sig);
 }
 
-int main(int argc, char **argv)
+static int dispatch(int argc, char **argv)
 {
   pin_blas_kernel(argv);
   struct sigaction sa = {.sa_handler = on_fatal_signal};
@@ -525,4 +525,19 @@ int main(int argc, char **argv)
   if (argc < 2)
     return usage_error(ctx, "missing COMMAND%s", "");
   return usage_error(ctx, "unknown command '%s'", argv[1]);
+}
+
+/* Every command's output goes through stdout's buffer: an output that
+ * could not be written (a full disk, /dev/full, a closed pipe) fails the
+ * command, with exit status 2, rather than passing for a run that printed. */
+int main(int argc, char **argv)
+{
+  int status = dispatch(argc, argv);
+  errno = 0;
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "podsim: standard output: %s\n",
+            errno ? g_strerror(errno) : "write error");
+    return status == 0 ? 2 : status;
+  }
+  return status;
 }
