@@ -16,6 +16,7 @@
  * wholly applied; the member advances exactly when it reaches zero. */
 #include "collectives/collective-private.h"
 
+#include <stddef.h>
 #include <string.h>
 
 typedef struct Xfer Xfer;
@@ -48,9 +49,13 @@ typedef struct {
   ps_time_t last; /* the latest arrival of the direct ones */
 } Inbox;
 
-/* Peers whose link a member remembers: a torus member sends to six. */
-#define PEER_MEMO 8
+/* Peers whose link a member remembers: a member of a 3-D torus
+ * all-reduce sends to six. */
+#define PEER_MEMO 6
 
+/* A member, laid out for the messages of a large group (thousands of
+ * members, each touched at random): what every message reads first, in
+ * one cache line; the peers' links in a second; the rest after. */
 typedef struct {
   int64_t round;  /* -1 before the first arrival */
   int step;
@@ -58,18 +63,22 @@ typedef struct {
   int pending;
   gboolean active;
   float *buf;
+  Inbox *inbox;      /* steps some but not all of whose messages were sent */
+  guint inbox_len, inbox_cap;
+  Early *early;      /* [early_head, early_len): sorted by key, then arrival */
+  guint early_head, early_len;
+  /* second line: the one-hop link to each of the first peers sent to (-1:
+   * not one hop) */
+  guint early_cap;
+  int n_peers;
+  uint64_t peers_version; /* ps_network_routes_version when they were found */
+  int peer[PEER_MEMO], peer_link[PEER_MEMO];
+  /* cold */
   PsCollDoneFn done;
   void *ctx;
   int64_t finished;
-  Early *early;      /* [early_head, early_len): sorted by key, then arrival */
-  guint early_head, early_len, early_cap;
-  Inbox *inbox;      /* steps some but not all of whose messages were sent */
-  guint inbox_len, inbox_cap;
-  /* the one-hop link to each of the first peers sent to (-1: not one hop) */
-  int n_peers;
-  int peer[PEER_MEMO], peer_link[PEER_MEMO];
-  uint64_t peers_version; /* ps_network_routes_version when they were found */
 } Member;
+G_STATIC_ASSERT(offsetof(Member, early_cap) == 64);
 
 struct PsCollective {
   PsNetwork *net;
@@ -600,7 +609,7 @@ PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError *
                              c->algo->name, others->str);
     g_string_free(others, TRUE);
   }
-  c->members = g_new0(Member, c->g.n);
+  c->members = g_aligned_alloc0((gsize)c->g.n, sizeof(Member), 64);
   for (int i = 0; i < c->g.n; i++) {
     c->members[i].round = -1;
     c->members[i].n_steps = c->algo->n_steps(c->plan, i);
@@ -633,7 +642,7 @@ void ps_collective_free(PsCollective *c)
   }
   c->algo->plan_free(c->plan);
   group_clear(&c->g);
-  g_free(c->members);
+  g_aligned_free(c->members);
   g_free(c->why);
   g_free(c);
 }
