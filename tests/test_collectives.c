@@ -402,6 +402,51 @@ static void test_auto(void)
     }
 }
 
+/* A cache of auto's choices: a collective like an earlier one (members,
+ * operation, size) takes its algorithm and reason; one that differs in
+ * any of them predicts afresh, and so picks as an uncached one does. */
+static void test_auto_cache(void)
+{
+  Fix f;
+  fix_init(&f, topo("torus:4x4", NULL, NULL), 1 << 20);
+  int n = ps_network_devices(f.net);
+  int *devs = all_devices(&f);
+  int *rev = g_new(int, n);
+  for (int i = 0; i < n; i++)
+    rev[i] = devs[n - 1 - i];
+  PsCollCache *cache = ps_coll_cache_new();
+  const int64_t sizes[] = {8, 1 << 20, 8, 64 << 20, 1 << 20};
+  for (guint k = 0; k < G_N_ELEMENTS(sizes); k++)
+    for (int order = 0; order < 2; order++) {
+      const int *members = order ? rev : devs;
+      PsCollSpec spec = {PS_COLL_ALL_REDUCE, "auto", members, n, sizes[k], 1, 0};
+      GError *error = NULL;
+      PsCollective *cached = ps_collective_new_cached(f.net, &spec, cache, &error);
+      g_assert_no_error(error);
+      PsCollective *fresh = ps_collective_new(f.net, &spec, &error);
+      g_assert_no_error(error);
+      g_assert_cmpstr(ps_collective_algo(cached), ==, ps_collective_algo(fresh));
+      g_assert_cmpstr(ps_collective_why(cached), ==, ps_collective_why(fresh));
+      g_assert_cmpfloat(ps_collective_predict_s(cached), ==, ps_collective_predict_s(fresh));
+      ps_collective_free(cached);
+      ps_collective_free(fresh);
+    }
+  /* tiny messages pick a latency-bound algorithm, large ones the torus:
+   * the cache keeps them apart */
+  PsCollSpec small = {PS_COLL_ALL_REDUCE, "auto", devs, n, 8, 1, 0};
+  PsCollSpec large = {PS_COLL_ALL_REDUCE, "auto", devs, n, 64 << 20, 1, 0};
+  PsCollective *a = ps_collective_new_cached(f.net, &small, cache, NULL);
+  PsCollective *b = ps_collective_new_cached(f.net, &large, cache, NULL);
+  g_assert_cmpstr(ps_collective_algo(b), ==, "torus");
+  g_assert_cmpfloat(ps_collective_predict_s(a), <, ps_collective_predict_s(b));
+  ps_collective_free(a);
+  ps_collective_free(b);
+  ps_coll_cache_free(cache);
+  g_free(rev);
+  g_free(devs);
+  fix_clear(&f);
+}
+
 static void test_errors(void)
 {
   Fix f;
@@ -1057,6 +1102,7 @@ int main(int argc, char **argv)
   g_test_add_func("/collectives/p2p/sendrecv", test_sendrecv);
   g_test_add_func("/collectives/arrival/latecomer", test_latecomer);
   g_test_add_func("/collectives/auto", test_auto);
+  g_test_add_func("/collectives/auto/cache", test_auto_cache);
   g_test_add_func("/collectives/errors", test_errors);
   g_test_add_func("/collectives/numerics/allreduce", test_numerics_allreduce);
   g_test_add_func("/collectives/numerics/ring-order", test_numerics_ring_order);

@@ -529,8 +529,63 @@ static char *format_s(double s)
   return g_strdup_printf("%.3f us", s * 1e6);
 }
 
+/* "auto"'s choices so far: a spec (its members copied) and the algorithm
+ * its predictions picked, with the reason. */
+typedef struct {
+  PsCollSpec spec;
+  int *members;
+  int64_t chunk;
+  const PsCollAlgo *algo;
+  char *why;
+} CacheEntry;
+
+struct PsCollCache {
+  GArray *entries; /* CacheEntry */
+};
+
+PsCollCache *ps_coll_cache_new(void)
+{
+  PsCollCache *cache = g_new0(PsCollCache, 1);
+  cache->entries = g_array_new(FALSE, FALSE, sizeof(CacheEntry));
+  return cache;
+}
+
+void ps_coll_cache_free(PsCollCache *cache)
+{
+  if (!cache)
+    return;
+  for (guint i = 0; i < cache->entries->len; i++) {
+    CacheEntry *e = &g_array_index(cache->entries, CacheEntry, i);
+    g_free(e->members);
+    g_free(e->why);
+  }
+  g_array_free(cache->entries, TRUE);
+  g_free(cache);
+}
+
+static const CacheEntry *cache_find(const PsCollCache *cache, const PsCollSpec *spec,
+                                    int64_t chunk)
+{
+  for (guint i = 0; cache && i < cache->entries->len; i++) {
+    const CacheEntry *e = &g_array_index(cache->entries, CacheEntry, i);
+    if (e->spec.op == spec->op && e->spec.count == spec->count &&
+        e->spec.elem_bytes == spec->elem_bytes && e->spec.root == spec->root &&
+        e->chunk == chunk && e->spec.n_members == spec->n_members &&
+        memcmp(e->members, spec->devices, sizeof(int) * (size_t)spec->n_members) == 0)
+      return e;
+  }
+  return NULL;
+}
+
 PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError **error)
 {
+  return ps_collective_new_cached(net, spec, NULL, error);
+}
+
+PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
+                                       PsCollCache *cache, GError **error)
+{
+  const CacheEntry *hit = NULL;
   g_return_val_if_fail(net != NULL && spec != NULL, NULL);
   if (spec->op >= PS_COLL_N_OPS) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "unknown collective operation %d",
@@ -583,6 +638,11 @@ PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError *
     c->algo = chosen;
     c->plan = chosen->plan_new(&c->g, &c->p);
     c->why = g_strdup(chosen->summary);
+  } else if ((hit = cache_find(cache, spec, c->p.chunk_bytes))) {
+    /* the same group, operation and size as an earlier collective */
+    c->algo = hit->algo;
+    c->plan = hit->algo->plan_new(&c->g, &c->p);
+    c->why = g_strdup(hit->why);
   } else {
     GString *others = g_string_new(NULL);
     double best = 0;
@@ -608,6 +668,13 @@ PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError *
     c->why = g_strdup_printf("auto picked %s: fastest closed-form prediction (%s)",
                              c->algo->name, others->str);
     g_string_free(others, TRUE);
+    if (cache) {
+      CacheEntry e = {*spec, g_memdup2(spec->devices, sizeof(int) * (size_t)spec->n_members),
+                      c->p.chunk_bytes, c->algo, g_strdup(c->why)};
+      e.spec.devices = NULL;
+      e.spec.algo = NULL;
+      g_array_append_val(cache->entries, e);
+    }
   }
   c->members = g_aligned_alloc0((gsize)c->g.n, sizeof(Member), 64);
   for (int i = 0; i < c->g.n; i++) {

@@ -118,6 +118,18 @@ typedef void (*PsCollDoneFn)(void *ctx, int member, ps_time_t t);
  * Registers one event type with the network's engine: create collectives
  * once and reuse them across rounds.  net must outlive it. */
 PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError **error);
+/* "auto"'s choices, for the collectives made at one time on one network
+ * (a pod's): one with the same members, operation, size and chunk as an
+ * earlier one takes its algorithm and reason without predicting again (a
+ * data-parallel plan has dozens of buckets of one size over one group).
+ * Free it before the network changes (ps_network_degrade_link). */
+typedef struct PsCollCache PsCollCache;
+PsCollCache *ps_coll_cache_new(void);
+void ps_coll_cache_free(PsCollCache *cache);
+/* ps_collective_new, remembering in cache (may be NULL). */
+PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
+                                       PsCollCache *cache, GError **error);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(PsCollCache, ps_coll_cache_free)
 void ps_collective_free(PsCollective *c);
 
 /* The algorithm that runs ("ring", ...), never "auto".  (transfer none) */

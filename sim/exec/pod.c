@@ -650,13 +650,14 @@ static gboolean build_colls(PsPod *pod, GError **error)
   const PsExperiment *exp = pod->exp;
   pod->colls = g_new0(Coll, plan->n_colls > 0 ? plan->n_colls : 1);
   pod->member_of = g_new0(int *, plan->n_colls > 0 ? plan->n_colls : 1);
+  g_autoptr(PsCollCache) cache = ps_coll_cache_new();
   for (int c = 0; c < plan->n_colls; c++) {
     const PsPlanColl *pc = &plan->colls[c];
     PsCollSpec spec = {.op = pc->op, .algo = pc->algo, .devices = pc->members,
                        .n_members = pc->n_members, .count = pc->count,
                        .elem_bytes = pc->elem_bytes};
     GError *err = NULL;
-    pod->colls[c].coll = ps_collective_new(pod->net, &spec, &err);
+    pod->colls[c].coll = ps_collective_new_cached(pod->net, &spec, cache, &err);
     pod->colls[c].pod = pod;
     pod->colls[c].index = c;
     if (!pod->colls[c].coll) {
