@@ -4,8 +4,7 @@
  * BERT-large (models/bert-large.json), timing only, bf16, on every device
  * of a full v4 pod (tpu-v4-8192: 4096 megacore devices) with gradients
  * all-reduced in buckets of the default 30 MiB that overlap backward, one
- * step (steps 1:
- * with a single loop every step is measured).  Then the
+ * step (steps 1: with a single loop every step is measured).  Then the
  * BERT-large step on tpu-v4-4096 at global batch 6144 with overlap off and
  * on, to show what overlap hides.  Reports wall seconds, events, events per
  * second and the process's peak resident memory.  Target: the v4-8192 step
