@@ -427,10 +427,15 @@ static char *op_args(const PsOp *op, int64_t step)
   case PS_OP_BWD:
   case PS_OP_RECOMPUTE:
   case PS_OP_UPDATE:
-    return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"mb\":%d,\"flops\":%.0f,"
-                           "\"mxu_flops\":%.0f,\"hbm_bytes\":%.0f,\"bound\":\"%s\"}", step,
-                           op->mb, op->flops, op->mxu_flops, op->hbm_bytes,
-                           op->memory_bound ? "hbm" : "mxu");
+    /* the time split as the cost model made it: MXU-bound kernels,
+     * HBM/VPU-bound kernels, launches (us) */
+    return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"mb\":%d,\"kernels\":%d,"
+                           "\"flops\":%.0f,\"mxu_flops\":%.0f,\"hbm_bytes\":%.0f,"
+                           "\"bound\":\"%s\",\"mxu_us\":%.3f,\"memory_us\":%.3f,"
+                           "\"launch_us\":%.3f}",
+                           step, op->mb, op->kernels, op->flops, op->mxu_flops, op->hbm_bytes,
+                           op->memory_bound ? "hbm" : "mxu", op->mxu_s * 1e6,
+                           op->memory_s * 1e6, op->overhead_s * 1e6);
   default:
     return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"mb\":%d,\"bytes\":%.0f}", step,
                            op->mb, op->bytes);
@@ -919,16 +924,28 @@ static void run_free(Run *r)
 int64_t ps_run_trace_estimate(const PsExperiment *exp, const PsPlan *plan, gboolean links)
 {
   /* bytes of one event line, measured on shipped traces: an op slice with
-   * its args about 190, a wait or collective slice about 150 */
-  const double op_line = 190, short_line = 150;
+   * its args about 260, a wait or collective slice about 150, a flow event
+   * about 110, a counter sample about 90, a link's chunk with its args
+   * about 220 (every op is counted, though those of no time are not drawn:
+   * an upper side) */
+  const double op_line = 260, short_line = 150, flow_line = 110, counter_line = 90,
+               chunk_line = 220;
   double per_step = 0;
   for (int d = 0; d < plan->n_devices; d++) {
     const PsProgram *p = ps_plan_program(plan, d);
     int waits = 0;
-    for (int i = 0; i < p->n_ops; i++)
-      waits += p->ops[i].kind == PS_OP_COLL_DONE || p->ops[i].kind == PS_OP_RECV ||
-               p->ops[i].kind == PS_OP_INFEED;
-    per_step += p->n_ops * op_line + waits * short_line + short_line /* step */;
+    for (int i = 0; i < p->n_ops; i++) {
+      const PsOp *op = &p->ops[i];
+      waits += op->kind == PS_OP_COLL_DONE || op->kind == PS_OP_RECV || op->kind == PS_OP_INFEED;
+      /* with links: the chunks of a batch over PCIe, of a SEND over ICI */
+      if (links && (op->kind == PS_OP_INFEED || op->kind == PS_OP_SEND))
+        per_step += MAX(1.0, op->bytes / (double)exp->collective.chunk_bytes) * chunk_line +
+                    3 * flow_line;
+    }
+    /* an op, and the HBM counter it may move; the step slice; the host's
+     * input slices and the infeed-depth counter, a few per device */
+    per_step += p->n_ops * (op_line + counter_line) + waits * short_line + short_line +
+                4 * (short_line + counter_line);
   }
   for (int c = 0; c < plan->n_colls; c++) {
     const PsPlanColl *pc = &plan->colls[c];
@@ -936,7 +953,8 @@ int64_t ps_run_trace_estimate(const PsExperiment *exp, const PsPlan *plan, gbool
     if (links) { /* chunks of a ring: 2 (n - 1) steps of count / n each, per member */
       double bytes = (double)pc->count * pc->elem_bytes;
       double chunks = MAX(1.0, bytes / pc->n_members / (double)exp->collective.chunk_bytes);
-      per_step += 2.0 * (pc->n_members - 1) * chunks * pc->n_members * 2 * short_line;
+      double messages = 2.0 * (pc->n_members - 1) * pc->n_members;
+      per_step += messages * (chunks * chunk_line + 3 * flow_line);
     }
   }
   double bytes = per_step * (double)exp->steps;

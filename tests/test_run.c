@@ -467,6 +467,44 @@ static void test_shipped_summaries(void)
   g_strfreev(names);
 }
 
+/* The trace-size estimate --trace-max acts on (ps_run_trace_estimate) is
+ * no less than the trace written and no more than three times it: on a
+ * data-parallel run, the same with every link chunk and flow, and a
+ * pipeline with links. */
+static void test_trace_estimate(void)
+{
+  struct {
+    const char *name;
+    const char *ov[5];
+    gboolean links;
+  } cases[] = {
+      {"resnet50-v3-8", {"steps=2", "steps_per_run=2", NULL}, FALSE},
+      {"resnet50-v3-8", {"steps=2", "steps_per_run=2", NULL}, TRUE},
+      {"vit-pipeline", {"steps=3", "numerics.enabled=false", NULL}, TRUE},
+      {"default", {"steps=30", NULL}, FALSE},
+  };
+  g_autofree char *path = g_build_filename(tmpdir, "estimate.json", NULL);
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    PsExperiment *e = load(cases[i].name, cases[i].ov);
+    PsRunOptions opt = {.trace_path = path, .trace_links = cases[i].links};
+    PsSummary s;
+    GError *error = NULL;
+    g_assert_true(ps_run(e, &opt, &s, &error));
+    g_assert_no_error(error);
+    GStatBuf st;
+    g_assert_cmpint(g_stat(path, &st), ==, 0);
+    double ratio = (double)s.trace_estimate_bytes / (double)st.st_size;
+    g_test_message("%s%s: estimate %" G_GINT64_FORMAT " bytes, trace %lld: x%.2f",
+                   cases[i].name, cases[i].links ? " --trace-links" : "",
+                   s.trace_estimate_bytes, (long long)st.st_size, ratio);
+    g_assert_cmpfloat(ratio, >=, 1.0);
+    g_assert_cmpfloat(ratio, <=, 3.0);
+    ps_summary_clear(&s);
+    ps_experiment_free(e);
+    g_unlink(path);
+  }
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -482,6 +520,7 @@ int main(int argc, char **argv)
   g_test_add_func("/run/outside-compilation/histogram", test_host_call_numerics);
   g_test_add_func("/run/replicate/mean-matches-single", test_replicas_match_single);
   g_test_add_func("/run/shipped-summaries-add-up", test_shipped_summaries);
+  g_test_add_func("/run/trace/estimate", test_trace_estimate);
   g_test_add_func("/run/default/cnn-data-parallel-epoch", test_default_epoch);
   int rc = g_test_run();
   g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
