@@ -501,7 +501,8 @@ static void test_interrupted_trace(void)
   for (guint k = 0; k < G_N_ELEMENTS(sigs); k++) {
     g_autofree char *dir = g_dir_make_tmp("podsim-sig-XXXXXX", NULL);
     g_autofree char *trace = g_build_filename(dir, "t.json", NULL);
-    const char *argv[] = {podsim, "run", "vit-pipeline", "--quiet", "--trace", trace, NULL};
+    const char *argv[] = {podsim, "run", "vit-pipeline", "--quiet", "--trace-max", "0",
+                          "--trace", trace, NULL};
     GPid pid;
     GError *error = NULL;
     g_assert_true(g_spawn_async(g_getenv("PODSIM_DATA_DIR"), (char **)argv, NULL,

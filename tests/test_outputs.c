@@ -296,7 +296,8 @@ static void test_signal_keeps_earlier_trace(gconstpointer data)
   g_assert_cmpuint(before_len, >, 0);
 
   /* the whole run (several seconds, numerics on) over the same path */
-  const char *second[] = {podsim, "run", "vit-pipeline", "--quiet", "--trace", trace, NULL};
+  const char *second[] = {podsim, "run", "vit-pipeline", "--quiet", "--trace-max", "0",
+                          "--trace", trace, NULL};
   GPid pid;
   gboolean spawned = g_spawn_async(g_getenv("PODSIM_DATA_DIR"), (char **)second, NULL,
                                    G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL |
