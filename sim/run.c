@@ -90,6 +90,8 @@ typedef struct {
   PsTrace *trace;
   Lanes *coll_lanes;    /* per device */
   GArray **flow_ends;   /* per device: FlowEnd of its collectives' messages (links) */
+  GArray **coll_arrivals; /* per collective: ps_time_t its k-th round's last member began */
+  int *coll_last;       /* per collective: that member, of the latest round */
   Lanes host_lanes[PS_HOST_N_LANES]; /* per lane, tids shared by all hosts */
   guint8 *host_named;   /* per host: bit per (lane, sub) named */
   int64_t *host_batches; /* per host: batches prepared so far (names slices) */
@@ -557,6 +559,10 @@ static void on_coll_arrived(void *ctx, int64_t step, int c, int last, ps_time_t 
 {
   Run *r = ctx;
   step_state(r, step)->critical = last;
+  if (r->coll_arrivals) {
+    g_array_append_val(r->coll_arrivals[c], t);
+    r->coll_last[c] = last;
+  }
 }
 
 static void draw_flow_ends(Run *r, int device, int64_t round, int c, int pid, int tid,
@@ -588,6 +594,16 @@ static void on_coll_done(void *ctx, int device, int64_t step, int c, ps_time_t s
                           end - start, args) &&
         r->flow_ends)
       draw_flow_ends(r, device, step, c, chip_pid(r, device), tid, start, end);
+    /* inside it, apart: the time until the round's last member began (its
+     * data could not all have been summed before) */
+    GArray *arr = r->coll_arrivals[c];
+    ps_time_t all_in = step < (int64_t)arr->len ? g_array_index(arr, ps_time_t, step) : start;
+    if (all_in > start && all_in < end) {
+      char name[64];
+      g_snprintf(name, sizeof name, "waiting for peers (device %d last)", r->coll_last[c]);
+      ps_trace_complete(r->trace, chip_pid(r, device), tid, name, "wait", start,
+                        all_in - start, NULL);
+    }
   }
   if (r->flow_ends)
     drop_flow_ends(r, device, step, c);
@@ -906,6 +922,10 @@ static void run_free(Run *r)
     for (int i = 0; i < r->n_dev; i++)
       lanes_clear(&r->coll_lanes[i]);
   g_free(r->coll_lanes);
+  for (int c = 0; r->coll_arrivals && c < r->plan->n_colls; c++)
+    g_array_free(r->coll_arrivals[c], TRUE);
+  g_free(r->coll_arrivals);
+  g_free(r->coll_last);
   for (int i = 0; r->flow_ends && i < r->n_dev; i++)
     g_array_free(r->flow_ends[i], TRUE);
   g_free(r->flow_ends);
@@ -1031,6 +1051,10 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
     if (!r.trace)
       goto out;
     r.coll_lanes = g_new0(Lanes, r.n_dev);
+    r.coll_arrivals = g_new(GArray *, plan->n_colls > 0 ? plan->n_colls : 1);
+    r.coll_last = g_new0(int, plan->n_colls > 0 ? plan->n_colls : 1);
+    for (int c = 0; c < plan->n_colls; c++)
+      r.coll_arrivals[c] = g_array_new(FALSE, FALSE, sizeof(ps_time_t));
 
     r.step_start = g_new0(ps_time_t, r.n_dev);
     r.host_named = g_new0(guint8, ps_topology_hosts(exp->topology));

@@ -505,6 +505,78 @@ static void test_trace_estimate(void)
   }
 }
 
+/* On a collective's track, the time until the round's last member began
+ * is a slice of its own inside the collective's: same start, ending when
+ * the last device's slice of that collective and step starts.  ResNet-50
+ * on tpu-v3-8, step 0, where the hosts feed the cores one after another. */
+static void test_trace_waiting_for_peers(void)
+{
+  g_autofree char *path = g_build_filename(tmpdir, "peers.json", NULL);
+  const char *const ov[] = {"steps=1", "steps_per_run=1", NULL};
+  PsExperiment *e = load("resnet50-v3-8", ov);
+  PsRunOptions opt = {.trace_path = path};
+  PsSummary s;
+  GError *error = NULL;
+  g_assert_true(ps_run(e, &opt, &s, &error));
+  json_object *root = json_object_from_file(path);
+  json_object *events = json_object_object_get(root, "traceEvents");
+  /* per collective name: the latest start over devices; per (pid, tid,
+   * start): the collective slice's end */
+  GHashTable *last_start = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  typedef struct {
+    double v[4]; /* pid, tid, ts, end */
+  } Row;
+  GArray *waits = g_array_new(FALSE, FALSE, sizeof(Row));
+  GArray *colls = g_array_new(FALSE, FALSE, sizeof(Row));
+  for (size_t i = 0; i < json_object_array_length(events); i++) {
+    json_object *ev = json_object_array_get_idx(events, i);
+    if (strcmp(json_object_get_string(json_object_object_get(ev, "ph")), "X") != 0)
+      continue;
+    const char *cat = json_object_get_string(json_object_object_get(ev, "cat"));
+    const char *name = json_object_get_string(json_object_object_get(ev, "name"));
+    Row rw = {{json_object_get_int(json_object_object_get(ev, "pid")),
+               json_object_get_int(json_object_object_get(ev, "tid")),
+               json_object_get_double(json_object_object_get(ev, "ts")), 0}};
+    double *row = rw.v;
+    row[3] = row[2] + json_object_get_double(json_object_object_get(ev, "dur"));
+    if (cat && strcmp(cat, "collective") == 0) {
+      g_array_append_val(colls, rw);
+      double *ls = g_hash_table_lookup(last_start, name);
+      if (!ls)
+        g_hash_table_insert(last_start, g_strdup(name), g_memdup2(&row[2], sizeof(double)));
+      else if (row[2] > *ls)
+        *ls = row[2];
+    } else if (g_str_has_prefix(name, "waiting for peers")) {
+      g_array_append_val(waits, rw);
+    }
+  }
+  g_assert_cmpuint(waits->len, >, 0);
+  for (guint i = 0; i < waits->len; i++) {
+    const double *w = g_array_index(waits, Row, i).v;
+    gboolean inside = FALSE;
+    for (guint k = 0; k < colls->len && !inside; k++) {
+      const double *c = g_array_index(colls, Row, k).v;
+      inside = c[0] == w[0] && c[1] == w[1] && c[2] == w[2] && w[3] <= c[3];
+    }
+    g_assert_true(inside);
+    /* it ends as the last device began: one of the collectives' latest starts */
+    gboolean matches = FALSE;
+    GHashTableIter it;
+    gpointer v;
+    g_hash_table_iter_init(&it, last_start);
+    while (g_hash_table_iter_next(&it, NULL, &v))
+      matches |= fabs(*(double *)v - w[3]) < 2e-3;
+    g_assert_true(matches);
+  }
+  g_array_free(waits, TRUE);
+  g_array_free(colls, TRUE);
+  g_hash_table_destroy(last_start);
+  json_object_put(root);
+  ps_summary_clear(&s);
+  ps_experiment_free(e);
+  g_unlink(path);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -521,6 +593,7 @@ int main(int argc, char **argv)
   g_test_add_func("/run/replicate/mean-matches-single", test_replicas_match_single);
   g_test_add_func("/run/shipped-summaries-add-up", test_shipped_summaries);
   g_test_add_func("/run/trace/estimate", test_trace_estimate);
+  g_test_add_func("/run/trace/waiting-for-peers", test_trace_waiting_for_peers);
   g_test_add_func("/run/default/cnn-data-parallel-epoch", test_default_epoch);
   int rc = g_test_run();
   g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
