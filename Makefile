@@ -75,6 +75,8 @@ UMBRELLA  := include/podsim/podsim.h
 HDR_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude -Isim $(PKG_CFLAGS) $(BLAS_CFLAGS)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTBIN)/%)
+# what the command-line tests share (tests/support/cli.h), linked into each
+TEST_SUPPORT := $(BUILD)/tests/support/cli.o
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
@@ -161,7 +163,7 @@ $(PODSIM_BIN): $(BUILD)/sim/cli/main.o $(CLI_A) $(LIB_A)
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(TESTBIN)/%: $(BUILD)/tests/%.o $(CLI_A) $(LIB_A)
+$(TESTBIN)/%: $(BUILD)/tests/%.o $(TEST_SUPPORT) $(CLI_A) $(LIB_A)
 	@mkdir -p $(TESTBIN)
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

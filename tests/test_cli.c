@@ -4,6 +4,8 @@
  * experiment, a failed run that leaves no trace file behind, the run's
  * header line (the slice, devices and replicas after --set), and the
  * warning for a run that leaves devices idle. */
+#include "support/cli.h"
+
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <json-c/json.h>
@@ -14,39 +16,18 @@
 
 static const char *podsim;
 
-/* Runs podsim with args; returns its exit status, stdout and stderr. */
-static int run(char **out, char **err, ...)
-{
-  GPtrArray *argv = g_ptr_array_new();
-  g_ptr_array_add(argv, (gpointer)podsim);
-  va_list ap;
-  va_start(ap, err);
-  for (const char *a; (a = va_arg(ap, const char *));)
-    g_ptr_array_add(argv, (gpointer)a);
-  va_end(ap);
-  g_ptr_array_add(argv, NULL);
-  int status = -1;
-  GError *error = NULL;
-  const char *dir = g_getenv("PODSIM_DATA_DIR");
-  g_assert_true(g_spawn_sync(dir, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, out,
-                             err, &status, &error));
-  g_assert_no_error(error);
-  g_ptr_array_free(argv, TRUE);
-  return g_spawn_check_wait_status(status, NULL) ? 0 : WEXITSTATUS(status);
-}
-
 static void test_version_and_help(void)
 {
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "--version", NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "--version", NULL), ==, 0);
   g_assert_true(g_str_has_prefix(out, "podsim "));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "--help", NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "--help", NULL), ==, 0);
   g_assert_nonnull(strstr(out, "run EXPERIMENT"));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "run", "--help", NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "run", "--help", NULL), ==, 0);
   g_assert_nonnull(strstr(out, "--set"));
 }
 
@@ -68,7 +49,7 @@ static void test_usage_errors(void)
   };
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     g_autofree char *out = NULL, *err = NULL;
-    int st = run(&out, &err, cases[i].a, cases[i].b, cases[i].c, NULL);
+    int st = podsim_run(&out, &err, cases[i].a, cases[i].b, cases[i].c, NULL);
     g_test_message("%s %s: %d: %s", cases[i].a, cases[i].b ? cases[i].b : "", st, err);
     g_assert_cmpint(st, ==, 2);
     g_assert_nonnull(strstr(err, cases[i].msg));
@@ -84,7 +65,7 @@ static void test_clock_overflow(void)
                         "input.host_cost_per_example_s=1e300"};
   for (guint i = 0; i < G_N_ELEMENTS(sets); i++) {
     g_autofree char *out = NULL, *err = NULL;
-    int st = run(&out, &err, "run", "resnet50-v3-8", "--no-trace", "--steps=2", "--set",
+    int st = podsim_run(&out, &err, "run", "resnet50-v3-8", "--no-trace", "--steps=2", "--set",
                  sets[i], NULL);
     g_test_message("%s: %d: %s", sets[i], st, err);
     g_assert_cmpint(st, ==, 2);
@@ -97,7 +78,7 @@ static void test_clock_overflow(void)
 static void test_list(void)
 {
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "list", "topologies", NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "list", "topologies", NULL), ==, 0);
   g_auto(GStrv) names = g_strsplit(out, "\n", -1);
   const char *want[] = {"tpu-v2-8", "tpu-v3-8", "tpu-v3-2048", "tpu-v4-8", "tpu-v4-8192"};
   for (guint i = 0; i < G_N_ELEMENTS(want); i++)
@@ -107,7 +88,7 @@ static void test_list(void)
 static void test_json_summary(void)
 {
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "run", "default", "--json", "--no-trace", "--steps", "20",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "default", "--json", "--no-trace", "--steps", "20",
                       "--set", "numerics.evaluate=false", NULL),
                   ==, 0);
   json_object *o = json_tokener_parse(out);
@@ -139,13 +120,13 @@ static void test_json_summary(void)
 static void test_describe_roundtrip(void)
 {
   g_autofree char *out = NULL, *err = NULL, *out2 = NULL, *err2 = NULL;
-  g_assert_cmpint(run(&out, &err, "describe", "experiment", "default", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "describe", "experiment", "default", "--set",
                       "global_batch=128", NULL),
                   ==, 0);
   g_autofree char *dir = g_dir_make_tmp("podsim-cli-XXXXXX", NULL);
   g_autofree char *path = g_build_filename(dir, "resolved.json", NULL);
   g_assert_true(g_file_set_contents(path, out, -1, NULL));
-  g_assert_cmpint(run(&out2, &err2, "describe", "experiment", path, NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out2, &err2, "describe", "experiment", path, NULL), ==, 0);
   json_object *a = json_tokener_parse(out), *b = json_tokener_parse(out2);
   g_assert_nonnull(a);
   g_assert_nonnull(b);
@@ -160,7 +141,7 @@ static void test_describe_roundtrip(void)
 static char *version(void)
 {
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "--version", NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "--version", NULL), ==, 0);
   g_assert_true(g_str_has_prefix(out, "podsim "));
   return g_strstrip(g_strdup(out + strlen("podsim ")));
 }
@@ -210,7 +191,7 @@ static gboolean bool_member(json_object *o, const char *key)
 static void test_strategy_keys_roundtrip(void)
 {
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "describe", "experiment", "resnet50-v3-8", NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "describe", "experiment", "resnet50-v3-8", NULL), ==, 0);
   json_object *d = json_tokener_parse(out);
   g_assert_nonnull(d);
   json_object *so = strategy_of(d);
@@ -221,7 +202,7 @@ static void test_strategy_keys_roundtrip(void)
   g_free(out);
   g_free(err);
 
-  g_assert_cmpint(run(&out, &err, "describe", "experiment", "default", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "describe", "experiment", "default", "--set",
                       "strategy.bucket_bytes=8MiB", "--set", "strategy.overlap=false", "--set",
                       "strategy.weight_update_sharding=true", NULL),
                   ==, 0);
@@ -229,7 +210,7 @@ static void test_strategy_keys_roundtrip(void)
   g_autofree char *path = g_build_filename(dir, "resolved.json", NULL);
   g_assert_true(g_file_set_contents(path, out, -1, NULL));
   g_autofree char *out2 = NULL, *err2 = NULL;
-  g_assert_cmpint(run(&out2, &err2, "describe", "experiment", path, NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out2, &err2, "describe", "experiment", path, NULL), ==, 0);
   json_object *a = json_tokener_parse(out), *b = json_tokener_parse(out2);
   g_assert_nonnull(a);
   g_assert_nonnull(b);
@@ -272,7 +253,7 @@ static void test_bad_strategy_values(void)
     const char *const *set = cases[i].set;
     g_autofree char *out = NULL, *err = NULL;
     /* the argument list ends at the first NULL */
-    int st = run(&out, &err, "run", "default", "--no-trace", "--set", set[0],
+    int st = podsim_run(&out, &err, "run", "default", "--no-trace", "--set", set[0],
                  set[1] ? "--set" : NULL, set[1], set[2] ? "--set" : NULL, set[2], NULL);
     g_test_message("--set %s: %d: %s", set[0], st, err);
     g_assert_cmpint(st, ==, 2);
@@ -290,7 +271,7 @@ static void test_run_header_what_if(void)
 {
   g_autofree char *ver = version();
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "run", "resnet50-v3-8", "--set", "topology=tpu-v3-32",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "resnet50-v3-8", "--set", "topology=tpu-v3-32",
                       "--no-trace", "--steps", "2", NULL),
                   ==, 0);
   g_autofree char *header = first_line(out);
@@ -304,13 +285,13 @@ static void test_run_header_what_if(void)
   g_free(err);
 
   /* the file's own slice; and a v4 slice counts megacore chips */
-  g_assert_cmpint(run(&out, &err, "run", "resnet50-v3-8", "--no-trace", "--steps", "2", NULL),
+  g_assert_cmpint(podsim_run(&out, &err, "run", "resnet50-v3-8", "--no-trace", "--steps", "2", NULL),
                   ==, 0);
   g_assert_nonnull(strstr(out, ": model resnet50 on tpu-v3-8 (8 devices: 8 replicas), "));
   g_assert_null(strstr(err, "warning"));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
                       "topology=tpu-v4-32", "--no-trace", NULL),
                   ==, 0);
   g_free(header);
@@ -322,7 +303,7 @@ static void test_run_header_what_if(void)
   g_free(err);
 
   /* a pipeline left to its default: every device, stages named */
-  g_assert_cmpint(run(&out, &err, "describe", "experiment",
+  g_assert_cmpint(podsim_run(&out, &err, "describe", "experiment",
                       "tests/data/good/experiments/mlp-what-if.json", "--set",
                       "strategy.kind=pipeline", "--set", "strategy.stages=2", "--set",
                       "topology=tpu-v3-32", NULL),
@@ -338,7 +319,7 @@ static void test_run_header_what_if(void)
 static void test_idle_warning(void)
 {
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "run", "resnet50-v3-8", "--set", "topology=tpu-v3-32", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "resnet50-v3-8", "--set", "topology=tpu-v3-32", "--set",
                       "strategy.replicas=8", "--no-trace", "--steps", "2", NULL),
                   ==, 0);
   g_test_message("stderr: %s", err);
@@ -351,7 +332,7 @@ static void test_idle_warning(void)
   g_free(out);
   g_free(err);
 
-  g_assert_cmpint(run(&out, &err, "run", "resnet50-v3-8", "--set", "topology=tpu-v3-32", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "resnet50-v3-8", "--set", "topology=tpu-v3-32", "--set",
                       "strategy.replicas=8", "--no-trace", "--steps", "2", "--json", NULL),
                   ==, 0);
   g_assert_nonnull(strstr(err, "uses 8 of the 32 devices of tpu-v3-32 (24 idle)"));
@@ -362,7 +343,7 @@ static void test_idle_warning(void)
   g_free(err);
 
   /* a global batch the full slice cannot split says so too */
-  g_assert_cmpint(run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
                       "strategy.replicas=4", "--set", "global_batch=12", "--no-trace", NULL),
                   ==, 0);
   g_assert_nonnull(strstr(err, "uses 4 of the 8 devices of tpu-v3-8 (4 idle); set "
@@ -373,7 +354,7 @@ static void test_idle_warning(void)
 
   /* A pipeline names replicas and stages (and, in the header, its
    * micro-batches and schedule). */
-  run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
+  podsim_run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
       "strategy.kind=pipeline", "--set", "strategy.stages=2", "--set", "strategy.replicas=1",
       "--no-trace", NULL);
   g_test_message("stderr: %s", err);
@@ -387,7 +368,7 @@ static void test_idle_warning(void)
   g_free(err);
 
   /* all devices busy: no warning */
-  g_assert_cmpint(run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
                       "topology=tpu-v3-32", "--no-trace", NULL),
                   ==, 0);
   g_assert_cmpstr(err, ==, "");
@@ -401,12 +382,12 @@ static void test_trace_failures(void)
   g_autofree char *dir = g_dir_make_tmp("podsim-cli-XXXXXX", NULL);
   g_autofree char *bad = g_build_filename(dir, "missing", "t.json", NULL);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "run", "default", "--steps", "2", "--trace", bad, NULL), ==, 2);
+  g_assert_cmpint(podsim_run(&out, &err, "run", "default", "--steps", "2", "--trace", bad, NULL), ==, 2);
   g_assert_nonnull(strstr(err, bad));
   g_free(out);
   g_free(err);
   g_autofree char *t = g_build_filename(dir, "t.json", NULL);
-  g_assert_cmpint(run(&out, &err, "run", "default", "--steps", "2", "--trace", t, "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "default", "--steps", "2", "--trace", t, "--set",
                       "input.data_dir=/nonexistent", NULL),
                   ==, 2);
   g_assert_nonnull(strstr(err, "/nonexistent"));
@@ -427,14 +408,14 @@ static void test_pipeline_timeline(void)
   g_autofree char *trace = g_build_filename(dir, "p.json", NULL);
   char *out, *err;
   const char *exp = "tests/data/good/experiments/mlp-what-if.json";
-  g_assert_cmpint(run(&out, &err, "run", exp, "--set", "strategy.kind=pipeline", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "run", exp, "--set", "strategy.kind=pipeline", "--set",
                       "strategy.stages=2", "--set", "strategy.replicas=4", "--set",
                       "strategy.micro_batches=4", "--set", "numerics.enabled=false", "--steps",
                       "3", "--trace", trace, NULL),
                   ==, 0);
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "timeline", trace, NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "timeline", trace, NULL), ==, 0);
   g_auto(GStrv) lines = g_strsplit(out, "\n", -1);
   int fwd[2] = {0, 0}, bwd[2] = {0, 0}, mb_seen[2] = {0, 0};
   double last_start[2] = {-1, -1};
@@ -466,27 +447,27 @@ static void test_pipeline_timeline(void)
   g_free(out);
   g_free(err);
   /* a replicated run's trace has no stages: a clear error, exit 2 */
-  g_assert_cmpint(run(&out, &err, "run", exp, "--steps", "2", "--set", "numerics.enabled=false",
+  g_assert_cmpint(podsim_run(&out, &err, "run", exp, "--steps", "2", "--set", "numerics.enabled=false",
                       "--trace", trace, NULL), ==, 0);
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "timeline", trace, NULL), ==, 2);
+  g_assert_cmpint(podsim_run(&out, &err, "timeline", trace, NULL), ==, 2);
   g_assert_nonnull(strstr(err, "no pipeline stage"));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "timeline", "no/such/trace.json", NULL), ==, 2);
+  g_assert_cmpint(podsim_run(&out, &err, "timeline", "no/such/trace.json", NULL), ==, 2);
   g_assert_nonnull(strstr(err, "no/such/trace.json"));
   g_free(out);
   g_free(err);
 
-  g_assert_cmpint(run(&out, &err, "describe", exp, "--set", "strategy.kind=pipeline", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "describe", exp, "--set", "strategy.kind=pipeline", "--set",
                       "strategy.stages=2", "--set", "strategy.replicas=4", "--stages",
                       "--program", "--device", "1", NULL), ==, 0);
   g_assert_nonnull(strstr(out, "2 stages of model"));
   g_assert_nonnull(strstr(out, "stage 1 of 2, replica 0 of 4: device 1"));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "describe", exp, "--program", "--device", "99", NULL), ==, 2);
+  g_assert_cmpint(podsim_run(&out, &err, "describe", exp, "--program", "--device", "99", NULL), ==, 2);
   g_free(out);
   g_free(err);
   g_unlink(trace);
@@ -591,7 +572,7 @@ static void test_trace_max(void)
   g_autofree char *dir = g_dir_make_tmp("podsim-tmax-XXXXXX", NULL);
   g_autofree char *trace = g_build_filename(dir, "t.json", NULL);
   char *out, *err;
-  g_assert_cmpint(run(&out, &err, "run", "vit-pipeline", "--steps", "20", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "vit-pipeline", "--steps", "20", "--set",
                       "numerics.enabled=false", "--trace", trace, "--trace-max", "1", NULL),
                   ==, 0);
   g_assert_nonnull(strstr(err, "no trace written"));
@@ -600,14 +581,14 @@ static void test_trace_max(void)
   g_assert_false(g_file_test(trace, G_FILE_TEST_EXISTS));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "run", "vit-pipeline", "--steps", "20", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "vit-pipeline", "--steps", "20", "--set",
                       "numerics.enabled=false", "--trace", trace, "--trace-max", "0", NULL),
                   ==, 0);
   g_assert_true(g_file_test(trace, G_FILE_TEST_EXISTS));
   g_assert_null(strstr(err, "no trace written"));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "run", "vit-pipeline", "--trace-max", "-3", NULL), ==, 2);
+  g_assert_cmpint(podsim_run(&out, &err, "run", "vit-pipeline", "--trace-max", "-3", NULL), ==, 2);
   g_free(out);
   g_free(err);
   g_unlink(trace);
@@ -621,14 +602,14 @@ static void test_max_events(void)
   g_autofree char *dir = g_dir_make_tmp("podsim-maxev-XXXXXX", NULL);
   g_autofree char *trace = g_build_filename(dir, "t.json", NULL);
   char *out, *err;
-  g_assert_cmpint(run(&out, &err, "run", "vit-pipeline", "--steps", "20", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "vit-pipeline", "--steps", "20", "--set",
                       "numerics.enabled=false", "--trace", trace, "--max-events", "500", NULL),
                   ==, 2);
   g_assert_nonnull(strstr(err, "stopped after 500 events (--max-events)"));
   g_assert_false(g_file_test(trace, G_FILE_TEST_EXISTS));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "run", "vit-pipeline", "--steps", "2", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "vit-pipeline", "--steps", "2", "--set",
                       "numerics.enabled=false", "--no-trace", "--json", "--max-events",
                       "1000000", NULL), ==, 0);
   g_assert_nonnull(strstr(out, "\"step_time_s\""));
@@ -640,13 +621,7 @@ static void test_max_events(void)
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
-  podsim = g_getenv("PODSIM");
-  if (!g_getenv("PODSIM_DATA_DIR"))
-    g_setenv("PODSIM_DATA_DIR", ".", TRUE);
-  if (!podsim) {
-    g_test_message("PODSIM is not set: `make test` sets it to the built binary");
-    podsim = "./podsim";
-  }
+  podsim = podsim_init();
   g_test_add_func("/cli/version-and-help", test_version_and_help);
   g_test_add_func("/cli/usage-errors", test_usage_errors);
   g_test_add_func("/cli/list", test_list);

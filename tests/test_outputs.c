@@ -13,6 +13,8 @@
  * and under a regular file instead, and the full device is first a node
  * of our own (mknod, major 1 minor 7) before it is /dev/full itself.
  * Standard output on /dev/full fails every command that prints (exit 2). */
+#include "support/cli.h"
+
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <errno.h>
@@ -338,13 +340,7 @@ static void test_signal_keeps_earlier_trace(gconstpointer data)
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
-  podsim = g_getenv("PODSIM");
-  if (!g_getenv("PODSIM_DATA_DIR"))
-    g_setenv("PODSIM_DATA_DIR", ".", TRUE);
-  if (!podsim) {
-    g_test_message("PODSIM is not set: `make test` sets it to the built binary");
-    podsim = "./podsim";
-  }
+  podsim = podsim_init();
   g_test_add_func("/outputs/read-only-dir", test_read_only_dir);
   g_test_add_func("/outputs/proc", test_proc);
   g_test_add_func("/outputs/file-parent", test_file_parent);

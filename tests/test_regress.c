@@ -8,6 +8,8 @@
  * podsim was built with MPI (`make MPI=1 test`) and mpirun is there, a
  * small timing-only sweep on two ranks against the same sweep in one
  * process, fresh and resumed; otherwise that test is skipped and says why. */
+#include "support/cli.h"
+
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <json-c/json.h>
@@ -20,43 +22,6 @@
 
 static const char *podsim;
 
-/* Runs argv (a NULL-terminated GPtrArray) in the data directory; returns
- * its exit status, stdout and stderr. */
-static int spawn(GPtrArray *argv, char **out, char **err)
-{
-  int status = -1;
-  GError *error = NULL;
-  const char *dir = g_getenv("PODSIM_DATA_DIR");
-  g_assert_true(g_spawn_sync(dir, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, out,
-                             err, &status, &error));
-  g_assert_no_error(error);
-  return g_spawn_check_wait_status(status, NULL) ? 0 : WEXITSTATUS(status);
-}
-
-/* Runs podsim with args, NULL-terminated. */
-static int run(char **out, char **err, ...)
-{
-  GPtrArray *argv = g_ptr_array_new();
-  g_ptr_array_add(argv, (gpointer)podsim);
-  va_list ap;
-  va_start(ap, err);
-  for (const char *a; (a = va_arg(ap, const char *));)
-    g_ptr_array_add(argv, (gpointer)a);
-  va_end(ap);
-  g_ptr_array_add(argv, NULL);
-  int status = spawn(argv, out, err);
-  g_ptr_array_free(argv, TRUE);
-  return status;
-}
-
-static char *scratch_dir(void)
-{
-  GError *error = NULL;
-  char *dir = g_dir_make_tmp("podsim-regress-XXXXXX", &error);
-  g_assert_no_error(error);
-  return dir;
-}
-
 static guint scratch_files(const char *dir)
 {
   guint n = 0;
@@ -66,35 +31,6 @@ static guint scratch_files(const char *dir)
   if (d)
     g_dir_close(d);
   return n;
-}
-
-static void scratch_clear(char *dir)
-{
-  GDir *d = g_dir_open(dir, 0, NULL);
-  for (const char *n; d && (n = g_dir_read_name(d));) {
-    g_autofree char *p = g_build_filename(dir, n, NULL);
-    g_unlink(p);
-  }
-  if (d)
-    g_dir_close(d);
-  g_rmdir(dir);
-  g_free(dir);
-}
-
-static char *slurp(const char *path)
-{
-  char *text = NULL;
-  GError *error = NULL;
-  g_assert_true(g_file_get_contents(path, &text, NULL, &error));
-  g_assert_no_error(error);
-  return text;
-}
-
-static void spew(const char *path, const char *text)
-{
-  GError *error = NULL;
-  g_assert_true(g_file_set_contents(path, text, -1, &error));
-  g_assert_no_error(error);
 }
 
 /* The project's golden file.  (transfer full) */
@@ -129,12 +65,12 @@ static double number_after(const char *text, const char *key)
 
 static void test_pass(void)
 {
-  char *dir = scratch_dir();
+  char *dir = scratch_dir("podsim-regress");
   g_autofree char *file = g_build_filename(dir, "golden.txt", NULL);
   g_autofree char *text = golden_text();
   spew(file, text);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "regress", "--file", file, NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "regress", "--file", file, NULL), ==, 0);
   guint n = count_cases(text);
   g_assert_cmpuint(n, >=, 5);
   g_autofree char *want = g_strdup_printf("regress: %s: %u cases run, 0 moved, %u within "
@@ -146,7 +82,7 @@ static void test_pass(void)
   /* --json: every case, none moved */
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "regress", "--json", "--file", file, NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "regress", "--json", "--file", file, NULL), ==, 0);
   json_object *o = json_tokener_parse(out);
   g_assert_nonnull(o);
   json_object *cases = json_object_object_get(o, "cases");
@@ -169,7 +105,7 @@ static void test_pass(void)
  * and diff; --update puts the prediction back and regress passes again. */
 static void test_moved_then_update(void)
 {
-  char *dir = scratch_dir();
+  char *dir = scratch_dir("podsim-regress");
   g_autofree char *file = g_build_filename(dir, "golden.txt", NULL);
   g_autofree char *orig = golden_text();
   g_auto(GStrv) lines = g_strsplit(orig, "\n", -1);
@@ -191,7 +127,7 @@ static void test_moved_then_update(void)
   spew(file, edited);
 
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "regress", "--file", file, NULL), ==, 1);
+  g_assert_cmpint(podsim_run(&out, &err, "regress", "--file", file, NULL), ==, 1);
   g_test_message("%s", out);
   g_autofree char *named = g_strdup_printf("moved: %s (line %u): old %s s, new ", args,
                                            which + 1, moved);
@@ -211,7 +147,7 @@ static void test_moved_then_update(void)
 
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "regress", "--update", "--file", file, NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "regress", "--update", "--file", file, NULL), ==, 0);
   g_test_message("%s", out);
   g_autofree char *updated = g_strdup_printf("updated: %s (line %u): old %s s, new ", args,
                                              which + 1, moved);
@@ -236,12 +172,12 @@ static void test_moved_then_update(void)
 
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "regress", "--file", file, NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "regress", "--file", file, NULL), ==, 0);
   g_assert_nonnull(strstr(out, " 0 moved, "));
   /* --update with nothing to change leaves the file alone */
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "regress", "--update", "--file", file, NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "regress", "--update", "--file", file, NULL), ==, 0);
   g_assert_nonnull(strstr(out, "already up to date"));
   scratch_clear(dir);
 }
@@ -249,18 +185,18 @@ static void test_moved_then_update(void)
 /* A case that cannot run is a failure, and --update then writes nothing. */
 static void test_case_fails(void)
 {
-  char *dir = scratch_dir();
+  char *dir = scratch_dir("podsim-regress");
   g_autofree char *file = g_build_filename(dir, "golden.txt", NULL);
   const char *text = "# one case that cannot load\n"
                      "no-such-experiment --set steps=2\t0.1\n";
   spew(file, text);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "regress", "--file", file, NULL), ==, 1);
+  g_assert_cmpint(podsim_run(&out, &err, "regress", "--file", file, NULL), ==, 1);
   g_assert_nonnull(strstr(out, "failed: no-such-experiment --set steps=2 (line 2): "));
   g_assert_nonnull(strstr(out, "1 case run, 0 moved, 0 within tolerance, 1 failed"));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "regress", "--update", "--file", file, NULL), ==, 1);
+  g_assert_cmpint(podsim_run(&out, &err, "regress", "--update", "--file", file, NULL), ==, 1);
   g_assert_nonnull(strstr(err, "left as it was"));
   g_autofree char *after = slurp(file);
   g_assert_cmpstr(after, ==, text);
@@ -284,12 +220,12 @@ static void test_malformed(void)
       {"\t0.07\n", 1, "does not start with an EXPERIMENT"},
       {"resnet50-v3-8\t0.07\n# again\nresnet50-v3-8\t0.07\n", 3, "the case of line 1 again"},
   };
-  char *dir = scratch_dir();
+  char *dir = scratch_dir("podsim-regress");
   g_autofree char *file = g_build_filename(dir, "golden.txt", NULL);
   for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
     spew(file, bad[i].text);
     g_autofree char *out = NULL, *err = NULL;
-    g_assert_cmpint(run(&out, &err, "regress", "--file", file, NULL), ==, 2);
+    g_assert_cmpint(podsim_run(&out, &err, "regress", "--file", file, NULL), ==, 2);
     g_autofree char *where = g_strdup_printf("podsim: regress: %s:%u: ", file, bad[i].line);
     g_assert_true(g_str_has_prefix(err, where));
     g_assert_nonnull(strstr(err, bad[i].says));
@@ -297,12 +233,12 @@ static void test_malformed(void)
   }
   spew(file, "# only comments\n\n");
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "regress", "--file", file, NULL), ==, 2);
+  g_assert_cmpint(podsim_run(&out, &err, "regress", "--file", file, NULL), ==, 2);
   g_assert_nonnull(strstr(err, "no golden case"));
   g_free(out);
   g_free(err);
   g_autofree char *missing = g_build_filename(dir, "missing.txt", NULL);
-  g_assert_cmpint(run(&out, &err, "regress", "--file", missing, NULL), ==, 2);
+  g_assert_cmpint(podsim_run(&out, &err, "regress", "--file", missing, NULL), ==, 2);
   g_assert_nonnull(strstr(err, "cannot read the golden file"));
   scratch_clear(dir);
 }
@@ -352,7 +288,7 @@ static int mpi_sweep(const char *mpirun, const char *out_path, char **out, char 
   for (guint i = 0; rest[i]; i++)
     g_ptr_array_add(argv, (gpointer)rest[i]);
   g_ptr_array_add(argv, NULL);
-  int status = spawn(argv, out, err);
+  int status = podsim_spawn((const char *const *)argv->pdata, out, err);
   g_ptr_array_free(argv, TRUE);
   return status;
 }
@@ -363,7 +299,7 @@ static int mpi_sweep(const char *mpirun, const char *out_path, char **out, char 
 static void test_mpi_sweep(void)
 {
   g_autofree char *help = NULL, *herr = NULL;
-  g_assert_cmpint(run(&help, &herr, "sweep", "--help", NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&help, &herr, "sweep", "--help", NULL), ==, 0);
   if (!strstr(help, "built with MPI")) {
     g_test_skip("podsim was built without MPI: `make MPI=1 test` builds it with OpenMPI and "
                 "runs this test");
@@ -375,11 +311,11 @@ static void test_mpi_sweep(void)
                 "openmpi-bin)");
     return;
   }
-  char *dir = scratch_dir();
+  char *dir = scratch_dir("podsim-regress");
   g_autofree char *one = g_build_filename(dir, "one.csv", NULL);
   g_autofree char *two = g_build_filename(dir, "two.csv", NULL);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
                       "global_batch=64,100,128,256", "--vary", "topology=tpu-v3-8,tpu-v3-32",
                       "--out", one, NULL), ==, 1);
   g_free(out);
@@ -408,13 +344,7 @@ static void test_mpi_sweep(void)
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
-  podsim = g_getenv("PODSIM");
-  if (!g_getenv("PODSIM_DATA_DIR"))
-    g_setenv("PODSIM_DATA_DIR", ".", TRUE);
-  if (!podsim) {
-    g_test_message("PODSIM is not set: `make test` sets it to the built binary");
-    podsim = "./podsim";
-  }
+  podsim = podsim_init();
   g_test_add_func("/regress/pass", test_pass);
   g_test_add_func("/regress/moved-then-update", test_moved_then_update);
   g_test_add_func("/regress/case-fails", test_case_fails);

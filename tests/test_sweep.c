@@ -3,6 +3,8 @@
  * of the same points, --jobs 2 against --jobs 1, failed points as error
  * rows and exit 1, resuming after a lost or cut-short row, range
  * expansion, JSON lines, and compare's ratios against two direct runs. */
+#include "support/cli.h"
+
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <json-c/json.h>
@@ -12,58 +14,6 @@
 #define EXP "tests/data/good/experiments/mlp-what-if.json"
 
 static const char *podsim;
-
-/* Runs podsim with args; returns its exit status, stdout and stderr. */
-static int run(char **out, char **err, ...)
-{
-  GPtrArray *argv = g_ptr_array_new();
-  g_ptr_array_add(argv, (gpointer)podsim);
-  va_list ap;
-  va_start(ap, err);
-  for (const char *a; (a = va_arg(ap, const char *));)
-    g_ptr_array_add(argv, (gpointer)a);
-  va_end(ap);
-  g_ptr_array_add(argv, NULL);
-  int status = -1;
-  GError *error = NULL;
-  const char *dir = g_getenv("PODSIM_DATA_DIR");
-  g_assert_true(g_spawn_sync(dir, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, out,
-                             err, &status, &error));
-  g_assert_no_error(error);
-  g_ptr_array_free(argv, TRUE);
-  return g_spawn_check_wait_status(status, NULL) ? 0 : WEXITSTATUS(status);
-}
-
-/* A fresh directory for one test's files.  (transfer full) */
-static char *scratch_dir(void)
-{
-  GError *error = NULL;
-  char *dir = g_dir_make_tmp("podsim-sweep-XXXXXX", &error);
-  g_assert_no_error(error);
-  return dir;
-}
-
-static void scratch_clear(char *dir)
-{
-  GDir *d = g_dir_open(dir, 0, NULL);
-  for (const char *n; d && (n = g_dir_read_name(d));) {
-    g_autofree char *p = g_build_filename(dir, n, NULL);
-    g_unlink(p);
-  }
-  if (d)
-    g_dir_close(d);
-  g_rmdir(dir);
-  g_free(dir);
-}
-
-static char *slurp(const char *path)
-{
-  char *text = NULL;
-  GError *error = NULL;
-  g_assert_true(g_file_get_contents(path, &text, NULL, &error));
-  g_assert_no_error(error);
-  return text;
-}
 
 /* The lines of text without the empty one after the last newline. */
 static char **lines_of(const char *text)
@@ -123,7 +73,7 @@ static double run_step_time(const char *batch, const char *topology)
   g_autofree char *out = NULL, *err = NULL;
   g_autofree char *b = g_strdup_printf("global_batch=%s", batch);
   g_autofree char *t = g_strdup_printf("topology=%s", topology);
-  g_assert_cmpint(run(&out, &err, "run", EXP, "--json", "--no-trace", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "run", EXP, "--json", "--no-trace", "--set",
                       "numerics.enabled=false", "--set", b, "--set", t, NULL), ==, 0);
   json_object *o = json_tokener_parse(out);
   g_assert_nonnull(o);
@@ -136,10 +86,10 @@ static double run_step_time(const char *batch, const char *topology)
  * wall-clock fields left out, a progress line per point on stderr. */
 static void test_grid_matches_runs(void)
 {
-  char *dir = scratch_dir();
+  char *dir = scratch_dir("podsim-sweep");
   g_autofree char *csv = g_build_filename(dir, "grid.csv", NULL);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
                       "global_batch=128,256", "--vary", "topology=tpu-v3-8,tpu-v3-32", "--out",
                       csv, NULL), ==, 0);
   g_assert_cmpuint(count(err, "sweep: ["), ==, 4);
@@ -187,7 +137,7 @@ static char **sweep_sorted(const char *dir, const char *name, const char *jobs)
 {
   g_autofree char *csv = g_build_filename(dir, name, NULL);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
                       "global_batch=64:512:x2", "--vary", "topology=tpu-v3-8,tpu-v3-32",
                       "--vary", "strategy.weight_update_sharding=true,false", "--jobs", jobs,
                       "--out", csv, NULL), ==, 0);
@@ -201,7 +151,7 @@ static char **sweep_sorted(const char *dir, const char *name, const char *jobs)
 
 static void test_jobs_equal(void)
 {
-  char *dir = scratch_dir();
+  char *dir = scratch_dir("podsim-sweep");
   g_auto(GStrv) one = sweep_sorted(dir, "one.csv", "1");
   g_auto(GStrv) two = sweep_sorted(dir, "two.csv", "2");
   for (guint i = 0; one[i] || two[i]; i++)
@@ -213,10 +163,10 @@ static void test_jobs_equal(void)
  * message, the others run, the sweep exits 1 and says how many failed. */
 static void test_failed_point(void)
 {
-  char *dir = scratch_dir();
+  char *dir = scratch_dir("podsim-sweep");
   g_autofree char *csv = g_build_filename(dir, "fail.csv", NULL);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
                       "global_batch=64,72", "--vary", "topology=tpu-v3-8,tpu-v3-32,no-such-slice",
                       "--out", csv, NULL), ==, 1);
   g_assert_nonnull(strstr(err, "podsim: sweep: 3 of 6 points failed"));
@@ -268,7 +218,7 @@ static void test_usage_errors(void)
   };
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     g_autofree char *out = NULL, *err = NULL;
-    int st = run(&out, &err, "sweep", EXP, cases[i].a, cases[i].b, cases[i].c, NULL);
+    int st = podsim_run(&out, &err, "sweep", EXP, cases[i].a, cases[i].b, cases[i].c, NULL);
     g_test_message("%s %s: %d: %s", cases[i].a, cases[i].b ? cases[i].b : "", st, err);
     g_assert_cmpint(st, ==, 2);
     g_assert_nonnull(strstr(err, cases[i].msg));
@@ -276,22 +226,22 @@ static void test_usage_errors(void)
     g_assert_cmpstr(out, ==, "");
   }
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "sweep", "no-such-experiment", "--vary", "steps=1,2",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", "no-such-experiment", "--vary", "steps=1,2",
                       "--dry-run", NULL), ==, 2);
   g_assert_nonnull(strstr(err, "no-such-experiment"));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--vary", "steps=1,2", "--vary", "steps=3",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--vary", "steps=1,2", "--vary", "steps=3",
                       "--dry-run", NULL), ==, 2);
   g_assert_nonnull(strstr(err, "--vary steps comes twice"));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--vary", "steps=1,2", "--set", "steps=3",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--vary", "steps=1,2", "--set", "steps=3",
                       "--dry-run", NULL), ==, 2);
   g_assert_nonnull(strstr(err, "steps is both set"));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "sweep", "--help", NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", "--help", NULL), ==, 0);
   g_assert_nonnull(strstr(out, "A:B:xF"));
   g_assert_nonnull(strstr(out, "Example:"));
   g_assert_nonnull(strstr(out, "--jobs"));
@@ -301,7 +251,7 @@ static void test_usage_errors(void)
 static char *sweep_again(const char *csv, const char *expect_in_err, guint expect_runs)
 {
   char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
                       "global_batch=128,256", "--vary", "topology=tpu-v3-8,tpu-v3-32", "--out",
                       csv, NULL), ==, 0);
   g_test_message("%s", err);
@@ -315,10 +265,10 @@ static char *sweep_again(const char *csv, const char *expect_in_err, guint expec
  * cut it short) and only that point runs again; the file ends identical. */
 static void test_resume(void)
 {
-  char *dir = scratch_dir();
+  char *dir = scratch_dir("podsim-sweep");
   g_autofree char *csv = g_build_filename(dir, "resume.csv", NULL);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
                       "global_batch=128,256", "--vary", "topology=tpu-v3-8,tpu-v3-32", "--out",
                       csv, NULL), ==, 0);
   g_autofree char *full = slurp(csv);
@@ -348,12 +298,12 @@ static void test_resume(void)
   /* the same file under other --vary keys is refused, untouched */
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--vary", "global_batch=128,256", "--out", csv,
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--vary", "global_batch=128,256", "--out", csv,
                       NULL), ==, 2);
   g_assert_nonnull(strstr(err, "repeats the values of an earlier row"));
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--vary", "steps=1,2", "--out", csv, NULL), ==,
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--vary", "steps=1,2", "--out", csv, NULL), ==,
                   2);
   g_assert_nonnull(strstr(err, "is not that of a sweep varying these keys"));
   g_autofree char *again4 = slurp(csv);
@@ -383,15 +333,15 @@ static void test_ranges(void)
   };
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     g_autofree char *out = NULL, *err = NULL;
-    g_assert_cmpint(run(&out, &err, "sweep", EXP, "--vary", cases[i].vary, "--dry-run", NULL),
+    g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--vary", cases[i].vary, "--dry-run", NULL),
                     ==, 0);
     g_assert_cmpstr(out, ==, cases[i].want);
   }
   /* and the rows a range's sweep writes */
-  char *dir = scratch_dir();
+  char *dir = scratch_dir("podsim-sweep");
   g_autofree char *csv = g_build_filename(dir, "range.csv", NULL);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
                       "global_batch=64:512:x2", "--out", csv, NULL), ==, 0);
   g_autofree char *text = slurp(csv);
   g_auto(GStrv) lines = lines_of(text);
@@ -406,10 +356,10 @@ static void test_ranges(void)
  * strings (null when the point ran); resumable too. */
 static void test_jsonl(void)
 {
-  char *dir = scratch_dir();
+  char *dir = scratch_dir("podsim-sweep");
   g_autofree char *path = g_build_filename(dir, "points.jsonl", NULL);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
                       "global_batch=64,72", "--vary", "topology=tpu-v3-8,tpu-v3-32", "--jobs",
                       "2", "--out", path, NULL), ==, 1);
   g_autofree char *text = slurp(path);
@@ -440,7 +390,7 @@ static void test_jsonl(void)
   g_assert_cmpuint(failed, ==, 1);
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
                       "global_batch=64,72", "--vary", "topology=tpu-v3-8,tpu-v3-32", "--out",
                       path, NULL), ==, 1);
   g_assert_nonnull(strstr(err, "4 already in"));
@@ -459,10 +409,10 @@ static void test_numerics_shared_data(void)
     g_test_skip("Fashion-MNIST is not installed");
     return;
   }
-  char *dir = scratch_dir();
+  char *dir = scratch_dir("podsim-sweep");
   g_autofree char *csv = g_build_filename(dir, "numerics.csv", NULL);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "sweep", "default", "--set", "steps=2", "--set",
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", "default", "--set", "steps=2", "--set",
                       "numerics.evaluate=false", "--vary", "numerics.seed=1,2", "--jobs", "2",
                       "--out", csv, NULL), ==, 0);
   g_autofree char *text = slurp(csv);
@@ -473,7 +423,7 @@ static void test_numerics_shared_data(void)
   for (guint r = 1; r < 3; r++) {
     g_auto(GStrv) f = csv_fields(lines[r]);
     g_autofree char *o2 = NULL, *e2 = NULL;
-    g_assert_cmpint(run(&o2, &e2, "run", "default", "--json", "--no-trace", "--steps", "2",
+    g_assert_cmpint(podsim_run(&o2, &e2, "run", "default", "--json", "--no-trace", "--steps", "2",
                         "--set", "numerics.evaluate=false", "--seed", f[0], NULL), ==, 0);
     json_object *o = json_tokener_parse(o2);
     g_assert_nonnull(o);
@@ -489,7 +439,7 @@ static void test_numerics_shared_data(void)
 static void test_compare(void)
 {
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "compare", EXP, "--set", "numerics.enabled=false",
+  g_assert_cmpint(podsim_run(&out, &err, "compare", EXP, "--set", "numerics.enabled=false",
                       "--set-b", "topology=tpu-v3-32", "--json", NULL), ==, 0);
   json_object *o = json_tokener_parse(out);
   g_assert_nonnull(o);
@@ -517,7 +467,7 @@ static void test_compare(void)
 
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "compare", EXP, "--set", "numerics.enabled=false",
+  g_assert_cmpint(podsim_run(&out, &err, "compare", EXP, "--set", "numerics.enabled=false",
                       "--set-b", "topology=tpu-v3-32", NULL), ==, 0);
   const char *rows[] = {"step time (us)", "  compute", "  collective", "  infeed_stall",
                         "  pipeline_bubble", "  host", "  other", "examples/s",
@@ -540,7 +490,7 @@ static void test_compare(void)
 
   g_free(out);
   g_free(err);
-  g_assert_cmpint(run(&out, &err, "compare", EXP, "--set-b", "global_batch=100", NULL), ==, 2);
+  g_assert_cmpint(podsim_run(&out, &err, "compare", EXP, "--set-b", "global_batch=100", NULL), ==, 2);
   g_assert_true(g_str_has_prefix(err, "podsim: compare: B: "));
   g_assert_nonnull(strstr(err, "global_batch: 100 is not divisible"));
   g_assert_cmpstr(out, ==, "");
@@ -549,13 +499,7 @@ static void test_compare(void)
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
-  podsim = g_getenv("PODSIM");
-  if (!g_getenv("PODSIM_DATA_DIR"))
-    g_setenv("PODSIM_DATA_DIR", ".", TRUE);
-  if (!podsim) {
-    g_test_message("PODSIM is not set: `make test` sets it to the built binary");
-    podsim = "./podsim";
-  }
+  podsim = podsim_init();
   g_test_add_func("/sweep/grid-matches-runs", test_grid_matches_runs);
   g_test_add_func("/sweep/jobs-equal", test_jobs_equal);
   g_test_add_func("/sweep/failed-point", test_failed_point);

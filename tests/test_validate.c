@@ -7,6 +7,8 @@
  * prediction and exit 1; a point file missing a field exits 2 naming it;
  * the table shows every row's source; --only filters; the shipped points
  * load. */
+#include "support/cli.h"
+
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <json-c/json.h>
@@ -14,28 +16,6 @@
 #include <string.h>
 
 static const char *podsim;
-
-/* Runs podsim with args (NULL-terminated); returns its exit status, stdout
- * and stderr. */
-static int run(char **out, char **err, ...)
-{
-  GPtrArray *argv = g_ptr_array_new();
-  g_ptr_array_add(argv, (gpointer)podsim);
-  va_list ap;
-  va_start(ap, err);
-  for (const char *a; (a = va_arg(ap, const char *));)
-    g_ptr_array_add(argv, (gpointer)a);
-  va_end(ap);
-  g_ptr_array_add(argv, NULL);
-  int status = -1;
-  GError *error = NULL;
-  const char *dir = g_getenv("PODSIM_DATA_DIR");
-  g_assert_true(g_spawn_sync(dir, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, out,
-                             err, &status, &error));
-  g_assert_no_error(error);
-  g_ptr_array_free(argv, TRUE);
-  return g_spawn_check_wait_status(status, NULL) ? 0 : WEXITSTATUS(status);
-}
 
 /* A hand-written point. */
 typedef struct {
@@ -74,7 +54,7 @@ static double predict(const Spec *s)
   g_autofree char *spr_set = g_strdup_printf("steps_per_run=%d", spr);
   g_autofree char *steps = g_strdup_printf("%d", 2 * spr);
   g_autofree char *out = NULL, *err = NULL;
-  int st = run(&out, &err, "run", s->experiment, "--json", "--no-trace", "--set", topo, "--set",
+  int st = podsim_run(&out, &err, "run", s->experiment, "--json", "--no-trace", "--set", topo, "--set",
                batch, "--set", "numerics.enabled=false", "--set", "strategy.replicas=null",
                "--set", spr_set, "--steps", steps, NULL);
   g_test_message("run %s: %d: %s", s->name, st, err);
@@ -163,7 +143,7 @@ static void test_exact_errors(void)
   double predicted[G_N_ELEMENTS(specs)];
   char *dir = make_points(predicted);
   g_autofree char *out = NULL, *err = NULL;
-  int st = run(&out, &err, "validate", "--json", "--dir", dir, NULL);
+  int st = podsim_run(&out, &err, "validate", "--json", "--dir", dir, NULL);
   g_test_message("validate: %d: %s", st, err);
   g_assert_cmpint(st, ==, 0);
   json_object *o = json_tokener_parse(out);
@@ -198,7 +178,7 @@ static void test_exact_errors(void)
   /* the table: every row's source, the calibration mark on its row only,
    * and the same summary */
   g_autofree char *text = NULL, *terr = NULL;
-  g_assert_cmpint(run(&text, &terr, "validate", "--dir", dir, NULL), ==, 0);
+  g_assert_cmpint(podsim_run(&text, &terr, "validate", "--dir", dir, NULL), ==, 0);
   g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
   for (guint i = 0; i < G_N_ELEMENTS(specs); i++) {
     const char *line = NULL;
@@ -223,7 +203,7 @@ static void test_only(void)
   double predicted[G_N_ELEMENTS(specs)];
   char *dir = make_points(predicted);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "validate", "--json", "--dir", dir, "--only", "v2-8", NULL),
+  g_assert_cmpint(podsim_run(&out, &err, "validate", "--json", "--dir", dir, "--only", "v2-8", NULL),
                   ==, 0);
   json_object *o = json_tokener_parse(out);
   g_assert_nonnull(o);
@@ -234,7 +214,7 @@ static void test_only(void)
                   ==, "test-resnet50-v2-8");
   json_object_put(o);
   g_autofree char *out2 = NULL, *err2 = NULL;
-  g_assert_cmpint(run(&out2, &err2, "validate", "--dir", dir, "--only", "nothing-like-it", NULL),
+  g_assert_cmpint(podsim_run(&out2, &err2, "validate", "--dir", dir, "--only", "nothing-like-it", NULL),
                   ==, 2);
   g_assert_nonnull(strstr(err2, "nothing-like-it"));
   g_assert_cmpstr(out2, ==, "");
@@ -256,7 +236,7 @@ static void test_does_not_fit(void)
   g_autofree char *text = point_json(&big, 0.5);
   write_file(dir, big.file, text);
   g_autofree char *out = NULL, *err = NULL;
-  int st = run(&out, &err, "validate", "--json", "--dir", dir, NULL);
+  int st = podsim_run(&out, &err, "validate", "--json", "--dir", dir, NULL);
   g_test_message("validate: %d: %s", st, err);
   g_assert_cmpint(st, ==, 1);
   g_assert_nonnull(strstr(err, "1 of 4 points could not be simulated: test-bert-v3-8"));
@@ -279,7 +259,7 @@ static void test_does_not_fit(void)
   json_object_put(o);
 
   g_autofree char *tout = NULL, *terr = NULL;
-  g_assert_cmpint(run(&tout, &terr, "validate", "--dir", dir, NULL), ==, 1);
+  g_assert_cmpint(podsim_run(&tout, &terr, "validate", "--dir", dir, NULL), ==, 1);
   g_assert_nonnull(strstr(tout, "not simulated: "));
   g_assert_nonnull(strstr(tout, "1 not simulated"));
   remove_dir(dir);
@@ -311,7 +291,7 @@ static void test_missing_field(void)
     write_file(dir, "fine.json", good2);
 
     g_autofree char *out = NULL, *err = NULL;
-    int st = run(&out, &err, "validate", "--dir", dir, NULL);
+    int st = podsim_run(&out, &err, "validate", "--dir", dir, NULL);
     const char *field = cases[i].sub ? cases[i].sub : cases[i].key;
     g_test_message("without %s: %d: %s", field, st, err);
     g_assert_cmpint(st, ==, 2);
@@ -350,7 +330,7 @@ static void test_bad_values(void)
     g_autofree char *bad = g_strjoin(cases[i].to, parts[0], parts[1], NULL);
     write_file(dir, "broken.json", bad);
     g_autofree char *out = NULL, *err = NULL;
-    int st = run(&out, &err, "validate", "--dir", dir, NULL);
+    int st = podsim_run(&out, &err, "validate", "--dir", dir, NULL);
     g_test_message("%s: %d: %s", cases[i].to, st, err);
     g_assert_cmpint(st, ==, 2);
     g_assert_nonnull(strstr(err, cases[i].msg));
@@ -365,7 +345,7 @@ static void test_bad_values(void)
 static void test_shipped(void)
 {
   g_autofree char *out = NULL, *err = NULL;
-  int st = run(&out, &err, "validate", "--json", "--only", "mlperf-v0.5-", NULL);
+  int st = podsim_run(&out, &err, "validate", "--json", "--only", "mlperf-v0.5-", NULL);
   g_test_message("validate: %d: %s", st, err);
   g_assert_cmpint(st, ==, 0);
   json_object *o = json_tokener_parse(out);
@@ -396,7 +376,7 @@ static void test_real_loop(void)
   g_autofree char *topo = g_strdup_printf("topology=%s", sp->topology);
   g_autofree char *batch = g_strdup_printf("global_batch=%d", sp->batch);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(run(&out, &err, "run", sp->experiment, "--json", "--no-trace", "--set", topo,
+  g_assert_cmpint(podsim_run(&out, &err, "run", sp->experiment, "--json", "--no-trace", "--set", topo,
                       "--set", batch, "--set", "numerics.enabled=false", "--set",
                       "strategy.replicas=null", "--set", "steps_per_run=2", "--steps", "4", NULL),
                   ==, 0);
@@ -420,7 +400,7 @@ static void test_real_loop(void)
   g_free(out);
   g_free(err);
   out = err = NULL;
-  run(&out, &err, "validate", "--json", "--dir", dir, NULL);
+  podsim_run(&out, &err, "validate", "--json", "--dir", dir, NULL);
   json_object *v = json_tokener_parse(out);
   g_assert_nonnull(v);
   json_object *r = row_named(json_object_object_get(v, "rows"), sp->name);
@@ -433,13 +413,7 @@ static void test_real_loop(void)
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
-  podsim = g_getenv("PODSIM");
-  if (!g_getenv("PODSIM_DATA_DIR"))
-    g_setenv("PODSIM_DATA_DIR", ".", TRUE);
-  if (!podsim) {
-    g_test_message("PODSIM is not set: `make test` sets it to the built binary");
-    podsim = "./podsim";
-  }
+  podsim = podsim_init();
   g_test_add_func("/validate/exact-errors", test_exact_errors);
   g_test_add_func("/validate/only", test_only);
   g_test_add_func("/validate/does-not-fit", test_does_not_fit);

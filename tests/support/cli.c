@@ -1,0 +1,90 @@
+/* cli.c: the command-line tests' shared pieces (see cli.h). */
+#include "cli.h"
+
+#include <glib/gstdio.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+
+static const char *binary;
+
+const char *podsim_init(void)
+{
+  binary = g_getenv("PODSIM");
+  if (!g_getenv("PODSIM_DATA_DIR"))
+    g_setenv("PODSIM_DATA_DIR", ".", TRUE);
+  if (!binary) {
+    g_test_message("PODSIM is not set: `make test` sets it to the built binary");
+    binary = "./podsim";
+  }
+  return binary;
+}
+
+const char *podsim_path(void)
+{
+  g_assert_nonnull(binary); /* podsim_init first */
+  return binary;
+}
+
+int podsim_spawn(const char *const *argv, char **out, char **err)
+{
+  int status = -1;
+  GError *error = NULL;
+  const char *dir = g_getenv("PODSIM_DATA_DIR");
+  g_assert_true(g_spawn_sync(dir, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, out, err,
+                             &status, &error));
+  g_assert_no_error(error);
+  return g_spawn_check_wait_status(status, NULL) ? 0 : WEXITSTATUS(status);
+}
+
+int podsim_run(char **out, char **err, ...)
+{
+  GPtrArray *argv = g_ptr_array_new();
+  g_ptr_array_add(argv, (gpointer)podsim_path());
+  va_list ap;
+  va_start(ap, err);
+  for (const char *a; (a = va_arg(ap, const char *));)
+    g_ptr_array_add(argv, (gpointer)a);
+  va_end(ap);
+  g_ptr_array_add(argv, NULL);
+  int status = podsim_spawn((const char *const *)argv->pdata, out, err);
+  g_ptr_array_free(argv, TRUE);
+  return status;
+}
+
+char *scratch_dir(const char *prefix)
+{
+  GError *error = NULL;
+  g_autofree char *tmpl = g_strdup_printf("%s-XXXXXX", prefix);
+  char *dir = g_dir_make_tmp(tmpl, &error);
+  g_assert_no_error(error);
+  return dir;
+}
+
+void scratch_clear(char *dir)
+{
+  GDir *d = g_dir_open(dir, 0, NULL);
+  for (const char *n; d && (n = g_dir_read_name(d));) {
+    g_autofree char *p = g_build_filename(dir, n, NULL);
+    g_unlink(p);
+  }
+  if (d)
+    g_dir_close(d);
+  g_rmdir(dir);
+  g_free(dir);
+}
+
+char *slurp(const char *path)
+{
+  char *text = NULL;
+  GError *error = NULL;
+  g_assert_true(g_file_get_contents(path, &text, NULL, &error));
+  g_assert_no_error(error);
+  return text;
+}
+
+void spew(const char *path, const char *text)
+{
+  GError *error = NULL;
+  g_assert_true(g_file_set_contents(path, text, -1, &error));
+  g_assert_no_error(error);
+}

@@ -1,0 +1,35 @@
+/* cli.h: what the tests of the podsim command line share: the binary under
+ * test, a run of it, and scratch files.
+ *
+ * The binary is $PODSIM (`make test` sets it to the built one; ./podsim
+ * otherwise), run in $PODSIM_DATA_DIR (set to "." if unset), so experiment
+ * names resolve in the source tree. */
+#ifndef PS_TEST_CLI_H
+#define PS_TEST_CLI_H
+
+#include <glib.h>
+
+/* Call once after g_test_init: sets the defaults above.  Returns the
+ * binary's path.  (transfer none) */
+const char *podsim_init(void);
+/* The binary podsim_init found.  (transfer none) */
+const char *podsim_path(void);
+
+/* Runs the binary with args (NULL-terminated) in $PODSIM_DATA_DIR; returns
+ * its exit status, stdout and stderr (transfer full; NULL not to capture
+ * one). */
+int podsim_run(char **out, char **err, ...) G_GNUC_NULL_TERMINATED;
+/* The same for any command: argv NULL-terminated, argv[0] the program. */
+int podsim_spawn(const char *const *argv, char **out, char **err);
+
+/* A fresh temporary directory named after prefix ("podsim-sweep").
+ * (transfer full) */
+char *scratch_dir(const char *prefix);
+/* Removes dir's files, then dir, and frees the string. */
+void scratch_clear(char *dir);
+/* A file's whole text, asserting it reads.  (transfer full) */
+char *slurp(const char *path);
+/* Writes text as the file's whole content, asserting it does. */
+void spew(const char *path, const char *text);
+
+#endif
