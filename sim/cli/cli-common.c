@@ -17,6 +17,17 @@ int ps_cli_input_error(const char *cmd, const char *fmt, ...)
   return PS_CLI_EXIT_INPUT;
 }
 
+gboolean ps_cli_parse(GOptionContext *ctx, const char *cmd, int *argc, char ***argv,
+                      int *status)
+{
+  GError *error = NULL;
+  if (g_option_context_parse(ctx, argc, argv, &error))
+    return TRUE;
+  *status = ps_cli_input_error(cmd, "%s (see podsim %s --help)", error->message, cmd);
+  g_error_free(error);
+  return FALSE;
+}
+
 char *ps_cli_data_path(const char *rel, GFileTest test)
 {
   g_auto(GStrv) dirs = ps_data_dirs();

@@ -12,6 +12,12 @@
 /* Prints "podsim: CMD: <message>" on stderr and returns PS_CLI_EXIT_INPUT. */
 int ps_cli_input_error(const char *cmd, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
 
+/* g_option_context_parse for subcommand cmd ("sweep"): FALSE after printing
+ * the parser's error ("... (see podsim sweep --help)") with *status set to
+ * PS_CLI_EXIT_INPUT. */
+gboolean ps_cli_parse(GOptionContext *ctx, const char *cmd, int *argc, char ***argv,
+                      int *status);
+
 /* DATA_DIR/rel for the first of ps_data_dirs() (io/config.h) where it
  * passes `test`, searched as experiments are: $PODSIM_DATA_DIR, the
  * installed or source tree, the working directory; else rel itself.

@@ -279,11 +279,9 @@ int ps_cli_collective(int argc, char **argv)
            "  podsim collective --topology tpu-v4-8192 --bytes 100M\n"
            "  podsim collective --topology torus:4x4 --op allgather --set ici.latency_s=2e-6");
   GError *error = NULL;
-  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
-    int st = input_error("%s (see podsim collective --help)", error->message);
-    g_error_free(error);
-    return st;
-  }
+  int parse_status;
+  if (!ps_cli_parse(ctx, "collective", &argc, &argv, &parse_status))
+    return parse_status;
   if (argc > 1)
     return input_error("unexpected argument '%s' (see podsim collective --help)", argv[1]);
   if (!topo_name)

@@ -221,11 +221,9 @@ int ps_cli_compare(int argc, char **argv)
            "  podsim compare resnet50-v3-8 --set-b topology.ici.bandwidth_Bps=40GB/s\n"
            "  podsim compare scaling-resnet50-32 scaling-resnet50-128 --set steps=20 --json");
   GError *error = NULL;
-  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
-    int st = input_error("%s (see podsim compare --help)", error->message);
-    g_error_free(error);
-    return st;
-  }
+  int parse_status;
+  if (!ps_cli_parse(ctx, "compare", &argc, &argv, &parse_status))
+    return parse_status;
   if (argc < 2 || argc > 3)
     return input_error("give one or two EXPERIMENTs, got %d (see podsim compare --help)",
                        argc - 1);

@@ -354,11 +354,9 @@ int ps_cli_regress(int argc, char **argv)
            "with the new step times, each line that changed is printed, and the exit status\n"
            "is 0 unless a case could not run (then the file is left as it was).");
   GError *error = NULL;
-  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
-    int st = input_error("%s (see podsim regress --help)", error->message);
-    g_error_free(error);
-    return st;
-  }
+  int parse_status;
+  if (!ps_cli_parse(ctx, "regress", &argc, &argv, &parse_status))
+    return parse_status;
   if (argc > 1)
     return input_error("unexpected argument '%s' (see podsim regress --help)", argv[1]);
   if (!file)

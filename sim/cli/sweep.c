@@ -1193,12 +1193,9 @@ static int options_parse(Options *o, int argc, char **argv)
       ctx, "Runs EXPERIMENT once per point of the product of the --vary lists and writes\n"
            "a row per point (values, summary, error) to --out, as CSV or JSON lines.");
   g_option_context_set_description(ctx, description);
-  GError *error = NULL;
-  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
-    int st = input_error("%s (see podsim sweep --help)", error->message);
-    g_error_free(error);
-    return st;
-  }
+  int parse_status;
+  if (!ps_cli_parse(ctx, "sweep", &argc, &argv, &parse_status))
+    return parse_status;
   if (argc != 2)
     return input_error("sweep needs exactly one EXPERIMENT%s (see podsim sweep --help)",
                        argc > 2 ? " (extra arguments)" : "");

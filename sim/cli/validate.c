@@ -542,11 +542,9 @@ int ps_cli_validate(int argc, char **argv)
            "other than the calibration point (marked *).  Exit status 1 if a point could\n"
            "not be simulated (its row says why), 2 for a bad point file.");
   GError *error = NULL;
-  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
-    int st = input_error("%s (see podsim validate --help)", error->message);
-    g_error_free(error);
-    return st;
-  }
+  int parse_status;
+  if (!ps_cli_parse(ctx, "validate", &argc, &argv, &parse_status))
+    return parse_status;
   if (argc > 1)
     return input_error("unexpected argument '%s' (see podsim validate --help)", argv[1]);
   if (!dir)
