@@ -889,7 +889,7 @@ static void fast_path_case(gboolean general, gboolean buffers, Outcome *out)
 }
 
 /* Timing only, messages of one hop skip the network's chunk events
- * (ps_network_send_direct, one event per step): the same done times to the
+ * (ps_network_send_link, one event per step): the same done times to the
  * picosecond and the same link statistics as the general path (taken when
  * the network is traced, or when members pass buffers). */
 static void test_fast_path_exact(void)

@@ -45,7 +45,7 @@ typedef struct {
   uint64_t key;   /* early_key(round, step) */
   int expected;   /* the messages that step waits for */
   int sent;       /* sent so far, by either path */
-  int direct;     /* of them, ps_network_send_direct's */
+  int direct;     /* of them, ps_network_send_link's */
   ps_time_t last; /* the latest arrival of the direct ones */
 } Inbox;
 
@@ -285,7 +285,7 @@ static inline uint64_t early_key(int64_t round, int step)
 
 /* Timing only, the arrivals of a step's messages matter together: the
  * step can go on once the last has arrived.  So messages of one hop
- * (ps_network_send_direct, whose arrival time is known when sent) are
+ * (ps_network_send_link, whose arrival time is known when sent) are
  * counted in the receiver's inbox for that (round, step), and one event at
  * the latest of their arrivals stands for all of them, scheduled when the
  * step's last message is sent.  Messages sent the general way are counted
@@ -322,7 +322,7 @@ static void inbox_close(PsCollective *c, int peer, Inbox *in)
   *in = r->inbox[--r->inbox_len];
 }
 
-/* ps_network_send_direct from member mi to member peer, with the link
+/* ps_network_send_link from member mi to member peer, with the link
  * remembered per peer. */
 static ps_time_t send_direct(PsCollective *c, int mi, int peer, int64_t bytes)
 {

@@ -932,12 +932,6 @@ ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes)
   return last;
 }
 
-ps_time_t ps_network_send_direct(PsNetwork *net, int src, int dst, int64_t bytes)
-{
-  int link = ps_network_direct_link(net, src, dst);
-  return link < 0 ? PS_TIME_NEVER : ps_network_send_link(net, link, bytes);
-}
-
 void ps_network_set_trace(PsNetwork *net, PsTrace *trace, int pid)
 {
   net->trace = trace;

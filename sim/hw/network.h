@@ -155,18 +155,16 @@ uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetD
 uint64_t ps_network_send_chained(PsNetwork *net, int src, int dst, int64_t bytes,
                                  PsNetDeliverFn fn, void *ctx);
 
-/* The fast path of a timing-only sender: a message of one hop, whose
- * chunks join that link now exactly as ps_network_send's would (same
- * lanes, same link statistics), but with no delivery: it returns the time
- * the last chunk arrives (when ps_network_send would deliver `last`), and
- * the caller schedules what that arrival does.  PS_TIME_NEVER, and nothing
- * sent, when the route is not one hop or the network is traced (every
- * chunk then needs its events): use ps_network_send. */
-ps_time_t ps_network_send_direct(PsNetwork *net, int src, int dst, int64_t bytes);
-/* The same in two halves, for a sender that sends to the same peers over
- * and over: the link of the one-hop route from src to dst (-1 when the
- * route is not one hop or the network is traced), valid while
- * ps_network_routes_version() stays the same; then a message on it. */
+/* The fast path of a timing-only sender, for messages of one hop.
+ * ps_network_direct_link gives the link of the one-hop route from src to
+ * dst, or -1 when the route is not one hop or the network is traced (every
+ * chunk then needs its events: use ps_network_send); it stays valid while
+ * ps_network_routes_version() does.  ps_network_send_link puts a message's
+ * chunks on that link now exactly as ps_network_send's would join it (same
+ * lanes, same link statistics), with no delivery: it returns the time the
+ * last chunk arrives (when ps_network_send would deliver `last`), and the
+ * caller schedules what that arrival does (PS_TIME_NEVER, nothing sent, if
+ * the network is traced). */
 int ps_network_direct_link(PsNetwork *net, int src, int dst);
 uint64_t ps_network_routes_version(const PsNetwork *net);
 ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes);
