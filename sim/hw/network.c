@@ -71,19 +71,13 @@ typedef struct {
 struct PsNetwork {
   PsEngine *engine;
   const PsTopology *topo;
+  PsGeometry *geo;      /* chips, numbering, zones, link ids and routes */
   int64_t chunk;
-  int ndims;
-  int dims[PS_MAX_DIMS];
-  gboolean wrap[PS_MAX_DIMS];
-  gboolean twisted;
-  gboolean is_short[PS_MAX_DIMS]; /* twisted only */
-  int twist_k;
-  int chips, per_chip, devices, hosts, chips_per_host;
-  int onchip_base, pcie_base, n_links;
+  int devices, hosts, n_links;
   int n_failed;         /* failed ICI link directions */
+  guint8 *failed;       /* per link: failed (routes go round it) */
   Link *links;
   ps_time_t *lane_free;
-  int32_t *nbr;         /* (chip * ndims + dim) * 2 + (dir < 0): neighbour or -1 */
   CachedRoute *route_cache;
   uint32_t route_mask;  /* entries - 1 */
   uint32_t route_victim; /* the way a miss in a full set replaces, mod ROUTE_WAYS */
@@ -100,236 +94,27 @@ struct PsNetwork {
   guint8 *named;        /* per link: thread name written */
 };
 
-/* ---- geometry ------------------------------------------------------- */
+/* ---- routes --------------------------------------------------------- */
 
-static void coords_of(const PsNetwork *net, int chip, int c[PS_MAX_DIMS])
-{
-  for (int d = 0; d < PS_MAX_DIMS; d++) {
-    if (d < net->ndims) {
-      c[d] = chip % net->dims[d];
-      chip /= net->dims[d];
-    } else {
-      c[d] = 0;
-    }
-  }
-}
+typedef PsRoute RouteBuf;
 
-static int chip_of(const PsNetwork *net, const int c[PS_MAX_DIMS])
+/* The route of (src, dst) into r, round the failed links. */
+static void route_into(const PsNetwork *net, int src, int dst, RouteBuf *r)
 {
-  int chip = 0;
-  for (int d = net->ndims - 1; d >= 0; d--)
-    chip = chip * net->dims[d] + c[d];
-  return chip;
-}
-
-static int mod(int a, int n)
-{
-  int r = a % n;
-  return r < 0 ? r + n : r;
-}
-
-/* The chip one step from `chip` along dim in direction dir, twist applied;
- * -1 at a mesh edge or in a dimension of size 1. */
-static int neighbour_compute(const PsNetwork *net, int chip, int dim, int dir)
-{
-  int n = net->dims[dim];
-  if (n == 1)
-    return -1;
-  int c[PS_MAX_DIMS];
-  coords_of(net, chip, c);
-  int x = c[dim] + dir;
-  if (x < 0 || x >= n) {
-    if (!net->wrap[dim])
-      return -1;
-    x = mod(x, n);
-    if (net->twisted && net->is_short[dim])
-      for (int l = 0; l < net->ndims; l++)
-        if (!net->is_short[l])
-          c[l] = mod(c[l] + net->twist_k, net->dims[l]);
-  }
-  c[dim] = x;
-  return chip_of(net, c);
-}
-
-static int ici_index(const PsNetwork *net, int chip, int dim, int dir)
-{
-  return (chip * net->ndims + dim) * 2 + (dir < 0 ? 1 : 0);
+  r->failed = net->n_failed > 0 ? net->failed : NULL;
+  ps_geometry_route(net->geo, src, dst, r);
 }
 
 int ps_network_ici_link(const PsNetwork *net, int chip, int dim, int dir)
 {
-  g_return_val_if_fail(chip >= 0 && chip < net->chips && dim >= 0 && dim < net->ndims, -1);
-  int id = ici_index(net, chip, dim, dir);
-  return net->nbr[id] >= 0 ? id : -1;
-}
-
-static int onchip_link(const PsNetwork *net, int chip, int from, int to)
-{
-  int c = net->per_chip;
-  return net->onchip_base + chip * c * (c - 1) + from * (c - 1) + (to < from ? to : to - 1);
-}
-
-static int pcie_link(const PsNetwork *net, int host, gboolean up)
-{
-  return net->pcie_base + host * 2 + (up ? 1 : 0);
-}
-
-/* ---- routes --------------------------------------------------------- */
-
-typedef struct {
-  int *out;
-  int max;
-  int n;
-} RouteBuf;
-
-static void route_push(RouteBuf *r, int link)
-{
-  if (r->n < r->max)
-    r->out[r->n] = link;
-  r->n++;
-}
-
-/* Hops and direction to go round dimension d from a to b (no twist). */
-static int ring_way(const PsNetwork *net, int d, int a, int b, int *dir)
-{
-  int n = net->dims[d];
-  if (!net->wrap[d]) {
-    *dir = b >= a ? 1 : -1;
-    return b >= a ? b - a : a - b;
-  }
-  int fwd = mod(b - a, n), back = n - fwd;
-  if (fwd == 0) {
-    *dir = 1;
-    return 0;
-  }
-  if (fwd < back || (fwd == back && a % 2 == 0)) {
-    *dir = 1;
-    return fwd;
-  }
-  *dir = -1;
-  return back;
-}
-
-/* TRUE if going `hops` hops from chip along dim in direction dir crosses
- * a failed link. */
-static gboolean path_failed(const PsNetwork *net, int chip, int dim, int dir, int hops)
-{
-  for (int i = 0; i < hops; i++) {
-    int id = ici_index(net, chip, dim, dir);
-    if (net->links[id].failed)
-      return TRUE;
-    chip = net->nbr[id];
-  }
-  return FALSE;
-}
-
-/* The chip-to-chip part of a route: per dimension a direction and a hop
- * count, then walked in dimension order. */
-static void route_chips(const PsNetwork *net, int from, int to, RouteBuf *r)
-{
-  if (from == to)
-    return;
-  int a[PS_MAX_DIMS], b[PS_MAX_DIMS];
-  coords_of(net, from, a);
-  coords_of(net, to, b);
-  int hops[PS_MAX_DIMS] = {0}, dir[PS_MAX_DIMS] = {1, 1, 1};
-  if (!net->twisted) {
-    for (int d = 0; d < net->ndims; d++)
-      hops[d] = ring_way(net, d, a[d], b[d], &dir[d]);
-  } else {
-    int shorts[PS_MAX_DIMS], ns = 0;
-    for (int d = 0; d < net->ndims; d++)
-      if (net->is_short[d])
-        shorts[ns++] = d;
-    int best_total = INT32_MAX;
-    /* masks 0, 1, 2, 3: fewest wraps first, then lower dimensions; the
-     * first of equal totals wins */
-    for (int mask = 0; mask < (1 << ns); mask++) {
-      int h[PS_MAX_DIMS] = {0}, dr[PS_MAX_DIMS] = {1, 1, 1};
-      int wraps = 0, total = 0;
-      for (int i = 0; i < ns; i++) {
-        int d = shorts[i], n = net->dims[d], dx = b[d] - a[d];
-        if (mask & (1 << i)) {
-          wraps++;
-          h[d] = n - (dx < 0 ? -dx : dx);
-          dr[d] = dx > 0 ? -1 : 1;
-        } else {
-          h[d] = dx < 0 ? -dx : dx;
-          dr[d] = dx < 0 ? -1 : 1;
-        }
-        total += h[d];
-      }
-      for (int d = 0; d < net->ndims; d++) {
-        if (net->is_short[d])
-          continue;
-        int target = mod(b[d] - wraps * net->twist_k, net->dims[d]);
-        h[d] = ring_way(net, d, a[d], target, &dr[d]);
-        total += h[d];
-      }
-      if (total < best_total) {
-        best_total = total;
-        memcpy(hops, h, sizeof hops);
-        memcpy(dir, dr, sizeof dir);
-      }
-    }
-  }
-  int cur = from;
-  for (int d = 0; d < net->ndims; d++) {
-    /* a failed link on the way: the other way round the ring, which
-     * ps_network_degrade_link made sure is clear (never on a twisted torus
-     * or a mesh dimension) */
-    if (net->n_failed > 0 && hops[d] > 0 && path_failed(net, cur, d, dir[d], hops[d])) {
-      g_assert(net->wrap[d] && !net->twisted);
-      dir[d] = -dir[d];
-      hops[d] = net->dims[d] - hops[d];
-      g_assert(!path_failed(net, cur, d, dir[d], hops[d]));
-    }
-    for (int i = 0; i < hops[d]; i++) {
-      int id = ici_index(net, cur, d, dir[d]);
-      g_assert(net->nbr[id] >= 0);
-      route_push(r, id);
-      cur = net->nbr[id];
-    }
-  }
-  g_assert(cur == to);
-}
-
-static void route_into(const PsNetwork *net, int src, int dst, RouteBuf *r)
-{
-  if (src == dst)
-    return;
-  int nd = net->devices;
-  if (src < nd && dst < nd) {
-    int sc = src / net->per_chip, dc = dst / net->per_chip;
-    if (sc == dc)
-      route_push(r, onchip_link(net, sc, src % net->per_chip, dst % net->per_chip));
-    else
-      route_chips(net, sc, dc, r);
-    return;
-  }
-  if (src >= nd) {
-    int sh = src - nd;
-    route_push(r, pcie_link(net, sh, FALSE));
-    if (dst >= nd) {
-      int dh = dst - nd;
-      route_chips(net, sh * net->chips_per_host, dh * net->chips_per_host, r);
-      route_push(r, pcie_link(net, dh, TRUE));
-    } else if (ps_network_chip_host(net, dst / net->per_chip) != sh) {
-      route_chips(net, sh * net->chips_per_host, dst / net->per_chip, r);
-    }
-    return;
-  }
-  int dh = dst - nd, sc = src / net->per_chip;
-  if (ps_network_chip_host(net, sc) != dh)
-    route_chips(net, sc, dh * net->chips_per_host, r);
-  route_push(r, pcie_link(net, dh, TRUE));
+  return ps_geometry_ici_link(net->geo, chip, dim, dir);
 }
 
 int ps_network_route(const PsNetwork *net, int src, int dst, int *out, int max)
 {
   g_return_val_if_fail(src >= 0 && src < ps_network_endpoints(net), 0);
   g_return_val_if_fail(dst >= 0 && dst < ps_network_endpoints(net), 0);
-  RouteBuf r = {out, max, 0};
+  RouteBuf r = {out, max, 0, NULL};
   route_into(net, src, dst, &r);
   return r.n;
 }
@@ -356,55 +141,53 @@ static void link_init(PsNetwork *net, int id, double bw, double latency_s, int l
   *next_lane += lanes;
 }
 
+/* A link's bandwidth, latency and lanes, from the figures of its kind. */
+static void link_figures(const PsTopology *t, PsLinkKind kind, double *bw, double *latency_s,
+                         int *lanes)
+{
+  *bw = 0.0;
+  *latency_s = 0.0;
+  *lanes = 1;
+  switch (kind) {
+  case PS_LINK_ICI:
+    *bw = t->ici_bandwidth_Bps;
+    *latency_s = t->ici_latency_s;
+    *lanes = t->ici_links_per_neighbor;
+    break;
+  case PS_LINK_ON_CHIP:
+    *bw = t->on_chip_bandwidth_Bps;
+    break;
+  case PS_LINK_PCIE_DOWN:
+  case PS_LINK_PCIE_UP:
+    *bw = t->pcie_bandwidth_Bps;
+    break;
+  }
+}
+
 PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chunk_bytes)
 {
   g_return_val_if_fail(engine != NULL && topo != NULL && chunk_bytes > 0, NULL);
   PsNetwork *net = g_new0(PsNetwork, 1);
   net->engine = engine;
   net->topo = topo;
+  net->geo = ps_geometry_new(topo);
   net->chunk = chunk_bytes;
-  net->ndims = topo->ndims;
-  for (int d = 0; d < net->ndims; d++) {
-    net->dims[d] = topo->dims[d];
-    net->wrap[d] = topo->wrap[d];
-  }
-  net->twisted = topo->twisted;
-  if (net->twisted) {
-    g_assert(net->ndims == 3);
-    int k = INT32_MAX;
-    for (int d = 0; d < 3; d++)
-      k = MIN(k, net->dims[d]);
-    net->twist_k = k;
-    for (int d = 0; d < 3; d++) {
-      net->is_short[d] = net->dims[d] == k;
-      g_assert(net->dims[d] == k || net->dims[d] == 2 * k);
-    }
-  }
-  net->chips = ps_topology_chips(topo);
-  net->per_chip = ps_topology_devices_per_chip(topo);
-  net->devices = net->chips * net->per_chip;
-  net->chips_per_host = topo->chips_per_host;
-  net->hosts = ps_topology_hosts(topo);
-  int n_ici = net->chips * net->ndims * 2;
-  net->onchip_base = n_ici;
-  net->pcie_base = n_ici + net->chips * net->per_chip * (net->per_chip - 1);
-  net->n_links = net->pcie_base + 2 * net->hosts;
+  net->devices = ps_geometry_devices(net->geo);
+  net->hosts = ps_geometry_hosts(net->geo);
+  net->n_links = ps_geometry_n_links(net->geo);
   net->links = g_new0(Link, net->n_links);
-  net->nbr = g_new(int32_t, n_ici);
+  net->failed = g_new0(guint8, net->n_links > 0 ? net->n_links : 1);
   int lanes = 0;
-  for (int c = 0; c < net->chips; c++)
-    for (int d = 0; d < net->ndims; d++)
-      for (int s = 0; s < 2; s++) {
-        int id = ici_index(net, c, d, s ? -1 : 1);
-        net->nbr[id] = neighbour_compute(net, c, d, s ? -1 : 1);
-        if (net->nbr[id] >= 0)
-          link_init(net, id, topo->ici_bandwidth_Bps, topo->ici_latency_s,
-                    topo->ici_links_per_neighbor, &lanes);
-      }
-  for (int id = net->onchip_base; id < net->pcie_base; id++)
-    link_init(net, id, topo->on_chip_bandwidth_Bps, 0.0, 1, &lanes);
-  for (int id = net->pcie_base; id < net->n_links; id++)
-    link_init(net, id, topo->pcie_bandwidth_Bps, 0.0, 1, &lanes);
+  /* zone by zone, in link-id order */
+  for (int id = 0; id < net->n_links; id++) {
+    PsLinkEnds e;
+    if (!ps_geometry_link_ends(net->geo, id, &e))
+      continue;
+    double bw, latency_s;
+    int n_lanes;
+    link_figures(topo, e.kind, &bw, &latency_s, &n_lanes);
+    link_init(net, id, bw, latency_s, n_lanes, &lanes);
+  }
   net->lane_free = g_new0(ps_time_t, lanes > 0 ? lanes : 1);
   net->free_head = UINT32_MAX;
   uint32_t entries = 64;
@@ -434,7 +217,8 @@ void ps_network_free(PsNetwork *net)
   g_free(net->slabs);
   g_free(net->links);
   g_free(net->lane_free);
-  g_free(net->nbr);
+  g_free(net->failed);
+  ps_geometry_free(net->geo);
   g_free(net->route_cache);
   g_free(net->named);
   g_free(net);
@@ -459,151 +243,71 @@ int ps_network_host_endpoint(const PsNetwork *net, int host)
   return net->devices + host;
 }
 
+const PsGeometry *ps_network_geometry(const PsNetwork *net) { return net->geo; }
+
 int ps_network_device_chip(const PsNetwork *net, int device)
 {
-  g_return_val_if_fail(device >= 0 && device < net->devices, -1);
-  return device / net->per_chip;
+  return ps_geometry_device_chip(net->geo, device);
 }
 
 int ps_network_device_core(const PsNetwork *net, int device)
 {
-  g_return_val_if_fail(device >= 0 && device < net->devices, -1);
-  return device % net->per_chip;
+  return ps_geometry_device_core(net->geo, device);
 }
 
 int ps_network_chip_host(const PsNetwork *net, int chip)
 {
-  return chip / net->chips_per_host;
+  return ps_geometry_chip_host(net->geo, chip);
 }
 
 void ps_network_chip_coords(const PsNetwork *net, int chip, int coords[PS_MAX_DIMS])
 {
-  g_return_if_fail(chip >= 0 && chip < net->chips);
-  coords_of(net, chip, coords);
+  ps_geometry_chip_coords(net->geo, chip, coords);
 }
 
 int ps_network_chip_at(const PsNetwork *net, const int coords[PS_MAX_DIMS])
 {
-  for (int d = 0; d < net->ndims; d++)
-    g_return_val_if_fail(coords[d] >= 0 && coords[d] < net->dims[d], -1);
-  return chip_of(net, coords);
+  return ps_geometry_chip_at(net->geo, coords);
 }
 
 gboolean ps_network_link_info(const PsNetwork *net, int link, PsLinkInfo *out)
 {
   g_return_val_if_fail(out != NULL, FALSE);
-  if (link < 0 || link >= net->n_links || !net->links[link].present)
+  PsLinkEnds e;
+  if (link < 0 || link >= net->n_links || !net->links[link].present ||
+      !ps_geometry_link_ends(net->geo, link, &e))
     return FALSE;
   const Link *l = &net->links[link];
-  PsLinkInfo info = {.chip = -1, .to_chip = -1, .dim = -1, .dir = 0, .from_core = -1,
-                     .to_core = -1, .host = -1, .lanes = l->lanes,
-                     .bandwidth_Bps = (double)PS_PS_PER_S / l->ps_per_byte,
-                     .latency = l->latency, .bytes = l->bytes, .chunks = l->chunks,
-                     .busy = l->busy, .bandwidth_factor = l->factor, .failed = l->failed};
-  if (link < net->onchip_base) {
-    info.kind = PS_LINK_ICI;
-    info.chip = link / 2 / net->ndims;
-    info.dim = link / 2 % net->ndims;
-    info.dir = link % 2 ? -1 : 1;
-    info.to_chip = net->nbr[link];
-  } else if (link < net->pcie_base) {
-    int c = net->per_chip, r = link - net->onchip_base;
-    info.kind = PS_LINK_ON_CHIP;
-    info.chip = r / (c * (c - 1));
-    info.from_core = r % (c * (c - 1)) / (c - 1);
-    int t = r % (c - 1);
-    info.to_core = t < info.from_core ? t : t + 1;
-  } else {
-    int r = link - net->pcie_base;
-    info.kind = r % 2 ? PS_LINK_PCIE_UP : PS_LINK_PCIE_DOWN;
-    info.host = r / 2;
-  }
-  *out = info;
+  *out = (PsLinkInfo){.kind = e.kind, .chip = e.chip, .to_chip = e.to_chip, .dim = e.dim,
+                      .dir = e.dir, .from_core = e.from_core, .to_core = e.to_core,
+                      .host = e.host, .lanes = l->lanes,
+                      .bandwidth_Bps = (double)PS_PS_PER_S / l->ps_per_byte,
+                      .latency = l->latency, .bytes = l->bytes, .chunks = l->chunks,
+                      .busy = l->busy, .bandwidth_factor = l->factor, .failed = l->failed};
   return TRUE;
-}
-
-static void append_coords(GString *s, const PsNetwork *net, int chip)
-{
-  int c[PS_MAX_DIMS];
-  coords_of(net, chip, c);
-  g_string_append_c(s, '(');
-  for (int d = 0; d < net->ndims; d++)
-    g_string_append_printf(s, "%s%d", d ? "," : "", c[d]);
-  g_string_append_c(s, ')');
 }
 
 char *ps_network_link_name(const PsNetwork *net, int link)
 {
-  PsLinkInfo info;
-  if (!ps_network_link_info(net, link, &info))
-    return g_strdup_printf("no link %d", link);
-  GString *s = g_string_new(NULL);
-  switch (info.kind) {
-  case PS_LINK_ICI:
-    g_string_append(s, "chip ");
-    append_coords(s, net, info.chip);
-    g_string_append(s, " -> ");
-    append_coords(s, net, info.to_chip);
-    g_string_append_printf(s, " %c%c", info.dir > 0 ? '+' : '-', "xyz"[info.dim]);
-    break;
-  case PS_LINK_ON_CHIP:
-    g_string_append(s, "chip ");
-    append_coords(s, net, info.chip);
-    g_string_append_printf(s, " core %d -> core %d", info.from_core, info.to_core);
-    break;
-  case PS_LINK_PCIE_DOWN:
-    g_string_append_printf(s, "host %d -> chips (PCIe)", info.host);
-    break;
-  case PS_LINK_PCIE_UP:
-    g_string_append_printf(s, "chips -> host %d (PCIe)", info.host);
-    break;
-  }
-  return g_string_free(s, FALSE);
+  return ps_geometry_link_name(net->geo, link);
 }
 
 /* ---- faults --------------------------------------------------------- */
 
-/* The failed link directions of one ring (dimension dim through chip)
- * must leave a way between every two of its chips.  A route that meets a
- * failed link goes the other way round, so two chips are cut off exactly
- * when both ways meet one: a failed + link leaving position p and a
- * failed - link leaving position q cut the pair (q, p + 1) unless
- * q = p + 1, that is unless they are the two directions of one cable.
- * On a cut, FALSE and *plus, *minus set to the two links. */
-static gboolean ring_connected(const PsNetwork *net, int chip, int dim, int *plus, int *minus)
-{
-  int n = net->dims[dim];
-  int c[PS_MAX_DIMS];
-  coords_of(net, chip, c);
-  for (int p = 0; p < n; p++) {
-    c[dim] = p;
-    int up = ici_index(net, chip_of(net, c), dim, +1);
-    if (!net->links[up].failed)
-      continue;
-    for (int q = 0; q < n; q++) {
-      c[dim] = q;
-      int down = ici_index(net, chip_of(net, c), dim, -1);
-      if (net->links[down].failed && q != (p + 1) % n) {
-        *plus = up;
-        *minus = down;
-        return FALSE;
-      }
-    }
-  }
-  return TRUE;
-}
-
 gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError **error)
 {
   g_return_val_if_fail(net != NULL && factor >= 0 && factor < G_MAXDOUBLE, FALSE);
-  g_return_val_if_fail(link >= 0 && link < net->onchip_base && net->links[link].present, FALSE);
+  PsLinkEnds e;
+  g_return_val_if_fail(link >= 0 && link < net->n_links && net->links[link].present, FALSE);
+  g_return_val_if_fail(ps_geometry_link_ends(net->geo, link, &e) && e.kind == PS_LINK_ICI, FALSE);
   Link *l = &net->links[link];
-  int chip = link / 2 / net->ndims, dim = link / 2 % net->ndims;
+  int dim = e.dim;
+  const PsTopology *t = net->topo;
   if (factor == 0 && !l->failed) {
     g_autofree char *name = ps_network_link_name(net, link);
-    if (net->twisted || !net->wrap[dim]) {
+    if (t->twisted || !t->wrap[dim]) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                  net->twisted
+                  t->twisted
                       ? "failing %s: rerouting round a failed link is not modelled on a "
                         "twisted torus; degrade it (a factor > 0) instead"
                       : "failing %s cuts dimension %c in two: it has no wrap-around, so "
@@ -613,9 +317,11 @@ gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError
       return FALSE;
     }
     l->failed = TRUE;
+    net->failed[link] = 1;
     int plus, minus;
-    if (!ring_connected(net, chip, dim, &plus, &minus)) {
+    if (!ps_geometry_ring_connected(net->geo, net->failed, e.chip, dim, &plus, &minus)) {
       l->failed = FALSE;
+      net->failed[link] = 0;
       g_autofree char *pn = ps_network_link_name(net, plus);
       g_autofree char *mn = ps_network_link_name(net, minus);
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
@@ -628,10 +334,10 @@ gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError
     net->n_failed++;
   } else if (factor > 0 && l->failed) {
     l->failed = FALSE;
+    net->failed[link] = 0;
     net->n_failed--;
   }
   l->factor = factor;
-  const PsTopology *t = net->topo;
   l->ps_per_byte = factor > 0 ? (double)PS_PS_PER_S / (t->ici_bandwidth_Bps * factor) : INFINITY;
   /* routes change; messages in flight keep the route they were sent on */
   net->routes_version++;
@@ -817,7 +523,7 @@ static const CachedRoute *route_cached(PsNetwork *net, int src, int dst)
   if (!cr)
     cr = &ways[net->route_victim++ % ROUTE_WAYS];
   int rbuf[INLINE_ROUTE];
-  RouteBuf r = {rbuf, INLINE_ROUTE, 0};
+  RouteBuf r = {rbuf, INLINE_ROUTE, 0, NULL};
   route_into(net, src, dst, &r);
   if (r.n > INLINE_ROUTE)
     return NULL;
@@ -861,7 +567,7 @@ static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
   } else {
     hops = ps_network_route(net, src, dst, NULL, 0);
     int *big = g_new(int, hops);
-    RouteBuf r2 = {big, hops, 0};
+    RouteBuf r2 = {big, hops, 0, NULL};
     route_into(net, src, dst, &r2);
     m->route = g_new(int32_t, hops);
     for (int i = 0; i < hops; i++)

@@ -21,38 +21,17 @@
  * its own serialization and every hop its latency); each serialization is
  * rounded to the picosecond once per chunk and link.
  *
- * Endpoints.  Devices 0..D-1 as pod.h numbers them: device d is core
- * (d % per_chip) of chip (d / per_chip), per_chip = cores per chip, or 1 when
- * the chip is a megacore.  Hosts follow: endpoint D + h is host h, which
- * owns chips [h * chips_per_host, (h + 1) * chips_per_host).  Chip c has
- * coordinates row-major with x fastest: c = x + X * (y + Y * z), the order
- * config.c's torus.dims lists them in.
- *
- * Routes.  Between devices of different chips: dimension order (x, then y,
- * then z), the shortest way round each ring; on an even ring, a destination
- * exactly half-way round goes in the + direction when the source's
- * coordinate in that dimension is even and in the - direction when it is
- * odd, which spreads such traffic over both directions.  Between the cores
- * of one chip: the chip's on-chip path (on_chip_bandwidth_Bps, no latency;
- * the topology files cite the figure), one link per ordered pair of cores.
- * A chip's ICI router delivers to any of its cores directly.  Host h to a
- * device: PCIe down (one link per host and direction, pcie_bandwidth_Bps,
- * shared by its chips, no latency: the same figures as hw/cost.c's
- * ps_cost_pcie), then, for a chip of another host, ICI from host h's first
- * chip; the reverse way back.
- *
- * Twisted torus (topology torus.twisted, 3-D k x k x 2k or k x 2k x 2k
- * only, as Cloud TPU v4 offers them [GC-v4]).  We implement the twist of
- * Camara et al., "Twisted Torus Topologies for Enhanced Interconnection
- * Networks", IEEE TPDS 21(12), 2010: the wrap-around link of each short
- * dimension (size k) lands k further along every long dimension (size 2k),
- * that is from (.., k-1 ,..) in + to (.., 0, ..) with each long coordinate
- * moved by k mod 2k (and back the same way in -).  A route chooses, per
- * short dimension, the direct way or the way over the wrap (which moves the
- * long coordinates by k), then goes the shortest way round each long ring;
- * of the choices it takes the fewest hops, ties to the fewest wrap
- * crossings, then the lowest dimensions.  Hops are still taken in dimension
- * order.
+ * Geometry.  Endpoints (devices, then hosts), chip coordinates, host
+ * trays, wrap-around and twist, link ids (allocated per zone: the ICI
+ * torus, the on-chip paths, PCIe), link names and routes are the slice's
+ * PsGeometry (hw/topology.h), which the network builds from the topology
+ * and routes every message with; the network adds time: lanes, queues,
+ * chunks and faults.  Between the cores of one chip a message takes the
+ * chip's on-chip path (on_chip_bandwidth_Bps, no latency; the topology
+ * files cite the figure).  A chip's ICI router delivers to any of its
+ * cores directly.  PCIe is one link per host and direction
+ * (pcie_bandwidth_Bps, shared by its chips, no latency: the same figures
+ * as hw/cost.c's ps_cost_pcie).
  *
  * Faults (ps_network_degrade_link, the experiment's faults.links).  An
  * ICI link direction's bandwidth may be multiplied by a factor (all its
@@ -73,6 +52,7 @@
 #define PS_NETWORK_H
 
 #include "engine/engine.h"
+#include "hw/topology.h"
 #include "io/config.h"
 #include "io/trace.h"
 
@@ -80,13 +60,6 @@ typedef struct PsNetwork PsNetwork;
 
 /* The chunk size of `podsim collective` when --chunk is not given. */
 #define PS_NETWORK_DEFAULT_CHUNK (INT64_C(1) << 20)
-
-typedef enum {
-  PS_LINK_ICI,       /* between torus neighbours, one direction */
-  PS_LINK_ON_CHIP,   /* between two cores of one chip, one direction */
-  PS_LINK_PCIE_DOWN, /* host to its chips */
-  PS_LINK_PCIE_UP    /* chips to their host */
-} PsLinkKind;
 
 /* A link direction and what it carried so far. */
 typedef struct {
@@ -128,6 +101,8 @@ void ps_network_free(PsNetwork *net);
 
 PsEngine *ps_network_engine(const PsNetwork *net);
 const PsTopology *ps_network_topology(const PsNetwork *net);
+/* The slice's geometry the network routes on.  (transfer none) */
+const PsGeometry *ps_network_geometry(const PsNetwork *net);
 int64_t ps_network_chunk_bytes(const PsNetwork *net);
 
 int ps_network_devices(const PsNetwork *net);
@@ -136,7 +111,7 @@ int ps_network_host_endpoint(const PsNetwork *net, int host);
 int ps_network_device_chip(const PsNetwork *net, int device);
 int ps_network_device_core(const PsNetwork *net, int device);
 int ps_network_chip_host(const PsNetwork *net, int chip);
-/* coords[d] for d < ndims (the rest set to 0). */
+/* The geometry's (hw/topology.h).  coords[d] for d < ndims (the rest set to 0). */
 void ps_network_chip_coords(const PsNetwork *net, int chip, int coords[PS_MAX_DIMS]);
 int ps_network_chip_at(const PsNetwork *net, const int coords[PS_MAX_DIMS]);
 

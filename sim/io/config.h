@@ -39,6 +39,11 @@ typedef struct {
   double pcie_bandwidth_Bps; /* per host, shared by its chips, each way */
   double cpu_flops;          /* host FLOP rate for outside compilation */
   double loop_overhead_s;    /* host round trip per steps_per_run loop */
+  int host_tray[PS_MAX_DIMS]; /* host.tray: the box of chips a host owns, one
+                                 extent per torus dimension (tiling the torus,
+                                 chips_per_host in all); all 0 when absent:
+                                 host h owns chips [h, h + 1) * chips_per_host
+                                 (hw/topology.h) */
   /* torus */
   int ndims;
   int dims[PS_MAX_DIMS];

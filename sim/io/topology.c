@@ -5,7 +5,8 @@
  *
  * Invariant: a PsTopology leaves this file only after all of its checks
  * have passed: positive sizes, dims and wrap of equal length, chips a
- * multiple of the chips per host (or a single partial host). */
+ * multiple of the chips per host (or a single partial host), host trays
+ * (when given) that tile the torus. */
 #include "io/config-private.h"
 
 #include <math.h>
@@ -28,7 +29,8 @@ static const char *const chip_keys[] = {"cores",
                                         "on_chip_bandwidth_Bps",
                                         NULL};
 static const char *const host_keys[] = {"chips",     "cpu_threads",     "pcie_bandwidth_Bps",
-                                        "cpu_flops", "loop_overhead_s", NULL};
+                                        "cpu_flops", "loop_overhead_s", "tray",
+                                        NULL};
 static const char *const torus_keys[] = {"dims", "wrap", "twisted", NULL};
 static const char *const ici_keys[] = {"bandwidth_Bps", "latency_s", "links_per_neighbor", NULL};
 
@@ -315,6 +317,64 @@ static gboolean parse_torus(json_object *root, const char *file, const char *pat
   return TRUE;
 }
 
+/* host.tray (optional, after the torus): one extent >= 1 per torus
+ * dimension, chips_per_host chips in all.  Whether it tiles the torus is
+ * checked once a slice smaller than a host has been made one host. */
+static gboolean parse_tray(json_object *root, const char *file, const char *path,
+                           PsTopology *t, GError **error)
+{
+  json_object *h = NULL, *tray = NULL;
+  json_object_object_get_ex(root, "host", &h);
+  if (!json_object_object_get_ex(h, "tray", &tray) || !tray)
+    return TRUE;
+  g_autofree char *p = ps_json_path_join(path, "host.tray");
+  if (!json_object_is_type(tray, json_type_array) ||
+      json_object_array_length(tray) != (size_t)t->ndims) {
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                    "must be an array of %d integers, the host's box of chips along each "
+                    "entry of torus.dims (e.g. [2, 2, 1] for a 2x2x1 tray)",
+                    t->ndims);
+    return FALSE;
+  }
+  int64_t product = 1;
+  for (int d = 0; d < t->ndims; d++) {
+    json_object *v = json_object_array_get_idx(tray, d);
+    g_autofree char *ep = ps_json_path_index(p, d);
+    int64_t x;
+    if (!v || !ps_config__elem_int(v, &x) || x < 1 || x > MAX_DIM) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, ep,
+                      "must be an integer between 1 and %d chips", MAX_DIM);
+      return FALSE;
+    }
+    t->host_tray[d] = (int)x;
+    product *= x;
+  }
+  if (product != t->chips_per_host) {
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                    "holds %" G_GINT64_FORMAT " chips but host.chips is %d; make them agree",
+                    product, t->chips_per_host);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* The trays tile the torus: each extent divides its dimension. */
+static gboolean check_tray_tiles(const PsTopology *t, const char *file, const char *path,
+                                 GError **error)
+{
+  for (int d = 0; d < t->ndims && t->host_tray[0] > 0; d++)
+    if (t->dims[d] % t->host_tray[d] != 0) {
+      g_autofree char *p = ps_json_path_join(path, "host.tray");
+      g_autofree char *shape = dims_text(t);
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                      "trays of %d chips along %c do not tile torus.dims %s (%d chips along "
+                      "%c); change host.tray or torus.dims",
+                      t->host_tray[d], "xyz"[d], shape, t->dims[d], "xyz"[d]);
+      return FALSE;
+    }
+  return TRUE;
+}
+
 static gboolean parse_ici(json_object *root, const char *file, const char *path, PsTopology *t,
                           GError **error)
 {
@@ -359,13 +419,15 @@ static PsTopology *topology_parse(json_object *root, const char *file, const cha
   t->description = g_strdup(desc ? desc : "");
   if (!parse_chip(root, file, path, t, error) || !parse_host(root, file, path, t, error) ||
       !parse_torus(root, file, path, t, error) || !parse_ici(root, file, path, t, error) ||
-      !parse_sources(root, file, path, error))
+      !parse_sources(root, file, path, error) || !parse_tray(root, file, path, t, error))
     goto fail;
 
   int chips = ps_topology_chips(t);
   if (chips < t->chips_per_host) {
     /* A slice smaller than a host: one host with just these chips. */
     t->chips_per_host = chips;
+    for (int d = 0; d < t->ndims && t->host_tray[0] > 0; d++)
+      t->host_tray[d] = t->dims[d];
   } else if (chips % t->chips_per_host != 0) {
     g_autofree char *hp = ps_json_path_join(path, "host.chips");
     g_autofree char *shape = dims_text(t);
@@ -375,6 +437,8 @@ static PsTopology *topology_parse(json_object *root, const char *file, const cha
          chips, shape, t->chips_per_host);
     goto fail;
   }
+  if (!check_tray_tiles(t, file, path, error))
+    goto fail;
   return t;
 fail:
   ps_topology_free(t);
@@ -519,6 +583,12 @@ json_object *ps_config__topology_to_json(const PsTopology *t, json_object *sourc
   json_object_object_add(h, "pcie_bandwidth_Bps", ps_config__new_double(t->pcie_bandwidth_Bps));
   json_object_object_add(h, "cpu_flops", ps_config__new_double(t->cpu_flops));
   json_object_object_add(h, "loop_overhead_s", ps_config__new_double(t->loop_overhead_s));
+  if (t->host_tray[0] > 0) {
+    json_object *tray = json_object_new_array();
+    for (int i = 0; i < t->ndims; i++)
+      json_object_array_add(tray, json_object_new_int(t->host_tray[i]));
+    json_object_object_add(h, "tray", tray);
+  }
   json_object_object_add(o, "host", h);
 
   json_object *tor = json_object_new_object();

@@ -1,0 +1,207 @@
+/* topology.h: the geometry of a slice, built once from the parsed figures
+ * (io/config.h's PsTopology): chips and their coordinates, wrap-around and
+ * twist, neighbours, the numbering of devices, chips and hosts, the host
+ * trays, the interconnect's zones with their link ids and routes, and the
+ * names a user sees for links.  Everything that asks "where is this chip",
+ * "which link joins these two" or "which host owns it" asks here; nothing
+ * else derives coordinates.
+ *
+ * Numbering.  Chip c has coordinates row-major with x fastest:
+ * c = x + X * (y + Y * z), the order torus.dims lists them in.  Device d
+ * is core (d % per_chip) of chip (d / per_chip), per_chip = the chip's
+ * cores, or 1 when the chip is a megacore.  Endpoints of the network are
+ * the devices 0..D-1, then the hosts: endpoint D + h is host h.
+ *
+ * Host trays.  A host owns a tray of chips: a box of host.tray chips
+ * (e.g. a v4 host's four chips are 2x2x1) repeated to tile the torus;
+ * hosts are numbered by their tray's position, x fastest, and a host's
+ * first chip is its tray's lowest-numbered one (the corner nearest the
+ * origin).  Without host.tray, host h owns chips [h * chips_per_host,
+ * (h + 1) * chips_per_host), a run of numbers, as topology files always
+ * had it (the same hosts as a tray whenever the run is a box).
+ *
+ * Twisted torus (torus.twisted, 3-D k x k x 2k or k x 2k x 2k only, as
+ * Cloud TPU v4 offers them [GC-v4]).  The twist of Camara et al.,
+ * "Twisted Torus Topologies for Enhanced Interconnection Networks", IEEE
+ * TPDS 21(12), 2010: the wrap-around link of each short dimension (size
+ * k) lands k further along every long dimension (size 2k), that is from
+ * (.., k-1 ,..) in + to (.., 0, ..) with each long coordinate moved by k
+ * mod 2k (and back the same way in -).
+ *
+ * Zones (SimGrid's NetZones are the model).  The interconnect is a table
+ * of zones, each of one kind, owning a contiguous range of link ids
+ * (allocated in table order when the geometry is built, so no file hard
+ * codes where a kind's links start) and a range of members:
+ *   PS_ZONE_TORUS  a slice's ICI torus; members: its chips.  Link
+ *                  (chip, dim, dir) is local id (chip * ndims + dim) * 2
+ *                  + (dir < 0); ids of mesh edges and of dimensions of
+ *                  size 1 are no link.  Routes: dimension order.
+ *   PS_ZONE_CHIP   the on-chip paths between the cores of each chip, one
+ *                  link per ordered pair of cores; members: the chips.
+ *   PS_ZONE_PCIE   each host's PCIe to its tray, one link down and one up
+ *                  per host; members: the hosts.
+ * A zone kind is one entry of a table of operations (its link count, what
+ * a link joins, its name, a route between two of its members), so a new
+ * network is a new kind and a new zone, not new cases across files: the
+ * data-center network joining several slices' hosts (a NIC per host,
+ * leaf-spine) is a PS_ZONE_DCN whose members are hosts, and a route
+ * between slices goes device -> PCIe up -> DCN -> PCIe down -> device,
+ * crossing zones through hosts as ps_geometry_route already crosses from
+ * PCIe into the torus.  Zones nest: each names its parent (-1 for the
+ * root); today the torus is the root and the chip and PCIe zones hang
+ * from it.
+ *
+ * Routes (ps_geometry_route).  Between devices of one chip: the chip
+ * zone's link.  Between devices of different chips: the torus zone, x,
+ * then y, then z, the shortest way round each ring; on an even ring, a
+ * destination exactly half-way round goes in the + direction when the
+ * source's coordinate in that dimension is even and in the - direction
+ * when it is odd.  On a twisted torus the route chooses, per short
+ * dimension, the direct way or the way over the wrap (which moves the
+ * long coordinates by k), then the shortest way round each long ring; of
+ * the choices it takes the fewest hops, ties to the fewest wrap crossings,
+ * then the lowest dimensions.  A route whose way in a dimension would
+ * cross a failed link (PsRoute.failed) goes the other way round that ring
+ * (the network refuses failures that leave no other way).  Host h to a
+ * device: PCIe down, then, for a chip of another host, the torus from
+ * host h's first chip; the reverse way back.
+ *
+ * Axes.  A device's coordinates as collective groups see them: axis 0 is
+ * its core within the chip, axis 1 + d torus dimension d (a slice axis
+ * will follow them).
+ *
+ * Invariant: every chip is in exactly one host's tray; every link id is in
+ * exactly one zone's range and the ranges cover [0, ps_geometry_n_links);
+ * ps_geometry_neighbour(c, d, s) = n implies ps_geometry_neighbour(n, d,
+ * -s) = c; a route's links join end to end from its source to its
+ * destination. */
+#ifndef PS_TOPOLOGY_H
+#define PS_TOPOLOGY_H
+
+#include "io/config.h"
+
+typedef struct PsGeometry PsGeometry;
+
+typedef enum {
+  PS_LINK_ICI,       /* between torus neighbours, one direction */
+  PS_LINK_ON_CHIP,   /* between two cores of one chip, one direction */
+  PS_LINK_PCIE_DOWN, /* host to its chips */
+  PS_LINK_PCIE_UP    /* chips to their host */
+} PsLinkKind;
+
+/* What a link joins. */
+typedef struct {
+  PsLinkKind kind;
+  int chip;               /* ICI, on-chip: the chip it leaves; PCIe: -1 */
+  int to_chip;            /* ICI: the neighbour (twist applied); else -1 */
+  int dim, dir;           /* ICI: dimension and +1 / -1; else -1, 0 */
+  int from_core, to_core; /* on-chip only; else -1 */
+  int host;               /* PCIe only; else -1 */
+} PsLinkEnds;
+
+typedef enum { PS_ZONE_TORUS, PS_ZONE_CHIP, PS_ZONE_PCIE, PS_ZONE_N_KINDS } PsZoneKind;
+
+/* One zone of the table. */
+typedef struct {
+  PsZoneKind kind;
+  int parent;              /* index of the enclosing zone, -1 for the root */
+  int first_link, n_links; /* its link ids: [first_link, first_link + n_links) */
+  int first_member, n_members; /* chips (torus, chip) or hosts (PCIe) */
+} PsZone;
+
+/* A route being written: link ids go to out[0..max) (out may be NULL when
+ * max is 0), n counts them all; failed (may be NULL) is indexed by link
+ * id, nonzero for a failed link. */
+typedef struct {
+  int *out;
+  int max;
+  int n;
+  const guint8 *failed;
+} PsRoute;
+
+/* (transfer full) topo (transfer none) must have passed the topology
+ * checks and outlive the geometry. */
+PsGeometry *ps_geometry_new(const PsTopology *topo);
+void ps_geometry_free(PsGeometry *g);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(PsGeometry, ps_geometry_free)
+
+const PsTopology *ps_geometry_topology(const PsGeometry *g);
+int ps_geometry_chips(const PsGeometry *g);
+int ps_geometry_devices(const PsGeometry *g);
+int ps_geometry_devices_per_chip(const PsGeometry *g);
+int ps_geometry_hosts(const PsGeometry *g);
+
+/* coords[d] for d < ndims (the rest set to 0). */
+void ps_geometry_chip_coords(const PsGeometry *g, int chip, int coords[PS_MAX_DIMS]);
+int ps_geometry_chip_at(const PsGeometry *g, const int coords[PS_MAX_DIMS]);
+/* The chip one hop from chip along dim in direction dir (+1 / -1), twist
+ * applied; -1 at a mesh edge or in a dimension of size 1. */
+int ps_geometry_neighbour(const PsGeometry *g, int chip, int dim, int dir);
+
+int ps_geometry_device_chip(const PsGeometry *g, int device);
+int ps_geometry_device_core(const PsGeometry *g, int device);
+int ps_geometry_device_at(const PsGeometry *g, int chip, int core);
+int ps_geometry_chip_host(const PsGeometry *g, int chip);
+/* The lowest-numbered chip of host's tray (where its traffic enters the
+ * torus). */
+int ps_geometry_host_first_chip(const PsGeometry *g, int host);
+/* The tray's extent in each dimension (1 beyond ndims); a run of numbers
+ * that is no box (no host.tray, chips_per_host not a box's size) gives
+ * FALSE. */
+gboolean ps_geometry_tray(const PsGeometry *g, int tray[PS_MAX_DIMS]);
+
+/* Collective axes (see Axes above). */
+#define PS_GEOMETRY_MAX_AXES (1 + PS_MAX_DIMS)
+int ps_geometry_n_axes(const PsGeometry *g);
+/* Positions along axis (cores per chip; a torus dimension's size, 1
+ * beyond ndims). */
+int ps_geometry_axis_extent(const PsGeometry *g, int axis);
+/* "core", "x", "y", "z".  (transfer none) */
+const char *ps_geometry_axis_name(int axis);
+void ps_geometry_device_axes(const PsGeometry *g, int device, int coord[PS_GEOMETRY_MAX_AXES]);
+
+/* The zone table. */
+int ps_geometry_n_zones(const PsGeometry *g);
+const PsZone *ps_geometry_zone(const PsGeometry *g, int zone);
+/* The zone whose range holds link, or -1. */
+int ps_geometry_link_zone(const PsGeometry *g, int link);
+/* "torus", "on-chip", "pcie".  (transfer none) */
+const char *ps_geometry_zone_kind_name(PsZoneKind kind);
+
+/* Every zone's links together. */
+int ps_geometry_n_links(const PsGeometry *g);
+/* FALSE if link is no link (out of range, a mesh edge, a dimension of
+ * size 1). */
+gboolean ps_geometry_link_ends(const PsGeometry *g, int link, PsLinkEnds *out);
+/* The ICI link leaving chip along dim in direction dir, or -1. */
+int ps_geometry_ici_link(const PsGeometry *g, int chip, int dim, int dir);
+int ps_geometry_on_chip_link(const PsGeometry *g, int chip, int from_core, int to_core);
+int ps_geometry_pcie_link(const PsGeometry *g, int host, gboolean up);
+/* "chip (1,2) -> (1,3) +y", "chip (0,0) core 0 -> core 1",
+ * "host 3 -> chips (PCIe)", "chips -> host 3 (PCIe)", "no link 7".
+ * (transfer full) */
+char *ps_geometry_link_name(const PsGeometry *g, int link);
+/* "(1,2)": chip's coordinates as link names write them.  Appends to s. */
+void ps_geometry_append_chip(GString *s, const PsGeometry *g, int chip);
+
+/* The route from endpoint src to endpoint dst (see Routes above), written
+ * into r. */
+void ps_geometry_route(const PsGeometry *g, int src, int dst, PsRoute *r);
+
+/* Whether the failed links (failed[link] nonzero) of the ring along dim
+ * through chip leave a way between every two of its chips (see Routes);
+ * FALSE with *plus and *minus set to a + and a - link that together cut
+ * it. */
+gboolean ps_geometry_ring_connected(const PsGeometry *g, const guint8 *failed, int chip, int dim,
+                                    int *plus, int *minus);
+
+/* Link-fault checks on parsed figures (faults.links entries whose chip
+ * and dim are in range): each names an ICI link that exists (not along a
+ * dimension of size 1, not off a mesh edge), a failure only where a route
+ * can go round it (a ring of a torus that is not twisted), no link
+ * direction twice, and failures that leave a way between every two chips.
+ * FALSE and a PS_INPUT_ERROR "FILE: faults.links[i]: reason" otherwise. */
+gboolean ps_geometry_check_link_faults(const PsTopology *t, const PsFaultsConfig *faults,
+                                       const char *file, GError **error);
+
+#endif
