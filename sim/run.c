@@ -1041,7 +1041,8 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
                        /* messages through the links: only when they are drawn */
                        .coll_message = tracing && opt->trace_links ? on_coll_message : NULL};
   PsPodNumerics num = {.ctx = &r, .op = numerics_op, .coll_buffer = numerics_coll_buffer};
-  r.pod = ps_pod_new(engine, exp, plan, &obs, r.numerics ? &num : NULL, error);
+  PsPodConfig pod_cfg = ps_run_pod_config(exp);
+  r.pod = ps_pod_new(engine, &pod_cfg, plan, &obs, r.numerics ? &num : NULL, error);
   if (!r.pod)
     goto out;
   if (r.numerics && !numerics_init(&r, error))
@@ -1127,6 +1128,13 @@ out:
   ps_engine_free(engine);
   ps_plan_free(plan);
   return ok;
+}
+
+PsPodConfig ps_run_pod_config(const PsExperiment *exp)
+{
+  return (PsPodConfig){.file = exp->file, .topology = exp->topology, .input = &exp->input,
+                       .steps = exp->steps, .steps_per_run = exp->steps_per_run,
+                       .collective = &exp->collective, .faults = &exp->faults};
 }
 
 /* The plan the experiment compiles to, for `describe --program`.

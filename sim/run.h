@@ -78,6 +78,11 @@ void ps_summary_clear(PsSummary *s);
 /* The plan the experiment compiles to.  (transfer full) */
 PsPlan *ps_run_compile(const PsExperiment *exp, GError **error);
 
+/* The executor's configuration for the experiment: its topology, input,
+ * steps, collective settings and faults (pointers into exp, which must
+ * outlive the pod). */
+PsPodConfig ps_run_pod_config(const PsExperiment *exp);
+
 /* Roughly how many bytes the run's trace takes (within a factor of about
  * two): its op, wait and step slices per device and step, collective and
  * host slices, and with links every chunk on every hop. */

@@ -37,6 +37,7 @@
 #include "exec/pod.h"
 #include "io/config.h"
 #include "program/program.h"
+#include "run.h"
 
 #include <glib/gstdio.h>
 #include <math.h>
@@ -222,7 +223,8 @@ static void sim_init(Sim *s, PsExperiment *exp, PsPlan *plan)
                        .step_done = rec_step, .coll_done = rec_coll_done,
                        .message = rec_message};
   GError *error = NULL;
-  s->pod = ps_pod_new(s->engine, exp, plan, &obs, NULL, &error);
+  PsPodConfig cfg = ps_run_pod_config(exp);
+  s->pod = ps_pod_new(s->engine, &cfg, plan, &obs, NULL, &error);
   g_assert_no_error(error);
   g_assert_nonnull(s->pod);
 }
@@ -756,7 +758,8 @@ static void expect_invalid(PsPlan *plan, const char *const *needles)
   g_clear_error(&error);
   PsExperiment *e = load(NULL);
   PsEngine *engine = ps_engine_new();
-  PsPod *pod = ps_pod_new(engine, e, plan, NULL, NULL, &error);
+  PsPodConfig cfg = ps_run_pod_config(e);
+  PsPod *pod = ps_pod_new(engine, &cfg, plan, NULL, NULL, &error);
   g_assert_null(pod);
   g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE);
   g_assert_cmpstr(error->message, ==, msg);

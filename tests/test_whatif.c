@@ -152,7 +152,8 @@ static void obs_run(const PsExperiment *exp, Obs *o)
   o->delay_len = g_new0(ps_time_t, o->n);
   PsPodObserver obs = {.ctx = o, .op_done = obs_op, .wait = obs_wait, .step_done = obs_step};
   PsEngine *engine = ps_engine_new();
-  PsPod *pod = ps_pod_new(engine, exp, plan, &obs, NULL, &error);
+  PsPodConfig cfg = ps_run_pod_config(exp);
+  PsPod *pod = ps_pod_new(engine, &cfg, plan, &obs, NULL, &error);
   g_assert_no_error(error);
   ps_pod_start(pod);
   ps_engine_run(engine, PS_TIME_NEVER);
@@ -580,7 +581,8 @@ static void test_failed_link_run(void)
   PsPlan *plan = ps_run_compile(e, &error);
   g_assert_no_error(error);
   PsEngine *engine = ps_engine_new();
-  PsPod *pod = ps_pod_new(engine, e, plan, NULL, NULL, &error);
+  PsPodConfig cfg = ps_run_pod_config(e);
+  PsPod *pod = ps_pod_new(engine, &cfg, plan, NULL, NULL, &error);
   g_assert_no_error(error);
   ps_pod_start(pod);
   ps_engine_run(engine, PS_TIME_NEVER);

@@ -9,8 +9,9 @@
 
 #include "collectives/collective.h"
 
-/* Coordinates a member can vary in: its core, then the torus dimensions. */
-#define PS_COLL_MAX_AXES (1 + PS_MAX_DIMS)
+/* Coordinates a member can vary in: the geometry's axes (hw/topology.h),
+ * its core, then the torus dimensions. */
+#define PS_COLL_MAX_AXES PS_GEOMETRY_MAX_AXES
 /* Messages one step may send: a torus broadcast sends to up to one child
  * per axis in each of its two trees. */
 #define PS_COLL_MAX_SENDS (2 * PS_COLL_MAX_AXES)
@@ -27,7 +28,7 @@ typedef struct {
   gboolean is_grid;
   int n_axes;
   int axis_size[PS_COLL_MAX_AXES];
-  int axis_coord[PS_COLL_MAX_AXES]; /* 0 = core, 1 + d = torus dimension d */
+  int axis_coord[PS_COLL_MAX_AXES]; /* the geometry's axis: 0 = core, 1 + d = dimension d */
   int *grid_pos;     /* n * n_axes */
   int *at;           /* grid index (axis 0 fastest) -> member */
 } PsCollGroup;

@@ -163,22 +163,19 @@ static gboolean group_init(PsCollGroup *g, PsNetwork *net, const int *devices, i
   g->n = n;
   g->dev = g_memdup2(devices, sizeof(int) * (size_t)n);
 
-  /* coordinates (core, x, y, z) and the values present in each */
-  const PsTopology *t = ps_network_topology(net);
-  int extent[PS_COLL_MAX_AXES] = {ps_topology_devices_per_chip(t), 1, 1, 1};
-  for (int d = 0; d < t->ndims; d++)
-    extent[1 + d] = t->dims[d];
+  /* coordinates on the geometry's axes (core, x, y, z) and the values
+   * present in each */
+  const PsGeometry *geo = ps_network_geometry(net);
+  int extent[PS_COLL_MAX_AXES];
+  for (int k = 0; k < PS_COLL_MAX_AXES; k++)
+    extent[k] = ps_geometry_axis_extent(geo, k);
   int *coord = g_new(int, (size_t)n * PS_COLL_MAX_AXES);
   int *rank[PS_COLL_MAX_AXES];
   int count[PS_COLL_MAX_AXES];
   for (int k = 0; k < PS_COLL_MAX_AXES; k++)
     rank[k] = g_new0(int, extent[k]);
   for (int i = 0; i < n; i++) {
-    int c[PS_MAX_DIMS];
-    ps_network_chip_coords(net, ps_network_device_chip(net, devices[i]), c);
-    coord[i * PS_COLL_MAX_AXES] = ps_network_device_core(net, devices[i]);
-    for (int d = 0; d < PS_MAX_DIMS; d++)
-      coord[i * PS_COLL_MAX_AXES + 1 + d] = c[d];
+    ps_geometry_device_axes(geo, devices[i], &coord[i * PS_COLL_MAX_AXES]);
     for (int k = 0; k < PS_COLL_MAX_AXES; k++)
       rank[k][coord[i * PS_COLL_MAX_AXES + k]] = 1;
   }

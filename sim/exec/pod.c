@@ -103,7 +103,8 @@ typedef struct {
 
 struct PsPod {
   PsEngine *engine;
-  const PsExperiment *exp;
+  PsPodConfig cfg;       /* what it points to outlives the pod */
+  PsGeometry *geo;       /* where devices, chips and hosts are */
   const PsPlan *plan;
   PsPodObserver obs;
   PsPodNumerics num;
@@ -111,7 +112,6 @@ struct PsPod {
   int n_devices;
   Host *hosts;
   int n_hosts;
-  int per_chip;
   int64_t devices_finished;
   PsNetwork *net;
   Coll *colls;
@@ -137,12 +137,21 @@ const char *ps_host_lane_name(PsHostLane lane)
   return names[lane];
 }
 
-int ps_pod_device_chip(const PsPod *pod, int device) { return device / pod->per_chip; }
-int ps_pod_device_core(const PsPod *pod, int device) { return device % pod->per_chip; }
+int ps_pod_device_chip(const PsPod *pod, int device)
+{
+  return ps_geometry_device_chip(pod->geo, device);
+}
+
+int ps_pod_device_core(const PsPod *pod, int device)
+{
+  return ps_geometry_device_core(pod->geo, device);
+}
+
 int ps_pod_chip_host(const PsPod *pod, int chip)
 {
-  return chip / pod->exp->topology->chips_per_host;
+  return ps_geometry_chip_host(pod->geo, chip);
 }
+
 int64_t ps_pod_steps_done(const PsPod *pod)
 {
   int64_t s = INT64_MAX;
@@ -229,7 +238,7 @@ static int host_ep(const PsPod *pod, int host)
 
 static void host_prepare_maybe(PsPod *pod, Host *h)
 {
-  const PsInputConfig *in = &pod->exp->input;
+  const PsInputConfig *in = pod->cfg.input;
   if (h->prep_busy || h->to_prepare == 0 || h->prepared >= in->prefetch)
     return;
   /* Workers process examples continuously, across batch boundaries, as a
@@ -284,7 +293,7 @@ static void set_depth(PsPod *pod, Device *d, int delta)
 /* One CPU thread's share of the host's FLOP rate (slowed on a slow host). */
 static ps_time_t host_call_time(const PsPod *pod, const Host *h, const PsOp *op)
 {
-  const PsTopology *t = pod->exp->topology;
+  const PsTopology *t = pod->cfg.topology;
   return ps_time_from_s(op->host_flops * h->slowdown / (t->cpu_flops / t->cpu_threads));
 }
 
@@ -309,7 +318,7 @@ static void finish_op_after(PsPod *pod, Device *d, ps_time_t dt)
 static void outfeed_enqueue(PsPod *pod, Device *d, const PsOp *op)
 {
   d->out_depth++;
-  g_assert(d->out_depth <= pod->exp->input.outfeed_capacity);
+  g_assert(d->out_depth <= pod->cfg.input->outfeed_capacity);
   send_xfer(pod, XFER_OUTFEED, d->host, d->index, d->index, host_ep(pod, d->host), op->bytes);
   d->op_start = now(pod);
   finish_op_after(pod, d, op->time);
@@ -420,7 +429,7 @@ static void loop_arrive(PsPod *pod, Device *d)
   start_wait(d, WAIT_LOOP);
   if (++h->loop_arrived == (int)h->devs->len) {
     h->loop_arrived = 0;
-    ps_engine_after(pod->engine, ps_time_from_s(pod->exp->topology->loop_overhead_s),
+    ps_engine_after(pod->engine, ps_time_from_s(pod->cfg.topology->loop_overhead_s),
                     pod->ev_loop_start, (uint32_t)h->index, 0);
   }
 }
@@ -501,7 +510,7 @@ static void coll_begin(PsPod *pod, Device *d, int c_index)
  * on either way. */
 static void coll_start(PsPod *pod, Device *d, const PsOp *op)
 {
-  int64_t limit = pod->exp->collective.max_in_flight;
+  int64_t limit = pod->cfg.collective->max_in_flight;
   if (limit > 0 && d->coll_busy[pod->plan->colls[op->coll].op] >= limit) {
     g_array_append_val(d->coll_queue, op->coll);
     return;
@@ -515,7 +524,6 @@ static void coll_start(PsPod *pod, Device *d, const PsOp *op)
  * nothing to wait for); else an event or an arrival will end it. */
 static gboolean start_op(PsPod *pod, Device *d)
 {
-  const PsExperiment *exp = pod->exp;
   const PsOp *op = &d->prog->ops[d->pc];
   d->op_start = now(pod);
   switch (op->kind) {
@@ -533,7 +541,7 @@ static gboolean start_op(PsPod *pod, Device *d)
   case PS_OP_UPDATE:
     break;
   case PS_OP_OUTFEED:
-    if (d->out_depth >= exp->input.outfeed_capacity) {
+    if (d->out_depth >= pod->cfg.input->outfeed_capacity) {
       start_wait(d, WAIT_OUTFEED);
       return FALSE;
     }
@@ -599,11 +607,11 @@ static gboolean end_op(PsPod *pod, Device *d)
   if (pod->obs.step_done)
     pod->obs.step_done(pod->obs.ctx, d->index, d->step, now(pod));
   d->step++;
-  if (d->step == pod->exp->steps) {
+  if (d->step == pod->cfg.steps) {
     pod->devices_finished++;
     return FALSE;
   }
-  if (d->step % pod->exp->steps_per_run == 0) {
+  if (d->step % pod->cfg.steps_per_run == 0) {
     loop_arrive(pod, d);
     return FALSE;
   }
@@ -647,7 +655,6 @@ static void on_op_done(PsEngine *engine, const PsEvent *ev, void *ctx)
 static gboolean build_colls(PsPod *pod, GError **error)
 {
   const PsPlan *plan = pod->plan;
-  const PsExperiment *exp = pod->exp;
   pod->colls = g_new0(Coll, plan->n_colls > 0 ? plan->n_colls : 1);
   pod->member_of = g_new0(int *, plan->n_colls > 0 ? plan->n_colls : 1);
   g_autoptr(PsCollCache) cache = ps_coll_cache_new();
@@ -662,7 +669,7 @@ static gboolean build_colls(PsPod *pod, GError **error)
     pod->colls[c].index = c;
     if (!pod->colls[c].coll) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                  "%s: collective.algorithm: %s cannot run: %s", exp->file, pc->name,
+                  "%s: collective.algorithm: %s cannot run: %s", pod->cfg.file, pc->name,
                   err->message);
       g_error_free(err);
       return FALSE;
@@ -681,18 +688,17 @@ static gboolean build_colls(PsPod *pod, GError **error)
   return TRUE;
 }
 
-/* The experiment's faults on devices, hosts and links. */
+/* The faults on devices, hosts and links. */
 static gboolean apply_faults(PsPod *pod, GError **error)
 {
-  const PsExperiment *exp = pod->exp;
-  const PsFaultsConfig *fc = &exp->faults;
+  const PsFaultsConfig *fc = pod->cfg.faults;
   for (int i = 0; i < fc->n_stragglers; i++) {
     const PsStraggler *s = &fc->stragglers[i];
     if (s->device >= pod->n_devices) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                   "%s: faults.stragglers[%d].device: device %d runs no program in this plan "
                   "(devices 0..%d)",
-                  exp->file, i, s->device, pod->n_devices - 1);
+                  pod->cfg.file, i, s->device, pod->n_devices - 1);
       return FALSE;
     }
     pod->devices[s->device].slowdown = s->slowdown;
@@ -703,7 +709,7 @@ static gboolean apply_faults(PsPod *pod, GError **error)
   for (int i = 0; i < fc->n_links; i++) {
     const PsLinkFault *f = &fc->links[i];
     int link = ps_network_ici_link(pod->net, f->chip, f->dim, f->dir);
-    g_assert(link >= 0); /* config.c checked that it exists */
+    g_assert(link >= 0); /* ps_geometry_check_link_faults checked that it exists */
     GError *err = NULL;
     gboolean ok = ps_network_degrade_link(pod->net, link, f->bandwidth_factor, &err);
     if (ok && f->both_ways) {
@@ -714,7 +720,7 @@ static gboolean apply_faults(PsPod *pod, GError **error)
     }
     if (!ok) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "%s: faults.links[%d]: %s",
-                  exp->file, i, err->message);
+                  pod->cfg.file, i, err->message);
       g_error_free(err);
       return FALSE;
     }
@@ -724,32 +730,37 @@ static gboolean apply_faults(PsPod *pod, GError **error)
 
 static void key_free(gpointer p) { g_free(p); }
 
-PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
+PsPod *ps_pod_new(PsEngine *engine, const PsPodConfig *cfg, const PsPlan *plan,
                   const PsPodObserver *observer, const PsPodNumerics *numerics,
                   GError **error)
 {
-  const PsTopology *topo = exp->topology;
+  g_return_val_if_fail(engine != NULL && cfg != NULL && plan != NULL, NULL);
+  g_return_val_if_fail(cfg->topology && cfg->input && cfg->collective && cfg->faults, NULL);
+  const PsTopology *topo = cfg->topology;
+  const char *file = cfg->file ? cfg->file : "<pod>";
   if (plan->n_devices > ps_topology_devices(topo)) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                "%s: the plan needs %d devices, %s has %d", exp->file, plan->n_devices,
+                "%s: the plan needs %d devices, %s has %d", file, plan->n_devices,
                 topo->name, ps_topology_devices(topo));
     return NULL;
   }
-  if (!ps_plan_validate(plan, error))
+  if (!ps_plan_validate(plan, error) ||
+      !ps_geometry_check_link_faults(topo, cfg->faults, file, error))
     return NULL;
   PsPod *pod = g_new0(PsPod, 1);
   pod->engine = engine;
-  pod->exp = exp;
+  pod->cfg = *cfg;
+  pod->cfg.file = file;
+  pod->geo = ps_geometry_new(topo);
   pod->plan = plan;
   if (observer)
     pod->obs = *observer;
   if (numerics)
     pod->num = *numerics;
-  pod->per_chip = ps_topology_devices_per_chip(topo);
   pod->n_devices = plan->n_devices;
   pod->devices = g_new0(Device, pod->n_devices);
   pod->xfers = g_ptr_array_new_with_free_func(g_free);
-  pod->n_hosts = ps_topology_hosts(topo);
+  pod->n_hosts = ps_geometry_hosts(pod->geo);
   pod->hosts = g_new0(Host, pod->n_hosts);
   for (int i = 0; i < pod->n_hosts; i++) {
     pod->hosts[i].index = i;
@@ -764,7 +775,7 @@ PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
     d->prog = ps_plan_program(plan, i);
     d->slowdown = 1.0;
     d->delayed_step = -1;
-    d->capacity = exp->input.infeed_capacity;
+    d->capacity = cfg->input->infeed_capacity;
     d->mailbox = g_hash_table_new_full(g_int64_hash, g_int64_equal, key_free, NULL);
     d->coll_queue = g_array_new(FALSE, FALSE, sizeof(int));
     d->host = ps_pod_chip_host(pod, ps_pod_device_chip(pod, i));
@@ -782,10 +793,10 @@ PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
       }
     if (infeeds > 0) {
       g_array_append_val(h->infeed_devs, i);
-      h->to_prepare += exp->steps * infeeds;
+      h->to_prepare += cfg->steps * infeeds;
     }
   }
-  pod->net = ps_network_new(engine, topo, exp->collective.chunk_bytes);
+  pod->net = ps_network_new(engine, topo, cfg->collective->chunk_bytes);
   pod->ev_op_done = ps_engine_register(engine, "op-done", on_op_done, pod);
   pod->ev_prep_done = ps_engine_register(engine, "prep-done", on_prep_done, pod);
   pod->ev_loop_start = ps_engine_register(engine, "loop-start", on_loop_start, pod);
@@ -822,6 +833,7 @@ void ps_pod_free(PsPod *pod)
   g_free(pod->member_of);
   if (pod->net)
     ps_network_free(pod->net);
+  ps_geometry_free(pod->geo);
   g_ptr_array_free(pod->xfers, TRUE);
   g_free(pod->hosts);
   g_free(pod->devices);
@@ -838,7 +850,7 @@ void ps_pod_start(PsPod *pod)
     /* the host launches the first device loop */
     for (guint k = 0; k < h->devs->len; k++)
       start_wait(&pod->devices[g_array_index(h->devs, int, k)], WAIT_LOOP);
-    ps_engine_after(pod->engine, ps_time_from_s(pod->exp->topology->loop_overhead_s),
+    ps_engine_after(pod->engine, ps_time_from_s(pod->cfg.topology->loop_overhead_s),
                     pod->ev_loop_start, (uint32_t)i, 0);
   }
 }
@@ -851,7 +863,7 @@ gboolean ps_pod_check_finished(const PsPod *pod, GError **error)
                                       "in its straggler delay"};
   for (int i = 0; i < pod->n_devices; i++) {
     const Device *d = &pod->devices[i];
-    if (d->step == pod->exp->steps)
+    if (d->step == pod->cfg.steps)
       continue;
     const PsOp *op = &d->prog->ops[d->pc];
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,

@@ -18,7 +18,7 @@
  * host loop, a full outfeed queue, outfeed and host calls are host;
  * FWD/BWD/RECOMPUTE/UPDATE are compute; the INFEED dequeue is other.
  *
- * Faults (the experiment's "faults", what-if knobs).  A straggler device's
+ * Faults (PsPodConfig.faults, what-if knobs).  A straggler device's
  * compute ops (FWD/BWD/RECOMPUTE/UPDATE) take `slowdown` times their
  * compile-time cost, and every step of it begins with `delay_s` of
  * nothing else, reported as a wait named PS_WAIT_STRAGGLER in category
@@ -119,14 +119,28 @@ typedef struct {
 
 typedef struct PsPod PsPod;
 
-/* (transfer full); exp and plan must outlive the pod.  Builds the network
- * (always: PCIe is part of it) and one collective per plan collective.
- * Fails with PS_INPUT_ERROR if the plan is invalid, uses more devices than
- * the topology has, a collective's algorithm cannot run on its group, a
- * straggler is not a device of the plan, or the link faults cut chips off
- * from each other.
- * observer and numerics may be NULL. */
-PsPod *ps_pod_new(PsEngine *engine, const PsExperiment *exp, const PsPlan *plan,
+/* What the pod needs besides the plan: the hardware and the run's shape,
+ * never the experiment (the caller builds it; run.h's ps_run_pod_config
+ * from an experiment).  Every pointer is (transfer none) and must outlive
+ * the pod. */
+typedef struct {
+  const char *file;                     /* named in error messages; NULL: "<pod>" */
+  const PsTopology *topology;           /* checked (io/config.h) */
+  const PsInputConfig *input;           /* queue capacities, host cost, workers */
+  int64_t steps;                        /* every device runs this many */
+  int64_t steps_per_run;                /* the host loop's length */
+  const PsCollectiveConfig *collective; /* chunk size, in-flight limit */
+  const PsFaultsConfig *faults;         /* all counts 0 for none */
+} PsPodConfig;
+
+/* (transfer full); what cfg points to and plan must outlive the pod.
+ * Builds the network (always: PCIe is part of it) and one collective per
+ * plan collective.  Fails with PS_INPUT_ERROR if the plan is invalid, uses
+ * more devices than the topology has, a collective's algorithm cannot run
+ * on its group, a straggler is not a device of the plan, or a link fault
+ * names no link or cuts chips off from each other
+ * (ps_geometry_check_link_faults).  observer and numerics may be NULL. */
+PsPod *ps_pod_new(PsEngine *engine, const PsPodConfig *cfg, const PsPlan *plan,
                   const PsPodObserver *observer, const PsPodNumerics *numerics,
                   GError **error);
 void ps_pod_free(PsPod *pod);
@@ -149,8 +163,9 @@ int64_t ps_pod_steps_done(const PsPod *pod);
  * step (a plan that deadlocks), naming the first stuck device and op. */
 gboolean ps_pod_check_finished(const PsPod *pod, GError **error);
 
-/* Where devices and hosts are: device d is core (d % per_chip) of chip
- * (d / per_chip); chip c is on host (c / chips_per_host). */
+/* Where devices and hosts are, as the slice's geometry numbers them
+ * (hw/topology.h): device d is core (d % per_chip) of chip (d / per_chip);
+ * chip c is on the host whose tray holds it. */
 int ps_pod_device_chip(const PsPod *pod, int device);
 int ps_pod_device_core(const PsPod *pod, int device);
 int ps_pod_chip_host(const PsPod *pod, int chip);

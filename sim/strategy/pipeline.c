@@ -41,6 +41,7 @@
 #include "strategy/strategy.h"
 
 #include "hw/cost.h"
+#include "hw/topology.h"
 #include "strategy/partition.h"
 #include "strategy/strategy-private.h"
 
@@ -52,17 +53,18 @@
  * plane reversed in y, so consecutive chips are one hop apart.  Only rows
  * and planes the `used` positions fill are reversed, so the devices used
  * are always 0 .. used - 1 (the last, partial row goes forward). */
-static int snake_device(const PsTopology *t, int p, int used)
+static int snake_device(const PsGeometry *g, int p, int used)
 {
-  int per_chip = ps_topology_devices_per_chip(t);
-  int64_t X = t->dims[0], Y = t->ndims > 1 ? t->dims[1] : 1;
-  int64_t chip_pos = p / per_chip, core = p % per_chip;
-  int64_t used_chips = (used + per_chip - 1) / per_chip;
-  int64_t z = chip_pos / (X * Y), yi = (chip_pos / X) % Y, xi = chip_pos % X;
-  int64_t y = z % 2 == 1 && (z + 1) * X * Y <= used_chips ? Y - 1 - yi : yi;
-  int64_t seq_row = chip_pos / X;
-  int64_t x = seq_row % 2 == 1 && (seq_row + 1) * X <= used_chips ? X - 1 - xi : xi;
-  return (int)(((z * Y + y) * X + x) * per_chip + core);
+  int per_chip = ps_geometry_devices_per_chip(g);
+  int X = ps_geometry_axis_extent(g, 1), Y = ps_geometry_axis_extent(g, 2);
+  int chip_pos = p / per_chip, core = p % per_chip;
+  int used_chips = (used + per_chip - 1) / per_chip;
+  int z = chip_pos / (X * Y), yi = (chip_pos / X) % Y, xi = chip_pos % X;
+  int y = z % 2 == 1 && (z + 1) * X * Y <= used_chips ? Y - 1 - yi : yi;
+  int seq_row = chip_pos / X;
+  int x = seq_row % 2 == 1 && (seq_row + 1) * X <= used_chips ? X - 1 - xi : xi;
+  int c[PS_MAX_DIMS] = {x, y, z};
+  return ps_geometry_device_at(g, ps_geometry_chip_at(g, c), core);
 }
 
 typedef struct {
@@ -225,8 +227,10 @@ static PsPlan *pipeline_compile(const PsExperiment *exp, GError **error)
   plan->optimizer_slots = ps_lower_optimizer_slots(exp);
   plan->stage_first = g_memdup2(part->first, sizeof(int) * (size_t)(K + 1));
   int *dev = g_new(int, N);
+  PsGeometry *geo = ps_geometry_new(exp->topology);
   for (int p = 0; p < N; p++)
-    dev[p] = snake_device(exp->topology, p, N);
+    dev[p] = snake_device(geo, p, N);
+  ps_geometry_free(geo);
   int *members = g_new(int, R);
   gboolean ok = TRUE;
   GArray *ops = g_array_new(FALSE, TRUE, sizeof(PsOp));
