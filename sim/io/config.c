@@ -1004,113 +1004,136 @@ static gboolean check_cuts(const PsTopology *t, const LinkDir *ld, int n, const 
   return TRUE;
 }
 
+/* Entry faults.links[i] (path p) into f: its keys and types, bandwidth
+ * factor or failure, chip and dimension in range.  Whether the link exists
+ * and may fail is geometry (link_fault_geometry). */
+static gboolean parse_link_fault(json_object *o, const char *file, const char *p,
+                                 const PsTopology *t, PsLinkFault *f, GError **error)
+{
+  int dir = 0;
+  gboolean failed = FALSE;
+  f->bandwidth_factor = 1.0;
+  if (!ps_json_expect_object(o, file, p, error) ||
+      !ps_json_check_keys(o, file, p, link_fault_keys, error) ||
+      !ps_json_get_int32(o, file, p, "chip", TRUE, G_MININT, G_MAXINT, &f->chip, error) ||
+      !ps_json_get_int32(o, file, p, "dim", TRUE, G_MININT, G_MAXINT, &f->dim, error) ||
+      !ps_json_get_enum(o, file, p, "dir", TRUE, link_dirs, &dir, error) ||
+      !ps_json_get_bool(o, file, p, "both_ways", FALSE, &f->both_ways, error) ||
+      !ps_json_get_double(o, file, p, "bandwidth_factor", FALSE, 0, FALSE, 1.0,
+                          &f->bandwidth_factor, error) ||
+      !ps_json_get_bool(o, file, p, "failed", FALSE, &failed, error))
+    return FALSE;
+  f->dir = dir == 0 ? 1 : -1;
+  if (!has_key(o, "bandwidth_factor") && !failed) {
+    ps_config__fail(error, PS_INPUT_ERROR_KEY, file, p,
+                    "give bandwidth_factor (0 to 1, multiplies the link's bandwidth; 0 "
+                    "fails it) or \"failed\": true");
+    return FALSE;
+  }
+  if (failed && has_key(o, "bandwidth_factor") && f->bandwidth_factor != 0) {
+    g_autofree char *fp = ps_json_path_join(p, "failed");
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, fp,
+                    "true contradicts bandwidth_factor %g; give one of them", f->bandwidth_factor);
+    return FALSE;
+  }
+  if (failed)
+    f->bandwidth_factor = 0.0;
+  int chips = ps_topology_chips(t);
+  if (f->chip < 0 || f->chip >= chips) {
+    g_autofree char *cp = ps_json_path_join(p, "chip");
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, cp,
+                    "chip %d is out of range: %s has %d chips (0..%d, numbered x fastest)",
+                    f->chip, t->name, chips, chips - 1);
+    return FALSE;
+  }
+  if (f->dim < 0 || f->dim >= t->ndims) {
+    g_autofree char *dp = ps_json_path_join(p, "dim");
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, dp,
+                    "dimension %d is out of range: %s's torus has %d dimension%s (0 = x%s)",
+                    f->dim, t->name, t->ndims, t->ndims == 1 ? "" : "s",
+                    t->ndims == 3 ? ", 1 = y, 2 = z" : t->ndims == 2 ? ", 1 = y" : "");
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* Entry i (path p, parsed into f) names a link that exists and may fail
+ * as it asks, and no link direction an earlier entry named; its
+ * directions are added to ld[*n_ld...].  The same rules as
+ * ps_geometry_check_link_faults (hw/topology.h), which io cannot call. */
+static gboolean link_fault_geometry(const PsTopology *t, const PsLinkFault *f, int i,
+                                    const char *file, const char *p, LinkDir *ld, int *n_ld,
+                                    GError **error)
+{
+  char axis = "xyz"[f->dim], sign = f->dir > 0 ? '+' : '-';
+  if (t->dims[f->dim] == 1) {
+    g_autofree char *dp = ps_json_path_join(p, "dim");
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, dp,
+                    "dimension %c of %s has size 1: there are no ICI links along it", axis,
+                    t->name);
+    return FALSE;
+  }
+  int to = neighbour_of(t, f->chip, f->dim, f->dir);
+  if (to < 0) {
+    GString *c = g_string_new(NULL);
+    append_chip(c, t, f->chip);
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                    "chip %d %s has no %c%c link: it is at the edge of dimension %c, which "
+                    "has no wrap-around (torus.wrap[%d] = false)",
+                    f->chip, c->str, sign, axis, axis, f->dim);
+    g_string_free(c, TRUE);
+    return FALSE;
+  }
+  g_autofree char *name = link_text(t, f->chip, f->dim, f->dir);
+  if (f->bandwidth_factor == 0 && !t->wrap[f->dim]) {
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                    "failing %s cuts dimension %c in two: it has no wrap-around "
+                    "(torus.wrap[%d] = false), so traffic between the chips on either side "
+                    "has no other way; degrade it with a bandwidth_factor > 0 instead",
+                    name, axis, f->dim);
+    return FALSE;
+  }
+  if (f->bandwidth_factor == 0 && t->twisted) {
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                    "failing %s: rerouting round a failed link is not modelled on a twisted "
+                    "torus; degrade it with a bandwidth_factor > 0 instead",
+                    name);
+    return FALSE;
+  }
+  int first = *n_ld;
+  ld[(*n_ld)++] = (LinkDir){f->chip, f->dim, f->dir, f->bandwidth_factor == 0, i};
+  if (f->both_ways)
+    ld[(*n_ld)++] = (LinkDir){to, f->dim, -f->dir, f->bandwidth_factor == 0, i};
+  for (int k = first; k < *n_ld; k++)
+    for (int j = 0; j < first; j++)
+      if (ld[j].chip == ld[k].chip && ld[j].dim == ld[k].dim && ld[j].dir == ld[k].dir) {
+        g_autofree char *dup = link_text(t, ld[k].chip, ld[k].dim, ld[k].dir);
+        ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
+                        "%s is already named by faults.links[%d]; give each link direction "
+                        "once",
+                        dup, ld[j].entry);
+        return FALSE;
+      }
+  return TRUE;
+}
+
 static gboolean parse_link_faults(json_object *arr, const char *file, PsExperiment *e,
                                   GError **error)
 {
   const PsTopology *t = e->topology;
   PsFaultsConfig *fc = &e->faults;
   int n = (int)json_object_array_length(arr);
-  int chips = ps_topology_chips(t);
   fc->links = g_new0(PsLinkFault, n ? n : 1);
   g_autofree LinkDir *ld = g_new0(LinkDir, 2 * (size_t)n + 1);
   int n_ld = 0;
   for (int i = 0; i < n; i++) {
     g_autofree char *p = ps_json_path_index("faults.links", i);
-    json_object *o = json_object_array_get_idx(arr, i);
     PsLinkFault *f = &fc->links[i];
-    int dir = 0;
-    gboolean failed = FALSE;
-    f->bandwidth_factor = 1.0;
-    if (!ps_json_expect_object(o, file, p, error) ||
-        !ps_json_check_keys(o, file, p, link_fault_keys, error) ||
-        !ps_json_get_int32(o, file, p, "chip", TRUE, G_MININT, G_MAXINT, &f->chip, error) ||
-        !ps_json_get_int32(o, file, p, "dim", TRUE, G_MININT, G_MAXINT, &f->dim, error) ||
-        !ps_json_get_enum(o, file, p, "dir", TRUE, link_dirs, &dir, error) ||
-        !ps_json_get_bool(o, file, p, "both_ways", FALSE, &f->both_ways, error) ||
-        !ps_json_get_double(o, file, p, "bandwidth_factor", FALSE, 0, FALSE, 1.0,
-                            &f->bandwidth_factor, error) ||
-        !ps_json_get_bool(o, file, p, "failed", FALSE, &failed, error))
+    if (!parse_link_fault(json_object_array_get_idx(arr, i), file, p, t, f, error))
       return FALSE;
     fc->n_links++;
-    f->dir = dir == 0 ? 1 : -1;
-    if (!has_key(o, "bandwidth_factor") && !failed) {
-      ps_config__fail(error, PS_INPUT_ERROR_KEY, file, p,
-                      "give bandwidth_factor (0 to 1, multiplies the link's bandwidth; 0 "
-                      "fails it) or \"failed\": true");
+    if (!link_fault_geometry(t, f, i, file, p, ld, &n_ld, error))
       return FALSE;
-    }
-    if (failed && has_key(o, "bandwidth_factor") && f->bandwidth_factor != 0) {
-      g_autofree char *fp = ps_json_path_join(p, "failed");
-      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, fp,
-                      "true contradicts bandwidth_factor %g; give one of them",
-                      f->bandwidth_factor);
-      return FALSE;
-    }
-    if (failed)
-      f->bandwidth_factor = 0.0;
-    g_autofree char *cp = ps_json_path_join(p, "chip");
-    g_autofree char *dp = ps_json_path_join(p, "dim");
-    if (f->chip < 0 || f->chip >= chips) {
-      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, cp,
-                      "chip %d is out of range: %s has %d chips (0..%d, numbered x fastest)",
-                      f->chip, t->name, chips, chips - 1);
-      return FALSE;
-    }
-    if (f->dim < 0 || f->dim >= t->ndims) {
-      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, dp,
-                      "dimension %d is out of range: %s's torus has %d dimension%s (0 = x%s)",
-                      f->dim, t->name, t->ndims, t->ndims == 1 ? "" : "s",
-                      t->ndims == 3 ? ", 1 = y, 2 = z" : t->ndims == 2 ? ", 1 = y" : "");
-      return FALSE;
-    }
-    char axis = "xyz"[f->dim], sign = f->dir > 0 ? '+' : '-';
-    if (t->dims[f->dim] == 1) {
-      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, dp,
-                      "dimension %c of %s has size 1: there are no ICI links along it", axis,
-                      t->name);
-      return FALSE;
-    }
-    int to = neighbour_of(t, f->chip, f->dim, f->dir);
-    if (to < 0) {
-      GString *c = g_string_new(NULL);
-      append_chip(c, t, f->chip);
-      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
-                      "chip %d %s has no %c%c link: it is at the edge of dimension %c, which "
-                      "has no wrap-around (torus.wrap[%d] = false)",
-                      f->chip, c->str, sign, axis, axis, f->dim);
-      g_string_free(c, TRUE);
-      return FALSE;
-    }
-    g_autofree char *name = link_text(t, f->chip, f->dim, f->dir);
-    if (f->bandwidth_factor == 0 && !t->wrap[f->dim]) {
-      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
-                      "failing %s cuts dimension %c in two: it has no wrap-around "
-                      "(torus.wrap[%d] = false), so traffic between the chips on either side "
-                      "has no other way; degrade it with a bandwidth_factor > 0 instead",
-                      name, axis, f->dim);
-      return FALSE;
-    }
-    if (f->bandwidth_factor == 0 && t->twisted) {
-      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
-                      "failing %s: rerouting round a failed link is not modelled on a twisted "
-                      "torus; degrade it with a bandwidth_factor > 0 instead",
-                      name);
-      return FALSE;
-    }
-    int first = n_ld;
-    ld[n_ld++] = (LinkDir){f->chip, f->dim, f->dir, f->bandwidth_factor == 0, i};
-    if (f->both_ways)
-      ld[n_ld++] = (LinkDir){to, f->dim, -f->dir, f->bandwidth_factor == 0, i};
-    for (int k = first; k < n_ld; k++)
-      for (int j = 0; j < first; j++)
-        if (ld[j].chip == ld[k].chip && ld[j].dim == ld[k].dim && ld[j].dir == ld[k].dir) {
-          g_autofree char *dup = link_text(t, ld[k].chip, ld[k].dim, ld[k].dir);
-          ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
-                          "%s is already named by faults.links[%d]; give each link direction "
-                          "once",
-                          dup, ld[j].entry);
-          return FALSE;
-        }
   }
   return check_cuts(t, ld, n_ld, file, error);
 }
