@@ -69,8 +69,9 @@ CLI_A     := $(BUILD)/libpodsim-cli.a
 LIB_SO    := $(BUILD)/libpodsim.so.$(VERSION)
 LIB_LINKS := $(BUILD)/libpodsim.so.$(SOVERSION) $(BUILD)/libpodsim.so
 # The embedding API: include/podsim/podsim.h and the headers of sim/ it
-# reaches (run.h and what run.h includes), installed under include/podsim/
-# with their paths (run.h, io/config.h, ...); $(BUILD)/umbrella.txt lists them.
+# reaches (run.h, run/experiment.h and what they include), installed under
+# include/podsim/ with their paths (run.h, io/config.h, ...);
+# $(BUILD)/umbrella.txt lists them.
 UMBRELLA  := include/podsim/podsim.h
 HDR_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude -Isim $(PKG_CFLAGS) $(BLAS_CFLAGS)
 TEST_SRC  := $(wildcard tests/test_*.c)

@@ -12,6 +12,7 @@
  * Usage: bench_step (from the source tree).
  * Invariant: every run starts from a fresh experiment, engine and pod. */
 #include "run.h"
+#include "run/experiment.h"
 
 #include <stdio.h>
 #include <stdlib.h>

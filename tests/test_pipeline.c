@@ -44,6 +44,7 @@
 #include "model/net.h"
 #include "program/program.h"
 #include "run.h"
+#include "run/experiment.h"
 #include "strategy/partition.h"
 #include "strategy/strategy.h"
 

@@ -41,6 +41,7 @@
 #include "io/dataset.h"
 #include "model/net.h"
 #include "run.h"
+#include "run/experiment.h"
 
 #include <float.h>
 #include <math.h>

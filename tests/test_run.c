@@ -18,6 +18,7 @@
 #include "hw/cost.h"
 #include "io/config.h"
 #include "run.h"
+#include "run/experiment.h"
 
 #include <glib/gstdio.h>
 #include <json-c/json.h>

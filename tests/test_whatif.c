@@ -63,6 +63,7 @@
 #include "exec/pod.h"
 #include "io/config.h"
 #include "run.h"
+#include "run/experiment.h"
 
 #include <glib/gstdio.h>
 #include <math.h>

@@ -14,6 +14,7 @@
 
 #include "io/config.h"
 #include "run.h"
+#include "run/experiment.h"
 
 #include <json-c/json.h>
 #include <stdio.h>

@@ -17,6 +17,7 @@
 #include "io/config.h"
 #include "io/trace.h"
 #include "run.h"
+#include "run/experiment.h"
 #include "strategy/kernels.h"
 #include "strategy/partition.h"
 

@@ -35,6 +35,7 @@
 #include "io/config.h"
 #include "model/kernels.h"
 #include "run.h"
+#include "run/experiment.h"
 
 #include <errno.h>
 #include <glib/gstdio.h>

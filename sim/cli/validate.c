@@ -34,6 +34,7 @@
 #include "io/config.h"
 #include "model/kernels.h"
 #include "run.h"
+#include "run/experiment.h"
 
 #include <json-c/json.h>
 #include <math.h>
