@@ -11,6 +11,7 @@
  * $PODSIM_DATA_DIR (the project root under `make test`), else ".". */
 #include "io/config.h"
 #include "common/json.h"
+#include "run/experiment.h"
 
 #include <glib/gstdio.h>
 #include <math.h>

@@ -5,6 +5,7 @@
 #include "hw/cost.h"
 #include "io/config.h"
 #include "model/layers.h"
+#include "run/experiment.h"
 
 #include <math.h>
 #include <string.h>

@@ -37,7 +37,8 @@
 #include "exec/pod.h"
 #include "io/config.h"
 #include "program/program.h"
-#include "run.h"
+#include "run/experiment.h"
+#include "run/run.h"
 
 #include <glib/gstdio.h>
 #include <math.h>

@@ -40,7 +40,8 @@
 #include "io/config.h"
 #include "io/dataset.h"
 #include "model/net.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 
 #include <float.h>
 #include <math.h>

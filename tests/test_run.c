@@ -17,7 +17,8 @@
  * (timing checks run with numerics off; time never depends on them) */
 #include "hw/cost.h"
 #include "io/config.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 
 #include <glib/gstdio.h>
 #include <json-c/json.h>

@@ -34,7 +34,8 @@
 #include "common/json.h"
 #include "io/config.h"
 #include "model/kernels.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 
 #include <errno.h>
 #include <glib/gstdio.h>

@@ -33,7 +33,8 @@
 #include "common/json.h"
 #include "io/config.h"
 #include "model/kernels.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 
 #include <json-c/json.h>
 #include <math.h>

@@ -1608,8 +1608,8 @@ fail:
   return NULL;
 }
 
-PsExperiment *ps_experiment_load(const char *name_or_path, const char *const *overrides,
-                                 GError **error)
+PsExperiment *ps_experiment_parse(const char *name_or_path, const char *const *overrides,
+                                  GError **error)
 {
   g_return_val_if_fail(name_or_path != NULL, NULL);
   static const char *const whole[] = {"topology", "model", NULL};

@@ -247,11 +247,13 @@ PsTopology *ps_topology_from_json(json_object *obj, const char *file, const char
                                   GError **error);
 void ps_topology_free(PsTopology *t);
 
-/* Loads an experiment, resolves topology and model by name, applies
+/* Parses an experiment, resolves topology and model by name, applies
  * overrides ("a.b=v", NULL-terminated, may be NULL) to the resolved tree,
- * then checks everything.  (transfer full) */
-PsExperiment *ps_experiment_load(const char *name_or_path, const char *const *overrides,
-                                 GError **error);
+ * then checks what io can judge.  Callers load through ps_experiment_load
+ * (run/experiment.h), which adds the checks of the layers above.
+ * (transfer full) */
+PsExperiment *ps_experiment_parse(const char *name_or_path, const char *const *overrides,
+                                  GError **error);
 void ps_experiment_free(PsExperiment *e);
 
 /* Devices the experiment's strategy occupies: replicas x stages (at most
