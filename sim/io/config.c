@@ -755,8 +755,10 @@ static gboolean parse_collective(json_object *root, const char *file, PsCollecti
  *            "links": [{"chip", "dim", "dir", "both_ways", "bandwidth_factor",
  *                       "failed"}]}
  * Checked against the run the rest of the experiment resolved to: a
- * straggler must be a device the run uses, a link must exist, and failed
- * links must leave a way between every two chips (see check_cuts). */
+ * straggler must be a device the run uses, a link's chip and dimension in
+ * range.  Whether a link exists and failed links leave a way between every
+ * two chips is geometry: ps_geometry_check_link_faults (hw/topology.h),
+ * called by the run layer's loader (run/experiment.h). */
 static const char *const faults_keys[] = {"stragglers", "slow_hosts", "links", NULL};
 static const char *const straggler_keys[] = {"device", "slowdown", "delay_s", NULL};
 static const char *const slow_host_keys[] = {"host", "slowdown", NULL};
@@ -889,124 +891,9 @@ static gboolean parse_slow_hosts(json_object *arr, const char *file, PsExperimen
   return TRUE;
 }
 
-/* Chip coordinates, x fastest (network.h's numbering). */
-static void chip_coords(const PsTopology *t, int chip, int c[PS_MAX_DIMS])
-{
-  for (int d = 0; d < PS_MAX_DIMS; d++) {
-    c[d] = d < t->ndims ? chip % t->dims[d] : 0;
-    if (d < t->ndims)
-      chip /= t->dims[d];
-  }
-}
-
-static int chip_at(const PsTopology *t, const int c[PS_MAX_DIMS])
-{
-  int chip = 0;
-  for (int d = t->ndims - 1; d >= 0; d--)
-    chip = chip * t->dims[d] + c[d];
-  return chip;
-}
-
-/* The chip one hop from `chip` along dim in direction dir (the twist of a
- * twisted torus applied as network.c applies it), or -1 at a mesh edge. */
-static int neighbour_of(const PsTopology *t, int chip, int dim, int dir)
-{
-  int c[PS_MAX_DIMS], n = t->dims[dim];
-  chip_coords(t, chip, c);
-  int x = c[dim] + dir;
-  if (x < 0 || x >= n) {
-    if (!t->wrap[dim])
-      return -1;
-    x = (x + n) % n;
-    if (t->twisted) {
-      int k = MIN(t->dims[0], MIN(t->dims[1], t->dims[2]));
-      if (n == k)
-        for (int l = 0; l < t->ndims; l++)
-          if (t->dims[l] != k)
-            c[l] = (c[l] + k) % t->dims[l];
-    }
-  }
-  c[dim] = x;
-  return chip_at(t, c);
-}
-
-static void append_chip(GString *s, const PsTopology *t, int chip)
-{
-  int c[PS_MAX_DIMS];
-  chip_coords(t, chip, c);
-  g_string_append_c(s, '(');
-  for (int d = 0; d < t->ndims; d++)
-    g_string_append_printf(s, "%s%d", d ? "," : "", c[d]);
-  g_string_append_c(s, ')');
-}
-
-/* "chip (1,0) -> (0,0) -x", as ps_network_link_name names it.  (transfer
- * full) */
-static char *link_text(const PsTopology *t, int chip, int dim, int dir)
-{
-  GString *s = g_string_new("chip ");
-  append_chip(s, t, chip);
-  g_string_append(s, " -> ");
-  append_chip(s, t, neighbour_of(t, chip, dim, dir));
-  g_string_append_printf(s, " %c%c", dir > 0 ? '+' : '-', "xyz"[dim]);
-  return g_string_free(s, FALSE);
-}
-
-/* One link direction a fault entry names. */
-typedef struct {
-  int chip, dim, dir;
-  gboolean failed;
-  int entry;
-} LinkDir;
-
-/* Failed links must leave a way between every two chips.  In a ring
- * (dims with wrap-around; mesh dims reject any failure before this), a
- * route that meets a failed link goes the other way round, so two chips
- * are cut off exactly when both ways meet one: a failed + link leaving
- * position p and a failed - link leaving position q cut the pair
- * (q, p + 1) unless q = p + 1, i.e. unless the two are the directions of
- * one cable. */
-static gboolean check_cuts(const PsTopology *t, const LinkDir *ld, int n, const char *file,
-                           GError **error)
-{
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < n; j++) {
-      const LinkDir *u = &ld[i], *v = &ld[j];
-      if (!u->failed || !v->failed || u->dim != v->dim || u->dir < 0 || v->dir > 0)
-        continue;
-      int cu[PS_MAX_DIMS], cv[PS_MAX_DIMS], d = u->dim, len = t->dims[d];
-      chip_coords(t, u->chip, cu);
-      chip_coords(t, v->chip, cv);
-      gboolean same_ring = TRUE;
-      for (int k = 0; k < t->ndims; k++)
-        if (k != d && cu[k] != cv[k])
-          same_ring = FALSE;
-      if (!same_ring || cv[d] == (cu[d] + 1) % len)
-        continue;
-      int later = MAX(u->entry, v->entry), earlier = MIN(u->entry, v->entry);
-      g_autofree char *p = ps_json_path_index("faults.links", later);
-      g_autofree char *un = link_text(t, u->chip, d, +1);
-      g_autofree char *vn = link_text(t, v->chip, d, -1);
-      cu[d] = (cu[d] + 1) % len;
-      GString *a = g_string_new(NULL), *b = g_string_new(NULL);
-      append_chip(a, t, v->chip);
-      append_chip(b, t, chip_at(t, cu));
-      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
-                      "with %s and %s both failed (faults.links[%d] and [%d]), chip %s and "
-                      "chip %s have no way to each other round the %c ring (each way crosses "
-                      "a failed link); fail links of one ring in one direction only, or the "
-                      "two directions of one cable",
-                      un, vn, earlier, later, a->str, b->str, "xyz"[d]);
-      g_string_free(a, TRUE);
-      g_string_free(b, TRUE);
-      return FALSE;
-    }
-  return TRUE;
-}
-
 /* Entry faults.links[i] (path p) into f: its keys and types, bandwidth
  * factor or failure, chip and dimension in range.  Whether the link exists
- * and may fail is geometry (link_fault_geometry). */
+ * and may fail is geometry (ps_geometry_check_link_faults). */
 static gboolean parse_link_fault(json_object *o, const char *file, const char *p,
                                  const PsTopology *t, PsLinkFault *f, GError **error)
 {
@@ -1057,85 +944,23 @@ static gboolean parse_link_fault(json_object *o, const char *file, const char *p
   return TRUE;
 }
 
-/* Entry i (path p, parsed into f) names a link that exists and may fail
- * as it asks, and no link direction an earlier entry named; its
- * directions are added to ld[*n_ld...].  The same rules as
- * ps_geometry_check_link_faults (hw/topology.h), which io cannot call. */
-static gboolean link_fault_geometry(const PsTopology *t, const PsLinkFault *f, int i,
-                                    const char *file, const char *p, LinkDir *ld, int *n_ld,
-                                    GError **error)
-{
-  char axis = "xyz"[f->dim], sign = f->dir > 0 ? '+' : '-';
-  if (t->dims[f->dim] == 1) {
-    g_autofree char *dp = ps_json_path_join(p, "dim");
-    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, dp,
-                    "dimension %c of %s has size 1: there are no ICI links along it", axis,
-                    t->name);
-    return FALSE;
-  }
-  int to = neighbour_of(t, f->chip, f->dim, f->dir);
-  if (to < 0) {
-    GString *c = g_string_new(NULL);
-    append_chip(c, t, f->chip);
-    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
-                    "chip %d %s has no %c%c link: it is at the edge of dimension %c, which "
-                    "has no wrap-around (torus.wrap[%d] = false)",
-                    f->chip, c->str, sign, axis, axis, f->dim);
-    g_string_free(c, TRUE);
-    return FALSE;
-  }
-  g_autofree char *name = link_text(t, f->chip, f->dim, f->dir);
-  if (f->bandwidth_factor == 0 && !t->wrap[f->dim]) {
-    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
-                    "failing %s cuts dimension %c in two: it has no wrap-around "
-                    "(torus.wrap[%d] = false), so traffic between the chips on either side "
-                    "has no other way; degrade it with a bandwidth_factor > 0 instead",
-                    name, axis, f->dim);
-    return FALSE;
-  }
-  if (f->bandwidth_factor == 0 && t->twisted) {
-    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
-                    "failing %s: rerouting round a failed link is not modelled on a twisted "
-                    "torus; degrade it with a bandwidth_factor > 0 instead",
-                    name);
-    return FALSE;
-  }
-  int first = *n_ld;
-  ld[(*n_ld)++] = (LinkDir){f->chip, f->dim, f->dir, f->bandwidth_factor == 0, i};
-  if (f->both_ways)
-    ld[(*n_ld)++] = (LinkDir){to, f->dim, -f->dir, f->bandwidth_factor == 0, i};
-  for (int k = first; k < *n_ld; k++)
-    for (int j = 0; j < first; j++)
-      if (ld[j].chip == ld[k].chip && ld[j].dim == ld[k].dim && ld[j].dir == ld[k].dir) {
-        g_autofree char *dup = link_text(t, ld[k].chip, ld[k].dim, ld[k].dir);
-        ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
-                        "%s is already named by faults.links[%d]; give each link direction "
-                        "once",
-                        dup, ld[j].entry);
-        return FALSE;
-      }
-  return TRUE;
-}
-
+/* faults.links as parsed: whether each link exists, may fail and leaves
+ * every chip a way to the others is geometry, checked by the run layer
+ * (ps_geometry_check_link_faults, hw/topology.h). */
 static gboolean parse_link_faults(json_object *arr, const char *file, PsExperiment *e,
                                   GError **error)
 {
-  const PsTopology *t = e->topology;
   PsFaultsConfig *fc = &e->faults;
   int n = (int)json_object_array_length(arr);
   fc->links = g_new0(PsLinkFault, n ? n : 1);
-  g_autofree LinkDir *ld = g_new0(LinkDir, 2 * (size_t)n + 1);
-  int n_ld = 0;
   for (int i = 0; i < n; i++) {
     g_autofree char *p = ps_json_path_index("faults.links", i);
-    PsLinkFault *f = &fc->links[i];
-    if (!parse_link_fault(json_object_array_get_idx(arr, i), file, p, t, f, error))
+    if (!parse_link_fault(json_object_array_get_idx(arr, i), file, p, e->topology,
+                          &fc->links[i], error))
       return FALSE;
     fc->n_links++;
-    if (!link_fault_geometry(t, f, i, file, p, ld, &n_ld, error))
-      return FALSE;
   }
-  return check_cuts(t, ld, n_ld, file, error);
+  return TRUE;
 }
 
 static gboolean parse_faults(json_object *root, const char *file, PsExperiment *e,

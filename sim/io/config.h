@@ -173,7 +173,8 @@ typedef struct {
  * work (input pipeline, outside compilation) `slowdown` times slower; a
  * link fault multiplies an ICI link direction's bandwidth by
  * bandwidth_factor, 0 failing it (traffic goes the other way round its
- * ring).  Loaded and checked by config.c, applied by the executor. */
+ * ring).  Loaded by config.c, checked against the slice's geometry by
+ * hw/topology.h's ps_geometry_check_link_faults, applied by the executor. */
 typedef struct {
   int device;
   double slowdown;          /* > 0; 1 when absent */
