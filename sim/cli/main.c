@@ -298,6 +298,48 @@ static void print_json(json_object *o)
                                                        JSON_C_TO_STRING_NOSLASHESCAPE));
 }
 
+/* The value at a dotted path of tree, or NULL.  (transfer none) */
+static json_object *tree_at(json_object *tree, const char *dotted)
+{
+  g_auto(GStrv) parts = g_strsplit(dotted, ".", -1);
+  for (int i = 0; parts[i] && tree; i++)
+    if (!json_object_object_get_ex(tree, parts[i], &tree))
+      return NULL;
+  return tree;
+}
+
+/* Per-chip peaks, DCN, naming and largest slice where the file gives them,
+ * then every sourced figure with its value and citation. */
+static void describe_generation(const PsTopology *t)
+{
+  printf("  per chip: %.1f TFLOP/s bf16", t->peak_flops / 1e12);
+  if (t->int8_peak_flops > 0)
+    printf(", %.1f TOP/s int8", t->int8_peak_flops / 1e12);
+  if (t->fp8_peak_flops > 0)
+    printf(", %.1f TFLOP/s fp8", t->fp8_peak_flops / 1e12);
+  printf("; %d MXU%s of %dx%d per core\n", t->mxus_per_core, t->mxus_per_core == 1 ? "" : "s",
+         t->mxu_size, t->mxu_size);
+  if (t->dcn_bandwidth_Bps > 0)
+    printf("  DCN %.1f GB/s per host\n", t->dcn_bandwidth_Bps / 1e9);
+  if (*t->name_counts || t->max_slice_chips > 0)
+    printf("  slice names count %s; largest slice %d chips\n",
+           *t->name_counts ? (strcmp(t->name_counts, "cores") ? "chips" : "TensorCores") : "?",
+           t->max_slice_chips);
+  if (!t->sources)
+    return;
+  json_object *tree = ps_topology_to_json(t);
+  printf("  figures and sources:\n");
+  json_object_object_foreach(t->sources, key, cite) {
+    json_object *v = tree_at(tree, key);
+    if (v && json_object_is_type(v, json_type_double))
+      printf("    %s = %g\n", key, json_object_get_double(v));
+    else
+      printf("    %s = %s\n", key, v ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN) : "?");
+    printf("      %s\n", json_object_get_string(cite));
+  }
+  json_object_put(tree);
+}
+
 static void describe_topology(const PsTopology *t)
 {
   printf("%s: %s\n", t->name, t->description ? t->description : "");
@@ -313,6 +355,7 @@ static void describe_topology(const PsTopology *t)
          ps_topology_device_hbm_bandwidth(t) / 1e9);
   printf("  ICI %.1f GB/s per link one way, %.2f us per hop; PCIe %.1f GB/s per host\n",
          t->ici_bandwidth_Bps / 1e9, t->ici_latency_s * 1e6, t->pcie_bandwidth_Bps / 1e9);
+  describe_generation(t);
 }
 
 static int cmd_describe(int argc, char **argv)
