@@ -272,6 +272,29 @@ static int cmd_run(int argc, char **argv)
   return 0;
 }
 
+/* Orders names as people count: digit runs by their value, so tpu-v4-8
+ * comes before tpu-v4-16 and a generation's base before its slices. */
+static int compare_natural(const void *pa, const void *pb)
+{
+  const char *a = *(char *const *)pa, *b = *(char *const *)pb;
+  while (*a && *b) {
+    if (g_ascii_isdigit(*a) && g_ascii_isdigit(*b)) {
+      char *ea, *eb;
+      guint64 x = g_ascii_strtoull(a, &ea, 10), y = g_ascii_strtoull(b, &eb, 10);
+      if (x != y)
+        return x < y ? -1 : 1;
+      a = ea;
+      b = eb;
+    } else if (*a != *b) {
+      return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+    } else {
+      a++;
+      b++;
+    }
+  }
+  return (unsigned char)*a - (unsigned char)*b;
+}
+
 static int cmd_list(int argc, char **argv)
 {
   static const char *const kinds[] = {"topologies", "models", "experiments"};
@@ -283,6 +306,7 @@ static int cmd_list(int argc, char **argv)
     if (strcmp(argv[1], kinds[i]) != 0)
       continue;
     g_auto(GStrv) names = ps_config_list(kinds[i]);
+    qsort(names, g_strv_length(names), sizeof *names, compare_natural);
     for (char **n = names; n && *n; n++)
       printf("%s\n", *n);
     return 0;
