@@ -159,7 +159,7 @@ static double max_abs_diff(const float *a, const float *b, size_t n, size_t *n_d
 
 /* ---- the reference trainer ------------------------------------------ */
 
-/* What run.c does for one device, rebuilt from the public pieces: the same
+/* What run/numerics.c does for one device, rebuilt from the public pieces: the same
  * synthetic set and sampler (same seed), the same initial weights, nets of
  * the batch sizes the replicas use. */
 typedef struct {
@@ -209,7 +209,7 @@ static void ref_clear(Ref *r)
   ps_experiment_free(r->e);
 }
 
-/* The global batch of step `step` (1-based): run.c draws one global batch
+/* The global batch of step `step` (1-based): run/numerics.c draws one global batch
  * per step from one sampler, replica r taking examples [r B/R, (r+1) B/R). */
 static void ref_draw(Ref *r, int64_t step)
 {
@@ -333,7 +333,7 @@ static double check_step_any_order(Ref *r, const float *w_start, const float *w_
 /* Largest |logit difference| between the one-replica forward pass (batch
  * B at weights w1) and the N replicas' (batch B/N each at weights wN) on
  * the drawn batch; *LN and *L1 receive the losses they give (the replicas'
- * averaged as run.c does). */
+ * averaged as run/numerics.c does). */
 static double logits_gap(Ref *r, int N, const float *w1, const float *wN, double *L1,
                          double *LN)
 {
@@ -477,7 +477,7 @@ static void test_mean_matches_one(void)
                    "%.3g; moved up to %.3g)", N, STEPS, differ, d, 2 * sum_local, dist);
     g_assert_cmpfloat(d, <=, 2 * sum_local);
     g_assert_cmpfloat(dist, >, 1e4 * 2 * sum_local);
-    /* losses: run.c averages the replicas' mean losses, each computed in
+    /* losses: run/numerics.c averages the replicas' mean losses, each computed in
      * double from float logits, so they are what the reference nets give
      * (up to the order of that average: 1e-14).  Per example the loss
      * logsumexp(z) - z_label moves by at most 2 max_j |dz_j| (its
