@@ -36,13 +36,6 @@ int ps_cost_passes(PsPrecision prec, int matmul_passes)
   return prec == PS_PRECISION_BF16 ? 1 : MAX(matmul_passes, 1);
 }
 
-void ps_cost_options(const PsExperiment *exp, PsCostOptions *out)
-{
-  out->passes = ps_cost_passes(exp->numerics.precision, exp->numerics.matmul_passes);
-  out->act_bytes = ps_cost_act_bytes(exp->numerics.precision);
-  out->fusion = exp->fusion;
-}
-
 gboolean ps_cost_fuses_into_producer(PsLayerKind k)
 {
   switch (k) {
