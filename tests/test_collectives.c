@@ -1090,9 +1090,27 @@ static void test_cli_trace(void)
   g_rmdir(dir);
 }
 
+/* The names come from the algorithm table: each has a summary, "auto"
+ * ends the list, and a name not in it has none. */
+static void test_algo_names(void)
+{
+  g_auto(GStrv) names = ps_coll_algo_names();
+  guint n = g_strv_length(names);
+  g_assert_cmpuint(n, >=, 2);
+  g_assert_cmpstr(names[n - 1], ==, "auto");
+  gboolean ring = FALSE;
+  for (guint i = 0; i < n; i++) {
+    g_assert_nonnull(ps_coll_algo_summary(names[i]));
+    ring = ring || strcmp(names[i], "ring") == 0;
+  }
+  g_assert_true(ring);
+  g_assert_null(ps_coll_algo_summary("nope"));
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/collectives/algo-names", test_algo_names);
   g_test_add_func("/collectives/ring/alpha-beta", test_ring_alpha_beta);
   g_test_add_func("/collectives/ring/chunk-condition", test_ring_chunk_condition);
   g_test_add_func("/collectives/bidir/alpha-beta", test_bidir_alpha_beta);

@@ -119,10 +119,14 @@ gboolean ps_coll_op_parse(const char *name, PsCollOp *out)
   return FALSE;
 }
 
-const char *const *ps_coll_algo_names(void)
+char **ps_coll_algo_names(void)
 {
-  static const char *const names[] = {"ring", "bidir", "torus", "p2p", "auto", NULL};
-  return names;
+  GPtrArray *names = g_ptr_array_new();
+  for (int i = 0; ps_coll_algos[i]; i++)
+    g_ptr_array_add(names, g_strdup(ps_coll_algos[i]->name));
+  g_ptr_array_add(names, g_strdup("auto"));
+  g_ptr_array_add(names, NULL);
+  return (char **)g_ptr_array_free(names, FALSE);
 }
 
 const char *ps_coll_algo_summary(const char *name)
@@ -720,12 +724,6 @@ const char *ps_collective_algo(const PsCollective *c) { return c->algo->name; }
 const char *ps_collective_why(const PsCollective *c) { return c->why; }
 double ps_collective_predict_s(const PsCollective *c) { return c->algo->predict_s(c->plan); }
 int ps_collective_members(const PsCollective *c) { return c->g.n; }
-
-int ps_collective_steps(const PsCollective *c, int member)
-{
-  g_return_val_if_fail(member >= 0 && member < c->g.n, 0);
-  return c->members[member].n_steps;
-}
 
 void ps_collective_block(const PsCollective *c, int member, int64_t *off, int64_t *len)
 {
