@@ -581,6 +581,46 @@ static const CacheEntry *cache_find(const PsCollCache *cache, const PsCollSpec *
   return NULL;
 }
 
+static void cache_add(PsCollCache *cache, const PsCollSpec *spec, const PsCollective *c)
+{
+  CacheEntry e = {*spec, g_memdup2(spec->devices, sizeof(int) * (size_t)spec->n_members),
+                  c->p.chunk_bytes, c->algo, g_strdup(c->why)};
+  e.spec.devices = NULL;
+  e.spec.algo = NULL;
+  g_array_append_val(cache->entries, e);
+}
+
+/* "auto": predicts every algorithm of the table that can run op on the
+ * group and keeps the fastest (the first of equals), with its plan and the
+ * reason. */
+static void pick_fastest(PsCollective *c, PsCollOp op)
+{
+  GString *others = g_string_new(NULL);
+  double best = 0;
+  for (int i = 0; ps_coll_algos[i]; i++) {
+    const PsCollAlgo *a = ps_coll_algos[i];
+    if (a->unsupported(&c->g, op))
+      continue;
+    PsCollPlan *plan = a->plan_new(&c->g, &c->p);
+    double t = a->predict_s(plan);
+    g_autofree char *ts = format_s(t);
+    g_string_append_printf(others, "%s%s %s", others->len ? ", " : "", a->name, ts);
+    if (!c->algo || t < best) {
+      if (c->plan)
+        c->algo->plan_free(c->plan);
+      c->algo = a;
+      c->plan = plan;
+      best = t;
+    } else {
+      a->plan_free(plan);
+    }
+  }
+  g_assert(c->algo != NULL);
+  c->why = g_strdup_printf("auto picked %s: fastest closed-form prediction (%s)",
+                           c->algo->name, others->str);
+  g_string_free(others, TRUE);
+}
+
 PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError **error)
 {
   return ps_collective_new_cached(net, spec, NULL, error);
@@ -606,9 +646,10 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
   const char *name = spec->algo ? spec->algo : "auto";
   const PsCollAlgo *chosen = ps_coll_algo_find(name);
   if (!chosen && strcmp(name, "auto") != 0) {
+    g_auto(GStrv) names = ps_coll_algo_names();
+    g_autofree char *list = g_strjoinv(", ", names);
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                "unknown collective algorithm '%s'; choose ring, bidir, torus, p2p or auto",
-                name);
+                "unknown collective algorithm '%s'; choose one of %s", name, list);
     return NULL;
   }
   PsCollective *c = g_new0(PsCollective, 1);
@@ -648,37 +689,9 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
     c->plan = hit->algo->plan_new(&c->g, &c->p);
     c->why = g_strdup(hit->why);
   } else {
-    GString *others = g_string_new(NULL);
-    double best = 0;
-    for (int i = 0; ps_coll_algos[i]; i++) {
-      const PsCollAlgo *a = ps_coll_algos[i];
-      if (a->unsupported(&c->g, spec->op))
-        continue;
-      PsCollPlan *plan = a->plan_new(&c->g, &c->p);
-      double t = a->predict_s(plan);
-      g_autofree char *ts = format_s(t);
-      g_string_append_printf(others, "%s%s %s", others->len ? ", " : "", a->name, ts);
-      if (!c->algo || t < best) {
-        if (c->plan)
-          c->algo->plan_free(c->plan);
-        c->algo = a;
-        c->plan = plan;
-        best = t;
-      } else {
-        a->plan_free(plan);
-      }
-    }
-    g_assert(c->algo != NULL);
-    c->why = g_strdup_printf("auto picked %s: fastest closed-form prediction (%s)",
-                             c->algo->name, others->str);
-    g_string_free(others, TRUE);
-    if (cache) {
-      CacheEntry e = {*spec, g_memdup2(spec->devices, sizeof(int) * (size_t)spec->n_members),
-                      c->p.chunk_bytes, c->algo, g_strdup(c->why)};
-      e.spec.devices = NULL;
-      e.spec.algo = NULL;
-      g_array_append_val(cache->entries, e);
-    }
+    pick_fastest(c, spec->op);
+    if (cache)
+      cache_add(cache, spec, c);
   }
   c->members = g_aligned_alloc0((gsize)c->g.n, sizeof(Member), 64);
   for (int i = 0; i < c->g.n; i++) {
