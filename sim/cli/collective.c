@@ -152,18 +152,6 @@ typedef struct {
   uint64_t events;
 } Row;
 
-typedef struct {
-  ps_time_t last;
-  int done;
-} Finish;
-
-static void on_done(void *ctx, int member, ps_time_t t)
-{
-  Finish *f = ctx;
-  f->last = MAX(f->last, t);
-  f->done++;
-}
-
 /* One size on a fresh engine; fills row; writes the trace if asked. */
 static gboolean run_size(const PsTopology *topo, PsCollOp op, const char *algo,
                          const GArray *group, int root, int64_t bytes, int64_t chunk,
@@ -187,13 +175,9 @@ static gboolean run_size(const PsTopology *topo, PsCollOp op, const char *algo,
       ps_network_set_trace(net, trace, 1);
   }
   if (ok) {
-    Finish fin = {0, 0};
-    for (int m = 0; m < (int)group->len; m++)
-      ps_collective_arrive(c, m, NULL, on_done, &fin);
-    ps_engine_run(engine, PS_TIME_NEVER);
-    g_assert(fin.done == (int)group->len);
+    ps_time_t last = ps_collective_run_round(c);
     row->bytes = bytes;
-    row->time_s = ps_time_to_s(fin.last);
+    row->time_s = ps_time_to_s(last);
     row->formula_s = ps_collective_predict_s(c);
     row->algbw = row->time_s > 0 ? (double)bytes / row->time_s : 0.0;
     row->busbw = row->algbw * bus_factor(op, (int)group->len);

@@ -766,3 +766,27 @@ void ps_collective_arrive(PsCollective *c, int member, float *buf, PsCollDoneFn 
   m->ctx = ctx;
   member_run(c, member);
 }
+
+/* What ps_collective_run_round waits for. */
+typedef struct {
+  ps_time_t last;
+  int done;
+} RoundEnd;
+
+static void on_round_member(void *ctx, int member, ps_time_t t)
+{
+  RoundEnd *f = ctx;
+  f->last = MAX(f->last, t);
+  f->done++;
+}
+
+ps_time_t ps_collective_run_round(PsCollective *c)
+{
+  g_return_val_if_fail(c != NULL, 0);
+  RoundEnd end = {0, 0};
+  for (int m = 0; m < c->g.n; m++)
+    ps_collective_arrive(c, m, NULL, on_round_member, &end);
+  ps_engine_run(c->engine, PS_TIME_NEVER);
+  g_assert(end.done == c->g.n);
+  return end.last;
+}

@@ -150,6 +150,13 @@ int ps_collective_members(const PsCollective *c);
  * again before done has run is a programming error. */
 void ps_collective_arrive(PsCollective *c, int member, float *buf, PsCollDoneFn done, void *ctx);
 
+/* One timing-only round with every member arriving now: runs the
+ * network's engine until nothing is left to run and returns the time the
+ * last member finished.  For tools timing a collective alone on a fresh
+ * engine (podsim collective, the benches); the engine must hold no other
+ * events that never end. */
+ps_time_t ps_collective_run_round(PsCollective *c);
+
 /* Every message of the collective, for traces: when member src sends one
  * of its round `round` to member dst (just before the network has it),
  * and when it has wholly arrived, at t; id is the network's message id
