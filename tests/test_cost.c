@@ -3,9 +3,9 @@
  * kernels of a ResNet bottleneck block, MXU passes per precision, and the
  * order none >= xla >= ideal of the fusion modes. */
 #include "hw/cost.h"
+#include "strategy/cost-options.h"
 #include "io/config.h"
 #include "model/layers.h"
-#include "strategy/cost-options.h"
 
 #include <math.h>
 #include <string.h>
