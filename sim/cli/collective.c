@@ -2,10 +2,11 @@
  *
  *   podsim collective --topology NAME|FILE|ring:N|torus:XxY[xZ] [--set k=v]...
  *       [--op allreduce|reducescatter|allgather|broadcast|sendrecv]
- *       [--algo ring|bidir|torus|p2p|auto (the algorithm table's names)] [--bytes LIST] [--chunk SIZE]
+ *       [--algo ring|bidir|torus|p2p|auto] [--bytes LIST] [--chunk SIZE]
  *       [--group D,D,...] [--root M] [--json] [--trace FILE]
  *
- * Every size runs on a fresh engine and network, every member arriving at
+ * The --algo names are the algorithm table's (ps_coll_algo_names).  Every
+ * size runs on a fresh engine and network, every member arriving at
  * time 0 (timing only: one byte per element); the time is when the last
  * member is done.  Bus bandwidth uses nccl-tests' factors: 2(n-1)/n for
  * all-reduce, (n-1)/n for reduce-scatter and all-gather, 1 otherwise.

@@ -121,8 +121,8 @@ static gboolean add_name(Builder *b, const char *name, const char *path, GError 
   const char *prev = g_hash_table_lookup(b->names, name);
   if (prev) {
     ps_layer_error(error, PS_INPUT_ERROR_VALUE, b->file, path,
-              "duplicate layer name '%s' (also used at %s)%s", name, prev,
-              b->repeats > 0 ? "; a repeat names its copies NAME<i>, or NAME_<i> when NAME "
+                   "duplicate layer name '%s' (also used at %s)%s", name, prev,
+                   b->repeats > 0 ? "; a repeat names its copies NAME<i>, or NAME_<i> when NAME "
                                "ends in a digit: rename the layer or the repeat"
                              : "");
     return FALSE;
@@ -160,7 +160,7 @@ gboolean ps_layer_get_dim(json_object *obj, const char *file, const char *path, 
   if (v > MAX_DIM) {
     g_autofree char *p = ps_json_path_join(path, key);
     ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, p,
-              "must be at most %" G_GINT64_FORMAT ", got %" G_GINT64_FORMAT, MAX_DIM, v);
+                   "must be at most %" G_GINT64_FORMAT ", got %" G_GINT64_FORMAT, MAX_DIM, v);
     return FALSE;
   }
   *out = v;
@@ -172,7 +172,8 @@ static gboolean check_size(double n, const char *what, const char *file, const c
 {
   if (n <= MAX_ELEMS)
     return TRUE;
-  ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, path, "%s of %.3g elements is too large", what, n);
+  ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, path, "%s of %.3g elements is too large",
+                 what, n);
   return FALSE;
 }
 
@@ -318,8 +319,8 @@ static gboolean item_residual(Builder *b, json_object *obj, const char *path, co
     g_autofree char *bs = ps_layer_shape_str(t->shape, t->rank);
     g_autofree char *ss = ps_layer_shape_str(sc.shape, sc.rank);
     ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, path,
-              "residual body output %s does not match the shortcut output %s%s", bs, ss,
-              shortcut ? "" : " (identity shortcut)");
+                   "residual body output %s does not match the shortcut output %s%s", bs, ss,
+                   shortcut ? "" : " (identity shortcut)");
     return FALSE;
   }
   PsLayer L = {0};
@@ -347,7 +348,7 @@ static gboolean item_repeat(Builder *b, json_object *obj, const char *path, cons
   if (count > MAX_REPEAT) {
     g_autofree char *p = ps_json_path_join(path, "count");
     ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, p,
-              "must be at most %d, got %" G_GINT64_FORMAT, MAX_REPEAT, count);
+                   "must be at most %d, got %" G_GINT64_FORMAT, MAX_REPEAT, count);
     return FALSE;
   }
   g_autofree char *bpath = ps_json_path_join(path, "body");
@@ -444,7 +445,7 @@ static gboolean build_list(Builder *b, json_object *arr, const char *path, const
     if (given && (!*given || strpbrk(given, " \t\n") != NULL)) {
       g_autofree char *np = ps_json_path_join(ipath, "name");
       ps_layer_error(error, PS_INPUT_ERROR_VALUE, b->file, np,
-                "must be a non-empty name without spaces, got '%s'", given);
+                     "must be a non-empty name without spaces, got '%s'", given);
       return FALSE;
     }
     int ord = GPOINTER_TO_INT(g_hash_table_lookup(ordinals, type)) + 1;
@@ -497,7 +498,7 @@ static gboolean read_input(PsModel *m, json_object *obj, const char *file, const
   size_t rank = json_object_is_type(shape, json_type_array) ? json_object_array_length(shape) : 0;
   if (rank < 1 || rank > PS_MAX_RANK) {
     ps_layer_error(error, PS_INPUT_ERROR_TYPE, file, spath,
-              "must be an array of 1 to %d positive integers", PS_MAX_RANK);
+                   "must be an array of 1 to %d positive integers", PS_MAX_RANK);
     return FALSE;
   }
   m->in_rank = (int)rank;
@@ -509,7 +510,7 @@ static gboolean read_input(PsModel *m, json_object *obj, const char *file, const
                    : -1;
     if (!(v >= 1 && v <= (double)MAX_DIM && v == floor(v))) {
       ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, dp, "must be a positive integer, got %s",
-                d ? json_object_to_json_string(d) : "null");
+                     d ? json_object_to_json_string(d) : "null");
       return FALSE;
     }
     m->in_shape[i] = (int64_t)v;
@@ -518,7 +519,7 @@ static gboolean read_input(PsModel *m, json_object *obj, const char *file, const
     return FALSE;
   if (m->token_input && rank != 1) {
     ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, spath,
-              "token input must have shape [S], got rank %zu", rank);
+                   "token input must have shape [S], got rank %zu", rank);
     return FALSE;
   }
   return TRUE;
