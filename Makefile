@@ -76,8 +76,9 @@ UMBRELLA  := include/podsim/podsim.h
 HDR_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude -Isim $(PKG_CFLAGS) $(BLAS_CFLAGS)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTBIN)/%)
-# what the command-line tests share (tests/support/cli.h), linked into each
-TEST_SUPPORT := $(BUILD)/tests/support/cli.o
+# what the tests share (tests/support/: the command line's, the numerics'),
+# linked into each
+TEST_SUPPORT := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/support/*.c))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
