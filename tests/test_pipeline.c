@@ -47,6 +47,13 @@
 #include "run/experiment.h"
 #include "strategy/partition.h"
 #include "strategy/strategy.h"
+#include "strategy/strategy-private.h"
+
+/* The keys the replicate and pipeline strategies read (white box). */
+static const PsReplicaConfig *replica_config(const PsExperiment *e)
+{
+  return e->strategy.config;
+}
 
 #include <float.h>
 #include <math.h>
@@ -243,7 +250,7 @@ static void test_partition_residual(void)
   }
   g_assert_cmpint(allowed, >=, 24); /* at least between the 24 residual blocks */
   GError *error = NULL;
-  PsPartition *p = ps_partition_compute(e, 8, 8, &error);
+  PsPartition *p = ps_partition_compute(e, 8, 8, PS_PARTITION_OPTIMAL, NULL, &error);
   g_assert_no_error(error);
   for (int s = 1; s < 8; s++)
     g_assert_true(ps_partition_cut_allowed(m, p->first[s]));
@@ -373,8 +380,8 @@ static void test_plans_valid(void)
         g_assert_no_error(error);
         g_assert_true(ps_plan_validate(plan, &error));
         g_assert_no_error(error);
-        const int K = e->strategy.stages, M = e->strategy.micro_batches;
-        g_assert_cmpint(plan->n_devices, ==, K * e->strategy.replicas);
+        const int K = replica_config(e)->staging.stages, M = replica_config(e)->staging.micro_batches;
+        g_assert_cmpint(plan->n_devices, ==, K * replica_config(e)->rep.replicas);
         for (int d = 0; d < plan->n_devices; d++) {
           const PsProgram *p = ps_plan_program(plan, d);
           int s = plan->stage_of[d];

@@ -19,7 +19,6 @@
 #include "run.h"
 #include "run/experiment.h"
 #include "strategy/kernels.h"
-#include "strategy/partition.h"
 
 #include <errno.h>
 #include <locale.h>
@@ -85,30 +84,39 @@ static void ensure_parent(const char *path)
     return; /* ps_trace_open reports the real error */
 }
 
-/* "8 replicas", "2 replicas x 4 stages".  (transfer full) */
-static char *placement_text(const PsExperiment *e, gboolean schedule)
+/* A word of the strategy's resolved keys ("gpipe"), or "". */
+static const char *strategy_word(const PsExperiment *e, const char *key)
 {
-  const PsStrategyConfig *s = &e->strategy;
+  json_object *so = NULL, *v = NULL;
+  if (json_object_object_get_ex(e->resolved, "strategy", &so) && so)
+    json_object_object_get_ex(so, key, &v);
+  return v ? json_object_get_string(v) : "";
+}
+
+/* "8 replicas", "2 replicas x 4 stages", from the plan's mesh.
+ * (transfer full) */
+static char *placement_text(const PsExperiment *e, const PsPlan *plan, gboolean schedule)
+{
+  int R = ps_plan_axis_size(plan, PS_AXIS_DATA), K = ps_plan_axis_size(plan, PS_AXIS_STAGE);
+  int M = plan->micro_batches;
   g_autofree char *stages =
-      s->kind != PS_STRATEGY_PIPELINE ? g_strdup("")
-      : schedule ? g_strdup_printf(" x %d stage%s, %d micro-batch%s, %s", s->stages,
-                                   s->stages == 1 ? "" : "s", s->micro_batches,
-                                   s->micro_batches == 1 ? "" : "es",
-                                   s->schedule == PS_SCHEDULE_1F1B ? "1f1b" : "gpipe")
-                 : g_strdup_printf(" x %d stage%s", s->stages, s->stages == 1 ? "" : "s");
-  return g_strdup_printf("%d replica%s%s", s->replicas, s->replicas == 1 ? "" : "s", stages);
+      !ps_plan_has_axis(plan, PS_AXIS_STAGE) ? g_strdup("")
+      : schedule ? g_strdup_printf(" x %d stage%s, %d micro-batch%s, %s", K, K == 1 ? "" : "s",
+                                   M, M == 1 ? "" : "es", strategy_word(e, "schedule"))
+                 : g_strdup_printf(" x %d stage%s", K, K == 1 ? "" : "s");
+  return g_strdup_printf("%d replica%s%s", R, R == 1 ? "" : "s", stages);
 }
 
 /* The line a run opens with: what runs where, as resolved after --set, e.g.
  * "podsim 0.1.0: resnet50-v3-8: model resnet50 on tpu-v3-32 (32 devices:
  * 32 replicas), global batch 1024, 10 steps, bf16, numerics off".
  * (transfer full) */
-static char *run_header(const PsExperiment *e)
+static char *run_header(const PsExperiment *e, const PsPlan *plan)
 {
-  int used = ps_experiment_devices_used(e), devices = ps_topology_devices(e->topology);
+  int used = plan->n_devices, devices = ps_topology_devices(e->topology);
   g_autofree char *of = used < devices ? g_strdup_printf("%d of %d", used, devices)
                                        : g_strdup_printf("%d", devices);
-  g_autofree char *placement = placement_text(e, TRUE);
+  g_autofree char *placement = placement_text(e, plan, TRUE);
   return g_strdup_printf(
       "podsim %s: %s: model %s on %s (%s device%s: %s), global batch %" G_GINT64_FORMAT
       ", %" G_GINT64_FORMAT " step%s, %s, numerics %s",
@@ -118,24 +126,24 @@ static char *run_header(const PsExperiment *e)
       e->numerics.enabled ? "on" : "off");
 }
 
-/* One line on stderr when the strategy leaves devices of the slice idle,
+/* One line on stderr when the plan leaves devices of the slice idle,
  * saying what to set to use them all. */
-static void warn_idle_devices(const PsExperiment *e)
+static void warn_idle_devices(const PsExperiment *e, const PsPlan *plan)
 {
-  const PsStrategyConfig *s = &e->strategy;
-  int used = ps_experiment_devices_used(e), devices = ps_topology_devices(e->topology);
+  int used = plan->n_devices, devices = ps_topology_devices(e->topology);
   if (used >= devices)
     return;
-  g_autofree char *what = s->stages > 1 ? placement_text(e, FALSE) : NULL;
+  int K = ps_plan_axis_size(plan, PS_AXIS_STAGE);
+  g_autofree char *what = K > 1 ? placement_text(e, plan, FALSE) : NULL;
   g_autofree char *fix = NULL;
-  if (devices % s->stages != 0) {
+  if (devices % K != 0) {
     fix = g_strdup_printf("strategy.stages=%d does not divide %d; pick strategy.stages and "
                           "strategy.replicas whose product is %d to use them all",
-                          s->stages, devices, devices);
+                          K, devices, devices);
   } else {
-    int want = devices / s->stages;
+    int want = devices / K;
     g_autofree char *with =
-        s->stages > 1 ? g_strdup_printf(" with strategy.stages=%d", s->stages) : g_strdup("");
+        K > 1 ? g_strdup_printf(" with strategy.stages=%d", K) : g_strdup("");
     g_autofree char *batch =
         e->global_batch % want != 0
             ? g_strdup_printf(" and a global_batch divisible by %d", want)
@@ -234,13 +242,19 @@ static int cmd_run(int argc, char **argv)
     trace = g_strdup_printf("traces/%s.json", exp->name);
     ensure_parent(trace);
   }
-  warn_idle_devices(exp);
+  PsPlan *plan = ps_run_compile(exp, &error);
+  if (!plan) {
+    ps_experiment_free(exp);
+    return fail(error);
+  }
+  warn_idle_devices(exp, plan);
   FILE *log = json || quiet ? NULL : stdout;
   if (log) {
-    g_autofree char *header = run_header(exp);
+    g_autofree char *header = run_header(exp, plan);
     printf("%s\n", header);
     fflush(stdout);
   }
+  ps_plan_free(plan);
   PsRunOptions opt = {.trace_path = no_trace ? NULL : trace, .trace_links = trace_links,
                       .log = log, .trace_max_bytes = trace_max_mb * 1000000,
                       .max_events = (uint64_t)max_events, .links_csv = links_csv};
@@ -374,19 +388,15 @@ static int cmd_describe(int argc, char **argv)
     if (!exp)
       return fail(error);
     print_json(exp->resolved);
-    if (stages && exp->strategy.kind == PS_STRATEGY_PIPELINE) {
-      const PsStrategyConfig *sc = &exp->strategy;
-      PsPartition *part = ps_partition_compute(
-          exp, sc->stages, exp->global_batch / sc->replicas / sc->micro_batches, &error);
-      if (!part) {
+    if (stages && exp->strategy.impl->describe) {
+      GString *s = g_string_new(NULL);
+      if (!exp->strategy.impl->describe(exp, exp->strategy.config, s, &error)) {
+        g_string_free(s, TRUE);
         ps_experiment_free(exp);
         return fail(error);
       }
-      GString *s = g_string_new(NULL);
-      ps_partition_describe(part, exp, s);
       printf("\n%s", s->str);
       g_string_free(s, TRUE);
-      ps_partition_free(part);
     }
     if (program || kernels) {
       PsPlan *plan = ps_run_compile(exp, &error);

@@ -13,12 +13,13 @@ PsPlan *ps_plan_new(int n_devices)
   plan->program_of = g_new0(int, n_devices);
   plan->stage_of = g_new0(int, n_devices);
   plan->replica_of = g_new0(int, n_devices);
-  plan->strategy = "?";
   plan->replicas = 1;
   plan->stages = 1;
+  plan->mesh.coord = g_new0(int, (size_t)n_devices * PS_N_AXES);
+  plan->mesh.n_ranges = g_new0(int, n_devices);
+  plan->mesh.ranges = g_new0(PsParamRange *, n_devices);
   plan->micro_batches = 1;
   plan->loss_scale = 1.0f;
-  plan->optimizer_slots = 1;
   return plan;
 }
 
@@ -38,7 +39,65 @@ void ps_plan_free(PsPlan *plan)
   g_free(plan->stage_of);
   g_free(plan->replica_of);
   g_free(plan->stage_first);
+  for (int d = 0; d < plan->n_devices; d++)
+    g_free(plan->mesh.ranges[d]);
+  g_free(plan->mesh.ranges);
+  g_free(plan->mesh.n_ranges);
+  g_free(plan->mesh.coord);
   g_free(plan);
+}
+
+void ps_plan_set_axis(PsPlan *plan, PsAxis axis, int size)
+{
+  g_return_if_fail(axis < PS_N_AXES && size >= 1);
+  plan->mesh.size[axis] = size;
+}
+
+void ps_plan_set_coord(PsPlan *plan, int device, PsAxis axis, int c)
+{
+  g_return_if_fail(device >= 0 && device < plan->n_devices && axis < PS_N_AXES);
+  g_return_if_fail(c >= 0 && c < plan->mesh.size[axis]);
+  plan->mesh.coord[(size_t)device * PS_N_AXES + axis] = c;
+}
+
+void ps_plan_add_params(PsPlan *plan, int device, int64_t off, int64_t len)
+{
+  g_return_if_fail(device >= 0 && device < plan->n_devices && off >= 0 && len >= 0);
+  PsMesh *m = &plan->mesh;
+  m->ranges[device] = g_renew(PsParamRange, m->ranges[device], m->n_ranges[device] + 1);
+  m->ranges[device][m->n_ranges[device]++] = (PsParamRange){off, len};
+}
+
+gboolean ps_plan_has_axis(const PsPlan *plan, PsAxis axis)
+{
+  g_return_val_if_fail(axis < PS_N_AXES, FALSE);
+  return plan->mesh.size[axis] > 0;
+}
+
+int ps_plan_axis_size(const PsPlan *plan, PsAxis axis)
+{
+  g_return_val_if_fail(axis < PS_N_AXES, 1);
+  return MAX(plan->mesh.size[axis], 1);
+}
+
+int ps_plan_coord(const PsPlan *plan, int device, PsAxis axis)
+{
+  g_return_val_if_fail(device >= 0 && device < plan->n_devices && axis < PS_N_AXES, 0);
+  return plan->mesh.coord[(size_t)device * PS_N_AXES + axis];
+}
+
+const char *ps_buffer_name(PsBufferKind kind)
+{
+  static const char *const names[] = {"gradients", "parameters", "activations"};
+  g_return_val_if_fail(kind <= PS_BUFFER_ACTIVATIONS, "?");
+  return names[kind];
+}
+
+const char *ps_axis_name(PsAxis axis)
+{
+  static const char *const names[PS_N_AXES] = {"data", "stage", "fsdp", "tensor", "sequence"};
+  g_return_val_if_fail(axis < PS_N_AXES, "?");
+  return names[axis];
 }
 
 const PsProgram *ps_plan_program(const PsPlan *plan, int device)
@@ -263,9 +322,12 @@ static void describe_op(const PsPlan *plan, int i, const PsOp *op, GString *out)
 void ps_plan_describe_device(const PsPlan *plan, int device, GString *out)
 {
   const PsProgram *p = ps_plan_program(plan, device);
-  if (plan->stages > 1)
-    g_string_append_printf(out, "stage %d of %d, replica %d of %d: ", plan->stage_of[device],
-                           plan->stages, plan->replica_of[device], plan->replicas);
+  if (ps_plan_axis_size(plan, PS_AXIS_STAGE) > 1)
+    g_string_append_printf(out, "stage %d of %d, replica %d of %d: ",
+                           ps_plan_coord(plan, device, PS_AXIS_STAGE),
+                           ps_plan_axis_size(plan, PS_AXIS_STAGE),
+                           ps_plan_coord(plan, device, PS_AXIS_DATA),
+                           ps_plan_axis_size(plan, PS_AXIS_DATA));
   g_string_append_printf(out, "device %d (program %d of %d): %d ops per step, HBM %.2f MiB "
                          "static, %.2f MiB peak\n", device, plan->program_of[device],
                          plan->n_programs, p->n_ops, p->hbm_static_bytes / 1048576.0,
@@ -285,7 +347,7 @@ void ps_plan_describe_device(const PsPlan *plan, int device, GString *out)
                            " x %d bytes of %s [%" G_GINT64_FORMAT ", +%" G_GINT64_FORMAT
                            ")  %s\n", c, ps_coll_op_name(pc->op), pc->algo, m, pc->n_members,
                            pc->count, pc->elem_bytes,
-                           pc->buffer == PS_BUFFER_GRADS ? "gradients" : "parameters",
+                           ps_buffer_name(pc->buffer),
                            pc->offset, pc->count, pc->name);
   }
 }
