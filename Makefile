@@ -60,7 +60,7 @@ $(shell cmp -s $(FLAGS_STAMP).new $(FLAGS_STAMP) && rm -f $(FLAGS_STAMP).new || 
 
 # libpodsim: everything but the command line.  The subcommands (sim/cli/)
 # go into build/libpodsim-cli.a, for podsim and the tests, never installed.
-LIB_SRC   := $(filter-out sim/cli/%,$(wildcard sim/*.c sim/*/*.c))
+LIB_SRC   := $(filter-out sim/cli/%,$(wildcard sim/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC   := $(filter-out sim/cli/main.c,$(wildcard sim/cli/*.c))
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -69,9 +69,8 @@ CLI_A     := $(BUILD)/libpodsim-cli.a
 LIB_SO    := $(BUILD)/libpodsim.so.$(VERSION)
 LIB_LINKS := $(BUILD)/libpodsim.so.$(SOVERSION) $(BUILD)/libpodsim.so
 # The embedding API: include/podsim/podsim.h and the headers of sim/ it
-# reaches (run.h, run/experiment.h and what they include), installed under
-# include/podsim/ with their paths (run.h, io/config.h, ...);
-# $(BUILD)/umbrella.txt lists them.
+# reaches (run/run.h, run/experiment.h and what they include), installed under include/podsim/
+# with their paths (run/run.h, io/config.h, ...); $(BUILD)/umbrella.txt lists them.
 UMBRELLA  := include/podsim/podsim.h
 HDR_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude -Isim $(PKG_CFLAGS) $(BLAS_CFLAGS)
 TEST_SRC  := $(wildcard tests/test_*.c)
@@ -151,7 +150,7 @@ $(LIB_LINKS): $(LIB_SO)
 # The public headers: what the umbrella header reaches under sim/ (checked
 # to compile in the tree with -Iinclude -Isim, and to hold nothing of the
 # CLI and no *-private.h).
-$(BUILD)/umbrella.txt: $(UMBRELLA) $(wildcard sim/*.h sim/*/*.h) | deps
+$(BUILD)/umbrella.txt: $(UMBRELLA) $(wildcard sim/*/*.h) | deps
 	@echo "  HDRS  $@"
 	@$(CC) $(HDR_CFLAGS) -fsyntax-only -x c $(UMBRELLA)
 	@$(CC) $(HDR_CFLAGS) -MM -MT x $(UMBRELLA) | tr ' \\' '\n\n' | grep '^sim/' | \

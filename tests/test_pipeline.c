@@ -43,7 +43,7 @@
 #include "io/dataset.h"
 #include "model/net.h"
 #include "program/program.h"
-#include "run.h"
+#include "run/run.h"
 #include "run/experiment.h"
 #include "strategy/partition.h"
 #include "strategy/strategy.h"

@@ -40,7 +40,7 @@
 #include "io/config.h"
 #include "io/dataset.h"
 #include "model/net.h"
-#include "run.h"
+#include "run/run.h"
 #include "run/experiment.h"
 #include "strategy/strategy-private.h"
 

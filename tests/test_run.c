@@ -17,7 +17,7 @@
  * (timing checks run with numerics off; time never depends on them) */
 #include "hw/cost.h"
 #include "io/config.h"
-#include "run.h"
+#include "run/run.h"
 #include "run/experiment.h"
 #include "strategy/strategy-private.h"
 

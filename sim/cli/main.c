@@ -16,7 +16,7 @@
 #include "cli/validate.h"
 #include "io/config.h"
 #include "io/trace.h"
-#include "run.h"
+#include "run/run.h"
 #include "run/experiment.h"
 #include "strategy/kernels.h"
 

@@ -20,7 +20,7 @@
 
 #include "common/common.h"
 #include "io/config.h"
-#include "run.h"
+#include "run/run.h"
 #include "run/experiment.h"
 
 #include <glib/gstdio.h>

@@ -34,7 +34,7 @@
 #include "common/json.h"
 #include "io/config.h"
 #include "model/kernels.h"
-#include "run.h"
+#include "run/run.h"
 #include "run/experiment.h"
 
 #include <errno.h>
