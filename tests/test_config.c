@@ -14,11 +14,6 @@
 #include "run/experiment.h"
 #include "strategy/strategy-private.h"
 
-/* The keys the replicate and pipeline strategies read (white box). */
-static const PsReplicaConfig *replica_config(const PsExperiment *e)
-{
-  return e->strategy.config;
-}
 
 #include <glib/gstdio.h>
 #include <math.h>
@@ -26,6 +21,12 @@ static const PsReplicaConfig *replica_config(const PsExperiment *e)
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* The keys the replicate and pipeline strategies read (white box). */
+static const PsReplicaConfig *replica_config(const PsExperiment *e)
+{
+  return e->strategy.config;
+}
 
 #define GIB (INT64_C(1) << 30)
 

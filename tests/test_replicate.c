@@ -44,16 +44,17 @@
 #include "run/experiment.h"
 #include "strategy/strategy-private.h"
 
-/* The keys the replicate and pipeline strategies read (white box). */
-static const PsReplicaConfig *replica_config(const PsExperiment *e)
-{
-  return e->strategy.config;
-}
 
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+
+/* The keys the replicate and pipeline strategies read (white box). */
+static const PsReplicaConfig *replica_config(const PsExperiment *e)
+{
+  return e->strategy.config;
+}
 
 #define U ((double)FLT_EPSILON / 2) /* 2^-24 */
 

@@ -21,16 +21,17 @@
 #include "run/experiment.h"
 #include "strategy/strategy-private.h"
 
-/* The keys the replicate and pipeline strategies read (white box). */
-static const PsReplicaConfig *replica_config(const PsExperiment *e)
-{
-  return e->strategy.config;
-}
 
 #include <glib/gstdio.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <string.h>
+
+/* The keys the replicate and pipeline strategies read (white box). */
+static const PsReplicaConfig *replica_config(const PsExperiment *e)
+{
+  return e->strategy.config;
+}
 
 static char *tmpdir;
 

@@ -119,6 +119,7 @@ typedef struct {
   int elem_bytes;
   PsBufferKind buffer;  /* numerics: elements [offset, offset + count) of it */
   int64_t offset;
+  int layer;            /* ACTIVATIONS: whose output (-1: the net's input) */
   char name[64];        /* "all-reduce bucket 2 (layers 40..47)" */
 } PsPlanColl;
 
@@ -133,8 +134,6 @@ typedef struct {
    * never reads these) */
   PsMesh mesh;
   int micro_batches;
-  int replicas, stages;
-  int *stage_of, *replica_of; /* per device (zero-filled by ps_plan_new) */
   int *stage_first;         /* stages + 1 entries: stage s runs layers
                                [stage_first[s], stage_first[s + 1]) (owned) */
   float loss_scale;         /* applied to d(loss)/d(logits): 1/replicas for "mean",

@@ -227,8 +227,6 @@ static PsPlan *pipeline_compile(const PsExperiment *exp, const void *config, GEr
     return NULL;
   const int N = K * R;
   PsPlan *plan = ps_plan_new(N);
-  plan->replicas = R;
-  plan->stages = K;
   plan->micro_batches = M;
   plan->loss_scale = ps_replica_loss_scale(&c->rep, M);
   ps_plan_set_axis(plan, PS_AXIS_DATA, R);
@@ -245,8 +243,6 @@ static PsPlan *pipeline_compile(const PsExperiment *exp, const void *config, GEr
     const PsLayer *lf = &m->layers[first], *ll = &m->layers[last];
     for (int r = 0; r < R; r++) {
       members[r] = dev[r * K + s];
-      plan->stage_of[members[r]] = s;
-      plan->replica_of[members[r]] = r;
       ps_plan_set_coord(plan, members[r], PS_AXIS_STAGE, s);
       ps_plan_set_coord(plan, members[r], PS_AXIS_DATA, r);
       ps_plan_add_params(plan, members[r], ps_lower_param_offset(m, first), part->params[s]);

@@ -91,13 +91,11 @@ static PsPlan *replicate_compile(const PsExperiment *exp, const void *config, GE
   const int R = s->replicas;
   const int64_t batch = exp->global_batch / R;
   PsPlan *plan = ps_plan_new(R);
-  plan->replicas = R;
   plan->loss_scale = ps_replica_loss_scale(s, 1);
   ps_plan_set_axis(plan, PS_AXIS_DATA, R);
   int *members = g_new(int, R);
   for (int r = 0; r < R; r++) {
     members[r] = r;
-    plan->replica_of[r] = r;
     ps_plan_set_coord(plan, r, PS_AXIS_DATA, r);
     ps_plan_add_params(plan, r, 0, m->params);
   }
