@@ -68,16 +68,11 @@ static PsPlan *isolated_compile(const PsExperiment *exp, const void *config, GEr
   const int64_t b = exp->global_batch / N;
   PsPlan *plan = ps_plan_new(N);
   plan->loss_scale = 1.0f;
-  ps_plan_set_axis(plan, PS_AXIS_DATA, N);
-  for (int d = 0; d < N; d++) {
-    ps_plan_set_coord(plan, d, PS_AXIS_DATA, d);
-    ps_plan_add_params(plan, d, 0, m->params);
-  }
+  ps_lower_data_axis(plan, m, N);
   GArray *ops = g_array_new(FALSE, TRUE, sizeof(PsOp));
   GArray *groups = ps_lower_layer_groups(exp, 0, m->n_layers);
   int ng = (int)groups->len - 1;
-  PsOp in = {.kind = PS_OP_INFEED, .batch = b, .time = ps_lower_launch(exp),
-             .bytes = (double)(b * ps_shape_elems(m->in_shape, m->in_rank)) * 4.0};
+  PsOp in = ps_lower_infeed(exp, b);
   g_array_append_val(ops, in);
   for (int pass = 0; pass < 2; pass++)
     for (int k = 0; k < ng; k++) {
@@ -91,8 +86,7 @@ static PsPlan *isolated_compile(const PsExperiment *exp, const void *config, GEr
   PsOp up = {.coll = -1, .param_off = 0, .param_len = m->params};
   ps_lower_update_op(exp, &up, m->params);
   g_array_append_val(ops, up);
-  PsOp out = {.kind = PS_OP_OUTFEED, .batch = b, .bytes = 8.0, .time = ps_lower_launch(exp),
-              .loss_weight = 1.0 / N};
+  PsOp out = ps_lower_outfeed(exp, b, 1.0 / N);
   g_array_append_val(ops, out);
   ps_plan_add_program(plan, (PsOp *)(void *)ops->data, (int)ops->len);
   g_array_free(ops, TRUE);
@@ -131,6 +125,110 @@ static const PsStrategy isolated = {
     .compile = isolated_compile,
     .to_json = isolated_to_json,
     .devices = isolated_devices,
+    .describe = NULL,
+    .free = isolated_free};
+
+/* ---- activations through a collective ------------------------------------ */
+
+/* "gathered": two devices, each the whole model; after the forward pass
+ * they all-gather the output of layer GATHER_LAYER (each contributes its
+ * block of the rows), and the backward pass reads the gathered rows.  With
+ * "same": true both take the same examples (data coordinate 0), so the
+ * gather changes nothing; else device d takes the d-th half of the batch. */
+#define GATHER_LAYER 2
+
+typedef struct {
+  gboolean gather, same;
+} GatheredConfig;
+
+static gboolean gathered_parse(json_object *obj, const PsTopology *topo, const char *file,
+                               void **config, GError **error)
+{
+  static const char *const keys[] = {"kind", "gather", "same", NULL};
+  GatheredConfig *c = g_new0(GatheredConfig, 1);
+  c->gather = TRUE;
+  if (obj && (!ps_json_check_keys(obj, file, "strategy", keys, error) ||
+              !ps_json_get_bool(obj, file, "strategy", "gather", FALSE, &c->gather, error) ||
+              !ps_json_get_bool(obj, file, "strategy", "same", FALSE, &c->same, error))) {
+    g_free(c);
+    return FALSE;
+  }
+  *config = c;
+  return TRUE;
+}
+
+static gboolean gathered_check(const PsExperiment *exp, const void *config, GError **error)
+{
+  return TRUE;
+}
+
+static PsPlan *gathered_compile(const PsExperiment *exp, const void *config, GError **error)
+{
+  const GatheredConfig *c = config;
+  const PsModel *m = exp->model;
+  const int64_t b = c->same ? exp->global_batch : exp->global_batch / 2;
+  const PsLayer *l = &m->layers[GATHER_LAYER];
+  PsPlan *plan = ps_plan_new(2);
+  plan->loss_scale = c->same ? 1.0f : 0.5f;
+  ps_plan_set_axis(plan, PS_AXIS_DATA, c->same ? 1 : 2);
+  for (int d = 0; d < 2; d++) {
+    ps_plan_set_coord(plan, d, PS_AXIS_DATA, c->same ? 0 : d);
+    ps_plan_add_params(plan, d, 0, m->params);
+  }
+  int members[2] = {0, 1};
+  PsPlanColl coll = {.op = PS_COLL_ALL_GATHER, .algo = "auto", .n_members = 2,
+                     .members = members, .count = b * ps_shape_elems(l->out_shape, l->out_rank),
+                     .elem_bytes = 4, .buffer = PS_BUFFER_ACTIVATIONS, .offset = 0,
+                     .layer = GATHER_LAYER};
+  g_snprintf(coll.name, sizeof coll.name, "all-gather %s", l->name);
+  int ci = c->gather ? ps_plan_add_coll(plan, &coll) : -1;
+  GArray *ops = g_array_new(FALSE, TRUE, sizeof(PsOp));
+  PsOp in = ps_lower_infeed(exp, b);
+  g_array_append_val(ops, in);
+  PsOp f = {.kind = PS_OP_FWD, .batch = b, .first = 0, .last = m->n_layers - 1};
+  ps_lower_compute_op(exp, &f);
+  g_array_append_val(ops, f);
+  if (c->gather) {
+    PsOp st = {.kind = PS_OP_COLL_START, .coll = ci}, dn = {.kind = PS_OP_COLL_DONE, .coll = ci};
+    g_array_append_val(ops, st);
+    g_array_append_val(ops, dn);
+  }
+  PsOp bw = {.kind = PS_OP_BWD, .batch = b, .first = 0, .last = m->n_layers - 1};
+  ps_lower_compute_op(exp, &bw);
+  g_array_append_val(ops, bw);
+  PsOp up = {.coll = -1, .param_off = 0, .param_len = m->params};
+  ps_lower_update_op(exp, &up, m->params);
+  g_array_append_val(ops, up);
+  PsOp out = ps_lower_outfeed(exp, b, 0.5);
+  g_array_append_val(ops, out);
+  ps_plan_add_program(plan, (PsOp *)(void *)ops->data, (int)ops->len);
+  g_array_free(ops, TRUE);
+  return plan;
+}
+
+static json_object *gathered_to_json(const void *config)
+{
+  const GatheredConfig *c = config;
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "kind", json_object_new_string("gathered"));
+  json_object_object_add(o, "gather", json_object_new_boolean(c->gather));
+  json_object_object_add(o, "same", json_object_new_boolean(c->same));
+  return o;
+}
+
+static int gathered_devices(const void *config)
+{
+  return 2;
+}
+
+static const PsStrategy gathered = {
+    .name = "gathered",
+    .summary = "two devices that all-gather a layer's output between forward and backward",
+    .parse = gathered_parse,
+    .check = gathered_check,
+    .compile = gathered_compile,
+    .to_json = gathered_to_json,
+    .devices = gathered_devices,
     .describe = NULL,
     .free = isolated_free};
 
@@ -279,6 +377,53 @@ static void test_builtin_does_not_know_it(void)
   g_error_free(error);
 }
 
+static PsSummary run_gathered(PsStrategyRegistry *reg, const char *path, const char *gather,
+                               const char *same)
+{
+  const char *const ov[] = {"strategy.kind=gathered", gather, same, NULL};
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load_with(reg, path, ov, &error);
+  g_assert_no_error(error);
+  PsSummary s;
+  gboolean ok = ps_run(e, &(PsRunOptions){0}, &s, &error);
+  g_assert_no_error(error);
+  g_assert_true(ok);
+  g_assert_true(s.has_numerics);
+  ps_experiment_free(e);
+  return s;
+}
+
+/* Activations move through a collective with numerics on: gathering rows
+ * every device already holds changes no number; gathering another
+ * device's rows changes the gradients, so the weights and the loss. */
+static void test_activations_through_collective(void)
+{
+  g_autofree char *path = write_experiment(
+      "gathered.json",
+      "{\"name\": \"gathered\", \"topology\": \"tpu-v3-8\", \"model\": \"mlp\","
+      " \"global_batch\": 32, \"steps\": 6, \"steps_per_run\": 2,"
+      " \"strategy\": {\"kind\": \"gathered\"},"
+      " \"input\": {\"source\": \"synthetic\", \"synthetic_examples\": 320},"
+      " \"numerics\": {\"enabled\": true, \"seed\": 3}}");
+  PsStrategyRegistry *reg = registry_new(&gathered);
+  PsSummary same_on = run_gathered(reg, path, "strategy.gather=true", "strategy.same=true");
+  PsSummary same_off = run_gathered(reg, path, "strategy.gather=false", "strategy.same=true");
+  g_assert_cmpfloat(same_on.loss_last, ==, same_off.loss_last);
+  g_assert_cmpfloat(same_on.breakdown[PS_TIME_COLLECTIVE], >, 0);
+  PsSummary split_on = run_gathered(reg, path, "strategy.gather=true", "strategy.same=false");
+  PsSummary split_off = run_gathered(reg, path, "strategy.gather=false", "strategy.same=false");
+  g_test_message("loss after the steps: same examples %.9g / %.9g, split %.9g / %.9g",
+                 same_on.loss_last, same_off.loss_last, split_on.loss_last,
+                 split_off.loss_last);
+  g_assert_cmpfloat(split_on.loss_first, ==, split_off.loss_first);
+  g_assert_cmpfloat(split_on.loss_last, !=, split_off.loss_last);
+  ps_summary_clear(&same_on);
+  ps_summary_clear(&same_off);
+  ps_summary_clear(&split_on);
+  ps_summary_clear(&split_off);
+  registry_free(reg);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -287,6 +432,8 @@ int main(int argc, char **argv)
   g_test_add_func("/strategy-registry/isolated/runs", test_isolated_runs);
   g_test_add_func("/strategy-registry/isolated/errors", test_isolated_errors);
   g_test_add_func("/strategy-registry/builtin-is-const", test_builtin_does_not_know_it);
+  g_test_add_func("/strategy-registry/activations-through-collective",
+                  test_activations_through_collective);
   int rc = g_test_run();
   g_rmdir(tmpdir);
   g_free(tmpdir);

@@ -156,6 +156,46 @@ static void warn_idle_devices(const PsExperiment *e, const PsPlan *plan)
           devices - used, fix);
 }
 
+/* Before a run: the idle-device warning and the header line (on `log`),
+ * from the plan's mesh; FALSE when the plan does not compile. */
+static gboolean announce_run(const PsExperiment *exp, FILE *log, GError **error)
+{
+  PsPlan *plan = ps_run_compile(exp, error);
+  if (!plan)
+    return FALSE;
+  warn_idle_devices(exp, plan);
+  if (log) {
+    g_autofree char *header = run_header(exp, plan);
+    fprintf(log, "%s\n", header);
+    fflush(log);
+  }
+  ps_plan_free(plan);
+  return TRUE;
+}
+
+/* After a run: the summary (text or JSON) and where its files went. */
+static void print_run(const PsExperiment *exp, const PsRunOptions *opt, const PsSummary *sum,
+                      gboolean json, gint64 trace_max_mb)
+{
+  if (sum->trace_skipped)
+    fprintf(stderr, "podsim: warning: no trace written: %s would take about %.0f MB, over "
+                    "--trace-max %" G_GINT64_FORMAT " MB; raise --trace-max (0: no limit), "
+                    "run fewer steps, or use --no-trace\n",
+            opt->trace_path, sum->trace_estimate_bytes / 1e6, trace_max_mb);
+  if (json) {
+    g_autofree char *text = ps_summary_to_json(exp, sum);
+    printf("%s\n", text);
+    return;
+  }
+  ps_summary_print(exp, sum, stdout);
+  if (opt->trace_path && !sum->trace_skipped)
+    printf("trace            %s (%" G_GUINT64_FORMAT
+           " events): open it at https://ui.perfetto.dev or chrome://tracing\n",
+           opt->trace_path, sum->trace_events);
+  if (opt->links_csv)
+    printf("links            %s (one row per link direction)\n", opt->links_csv);
+}
+
 static int cmd_run(int argc, char **argv)
 {
   g_auto(GStrv) sets = NULL;
@@ -203,32 +243,21 @@ static int cmd_run(int argc, char **argv)
   if (argc != 2)
     return usage_error(ctx, "run needs exactly one EXPERIMENT%s", argc > 2 ? " (extra arguments)" : "");
 
+  if (steps != -1 && steps < 1)
+    return usage_error(ctx, "--steps must be at least 1, got %s", steps == 0 ? "0" : "a negative number");
+  if (trace && !*trace)
+    return usage_error(ctx, "--trace needs a file name%s", " (or use --no-trace)");
+  if (links_csv && !*links_csv)
+    return usage_error(ctx, "--links-csv needs a file name%s", "");
+  if (max_events < 0)
+    return usage_error(ctx, "--max-events must be 0 (no limit) or more%s", "");
+  if (trace_max_mb < 0 || trace_max_mb > G_MAXINT64 / 1000000)
+    return usage_error(ctx, "--trace-max must be a number of MB, 0 or more%s", "");
   GPtrArray *ov = g_ptr_array_new_with_free_func(g_free);
   for (char **s = sets; s && *s; s++)
     g_ptr_array_add(ov, g_strdup(*s));
-  if (steps != -1) {
-    if (steps < 1) {
-      g_ptr_array_free(ov, TRUE);
-      return usage_error(ctx, "--steps must be at least 1, got %s", steps == 0 ? "0" : "a negative number");
-    }
+  if (steps != -1)
     g_ptr_array_add(ov, g_strdup_printf("steps=%" G_GINT64_FORMAT, steps));
-  }
-  if (trace && !*trace) {
-    g_ptr_array_free(ov, TRUE);
-    return usage_error(ctx, "--trace needs a file name%s", " (or use --no-trace)");
-  }
-  if (links_csv && !*links_csv) {
-    g_ptr_array_free(ov, TRUE);
-    return usage_error(ctx, "--links-csv needs a file name%s", "");
-  }
-  if (max_events < 0) {
-    g_ptr_array_free(ov, TRUE);
-    return usage_error(ctx, "--max-events must be 0 (no limit) or more%s", "");
-  }
-  if (trace_max_mb < 0 || trace_max_mb > G_MAXINT64 / 1000000) {
-    g_ptr_array_free(ov, TRUE);
-    return usage_error(ctx, "--trace-max must be a number of MB, 0 or more%s", "");
-  }
   if (seed >= 0)
     g_ptr_array_add(ov, g_strdup_printf("numerics.seed=%" G_GINT64_FORMAT, seed));
   g_ptr_array_add(ov, NULL);
@@ -242,19 +271,11 @@ static int cmd_run(int argc, char **argv)
     trace = g_strdup_printf("traces/%s.json", exp->name);
     ensure_parent(trace);
   }
-  PsPlan *plan = ps_run_compile(exp, &error);
-  if (!plan) {
+  FILE *log = json || quiet ? NULL : stdout;
+  if (!announce_run(exp, log, &error)) {
     ps_experiment_free(exp);
     return fail(error);
   }
-  warn_idle_devices(exp, plan);
-  FILE *log = json || quiet ? NULL : stdout;
-  if (log) {
-    g_autofree char *header = run_header(exp, plan);
-    printf("%s\n", header);
-    fflush(stdout);
-  }
-  ps_plan_free(plan);
   PsRunOptions opt = {.trace_path = no_trace ? NULL : trace, .trace_links = trace_links,
                       .log = log, .trace_max_bytes = trace_max_mb * 1000000,
                       .max_events = (uint64_t)max_events, .links_csv = links_csv};
@@ -264,23 +285,7 @@ static int cmd_run(int argc, char **argv)
     ps_experiment_free(exp);
     return fail(error);
   }
-  if (sum.trace_skipped)
-    fprintf(stderr, "podsim: warning: no trace written: %s would take about %.0f MB, over "
-                    "--trace-max %" G_GINT64_FORMAT " MB; raise --trace-max (0: no limit), "
-                    "run fewer steps, or use --no-trace\n",
-            opt.trace_path, sum.trace_estimate_bytes / 1e6, trace_max_mb);
-  if (json) {
-    g_autofree char *text = ps_summary_to_json(exp, &sum);
-    printf("%s\n", text);
-  } else {
-    ps_summary_print(exp, &sum, stdout);
-    if (opt.trace_path && !sum.trace_skipped)
-      printf("trace            %s (%" G_GUINT64_FORMAT
-             " events): open it at https://ui.perfetto.dev or chrome://tracing\n",
-             opt.trace_path, sum.trace_events);
-    if (links_csv)
-      printf("links            %s (one row per link direction)\n", links_csv);
-  }
+  print_run(exp, &opt, &sum, json, trace_max_mb);
   ps_summary_clear(&sum);
   ps_experiment_free(exp);
   return 0;
@@ -327,6 +332,54 @@ static void describe_topology(const PsTopology *t)
          ps_topology_device_hbm_bandwidth(t) / 1e9);
   printf("  ICI %.1f GB/s per link one way, %.2f us per hop; PCIe %.1f GB/s per host\n",
          t->ici_bandwidth_Bps / 1e9, t->ici_latency_s * 1e6, t->pcie_bandwidth_Bps / 1e9);
+}
+
+/* `describe experiment`: the resolved tree, then what the strategy adds
+ * (--stages), then a device's program and kernels. */
+static int describe_experiment(const char *name, const char *const *ov, gboolean stages,
+                               int device, gboolean program, gboolean kernels)
+{
+  GError *error = NULL;
+  PsExperiment *exp = ps_experiment_load(name, ov, &error);
+  if (!exp)
+    return fail(error);
+  print_json(exp->resolved);
+  if (stages && exp->strategy.impl->describe) {
+    GString *s = g_string_new(NULL);
+    if (!exp->strategy.impl->describe(exp, exp->strategy.config, s, &error)) {
+      g_string_free(s, TRUE);
+      ps_experiment_free(exp);
+      return fail(error);
+    }
+    printf("\n%s", s->str);
+    g_string_free(s, TRUE);
+  }
+  if (program || kernels) {
+    PsPlan *plan = ps_run_compile(exp, &error);
+    if (!plan) {
+      ps_experiment_free(exp);
+      return fail(error);
+    }
+    if (device < 0 || device >= plan->n_devices) {
+      fprintf(stderr, "podsim: describe: --device %d: the plan has devices 0..%d\n", device,
+              plan->n_devices - 1);
+      ps_plan_free(plan);
+      ps_experiment_free(exp);
+      return EXIT_INPUT;
+    }
+    GString *s = g_string_new(NULL);
+    if (program)
+      ps_plan_describe_device(plan, device, s);
+    if (kernels) {
+      g_string_append(s, program ? "\n" : "");
+      ps_kernels_describe(exp, ps_plan_program(plan, device), s);
+    }
+    printf("\n%s", s->str);
+    g_string_free(s, TRUE);
+    ps_plan_free(plan);
+  }
+  ps_experiment_free(exp);
+  return 0;
 }
 
 static int cmd_describe(int argc, char **argv)
@@ -384,45 +437,7 @@ static int cmd_describe(int argc, char **argv)
   }
   const char *const *ov = (const char *const *)sets;
   if (strcmp(kind, "experiment") == 0) {
-    PsExperiment *exp = ps_experiment_load(name, ov, &error);
-    if (!exp)
-      return fail(error);
-    print_json(exp->resolved);
-    if (stages && exp->strategy.impl->describe) {
-      GString *s = g_string_new(NULL);
-      if (!exp->strategy.impl->describe(exp, exp->strategy.config, s, &error)) {
-        g_string_free(s, TRUE);
-        ps_experiment_free(exp);
-        return fail(error);
-      }
-      printf("\n%s", s->str);
-      g_string_free(s, TRUE);
-    }
-    if (program || kernels) {
-      PsPlan *plan = ps_run_compile(exp, &error);
-      if (!plan) {
-        ps_experiment_free(exp);
-        return fail(error);
-      }
-      if (device < 0 || device >= plan->n_devices) {
-        fprintf(stderr, "podsim: describe: --device %d: the plan has devices 0..%d\n", device,
-                plan->n_devices - 1);
-        ps_plan_free(plan);
-        ps_experiment_free(exp);
-        return EXIT_INPUT;
-      }
-      GString *s = g_string_new(NULL);
-      if (program)
-        ps_plan_describe_device(plan, device, s);
-      if (kernels) {
-        g_string_append(s, program ? "\n" : "");
-        ps_kernels_describe(exp, ps_plan_program(plan, device), s);
-      }
-      printf("\n%s", s->str);
-      g_string_free(s, TRUE);
-      ps_plan_free(plan);
-    }
-    ps_experiment_free(exp);
+    return describe_experiment(name, ov, stages, device, program, kernels);
   } else if (strcmp(kind, "topology") == 0) {
     PsTopology *t = ps_topology_load(name, ov, &error);
     if (!t)

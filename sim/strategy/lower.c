@@ -97,6 +97,33 @@ ps_time_t ps_lower_launch(const PsExperiment *exp)
   return ps_time_from_s(exp->topology->op_overhead_s);
 }
 
+void ps_lower_data_axis(PsPlan *plan, const PsModel *model, int n)
+{
+  ps_plan_set_axis(plan, PS_AXIS_DATA, n);
+  for (int d = 0; d < n; d++) {
+    ps_plan_set_coord(plan, d, PS_AXIS_DATA, d);
+    ps_plan_add_params(plan, d, 0, model->params);
+  }
+}
+
+PsOp ps_lower_infeed(const PsExperiment *exp, int64_t batch)
+{
+  const PsModel *m = exp->model;
+  PsOp in = {.kind = PS_OP_INFEED, .batch = batch, .time = ps_lower_launch(exp),
+             .bytes = (double)(batch * ps_shape_elems(m->in_shape, m->in_rank)) * 4.0};
+  snprintf(in.name, sizeof in.name, "infeed dequeue");
+  return in;
+}
+
+PsOp ps_lower_outfeed(const PsExperiment *exp, int64_t batch, double loss_weight)
+{
+  /* loss and correct count as two floats */
+  PsOp out = {.kind = PS_OP_OUTFEED, .batch = batch, .bytes = 8.0, .time = ps_lower_launch(exp),
+              .loss_weight = loss_weight};
+  snprintf(out.name, sizeof out.name, "outfeed");
+  return out;
+}
+
 gboolean ps_lower_fits(const PsExperiment *exp, const PsMemoryNeed *need, GError **error)
 {
   const PsModel *m = exp->model;

@@ -105,13 +105,12 @@ static PsOp group_op(const Stage *st, PsOpKind kind, int g, int mb)
 static void forward(Stage *st, int mb)
 {
   const PsExperiment *exp = st->exp;
-  const PsModel *m = exp->model;
   const int first = st->part->first[st->s], last = st->part->first[st->s + 1] - 1;
   gboolean remat = st->staging->rematerialize;
   if (st->s == 0) {
-    PsOp in = {.kind = PS_OP_INFEED, .batch = st->b, .mb = mb, .example_off = mb * st->b,
-               .time = ps_lower_launch(exp),
-               .bytes = (double)(st->b * ps_shape_elems(m->in_shape, m->in_rank)) * 4.0};
+    PsOp in = ps_lower_infeed(exp, st->b);
+    in.mb = mb;
+    in.example_off = mb * st->b;
     snprintf(in.name, sizeof in.name, "infeed dequeue mb%d", mb);
     append(st->ops, &in);
   }
@@ -263,9 +262,7 @@ static PsPlan *pipeline_compile(const PsExperiment *exp, const void *config, GEr
     ps_lower_buckets_clear(&bk);
     g_array_free(st.groups, TRUE);
     if (s == K - 1) {
-      PsOp out = {.kind = PS_OP_OUTFEED, .batch = b * M, .bytes = 8.0,
-                  .time = ps_lower_launch(exp), .loss_weight = 1.0 / R};
-      snprintf(out.name, sizeof out.name, "outfeed");
+      PsOp out = ps_lower_outfeed(exp, b * M, 1.0 / R);
       append(ops, &out);
     }
     /* one program per device: the same ops, with the peers of its replica */

@@ -92,21 +92,16 @@ static PsPlan *replicate_compile(const PsExperiment *exp, const void *config, GE
   const int64_t batch = exp->global_batch / R;
   PsPlan *plan = ps_plan_new(R);
   plan->loss_scale = ps_replica_loss_scale(s, 1);
-  ps_plan_set_axis(plan, PS_AXIS_DATA, R);
+  ps_lower_data_axis(plan, m, R);
   int *members = g_new(int, R);
-  for (int r = 0; r < R; r++) {
+  for (int r = 0; r < R; r++)
     members[r] = r;
-    ps_plan_set_coord(plan, r, PS_AXIS_DATA, r);
-    ps_plan_add_params(plan, r, 0, m->params);
-  }
 
   GArray *ops = g_array_new(FALSE, TRUE, sizeof(PsOp));
   GArray *groups = ps_lower_layer_groups(exp, 0, m->n_layers);
   int n_groups = (int)groups->len - 1;
 
-  PsOp in = {.kind = PS_OP_INFEED, .batch = batch, .time = ps_lower_launch(exp),
-             .bytes = (double)(batch * ps_shape_elems(m->in_shape, m->in_rank)) * 4.0};
-  snprintf(in.name, sizeof in.name, "infeed dequeue");
+  PsOp in = ps_lower_infeed(exp, batch);
   append(ops, &in);
   for (int g = 0; g < n_groups; g++) {
     PsOp f = {.kind = PS_OP_FWD, .batch = batch, .first = g_array_index(groups, int, g),
@@ -127,10 +122,7 @@ static PsPlan *replicate_compile(const PsExperiment *exp, const void *config, GE
   plan->n_buckets = ps_lower_buckets_count(&bk);
   int64_t slot_params = ps_lower_buckets_finish(&bk, ops, 0, m->params);
   ps_lower_buckets_clear(&bk);
-  /* loss and correct count as two floats */
-  PsOp out = {.kind = PS_OP_OUTFEED, .batch = batch, .bytes = 8.0, .time = ps_lower_launch(exp),
-              .loss_weight = 1.0 / R};
-  snprintf(out.name, sizeof out.name, "outfeed");
+  PsOp out = ps_lower_outfeed(exp, batch, 1.0 / R);
   append(ops, &out);
 
   int prog = ps_plan_add_program(plan, (PsOp *)(void *)ops->data, (int)ops->len);

@@ -95,6 +95,14 @@ void ps_lower_compute_op(const PsExperiment *exp, PsOp *op);
 void ps_lower_update_op(const PsExperiment *exp, PsOp *op, int64_t params);
 /* The launch overhead of INFEED and OUTFEED ops. */
 ps_time_t ps_lower_launch(const PsExperiment *exp);
+/* Devices 0 .. n - 1 along a data axis of n, each owning every parameter
+ * of the model (replicas). */
+void ps_lower_data_axis(PsPlan *plan, const PsModel *model, int n);
+/* The INFEED dequeue of `batch` examples (float32 inputs). */
+PsOp ps_lower_infeed(const PsExperiment *exp, int64_t batch);
+/* The OUTFEED of a step's loss and correct count, weighted in the step's
+ * loss by loss_weight. */
+PsOp ps_lower_outfeed(const PsExperiment *exp, int64_t batch, double loss_weight);
 
 /* What one device holds in HBM, for the one rule that decides whether it
  * fits: weights and gradients of `params` (4 bytes each), the optimizer's
