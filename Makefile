@@ -21,7 +21,8 @@ TESTBIN     ?= tests/bin
 # -np K podsim sweep ...` spreads a sweep's points over K processes; it
 # installs openmpi-bin and libopenmpi-dev (as root) when they are missing.
 # A plain build needs no MPI.  $(BUILD)/mpi.txt remembers which kind of
-# build $(BUILD) holds, so switching rebuilds sweep.o and relinks.
+# build $(BUILD) holds, so switching rebuilds the sweep's objects (sweep.o,
+# and sweep-mpi.o, the MPI driver) and relinks.
 MPI         ?= 0
 MPI_ON      := $(if $(filter 1,$(MPI)),1,0)
 MPI_DEB_PKGS := openmpi-bin libopenmpi-dev
@@ -51,7 +52,7 @@ CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -fPIC -MMD -MP \
 LDLIBS   += $(PKG_LIBS) $(BLAS_LIBS) -lm
 # $(BUILD)/flags.txt holds our compile flags: objects built with others
 # (before -fPIC, another OPT) are rebuilt.  Not the packages' (they change
-# when `deps` installs them), nor MPI's, which only sweep.o sees
+# when `deps` installs them), nor MPI's, which only the sweep's objects read
 # ($(MPI_STAMP) above; mpicc compiles as cc does).
 FLAGS_STAMP := $(BUILD)/flags.txt
 $(file >$(FLAGS_STAMP).new,$(filter-out $(PKG_CFLAGS) $(BLAS_CFLAGS) $(MPI_CFLAGS),$(CFLAGS)))
@@ -75,8 +76,9 @@ UMBRELLA  := include/podsim/podsim.h
 HDR_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude -Isim $(PKG_CFLAGS) $(BLAS_CFLAGS)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTBIN)/%)
-# what the command-line tests share (tests/support/cli.h), linked into each
-TEST_SUPPORT := $(BUILD)/tests/support/cli.o
+# what the tests share (tests/support/: the command line's, the numerics'),
+# linked into each
+TEST_SUPPORT := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/support/*.c))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
@@ -123,7 +125,7 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP) | deps $(MPI_DEPS)
 	@echo "  CC    $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/sim/cli/sweep.o: $(MPI_STAMP)
+$(BUILD)/sim/cli/sweep.o $(BUILD)/sim/cli/sweep-mpi.o: $(MPI_STAMP)
 
 $(LIB_A): $(LIB_OBJ)
 	@rm -f $@
@@ -137,7 +139,7 @@ $(CLI_A): $(CLI_OBJ)
 
 # --no-undefined: the library names every library it needs (DT_NEEDED), so
 # `cc prog.c -lpodsim` links with nothing else; --as-needed drops the rest
-# (mpicc's MPI libraries under MPI=1: only sweep.c, in the CLI, uses MPI).
+# (mpicc's MPI libraries under MPI=1: only the CLI's sweep uses MPI).
 $(LIB_SO): $(LIB_OBJ)
 	@echo "  LD    $@"
 	@$(CC) -shared -Wl,-soname,libpodsim.so.$(SOVERSION) -Wl,--no-undefined \

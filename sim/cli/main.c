@@ -291,6 +291,29 @@ static int cmd_run(int argc, char **argv)
   return 0;
 }
 
+/* Orders names as people count: digit runs by their value, so tpu-v4-8
+ * comes before tpu-v4-16 and a generation's base before its slices. */
+static int compare_natural(const void *pa, const void *pb)
+{
+  const char *a = *(char *const *)pa, *b = *(char *const *)pb;
+  while (*a && *b) {
+    if (g_ascii_isdigit(*a) && g_ascii_isdigit(*b)) {
+      char *ea, *eb;
+      guint64 x = g_ascii_strtoull(a, &ea, 10), y = g_ascii_strtoull(b, &eb, 10);
+      if (x != y)
+        return x < y ? -1 : 1;
+      a = ea;
+      b = eb;
+    } else if (*a != *b) {
+      return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+    } else {
+      a++;
+      b++;
+    }
+  }
+  return (unsigned char)*a - (unsigned char)*b;
+}
+
 static int cmd_list(int argc, char **argv)
 {
   static const char *const kinds[] = {"topologies", "models", "experiments"};
@@ -302,6 +325,7 @@ static int cmd_list(int argc, char **argv)
     if (strcmp(argv[1], kinds[i]) != 0)
       continue;
     g_auto(GStrv) names = ps_config_list(kinds[i]);
+    qsort(names, g_strv_length(names), sizeof *names, compare_natural);
     for (char **n = names; n && *n; n++)
       printf("%s\n", *n);
     return 0;
@@ -315,6 +339,48 @@ static void print_json(json_object *o)
 {
   printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
                                                        JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
+/* The value at a dotted path of tree, or NULL.  (transfer none) */
+static json_object *tree_at(json_object *tree, const char *dotted)
+{
+  g_auto(GStrv) parts = g_strsplit(dotted, ".", -1);
+  for (int i = 0; parts[i] && tree; i++)
+    if (!json_object_object_get_ex(tree, parts[i], &tree))
+      return NULL;
+  return tree;
+}
+
+/* Per-chip peaks, DCN, naming and largest slice where the file gives them,
+ * then every sourced figure with its value and citation. */
+static void describe_generation(const PsTopology *t)
+{
+  printf("  per chip: %.1f TFLOP/s bf16", t->peak_flops / 1e12);
+  if (t->int8_peak_flops > 0)
+    printf(", %.1f TOP/s int8", t->int8_peak_flops / 1e12);
+  if (t->fp8_peak_flops > 0)
+    printf(", %.1f TFLOP/s fp8", t->fp8_peak_flops / 1e12);
+  printf("; %d MXU%s of %dx%d per core\n", t->mxus_per_core, t->mxus_per_core == 1 ? "" : "s",
+         t->mxu_size, t->mxu_size);
+  if (t->dcn_bandwidth_Bps > 0)
+    printf("  DCN %.1f GB/s per host\n", t->dcn_bandwidth_Bps / 1e9);
+  if (*t->name_counts || t->max_slice_chips > 0)
+    printf("  slice names count %s; largest slice %d chips\n",
+           *t->name_counts ? (strcmp(t->name_counts, "cores") ? "chips" : "TensorCores") : "?",
+           t->max_slice_chips);
+  if (!t->sources)
+    return;
+  json_object *tree = ps_topology_to_json(t);
+  printf("  figures and sources:\n");
+  json_object_object_foreach(t->sources, key, cite) {
+    json_object *v = tree_at(tree, key);
+    if (v && json_object_is_type(v, json_type_double))
+      printf("    %s = %g\n", key, json_object_get_double(v));
+    else
+      printf("    %s = %s\n", key, v ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN) : "?");
+    printf("      %s\n", json_object_get_string(cite));
+  }
+  json_object_put(tree);
 }
 
 static void describe_topology(const PsTopology *t)
@@ -332,6 +398,7 @@ static void describe_topology(const PsTopology *t)
          ps_topology_device_hbm_bandwidth(t) / 1e9);
   printf("  ICI %.1f GB/s per link one way, %.2f us per hop; PCIe %.1f GB/s per host\n",
          t->ici_bandwidth_Bps / 1e9, t->ici_latency_s * 1e6, t->pcie_bandwidth_Bps / 1e9);
+  describe_generation(t);
 }
 
 /* `describe experiment`: the resolved tree, then what the strategy adds

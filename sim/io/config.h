@@ -49,6 +49,13 @@ typedef struct {
   double ici_bandwidth_Bps;  /* per link, one direction */
   double ici_latency_s;      /* per hop */
   int ici_links_per_neighbor;
+  /* generation facts that inform and check, not time (0, "" or NULL: absent) */
+  char *name_counts;         /* what N of a NAME-N slice counts: "chips" or "cores" */
+  int max_slice_chips;       /* the largest slice of the generation */
+  double int8_peak_flops;    /* per chip, where the MXU has an int8 path */
+  double fp8_peak_flops;     /* per chip, where the MXU has an fp8 path */
+  double dcn_bandwidth_Bps;  /* each host's data-center network, one direction */
+  json_object *sources;      /* owned: the "sources" object, dotted key -> citation */
 } PsTopology;
 
 int ps_topology_chips(const PsTopology *t);
@@ -228,6 +235,9 @@ PsTopology *ps_topology_load(const char *name_or_path, const char *const *overri
 PsTopology *ps_topology_from_json(json_object *obj, const char *file, const char *path,
                                   GError **error);
 void ps_topology_free(PsTopology *t);
+/* The topology as a loadable JSON object with every default filled in and
+ * its sources.  (transfer full) */
+json_object *ps_topology_to_json(const PsTopology *t);
 
 /* Parses an experiment, resolves topology and model by name, applies
  * overrides ("a.b=v", NULL-terminated, may be NULL) to the resolved tree,

@@ -542,6 +542,17 @@ static void col2im(const PsConvShape *s, const float *col, int b0, int nb, float
   }
 }
 
+/* The gather table, built after the chunk's columns in the workspace, or
+ * NULL when the convolution does without. */
+static float *conv_table(const PsConvShape *s, int chunk, float *workspace)
+{
+  if (!conv_uses_table(s))
+    return NULL;
+  float *table = workspace + (size_t)chunk * conv_col_per_example(s);
+  build_table(s, table);
+  return table;
+}
+
 void ps_conv2d_forward(PsPrecision prec, const PsConvShape *s, const float *x, const float *w,
                        const float *b, float *y, float *workspace)
 {
@@ -556,11 +567,7 @@ void ps_conv2d_forward(PsPrecision prec, const PsConvShape *s, const float *x, c
   }
   g_return_if_fail(workspace != NULL);
   const int chunk = conv_chunk_examples(s);
-  float *table = NULL;
-  if (conv_uses_table(s)) {
-    table = workspace + (size_t)chunk * conv_col_per_example(s);
-    build_table(s, table);
-  }
+  float *table = conv_table(s, chunk, workspace);
   for (int b0 = 0; b0 < s->batch; b0 += chunk) {
     int nb = MIN(chunk, s->batch - b0);
     im2col(s, x, b0, nb, workspace, table);
@@ -588,11 +595,7 @@ void ps_conv2d_backward(PsPrecision prec, const PsConvShape *s, const float *x, 
   if (dx)
     memset(dx, 0, (size_t)s->batch * s->h * s->w * s->cin * sizeof *dx);
   const int chunk = conv_chunk_examples(s);
-  float *table = NULL;
-  if (conv_uses_table(s)) {
-    table = workspace + (size_t)chunk * conv_col_per_example(s);
-    build_table(s, table);
-  }
+  float *table = conv_table(s, chunk, workspace);
   for (int b0 = 0; b0 < s->batch; b0 += chunk) {
     int nb = MIN(chunk, s->batch - b0);
     int rows = (int)(nb * pixels);

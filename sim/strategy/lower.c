@@ -7,6 +7,7 @@
 #include "strategy/strategy-private.h"
 
 #include "hw/cost.h"
+#include "strategy/cost-options.h"
 
 #include <stdio.h>
 
@@ -68,7 +69,7 @@ void ps_lower_compute_op(const PsExperiment *exp, PsOp *op)
              m->layers[op->first].name, m->layers[op->last].name);
   PsOpCost c;
   PsCostOptions opt;
-  ps_cost_options(exp, &opt);
+  ps_strategy_cost_options(exp, &opt);
   ps_cost_op(exp->topology, m, op->first, op->last, op->batch, &opt, op->kind == PS_OP_BWD,
              NULL, &c);
   set_cost(op, &c);
