@@ -42,11 +42,19 @@
 #include "model/net.h"
 #include "run/run.h"
 #include "run/experiment.h"
+#include "strategy/strategy-private.h"
+
 
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+
+/* The keys the replicate and pipeline strategies read (white box). */
+static const PsReplicaConfig *replica_config(const PsExperiment *e)
+{
+  return e->strategy.config;
+}
 
 #define U ((double)FLT_EPSILON / 2) /* 2^-24 */
 
@@ -872,7 +880,7 @@ static void test_default_replicas(void)
   g_autofree char *path = g_build_filename(tmpdir, "all-devices.json", NULL);
   g_assert_true(g_file_set_contents(path, default_json, -1, NULL));
   PsExperiment *e = load_va_path(path, NULL, NULL);
-  g_assert_cmpint(e->strategy.replicas, ==, 8);
+  g_assert_cmpint(replica_config(e)->rep.replicas, ==, 8);
   g_assert_cmpint(ps_experiment_devices_used(e), ==, 8);
   ps_experiment_free(e);
   PsSummary s = run_path(path, NULL, NULL);

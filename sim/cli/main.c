@@ -19,7 +19,6 @@
 #include "run/run.h"
 #include "run/experiment.h"
 #include "strategy/kernels.h"
-#include "strategy/partition.h"
 
 #include <errno.h>
 #include <locale.h>
@@ -85,30 +84,39 @@ static void ensure_parent(const char *path)
     return; /* ps_trace_open reports the real error */
 }
 
-/* "8 replicas", "2 replicas x 4 stages".  (transfer full) */
-static char *placement_text(const PsExperiment *e, gboolean schedule)
+/* A word of the strategy's resolved keys ("gpipe"), or "". */
+static const char *strategy_word(const PsExperiment *e, const char *key)
 {
-  const PsStrategyConfig *s = &e->strategy;
+  json_object *so = NULL, *v = NULL;
+  if (json_object_object_get_ex(e->resolved, "strategy", &so) && so)
+    json_object_object_get_ex(so, key, &v);
+  return v ? json_object_get_string(v) : "";
+}
+
+/* "8 replicas", "2 replicas x 4 stages", from the plan's mesh.
+ * (transfer full) */
+static char *placement_text(const PsExperiment *e, const PsPlan *plan, gboolean schedule)
+{
+  int R = ps_plan_axis_size(plan, PS_AXIS_DATA), K = ps_plan_axis_size(plan, PS_AXIS_STAGE);
+  int M = plan->micro_batches;
   g_autofree char *stages =
-      s->kind != PS_STRATEGY_PIPELINE ? g_strdup("")
-      : schedule ? g_strdup_printf(" x %d stage%s, %d micro-batch%s, %s", s->stages,
-                                   s->stages == 1 ? "" : "s", s->micro_batches,
-                                   s->micro_batches == 1 ? "" : "es",
-                                   s->schedule == PS_SCHEDULE_1F1B ? "1f1b" : "gpipe")
-                 : g_strdup_printf(" x %d stage%s", s->stages, s->stages == 1 ? "" : "s");
-  return g_strdup_printf("%d replica%s%s", s->replicas, s->replicas == 1 ? "" : "s", stages);
+      !ps_plan_has_axis(plan, PS_AXIS_STAGE) ? g_strdup("")
+      : schedule ? g_strdup_printf(" x %d stage%s, %d micro-batch%s, %s", K, K == 1 ? "" : "s",
+                                   M, M == 1 ? "" : "es", strategy_word(e, "schedule"))
+                 : g_strdup_printf(" x %d stage%s", K, K == 1 ? "" : "s");
+  return g_strdup_printf("%d replica%s%s", R, R == 1 ? "" : "s", stages);
 }
 
 /* The line a run opens with: what runs where, as resolved after --set, e.g.
  * "podsim 0.1.0: resnet50-v3-8: model resnet50 on tpu-v3-32 (32 devices:
  * 32 replicas), global batch 1024, 10 steps, bf16, numerics off".
  * (transfer full) */
-static char *run_header(const PsExperiment *e)
+static char *run_header(const PsExperiment *e, const PsPlan *plan)
 {
-  int used = ps_experiment_devices_used(e), devices = ps_topology_devices(e->topology);
+  int used = plan->n_devices, devices = ps_topology_devices(e->topology);
   g_autofree char *of = used < devices ? g_strdup_printf("%d of %d", used, devices)
                                        : g_strdup_printf("%d", devices);
-  g_autofree char *placement = placement_text(e, TRUE);
+  g_autofree char *placement = placement_text(e, plan, TRUE);
   return g_strdup_printf(
       "podsim %s: %s: model %s on %s (%s device%s: %s), global batch %" G_GINT64_FORMAT
       ", %" G_GINT64_FORMAT " step%s, %s, numerics %s",
@@ -118,24 +126,24 @@ static char *run_header(const PsExperiment *e)
       e->numerics.enabled ? "on" : "off");
 }
 
-/* One line on stderr when the strategy leaves devices of the slice idle,
+/* One line on stderr when the plan leaves devices of the slice idle,
  * saying what to set to use them all. */
-static void warn_idle_devices(const PsExperiment *e)
+static void warn_idle_devices(const PsExperiment *e, const PsPlan *plan)
 {
-  const PsStrategyConfig *s = &e->strategy;
-  int used = ps_experiment_devices_used(e), devices = ps_topology_devices(e->topology);
+  int used = plan->n_devices, devices = ps_topology_devices(e->topology);
   if (used >= devices)
     return;
-  g_autofree char *what = s->stages > 1 ? placement_text(e, FALSE) : NULL;
+  int K = ps_plan_axis_size(plan, PS_AXIS_STAGE);
+  g_autofree char *what = K > 1 ? placement_text(e, plan, FALSE) : NULL;
   g_autofree char *fix = NULL;
-  if (devices % s->stages != 0) {
+  if (devices % K != 0) {
     fix = g_strdup_printf("strategy.stages=%d does not divide %d; pick strategy.stages and "
                           "strategy.replicas whose product is %d to use them all",
-                          s->stages, devices, devices);
+                          K, devices, devices);
   } else {
-    int want = devices / s->stages;
+    int want = devices / K;
     g_autofree char *with =
-        s->stages > 1 ? g_strdup_printf(" with strategy.stages=%d", s->stages) : g_strdup("");
+        K > 1 ? g_strdup_printf(" with strategy.stages=%d", K) : g_strdup("");
     g_autofree char *batch =
         e->global_batch % want != 0
             ? g_strdup_printf(" and a global_batch divisible by %d", want)
@@ -146,6 +154,46 @@ static void warn_idle_devices(const PsExperiment *e)
   fprintf(stderr, "podsim: warning: %s uses %d of the %d devices of %s (%s%s%d idle); %s\n",
           e->file, used, devices, e->topology->name, what ? what : "", what ? ", " : "",
           devices - used, fix);
+}
+
+/* Before a run: the idle-device warning and the header line (on `log`),
+ * from the plan's mesh; FALSE when the plan does not compile. */
+static gboolean announce_run(const PsExperiment *exp, FILE *log, GError **error)
+{
+  PsPlan *plan = ps_run_compile(exp, error);
+  if (!plan)
+    return FALSE;
+  warn_idle_devices(exp, plan);
+  if (log) {
+    g_autofree char *header = run_header(exp, plan);
+    fprintf(log, "%s\n", header);
+    fflush(log);
+  }
+  ps_plan_free(plan);
+  return TRUE;
+}
+
+/* After a run: the summary (text or JSON) and where its files went. */
+static void print_run(const PsExperiment *exp, const PsRunOptions *opt, const PsSummary *sum,
+                      gboolean json, gint64 trace_max_mb)
+{
+  if (sum->trace_skipped)
+    fprintf(stderr, "podsim: warning: no trace written: %s would take about %.0f MB, over "
+                    "--trace-max %" G_GINT64_FORMAT " MB; raise --trace-max (0: no limit), "
+                    "run fewer steps, or use --no-trace\n",
+            opt->trace_path, sum->trace_estimate_bytes / 1e6, trace_max_mb);
+  if (json) {
+    g_autofree char *text = ps_summary_to_json(exp, sum);
+    printf("%s\n", text);
+    return;
+  }
+  ps_summary_print(exp, sum, stdout);
+  if (opt->trace_path && !sum->trace_skipped)
+    printf("trace            %s (%" G_GUINT64_FORMAT
+           " events): open it at https://ui.perfetto.dev or chrome://tracing\n",
+           opt->trace_path, sum->trace_events);
+  if (opt->links_csv)
+    printf("links            %s (one row per link direction)\n", opt->links_csv);
 }
 
 static int cmd_run(int argc, char **argv)
@@ -195,32 +243,21 @@ static int cmd_run(int argc, char **argv)
   if (argc != 2)
     return usage_error(ctx, "run needs exactly one EXPERIMENT%s", argc > 2 ? " (extra arguments)" : "");
 
+  if (steps != -1 && steps < 1)
+    return usage_error(ctx, "--steps must be at least 1, got %s", steps == 0 ? "0" : "a negative number");
+  if (trace && !*trace)
+    return usage_error(ctx, "--trace needs a file name%s", " (or use --no-trace)");
+  if (links_csv && !*links_csv)
+    return usage_error(ctx, "--links-csv needs a file name%s", "");
+  if (max_events < 0)
+    return usage_error(ctx, "--max-events must be 0 (no limit) or more%s", "");
+  if (trace_max_mb < 0 || trace_max_mb > G_MAXINT64 / 1000000)
+    return usage_error(ctx, "--trace-max must be a number of MB, 0 or more%s", "");
   GPtrArray *ov = g_ptr_array_new_with_free_func(g_free);
   for (char **s = sets; s && *s; s++)
     g_ptr_array_add(ov, g_strdup(*s));
-  if (steps != -1) {
-    if (steps < 1) {
-      g_ptr_array_free(ov, TRUE);
-      return usage_error(ctx, "--steps must be at least 1, got %s", steps == 0 ? "0" : "a negative number");
-    }
+  if (steps != -1)
     g_ptr_array_add(ov, g_strdup_printf("steps=%" G_GINT64_FORMAT, steps));
-  }
-  if (trace && !*trace) {
-    g_ptr_array_free(ov, TRUE);
-    return usage_error(ctx, "--trace needs a file name%s", " (or use --no-trace)");
-  }
-  if (links_csv && !*links_csv) {
-    g_ptr_array_free(ov, TRUE);
-    return usage_error(ctx, "--links-csv needs a file name%s", "");
-  }
-  if (max_events < 0) {
-    g_ptr_array_free(ov, TRUE);
-    return usage_error(ctx, "--max-events must be 0 (no limit) or more%s", "");
-  }
-  if (trace_max_mb < 0 || trace_max_mb > G_MAXINT64 / 1000000) {
-    g_ptr_array_free(ov, TRUE);
-    return usage_error(ctx, "--trace-max must be a number of MB, 0 or more%s", "");
-  }
   if (seed >= 0)
     g_ptr_array_add(ov, g_strdup_printf("numerics.seed=%" G_GINT64_FORMAT, seed));
   g_ptr_array_add(ov, NULL);
@@ -234,12 +271,10 @@ static int cmd_run(int argc, char **argv)
     trace = g_strdup_printf("traces/%s.json", exp->name);
     ensure_parent(trace);
   }
-  warn_idle_devices(exp);
   FILE *log = json || quiet ? NULL : stdout;
-  if (log) {
-    g_autofree char *header = run_header(exp);
-    printf("%s\n", header);
-    fflush(stdout);
+  if (!announce_run(exp, log, &error)) {
+    ps_experiment_free(exp);
+    return fail(error);
   }
   PsRunOptions opt = {.trace_path = no_trace ? NULL : trace, .trace_links = trace_links,
                       .log = log, .trace_max_bytes = trace_max_mb * 1000000,
@@ -250,23 +285,7 @@ static int cmd_run(int argc, char **argv)
     ps_experiment_free(exp);
     return fail(error);
   }
-  if (sum.trace_skipped)
-    fprintf(stderr, "podsim: warning: no trace written: %s would take about %.0f MB, over "
-                    "--trace-max %" G_GINT64_FORMAT " MB; raise --trace-max (0: no limit), "
-                    "run fewer steps, or use --no-trace\n",
-            opt.trace_path, sum.trace_estimate_bytes / 1e6, trace_max_mb);
-  if (json) {
-    g_autofree char *text = ps_summary_to_json(exp, &sum);
-    printf("%s\n", text);
-  } else {
-    ps_summary_print(exp, &sum, stdout);
-    if (opt.trace_path && !sum.trace_skipped)
-      printf("trace            %s (%" G_GUINT64_FORMAT
-             " events): open it at https://ui.perfetto.dev or chrome://tracing\n",
-             opt.trace_path, sum.trace_events);
-    if (links_csv)
-      printf("links            %s (one row per link direction)\n", links_csv);
-  }
+  print_run(exp, &opt, &sum, json, trace_max_mb);
   ps_summary_clear(&sum);
   ps_experiment_free(exp);
   return 0;
@@ -382,6 +401,54 @@ static void describe_topology(const PsTopology *t)
   describe_generation(t);
 }
 
+/* `describe experiment`: the resolved tree, then what the strategy adds
+ * (--stages), then a device's program and kernels. */
+static int describe_experiment(const char *name, const char *const *ov, gboolean stages,
+                               int device, gboolean program, gboolean kernels)
+{
+  GError *error = NULL;
+  PsExperiment *exp = ps_experiment_load(name, ov, &error);
+  if (!exp)
+    return fail(error);
+  print_json(exp->resolved);
+  if (stages && exp->strategy.impl->describe) {
+    GString *s = g_string_new(NULL);
+    if (!exp->strategy.impl->describe(exp, exp->strategy.config, s, &error)) {
+      g_string_free(s, TRUE);
+      ps_experiment_free(exp);
+      return fail(error);
+    }
+    printf("\n%s", s->str);
+    g_string_free(s, TRUE);
+  }
+  if (program || kernels) {
+    PsPlan *plan = ps_run_compile(exp, &error);
+    if (!plan) {
+      ps_experiment_free(exp);
+      return fail(error);
+    }
+    if (device < 0 || device >= plan->n_devices) {
+      fprintf(stderr, "podsim: describe: --device %d: the plan has devices 0..%d\n", device,
+              plan->n_devices - 1);
+      ps_plan_free(plan);
+      ps_experiment_free(exp);
+      return EXIT_INPUT;
+    }
+    GString *s = g_string_new(NULL);
+    if (program)
+      ps_plan_describe_device(plan, device, s);
+    if (kernels) {
+      g_string_append(s, program ? "\n" : "");
+      ps_kernels_describe(exp, ps_plan_program(plan, device), s);
+    }
+    printf("\n%s", s->str);
+    g_string_free(s, TRUE);
+    ps_plan_free(plan);
+  }
+  ps_experiment_free(exp);
+  return 0;
+}
+
 static int cmd_describe(int argc, char **argv)
 {
   g_auto(GStrv) sets = NULL;
@@ -437,49 +504,7 @@ static int cmd_describe(int argc, char **argv)
   }
   const char *const *ov = (const char *const *)sets;
   if (strcmp(kind, "experiment") == 0) {
-    PsExperiment *exp = ps_experiment_load(name, ov, &error);
-    if (!exp)
-      return fail(error);
-    print_json(exp->resolved);
-    if (stages && exp->strategy.kind == PS_STRATEGY_PIPELINE) {
-      const PsStrategyConfig *sc = &exp->strategy;
-      PsPartition *part = ps_partition_compute(
-          exp, sc->stages, exp->global_batch / sc->replicas / sc->micro_batches, &error);
-      if (!part) {
-        ps_experiment_free(exp);
-        return fail(error);
-      }
-      GString *s = g_string_new(NULL);
-      ps_partition_describe(part, exp, s);
-      printf("\n%s", s->str);
-      g_string_free(s, TRUE);
-      ps_partition_free(part);
-    }
-    if (program || kernels) {
-      PsPlan *plan = ps_run_compile(exp, &error);
-      if (!plan) {
-        ps_experiment_free(exp);
-        return fail(error);
-      }
-      if (device < 0 || device >= plan->n_devices) {
-        fprintf(stderr, "podsim: describe: --device %d: the plan has devices 0..%d\n", device,
-                plan->n_devices - 1);
-        ps_plan_free(plan);
-        ps_experiment_free(exp);
-        return EXIT_INPUT;
-      }
-      GString *s = g_string_new(NULL);
-      if (program)
-        ps_plan_describe_device(plan, device, s);
-      if (kernels) {
-        g_string_append(s, program ? "\n" : "");
-        ps_kernels_describe(exp, ps_plan_program(plan, device), s);
-      }
-      printf("\n%s", s->str);
-      g_string_free(s, TRUE);
-      ps_plan_free(plan);
-    }
-    ps_experiment_free(exp);
+    return describe_experiment(name, ov, stages, device, program, kernels);
   } else if (strcmp(kind, "topology") == 0) {
     PsTopology *t = ps_topology_load(name, ov, &error);
     if (!t)

@@ -71,7 +71,8 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
                                              (float)o->beta2, (float)o->epsilon)
                      : ps_optimizer_new_sgd(n, (float)o->learning_rate, (float)o->momentum);
     /* replica r of R takes examples [r B/R, (r+1) B/R) of the global batch */
-    r->example_base[d] = (int64_t)plan->replica_of[d] * (exp->global_batch / plan->replicas);
+    r->example_base[d] = (int64_t)ps_plan_coord(plan, d, PS_AXIS_DATA) *
+                         (exp->global_batch / ps_plan_axis_size(plan, PS_AXIS_DATA));
   }
   size_t elems = ps_dataset_example_elems(r->train);
   r->batch_x = g_new(float, (size_t)exp->global_batch * elems);
@@ -126,7 +127,7 @@ static void log_step(Run *r, int64_t step, double loss, ps_time_t t)
  * call for the summary; a roundtrip brings the tensor back unchanged. */
 static void host_call_numerics(Run *r, int device, const PsOp *op)
 {
-  if (r->plan->replica_of[device] != 0)
+  if (ps_plan_coord(r->plan, device, PS_AXIS_DATA) != 0)
     return; /* every replica calls its host; the summary shows replica 0's */
   const PsHostCall *hc = &r->exp->host_calls[op->host_call];
   if (hc->kind != PS_HOST_CALL_HISTOGRAM)
@@ -291,80 +292,86 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
   }
 }
 
-/* The buffer a device hands to a collective: its gradients or its weights,
- * from the collective's offset.  The collective adds (or copies) the
+/* The buffer a device hands to a collective: its gradients, its weights,
+ * or a layer's output in its current slot, from the collective's offset.  The collective adds (or copies) the
  * members' elements into it in the order its algorithm delivers them. */
 float *ps_run_numerics_coll_buffer(void *ctx, int device, int c)
 {
   Run *r = ctx;
   const PsPlanColl *pc = &r->plan->colls[c];
-  float *base = pc->buffer == PS_BUFFER_GRADS ? ps_net_grads(r->nets[device])
-                                              : ps_net_params(r->nets[device]);
+  PsNet *net = r->nets[device];
+  float *base = pc->buffer == PS_BUFFER_GRADS    ? ps_net_grads(net)
+                : pc->buffer == PS_BUFFER_PARAMS ? ps_net_params(net)
+                                                 : ps_net_activation(net, pc->layer, NULL);
   return base + pc->offset;
 }
 
-/* Parameters [*off, *off + *len) that device holds for its stage (all of
- * them without a pipeline). */
-static void stage_params(Run *r, int device, size_t *off, size_t *len)
+/* The parameter ranges device owns (the plan's mesh); a device the plan
+ * gives none holds them all. */
+static int param_ranges(Run *r, int device, PsParamRange *all, const PsParamRange **ranges)
 {
-  const PsPlan *plan = r->plan;
-  PsNet *net = r->nets[device];
-  size_t n = ps_net_n_params(net), o, l;
-  if (!plan->stage_first) {
-    *off = 0;
-    *len = n;
-    return;
+  const PsMesh *mesh = &r->plan->mesh;
+  if (mesh->n_ranges[device] > 0) {
+    *ranges = mesh->ranges[device];
+    return mesh->n_ranges[device];
   }
-  int s = plan->stage_of[device];
-  int first = plan->stage_first[s], next = plan->stage_first[s + 1];
-  ps_net_layer_params(net, first, &o, &l);
-  *off = o;
-  if (next < r->exp->model->n_layers) {
-    ps_net_layer_params(net, next, &o, &l);
-    *len = o - *off;
-  } else {
-    *len = n - *off;
-  }
+  *all = (PsParamRange){0, (int64_t)ps_net_n_params(r->nets[device])};
+  *ranges = all;
+  return 1;
 }
 
-/* The device of replica 0 that runs stage s. */
-static int stage_device(Run *r, int s)
+/* The device of replica 0 (data coordinate 0) at the same place as device
+ * along every other axis (its stage, its shard...). */
+static int replica0_peer(Run *r, int device)
 {
-  for (int d = 0; d < r->n_dev; d++)
-    if (r->plan->replica_of[d] == 0 && r->plan->stage_of[d] == s)
+  for (int d = 0; d < r->n_dev; d++) {
+    gboolean same = ps_plan_coord(r->plan, d, PS_AXIS_DATA) == 0;
+    for (int a = 0; a < PS_N_AXES && same; a++)
+      same = a == PS_AXIS_DATA ||
+             ps_plan_coord(r->plan, d, a) == ps_plan_coord(r->plan, device, a);
+    if (same)
       return d;
+  }
   g_assert_not_reached();
   return -1;
 }
 
-/* Replicas must end with identical weights: the largest difference of a
- * device's stage weights from replica 0's. */
+/* Replicas must end with identical weights: the largest difference of the
+ * weights a device owns from replica 0's. */
 static double replica_divergence(Run *r)
 {
   double worst = 0;
   for (int i = 0; i < r->n_dev; i++) {
-    if (r->plan->replica_of[i] == 0)
+    if (ps_plan_coord(r->plan, i, PS_AXIS_DATA) == 0)
       continue;
-    int d0 = stage_device(r, r->plan->stage_of[i]);
-    size_t off, len;
-    stage_params(r, i, &off, &len);
-    const float *pi = ps_net_params(r->nets[i]) + off, *p0 = ps_net_params(r->nets[d0]) + off;
-    for (size_t k = 0; k < len; k++)
-      worst = fmax(worst, fabs((double)pi[k] - p0[k]));
+    int d0 = replica0_peer(r, i);
+    PsParamRange all;
+    const PsParamRange *rg;
+    int n = param_ranges(r, i, &all, &rg);
+    for (int k = 0; k < n; k++) {
+      const float *pi = ps_net_params(r->nets[i]) + rg[k].off;
+      const float *p0 = ps_net_params(r->nets[d0]) + rg[k].off;
+      for (int64_t j = 0; j < rg[k].len; j++)
+        worst = fmax(worst, fabs((double)pi[j] - p0[j]));
+    }
   }
   return worst;
 }
 
-/* Copies every stage's weights of replica 0 into device 0's net, which
- * then holds the trained model whole (a no-op without a pipeline). */
+/* Copies the weights every other device of replica 0 owns into device 0's
+ * net, which then holds the trained model whole (a no-op without a
+ * pipeline). */
 static void gather_params(Run *r)
 {
-  for (int s = 1; s < r->plan->stages; s++) {
-    int d = stage_device(r, s);
-    size_t off, len;
-    stage_params(r, d, &off, &len);
-    memcpy(ps_net_params(r->nets[0]) + off, ps_net_params(r->nets[d]) + off,
-           len * sizeof(float));
+  for (int d = 1; d < r->n_dev; d++) {
+    if (ps_plan_coord(r->plan, d, PS_AXIS_DATA) != 0)
+      continue;
+    PsParamRange all;
+    const PsParamRange *rg;
+    int n = param_ranges(r, d, &all, &rg);
+    for (int k = 0; k < n; k++)
+      memcpy(ps_net_params(r->nets[0]) + rg[k].off, ps_net_params(r->nets[d]) + rg[k].off,
+             (size_t)rg[k].len * sizeof(float));
   }
 }
 

@@ -90,7 +90,7 @@ void ps_run_stats_coll_arrived(Run *r, int64_t step, int last)
  * schedule and the partition leave. */
 static int reporting_device(Run *r)
 {
-  if (r->plan->stages <= 1)
+  if (ps_plan_axis_size(r->plan, PS_AXIS_STAGE) <= 1)
     return r->voted;
   int best = 0;
   for (int d = 1; d < r->n_dev; d++)
@@ -136,8 +136,9 @@ static void summarise(Run *r, PsSummary *s)
     end = MAX(end, r->t1[i]);
   s->sim_time_s = ps_time_to_s(end);
   s->devices = r->n_dev;
-  s->replicas = r->plan->replicas;
-  s->stages = r->plan->stages;
+  s->replicas = ps_plan_axis_size(r->plan, PS_AXIS_DATA);
+  s->stages = ps_plan_axis_size(r->plan, PS_AXIS_STAGE);
+  s->pipelined = ps_plan_has_axis(r->plan, PS_AXIS_STAGE);
   s->micro_batches = r->plan->micro_batches;
   s->buckets = r->plan->n_buckets;
 }
@@ -189,36 +190,53 @@ void ps_summary_clear(PsSummary *s)
 
 /* ---- reporting ------------------------------------------------------ */
 
+/* A key of the strategy's resolved object (as `describe` prints it), or
+ * NULL: reports name a strategy's choices without knowing the strategy. */
+static json_object *strategy_key(const PsExperiment *exp, const char *key)
+{
+  json_object *so = NULL, *v = NULL;
+  if (json_object_object_get_ex(exp->resolved, "strategy", &so) && so)
+    json_object_object_get_ex(so, key, &v);
+  return v;
+}
+
+static gboolean strategy_flag(const PsExperiment *exp, const char *key)
+{
+  return json_object_get_boolean(strategy_key(exp, key));
+}
+
+static const char *strategy_word(const PsExperiment *exp, const char *key)
+{
+  json_object *v = strategy_key(exp, key);
+  return v ? json_object_get_string(v) : "";
+}
+
 char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
 {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "experiment", json_object_new_string(exp->name));
   json_object_object_add(o, "topology", json_object_new_string(exp->topology->name));
   json_object_object_add(o, "model", json_object_new_string(exp->model->name));
-  json_object_object_add(o, "strategy", json_object_new_string(
-                                          exp->strategy.kind == PS_STRATEGY_PIPELINE
-                                              ? "pipeline" : "replicate"));
+  json_object_object_add(o, "strategy", json_object_new_string(exp->strategy.kind));
   json_object_object_add(o, "devices", json_object_new_int(s->devices));
   json_object_object_add(o, "devices_in_topology",
                          json_object_new_int(ps_topology_devices(exp->topology)));
   json_object_object_add(o, "replicas", json_object_new_int(s->replicas));
   json_object_object_add(o, "stages", json_object_new_int(s->stages));
   json_object_object_add(o, "micro_batches", json_object_new_int(s->micro_batches));
-  if (exp->strategy.kind == PS_STRATEGY_PIPELINE) {
-    json_object_object_add(o, "schedule", json_object_new_string(
-                                            exp->strategy.schedule == PS_SCHEDULE_1F1B ? "1f1b"
-                                                                                      : "gpipe"));
+  if (s->pipelined) {
+    json_object_object_add(o, "schedule", json_object_new_string(strategy_word(exp, "schedule")));
     json_object_object_add(o, "rematerialize",
-                           json_object_new_boolean(exp->strategy.rematerialize));
+                           json_object_new_boolean(strategy_flag(exp, "rematerialize")));
   }
   json_object_object_add(o, "global_batch", json_object_new_int64(exp->global_batch));
   json_object_object_add(o, "precision", json_object_new_string(
                                            exp->numerics.precision == PS_PRECISION_BF16 ? "bf16"
                                                                                         : "f32"));
   json_object_object_add(o, "gradient_buckets", json_object_new_int(s->buckets));
-  json_object_object_add(o, "overlap", json_object_new_boolean(exp->strategy.overlap));
+  json_object_object_add(o, "overlap", json_object_new_boolean(strategy_flag(exp, "overlap")));
   json_object_object_add(o, "weight_update_sharding",
-                         json_object_new_boolean(exp->strategy.weight_update_sharding));
+                         json_object_new_boolean(strategy_flag(exp, "weight_update_sharding")));
   json_object_object_add(o, "reporting_device", json_object_new_int(s->reporting_device));
   json_object_object_add(o, "steps", json_object_new_int64(s->steps));
   json_object_object_add(o, "measured_steps", json_object_new_int64(s->measured_steps));
@@ -302,15 +320,16 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
   if (s->collective_algorithm)
     fprintf(f, "  (gradients      %d bucket%s, %s %s over %d replicas%s, chunks of %s)\n",
             s->buckets, s->buckets == 1 ? "" : "s",
-            exp->strategy.weight_update_sharding ? "reduce-scatter + all-gather" : "all-reduce",
+            strategy_flag(exp, "weight_update_sharding") ? "reduce-scatter + all-gather"
+                                                         : "all-reduce",
             s->collective_algorithm, s->replicas,
-            exp->strategy.overlap ? ", overlapping backward" : "", chunk_text);
+            strategy_flag(exp, "overlap") ? ", overlapping backward" : "", chunk_text);
   if (s->stages > 1) {
     int K = s->stages, M = s->micro_batches;
     fprintf(f, "  (pipeline       %d stages x %d micro-batches, %s%s: bubble %.1f%% of the step; "
                "with equal stages (K-1)/(M+K-1) = %.1f%%)\n", K, M,
-            exp->strategy.schedule == PS_SCHEDULE_1F1B ? "1f1b" : "gpipe",
-            exp->strategy.rematerialize ? ", re-materialized" : "",
+            strategy_word(exp, "schedule"),
+            strategy_flag(exp, "rematerialize") ? ", re-materialized" : "",
             100.0 * s->breakdown[PS_TIME_PIPELINE_BUBBLE] / s->step_time_s,
             100.0 * (K - 1) / (M + K - 1));
   }

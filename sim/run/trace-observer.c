@@ -282,6 +282,9 @@ static void trace_metadata(Run *r)
 {
   const PsTopology *t = r->exp->topology;
   int per_chip = ps_topology_devices_per_chip(t);
+  /* a device is a core, or the chip's cores acting as one (megacore); a
+   * chip of one core is named as a core */
+  const char *kind = per_chip == 1 && t->megacore ? "megacore" : "core";
   int last_chip = -1;
   for (int d = 0; d < r->n_dev; d++) {
     int chip = ps_pod_device_chip(r->pod, d);
@@ -300,14 +303,15 @@ static void trace_metadata(Run *r)
     }
     int core = d % per_chip;
     char tname[80];
-    if (r->plan->stages > 1)
+    if (ps_plan_axis_size(r->plan, PS_AXIS_STAGE) > 1)
       g_snprintf(tname, sizeof tname, "%s %d: device %d, stage %d, replica %d",
-                 per_chip > 1 ? "core" : "megacore", core, d, r->plan->stage_of[d],
-                 r->plan->replica_of[d]);
+                 kind, core, d,
+                 ps_plan_coord(r->plan, d, PS_AXIS_STAGE),
+                 ps_plan_coord(r->plan, d, PS_AXIS_DATA));
     else
-      g_snprintf(tname, sizeof tname, per_chip > 1 ? "core %d" : "megacore %d", core);
+      g_snprintf(tname, sizeof tname, "%s %d", kind, core);
     ps_trace_thread(r->trace, chip + 1, core, tname, core);
-    g_snprintf(tname, sizeof tname, "%s %d steps", per_chip > 1 ? "core" : "megacore", core);
+    g_snprintf(tname, sizeof tname, "%s %d steps", kind, core);
     ps_trace_thread(r->trace, chip + 1, STEP_TID(core), tname, STEP_TID(core) - 100);
   }
 }
