@@ -386,7 +386,10 @@ static void describe_generation(const PsTopology *t)
 static void describe_topology(const PsTopology *t)
 {
   printf("%s: %s\n", t->name, t->description ? t->description : "");
-  printf("  chips %d (torus", ps_topology_chips(t));
+  printf("  chips %d (", ps_topology_chips(t));
+  if (t->slices > 1)
+    printf("%d slices, each ", t->slices);
+  printf("torus");
   for (int i = 0; i < t->ndims; i++)
     printf("%s%d%s", i ? " x " : " ", t->dims[i], t->wrap[i] ? "w" : "");
   printf("), hosts %d, devices %d (%d TensorCore%s per chip%s)\n", ps_topology_hosts(t),
@@ -398,6 +401,11 @@ static void describe_topology(const PsTopology *t)
          ps_topology_device_hbm_bandwidth(t) / 1e9);
   printf("  ICI %.1f GB/s per link one way, %.2f us per hop; PCIe %.1f GB/s per host\n",
          t->ici_bandwidth_Bps / 1e9, t->ici_latency_s * 1e6, t->pcie_bandwidth_Bps / 1e9);
+  if (t->slices > 1)
+    printf("  DCN %.1f GB/s per host NIC one way, %.1f us NIC latency; leaf-spine, %d hosts "
+           "per leaf, oversubscription %g, %.2f us per hop\n",
+           t->dcn.nic_bandwidth_Bps / 1e9, t->dcn.nic_latency_s * 1e6, t->dcn.hosts_per_leaf,
+           t->dcn.oversubscription, t->dcn.hop_latency_s * 1e6);
   describe_generation(t);
 }
 

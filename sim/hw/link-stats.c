@@ -23,6 +23,14 @@ static const char *kind_name(PsLinkKind kind)
     return "pcie-down";
   case PS_LINK_PCIE_UP:
     return "pcie-up";
+  case PS_LINK_DCN_NIC_UP:
+    return "dcn-nic-up";
+  case PS_LINK_DCN_NIC_DOWN:
+    return "dcn-nic-down";
+  case PS_LINK_DCN_LEAF_UP:
+    return "dcn-leaf-up";
+  case PS_LINK_DCN_LEAF_DOWN:
+    return "dcn-leaf-down";
   }
   return "?";
 }

@@ -161,6 +161,16 @@ static void link_figures(const PsTopology *t, PsLinkKind kind, double *bw, doubl
   case PS_LINK_PCIE_UP:
     *bw = t->pcie_bandwidth_Bps;
     break;
+  case PS_LINK_DCN_NIC_UP:
+  case PS_LINK_DCN_NIC_DOWN:
+    *bw = t->dcn.nic_bandwidth_Bps;
+    *latency_s = t->dcn.nic_latency_s + t->dcn.hop_latency_s;
+    break;
+  case PS_LINK_DCN_LEAF_UP:
+  case PS_LINK_DCN_LEAF_DOWN:
+    *bw = t->dcn.hosts_per_leaf * t->dcn.nic_bandwidth_Bps / t->dcn.oversubscription;
+    *latency_s = t->dcn.hop_latency_s;
+    break;
   }
 }
 
@@ -280,7 +290,7 @@ gboolean ps_network_link_info(const PsNetwork *net, int link, PsLinkInfo *out)
   const Link *l = &net->links[link];
   *out = (PsLinkInfo){.kind = e.kind, .chip = e.chip, .to_chip = e.to_chip, .dim = e.dim,
                       .dir = e.dir, .from_core = e.from_core, .to_core = e.to_core,
-                      .host = e.host, .lanes = l->lanes,
+                      .host = e.host, .leaf = e.leaf, .lanes = l->lanes,
                       .bandwidth_Bps = (double)PS_PS_PER_S / l->ps_per_byte,
                       .latency = l->latency, .bytes = l->bytes, .chunks = l->chunks,
                       .busy = l->busy, .bandwidth_factor = l->factor, .failed = l->failed};
@@ -388,7 +398,7 @@ static inline int64_t chunk_size(const PsNetwork *net, const Message *m, uint64_
   return left < net->chunk ? left : net->chunk;
 }
 
-static const char *const link_cat[] = {"ici", "on-chip", "pcie", "pcie"};
+static const char *const link_cat[] = {"ici", "on-chip", "pcie", "pcie", "dcn", "dcn", "dcn", "dcn"};
 
 /* FALSE when the chunk is too short for the trace to draw (trace.h). */
 static gboolean trace_chunk(PsNetwork *net, const Message *m, int link, uint64_t chunk,

@@ -33,6 +33,14 @@
  * (pcie_bandwidth_Bps, shared by its chips, no latency: the same figures
  * as hw/cost.c's ps_cost_pcie).
  *
+ * DCN (multislice topologies, hw/topology.h's PS_ZONE_DCN).  Each host's
+ * NIC is a link up to its leaf switch and one down from it
+ * (dcn.nic_bandwidth_Bps, latency dcn.nic_latency_s + dcn.hop_latency_s
+ * each); each leaf's uplink to the spine and downlink from it carry
+ * hosts_per_leaf x NIC / oversubscription with dcn.hop_latency_s; the
+ * spine itself does not block.  Chunks cross them as they cross ICI, so
+ * slices' traffic contends on NICs and leaf uplinks.
+ *
  * Faults (ps_network_degrade_link, the experiment's faults.links).  An
  * ICI link direction's bandwidth may be multiplied by a factor (all its
  * lanes; latency unchanged).  A factor of 0 fails it: a route that would
@@ -68,7 +76,8 @@ typedef struct {
   int to_chip;        /* ICI: the neighbour (twist applied); else -1 */
   int dim, dir;       /* ICI: dimension and +1 / -1; else -1, 0 */
   int from_core, to_core; /* on-chip only; else -1 */
-  int host;           /* PCIe only; else -1 */
+  int host;           /* PCIe, DCN NIC; else -1 */
+  int leaf;           /* DCN: the leaf switch; else -1 */
   int lanes;
   double bandwidth_Bps; /* per lane, bandwidth_factor applied (0 if failed) */
   double bandwidth_factor; /* 1 unless degraded */

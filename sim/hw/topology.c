@@ -20,15 +20,18 @@ struct PsGeometry {
   gboolean twisted;
   int twist_k;                    /* twisted: the short dimensions' size */
   gboolean is_short[PS_MAX_DIMS]; /* twisted: a dimension of size k */
-  int chips, per_chip, devices, hosts;
+  int chips, per_chip, devices, hosts; /* of all slices together */
+  int slices, slice_chips, slice_hosts;
   int32_t *nbr;        /* torus-local link id -> the chip it reaches, or -1 */
   int32_t *chip_host;  /* chip -> host */
   int32_t *host_first; /* host -> its tray's lowest chip */
   gboolean tray_is_box;
   int tray[PS_MAX_DIMS];
-  PsZone zones[PS_ZONE_N_KINDS];
+  PsZone *zones;
   int n_zones;
-  int torus, on_chip, pcie; /* their indices in zones */
+  int torus, on_chip, pcie; /* their indices in zones (torus: slice 0's; slice s's is torus + s) */
+  int dcn;                  /* the DCN zone's index, -1 for a single slice */
+  int leaves;               /* DCN leaf switches */
 };
 
 /* A zone kind's operations; `local` is a link's id within its zone. */
@@ -62,6 +65,7 @@ static void route_push(PsRoute *r, int link)
 void ps_geometry_chip_coords(const PsGeometry *g, int chip, int c[PS_MAX_DIMS])
 {
   g_return_if_fail(chip >= 0 && chip < g->chips);
+  chip %= g->slice_chips;
   for (int d = 0; d < PS_MAX_DIMS; d++) {
     if (d < g->ndims) {
       c[d] = chip % g->dims[d];
@@ -112,7 +116,9 @@ static int ici_local(const PsGeometry *g, int chip, int dim, int dir)
 int ps_geometry_neighbour(const PsGeometry *g, int chip, int dim, int dir)
 {
   g_return_val_if_fail(chip >= 0 && chip < g->chips && dim >= 0 && dim < g->ndims, -1);
-  return g->nbr[ici_local(g, chip, dim, dir)];
+  int base = chip - chip % g->slice_chips;
+  int n = g->nbr[ici_local(g, chip - base, dim, dir)];
+  return n < 0 ? -1 : base + n;
 }
 
 int ps_geometry_device_chip(const PsGeometry *g, int device)
@@ -156,22 +162,37 @@ int ps_geometry_chips(const PsGeometry *g) { return g->chips; }
 int ps_geometry_devices(const PsGeometry *g) { return g->devices; }
 int ps_geometry_devices_per_chip(const PsGeometry *g) { return g->per_chip; }
 int ps_geometry_hosts(const PsGeometry *g) { return g->hosts; }
+int ps_geometry_slices(const PsGeometry *g) { return g->slices; }
+int ps_geometry_slice_chips(const PsGeometry *g) { return g->slice_chips; }
+
+int ps_geometry_endpoint_slice(const PsGeometry *g, int endpoint)
+{
+  g_return_val_if_fail(endpoint >= 0 && endpoint < g->devices + g->hosts, -1);
+  if (endpoint < g->devices)
+    return endpoint / g->per_chip / g->slice_chips;
+  return (endpoint - g->devices) / g->slice_hosts;
+}
 
 /* ---- axes ------------------------------------------------------------ */
 
-int ps_geometry_n_axes(const PsGeometry *g) { return PS_GEOMETRY_MAX_AXES; }
+int ps_geometry_n_axes(const PsGeometry *g)
+{
+  return g->slices > 1 ? PS_GEOMETRY_MAX_AXES : PS_GEOMETRY_SLICE_AXIS;
+}
 
 int ps_geometry_axis_extent(const PsGeometry *g, int axis)
 {
   g_return_val_if_fail(axis >= 0 && axis < PS_GEOMETRY_MAX_AXES, 0);
   if (axis == 0)
     return g->per_chip;
+  if (axis == PS_GEOMETRY_SLICE_AXIS)
+    return g->slices;
   return axis - 1 < g->ndims ? g->dims[axis - 1] : 1;
 }
 
 const char *ps_geometry_axis_name(int axis)
 {
-  static const char *const names[PS_GEOMETRY_MAX_AXES] = {"core", "x", "y", "z"};
+  static const char *const names[PS_GEOMETRY_MAX_AXES] = {"core", "x", "y", "z", "slice"};
   g_return_val_if_fail(axis >= 0 && axis < PS_GEOMETRY_MAX_AXES, NULL);
   return names[axis];
 }
@@ -183,6 +204,7 @@ void ps_geometry_device_axes(const PsGeometry *g, int device, int coord[PS_GEOME
   coord[0] = ps_geometry_device_core(g, device);
   for (int d = 0; d < PS_MAX_DIMS; d++)
     coord[1 + d] = c[d];
+  coord[PS_GEOMETRY_SLICE_AXIS] = ps_geometry_device_chip(g, device) / g->slice_chips;
 }
 
 /* ---- hosts and trays ------------------------------------------------ */
@@ -197,15 +219,15 @@ static void trays_from_shape(PsGeometry *g, const int tray[PS_MAX_DIMS])
     g_assert(d >= g->ndims || per[d] * g->tray[d] == g->dims[d]);
   }
   g->tray_is_box = TRUE;
-  for (int h = 0; h < g->hosts; h++)
+  for (int h = 0; h < g->slice_hosts; h++)
     g->host_first[h] = -1;
-  for (int chip = 0; chip < g->chips; chip++) {
+  for (int chip = 0; chip < g->slice_chips; chip++) {
     int c[PS_MAX_DIMS];
     ps_geometry_chip_coords(g, chip, c);
     int h = 0;
     for (int d = PS_MAX_DIMS - 1; d >= 0; d--)
       h = h * per[d] + c[d] / g->tray[d];
-    g_assert(h < g->hosts);
+    g_assert(h < g->slice_hosts);
     g->chip_host[chip] = h;
     if (g->host_first[h] < 0)
       g->host_first[h] = chip;
@@ -249,6 +271,31 @@ static void add_zone(PsGeometry *g, PsZoneKind kind, int parent, int first_membe
   *next_link += z->n_links;
 }
 
+/* The zone table: in a multislice topology the DCN first (the root),
+ * then each slice's torus (the root when there is one slice), then the
+ * on-chip paths and PCIe of every slice, in that order of link ids; a
+ * single slice has exactly the zones and link ids it always had. */
+static void add_zones(PsGeometry *g)
+{
+  gboolean multi = g->slices > 1;
+  g->zones = g_new0(PsZone, g->slices + 3);
+  int next_link = 0;
+  g->dcn = -1;
+  if (multi) {
+    int per_leaf = g->topo->dcn.hosts_per_leaf > 0 ? g->topo->dcn.hosts_per_leaf : 1;
+    g->leaves = (g->hosts + per_leaf - 1) / per_leaf;
+    g->dcn = g->n_zones;
+    add_zone(g, PS_ZONE_DCN, -1, 0, g->hosts, &next_link);
+  }
+  g->torus = g->n_zones;
+  for (int s = 0; s < g->slices; s++)
+    add_zone(g, PS_ZONE_TORUS, g->dcn, s * g->slice_chips, g->slice_chips, &next_link);
+  g->on_chip = g->n_zones;
+  add_zone(g, PS_ZONE_CHIP, g->torus, 0, g->chips, &next_link);
+  g->pcie = g->n_zones;
+  add_zone(g, PS_ZONE_PCIE, g->torus, 0, g->hosts, &next_link);
+}
+
 PsGeometry *ps_geometry_new(const PsTopology *topo)
 {
   g_return_val_if_fail(topo != NULL && topo->chips_per_host > 0, NULL);
@@ -268,26 +315,28 @@ PsGeometry *ps_geometry_new(const PsTopology *topo)
       g_assert(g->dims[d] == g->twist_k || g->dims[d] == 2 * g->twist_k);
     }
   }
+  g->slices = topo->slices > 1 ? topo->slices : 1;
   g->chips = ps_topology_chips(topo);
+  g->slice_chips = g->chips / g->slices;
   g->per_chip = ps_topology_devices_per_chip(topo);
   g->devices = g->chips * g->per_chip;
   g->hosts = ps_topology_hosts(topo);
+  g->slice_hosts = g->hosts / g->slices;
   g->chip_host = g_new(int32_t, g->chips);
   g->host_first = g_new(int32_t, g->hosts);
   if (topo->host_tray[0] > 0)
     trays_from_shape(g, topo->host_tray);
   else
     trays_from_runs(g, topo->chips_per_host);
-  int next_link = 0;
-  g->torus = g->n_zones;
-  add_zone(g, PS_ZONE_TORUS, -1, 0, g->chips, &next_link);
-  g->on_chip = g->n_zones;
-  add_zone(g, PS_ZONE_CHIP, g->torus, 0, g->chips, &next_link);
-  g->pcie = g->n_zones;
-  add_zone(g, PS_ZONE_PCIE, g->torus, 0, g->hosts, &next_link);
+  /* every further slice repeats slice 0's hosts */
+  for (int c = g->slice_chips; c < g->chips; c++)
+    g->chip_host[c] = c / g->slice_chips * g->slice_hosts + g->chip_host[c % g->slice_chips];
+  for (int h = g->slice_hosts; h < g->hosts; h++)
+    g->host_first[h] = h / g->slice_hosts * g->slice_chips + g->host_first[h % g->slice_hosts];
+  add_zones(g);
   int n_ici = g->zones[g->torus].n_links;
   g->nbr = g_new(int32_t, n_ici > 0 ? n_ici : 1);
-  for (int c = 0; c < g->chips; c++)
+  for (int c = 0; c < g->slice_chips; c++)
     for (int d = 0; d < g->ndims; d++)
       for (int s = 0; s < 2; s++)
         g->nbr[ici_local(g, c, d, s ? -1 : 1)] = neighbour_compute(g, c, d, s ? -1 : 1);
@@ -301,6 +350,7 @@ void ps_geometry_free(PsGeometry *g)
   g_free(g->nbr);
   g_free(g->chip_host);
   g_free(g->host_first);
+  g_free(g->zones);
   g_free(g);
 }
 
@@ -323,6 +373,14 @@ static gboolean torus_ends(const PsGeometry *g, const PsZone *z, int local, PsLi
   return TRUE;
 }
 
+/* "slice 1 " before a chip's name in a multislice topology; nothing in
+ * one slice, whose names stay as they were. */
+static void append_slice(GString *s, const PsGeometry *g, int chip)
+{
+  if (g->slices > 1)
+    g_string_append_printf(s, "slice %d ", chip / g->slice_chips);
+}
+
 void ps_geometry_append_chip(GString *s, const PsGeometry *g, int chip)
 {
   int c[PS_MAX_DIMS];
@@ -335,6 +393,7 @@ void ps_geometry_append_chip(GString *s, const PsGeometry *g, int chip)
 
 static void torus_name(GString *s, const PsGeometry *g, const PsLinkEnds *e)
 {
+  append_slice(s, g, e->chip);
   g_string_append(s, "chip ");
   ps_geometry_append_chip(s, g, e->chip);
   g_string_append(s, " -> ");
@@ -422,6 +481,8 @@ static void torus_route(const PsGeometry *g, const PsZone *z, int from, int to, 
 {
   if (from == to)
     return;
+  from -= z->first_member; /* chips of the slice from here on */
+  to -= z->first_member;
   int a[PS_MAX_DIMS], b[PS_MAX_DIMS];
   ps_geometry_chip_coords(g, from, a);
   ps_geometry_chip_coords(g, to, b);
@@ -472,6 +533,7 @@ static gboolean chip_ends(const PsGeometry *g, const PsZone *z, int local, PsLin
 
 static void chip_name(GString *s, const PsGeometry *g, const PsLinkEnds *e)
 {
+  append_slice(s, g, e->chip);
   g_string_append(s, "chip ");
   ps_geometry_append_chip(s, g, e->chip);
   g_string_append_printf(s, " core %d -> core %d", e->from_core, e->to_core);
@@ -531,10 +593,85 @@ static void pcie_route(const PsGeometry *g, const PsZone *z, int from, int to, P
     route_push(r, ps_geometry_pcie_link(g, to - g->devices, TRUE));
 }
 
+/* ---- the DCN zone ---------------------------------------------------- */
+
+/* Local ids: 2h (NIC up, host h to its leaf), 2h + 1 (NIC down); then,
+ * after the hosts', 2l (leaf l up to the spine), 2l + 1 (spine down to
+ * leaf l).  Members: the hosts; leaf l serves hosts [l, l + 1) x
+ * hosts_per_leaf. */
+static int dcn_n_links(const PsGeometry *g, const PsZone *z)
+{
+  return 2 * z->n_members + 2 * g->leaves;
+}
+
+static int dcn_leaf(const PsGeometry *g, int host)
+{
+  return host / g->topo->dcn.hosts_per_leaf;
+}
+
+static gboolean dcn_ends(const PsGeometry *g, const PsZone *z, int local, PsLinkEnds *e)
+{
+  gboolean up = local % 2 == 0;
+  if (local < 2 * z->n_members) {
+    e->kind = up ? PS_LINK_DCN_NIC_UP : PS_LINK_DCN_NIC_DOWN;
+    e->host = z->first_member + local / 2;
+    e->leaf = dcn_leaf(g, e->host);
+  } else {
+    e->kind = up ? PS_LINK_DCN_LEAF_UP : PS_LINK_DCN_LEAF_DOWN;
+    e->leaf = (local - 2 * z->n_members) / 2;
+  }
+  return TRUE;
+}
+
+static void dcn_name(GString *s, const PsGeometry *g, const PsLinkEnds *e)
+{
+  gboolean up = e->kind == PS_LINK_DCN_NIC_UP || e->kind == PS_LINK_DCN_LEAF_UP;
+  if (e->kind == PS_LINK_DCN_NIC_UP || e->kind == PS_LINK_DCN_NIC_DOWN)
+    g_string_append_printf(s, "dcn nic host %d %s", e->host, up ? "up" : "down");
+  else
+    g_string_append_printf(s, "dcn leaf %d %s", e->leaf, up ? "up" : "down");
+}
+
+int ps_geometry_dcn_link(const PsGeometry *g, PsLinkKind kind, int index)
+{
+  g_return_val_if_fail(g->dcn >= 0, -1);
+  const PsZone *z = &g->zones[g->dcn];
+  switch (kind) {
+  case PS_LINK_DCN_NIC_UP:
+  case PS_LINK_DCN_NIC_DOWN:
+    g_return_val_if_fail(index >= 0 && index < g->hosts, -1);
+    return z->first_link + 2 * index + (kind == PS_LINK_DCN_NIC_DOWN);
+  case PS_LINK_DCN_LEAF_UP:
+  case PS_LINK_DCN_LEAF_DOWN:
+    g_return_val_if_fail(index >= 0 && index < g->leaves, -1);
+    return z->first_link + 2 * z->n_members + 2 * index + (kind == PS_LINK_DCN_LEAF_DOWN);
+  default:
+    g_return_val_if_reached(-1);
+  }
+}
+
+/* from and to are hosts: NIC up, through the spine when their leaves
+ * differ, NIC down. */
+static void dcn_route(const PsGeometry *g, const PsZone *z, int from, int to, PsRoute *r)
+{
+  if (from == to)
+    return;
+  int lf = dcn_leaf(g, from), lt = dcn_leaf(g, to);
+  route_push(r, ps_geometry_dcn_link(g, PS_LINK_DCN_NIC_UP, from));
+  if (lf != lt) {
+    route_push(r, ps_geometry_dcn_link(g, PS_LINK_DCN_LEAF_UP, lf));
+    route_push(r, ps_geometry_dcn_link(g, PS_LINK_DCN_LEAF_DOWN, lt));
+  }
+  route_push(r, ps_geometry_dcn_link(g, PS_LINK_DCN_NIC_DOWN, to));
+}
+
+int ps_geometry_dcn_leaves(const PsGeometry *g) { return g->leaves; }
+
 static const ZoneOps zone_ops[PS_ZONE_N_KINDS] = {
     [PS_ZONE_TORUS] = {"torus", torus_n_links, torus_ends, torus_name, torus_route},
     [PS_ZONE_CHIP] = {"on-chip", chip_n_links, chip_ends, chip_name, chip_route},
     [PS_ZONE_PCIE] = {"pcie", pcie_n_links, pcie_ends, pcie_name, pcie_route},
+    [PS_ZONE_DCN] = {"dcn", dcn_n_links, dcn_ends, dcn_name, dcn_route},
 };
 
 /* The failed link directions of one ring (dimension dim through chip)
@@ -547,17 +684,17 @@ gboolean ps_geometry_ring_connected(const PsGeometry *g, const guint8 *failed, i
                                     int *plus, int *minus)
 {
   g_return_val_if_fail(failed != NULL && dim >= 0 && dim < g->ndims, FALSE);
-  int n = g->dims[dim];
+  int n = g->dims[dim], base = chip - chip % g->slice_chips;
   int c[PS_MAX_DIMS];
   ps_geometry_chip_coords(g, chip, c);
   for (int p = 0; p < n; p++) {
     c[dim] = p;
-    int up = ps_geometry_ici_link(g, ps_geometry_chip_at(g, c), dim, +1);
+    int up = ps_geometry_ici_link(g, base + ps_geometry_chip_at(g, c), dim, +1);
     if (up < 0 || !failed[up])
       continue;
     for (int q = 0; q < n; q++) {
       c[dim] = q;
-      int down = ps_geometry_ici_link(g, ps_geometry_chip_at(g, c), dim, -1);
+      int down = ps_geometry_ici_link(g, base + ps_geometry_chip_at(g, c), dim, -1);
       if (down >= 0 && failed[down] && q != (p + 1) % n) {
         *plus = up;
         *minus = down;
@@ -606,7 +743,7 @@ gboolean ps_geometry_link_ends(const PsGeometry *g, int link, PsLinkEnds *out)
     return FALSE;
   const PsZone *z = &g->zones[zi];
   PsLinkEnds e = {.chip = -1, .to_chip = -1, .dim = -1, .dir = 0, .from_core = -1,
-                  .to_core = -1, .host = -1};
+                  .to_core = -1, .host = -1, .leaf = -1};
   if (!zone_ops[z->kind].ends(g, z, link - z->first_link, &e))
     return FALSE;
   *out = e;
@@ -616,8 +753,8 @@ gboolean ps_geometry_link_ends(const PsGeometry *g, int link, PsLinkEnds *out)
 int ps_geometry_ici_link(const PsGeometry *g, int chip, int dim, int dir)
 {
   g_return_val_if_fail(chip >= 0 && chip < g->chips && dim >= 0 && dim < g->ndims, -1);
-  int local = ici_local(g, chip, dim, dir);
-  return g->nbr[local] >= 0 ? g->zones[g->torus].first_link + local : -1;
+  int local = ici_local(g, chip % g->slice_chips, dim, dir);
+  return g->nbr[local] >= 0 ? g->zones[g->torus + chip / g->slice_chips].first_link + local : -1;
 }
 
 char *ps_geometry_link_name(const PsGeometry *g, int link)
@@ -636,19 +773,52 @@ static void zone_route(const PsGeometry *g, int zone, int from, int to, PsRoute 
   zone_ops[z->kind].route(g, z, from, to, r);
 }
 
+/* The torus zone that holds chip. */
+static int torus_of(const PsGeometry *g, int chip)
+{
+  return g->torus + chip / g->slice_chips;
+}
+
+/* Between endpoints of different slices: to the source's host (through
+ * its slice's torus to the host's first chip, then PCIe up), the DCN,
+ * then from the destination's host (PCIe down, its slice's torus). */
+static void cross_slice_route(const PsGeometry *g, int src, int dst, PsRoute *r)
+{
+  int nd = g->devices, sh, dh;
+  if (src < nd) {
+    int sc = src / g->per_chip;
+    sh = g->chip_host[sc];
+    zone_route(g, torus_of(g, sc), sc, g->host_first[sh], r);
+    route_push(r, ps_geometry_pcie_link(g, sh, TRUE));
+  } else {
+    sh = src - nd;
+  }
+  dh = dst < nd ? g->chip_host[dst / g->per_chip] : dst - nd;
+  zone_route(g, g->dcn, sh, dh, r);
+  if (dst < nd) {
+    route_push(r, ps_geometry_pcie_link(g, dh, FALSE));
+    zone_route(g, torus_of(g, g->host_first[dh]), g->host_first[dh], dst / g->per_chip, r);
+  }
+}
+
 void ps_geometry_route(const PsGeometry *g, int src, int dst, PsRoute *r)
 {
   g_return_if_fail(src >= 0 && src < g->devices + g->hosts);
   g_return_if_fail(dst >= 0 && dst < g->devices + g->hosts);
   if (src == dst)
     return;
+  if (g->slices > 1 &&
+      ps_geometry_endpoint_slice(g, src) != ps_geometry_endpoint_slice(g, dst)) {
+    cross_slice_route(g, src, dst, r);
+    return;
+  }
   int nd = g->devices;
   if (src < nd && dst < nd) {
     int sc = src / g->per_chip, dc = dst / g->per_chip;
     if (sc == dc)
       zone_route(g, g->on_chip, src, dst, r);
     else
-      zone_route(g, g->torus, sc, dc, r);
+      zone_route(g, torus_of(g, sc), sc, dc, r);
     return;
   }
   if (src >= nd) {
@@ -656,16 +826,16 @@ void ps_geometry_route(const PsGeometry *g, int src, int dst, PsRoute *r)
     zone_route(g, g->pcie, src, g->host_first[sh] * g->per_chip, r);
     if (dst >= nd) {
       int dh = dst - nd;
-      zone_route(g, g->torus, g->host_first[sh], g->host_first[dh], r);
+      zone_route(g, torus_of(g, g->host_first[sh]), g->host_first[sh], g->host_first[dh], r);
       zone_route(g, g->pcie, g->host_first[dh] * g->per_chip, dst, r);
     } else if (g->chip_host[dst / g->per_chip] != sh) {
-      zone_route(g, g->torus, g->host_first[sh], dst / g->per_chip, r);
+      zone_route(g, torus_of(g, g->host_first[sh]), g->host_first[sh], dst / g->per_chip, r);
     }
     return;
   }
   int dh = dst - nd, sc = src / g->per_chip;
   if (g->chip_host[sc] != dh)
-    zone_route(g, g->torus, sc, g->host_first[dh], r);
+    zone_route(g, torus_of(g, sc), sc, g->host_first[dh], r);
   zone_route(g, g->pcie, src, dst, r);
 }
 
@@ -756,7 +926,7 @@ static gboolean check_cuts(const PsGeometry *g, const LinkDir *ld, int n, const 
       int cu[PS_MAX_DIMS], cv[PS_MAX_DIMS], d = u->dim, len = g->dims[d];
       ps_geometry_chip_coords(g, u->chip, cu);
       ps_geometry_chip_coords(g, v->chip, cv);
-      gboolean same_ring = TRUE;
+      gboolean same_ring = u->chip / g->slice_chips == v->chip / g->slice_chips;
       for (int k = 0; k < g->ndims; k++)
         if (k != d && cu[k] != cv[k])
           same_ring = FALSE;
@@ -769,7 +939,7 @@ static gboolean check_cuts(const PsGeometry *g, const LinkDir *ld, int n, const 
       cu[d] = (cu[d] + 1) % len;
       GString *a = g_string_new(NULL), *b = g_string_new(NULL);
       ps_geometry_append_chip(a, g, v->chip);
-      ps_geometry_append_chip(b, g, ps_geometry_chip_at(g, cu));
+      ps_geometry_append_chip(b, g, ps_geometry_chip_at(g, cu) + u->chip - u->chip % g->slice_chips);
       fault_fail(error, file, p,
                  "with %s and %s both failed (faults.links[%d] and [%d]), chip %s and chip %s "
                  "have no way to each other round the %c ring (each way crosses a failed "

@@ -12,6 +12,12 @@
  * cores, or 1 when the chip is a megacore.  Endpoints of the network are
  * the devices 0..D-1, then the hosts: endpoint D + h is host h.
  *
+ * Slices (topology "slices": S > 1).  S copies of the slice, numbered
+ * slice-major: chip c is chip c % C of slice c / C (C the slice's chips),
+ * its coordinates those within its slice; devices and hosts likewise
+ * (slice s's hosts follow slice s-1's, each slice's trays the same).
+ * Everything above holds within each slice.
+ *
  * Host trays.  A host owns a tray of chips: a box of host.tray chips
  * (e.g. a v4 host's four chips are 2x2x1) repeated to tile the torus;
  * hosts are numbered by their tray's position, x fastest, and a host's
@@ -40,6 +46,17 @@
  *                  link per ordered pair of cores; members: the chips.
  *   PS_ZONE_PCIE   each host's PCIe to its tray, one link down and one up
  *                  per host; members: the hosts.
+ *   PS_ZONE_DCN    the data-center network between slices (only when
+ *                  slices > 1): each host's NIC, up to its leaf switch and
+ *                  down from it (local ids 2h, 2h + 1), then each leaf's
+ *                  uplink to the spine and downlink from it (2H + 2l,
+ *                  2H + 2l + 1); leaf l serves hosts l x hosts_per_leaf
+ *                  onwards; members: the hosts.  Routes: NIC up, leaf up
+ *                  and leaf down when the hosts' leaves differ, NIC down.
+ * In table order (and so link ids): the DCN (multislice only), one
+ * torus zone per slice (members: that slice's chips), the chip zone and
+ * the PCIe zone (both over every slice); a single slice has exactly the
+ * three zones and link ids it always had.
  * A zone kind is one entry of a table of operations (its link count, what
  * a link joins, its name, a route between two of its members), so a new
  * network is a new kind and a new zone, not new cases across files: the
@@ -48,8 +65,9 @@
  * between slices goes device -> PCIe up -> DCN -> PCIe down -> device,
  * crossing zones through hosts as ps_geometry_route already crosses from
  * PCIe into the torus.  Zones nest: each names its parent (-1 for the
- * root); today the torus is the root and the chip and PCIe zones hang
- * from it.
+ * root); in one slice the torus is the root and the chip and PCIe zones
+ * hang from it; with several, the DCN is the root and the tori hang from
+ * it (the chip and PCIe zones name slice 0's torus).
  *
  * Routes (ps_geometry_route).  Between devices of one chip: the chip
  * zone's link.  Between devices of different chips: the torus zone, x,
@@ -64,11 +82,14 @@
  * cross a failed link (PsRoute.failed) goes the other way round that ring
  * (the network refuses failures that leave no other way).  Host h to a
  * device: PCIe down, then, for a chip of another host, the torus from
- * host h's first chip; the reverse way back.
+ * host h's first chip; the reverse way back.  Between endpoints of two
+ * slices: from a device, its slice's torus to its host's first chip and
+ * PCIe up; the DCN from that host to the destination's; then PCIe down
+ * and the torus from the host's first chip to a destination device.
  *
  * Axes.  A device's coordinates as collective groups see them: axis 0 is
- * its core within the chip, axis 1 + d torus dimension d (a slice axis
- * will follow them).
+ * its core within the chip, axis 1 + d torus dimension d, and the last
+ * (PS_GEOMETRY_SLICE_AXIS) its slice.
  *
  * Invariant: every chip is in exactly one host's tray; every link id is in
  * exactly one zone's range and the ranges cover [0, ps_geometry_n_links);
@@ -86,7 +107,11 @@ typedef enum {
   PS_LINK_ICI,       /* between torus neighbours, one direction */
   PS_LINK_ON_CHIP,   /* between two cores of one chip, one direction */
   PS_LINK_PCIE_DOWN, /* host to its chips */
-  PS_LINK_PCIE_UP    /* chips to their host */
+  PS_LINK_PCIE_UP,   /* chips to their host */
+  PS_LINK_DCN_NIC_UP,    /* a host's NIC to its leaf switch */
+  PS_LINK_DCN_NIC_DOWN,  /* a leaf switch to a host's NIC */
+  PS_LINK_DCN_LEAF_UP,   /* a leaf switch to the spine */
+  PS_LINK_DCN_LEAF_DOWN  /* the spine to a leaf switch */
 } PsLinkKind;
 
 /* What a link joins. */
@@ -96,10 +121,17 @@ typedef struct {
   int to_chip;            /* ICI: the neighbour (twist applied); else -1 */
   int dim, dir;           /* ICI: dimension and +1 / -1; else -1, 0 */
   int from_core, to_core; /* on-chip only; else -1 */
-  int host;               /* PCIe only; else -1 */
+  int host;               /* PCIe, DCN NIC; else -1 */
+  int leaf;               /* DCN: the leaf switch; else -1 */
 } PsLinkEnds;
 
-typedef enum { PS_ZONE_TORUS, PS_ZONE_CHIP, PS_ZONE_PCIE, PS_ZONE_N_KINDS } PsZoneKind;
+typedef enum {
+  PS_ZONE_TORUS,
+  PS_ZONE_CHIP,
+  PS_ZONE_PCIE,
+  PS_ZONE_DCN,
+  PS_ZONE_N_KINDS
+} PsZoneKind;
 
 /* One zone of the table. */
 typedef struct {
@@ -130,8 +162,14 @@ int ps_geometry_chips(const PsGeometry *g);
 int ps_geometry_devices(const PsGeometry *g);
 int ps_geometry_devices_per_chip(const PsGeometry *g);
 int ps_geometry_hosts(const PsGeometry *g);
+/* Slices (1 unless the topology has several), and chips of each. */
+int ps_geometry_slices(const PsGeometry *g);
+int ps_geometry_slice_chips(const PsGeometry *g);
+/* The slice of an endpoint (a device or a host). */
+int ps_geometry_endpoint_slice(const PsGeometry *g, int endpoint);
 
-/* coords[d] for d < ndims (the rest set to 0). */
+/* coords[d] for d < ndims (the rest set to 0), within the chip's slice;
+ * ps_geometry_chip_at gives slice 0's chip. */
 void ps_geometry_chip_coords(const PsGeometry *g, int chip, int coords[PS_MAX_DIMS]);
 int ps_geometry_chip_at(const PsGeometry *g, const int coords[PS_MAX_DIMS]);
 /* The chip one hop from chip along dim in direction dir (+1 / -1), twist
@@ -151,12 +189,15 @@ int ps_geometry_host_first_chip(const PsGeometry *g, int host);
 gboolean ps_geometry_tray(const PsGeometry *g, int tray[PS_MAX_DIMS]);
 
 /* Collective axes (see Axes above). */
-#define PS_GEOMETRY_MAX_AXES (1 + PS_MAX_DIMS)
+#define PS_GEOMETRY_MAX_AXES (2 + PS_MAX_DIMS)
+#define PS_GEOMETRY_SLICE_AXIS (1 + PS_MAX_DIMS)
+/* The axes a device has: the slice axis only in a multislice topology
+ * (ps_geometry_device_axes still writes it, 0, in one slice). */
 int ps_geometry_n_axes(const PsGeometry *g);
 /* Positions along axis (cores per chip; a torus dimension's size, 1
- * beyond ndims). */
+ * beyond ndims; slices). */
 int ps_geometry_axis_extent(const PsGeometry *g, int axis);
-/* "core", "x", "y", "z".  (transfer none) */
+/* "core", "x", "y", "z", "slice".  (transfer none) */
 const char *ps_geometry_axis_name(int axis);
 void ps_geometry_device_axes(const PsGeometry *g, int device, int coord[PS_GEOMETRY_MAX_AXES]);
 
@@ -177,8 +218,14 @@ gboolean ps_geometry_link_ends(const PsGeometry *g, int link, PsLinkEnds *out);
 int ps_geometry_ici_link(const PsGeometry *g, int chip, int dim, int dir);
 int ps_geometry_on_chip_link(const PsGeometry *g, int chip, int from_core, int to_core);
 int ps_geometry_pcie_link(const PsGeometry *g, int host, gboolean up);
+/* A DCN link of kind PS_LINK_DCN_*: of host `index` (NIC) or leaf
+ * `index` (leaf); only in a multislice topology. */
+int ps_geometry_dcn_link(const PsGeometry *g, PsLinkKind kind, int index);
+int ps_geometry_dcn_leaves(const PsGeometry *g);
 /* "chip (1,2) -> (1,3) +y", "chip (0,0) core 0 -> core 1",
- * "host 3 -> chips (PCIe)", "chips -> host 3 (PCIe)", "no link 7".
+ * "host 3 -> chips (PCIe)", "chips -> host 3 (PCIe)", "dcn nic host 3
+ * up", "dcn leaf 1 down", "no link 7"; chips of a multislice topology
+ * begin "slice 1 chip ...".
  * (transfer full) */
 char *ps_geometry_link_name(const PsGeometry *g, int link);
 /* "(1,2)": chip's coordinates as link names write them.  Appends to s. */

@@ -60,10 +60,24 @@ typedef struct {
   double int8_peak_flops;    /* per chip, where the MXU has an int8 path */
   double fp8_peak_flops;     /* per chip, where the MXU has an fp8 path */
   double dcn_bandwidth_Bps;  /* each host's data-center network, one direction */
+  /* multislice: `slices` copies of the slice above (torus, hosts and all),
+   * numbered slice-major, joined by the data-center network (hw/topology.h's
+   * PS_ZONE_DCN).  slices = 1 (the default): no DCN. */
+  int slices;
+  struct {
+    double nic_bandwidth_Bps;  /* per host NIC, each way (default host.dcn_bandwidth_Bps) */
+    double nic_latency_s;      /* host NIC and stack, each way */
+    int hosts_per_leaf;        /* hosts behind one leaf switch */
+    double oversubscription;   /* >= 1: leaf uplink = hosts_per_leaf x NIC / this */
+    double hop_latency_s;      /* per switch hop (host -> leaf, leaf -> spine, ...) */
+  } dcn;
   json_object *sources;      /* owned: the "sources" object, dotted key -> citation */
 } PsTopology;
 
+/* Chips and hosts of all slices together; ps_topology_slice_chips: of one
+ * slice (the torus's product). */
 int ps_topology_chips(const PsTopology *t);
+int ps_topology_slice_chips(const PsTopology *t);
 int ps_topology_hosts(const PsTopology *t);
 /* Devices a strategy can place a replica or stage on: chips x cores, or
  * chips when megacore. */

@@ -17,7 +17,9 @@
 
 static const char *const topology_keys[] = {"name",  "generation", "description", "extends", "chip",
                                             "host",  "torus",      "ici",         "sources",
-                                            "name_counts", "max_slice_chips", NULL};
+                                            "name_counts", "max_slice_chips", "slices", "dcn", NULL};
+static const char *const dcn_keys[] = {"nic_bandwidth_Bps", "nic_latency_s", "hosts_per_leaf",
+                                       "oversubscription", "hop_latency_s", NULL};
 static const char *const name_counts_choices[] = {"chips", "cores", NULL};
 static const char *const chip_keys[] = {"cores",
                                         "megacore",
@@ -423,6 +425,60 @@ static gboolean parse_ici(json_object *root, const char *file, const char *path,
                            &t->ici_links_per_neighbor, error);
 }
 
+/* DCN defaults where the file gives none; each is an assumption, stated
+ * with its reason in the "dcn" section of topologies/tpu-v5e.json. */
+#define DCN_NIC_LATENCY_S 10e-6
+#define DCN_HOSTS_PER_LEAF 32
+#define DCN_HOP_LATENCY_S 1e-6
+
+/* "slices" and "dcn": copies of the slice and the network between them.
+ * The DCN's figures are read (and checked) whenever a "dcn" section is
+ * given or slices > 1; a multislice topology needs a NIC bandwidth. */
+static gboolean parse_dcn(json_object *root, const char *file, const char *path, PsTopology *t,
+                          GError **error)
+{
+  t->slices = 1;
+  if (!ps_json_get_int32(root, file, path, "slices", FALSE, 1, MAX_CHIPS, &t->slices, error))
+    return FALSE;
+  json_object *d = NULL;
+  if ((int64_t)t->slices * ps_topology_slice_chips(t) > MAX_CHIPS) {
+    g_autofree char *sp = ps_json_path_join(path, "slices");
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, sp,
+                    "%d slices of %d chips is more than the %d chips this simulator accepts",
+                    t->slices, ps_topology_slice_chips(t), MAX_CHIPS);
+    return FALSE;
+  }
+  if (!ps_config__get_object(root, file, path, "dcn", FALSE, &d, error))
+    return FALSE;
+  t->dcn.nic_bandwidth_Bps = t->dcn_bandwidth_Bps;
+  t->dcn.nic_latency_s = DCN_NIC_LATENCY_S;
+  t->dcn.hosts_per_leaf = DCN_HOSTS_PER_LEAF;
+  t->dcn.oversubscription = 1.0;
+  t->dcn.hop_latency_s = DCN_HOP_LATENCY_S;
+  g_autofree char *p = ps_json_path_join(path, "dcn");
+  if (d && (!ps_json_check_keys(d, file, p, dcn_keys, error) ||
+            !ps_json_get_double(d, file, p, "nic_bandwidth_Bps", FALSE, 0, TRUE, INFINITY,
+                                &t->dcn.nic_bandwidth_Bps, error) ||
+            !ps_json_get_double(d, file, p, "nic_latency_s", FALSE, 0, FALSE, INFINITY,
+                                &t->dcn.nic_latency_s, error) ||
+            !ps_json_get_int32(d, file, p, "hosts_per_leaf", FALSE, 1, MAX_CHIPS,
+                               &t->dcn.hosts_per_leaf, error) ||
+            !ps_json_get_double(d, file, p, "oversubscription", FALSE, 1, FALSE, INFINITY,
+                                &t->dcn.oversubscription, error) ||
+            !ps_json_get_double(d, file, p, "hop_latency_s", FALSE, 0, FALSE, INFINITY,
+                                &t->dcn.hop_latency_s, error)))
+    return FALSE;
+  if (t->slices > 1 && !(t->dcn.nic_bandwidth_Bps > 0)) {
+    g_autofree char *np = ps_json_path_join(p, "nic_bandwidth_Bps");
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, np,
+                    "%d slices need a data-center network: give dcn.nic_bandwidth_Bps (or "
+                    "host.dcn_bandwidth_Bps), each host's NIC bandwidth one way, > 0",
+                    t->slices);
+    return FALSE;
+  }
+  return TRUE;
+}
+
 /* The name a file gives when it has no "name": its basename without
  * ".json".  (transfer full) */
 char *ps_config__name_from_file(const char *file)
@@ -445,7 +501,7 @@ static gboolean parse_generation_facts(json_object *root, const char *file, cons
                          &t->max_slice_chips, error))
     return FALSE;
   t->name_counts = g_strdup(counts >= 0 ? name_counts_choices[counts] : "");
-  int chips = ps_topology_chips(t);
+  int chips = ps_topology_slice_chips(t);
   if (t->max_slice_chips > 0 && chips > t->max_slice_chips) {
     g_autofree char *mp = ps_json_path_join(path, "max_slice_chips");
     g_autofree char *shape = dims_text(t);
@@ -478,10 +534,10 @@ static PsTopology *topology_parse(json_object *root, const char *file, const cha
       !parse_torus(root, file, path, t, error) || !parse_ici(root, file, path, t, error) ||
       !parse_sources(root, file, path, t, error) ||
       !parse_generation_facts(root, file, path, t, error) ||
-      !parse_tray(root, file, path, t, error))
+      !parse_tray(root, file, path, t, error) || !parse_dcn(root, file, path, t, error))
     goto fail;
 
-  int chips = ps_topology_chips(t);
+  int chips = ps_topology_slice_chips(t);
   if (chips < t->chips_per_host) {
     /* A slice smaller than a host: one host with just these chips. */
     t->chips_per_host = chips;
@@ -574,13 +630,19 @@ void ps_topology_free(PsTopology *t)
   g_free(t);
 }
 
-int ps_topology_chips(const PsTopology *t)
+int ps_topology_slice_chips(const PsTopology *t)
 {
   g_return_val_if_fail(t != NULL, 0);
   int n = 1;
   for (int i = 0; i < t->ndims; i++)
     n *= t->dims[i];
   return n;
+}
+
+int ps_topology_chips(const PsTopology *t)
+{
+  g_return_val_if_fail(t != NULL, 0);
+  return ps_topology_slice_chips(t) * (t->slices > 1 ? t->slices : 1);
 }
 
 int ps_topology_hosts(const PsTopology *t)
@@ -682,6 +744,16 @@ json_object *ps_config__topology_to_json(const PsTopology *t, json_object *sourc
                          json_object_new_int(t->ici_links_per_neighbor));
   json_object_object_add(o, "ici", ici);
 
+  if (t->slices > 1) {
+    json_object_object_add(o, "slices", json_object_new_int(t->slices));
+    json_object *d = json_object_new_object();
+    json_object_object_add(d, "nic_bandwidth_Bps", ps_config__new_double(t->dcn.nic_bandwidth_Bps));
+    json_object_object_add(d, "nic_latency_s", ps_config__new_double(t->dcn.nic_latency_s));
+    json_object_object_add(d, "hosts_per_leaf", json_object_new_int(t->dcn.hosts_per_leaf));
+    json_object_object_add(d, "oversubscription", ps_config__new_double(t->dcn.oversubscription));
+    json_object_object_add(d, "hop_latency_s", ps_config__new_double(t->dcn.hop_latency_s));
+    json_object_object_add(o, "dcn", d);
+  }
   if (sources)
     json_object_object_add(o, "sources", ps_config__deep_copy(sources));
   return o;
