@@ -42,6 +42,20 @@
  *
  * p2p: send-recv, one message.
  *
+ * hierarchical (groups spanning slices, as XLA reduces across slices):
+ * the phases over the axes within a slice, then a unidirectional ring
+ * along the slice axis among the members holding the same shard, so
+ * all-reduce = reduce-scatter within each slice, all-reduce of each
+ * 1/(members per slice) shard across the slices over the DCN, all-gather
+ * within each slice.  Within the slice it takes the torus's axes or one
+ * ring (one way or both) over the slice's members in snake order,
+ * whichever its prediction finds fastest.  Its prediction is the phases'
+ * critical path, which for P members per slice of S slices, one-hop
+ * slice phases and a DCN message time alpha_d + m/B_d comes to
+ *   T_slice_RS + 2(S-1)(alpha_d + S'/(S B_d)) + T_slice_AG,  S' = S_bytes/P
+ * (the cross-slice message counted as large as all those sharing its
+ * busiest link, e.g. the P members of a host behind one NIC).
+ *
  * Predictions (alpha-beta with the network's own message time: a message of
  * m bytes over h uncontended hops costs h alpha + m/B + (h-1) c/B, see
  * network.h, so alpha + m/B for ring neighbours):
@@ -217,25 +231,25 @@ static void axis_clear(Axis *x)
   g_free(x->shape);
 }
 
-/* The group in ring order: snake over the grid, else as listed. */
-static int *ring_order(const PsCollGroup *g)
+/* The boustrophedon (snake) order over the grid's first k axes, axis 0
+ * fastest: the grid indices over those axes, consecutive ones neighbours.
+ * Returns how many (the product of their sizes).  (transfer full) *out */
+static int snake(const PsCollGroup *g, int k, int **out)
 {
-  int *order = g_new(int, g->n);
-  if (!g->is_grid) {
-    for (int i = 0; i < g->n; i++)
-      order[i] = i;
-    return order;
-  }
+  int n = 1;
+  for (int a = 0; a < k; a++)
+    n *= g->axis_size[a];
+  int *order = g_new(int, n);
   int c[PS_COLL_MAX_AXES] = {0}, dir[PS_COLL_MAX_AXES];
-  for (int a = 0; a < g->n_axes; a++)
+  for (int a = 0; a < k; a++)
     dir[a] = 1;
-  for (int i = 0; i < g->n; i++) {
+  for (int i = 0; i < n; i++) {
     int idx = 0;
-    for (int a = g->n_axes - 1; a >= 0; a--)
+    for (int a = k - 1; a >= 0; a--)
       idx = idx * g->axis_size[a] + c[a];
-    order[i] = g->at[idx];
+    order[i] = idx;
     /* step the lowest axis that can move; reverse the ones below it */
-    for (int a = 0; a < g->n_axes; a++) {
+    for (int a = 0; a < k; a++) {
       int x = c[a] + dir[a];
       if (x >= 0 && x < g->axis_size[a]) {
         c[a] = x;
@@ -245,6 +259,23 @@ static int *ring_order(const PsCollGroup *g)
       }
     }
   }
+  *out = order;
+  return n;
+}
+
+/* The group in ring order: snake over the grid, else as listed. */
+static int *ring_order(const PsCollGroup *g)
+{
+  int *order;
+  if (!g->is_grid) {
+    order = g_new(int, g->n);
+    for (int i = 0; i < g->n; i++)
+      order[i] = i;
+    return order;
+  }
+  snake(g, g->n_axes, &order);
+  for (int i = 0; i < g->n; i++)
+    order[i] = g->at[order[i]];
   return order;
 }
 
@@ -262,26 +293,56 @@ static void ring_axis(const PsCollGroup *g, Axis *x)
   g_free(order);
 }
 
+/* The lines along the grid's axis a. */
+static void grid_axis(const PsCollGroup *g, int a, Axis *x)
+{
+  axis_alloc(x, g->n);
+  x->L = g->axis_size[a];
+  for (int m = 0; m < g->n; m++) {
+    int idx_next = 0, idx_prev = 0;
+    for (int b = g->n_axes - 1; b >= 0; b--) {
+      int c = g->grid_pos[m * g->n_axes + b];
+      int cn = b == a ? mod(c + 1, x->L) : c, cp = b == a ? mod(c - 1, x->L) : c;
+      idx_next = idx_next * g->axis_size[b] + cn;
+      idx_prev = idx_prev * g->axis_size[b] + cp;
+    }
+    x->pos[m] = g->grid_pos[m * g->n_axes + a];
+    x->next[m] = g->at[idx_next];
+    x->prev[m] = g->at[idx_prev];
+  }
+}
+
 static void grid_axes(const PsCollGroup *g, PsCollPlan *p)
 {
   p->n_axes = g->n_axes;
-  for (int a = 0; a < g->n_axes; a++) {
-    Axis *x = &p->ax[a];
-    axis_alloc(x, g->n);
-    x->L = g->axis_size[a];
-    for (int m = 0; m < g->n; m++) {
-      int idx_next = 0, idx_prev = 0;
-      for (int b = g->n_axes - 1; b >= 0; b--) {
-        int c = g->grid_pos[m * g->n_axes + b];
-        int cn = b == a ? mod(c + 1, x->L) : c, cp = b == a ? mod(c - 1, x->L) : c;
-        idx_next = idx_next * g->axis_size[b] + cn;
-        idx_prev = idx_prev * g->axis_size[b] + cp;
-      }
-      x->pos[m] = g->grid_pos[m * g->n_axes + a];
-      x->next[m] = g->at[idx_next];
-      x->prev[m] = g->at[idx_prev];
-    }
+  for (int a = 0; a < g->n_axes; a++)
+    grid_axis(g, a, &p->ax[a]);
+}
+
+/* One line through the grid's first k axes in snake order, for every
+ * value of the axes above them (rings of the members that share those). */
+static void snake_axis(const PsCollGroup *g, int k, Axis *x)
+{
+  int *order;
+  int L = snake(g, k, &order);
+  int *pos_of = g_new(int, L);
+  for (int i = 0; i < L; i++)
+    pos_of[order[i]] = i;
+  axis_alloc(x, g->n);
+  x->L = L;
+  for (int m = 0; m < g->n; m++) {
+    int low = 0, high = 0;
+    for (int b = g->n_axes - 1; b >= k; b--)
+      high = high * g->axis_size[b] + g->grid_pos[m * g->n_axes + b];
+    for (int b = k - 1; b >= 0; b--)
+      low = low * g->axis_size[b] + g->grid_pos[m * g->n_axes + b];
+    int pos = pos_of[low];
+    x->pos[m] = pos;
+    x->next[m] = g->at[order[(pos + 1) % L] + L * high];
+    x->prev[m] = g->at[order[(pos + L - 1) % L] + L * high];
   }
+  g_free(pos_of);
+  g_free(order);
 }
 
 /* Bidirectional only where the line closes in no more hops than it steps
@@ -418,6 +479,39 @@ static double route_bandwidth(const PsCollGroup *g, const int *route, int h)
   return bw;
 }
 
+/* How many times its own size a message on route counts for, from the
+ * step's load (messages) on each link: over links of one kind, the
+ * busiest link's load, and the message is timed as that many times its
+ * size; over a route that crosses kinds (*mixed: the ICI, PCIe, NIC and
+ * leaf links of a DCN route), the largest load_l x B_min / B_l, so a fast
+ * leaf uplink that carries many messages counts for what it takes at the
+ * route's slowest bandwidth, and the message is timed at its own size
+ * (its chunks pipeline across the hops) plus the others' bytes through
+ * that bottleneck. */
+static double route_share(const PsCollGroup *g, const int *route, int h, const int *load,
+                          gboolean *mixed_out)
+{
+  int share = 1;
+  gboolean mixed = FALSE;
+  PsLinkInfo first;
+  for (int j = 0; j < h; j++) {
+    share = MAX(share, load[route[j]]);
+    PsLinkInfo info;
+    ps_network_link_info(g->net, route[j], j == 0 ? &first : &info);
+    mixed = mixed || (j > 0 && info.kind != first.kind);
+  }
+  *mixed_out = mixed;
+  if (!mixed)
+    return share;
+  double bmin = route_bandwidth(g, route, h), eff = 1.0;
+  for (int j = 0; j < h; j++) {
+    PsLinkInfo info;
+    ps_network_link_info(g->net, route[j], &info);
+    eff = MAX(eff, load[route[j]] * bmin / (info.bandwidth_Bps * info.lanes));
+  }
+  return eff;
+}
+
 /* Messages of one phase step that cross each link, over every line, from
  * the routes of each member to its next (k = 0) and previous (k = 1)
  * member: route[k][m], hops[k][m]. */
@@ -475,13 +569,21 @@ static double phases_predict(const PsCollPlan *p)
       if (x->bidir)
         part = (part + 1) / 2;
       for (int k = 0; k < ndir; k++) {
-        int h = hops[k][m], share = 1;
+        int h = hops[k][m];
         const int *r = route[k][m];
-        for (int j = 0; j < h; j++)
-          share = MAX(share, load[r[j]]);
-        int64_t bytes = part * p->p.elem_bytes * share;
-        T[k][m] = route_message_s(g, r, h, bytes, p->p.chunk_bytes);
-        ser[k][m] = (double)bytes / route_bandwidth(g, r, h);
+        gboolean mixed;
+        double share = route_share(g, r, h, load, &mixed);
+        int64_t own = part * p->p.elem_bytes;
+        double bw = route_bandwidth(g, r, h);
+        if (!mixed) {
+          int64_t bytes = own * (int64_t)share;
+          T[k][m] = route_message_s(g, r, h, bytes, p->p.chunk_bytes);
+          ser[k][m] = (double)bytes / bw;
+        } else {
+          /* its own pipeline, then the others' bytes through the bottleneck */
+          T[k][m] = route_message_s(g, r, h, own, p->p.chunk_bytes) + (share - 1) * own / bw;
+          ser[k][m] = share * own / bw;
+        }
         free_at[k][m] = 0;
       }
     }
@@ -755,6 +857,61 @@ static PsCollPlan *torus_plan(const PsCollGroup *g, const PsCollParams *prm)
   return p;
 }
 
+/* The group's axis along its slices (the last, when it spans slices), or -1. */
+static int slice_axis(const PsCollGroup *g)
+{
+  int a = g->n_axes - 1;
+  return a >= 0 && g->axis_coord[a] == PS_GEOMETRY_SLICE_AXIS ? a : -1;
+}
+
+/* How the hierarchical plan crosses each slice. */
+typedef enum { INTRA_TORUS, INTRA_RING, INTRA_BIDIR, INTRA_N } IntraKind;
+
+/* One hierarchical plan: phases within each slice (the torus's axes, or
+ * one ring over the slice's members, one way or both), then one
+ * unidirectional ring along the slice axis, among the members that hold
+ * the same shard; phases_layout puts the reduce-scatters in that order and
+ * the all-gathers in the reverse. */
+static PsCollPlan *hier_candidate(const PsCollGroup *g, const PsCollParams *prm, IntraKind kind)
+{
+  PsCollPlan *p = plan_alloc(g, prm);
+  int sa = slice_axis(g);
+  if (kind == INTRA_TORUS || sa == 0) {
+    grid_axes(g, p);
+    for (int a = 0; a < sa; a++)
+      p->ax[a].bidir = p->ax[a].L > 2 && axis_closes(g, &p->ax[a]);
+  } else {
+    p->n_axes = 2;
+    snake_axis(g, sa, &p->ax[0]);
+    p->ax[0].bidir = kind == INTRA_BIDIR && p->ax[0].L > 2;
+    grid_axis(g, sa, &p->ax[1]);
+  }
+  p->ax[p->n_axes - 1].bidir = FALSE;
+  p->two_way = FALSE;
+  plan_finish(p);
+  return p;
+}
+
+/* The candidate whose closed form is fastest (the first of equals: torus
+ * axes, ring, bidir), as "auto" would pick the slice's algorithm. */
+static PsCollPlan *hier_plan(const PsCollGroup *g, const PsCollParams *prm)
+{
+  PsCollPlan *best = NULL;
+  double best_s = INFINITY;
+  for (IntraKind k = 0; k < INTRA_N; k++) {
+    PsCollPlan *p = hier_candidate(g, prm, k);
+    double t = phases_predict(p);
+    if (t < best_s) {
+      plan_free(best);
+      best = p;
+      best_s = t;
+    } else {
+      plan_free(p);
+    }
+  }
+  return best;
+}
+
 static PsCollPlan *p2p_plan(const PsCollGroup *g, const PsCollParams *prm)
 {
   PsCollPlan *p = plan_alloc(g, prm);
@@ -844,6 +1001,20 @@ static const char *torus_unsupported(const PsCollGroup *g, PsCollOp op)
   if (!g->is_grid)
     return "the group's (core, x, y, z) coordinates do not form a box, so it has no torus "
            "axes; use ring or bidir";
+  if (slice_axis(g) >= 0)
+    return "the group spans slices, which no torus joins: use hierarchical (or ring, bidir)";
+  return NULL;
+}
+
+static const char *hier_unsupported(const PsCollGroup *g, PsCollOp op)
+{
+  if (op != PS_COLL_ALL_REDUCE && op != PS_COLL_REDUCE_SCATTER && op != PS_COLL_ALL_GATHER)
+    return "hierarchical runs all-reduce, reduce-scatter and all-gather";
+  if (slice_axis(g) < 0)
+    return "the group does not span slices: use torus, ring or bidir";
+  if (!g->is_grid)
+    return "the group's members do not hold the same places in every slice (their (core, x, "
+           "y, z, slice) coordinates do not form a box); use ring or bidir";
   return NULL;
 }
 
@@ -871,8 +1042,16 @@ static const PsCollAlgo p2p_algo = {"p2p", "one message from the sender to the r
                                     p2p_unsupported, p2p_plan, plan_free, plan_n_steps,
                                     plan_step, plan_n_recv, plan_block, plan_predict};
 
+static const PsCollAlgo hier_algo = {
+    "hierarchical",
+    "across slices: reduce-scatter within each slice over ICI (torus axes or a ring, as "
+    "predicted fastest), all-reduce of each shard across slices over the DCN (a ring among "
+    "the members holding it), all-gather within each slice",
+    hier_unsupported, hier_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block,
+    plan_predict};
+
 const PsCollAlgo *const ps_coll_algos[] = {&ring_algo, &bidir_algo, &torus_algo, &p2p_algo,
-                                           NULL};
+                                           &hier_algo, NULL};
 
 const PsCollAlgo *ps_coll_algo_find(const char *name)
 {
