@@ -132,7 +132,7 @@ typedef struct {
 
 /* How replicas' gradients cross the interconnect. */
 typedef struct {
-  char *algorithm;        /* "auto", "ring", "bidir", "torus" */
+  char *algorithm;        /* "auto", "ring", "bidir", "torus", "hierarchical" */
   int64_t chunk_bytes;    /* messages are cut into chunks of this size */
   /* Asynchronous collectives of one kind (all-reduce, reduce-scatter...) a
    * device runs at once; a start beyond it waits, in program order, for the

@@ -1,0 +1,435 @@
+/* test_multislice.c: several slices joined by the data-center network
+ * (topology "slices" and "dcn", hw/topology.h's PS_ZONE_DCN) and the
+ * hierarchical collectives across them.
+ *
+ * - /multislice/topology: slices numbered slice-major (devices, chips,
+ *   hosts), a torus zone per slice and the DCN zone; a route between
+ *   slices is PCIe up, NIC up, (leaf up, leaf down when the hosts' leaves
+ *   differ), NIC down, PCIe down, with the links' names; one slice keeps
+ *   its zones and link ids (the same count as without the keys);
+ * - /multislice/closed-form: hierarchical all-reduce of S bytes over P
+ *   slices of a ring of four single-chip hosts (no link shared: every
+ *   device has its own host, NIC and PCIe) takes the slice's own
+ *   all-reduce plus 2(P-1) cross-slice steps, each one message of
+ *   S/(4P) bytes over the DCN route, whose store-and-forward time is
+ *   sum(latency) + sum(c/B_l) + (n-1) c/B_min for n chunks of c bytes:
+ *   within 0.5%, for P = 2 and 4, and the library's prediction
+ *   (ps_collective_predict_s) within 0.5% too;
+ * - /multislice/dcn-bandwidth: halving the NIC bandwidth grows the
+ *   simulated time by what the closed form's cross-slice steps grow,
+ *   within 0.5%;
+ * - /multislice/auto: auto picks hierarchical for 2 x tpu-v5e-256, whose
+ *   flat ring crosses the DCN on every step;
+ * - /multislice/numerics: hierarchical all-reduce with float buffers over
+ *   2 and 3 slices: every member within (N-1) eps sum|x| of the
+ *   double-precision sum, and all bit-identical;
+ * - /multislice/replicate: the data-parallel strategy on 2 x tpu-v5e-8
+ *   (16 replicas, numerics on, hierarchical and auto) runs to the end and
+ *   ends with identical replicas;
+ * - /multislice/errors: slices 0, a DCN bandwidth of 0 and an
+ *   oversubscription below 1 exit 2 naming the key (`podsim collective`,
+ *   `podsim run`). */
+#include "collectives/collective.h"
+#include "run/experiment.h"
+#include "run/run.h"
+#include "support/cli.h"
+
+#include <float.h>
+#include <glib/gstdio.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A network on a shorthand slice with overrides (NULL-terminated), or on
+ * a topology already loaded (spec NULL). */
+typedef struct {
+  PsTopology *topo;
+  PsEngine *engine;
+  PsNetwork *net;
+} Net;
+
+static void net_init(Net *n, PsTopology *loaded, const char *spec, ...) G_GNUC_NULL_TERMINATED;
+static void net_init(Net *n, PsTopology *loaded, const char *spec, ...)
+{
+  n->topo = loaded;
+  if (spec) {
+    GPtrArray *ov = g_ptr_array_new();
+    va_list ap;
+    va_start(ap, spec);
+    for (const char *o = va_arg(ap, const char *); o; o = va_arg(ap, const char *))
+      g_ptr_array_add(ov, (gpointer)o);
+    va_end(ap);
+    g_ptr_array_add(ov, NULL);
+    GError *error = NULL;
+    n->topo = ps_network_shorthand(spec, (const char *const *)ov->pdata, &error);
+    g_assert_no_error(error);
+    g_ptr_array_free(ov, TRUE);
+  }
+  n->engine = ps_engine_new();
+  n->net = ps_network_new(n->engine, n->topo, PS_NETWORK_DEFAULT_CHUNK);
+}
+
+static void net_clear(Net *n)
+{
+  ps_network_free(n->net);
+  ps_engine_free(n->engine);
+  ps_topology_free(n->topo);
+}
+
+static PsCollective *coll(Net *n, const char *algo, const int *devs, int members, int64_t count,
+                          int elem_bytes)
+{
+  PsCollSpec spec = {PS_COLL_ALL_REDUCE, algo, devs, members, count, elem_bytes, 0};
+  GError *error = NULL;
+  PsCollective *c = ps_collective_new(n->net, &spec, &error);
+  g_assert_no_error(error);
+  return c;
+}
+
+static int *range(int n)
+{
+  int *d = g_new(int, n);
+  for (int i = 0; i < n; i++)
+    d[i] = i;
+  return d;
+}
+
+/* ---- topology ------------------------------------------------------- */
+
+static void expect_route(Net *n, int src, int dst, const char *const *names)
+{
+  int route[32];
+  int h = ps_network_route(n->net, src, dst, route, 32);
+  int k = 0;
+  while (names[k])
+    k++;
+  g_assert_cmpint(h, ==, k);
+  for (int i = 0; i < h; i++) {
+    g_autofree char *name = ps_network_link_name(n->net, route[i]);
+    g_assert_cmpstr(name, ==, names[i]);
+  }
+}
+
+static void test_topology(void)
+{
+  Net one, n;
+  net_init(&one, NULL, "torus:2x2", NULL);
+  net_init(&n, NULL, "torus:2x2", "slices=3", "dcn.nic_bandwidth_Bps=12.5e9",
+           "dcn.hosts_per_leaf=8", NULL);
+  const PsGeometry *g1 = ps_network_geometry(one.net), *g = ps_network_geometry(n.net);
+  g_assert_cmpint(ps_geometry_n_zones(g1), ==, 3);
+  g_assert_cmpint(ps_geometry_slices(g1), ==, 1);
+  g_assert_cmpint(ps_geometry_n_axes(g1), ==, PS_GEOMETRY_SLICE_AXIS);
+  g_assert_cmpint(ps_geometry_n_zones(g), ==, 1 + 3 + 2);
+  g_assert_cmpint(ps_geometry_zone(g, 0)->kind, ==, PS_ZONE_DCN);
+  g_assert_cmpint(ps_network_devices(n.net), ==, 12);
+  g_assert_cmpint(ps_geometry_hosts(g), ==, 12);
+  g_assert_cmpint(ps_geometry_dcn_leaves(g), ==, 2);
+  /* per slice, the single slice's ICI links; then NICs and leaves */
+  const PsZone *dcn = ps_geometry_zone(g, 0);
+  g_assert_cmpint(dcn->n_links, ==, 2 * 12 + 2 * 2);
+  for (int s = 0; s < 3; s++) {
+    const PsZone *z = ps_geometry_zone(g, 1 + s);
+    g_assert_cmpint(z->kind, ==, PS_ZONE_TORUS);
+    g_assert_cmpint(z->first_member, ==, 4 * s);
+    g_assert_cmpint(z->n_links, ==, ps_geometry_zone(g1, 0)->n_links);
+    g_assert_cmpint(z->parent, ==, 0);
+  }
+  /* slice-major numbering: device 5 is chip 1 of slice 1, at (1,0) */
+  int ax[PS_GEOMETRY_MAX_AXES];
+  ps_geometry_device_axes(g, 5, ax);
+  g_assert_cmpint(ax[1], ==, 1);
+  g_assert_cmpint(ax[2], ==, 0);
+  g_assert_cmpint(ax[PS_GEOMETRY_SLICE_AXIS], ==, 1);
+  g_assert_cmpint(ps_geometry_endpoint_slice(g, 12 + 9), ==, 2);
+  g_assert_cmpint(ps_geometry_chip_host(g, 9), ==, 9);
+  g_assert_cmpint(ps_geometry_neighbour(g, 5, 0, +1), ==, 4);
+  /* within a slice, the torus of that slice */
+  expect_route(&n, 4, 5, (const char *const[]){"slice 1 chip (0,0) -> (1,0) +x", NULL});
+  /* hosts 1 and 5 share leaf 0; hosts 1 and 9 do not */
+  expect_route(&n, 1, 5,
+               (const char *const[]){"chips -> host 1 (PCIe)", "dcn nic host 1 up",
+                                     "dcn nic host 5 down", "host 5 -> chips (PCIe)", NULL});
+  expect_route(&n, 1, 9,
+               (const char *const[]){"chips -> host 1 (PCIe)", "dcn nic host 1 up",
+                                     "dcn leaf 0 up", "dcn leaf 1 down", "dcn nic host 9 down",
+                                     "host 9 -> chips (PCIe)", NULL});
+  PsLinkInfo nic, leaf;
+  g_assert_true(ps_network_link_info(n.net, ps_geometry_dcn_link(g, PS_LINK_DCN_NIC_UP, 1), &nic));
+  g_assert_true(
+      ps_network_link_info(n.net, ps_geometry_dcn_link(g, PS_LINK_DCN_LEAF_UP, 0), &leaf));
+  g_assert_cmpfloat_with_epsilon(nic.bandwidth_Bps, 12.5e9, 1);
+  g_assert_cmpfloat_with_epsilon(leaf.bandwidth_Bps, 8 * 12.5e9, 1);
+  g_assert_cmpint(nic.host, ==, 1);
+  g_assert_cmpint(leaf.leaf, ==, 0);
+  net_clear(&one);
+  net_clear(&n);
+}
+
+/* ---- timing against the closed form ---------------------------------- */
+
+/* One uncontended message of m bytes along the route from src to dst:
+ * sum(latency) + sum(c/B_l) + (n-1) c/B_min, n chunks of c bytes. */
+static double message_s(Net *n, int src, int dst, int64_t m)
+{
+  int route[32];
+  int h = ps_network_route(n->net, src, dst, route, 32);
+  int64_t c = MIN(m, ps_network_chunk_bytes(n->net));
+  int64_t chunks = (m + c - 1) / c;
+  g_assert_cmpint(chunks * c, ==, m);
+  double t = 0, bmin = INFINITY;
+  for (int i = 0; i < h; i++) {
+    PsLinkInfo li;
+    ps_network_link_info(n->net, route[i], &li);
+    t += ps_time_to_s(li.latency) + (double)c / li.bandwidth_Bps;
+    bmin = MIN(bmin, li.bandwidth_Bps);
+  }
+  return t + (double)(chunks - 1) * c / bmin;
+}
+
+/* The simulated time of one all-reduce round of S bytes over the first
+ * `members` devices. */
+static double sim_s(Net *n, const char *algo, int members, int64_t S, double *predict)
+{
+  g_autofree int *devs = range(members);
+  PsCollective *c = coll(n, algo, devs, members, S, 1);
+  if (predict)
+    *predict = ps_collective_predict_s(c);
+  double t = ps_time_to_s(ps_collective_run_round(c));
+  ps_collective_free(c);
+  return t;
+}
+
+#define S_BYTES (INT64_C(64) << 20)
+
+/* Hierarchical over P slices of ring:4 against the slice's own all-reduce
+ * plus 2(P-1) DCN steps; returns the simulated time. */
+static double check_closed_form(int P, const char *nic_bw)
+{
+  g_autofree char *sl = g_strdup_printf("slices=%d", P);
+  Net one, n;
+  net_init(&one, NULL, "ring:4", NULL);
+  net_init(&n, NULL, "ring:4", sl, nic_bw, NULL);
+  double intra = sim_s(&one, "torus", 4, S_BYTES, NULL);
+  double step = message_s(&n, 0, 4, S_BYTES / (4 * P));
+  double form = intra + 2 * (P - 1) * step, predict;
+  double t = sim_s(&n, "hierarchical", 4 * P, S_BYTES, &predict);
+  if (g_test_verbose())
+    g_printerr("P=%d %s: simulated %.3f us, closed form %.3f us (slice %.3f + 2(P-1) x %.3f), "
+               "prediction %.3f us\n",
+               P, nic_bw, t * 1e6, form * 1e6, intra * 1e6, step * 1e6, predict * 1e6);
+  g_assert_cmpfloat(fabs(t - form), <=, 0.005 * form);
+  g_assert_cmpfloat(fabs(t - predict), <=, 0.005 * predict);
+  /* the flat ring stays available and crosses the DCN on its own terms */
+  double flat = sim_s(&n, "ring", 4 * P, S_BYTES, NULL);
+  g_assert_cmpfloat(flat, >, 0);
+  net_clear(&one);
+  net_clear(&n);
+  return t;
+}
+
+static void test_closed_form(void)
+{
+  check_closed_form(2, "dcn.nic_bandwidth_Bps=12.5e9");
+  check_closed_form(4, "dcn.nic_bandwidth_Bps=12.5e9");
+}
+
+static void test_dcn_bandwidth(void)
+{
+  for (int P = 2; P <= 4; P += 2) {
+    double fast = check_closed_form(P, "dcn.nic_bandwidth_Bps=12.5e9");
+    double slow = check_closed_form(P, "dcn.nic_bandwidth_Bps=6.25e9");
+    /* the growth the closed form's cross-slice steps predict */
+    Net a, b;
+    g_autofree char *sl = g_strdup_printf("slices=%d", P);
+    net_init(&a, NULL, "ring:4", sl, "dcn.nic_bandwidth_Bps=12.5e9", NULL);
+    net_init(&b, NULL, "ring:4", sl, "dcn.nic_bandwidth_Bps=6.25e9", NULL);
+    int64_t m = S_BYTES / (4 * P);
+    double grow = 2 * (P - 1) * (message_s(&b, 0, 4, m) - message_s(&a, 0, 4, m));
+    g_assert_cmpfloat(grow, >, 0);
+    g_assert_cmpfloat(fabs((slow - fast) - grow), <=, 0.005 * grow);
+    net_clear(&a);
+    net_clear(&b);
+  }
+}
+
+static void test_auto(void)
+{
+  GError *error = NULL;
+  const char *ov[] = {"slices=2", NULL};
+  PsTopology *t = ps_topology_load("tpu-v5e-256", ov, &error);
+  g_assert_no_error(error);
+  Net n;
+  net_init(&n, t, NULL, NULL);
+  int N = ps_network_devices(n.net);
+  g_assert_cmpint(N, ==, 512);
+  g_autofree int *devs = range(N);
+  PsCollective *c = coll(&n, "auto", devs, N, S_BYTES, 1);
+  g_assert_cmpstr(ps_collective_algo(c), ==, "hierarchical");
+  ps_collective_free(c);
+  /* torus refuses a group spanning slices; hierarchical one within a slice */
+  PsCollSpec spec = {PS_COLL_ALL_REDUCE, "torus", devs, N, S_BYTES, 1, 0};
+  g_assert_null(ps_collective_new(n.net, &spec, &error));
+  g_assert_nonnull(strstr(error->message, "spans slices"));
+  g_clear_error(&error);
+  spec = (PsCollSpec){PS_COLL_ALL_REDUCE, "hierarchical", devs, 256, S_BYTES, 1, 0};
+  g_assert_null(ps_collective_new(n.net, &spec, &error));
+  g_assert_nonnull(strstr(error->message, "does not span slices"));
+  g_clear_error(&error);
+  net_clear(&n);
+}
+
+/* ---- numerics ------------------------------------------------------- */
+
+typedef struct {
+  int done;
+} Done;
+
+static void on_done(void *ctx, int member, ps_time_t t)
+{
+  ((Done *)ctx)->done++;
+}
+
+static void check_numerics(const char *spec, int P)
+{
+  g_autofree char *sl = g_strdup_printf("slices=%d", P);
+  Net n;
+  net_init(&n, NULL, spec, sl, "dcn.nic_bandwidth_Bps=12.5e9", NULL);
+  int N = ps_network_devices(n.net);
+  const int64_t count = 10007; /* no block divides it evenly */
+  g_autofree int *devs = range(N);
+  PsCollective *c = coll(&n, "hierarchical", devs, N, count, 4);
+  GRand *rng = g_rand_new_with_seed(11);
+  float **buf = g_new(float *, N);
+  double *sum = g_new0(double, count), *abs_sum = g_new0(double, count);
+  for (int m = 0; m < N; m++) {
+    buf[m] = g_new(float, count);
+    for (int64_t i = 0; i < count; i++) {
+      buf[m][i] = (float)g_rand_double_range(rng, -1, 1);
+      sum[i] += buf[m][i];
+      abs_sum[i] += fabs(buf[m][i]);
+    }
+  }
+  Done d = {0};
+  for (int m = 0; m < N; m++)
+    ps_collective_arrive(c, m, buf[m], on_done, &d);
+  ps_engine_run(n.engine, PS_TIME_NEVER);
+  g_assert_cmpint(d.done, ==, N);
+  for (int64_t i = 0; i < count; i++)
+    g_assert_cmpfloat(fabs(buf[0][i] - sum[i]), <=, (N - 1) * FLT_EPSILON * abs_sum[i]);
+  for (int m = 1; m < N; m++)
+    g_assert_cmpmem(buf[m], count * sizeof(float), buf[0], count * sizeof(float));
+  for (int m = 0; m < N; m++)
+    g_free(buf[m]);
+  g_free(buf);
+  g_free(sum);
+  g_free(abs_sum);
+  g_rand_free(rng);
+  ps_collective_free(c);
+  net_clear(&n);
+}
+
+static void test_numerics(void)
+{
+  check_numerics("torus:2x2", 2);
+  check_numerics("torus:2x2", 3);
+  check_numerics("ring:4", 4);
+}
+
+/* ---- the replicate strategy ------------------------------------------ */
+
+static const char *exp_json =
+    "{\"name\": \"multislice\", \"topology\": \"tpu-v5e-8\", \"model\": \"mlp\","
+    " \"global_batch\": 64, \"steps\": 4, \"steps_per_run\": 2,"
+    " \"input\": {\"source\": \"synthetic\", \"synthetic_examples\": 1024,"
+    "             \"host_cost_per_example_s\": 0},"
+    " \"optimizer\": {\"kind\": \"sgd\", \"learning_rate\": 0.05, \"momentum\": 0},"
+    " \"numerics\": {\"enabled\": true, \"precision\": \"f32\", \"seed\": 7,"
+    "                \"evaluate\": false}}";
+
+static char *write_experiment(void)
+{
+  GError *error = NULL;
+  char *path = NULL;
+  int fd = g_file_open_tmp("multislice-XXXXXX.json", &path, &error);
+  g_assert_no_error(error);
+  close(fd);
+  g_assert_true(g_file_set_contents(path, exp_json, -1, &error));
+  return path;
+}
+
+static void test_replicate(void)
+{
+  g_autofree char *path = write_experiment();
+  static const char *const algos[] = {"collective.algorithm=hierarchical",
+                                      "collective.algorithm=auto", NULL};
+  for (int i = 0; algos[i]; i++) {
+    const char *ov[] = {"topology.slices=2", algos[i], NULL};
+    GError *error = NULL;
+    PsExperiment *e = ps_experiment_load(path, ov, &error);
+    g_assert_no_error(error);
+    g_assert_cmpint(ps_topology_devices(e->topology), ==, 16);
+    PsSummary s;
+    PsRunOptions opt = {.keep_params = TRUE};
+    g_assert_true(ps_run(e, &opt, &s, &error));
+    g_assert_no_error(error);
+    g_assert_true(s.has_numerics);
+    g_assert_cmpfloat(s.replica_divergence, ==, 0.0);
+    g_assert_true(isfinite(s.loss_last));
+    g_assert_cmpfloat(s.loss_last, <, s.loss_first);
+    ps_summary_clear(&s);
+    ps_experiment_free(e);
+  }
+  g_unlink(path);
+}
+
+/* ---- bad input ------------------------------------------------------- */
+
+static void expect_exit2(const char *const *args, const char *key)
+{
+  const char *argv[16] = {podsim_path()};
+  for (int i = 0; args[i]; i++)
+    argv[i + 1] = args[i];
+  g_autofree char *err = NULL;
+  g_assert_cmpint(podsim_spawn(argv, NULL, &err), ==, 2);
+  if (!strstr(err, key))
+    g_error("expected '%s' in: %s", key, err);
+}
+
+static void test_errors(void)
+{
+  expect_exit2((const char *const[]){"collective", "-t", "tpu-v5e-8", "--set", "slices=0",
+                                     "-b", "1M", NULL},
+               "slices");
+  expect_exit2((const char *const[]){"collective", "-t", "tpu-v5e-8", "--set", "slices=-2",
+                                     "-b", "1M", NULL},
+               "slices");
+  expect_exit2((const char *const[]){"collective", "-t", "tpu-v5e-8", "--set", "slices=2",
+                                     "--set", "dcn.nic_bandwidth_Bps=0", "-b", "1M", NULL},
+               "dcn.nic_bandwidth_Bps");
+  expect_exit2((const char *const[]){"collective", "-t", "tpu-v5e-8", "--set", "slices=2",
+                                     "--set", "dcn.oversubscription=0.5", "-b", "1M", NULL},
+               "dcn.oversubscription");
+  /* a generation without a DCN figure needs one for several slices */
+  expect_exit2((const char *const[]){"collective", "-t", "tpu-v4-8", "--set", "slices=2", "-b",
+                                     "1M", NULL},
+               "dcn.nic_bandwidth_Bps");
+  g_autofree char *path = write_experiment();
+  expect_exit2((const char *const[]){"run", path, "--set", "topology.slices=0", NULL},
+               "slices: must be between 1");
+  g_unlink(path);
+}
+
+int main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  podsim_init();
+  g_test_add_func("/multislice/topology", test_topology);
+  g_test_add_func("/multislice/closed-form", test_closed_form);
+  g_test_add_func("/multislice/dcn-bandwidth", test_dcn_bandwidth);
+  g_test_add_func("/multislice/auto", test_auto);
+  g_test_add_func("/multislice/numerics", test_numerics);
+  g_test_add_func("/multislice/replicate", test_replicate);
+  g_test_add_func("/multislice/errors", test_errors);
+  return g_test_run();
+}
