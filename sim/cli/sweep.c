@@ -373,11 +373,10 @@ static void flatten(json_object *dst, const char *prefix, json_object *src, cons
   }
 }
 
-static Outcome *point_run(Sweep *sw, guint index)
+/* Point index's overrides: --set, then each varied key at its value.
+ * (transfer full: NULL-terminated) */
+static GPtrArray *point_overrides(const Sweep *sw, guint index)
 {
-  Outcome *o = g_new0(Outcome, 1);
-  o->index = index;
-  gint64 t0 = g_get_monotonic_time();
   GPtrArray *ov = g_ptr_array_new_with_free_func(g_free);
   for (char **s = sw->sets; s && *s; s++)
     g_ptr_array_add(ov, g_strdup(*s));
@@ -385,6 +384,43 @@ static Outcome *point_run(Sweep *sw, guint index)
     g_ptr_array_add(ov, g_strdup_printf("%s=%s", ((Vary *)sw->varies->pdata[k])->key,
                                         point_value(sw, index, k)));
   g_ptr_array_add(ov, NULL);
+  return ov;
+}
+
+/* Before any point runs: the first point, and each value of each varied
+ * key with the other keys at their first value, loaded.  A key the
+ * experiment does not know (varied or set) is the command line's error,
+ * the same at every point; a value that fails (an unknown topology, a
+ * batch that does not divide) is its points' row. */
+static gboolean sweep_check_keys(const Sweep *sw, GError **error)
+{
+  guint stride = sw->n_points;
+  for (guint k = 0; k < sw->varies->len; k++) {
+    const Vary *v = sw->varies->pdata[k];
+    stride /= v->values->len;
+    for (guint i = k == 0 ? 0 : 1; i < v->values->len; i++) {
+      GPtrArray *ov = point_overrides(sw, i * stride);
+      GError *load_error = NULL;
+      PsExperiment *exp =
+          ps_experiment_load(sw->experiment, (const char *const *)ov->pdata, &load_error);
+      g_ptr_array_free(ov, TRUE);
+      ps_experiment_free(exp);
+      if (g_error_matches(load_error, PS_INPUT_ERROR, PS_INPUT_ERROR_KEY)) {
+        g_propagate_error(error, load_error);
+        return FALSE;
+      }
+      g_clear_error(&load_error);
+    }
+  }
+  return TRUE;
+}
+
+static Outcome *point_run(Sweep *sw, guint index)
+{
+  Outcome *o = g_new0(Outcome, 1);
+  o->index = index;
+  gint64 t0 = g_get_monotonic_time();
+  GPtrArray *ov = point_overrides(sw, index);
   GError *error = NULL;
   PsExperiment *exp = ps_experiment_load(sw->experiment, (const char *const *)ov->pdata, &error);
   g_ptr_array_free(ov, TRUE);
@@ -1259,6 +1295,7 @@ static int sweep_lead(int argc, char **argv, Ranks *ranks)
 
   if (!sweep_add_varies(&sw, o.vary_args, &error) ||
       !(found = ps_config_find("experiments", sw.experiment, &error)) ||
+      !sweep_check_keys(&sw, &error) ||
       (o.out_path && !output_read(&out, &sw, &error))) {
     status = input_error("%s", error->message);
     g_error_free(error);
