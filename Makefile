@@ -199,18 +199,15 @@ run: deps all
 	./podsim run experiments/default.json
 
 # Each GTest binary speaks TAP (--tap); prove runs them and summarises.
-# Test binaries call the library directly, so they pin OpenBLAS's kernel the
-# way the podsim binary does itself (see pin_blas_kernel in sim/cli/main.c):
-# Haswell's on any x86-64 CPU with AVX2 and FMA, for the same numbers on
-# every machine.
-BLAS_PIN := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo && echo OPENBLAS_CORETYPE=Haswell)
+# No environment pins the numbers: libpodsim's own GEMM gives the same
+# bits on every machine (sim/model/kernels.c).
 
 # tests/test_install.sh installs this build into a temporary prefix (the
 # make variables reach its `make install` through MAKEFLAGS) and builds a
 # program against it with $(LDFLAGS) (the sanitizers' under check-asan).
 TEST_SCRIPTS := tests/test_install.sh
 
-TEST_ENV = $(BLAS_PIN) PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
+TEST_ENV = PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
   PODSIM_TEST_LDFLAGS="$(LDFLAGS)"
 
 test: deps all $(TEST_BIN)
@@ -283,7 +280,7 @@ check-asan:
 # hour there; the sanitizer build covers it).
 check-valgrind: all $(TEST_BIN)
 	@for t in $(TEST_BIN); do \
-	  $(BLAS_PIN) PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
+	  PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
 	  valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite $$t -q \
 	  || exit 1; done
 

@@ -46,10 +46,12 @@ typedef struct {
 
 /* A step some device is still in: nothing is kept per step beyond it. */
 typedef struct {
-  double loss;          /* weighted over the devices that outfeed */
   int outfed;
   int critical;         /* the last device to start the step's last collective */
   int done;             /* devices that finished the step */
+  /* per device, its weighted loss: summed in device order once all have
+   * outfed, so the step's loss never depends on which finished first */
+  double loss[];
 } StepState;
 
 typedef struct {
@@ -235,7 +237,7 @@ static StepState *step_state(Run *r, int64_t step)
   if (!st) {
     gint64 *key = g_new(gint64, 1);
     *key = step;
-    st = g_new0(StepState, 1);
+    st = g_malloc0(sizeof *st + (size_t)r->n_dev * sizeof st->loss[0]);
     st->critical = -1;
     g_hash_table_insert(r->open_steps, key, st);
   }
@@ -392,11 +394,15 @@ static void numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
     StepState *st = step_state(r, step);
     /* the mean over the device's micro-batches, weighted among replicas */
     if (r->loss_n[device] > 0)
-      st->loss += r->loss_acc[device] / r->loss_n[device] * op->loss_weight;
+      st->loss[device] += r->loss_acc[device] / r->loss_n[device] * op->loss_weight;
     r->loss_acc[device] = 0;
     r->loss_n[device] = 0;
-    if (++st->outfed == r->outfeeders)
-      log_step(r, step, st->loss, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
+    if (++st->outfed == r->outfeeders) {
+      double loss = 0;
+      for (int d = 0; d < r->n_dev; d++)
+        loss += st->loss[d];
+      log_step(r, step, loss, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
+    }
     break;
   }
   case PS_OP_HOST_CALL:

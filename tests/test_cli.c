@@ -516,9 +516,10 @@ static void test_interrupted_trace(void)
   }
 }
 
-/* The same losses whatever OpenBLAS kernel the CPU would pick: podsim pins
- * one (sim/cli/main.c), so runs under different OPENBLAS_CORETYPE values
- * print identical losses.  (Skipped where nothing is pinned: no AVX2.) */
+/* The same losses whatever OpenBLAS kernel the CPU would pick: the
+ * library's own GEMM (sim/model/kernels.c) sums in one order, so runs under
+ * different OPENBLAS_CORETYPE values print identical losses.  (Skipped
+ * without AVX2, where OpenBLAS would not take these kernels.) */
 static void test_blas_pinned(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <sys/stat.h>
 
 #define EXIT_INPUT 2
@@ -572,36 +571,6 @@ static int cmd_describe(int argc, char **argv)
   return status;
 }
 
-/* The same numbers on every machine: OpenBLAS picks its GEMM kernel by
- * CPU at load time, and kernels sum in different orders, so losses would
- * differ in the last bits from one machine to another and drift apart over
- * a run.  On x86-64 with AVX2 and FMA (every server CPU since 2013)
- * podsim pins the Haswell kernels, which such CPUs all run, by setting
- * OPENBLAS_CORETYPE and starting itself again before OpenBLAS loads (it
- * reads the variable in its constructor).  They cost about 7% more than
- * the newest kernels on an AVX-512 machine (the default run: 11.5 s
- * against 10.8 s for 200 steps).  PODSIM_BLAS_NATIVE=1 keeps the CPU's own
- * kernel.  Elsewhere (no AVX2, other architectures) nothing is pinned. */
-static void pin_blas_kernel(char **argv)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-  const char *want = "Haswell";
-  const char *have = getenv("OPENBLAS_CORETYPE");
-  if (getenv("PODSIM_BLAS_NATIVE") || (have && strcmp(have, want) == 0) ||
-      getenv("PODSIM_BLAS_PINNED"))
-    return;
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-    return;
-  setenv("OPENBLAS_CORETYPE", want, 1);
-  setenv("PODSIM_BLAS_PINNED", "1", 1); /* never loop, whatever happens */
-  execv("/proc/self/exe", argv);
-  /* no /proc: go on with the CPU's own kernel */
-#else
-  (void)argv;
-#endif
-}
-
 /* SIGINT, SIGTERM, SIGHUP: remove the trace being written, then die of
  * the signal as if unhandled (the shell sees the usual status). */
 static void on_fatal_signal(int sig)
@@ -613,7 +582,6 @@ static void on_fatal_signal(int sig)
 
 static int dispatch(int argc, char **argv)
 {
-  pin_blas_kernel(argv);
   struct sigaction sa = {.sa_handler = on_fatal_signal};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
