@@ -6,8 +6,8 @@
  * nothing was simulated) and no output file left behind:
  * - a step count (from --steps, --set steps=, a file) whose simulated time
  *   cannot fit the picosecond clock;
- * - compare and sweep find a missing experiment or unknown key before they
- *   run anything;
+ * - compare and sweep find a missing experiment, an unknown key or such a
+ *   step count before they run anything;
  * - outputs that cannot be written (/dev/full, a missing directory, a
  *   directory) fail loudly and leave the device alone;
  * - $PODSIM_DATA_DIR naming no directory;
@@ -78,6 +78,12 @@ static void test_steps_past_clock(void)
     g_autofree char *in_file = g_strdup_printf("huge.json|steps: %s|clock", counts[i]);
     refused(in_file, "run", file, "--trace", trace, NULL);
     refused(in_file, "compare", "default", file, NULL);
+    g_autofree char *csv = scratch_path("s.csv");
+    g_autofree char *vary = g_strdup_printf("steps=2,%s", counts[i]);
+    refused(needles, "sweep", "default", "--vary", vary, "--out", csv, NULL);
+    refused(needles, "sweep", "default", "--set", set, "--vary", "global_batch=64,128", "--out",
+            csv, NULL);
+    g_assert_false(g_file_test(csv, G_FILE_TEST_EXISTS));
     g_unlink(file);
   }
   g_assert_false(g_file_test(trace, G_FILE_TEST_EXISTS));
@@ -184,6 +190,10 @@ static void test_silent_options(void)
   refused("--seed", "run", "default", "--seed", "-3", "--trace", trace, NULL);
   refused("--steps", "run", "default", "--steps", "-1", "--trace", trace, NULL);
   refused("--trace-max", "run", "default", "--trace-max", "-1", "--trace", trace, NULL);
+  refused("compare|itself", "compare", "default", NULL);
+  refused("compare|itself", "compare", "default", "--set", "steps=2", NULL);
+  refused("sweep|--jobs 2|--dry-run", "sweep", "default", "--vary", "steps=1,2", "--dry-run",
+          "--jobs", "2", NULL);
   refused("timeline|--step -2", "timeline", "--step", "-2", "no-such.json", NULL);
   refused("timeline|--replica -1", "timeline", "--replica", "-1", "no-such.json", NULL);
   g_assert_false(g_file_test(trace, G_FILE_TEST_EXISTS));

@@ -251,6 +251,9 @@ int ps_cli_compare(int argc, char **argv)
   if (argc < 2 || argc > 3)
     return input_error("give one or two EXPERIMENTs, got %d (see podsim compare --help)",
                        argc - 1);
+  if (argc == 2 && !set_a && !set_b)
+    return input_error("A alone is compared with itself: give B, or --set-a or --set-b to make "
+                       "one side differ (see podsim compare --help)");
   const char *name_a = argv[1], *name_b = argc == 3 ? argv[2] : argv[1];
   PsSummary a = {0}, b = {0};
   PsExperiment *ea = NULL, *eb = NULL;

@@ -387,11 +387,35 @@ static GPtrArray *point_overrides(const Sweep *sw, guint index)
   return ov;
 }
 
+/* Whether a sweep's point is refused up front: a key the experiment does
+ * not know (load_error), or a plan that compiles but whose step count
+ * cannot fit the clock (ps_run_check).  *error is set then. */
+static gboolean point_refused(PsExperiment *exp, GError *load_error, GError **error)
+{
+  if (g_error_matches(load_error, PS_INPUT_ERROR, PS_INPUT_ERROR_KEY)) {
+    g_propagate_error(error, load_error);
+    return TRUE;
+  }
+  g_clear_error(&load_error);
+  GError *check_error = NULL;
+  if (!exp || ps_run_check(exp, NULL, &check_error))
+    return FALSE;
+  PsPlan *plan = ps_run_compile(exp, NULL); /* compiles: the steps failed */
+  gboolean refused = plan != NULL;
+  ps_plan_free(plan);
+  if (refused)
+    g_propagate_error(error, check_error);
+  else
+    g_error_free(check_error);
+  return refused;
+}
+
 /* Before any point runs: the first point, and each value of each varied
  * key with the other keys at their first value, loaded.  A key the
  * experiment does not know (varied or set) is the command line's error,
- * the same at every point; a value that fails (an unknown topology, a
- * batch that does not divide) is its points' row. */
+ * the same at every point, and so is a step count past the clock; a value
+ * that fails otherwise (an unknown topology, a batch that does not
+ * divide) is its points' row. */
 static gboolean sweep_check_keys(const Sweep *sw, GError **error)
 {
   guint stride = sw->n_points;
@@ -404,12 +428,10 @@ static gboolean sweep_check_keys(const Sweep *sw, GError **error)
       PsExperiment *exp =
           ps_experiment_load(sw->experiment, (const char *const *)ov->pdata, &load_error);
       g_ptr_array_free(ov, TRUE);
+      gboolean refused = point_refused(exp, load_error, error);
       ps_experiment_free(exp);
-      if (g_error_matches(load_error, PS_INPUT_ERROR, PS_INPUT_ERROR_KEY)) {
-        g_propagate_error(error, load_error);
+      if (refused)
         return FALSE;
-      }
-      g_clear_error(&load_error);
     }
   }
   return TRUE;
@@ -1205,7 +1227,7 @@ static void options_clear(Options *o)
 /* Fills o from the command line; 0, or EXIT_INPUT after a message. */
 static int options_parse(Options *o, int argc, char **argv)
 {
-  o->jobs = 1;
+  o->jobs = G_MININT; /* left out: 1 */
   GOptionEntry entries[] = {
       {"vary", 'v', 0, G_OPTION_ARG_STRING_ARRAY, &o->vary_args,
        "A key and its values: KEY=V1,V2,... or KEY=A:B:xF or KEY=A:B:+S (repeatable)",
@@ -1249,6 +1271,10 @@ static int options_parse(Options *o, int argc, char **argv)
     return input_error("--format %s: choose csv or jsonl", o->format_name);
   else if (!o->format_name && o->out_path && g_str_has_suffix(o->out_path, ".jsonl"))
     o->format = FORMAT_JSONL;
+  if (o->dry_run && o->jobs != G_MININT)
+    return input_error("--jobs %d: --dry-run runs no point, so it needs no threads", o->jobs);
+  if (o->jobs == G_MININT)
+    o->jobs = 1;
   if (o->jobs < 0)
     return input_error("--jobs %d: give a number of threads, or 0 for one per processor",
                        o->jobs);
