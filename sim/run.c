@@ -303,6 +303,24 @@ static float *message_buffer(PsNet *net, const PsOp *op, size_t *n)
                           : ps_net_activation_grad(net, op->first, n);
 }
 
+/* OUTFEED: the device's loss of the step, the mean over its micro-batches
+ * weighted among replicas; once every device outfed, their sum in device
+ * order is the step's. */
+static void outfeed_loss(Run *r, int device, int64_t step, const PsOp *op)
+{
+  StepState *st = step_state(r, step);
+  if (r->loss_n[device] > 0)
+    st->loss[device] += r->loss_acc[device] / r->loss_n[device] * op->loss_weight;
+  r->loss_acc[device] = 0;
+  r->loss_n[device] = 0;
+  if (++st->outfed < r->outfeeders)
+    return;
+  double loss = 0;
+  for (int d = 0; d < r->n_dev; d++)
+    loss += st->loss[d];
+  log_step(r, step, loss, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
+}
+
 static void numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
 {
   Run *r = ctx;
@@ -390,21 +408,9 @@ static void numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
                             (size_t)off, (size_t)len, step + 1);
     break;
   }
-  case PS_OP_OUTFEED: {
-    StepState *st = step_state(r, step);
-    /* the mean over the device's micro-batches, weighted among replicas */
-    if (r->loss_n[device] > 0)
-      st->loss[device] += r->loss_acc[device] / r->loss_n[device] * op->loss_weight;
-    r->loss_acc[device] = 0;
-    r->loss_n[device] = 0;
-    if (++st->outfed == r->outfeeders) {
-      double loss = 0;
-      for (int d = 0; d < r->n_dev; d++)
-        loss += st->loss[d];
-      log_step(r, step, loss, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
-    }
+  case PS_OP_OUTFEED:
+    outfeed_loss(r, device, step, op);
     break;
-  }
   case PS_OP_HOST_CALL:
     host_call_numerics(r, device, op);
     break;

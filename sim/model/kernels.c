@@ -68,20 +68,15 @@ void ps_bf16_round_array(const float *in, float *out, size_t n)
 
 /* ---- GEMM -------------------------------------------------------------- */
 
-/* The library's own GEMM, so that the numbers are the same whatever BLAS
- * library, kernel or CPU runs them: C's element (i, j) is the float sum,
- * p = 0, 1, ..., k - 1 in that order, of A(i, p) x B(p, j), each product
- * and each sum rounded on its own (no fused multiply-add: -std=c11 keeps
- * contraction off), then added to C's old value when accumulating.  The
- * vector width only decides how many such sums run side by side, never
- * their order, so every machine gives the same bits.
- *
- * A is packed into panels of GEMM_MR rows and B into panels of GEMM_NR
- * columns, each p-major (rounded to bfloat16 on the way in for
- * PS_PRECISION_BF16; zero past the matrix's edge), and one GEMM_MR x
- * GEMM_NR tile of C is summed at a time in a local array the compiler
- * keeps in vector registers.  On x86-64 the tile also has an AVX2 clone
- * (picked at load time, the same arithmetic eight floats at a time). */
+/* The library's own GEMM, the same bits whatever BLAS or CPU is there:
+ * C(i, j) is the float sum over p = 0, 1, ..., k - 1 in that order of
+ * A(i, p) x B(p, j), each product and sum rounded on its own (no FMA:
+ * -std=c11 keeps contraction off), then added to C when accumulating; the
+ * vector width decides how many sums run side by side, never their order.
+ * A and B are packed into p-major panels of GEMM_MR rows and GEMM_NR
+ * columns (bf16-rounded for PS_PRECISION_BF16, zero past the edge), and
+ * one tile of C is summed at a time in a local array the compiler keeps in
+ * vector registers; on x86-64 with an AVX2 clone, picked at load time. */
 #define GEMM_MR 8
 #define GEMM_NR 8
 
