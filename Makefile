@@ -215,7 +215,8 @@ test: deps all $(TEST_BIN)
 
 # The same suites in GTest's thorough mode (-m thorough): also the slow
 # tests, which g_test_thorough() leaves out of `make test` (one epoch of
-# the default experiment, about 76 s).  CI runs this one.
+# the default experiment, about 76 s; /cli/blas-pinned; /run/trace/estimate).
+# CI runs this one.
 test-slow: deps all $(TEST_BIN)
 	$(TEST_ENV) prove -f $(TEST_BIN) $(TEST_SCRIPTS) :: --tap -m thorough
 

@@ -618,7 +618,8 @@ int main(int argc, char **argv)
   g_test_add_func("/run/outside-compilation/histogram", test_host_call_numerics);
   g_test_add_func("/run/replicate/mean-matches-single", test_replicas_match_single);
   g_test_add_func("/run/shipped-summaries-add-up", test_shipped_summaries);
-  g_test_add_func("/run/trace/estimate", test_trace_estimate);
+  if (g_test_thorough()) /* 30 steps of numerics and ResNet-50 link traces, about 11 s */
+    g_test_add_func("/run/trace/estimate", test_trace_estimate);
   g_test_add_func("/run/trace/waiting-for-peers", test_trace_waiting_for_peers);
   /* 76 s of numerics: `make test-slow` (-m thorough) runs it, `make test` does not */
   if (g_test_thorough())
