@@ -35,8 +35,7 @@
 
 void ps_kernels_init(void)
 {
-  /* nothing to set up: the GEMM is the library's own (below) and runs on
-   * the calling thread */
+  /* nothing to set up: the GEMM is the library's own, on the caller's thread */
 }
 
 /* ---- bfloat16 ---------------------------------------------------------- */
@@ -128,6 +127,9 @@ static void gemm_pack(PsPrecision prec, const float *src, gboolean along, size_t
 GEMM_CLONES static void gemm_tile(int k, const float *ap, const float *bp,
                                   float out[GEMM_MR][GEMM_NR])
 {
+#ifdef __clang__
+#pragma clang fp contract(off) /* clang would fuse by default; gcc -std=c11 does not */
+#endif
   float t[GEMM_MR][GEMM_NR] = {{0}};
   for (int p = 0; p < k; p++) {
     const float *x = ap + (size_t)p * GEMM_MR, *y = bp + (size_t)p * GEMM_NR;
