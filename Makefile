@@ -21,7 +21,8 @@ TESTBIN     ?= tests/bin
 # -np K podsim sweep ...` spreads a sweep's points over K processes; it
 # installs openmpi-bin and libopenmpi-dev (as root) when they are missing.
 # A plain build needs no MPI.  $(BUILD)/mpi.txt remembers which kind of
-# build $(BUILD) holds, so switching rebuilds sweep.o and relinks.
+# build $(BUILD) holds, so switching rebuilds the sweep's objects (sweep.o,
+# and sweep-mpi.o, the MPI driver) and relinks.
 MPI         ?= 0
 MPI_ON      := $(if $(filter 1,$(MPI)),1,0)
 MPI_DEB_PKGS := openmpi-bin libopenmpi-dev
@@ -51,7 +52,7 @@ CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -fPIC -MMD -MP \
 LDLIBS   += $(PKG_LIBS) $(BLAS_LIBS) -lm
 # $(BUILD)/flags.txt holds our compile flags: objects built with others
 # (before -fPIC, another OPT) are rebuilt.  Not the packages' (they change
-# when `deps` installs them), nor MPI's, which only sweep.o sees
+# when `deps` installs them), nor MPI's, which only the sweep's objects read
 # ($(MPI_STAMP) above; mpicc compiles as cc does).
 FLAGS_STAMP := $(BUILD)/flags.txt
 $(file >$(FLAGS_STAMP).new,$(filter-out $(PKG_CFLAGS) $(BLAS_CFLAGS) $(MPI_CFLAGS),$(CFLAGS)))
@@ -60,7 +61,7 @@ $(shell cmp -s $(FLAGS_STAMP).new $(FLAGS_STAMP) && rm -f $(FLAGS_STAMP).new || 
 
 # libpodsim: everything but the command line.  The subcommands (sim/cli/)
 # go into build/libpodsim-cli.a, for podsim and the tests, never installed.
-LIB_SRC   := $(filter-out sim/cli/%,$(wildcard sim/*.c sim/*/*.c))
+LIB_SRC   := $(filter-out sim/cli/%,$(wildcard sim/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC   := $(filter-out sim/cli/main.c,$(wildcard sim/cli/*.c))
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -69,14 +70,15 @@ CLI_A     := $(BUILD)/libpodsim-cli.a
 LIB_SO    := $(BUILD)/libpodsim.so.$(VERSION)
 LIB_LINKS := $(BUILD)/libpodsim.so.$(SOVERSION) $(BUILD)/libpodsim.so
 # The embedding API: include/podsim/podsim.h and the headers of sim/ it
-# reaches (run.h and what run.h includes), installed under include/podsim/
-# with their paths (run.h, io/config.h, ...); $(BUILD)/umbrella.txt lists them.
+# reaches (run/run.h, run/experiment.h and what they include), installed under include/podsim/
+# with their paths (run/run.h, io/config.h, ...); $(BUILD)/umbrella.txt lists them.
 UMBRELLA  := include/podsim/podsim.h
 HDR_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude -Isim $(PKG_CFLAGS) $(BLAS_CFLAGS)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTBIN)/%)
-# what the command-line tests share (tests/support/cli.h), linked into each
-TEST_SUPPORT := $(BUILD)/tests/support/cli.o
+# what the tests share (tests/support/: the command line's, the numerics'),
+# linked into each
+TEST_SUPPORT := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/support/*.c))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
@@ -123,7 +125,7 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP) | deps $(MPI_DEPS)
 	@echo "  CC    $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/sim/cli/sweep.o: $(MPI_STAMP)
+$(BUILD)/sim/cli/sweep.o $(BUILD)/sim/cli/sweep-mpi.o: $(MPI_STAMP)
 
 $(LIB_A): $(LIB_OBJ)
 	@rm -f $@
@@ -137,7 +139,7 @@ $(CLI_A): $(CLI_OBJ)
 
 # --no-undefined: the library names every library it needs (DT_NEEDED), so
 # `cc prog.c -lpodsim` links with nothing else; --as-needed drops the rest
-# (mpicc's MPI libraries under MPI=1: only sweep.c, in the CLI, uses MPI).
+# (mpicc's MPI libraries under MPI=1: only the CLI's sweep uses MPI).
 $(LIB_SO): $(LIB_OBJ)
 	@echo "  LD    $@"
 	@$(CC) -shared -Wl,-soname,libpodsim.so.$(SOVERSION) -Wl,--no-undefined \
@@ -150,7 +152,7 @@ $(LIB_LINKS): $(LIB_SO)
 # The public headers: what the umbrella header reaches under sim/ (checked
 # to compile in the tree with -Iinclude -Isim, and to hold nothing of the
 # CLI and no *-private.h).
-$(BUILD)/umbrella.txt: $(UMBRELLA) $(wildcard sim/*.h sim/*/*.h) | deps
+$(BUILD)/umbrella.txt: $(UMBRELLA) $(wildcard sim/*/*.h) | deps
 	@echo "  HDRS  $@"
 	@$(CC) $(HDR_CFLAGS) -fsyntax-only -x c $(UMBRELLA)
 	@$(CC) $(HDR_CFLAGS) -MM -MT x $(UMBRELLA) | tr ' \\' '\n\n' | grep '^sim/' | \
@@ -200,7 +202,7 @@ run: deps all
 
 # Each GTest binary speaks TAP (--tap); prove runs them and summarises.
 # No environment pins the numbers: libpodsim's own GEMM gives the same
-# bits on every machine (sim/model/kernels.c).
+# bits on every machine (sim/model/gemm.c).
 
 # tests/test_install.sh installs this build into a temporary prefix (the
 # make variables reach its `make install` through MAKEFLAGS) and builds a

@@ -11,7 +11,8 @@
  * in at most 2 s of wall time and 1 GiB.
  * Usage: bench_step (from the source tree).
  * Invariant: every run starts from a fresh experiment, engine and pod. */
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 
 #include <stdio.h>
 #include <stdlib.h>

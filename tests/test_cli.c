@@ -517,7 +517,7 @@ static void test_interrupted_trace(void)
 }
 
 /* The same losses whatever OpenBLAS kernel the CPU would pick: the
- * library's own GEMM (sim/model/kernels.c) sums in one order, so runs under
+ * library's own GEMM (sim/model/gemm.c) sums in one order, so runs under
  * different OPENBLAS_CORETYPE values print identical losses.  (Skipped
  * without AVX2, where OpenBLAS would not take these kernels.) */
 static void test_blas_pinned(void)

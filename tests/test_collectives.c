@@ -1090,9 +1090,56 @@ static void test_cli_trace(void)
   g_rmdir(dir);
 }
 
+/* ps_collective_run_round gives the time of the test harness's round (all
+ * arriving at 0), for each algorithm and a second round alike. */
+static void test_run_round(void)
+{
+  static const char *const algos[] = {"ring", "bidir", "torus"};
+  for (size_t a = 0; a < G_N_ELEMENTS(algos); a++) {
+    Fix f1, f2;
+    fix_init(&f1, topo("torus:4x2", NULL, NULL), 4096);
+    fix_init(&f2, topo("torus:4x2", NULL, NULL), 4096);
+    g_autofree int *d1 = all_devices(&f1);
+    g_autofree int *d2 = all_devices(&f2);
+    PsCollective *c1 = coll_new(&f1, PS_COLL_ALL_REDUCE, algos[a], d1, 8, 1 << 16, 1, 0);
+    PsCollective *c2 = coll_new(&f2, PS_COLL_ALL_REDUCE, algos[a], d2, 8, 1 << 16, 1, 0);
+    ps_time_t want = run_round(&f1, c1, NULL, NULL);
+    g_assert_cmpint(want, >, 0);
+    g_assert_cmpint(ps_collective_run_round(c2), ==, want);
+    g_assert_cmpint(ps_collective_rounds_done(c2), ==, 1);
+    ps_time_t second = run_round(&f1, c1, NULL, NULL);
+    g_assert_cmpint(ps_collective_run_round(c2) - ps_engine_now(f2.engine), ==, 0);
+    g_assert_cmpint(ps_engine_now(f2.engine), ==, ps_engine_now(f1.engine));
+    g_assert_cmpint(second, ==, want);
+    ps_collective_free(c1);
+    ps_collective_free(c2);
+    fix_clear(&f1);
+    fix_clear(&f2);
+  }
+}
+
+/* The names come from the algorithm table: each has a summary, "auto"
+ * ends the list, and a name not in it has none. */
+static void test_algo_names(void)
+{
+  g_auto(GStrv) names = ps_coll_algo_names();
+  guint n = g_strv_length(names);
+  g_assert_cmpuint(n, >=, 2);
+  g_assert_cmpstr(names[n - 1], ==, "auto");
+  gboolean ring = FALSE;
+  for (guint i = 0; i < n; i++) {
+    g_assert_nonnull(ps_coll_algo_summary(names[i]));
+    ring = ring || strcmp(names[i], "ring") == 0;
+  }
+  g_assert_true(ring);
+  g_assert_null(ps_coll_algo_summary("nope"));
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/collectives/algo-names", test_algo_names);
+  g_test_add_func("/collectives/run-round", test_run_round);
   g_test_add_func("/collectives/ring/alpha-beta", test_ring_alpha_beta);
   g_test_add_func("/collectives/ring/chunk-condition", test_ring_chunk_condition);
   g_test_add_func("/collectives/bidir/alpha-beta", test_bidir_alpha_beta);

@@ -11,6 +11,9 @@
  * $PODSIM_DATA_DIR (the project root under `make test`), else ".". */
 #include "io/config.h"
 #include "common/json.h"
+#include "run/experiment.h"
+#include "strategy/strategy-private.h"
+
 
 #include <glib/gstdio.h>
 #include <math.h>
@@ -18,6 +21,12 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* The keys the replicate and pipeline strategies read (white box). */
+static const PsReplicaConfig *replica_config(const PsExperiment *e)
+{
+  return e->strategy.config;
+}
 
 #define GIB (INT64_C(1) << 30)
 
@@ -377,17 +386,17 @@ static void test_experiment_defaults(void)
   g_assert_cmpfloat(e->epochs, ==, 1.0);
   g_assert_cmpint(e->steps_per_run, ==, 1);
   g_assert_true(e->fuse_elementwise);
-  g_assert_cmpint(e->strategy.kind, ==, PS_STRATEGY_REPLICATE);
-  g_assert_cmpint(e->strategy.replicas, ==, 8);
-  g_assert_cmpint(e->strategy.loss_reduction, ==, PS_LOSS_MEAN);
-  g_assert_cmpint(e->strategy.stages, ==, 1);
-  g_assert_cmpint(e->strategy.micro_batches, ==, 1);
-  g_assert_cmpint(e->strategy.schedule, ==, PS_SCHEDULE_GPIPE);
-  g_assert_false(e->strategy.rematerialize);
+  g_assert_cmpstr(e->strategy.kind, ==, "replicate");
+  g_assert_cmpint(replica_config(e)->rep.replicas, ==, 8);
+  g_assert_cmpint(replica_config(e)->rep.loss_reduction, ==, PS_LOSS_MEAN);
+  g_assert_cmpint(replica_config(e)->staging.stages, ==, 1);
+  g_assert_cmpint(replica_config(e)->staging.micro_batches, ==, 1);
+  g_assert_cmpint(replica_config(e)->staging.schedule, ==, PS_SCHEDULE_GPIPE);
+  g_assert_false(replica_config(e)->staging.rematerialize);
   g_assert_cmpint(PS_DEFAULT_BUCKET_BYTES, ==, 30 * 1024 * 1024); /* XLA combiner default */
-  g_assert_cmpint(e->strategy.bucket_bytes, ==, PS_DEFAULT_BUCKET_BYTES);
-  g_assert_true(e->strategy.overlap);
-  g_assert_false(e->strategy.weight_update_sharding);
+  g_assert_cmpint(replica_config(e)->rep.bucket_bytes, ==, PS_DEFAULT_BUCKET_BYTES);
+  g_assert_true(replica_config(e)->rep.overlap);
+  g_assert_false(replica_config(e)->rep.weight_update_sharding);
   g_assert_cmpint(ps_experiment_devices_used(e), ==, 8);
   g_assert_cmpint(e->input.source, ==, PS_SOURCE_FASHION_MNIST);
   g_assert_cmpstr(e->input.data_dir, ==, "/usr/share/datasets/fashion-mnist");
@@ -449,7 +458,7 @@ static void test_experiment_overrides(void)
   g_assert_cmpstr(e->topology->name, ==, "tpu-v3-32");
   g_assert_cmpint(ps_topology_devices(e->topology), ==, 32);
   g_assert_cmpint(ps_topology_hosts(e->topology), ==, 4);
-  g_assert_cmpint(e->strategy.replicas, ==, 32);
+  g_assert_cmpint(replica_config(e)->rep.replicas, ==, 32);
   ps_experiment_free(e);
 
   const char *const ici[] = {"topology.ici.bandwidth_Bps=5e10", "topology.ici.latency_s=2us",
@@ -479,7 +488,7 @@ static void test_experiment_overrides(void)
   g_assert_cmpint(e->optimizer.schedule, ==, PS_LR_COSINE);
   g_assert_cmpint(e->numerics.precision, ==, PS_PRECISION_BF16);
   g_assert_cmpint(e->optimizer.kind, ==, PS_OPT_ADAM);
-  g_assert_cmpint(e->strategy.loss_reduction, ==, PS_LOSS_SUM);
+  g_assert_cmpint(replica_config(e)->rep.loss_reduction, ==, PS_LOSS_SUM);
   g_assert_cmpuint(e->numerics.seed, ==, 42);
   g_assert_cmpint(e->steps, ==, 3);
   g_assert_cmpint(e->log_every, ==, 2);
@@ -488,11 +497,11 @@ static void test_experiment_overrides(void)
   /* null restores a default: for replicas, every device of the slice. */
   const char *const reset[] = {"strategy.replicas=null", NULL};
   e = load_good(reset);
-  g_assert_cmpint(e->strategy.replicas, ==, 8);
+  g_assert_cmpint(replica_config(e)->rep.replicas, ==, 8);
   ps_experiment_free(e);
   const char *const reset_topo[] = {"strategy.replicas=null", "topology=tpu-v3-32", NULL};
   e = load_good(reset_topo);
-  g_assert_cmpint(e->strategy.replicas, ==, 32);
+  g_assert_cmpint(replica_config(e)->rep.replicas, ==, 32);
   ps_experiment_free(e);
 }
 
@@ -521,9 +530,9 @@ static int64_t resolved_strategy_int(const PsExperiment *e, const char *key)
 static void test_strategy_exchange_keys(void)
 {
   PsExperiment *e = load_what_if(NULL);
-  g_assert_cmpint(e->strategy.bucket_bytes, ==, 4 * 1024 * 1024);
-  g_assert_false(e->strategy.overlap);
-  g_assert_true(e->strategy.weight_update_sharding);
+  g_assert_cmpint(replica_config(e)->rep.bucket_bytes, ==, 4 * 1024 * 1024);
+  g_assert_false(replica_config(e)->rep.overlap);
+  g_assert_true(replica_config(e)->rep.weight_update_sharding);
   g_assert_cmpint(resolved_strategy_int(e, "bucket_bytes"), ==, 4 * 1024 * 1024);
   ps_experiment_free(e);
 
@@ -543,9 +552,9 @@ static void test_strategy_exchange_keys(void)
   for (guint i = 0; i < G_N_ELEMENTS(sizes); i++) {
     const char *const ov[] = {sizes[i].set, NULL};
     e = load_what_if(ov);
-    if (e->strategy.bucket_bytes != sizes[i].bytes)
+    if (replica_config(e)->rep.bucket_bytes != sizes[i].bytes)
       g_error("--set %s: bucket_bytes %" G_GINT64_FORMAT ", expected %" G_GINT64_FORMAT,
-              sizes[i].set, e->strategy.bucket_bytes, sizes[i].bytes);
+              sizes[i].set, replica_config(e)->rep.bucket_bytes, sizes[i].bytes);
     g_assert_cmpint(resolved_strategy_int(e, "bucket_bytes"), ==, sizes[i].bytes);
     ps_experiment_free(e);
   }
@@ -554,9 +563,9 @@ static void test_strategy_exchange_keys(void)
   const char *const pipe[] = {"strategy.kind=pipeline", "strategy.stages=2",
                               "strategy.overlap=true", NULL};
   e = load_what_if(pipe);
-  g_assert_cmpint(e->strategy.kind, ==, PS_STRATEGY_PIPELINE);
-  g_assert_true(e->strategy.weight_update_sharding);
-  g_assert_true(e->strategy.overlap);
+  g_assert_cmpstr(e->strategy.kind, ==, "pipeline");
+  g_assert_true(replica_config(e)->rep.weight_update_sharding);
+  g_assert_true(replica_config(e)->rep.overlap);
   ps_experiment_free(e);
 }
 
@@ -581,10 +590,10 @@ static void test_replicas_default(void)
   };
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     PsExperiment *e = load_what_if(cases[i].set);
-    if (e->strategy.replicas != cases[i].replicas || e->strategy.stages != cases[i].stages)
+    if (replica_config(e)->rep.replicas != cases[i].replicas || replica_config(e)->staging.stages != cases[i].stages)
       g_error("case %u (%s ...): %d replicas x %d stages, expected %d x %d", i,
-              cases[i].set[0] ? cases[i].set[0] : "no --set", e->strategy.replicas,
-              e->strategy.stages, cases[i].replicas, cases[i].stages);
+              cases[i].set[0] ? cases[i].set[0] : "no --set", replica_config(e)->rep.replicas,
+              replica_config(e)->staging.stages, cases[i].replicas, cases[i].stages);
     g_assert_cmpint(ps_experiment_devices_used(e), ==, cases[i].replicas * cases[i].stages);
     g_assert_cmpint(resolved_strategy_int(e, "replicas"), ==, cases[i].replicas);
     ps_experiment_free(e);
@@ -603,13 +612,13 @@ static void test_replicas_default(void)
       tmp, json_object_to_json_string_ext(e->resolved, JSON_C_TO_STRING_PRETTY), -1, &err));
   PsExperiment *again = ps_experiment_load(tmp, NULL, &err);
   g_assert_no_error(err);
-  g_assert_cmpint(again->strategy.replicas, ==, 32);
+  g_assert_cmpint(replica_config(again)->rep.replicas, ==, 32);
   g_assert_true(json_object_equal(e->resolved, again->resolved));
   ps_experiment_free(again);
   const char *const smaller[] = {"topology=tpu-v3-64", NULL};
   again = ps_experiment_load(tmp, smaller, &err); /* explicit now: 32 of 64 */
   g_assert_no_error(err);
-  g_assert_cmpint(again->strategy.replicas, ==, 32);
+  g_assert_cmpint(replica_config(again)->rep.replicas, ==, 32);
   g_assert_cmpint(ps_experiment_devices_used(again), ==, 32);
   ps_experiment_free(again);
   ps_experiment_free(e);

@@ -3,8 +3,10 @@
  * kernels of a ResNet bottleneck block, MXU passes per precision, and the
  * order none >= xla >= ideal of the fusion modes. */
 #include "hw/cost.h"
+#include "strategy/cost-options.h"
 #include "io/config.h"
 #include "model/layers.h"
+#include "run/experiment.h"
 
 #include <math.h>
 #include <string.h>
@@ -166,7 +168,7 @@ static void test_precision_passes(void)
     PsExperiment *e = ps_experiment_load("resnet50-v3-8", ov, &error);
     g_assert_no_error(error);
     PsCostOptions o;
-    ps_cost_options(e, &o);
+    ps_strategy_cost_options(e, &o);
     g_assert_cmpint(o.passes, ==, passes[i]);
     g_assert_cmpint(o.act_bytes, ==, 4);
     PsOpCost c;
@@ -204,7 +206,7 @@ static void test_fusion_order(void)
     PsExperiment *e = ps_experiment_load("resnet50-v3-8", ov, &error);
     g_assert_no_error(error);
     PsCostOptions o;
-    ps_cost_options(e, &o);
+    ps_strategy_cost_options(e, &o);
     int n = e->model->n_layers;
     PsOpCost fwd, bwd;
     ps_cost_op(e->topology, e->model, 0, n - 1, 128, &o, FALSE, NULL, &fwd);

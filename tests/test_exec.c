@@ -37,6 +37,7 @@
 #include "exec/pod.h"
 #include "io/config.h"
 #include "program/program.h"
+#include "run/experiment.h"
 
 #include <glib/gstdio.h>
 #include <math.h>

@@ -12,6 +12,7 @@
 #include "common/json.h"
 #include "io/config.h"
 #include "model/layers.h"
+#include "run/experiment.h"
 
 #include <string.h>
 

@@ -5,6 +5,7 @@
  * out_shape of the layer its input_from names (the model input for -1),
  * ADD joins two equal shapes, names are unique and totals are the sums. */
 #include "common/json.h"
+#include "model/layer-private.h"
 #include "model/layers.h"
 
 #include <math.h>
@@ -687,93 +688,99 @@ static void test_vit(void)
 #define FL "{'type': 'flatten'}"
 #define D10 "{'type': 'dense', 'units': 10}"
 
+/* Model texts that must be refused, with the error's code and a part of
+ * its message. */
+typedef struct {
+  const char *text;
+  int code;
+  const char *needle;
+} BadModelCase;
+
+static const BadModelCase bad_model_cases[] = {
+  {IMG "[" FL ", {'type': 'densee', 'units': 10}, " SM "]}", PS_INPUT_ERROR_VALUE,
+   "bad.json: layers[1].type: unknown layer type 'densee' (expected one of: dense, conv2d"},
+  {IMG "[" FL ", {'type': 'dense', 'units': 0}, " SM "]}", PS_INPUT_ERROR_VALUE,
+   "bad.json: layers[1].units: must be > 0, got 0"},
+  {IMG "[" FL ", {'type': 'residual', 'body': [{'type': 'dense', 'units': 784},"
+       " {'type': 'dense', 'units': 0}]}, " D10 ", " SM "]}",
+   PS_INPUT_ERROR_VALUE, "bad.json: layers[1].body[1].units: must be > 0, got 0"},
+  {IMG "[" FL ", {'type': 'residual', 'body': [" D10 "]}, " SM "]}", PS_INPUT_ERROR_VALUE,
+   "bad.json: layers[1]: residual body output (10) does not match the shortcut output (784)"},
+  {IMG "[" FL ", {'type': 'residual', 'body': [" D10 "], 'shortcut': [{'type': 'dense',"
+       " 'units': 12}]}, " SM "]}",
+   PS_INPUT_ERROR_VALUE, "(10) does not match the shortcut output (12)"},
+  {IMG "[" FL ", " D10 ", " SM ", {'type': 'relu'}]}", PS_INPUT_ERROR_VALUE,
+   "bad.json: layers[2]: softmax_xent must be the last layer"},
+  {IMG "[" FL ", {'type': 'dense', 'units': 10, 'unitz': 3}, " SM "]}", PS_INPUT_ERROR_KEY,
+   "bad.json: layers[1]: unknown key 'unitz' (expected one of: type, name, units, bias)"},
+  {IMG "[{'type': 'conv2d', 'filters': 4, 'kernel': 3, 'padding': 'full'}, " FL ", " D10
+       ", " SM "]}",
+   PS_INPUT_ERROR_VALUE, "bad.json: layers[0].padding: must be one of: valid, same; got 'full'"},
+  {IMG "[" FL ", {'type': 'repeat', 'count': 0, 'body': [{'type': 'relu'}]}, " D10 ", " SM
+       "]}",
+   PS_INPUT_ERROR_VALUE, "bad.json: layers[1].count: must be > 0, got 0"},
+  {IMG "[" FL ", {'type': 'repeat', 'count': 2, 'body': [{'type': 'dense', 'units': 0}]}, "
+       SM "]}",
+   PS_INPUT_ERROR_VALUE, "bad.json: layers[1].body[0].units: must be > 0, got 0"},
+  {IMG "[" D10 ", " SM "]}", PS_INPUT_ERROR_VALUE,
+   "bad.json: layers[0]: dense needs a rank-1 or rank-2 input, got (28, 28, 1)"},
+  {IMG "[" FL ", {'type': 'dense', 'units': 12}, " SM "]}", PS_INPUT_ERROR_VALUE,
+   "bad.json: layers[2]: softmax_xent input width 12 does not match input.classes = 10"},
+  {IMG "[" FL ", {'type': 'conv2d', 'filters': 4, 'kernel': 3}, " SM "]}",
+   PS_INPUT_ERROR_VALUE, "bad.json: layers[1]: conv2d needs a rank-3 (H, W, C) input, got (784)"},
+  {IMG "[" FL ", {'units': 10}, " SM "]}", PS_INPUT_ERROR_KEY,
+   "bad.json: layers[1]: missing required key 'type'"},
+  {IMG "[" FL ", {'type': 'dense', 'name': 'fc', 'units': 10}, {'type': 'relu', 'name':"
+       " 'fc'}, " SM "]}",
+   PS_INPUT_ERROR_VALUE, "bad.json: layers[2]: duplicate layer name 'fc'"},
+  {"{'input': {'shape': [16, 30], 'classes': 30}, 'layers': [{'type': 'attention', 'heads':"
+   " 4}, " SM "]}",
+   PS_INPUT_ERROR_VALUE, "bad.json: layers[0]: d_model 30 is not divisible by heads 4"},
+  {IMG "[{'type': 'embedding', 'vocab': 10, 'dim': 4}, " SM "]}", PS_INPUT_ERROR_VALUE,
+   "bad.json: layers[0]: embedding needs token ids"},
+  {"{'input': {'shape': [16], 'classes': 10, 'tokens': true}, 'layers': [" D10 ", " SM "]}",
+   PS_INPUT_ERROR_VALUE, "bad.json: layers[0]: dense cannot take token ids"},
+  {IMG "[" FL ", {'type': 'dense', 'units': 'ten'}, " SM "]}", PS_INPUT_ERROR_TYPE,
+   "bad.json: layers[1].units: must be an integer, got string"},
+  {IMG "[" FL ", " D10 "]}", PS_INPUT_ERROR_VALUE,
+   "bad.json: layers: the last layer must be softmax_xent"},
+  {"{'layers': [" SM "]}", PS_INPUT_ERROR_KEY, "bad.json: (root): missing required key 'input'"},
+  {"{'input': {'shape': [28, 0], 'classes': 10}, 'layers': [" SM "]}", PS_INPUT_ERROR_VALUE,
+   "bad.json: input.shape[1]: must be a positive integer, got 0"},
+  {IMG "[{'type': 'conv2d', 'filters': 4, 'kernel': 31, 'padding': 'valid'}, " SM "]}",
+   PS_INPUT_ERROR_VALUE, "bad.json: layers[0]: kernel 31 is larger than the input (28, 28, 1)"},
+  {IMG "[" FL ", {'type': 'residual', 'body': []}, " SM "]}", PS_INPUT_ERROR_VALUE,
+   "bad.json: layers[1].body: must not be empty"},
+  {IMG "[" FL ", {'type': 'residual', 'body': {}}, " SM "]}", PS_INPUT_ERROR_TYPE,
+   "bad.json: layers[1].body: must be an array of layers"},
+  {"{'input': {'shape': [28, 28, 1], 'classes': 10}, 'layer': []}", PS_INPUT_ERROR_KEY,
+   "bad.json: (root): unknown key 'layer' (expected one of: name, description, notes, input,"
+   " layers)"},
+  {IMG "[" FL ", {'type': 'dense', 'units': 10, 'bias': 1}, " SM "]}", PS_INPUT_ERROR_TYPE,
+   "bad.json: layers[1].bias: must be true or false, got integer"},
+  {IMG "[" FL ", {'type': 'global_avgpool'}, " SM "]}", PS_INPUT_ERROR_VALUE,
+   "bad.json: layers[1]: global_avgpool needs a rank-3 (H, W, C) or rank-2 (S, D) input, got "
+   "(784)"},
+  {IMG "[{'type': 'patch_embedding', 'size': 5, 'dim': 8}, " SM "]}", PS_INPUT_ERROR_VALUE,
+   "bad.json: layers[0]: patch size 5 does not divide the input (28, 28, 1) into whole "
+   "patches"},
+  {IMG "[" FL ", {'type': 'patch_embedding', 'size': 4, 'dim': 8}, " SM "]}",
+   PS_INPUT_ERROR_VALUE, "bad.json: layers[1]: patch_embedding needs a rank-3 (H, W, C) input"},
+  {IMG "[{'type': 'patch_embedding', 'size': 4}, " SM "]}", PS_INPUT_ERROR_KEY,
+   "bad.json: layers[0]: missing required key 'dim'"},
+  {IMG "[{'type': 'patch_embedding', 'size': 4, 'dim': 8, 'bias': false}, " SM "]}",
+   PS_INPUT_ERROR_KEY,
+   "bad.json: layers[0]: unknown key 'bias' (expected one of: type, name, size, dim, "
+   "positions)"},
+  {IMG "[" FL ", [1, 2], " SM "]}", PS_INPUT_ERROR_TYPE,
+   "bad.json: layers[1]: must be an object, got array"},
+  {IMG "[]}", PS_INPUT_ERROR_VALUE, "bad.json: layers: must not be empty"},
+};
+
 static void test_bad_models(void)
 {
-  static const struct {
-    const char *text;
-    int code;
-    const char *needle;
-  } cases[] = {
-    {IMG "[" FL ", {'type': 'densee', 'units': 10}, " SM "]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: layers[1].type: unknown layer type 'densee' (expected one of: dense, conv2d"},
-    {IMG "[" FL ", {'type': 'dense', 'units': 0}, " SM "]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: layers[1].units: must be > 0, got 0"},
-    {IMG "[" FL ", {'type': 'residual', 'body': [{'type': 'dense', 'units': 784},"
-         " {'type': 'dense', 'units': 0}]}, " D10 ", " SM "]}",
-     PS_INPUT_ERROR_VALUE, "bad.json: layers[1].body[1].units: must be > 0, got 0"},
-    {IMG "[" FL ", {'type': 'residual', 'body': [" D10 "]}, " SM "]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: layers[1]: residual body output (10) does not match the shortcut output (784)"},
-    {IMG "[" FL ", {'type': 'residual', 'body': [" D10 "], 'shortcut': [{'type': 'dense',"
-         " 'units': 12}]}, " SM "]}",
-     PS_INPUT_ERROR_VALUE, "(10) does not match the shortcut output (12)"},
-    {IMG "[" FL ", " D10 ", " SM ", {'type': 'relu'}]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: layers[2]: softmax_xent must be the last layer"},
-    {IMG "[" FL ", {'type': 'dense', 'units': 10, 'unitz': 3}, " SM "]}", PS_INPUT_ERROR_KEY,
-     "bad.json: layers[1]: unknown key 'unitz' (expected one of: type, name, units, bias)"},
-    {IMG "[{'type': 'conv2d', 'filters': 4, 'kernel': 3, 'padding': 'full'}, " FL ", " D10
-         ", " SM "]}",
-     PS_INPUT_ERROR_VALUE, "bad.json: layers[0].padding: must be one of: valid, same; got 'full'"},
-    {IMG "[" FL ", {'type': 'repeat', 'count': 0, 'body': [{'type': 'relu'}]}, " D10 ", " SM
-         "]}",
-     PS_INPUT_ERROR_VALUE, "bad.json: layers[1].count: must be > 0, got 0"},
-    {IMG "[" FL ", {'type': 'repeat', 'count': 2, 'body': [{'type': 'dense', 'units': 0}]}, "
-         SM "]}",
-     PS_INPUT_ERROR_VALUE, "bad.json: layers[1].body[0].units: must be > 0, got 0"},
-    {IMG "[" D10 ", " SM "]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: layers[0]: dense needs a rank-1 or rank-2 input, got (28, 28, 1)"},
-    {IMG "[" FL ", {'type': 'dense', 'units': 12}, " SM "]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: layers[2]: softmax_xent input width 12 does not match input.classes = 10"},
-    {IMG "[" FL ", {'type': 'conv2d', 'filters': 4, 'kernel': 3}, " SM "]}",
-     PS_INPUT_ERROR_VALUE, "bad.json: layers[1]: conv2d needs a rank-3 (H, W, C) input, got (784)"},
-    {IMG "[" FL ", {'units': 10}, " SM "]}", PS_INPUT_ERROR_KEY,
-     "bad.json: layers[1]: missing required key 'type'"},
-    {IMG "[" FL ", {'type': 'dense', 'name': 'fc', 'units': 10}, {'type': 'relu', 'name':"
-         " 'fc'}, " SM "]}",
-     PS_INPUT_ERROR_VALUE, "bad.json: layers[2]: duplicate layer name 'fc'"},
-    {"{'input': {'shape': [16, 30], 'classes': 30}, 'layers': [{'type': 'attention', 'heads':"
-     " 4}, " SM "]}",
-     PS_INPUT_ERROR_VALUE, "bad.json: layers[0]: d_model 30 is not divisible by heads 4"},
-    {IMG "[{'type': 'embedding', 'vocab': 10, 'dim': 4}, " SM "]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: layers[0]: embedding needs token ids"},
-    {"{'input': {'shape': [16], 'classes': 10, 'tokens': true}, 'layers': [" D10 ", " SM "]}",
-     PS_INPUT_ERROR_VALUE, "bad.json: layers[0]: dense cannot take token ids"},
-    {IMG "[" FL ", {'type': 'dense', 'units': 'ten'}, " SM "]}", PS_INPUT_ERROR_TYPE,
-     "bad.json: layers[1].units: must be an integer, got string"},
-    {IMG "[" FL ", " D10 "]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: layers: the last layer must be softmax_xent"},
-    {"{'layers': [" SM "]}", PS_INPUT_ERROR_KEY, "bad.json: (root): missing required key 'input'"},
-    {"{'input': {'shape': [28, 0], 'classes': 10}, 'layers': [" SM "]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: input.shape[1]: must be a positive integer, got 0"},
-    {IMG "[{'type': 'conv2d', 'filters': 4, 'kernel': 31, 'padding': 'valid'}, " SM "]}",
-     PS_INPUT_ERROR_VALUE, "bad.json: layers[0]: kernel 31 is larger than the input (28, 28, 1)"},
-    {IMG "[" FL ", {'type': 'residual', 'body': []}, " SM "]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: layers[1].body: must not be empty"},
-    {IMG "[" FL ", {'type': 'residual', 'body': {}}, " SM "]}", PS_INPUT_ERROR_TYPE,
-     "bad.json: layers[1].body: must be an array of layers"},
-    {"{'input': {'shape': [28, 28, 1], 'classes': 10}, 'layer': []}", PS_INPUT_ERROR_KEY,
-     "bad.json: (root): unknown key 'layer' (expected one of: name, description, notes, input,"
-     " layers)"},
-    {IMG "[" FL ", {'type': 'dense', 'units': 10, 'bias': 1}, " SM "]}", PS_INPUT_ERROR_TYPE,
-     "bad.json: layers[1].bias: must be true or false, got integer"},
-    {IMG "[" FL ", {'type': 'global_avgpool'}, " SM "]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: layers[1]: global_avgpool needs a rank-3 (H, W, C) or rank-2 (S, D) input, got "
-     "(784)"},
-    {IMG "[{'type': 'patch_embedding', 'size': 5, 'dim': 8}, " SM "]}", PS_INPUT_ERROR_VALUE,
-     "bad.json: layers[0]: patch size 5 does not divide the input (28, 28, 1) into whole "
-     "patches"},
-    {IMG "[" FL ", {'type': 'patch_embedding', 'size': 4, 'dim': 8}, " SM "]}",
-     PS_INPUT_ERROR_VALUE, "bad.json: layers[1]: patch_embedding needs a rank-3 (H, W, C) input"},
-    {IMG "[{'type': 'patch_embedding', 'size': 4}, " SM "]}", PS_INPUT_ERROR_KEY,
-     "bad.json: layers[0]: missing required key 'dim'"},
-    {IMG "[{'type': 'patch_embedding', 'size': 4, 'dim': 8, 'bias': false}, " SM "]}",
-     PS_INPUT_ERROR_KEY,
-     "bad.json: layers[0]: unknown key 'bias' (expected one of: type, name, size, dim, "
-     "positions)"},
-    {IMG "[" FL ", [1, 2], " SM "]}", PS_INPUT_ERROR_TYPE,
-     "bad.json: layers[1]: must be an object, got array"},
-    {IMG "[]}", PS_INPUT_ERROR_VALUE, "bad.json: layers: must not be empty"},
-  };
-  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+  const BadModelCase *cases = bad_model_cases;
+  for (size_t i = 0; i < G_N_ELEMENTS(bad_model_cases); i++) {
     GError *err = NULL;
     PsModel *m = model_from_text(cases[i].text, "bad.json", &err);
     if (m)
@@ -816,9 +823,44 @@ static void test_all_model_files(void)
   g_assert_cmpint(n, >=, 5);
 }
 
+/* The layer table: one entry per kind, found by its kind, names distinct;
+ * an entry a file may name parses; one with numerics plans and steps
+ * backward unless it is a view; views, joins and the loss are lowered and
+ * stored as such. */
+static void test_layer_table(void)
+{
+  int entries = 0;
+  for (int i = 0; ps_layer_table[i]; i++)
+    entries++;
+  g_assert_cmpint(entries, ==, PS_LAYER_N_KINDS);
+  for (int k = 0; k < PS_LAYER_N_KINDS; k++) {
+    const PsLayerOps *ops = ps_layer_ops((PsLayerKind)k);
+    g_assert_nonnull(ops);
+    g_assert_cmpint(ops->kind, ==, k);
+    g_assert_cmpstr(ps_layer_kind_name((PsLayerKind)k), ==, ops->name);
+    g_assert_true(ps_layer_kind_lower((PsLayerKind)k) == &ops->lower);
+    g_assert_nonnull(ops->shape);
+    g_assert_true((ops->keys == NULL) == (ops->parse == NULL));
+    if (ops->forward) {
+      g_assert_nonnull(ops->plan);
+      g_assert_true(ops->view || ops->backward != NULL);
+    }
+    g_assert_true(ops->view == (ops->lower.lowering == PS_LOWER_VIEW));
+    g_assert_true(ops->join == (ops->lower.lowering == PS_LOWER_JOIN));
+    g_assert_nonnull(ops->lower.kernel);
+    for (int j = 0; j < k; j++)
+      g_assert_cmpstr(ps_layer_kind_name((PsLayerKind)j), !=, ops->name);
+  }
+  g_assert_true(ps_layer_ops(PS_LAYER_SOFTMAX_XENT)->loss);
+  g_assert_true(ps_layer_ops(PS_LAYER_EMBEDDING)->takes_tokens);
+  g_assert_true(ps_layer_kind_lower(PS_LAYER_CONV2D)->window_contraction);
+  g_assert_false(ps_layer_kind_lower(PS_LAYER_DENSE)->window_contraction);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/layers/table", test_layer_table);
   g_test_add_func("/layers/resnet50/params", test_resnet50_params);
   g_test_add_func("/layers/resnet50/flops-shapes", test_resnet50_flops);
   g_test_add_func("/layers/bert-large/params-flops", test_bert_large);

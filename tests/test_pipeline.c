@@ -43,15 +43,24 @@
 #include "io/dataset.h"
 #include "model/net.h"
 #include "program/program.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 #include "strategy/partition.h"
 #include "strategy/strategy.h"
+#include "strategy/strategy-private.h"
+
 
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <glib/gstdio.h>
 #include <string.h>
+
+/* The keys the replicate and pipeline strategies read (white box). */
+static const PsReplicaConfig *replica_config(const PsExperiment *e)
+{
+  return e->strategy.config;
+}
 
 #define U ((double)FLT_EPSILON / 2)
 
@@ -242,7 +251,7 @@ static void test_partition_residual(void)
   }
   g_assert_cmpint(allowed, >=, 24); /* at least between the 24 residual blocks */
   GError *error = NULL;
-  PsPartition *p = ps_partition_compute(e, 8, 8, &error);
+  PsPartition *p = ps_partition_compute(e, 8, 8, PS_PARTITION_OPTIMAL, NULL, &error);
   g_assert_no_error(error);
   for (int s = 1; s < 8; s++)
     g_assert_true(ps_partition_cut_allowed(m, p->first[s]));
@@ -301,8 +310,11 @@ static void check_neighbours(const char *topology, const char *stages, const cha
     for (int i = 0; i < p->n_ops; i++)
       if (p->ops[i].kind == PS_OP_SEND) {
         g_assert_cmpint(hops(e->topology, d / per_chip, p->ops[i].peer / per_chip), <=, 1);
-        g_assert_cmpint(abs(plan->stage_of[p->ops[i].peer] - plan->stage_of[d]), ==, 1);
-        g_assert_cmpint(plan->replica_of[p->ops[i].peer], ==, plan->replica_of[d]);
+        int peer = p->ops[i].peer;
+        g_assert_cmpint(abs(ps_plan_coord(plan, peer, PS_AXIS_STAGE) -
+                            ps_plan_coord(plan, d, PS_AXIS_STAGE)), ==, 1);
+        g_assert_cmpint(ps_plan_coord(plan, peer, PS_AXIS_DATA), ==,
+                        ps_plan_coord(plan, d, PS_AXIS_DATA));
         sends++;
       }
   }
@@ -372,11 +384,11 @@ static void test_plans_valid(void)
         g_assert_no_error(error);
         g_assert_true(ps_plan_validate(plan, &error));
         g_assert_no_error(error);
-        const int K = e->strategy.stages, M = e->strategy.micro_batches;
-        g_assert_cmpint(plan->n_devices, ==, K * e->strategy.replicas);
+        const int K = replica_config(e)->staging.stages, M = replica_config(e)->staging.micro_batches;
+        g_assert_cmpint(plan->n_devices, ==, K * replica_config(e)->rep.replicas);
         for (int d = 0; d < plan->n_devices; d++) {
           const PsProgram *p = ps_plan_program(plan, d);
-          int s = plan->stage_of[d];
+          int s = ps_plan_coord(plan, d, PS_AXIS_STAGE);
           int groups = count_mb(plan, p, s, PS_OP_FWD, 0);
           g_assert_cmpint(groups, >, 0);
           for (int mb = 0; mb < M; mb++) { /* every micro-batch through every layer */
@@ -546,7 +558,7 @@ static void test_1f1b_memory(void)
         if (p->ops[i].kind == PS_OP_FWD && p->ops[i].mb == 0)
           act += p->ops[i].act_bytes;
       g_assert_cmpint(act, >, 0);
-      int s = plan->stage_of[d];
+      int s = ps_plan_coord(plan, d, PS_AXIS_STAGE);
       int64_t held = sched ? MIN(K - s, M) : M;
       g_assert_cmpint(held, <=, sched ? K : M);
       want = MAX(want, p->hbm_static_bytes + held * act);

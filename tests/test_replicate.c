@@ -40,12 +40,21 @@
 #include "io/config.h"
 #include "io/dataset.h"
 #include "model/net.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
+#include "strategy/strategy-private.h"
+
 
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+
+/* The keys the replicate and pipeline strategies read (white box). */
+static const PsReplicaConfig *replica_config(const PsExperiment *e)
+{
+  return e->strategy.config;
+}
 
 #define U ((double)FLT_EPSILON / 2) /* 2^-24 */
 
@@ -158,7 +167,7 @@ static double max_abs_diff(const float *a, const float *b, size_t n, size_t *n_d
 
 /* ---- the reference trainer ------------------------------------------ */
 
-/* What run.c does for one device, rebuilt from the public pieces: the same
+/* What run/numerics.c does for one device, rebuilt from the public pieces: the same
  * synthetic set and sampler (same seed), the same initial weights, nets of
  * the batch sizes the replicas use. */
 typedef struct {
@@ -208,7 +217,7 @@ static void ref_clear(Ref *r)
   ps_experiment_free(r->e);
 }
 
-/* The global batch of step `step` (1-based): run.c draws one global batch
+/* The global batch of step `step` (1-based): run/numerics.c draws one global batch
  * per step from one sampler, replica r taking examples [r B/R, (r+1) B/R). */
 static void ref_draw(Ref *r, int64_t step)
 {
@@ -332,7 +341,7 @@ static double check_step_any_order(Ref *r, const float *w_start, const float *w_
 /* Largest |logit difference| between the one-replica forward pass (batch
  * B at weights w1) and the N replicas' (batch B/N each at weights wN) on
  * the drawn batch; *LN and *L1 receive the losses they give (the replicas'
- * averaged as run.c does). */
+ * averaged as run/numerics.c does). */
 static double logits_gap(Ref *r, int N, const float *w1, const float *wN, double *L1,
                          double *LN)
 {
@@ -353,6 +362,120 @@ static double logits_gap(Ref *r, int N, const float *w1, const float *wN, double
       gap = fmax(gap, fabs((double)zq[i] - z1[(size_t)q * nq + i]));
   }
   return gap;
+}
+
+/* One replica, STEPS steps: the reference trainer equals it bit for bit,
+ * every step (same init, same batches, same kernels, same optimizer), and
+ * it trained; one[k] is the run of k steps.  How far the weights moved. */
+static double check_one_replica(Ref *r, char (*steps_ov)[16], int steps, PsSummary *one)
+{
+  const size_t n = r->n;
+  const int B = r->B;
+  const float *prev = r->w0;
+  for (int k = 1; k <= steps; k++) {
+    one[k] = runv(steps_ov[k], NULL);
+    g_assert_cmpuint(one[k].n_params, ==, n);
+    g_assert_cmpint(one[k].replicas, ==, 1);
+    ref_draw(r, k);
+    g_autofree float *want = sgd_step(r, prev, ref_grad(r, prev, 0, B, 1.0f));
+    g_assert_cmpint(memcmp(want, one[k].params, sizeof(float) * n), ==, 0);
+    prev = one[k].params;
+  }
+  /* and it trained */
+  size_t moved;
+  double dist = max_abs_diff(one[steps].params, r->w0, n, &moved);
+  g_test_message("1 replica: %d steps moved %zu of %zu weights, by up to %.3g; loss %.7f -> "
+                 "%.7f", steps, moved, n, dist, one[steps].loss_first, one[steps].loss_last);
+  g_assert_cmpuint(moved, >, n / 2);
+  g_assert_cmpfloat(one[steps].loss_last, <, one[steps].loss_first);
+  return dist;
+}
+
+/* Step k of N replicas from the weights prev to wN, against the bound of
+ * test_mean_matches_one; G and A are scratch of r->n.  The step's largest
+ * bound. */
+static double check_replica_step(Ref *r, const float *prev, const float *wN_all, int k, int N,
+                                 double *G, double *A)
+{
+  const size_t n = r->n;
+  const int B = r->B;
+  /* the simulator's part alone (check_step_any_order) */
+  double md_any;
+  double worst_any = check_step_any_order(r, prev, wN_all, k, N, 1.0f / (float)N, &md_any);
+  /* against the one-replica step from the same weights */
+  ref_draw(r, k);
+  const float *g1 = ref_grad(r, prev, 0, B, 1.0f);
+  g_autofree float *w1 = sgd_step(r, prev, g1);
+  ref_replica_sums(r, prev, k, N, 1.0f / (float)N, G, A);
+  double worst = 0, md = 0, mb = 0, kern = 0, gmax = 0;
+  size_t differ = 0;
+  const double lr = r->lr;
+  for (size_t i = 0; i < n; i++) {
+    double wN = wN_all[i], d = fabs(wN - w1[i]);
+    double gap = fabs(G[i] - g1[i]);
+    double bound = lr * (gap + gam(N - 1) * A[i] + U * (1 + gam(N - 1)) * A[i] +
+                         U * fabs((double)g1[i]) + N * DBL_EPSILON * A[i]) +
+                   U / (1 - U) * (fabs(wN) + fabs((double)w1[i]));
+    if (d > bound)
+      g_error("%d replicas, step %d, weight %zu: %.9g vs one replica's %.9g: %.3g > "
+              "bound %.3g", N, k, i, wN, w1[i], d, bound);
+    worst = fmax(worst, d / bound);
+    md = fmax(md, d);
+    mb = fmax(mb, bound);
+    kern = fmax(kern, gap);
+    gmax = fmax(gmax, fabs((double)g1[i]));
+    differ += d != 0;
+  }
+  /* the kernels' part is rounding, not arithmetic: a float dot product
+   * of length K errs by about sqrt(K) u of its absolute sum in practice
+   * (Higham and Mary, SIAM J. Sci. Comput. 41(5), 2019), at most
+   * sqrt(784) u ~ 2e-6 per layer here, compounding over three layers:
+   * well under 1e-5 of the largest gradient (a wrong example split or
+   * scale would differ at O(1)) */
+  g_assert_cmpfloat(kern, <=, 1e-5 * gmax);
+  g_test_message("%d replicas, step %d: vs one step on the exact sum of the replicas' "
+                 "gradients: max %.3g, worst diff/bound %.3f; vs the one-replica step: %zu "
+                 "weights differ, max %.3g, largest bound %.3g, worst diff/bound %.3f; "
+                 "kernels: max |G - g1| %.3g (max |g1| %.3g)", N, k, md_any, worst_any,
+                 differ, md, mb, worst, kern, gmax);
+  return mb;
+}
+
+/* losses: run/numerics.c averages the replicas' mean losses, each computed
+ * in double from float logits, so they are what the reference nets give
+ * (up to the order of that average: 1e-14).  Per example the loss
+ * logsumexp(z) - z_label moves by at most 2 max_j |dz_j| (its gradient
+ * p - onehot has 1-norm <= 2): so the N-replica and the one-replica loss
+ * differ by at most twice the largest gap between their logits, which the
+ * kernels' rounding and (for the last step) the weights' difference make.
+ * one[k] and rep[k] are the runs of k steps of 1 and N replicas. */
+static void check_replica_losses(Ref *r, int N, int steps, const PsSummary *one,
+                                 const PsSummary *rep)
+{
+  const struct {
+    const char *what;
+    int step;
+    const float *w1, *wN;
+    double sim1, simN;
+  } losses[] = {
+      {"first", 1, r->w0, r->w0, one[steps].loss_first, rep[steps].loss_first},
+      {"last", steps, one[steps - 1].params, rep[steps - 1].params, one[steps].loss_last,
+       rep[steps].loss_last},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(losses); i++) {
+    ref_draw(r, losses[i].step);
+    double L1, LN;
+    double gap = logits_gap(r, N, losses[i].w1, losses[i].wN, &L1, &LN);
+    double L = losses[i].sim1, dL = fabs(losses[i].simN - L);
+    g_test_message("%d replicas: loss_%s %.12f vs one replica's %.12f: differ by %.3g "
+                   "(relative %.3g); logits differ by up to %.3g", N, losses[i].what,
+                   losses[i].simN, L, dL, dL / L, gap);
+    g_assert_cmpfloat(fabs(L1 - losses[i].sim1), <=, 1e-14 * L);
+    g_assert_cmpfloat(fabs(LN - losses[i].simN), <=, 1e-14 * L);
+    g_assert_cmpfloat(dL, <=, 2 * gap + 1e-13 * L);
+    /* and, as a number to remember, far inside 1e-4 relative */
+    g_assert_cmpfloat(dL, <=, 1e-4 * L);
+  }
 }
 
 /* Replicas run the same arithmetic as one replica on smaller batches, and
@@ -379,31 +502,12 @@ static void test_mean_matches_one(void)
   Ref r;
   ref_init(&r, loadv(NULL, NULL));
   const size_t n = r.n;
-  const int B = r.B;
   char steps_ov[STEPS + 1][16];
   for (int k = 1; k <= STEPS; k++)
     g_snprintf(steps_ov[k], sizeof steps_ov[k], "steps=%d", k);
 
-  /* one replica: the reference trainer equals it bit for bit, every step
-   * (same init, same batches, same kernels, same optimizer) */
   PsSummary one[STEPS + 1];
-  const float *prev = r.w0;
-  for (int k = 1; k <= STEPS; k++) {
-    one[k] = runv(steps_ov[k], NULL);
-    g_assert_cmpuint(one[k].n_params, ==, n);
-    g_assert_cmpint(one[k].replicas, ==, 1);
-    ref_draw(&r, k);
-    g_autofree float *want = sgd_step(&r, prev, ref_grad(&r, prev, 0, B, 1.0f));
-    g_assert_cmpint(memcmp(want, one[k].params, sizeof(float) * n), ==, 0);
-    prev = one[k].params;
-  }
-  /* and it trained */
-  size_t moved;
-  double dist = max_abs_diff(one[STEPS].params, r.w0, n, &moved);
-  g_test_message("1 replica: %d steps moved %zu of %zu weights, by up to %.3g; loss %.7f -> "
-                 "%.7f", STEPS, moved, n, dist, one[STEPS].loss_first, one[STEPS].loss_last);
-  g_assert_cmpuint(moved, >, n / 2);
-  g_assert_cmpfloat(one[STEPS].loss_last, <, one[STEPS].loss_first);
+  double dist = check_one_replica(&r, steps_ov, STEPS, one);
 
   g_autofree double *G = g_new(double, n);
   g_autofree double *A = g_new(double, n);
@@ -414,54 +518,14 @@ static void test_mean_matches_one(void)
     g_snprintf(rep_ov, sizeof rep_ov, "strategy.replicas=%d", N);
     PsSummary rep[STEPS + 1];
     double sum_local = 0;
-    prev = r.w0;
+    const float *prev = r.w0;
     for (int k = 1; k <= STEPS; k++) {
       rep[k] = runv(steps_ov[k], rep_ov, NULL);
       g_assert_cmpint(rep[k].replicas, ==, N);
       /* every replica ends the step with device 0's weights, so the next
        * step starts from rep[k].params everywhere */
       g_assert_cmpfloat(rep[k].replica_divergence, ==, 0.0);
-      /* the simulator's part alone (check_step_any_order) */
-      double md_any;
-      double worst_any = check_step_any_order(&r, prev, rep[k].params, k, N, 1.0f / (float)N,
-                                              &md_any);
-      /* against the one-replica step from the same weights */
-      ref_draw(&r, k);
-      const float *g1 = ref_grad(&r, prev, 0, B, 1.0f);
-      g_autofree float *w1 = sgd_step(&r, prev, g1);
-      ref_replica_sums(&r, prev, k, N, 1.0f / (float)N, G, A);
-      double worst = 0, md = 0, mb = 0, kern = 0, gmax = 0;
-      size_t differ = 0;
-      const double lr = r.lr;
-      for (size_t i = 0; i < n; i++) {
-        double wN = rep[k].params[i], d = fabs(wN - w1[i]);
-        double gap = fabs(G[i] - g1[i]);
-        double bound = lr * (gap + gam(N - 1) * A[i] + U * (1 + gam(N - 1)) * A[i] +
-                             U * fabs((double)g1[i]) + N * DBL_EPSILON * A[i]) +
-                       U / (1 - U) * (fabs(wN) + fabs((double)w1[i]));
-        if (d > bound)
-          g_error("%d replicas, step %d, weight %zu: %.9g vs one replica's %.9g: %.3g > "
-                  "bound %.3g", N, k, i, wN, w1[i], d, bound);
-        worst = fmax(worst, d / bound);
-        md = fmax(md, d);
-        mb = fmax(mb, bound);
-        kern = fmax(kern, gap);
-        gmax = fmax(gmax, fabs((double)g1[i]));
-        differ += d != 0;
-      }
-      sum_local += mb;
-      /* the kernels' part is rounding, not arithmetic: a float dot product
-       * of length K errs by about sqrt(K) u of its absolute sum in practice
-       * (Higham and Mary, SIAM J. Sci. Comput. 41(5), 2019), at most
-       * sqrt(784) u ~ 2e-6 per layer here, compounding over three layers:
-       * well under 1e-5 of the largest gradient (a wrong example split or
-       * scale would differ at O(1)) */
-      g_assert_cmpfloat(kern, <=, 1e-5 * gmax);
-      g_test_message("%d replicas, step %d: vs one step on the exact sum of the replicas' "
-                     "gradients: max %.3g, worst diff/bound %.3f; vs the one-replica step: %zu "
-                     "weights differ, max %.3g, largest bound %.3g, worst diff/bound %.3f; "
-                     "kernels: max |G - g1| %.3g (max |g1| %.3g)", N, k, md_any, worst_any,
-                     differ, md, mb, worst, kern, gmax);
+      sum_local += check_replica_step(&r, prev, rep[k].params, k, N, G, A);
       prev = rep[k].params;
     }
     /* global, after STEPS steps: the local differences carry into later
@@ -476,38 +540,7 @@ static void test_mean_matches_one(void)
                    "%.3g; moved up to %.3g)", N, STEPS, differ, d, 2 * sum_local, dist);
     g_assert_cmpfloat(d, <=, 2 * sum_local);
     g_assert_cmpfloat(dist, >, 1e4 * 2 * sum_local);
-    /* losses: run.c averages the replicas' mean losses, each computed in
-     * double from float logits, so they are what the reference nets give
-     * (up to the order of that average: 1e-14).  Per example the loss
-     * logsumexp(z) - z_label moves by at most 2 max_j |dz_j| (its
-     * gradient p - onehot has 1-norm <= 2): so the N-replica and the
-     * one-replica loss differ by at most twice the largest gap between
-     * their logits, which the kernels' rounding and (for the last step)
-     * the weights' difference make. */
-    const struct {
-      const char *what;
-      int step;
-      const float *w1, *wN;
-      double sim1, simN;
-    } losses[] = {
-        {"first", 1, r.w0, r.w0, one[STEPS].loss_first, rep[STEPS].loss_first},
-        {"last", STEPS, one[STEPS - 1].params, rep[STEPS - 1].params, one[STEPS].loss_last,
-         rep[STEPS].loss_last},
-    };
-    for (guint i = 0; i < G_N_ELEMENTS(losses); i++) {
-      ref_draw(&r, losses[i].step);
-      double L1, LN;
-      double gap = logits_gap(&r, N, losses[i].w1, losses[i].wN, &L1, &LN);
-      double L = losses[i].sim1, dL = fabs(losses[i].simN - L);
-      g_test_message("%d replicas: loss_%s %.12f vs one replica's %.12f: differ by %.3g "
-                     "(relative %.3g); logits differ by up to %.3g", N, losses[i].what,
-                     losses[i].simN, L, dL, dL / L, gap);
-      g_assert_cmpfloat(fabs(L1 - losses[i].sim1), <=, 1e-14 * L);
-      g_assert_cmpfloat(fabs(LN - losses[i].simN), <=, 1e-14 * L);
-      g_assert_cmpfloat(dL, <=, 2 * gap + 1e-13 * L);
-      /* and, as a number to remember, far inside 1e-4 relative */
-      g_assert_cmpfloat(dL, <=, 1e-4 * L);
-    }
+    check_replica_losses(&r, N, STEPS, one, rep);
     for (int k = 1; k <= STEPS; k++)
       ps_summary_clear(&rep[k]);
   }
@@ -847,7 +880,7 @@ static void test_default_replicas(void)
   g_autofree char *path = g_build_filename(tmpdir, "all-devices.json", NULL);
   g_assert_true(g_file_set_contents(path, default_json, -1, NULL));
   PsExperiment *e = load_va_path(path, NULL, NULL);
-  g_assert_cmpint(e->strategy.replicas, ==, 8);
+  g_assert_cmpint(replica_config(e)->rep.replicas, ==, 8);
   g_assert_cmpint(ps_experiment_devices_used(e), ==, 8);
   ps_experiment_free(e);
   PsSummary s = run_path(path, NULL, NULL);

@@ -192,22 +192,14 @@ static void write_sample(PsTrace *t)
   ps_trace_instant(t, 2, 3, "step end", INT64_C(9223372036854775807));
 }
 
-static void test_events(Fixture *fx, gconstpointer data)
+/* The sample's file, as text: strict JSON, no raw control characters
+ * inside strings (json-c would accept them), one event per line, and the
+ * escapes as written. */
+static void check_sample_text(const char *path)
 {
-  GError *error = NULL;
-  PsTrace *t = ps_trace_open(fx->path, &error);
-  g_assert_no_error(error);
-  g_assert_nonnull(t);
-  write_sample(t);
-  g_assert_cmpuint(ps_trace_events(t), ==, 14);
-  g_assert_true(ps_trace_close(t, &error));
-  g_assert_no_error(error);
-
-  /* Strict JSON: no raw control characters inside strings (json-c would
-   * accept them), one event per line, and the escapes as written. */
   g_autofree char *text = NULL;
   gsize len = 0;
-  g_assert_true(g_file_get_contents(fx->path, &text, &len, NULL));
+  g_assert_true(g_file_get_contents(path, &text, &len, NULL));
   gsize newlines = 0;
   for (gsize i = 0; i < len; i++) {
     guchar c = (guchar)text[i];
@@ -220,14 +212,11 @@ static void test_events(Fixture *fx, gconstpointer data)
   g_assert_nonnull(strstr(text, "\"q\\\"b\\\\s/n\\nt\\tc\\u0001d\\u001fe\x7f" "mu\xc2\xb5"
                                 "bad\\ufffdcut\\ufffd\\ufffd\""));
   g_assert_true(g_utf8_validate(text, (gssize)len, NULL));
+}
 
-  size_t n = 0;
-  json_object *root = read_trace(fx->path, &n);
-  g_assert_cmpuint(n, ==, 14);
-  const char *nasty_json = "q\"b\\s/n\nt\tc\x01" "d\x1f" "e\x7f" "mu\xc2\xb5"
-                           "bad\xef\xbf\xbd" "cut\xef\xbf\xbd\xef\xbf\xbd";
-
-  /* Metadata. */
+/* The sample's metadata: process and thread names and sort indices. */
+static void check_sample_metadata(json_object *root, const char *nasty_json)
+{
   json_object *e = event_at(root, 0);
   g_assert_cmpstr(get_str(e, "ph"), ==, "M");
   g_assert_cmpint(get_int(e, "pid"), ==, 1);
@@ -251,9 +240,12 @@ static void test_events(Fixture *fx, gconstpointer data)
   e = event_at(root, 5);
   g_assert_cmpint(get_int(get(e, "args"), "sort_index"), ==, 1);
   g_assert_cmpint(get_int(e, "pid"), ==, 2);
+}
 
-  /* Complete events. */
-  e = event_at(root, 6);
+/* The sample's complete events. */
+static void check_sample_complete(json_object *root, const char *nasty_json)
+{
+  json_object *e = event_at(root, 6);
   g_assert_cmpstr(get_str(e, "ph"), ==, "X");
   g_assert_cmpint(get_int(e, "pid"), ==, 2);
   g_assert_cmpint(get_int(e, "tid"), ==, 3);
@@ -271,9 +263,12 @@ static void test_events(Fixture *fx, gconstpointer data)
   g_assert_false(has(e, "args"));
   assert_time(e, "ts", 0);
   assert_dur(e, 0, 0);
+}
 
-  /* Counters. */
-  e = event_at(root, 8);
+/* The sample's counters. */
+static void check_sample_counters(json_object *root)
+{
+  json_object *e = event_at(root, 8);
   g_assert_cmpstr(get_str(e, "ph"), ==, "C");
   g_assert_cmpint(get_int(e, "pid"), ==, 1);
   g_assert_cmpstr(get_str(e, "name"), ==, "infeed depth");
@@ -285,9 +280,12 @@ static void test_events(Fixture *fx, gconstpointer data)
   e = event_at(root, 10);
   g_assert_cmpstr(get_str(e, "name"), ==, "HBM bytes");
   g_assert_cmpfloat(json_object_get_double(get(get(e, "args"), "value")), ==, -2.5e300);
+}
 
-  /* Flows: same name, category and id at both ends; the end binds to the
-   * enclosing slice. */
+/* The sample's flow: same name, category and id at both ends; the end
+ * binds to the enclosing slice. */
+static void check_sample_flows(json_object *root)
+{
   json_object *s = event_at(root, 11);
   json_object *f = event_at(root, 12);
   g_assert_cmpstr(get_str(s, "ph"), ==, "s");
@@ -305,9 +303,12 @@ static void test_events(Fixture *fx, gconstpointer data)
   g_assert_cmpstr(get_str(f, "bp"), ==, "e");
   assert_time(s, "ts", 5000000);
   assert_time(f, "ts", 6000001);
+}
 
-  /* The instant, at the largest time there is. */
-  e = event_at(root, 13);
+/* The sample's instant, at the largest time there is. */
+static void check_sample_instant(json_object *root)
+{
+  json_object *e = event_at(root, 13);
   g_assert_cmpstr(get_str(e, "ph"), ==, "i");
   g_assert_cmpstr(get_str(e, "s"), ==, "t");
   g_assert_cmpint(get_int(e, "pid"), ==, 2);
@@ -315,6 +316,30 @@ static void test_events(Fixture *fx, gconstpointer data)
   g_assert_cmpstr(get_str(e, "name"), ==, "step end");
   g_assert_cmpstr(json_object_to_json_string_ext(get(e, "ts"), JSON_C_TO_STRING_PLAIN), ==,
                   "9223372036854.776");
+}
+
+static void test_events(Fixture *fx, gconstpointer data)
+{
+  GError *error = NULL;
+  PsTrace *t = ps_trace_open(fx->path, &error);
+  g_assert_no_error(error);
+  g_assert_nonnull(t);
+  write_sample(t);
+  g_assert_cmpuint(ps_trace_events(t), ==, 14);
+  g_assert_true(ps_trace_close(t, &error));
+  g_assert_no_error(error);
+  check_sample_text(fx->path);
+
+  size_t n = 0;
+  json_object *root = read_trace(fx->path, &n);
+  g_assert_cmpuint(n, ==, 14);
+  const char *nasty_json = "q\"b\\s/n\nt\tc\x01" "d\x1f" "e\x7f" "mu\xc2\xb5"
+                           "bad\xef\xbf\xbd" "cut\xef\xbf\xbd\xef\xbf\xbd";
+  check_sample_metadata(root, nasty_json);
+  check_sample_complete(root, nasty_json);
+  check_sample_counters(root);
+  check_sample_flows(root);
+  check_sample_instant(root);
   json_object_put(root);
 }
 

@@ -62,7 +62,8 @@
 #include "collectives/collective.h"
 #include "exec/pod.h"
 #include "io/config.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 
 #include <glib/gstdio.h>
 #include <math.h>

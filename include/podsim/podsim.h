@@ -2,8 +2,8 @@
  *
  *   #include <podsim/podsim.h>     cc prog.c $(pkg-config --cflags --libs podsim)
  *
- * Load an experiment (ps_experiment_load, io/config.h), run it (ps_run,
- * run.h), read the PsSummary.  Names of experiments, topologies and models
+ * Load an experiment (ps_experiment_load, run/experiment.h), run it (ps_run,
+ * run/run.h), read the PsSummary.  Names of experiments, topologies and models
  * are looked up along ps_data_dirs(): $PODSIM_DATA_DIR, then the
  * share/podsim installed beside libpodsim.
  *
@@ -20,6 +20,7 @@
 #include "io/dataset.h"
 #include "program/program.h"
 #include "exec/pod.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 
 #endif

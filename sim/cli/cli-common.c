@@ -39,3 +39,12 @@ char *ps_cli_data_path(const char *rel, GFileTest test)
   }
   return g_strdup(rel);
 }
+
+json_object *ps_cli_json_exact_double(double v)
+{
+  char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  g_ascii_formatd(buf, sizeof buf, "%.15g", v);
+  if (g_ascii_strtod(buf, NULL) != v)
+    g_ascii_formatd(buf, sizeof buf, "%.17g", v);
+  return json_object_new_double_s(v, buf);
+}

@@ -6,6 +6,7 @@
 #define PS_CLI_COMMON_H
 
 #include <glib.h>
+#include <json-c/json.h>
 
 #define PS_CLI_EXIT_INPUT 2
 
@@ -23,5 +24,9 @@ gboolean ps_cli_parse(GOptionContext *ctx, const char *cmd, int *argc, char ***a
  * installed or source tree, the working directory; else rel itself.
  * (transfer full) */
 char *ps_cli_data_path(const char *rel, GFileTest test);
+
+/* A JSON number in the shortest of %.15g and %.17g that reads back exactly
+ * (0.137274, not 0.13727400000000001).  (transfer full) */
+json_object *ps_cli_json_exact_double(double v);
 
 #endif

@@ -5,7 +5,8 @@
  *       [--algo ring|bidir|torus|p2p|auto] [--bytes LIST] [--chunk SIZE]
  *       [--group D,D,...] [--root M] [--json] [--trace FILE]
  *
- * Every size runs on a fresh engine and network, every member arriving at
+ * The --algo names are the algorithm table's (ps_coll_algo_names).  Every
+ * size runs on a fresh engine and network, every member arriving at
  * time 0 (timing only: one byte per element); the time is when the last
  * member is done.  Bus bandwidth uses nccl-tests' factors: 2(n-1)/n for
  * all-reduce, (n-1)/n for reduce-scatter and all-gather, 1 otherwise.
@@ -152,18 +153,6 @@ typedef struct {
   uint64_t events;
 } Row;
 
-typedef struct {
-  ps_time_t last;
-  int done;
-} Finish;
-
-static void on_done(void *ctx, int member, ps_time_t t)
-{
-  Finish *f = ctx;
-  f->last = MAX(f->last, t);
-  f->done++;
-}
-
 /* One size on a fresh engine; fills row; writes the trace if asked. */
 static gboolean run_size(const PsTopology *topo, PsCollOp op, const char *algo,
                          const GArray *group, int root, int64_t bytes, int64_t chunk,
@@ -187,13 +176,9 @@ static gboolean run_size(const PsTopology *topo, PsCollOp op, const char *algo,
       ps_network_set_trace(net, trace, 1);
   }
   if (ok) {
-    Finish fin = {0, 0};
-    for (int m = 0; m < (int)group->len; m++)
-      ps_collective_arrive(c, m, NULL, on_done, &fin);
-    ps_engine_run(engine, PS_TIME_NEVER);
-    g_assert(fin.done == (int)group->len);
+    ps_time_t last = ps_collective_run_round(c);
     row->bytes = bytes;
-    row->time_s = ps_time_to_s(fin.last);
+    row->time_s = ps_time_to_s(last);
     row->formula_s = ps_collective_predict_s(c);
     row->algbw = row->time_s > 0 ? (double)bytes / row->time_s : 0.0;
     row->busbw = row->algbw * bus_factor(op, (int)group->len);
@@ -227,40 +212,69 @@ static char *human_size(int64_t b)
   return g_strdup_printf("%" G_GINT64_FORMAT, b);
 }
 
-int ps_cli_collective(int argc, char **argv)
+/* The command line, as parsed. */
+typedef struct {
+  char *topo_name, *op_name, *algo, *bytes_text, *chunk_text, *group_text, *trace;
+  char **sets;
+  gint root;
+  gboolean json;
+} Options;
+
+static void options_clear(Options *o)
 {
-  g_autofree char *topo_name = NULL, *op_name = NULL, *algo = NULL, *bytes_text = NULL,
-                  *chunk_text = NULL, *group_text = NULL, *trace = NULL;
-  g_auto(GStrv) sets = NULL;
-  gint root = 0;
-  gboolean json = FALSE;
+  g_free(o->topo_name);
+  g_free(o->op_name);
+  g_free(o->algo);
+  g_free(o->bytes_text);
+  g_free(o->chunk_text);
+  g_free(o->group_text);
+  g_free(o->trace);
+  g_strfreev(o->sets);
+}
+
+/* "ring, bidir, torus, p2p or auto": the table's names.  (transfer full) */
+static char *algo_choices(void)
+{
+  g_auto(GStrv) names = ps_coll_algo_names();
+  guint n = g_strv_length(names);
+  GString *s = g_string_new(NULL);
+  for (guint i = 0; i < n; i++)
+    g_string_append_printf(s, "%s%s", i == 0 ? "" : i + 1 == n ? " or " : ", ", names[i]);
+  return g_string_free(s, FALSE);
+}
+
+/* Parses argv into o; FALSE with *status when the command must stop. */
+static gboolean parse_options(Options *o, int *argc, char ***argv, int *status)
+{
+  g_autofree char *choices = algo_choices();
+  g_autofree char *algo_help = g_strdup_printf(
+      "%s (default auto: the fastest prediction; p2p runs sendrecv)", choices);
   GOptionEntry entries[] = {
-      {"topology", 't', 0, G_OPTION_ARG_STRING, &topo_name,
+      {"topology", 't', 0, G_OPTION_ARG_STRING, &o->topo_name,
        "A topology name or file (see `podsim list topologies`), or ring:N or torus:XxY[xZ] "
        "(single-core chips, Cloud TPU v3 ICI figures: 83 GB/s per link each way, 1 us per "
        "hop)",
        "TOPOLOGY"},
-      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets,
+      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &o->sets,
        "Override a topology field, e.g. --set ici.bandwidth_Bps=100e9 or --set "
        "ici.latency_s=2e-6 (repeatable)",
        "PATH=VALUE"},
-      {"op", 'o', 0, G_OPTION_ARG_STRING, &op_name,
+      {"op", 'o', 0, G_OPTION_ARG_STRING, &o->op_name,
        "allreduce (default), reducescatter, allgather, broadcast or sendrecv", "OP"},
-      {"algo", 'a', 0, G_OPTION_ARG_STRING, &algo,
-       "ring, bidir, torus, p2p (sendrecv) or auto (default: the fastest prediction)", "ALGO"},
-      {"bytes", 'b', 0, G_OPTION_ARG_STRING, &bytes_text,
+      {"algo", 'a', 0, G_OPTION_ARG_STRING, &o->algo, algo_help, "ALGO"},
+      {"bytes", 'b', 0, G_OPTION_ARG_STRING, &o->bytes_text,
        "Buffer sizes per member: bytes or K/M/G (powers of 1024), comma-separated; '...' "
        "doubles between its neighbours (default 8,...,64M)",
        "LIST"},
-      {"chunk", 'c', 0, G_OPTION_ARG_STRING, &chunk_text,
+      {"chunk", 'c', 0, G_OPTION_ARG_STRING, &o->chunk_text,
        "Size messages are cut into on the links (default 1M)", "SIZE"},
-      {"group", 'g', 0, G_OPTION_ARG_STRING, &group_text,
+      {"group", 'g', 0, G_OPTION_ARG_STRING, &o->group_text,
        "Devices taking part, e.g. 0,2,4,6 (default: every device of the topology)", "D,D,..."},
-      {"root", 'r', 0, G_OPTION_ARG_INT, &root,
+      {"root", 'r', 0, G_OPTION_ARG_INT, &o->root,
        "broadcast: the root (a member index); sendrecv: the sender (default 0)", "M"},
-      {"json", 'j', 0, G_OPTION_ARG_NONE, &json, "Print one JSON object instead of a table",
+      {"json", 'j', 0, G_OPTION_ARG_NONE, &o->json, "Print one JSON object instead of a table",
        NULL},
-      {"trace", 0, 0, G_OPTION_ARG_FILENAME, &trace,
+      {"trace", 0, 0, G_OPTION_ARG_FILENAME, &o->trace,
        "Write a Chrome/Perfetto trace of the last size: a track per link direction, a slice "
        "per chunk, flows from send to receive",
        "FILE"},
@@ -278,134 +292,180 @@ int ps_cli_collective(int argc, char **argv)
            "  podsim collective --topology ring:8 --algo ring --bytes 1K,...,1G\n"
            "  podsim collective --topology tpu-v4-8192 --bytes 100M\n"
            "  podsim collective --topology torus:4x4 --op allgather --set ici.latency_s=2e-6");
+  return ps_cli_parse(ctx, "collective", argc, argv, status);
+}
+
+/* A shorthand (ring:N, torus:XxY) or a topology file, with --set applied.
+ * (transfer full) */
+static PsTopology *load_topology(const char *name, char **sets, GError **error)
+{
+  GPtrArray *ov = g_ptr_array_new();
+  for (char **s = sets; s && *s; s++)
+    g_ptr_array_add(ov, *s);
+  g_ptr_array_add(ov, NULL);
+  PsTopology *topo;
+  if (ps_network_is_shorthand(name)) {
+    topo = ps_network_shorthand(name, (const char *const *)ov->pdata, error);
+  } else {
+    /* --set paths are the topology file's own; accept a leading "topology." */
+    for (guint i = 0; i + 1 < ov->len; i++)
+      if (g_str_has_prefix(ov->pdata[i], "topology."))
+        ov->pdata[i] = (char *)ov->pdata[i] + 9;
+    topo = ps_topology_load(name, (const char *const *)ov->pdata, error);
+  }
+  g_ptr_array_free(ov, TRUE);
+  return topo;
+}
+
+/* The members: --group, or every device.  (transfer full) */
+static GArray *member_group(const char *text, int n_dev, GError **error)
+{
+  if (text)
+    return parse_group(text, error);
+  GArray *group = g_array_sized_new(FALSE, FALSE, sizeof(int), n_dev);
+  for (int d = 0; d < n_dev; d++)
+    g_array_append_val(group, d);
+  return group;
+}
+
+/* What a run printed is about. */
+typedef struct {
+  const PsTopology *topo;
+  PsCollOp op;
+  const char *requested, *picked, *why;
+  guint members;
+  int64_t chunk;
+  const char *trace;
+} Report;
+
+static void print_json(const Report *rp, const GArray *rows)
+{
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "topology", json_object_new_string(rp->topo->name));
+  json_object_object_add(o, "op", json_object_new_string(ps_coll_op_name(rp->op)));
+  json_object_object_add(o, "algo", json_object_new_string(rp->picked));
+  json_object_object_add(o, "requested_algo", json_object_new_string(rp->requested));
+  json_object_object_add(o, "why", json_object_new_string(rp->why));
+  json_object_object_add(o, "members", json_object_new_int((int)rp->members));
+  json_object_object_add(o, "chunk_bytes", json_object_new_int64(rp->chunk));
+  json_object *arr = json_object_new_array();
+  for (guint i = 0; i < rows->len; i++) {
+    const Row *r = &g_array_index(rows, Row, i);
+    json_object *ro = json_object_new_object();
+    json_object_object_add(ro, "bytes", json_object_new_int64(r->bytes));
+    json_object_object_add(ro, "time_s", json_object_new_double(r->time_s));
+    json_object_object_add(ro, "formula_s", json_object_new_double(r->formula_s));
+    json_object_object_add(ro, "algbw_Bps", json_object_new_double(r->algbw));
+    json_object_object_add(ro, "busbw_Bps", json_object_new_double(r->busbw));
+    json_object_object_add(ro, "events", json_object_new_int64((int64_t)r->events));
+    json_object_object_add(ro, "wall_s", json_object_new_double(r->wall_s));
+    json_object_array_add(arr, ro);
+  }
+  json_object_object_add(o, "rows", arr);
+  printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+  json_object_put(o);
+}
+
+static void print_table(const Report *rp, const GArray *rows)
+{
+  const PsTopology *topo = rp->topo;
+  g_autofree char *cs = human_size(rp->chunk);
+  printf("# podsim collective: %s on %s, %u members, algorithm %s, chunk %s\n",
+         ps_coll_op_name(rp->op), topo->name, rp->members, rp->picked, cs);
+  printf("# %s\n", rp->why);
+  printf("# ICI %.4g GB/s per link each way x %d, %.3g us per hop; on-chip %.4g GB/s\n",
+         topo->ici_bandwidth_Bps / 1e9, topo->ici_links_per_neighbor,
+         topo->ici_latency_s * 1e6, topo->on_chip_bandwidth_Bps / 1e9);
+  printf("#\n# %10s %14s %12s %12s %14s %9s %12s %9s\n", "size", "time(us)", "algbw(GB/s)",
+         "busbw(GB/s)", "formula(us)", "sim/form", "events", "wall(s)");
+  for (guint i = 0; i < rows->len; i++) {
+    const Row *r = &g_array_index(rows, Row, i);
+    g_autofree char *hs = human_size(r->bytes);
+    printf("  %10s %14.3f %12.3f %12.3f %14.3f %9.4f %12" G_GUINT64_FORMAT " %9.3f\n", hs,
+           r->time_s * 1e6, r->algbw / 1e9, r->busbw / 1e9, r->formula_s * 1e6,
+           r->formula_s > 0 ? r->time_s / r->formula_s : 1.0, r->events, r->wall_s);
+  }
+  if (rp->trace)
+    printf("# trace of the last size: %s (open it at https://ui.perfetto.dev)\n", rp->trace);
+}
+
+/* Runs every size and prints the report; the exit status. */
+static int run_sizes(const Options *o, const PsTopology *topo, PsCollOp op, const char *algo,
+                     const GArray *sizes, int64_t chunk, const GArray *group)
+{
   GError *error = NULL;
-  int parse_status;
-  if (!ps_cli_parse(ctx, "collective", &argc, &argv, &parse_status))
-    return parse_status;
+  g_autoptr(GArray) rows = g_array_new(FALSE, FALSE, sizeof(Row));
+  g_autofree char *picked = NULL, *why = NULL;
+  for (guint i = 0; i < sizes->len; i++) {
+    Row row;
+    int64_t b = g_array_index(sizes, int64_t, i);
+    const char *tp = o->trace && i + 1 == sizes->len ? o->trace : NULL;
+    if (!run_size(topo, op, algo, group, o->root, b, chunk, tp, &row, &picked, &why, &error))
+      return fail(error);
+    g_array_append_val(rows, row);
+  }
+  Report rp = {.topo = topo, .op = op, .requested = algo, .picked = picked, .why = why,
+               .members = group->len, .chunk = chunk, .trace = o->trace};
+  if (o->json)
+    print_json(&rp, rows);
+  else
+    print_table(&rp, rows);
+  return 0;
+}
+
+static int collective_main(const Options *o, int argc, char **argv)
+{
+  GError *error = NULL;
   if (argc > 1)
     return input_error("unexpected argument '%s' (see podsim collective --help)", argv[1]);
-  if (!topo_name)
+  if (!o->topo_name)
     return input_error("--topology is required, e.g. --topology ring:8 or --topology "
                        "tpu-v3-32 (see podsim list topologies)");
   PsCollOp op = PS_COLL_ALL_REDUCE;
-  if (op_name && !ps_coll_op_parse(op_name, &op))
+  if (o->op_name && !ps_coll_op_parse(o->op_name, &op))
     return input_error("--op %s: choose allreduce, reducescatter, allgather, broadcast or "
                        "sendrecv",
-                       op_name);
-  const char *algo_name = algo ? algo : "auto";
-  if (!ps_coll_algo_summary(algo_name))
-    return input_error("--algo %s: choose ring, bidir, torus, p2p or auto", algo_name);
-  g_autoptr(GArray) sizes = parse_sizes(bytes_text ? bytes_text : "8,...,64M", &error);
+                       o->op_name);
+  const char *algo_name = o->algo ? o->algo : "auto";
+  if (!ps_coll_algo_summary(algo_name)) {
+    g_autofree char *choices = algo_choices();
+    return input_error("--algo %s: choose %s", algo_name, choices);
+  }
+  g_autoptr(GArray) sizes = parse_sizes(o->bytes_text ? o->bytes_text : "8,...,64M", &error);
   if (!sizes)
     return fail(error);
   int64_t chunk = PS_NETWORK_DEFAULT_CHUNK;
-  if (chunk_text && (!parse_size(chunk_text, &chunk) || chunk < 1))
+  if (o->chunk_text && (!parse_size(o->chunk_text, &chunk) || chunk < 1))
     return input_error("--chunk %s: not a size of at least 1 byte; use bytes or K/M/G",
-                       chunk_text);
+                       o->chunk_text);
   int64_t largest = 0;
   for (guint i = 0; i < sizes->len; i++)
     largest = MAX(largest, g_array_index(sizes, int64_t, i));
   if (largest / chunk > MAX_CHUNKS_PER_BUFFER)
     return input_error("--chunk %s cuts %" G_GINT64_FORMAT " bytes into more than %" G_GINT64_FORMAT
                        " chunks; use a chunk of at least %" G_GINT64_FORMAT " bytes",
-                       chunk_text, largest, MAX_CHUNKS_PER_BUFFER,
+                       o->chunk_text, largest, MAX_CHUNKS_PER_BUFFER,
                        largest / MAX_CHUNKS_PER_BUFFER + 1);
 
-  GPtrArray *ov = g_ptr_array_new();
-  for (char **s = sets; s && *s; s++)
-    g_ptr_array_add(ov, *s);
-  g_ptr_array_add(ov, NULL);
-  PsTopology *topo = ps_network_is_shorthand(topo_name)
-                         ? ps_network_shorthand(topo_name, (const char *const *)ov->pdata, &error)
-                         : NULL;
-  if (!ps_network_is_shorthand(topo_name)) {
-    /* --set paths are the topology file's own; accept a leading "topology." */
-    for (guint i = 0; i + 1 < ov->len; i++)
-      if (g_str_has_prefix(ov->pdata[i], "topology."))
-        ov->pdata[i] = (char *)ov->pdata[i] + 9;
-    topo = ps_topology_load(topo_name, (const char *const *)ov->pdata, &error);
-  }
-  g_ptr_array_free(ov, TRUE);
+  PsTopology *topo = load_topology(o->topo_name, o->sets, &error);
   if (!topo)
     return fail(error);
-
-  int n_dev = ps_topology_devices(topo);
-  GArray *group = NULL;
-  if (group_text) {
-    group = parse_group(group_text, &error);
-    if (!group) {
-      ps_topology_free(topo);
-      return fail(error);
-    }
-  } else {
-    group = g_array_sized_new(FALSE, FALSE, sizeof(int), n_dev);
-    for (int d = 0; d < n_dev; d++)
-      g_array_append_val(group, d);
-  }
-
-  GArray *rows = g_array_new(FALSE, FALSE, sizeof(Row));
-  g_autofree char *picked = NULL, *why = NULL;
-  int status = 0;
-  for (guint i = 0; i < sizes->len; i++) {
-    Row row;
-    int64_t b = g_array_index(sizes, int64_t, i);
-    const char *tp = trace && i + 1 == sizes->len ? trace : NULL;
-    if (!run_size(topo, op, algo_name, group, root, b, chunk, tp, &row, &picked, &why,
-                  &error)) {
-      status = fail(error);
-      goto out;
-    }
-    g_array_append_val(rows, row);
-  }
-
-  if (json) {
-    json_object *o = json_object_new_object();
-    json_object_object_add(o, "topology", json_object_new_string(topo->name));
-    json_object_object_add(o, "op", json_object_new_string(ps_coll_op_name(op)));
-    json_object_object_add(o, "algo", json_object_new_string(picked));
-    json_object_object_add(o, "requested_algo", json_object_new_string(algo_name));
-    json_object_object_add(o, "why", json_object_new_string(why));
-    json_object_object_add(o, "members", json_object_new_int((int)group->len));
-    json_object_object_add(o, "chunk_bytes", json_object_new_int64(chunk));
-    json_object *arr = json_object_new_array();
-    for (guint i = 0; i < rows->len; i++) {
-      const Row *r = &g_array_index(rows, Row, i);
-      json_object *ro = json_object_new_object();
-      json_object_object_add(ro, "bytes", json_object_new_int64(r->bytes));
-      json_object_object_add(ro, "time_s", json_object_new_double(r->time_s));
-      json_object_object_add(ro, "formula_s", json_object_new_double(r->formula_s));
-      json_object_object_add(ro, "algbw_Bps", json_object_new_double(r->algbw));
-      json_object_object_add(ro, "busbw_Bps", json_object_new_double(r->busbw));
-      json_object_object_add(ro, "events", json_object_new_int64((int64_t)r->events));
-      json_object_object_add(ro, "wall_s", json_object_new_double(r->wall_s));
-      json_object_array_add(arr, ro);
-    }
-    json_object_object_add(o, "rows", arr);
-    printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-    json_object_put(o);
-  } else {
-    g_autofree char *cs = human_size(chunk);
-    printf("# podsim collective: %s on %s, %u members, algorithm %s, chunk %s\n",
-           ps_coll_op_name(op), topo->name, group->len, picked, cs);
-    printf("# %s\n", why);
-    printf("# ICI %.4g GB/s per link each way x %d, %.3g us per hop; on-chip %.4g GB/s\n",
-           topo->ici_bandwidth_Bps / 1e9, topo->ici_links_per_neighbor,
-           topo->ici_latency_s * 1e6, topo->on_chip_bandwidth_Bps / 1e9);
-    printf("#\n# %10s %14s %12s %12s %14s %9s %12s %9s\n", "size", "time(us)", "algbw(GB/s)",
-           "busbw(GB/s)", "formula(us)", "sim/form", "events", "wall(s)");
-    for (guint i = 0; i < rows->len; i++) {
-      const Row *r = &g_array_index(rows, Row, i);
-      g_autofree char *hs = human_size(r->bytes);
-      printf("  %10s %14.3f %12.3f %12.3f %14.3f %9.4f %12" G_GUINT64_FORMAT " %9.3f\n", hs,
-             r->time_s * 1e6, r->algbw / 1e9, r->busbw / 1e9, r->formula_s * 1e6,
-             r->formula_s > 0 ? r->time_s / r->formula_s : 1.0, r->events, r->wall_s);
-    }
-    if (trace)
-      printf("# trace of the last size: %s (open it at https://ui.perfetto.dev)\n", trace);
-  }
-out:
-  g_array_free(rows, TRUE);
-  g_array_free(group, TRUE);
+  GArray *group = member_group(o->group_text, ps_topology_devices(topo), &error);
+  int status = group ? run_sizes(o, topo, op, algo_name, sizes, chunk, group) : fail(error);
+  if (group)
+    g_array_free(group, TRUE);
   ps_topology_free(topo);
+  return status;
+}
+
+int ps_cli_collective(int argc, char **argv)
+{
+  Options o = {0};
+  int status;
+  if (!parse_options(&o, &argc, &argv, &status))
+    goto out;
+  status = collective_main(&o, argc, argv);
+out:
+  options_clear(&o);
   return status;
 }

@@ -14,7 +14,8 @@
 #include "cli/cli-common.h"
 
 #include "io/config.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 
 #include <json-c/json.h>
 #include <stdio.h>

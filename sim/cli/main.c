@@ -16,9 +16,9 @@
 #include "cli/validate.h"
 #include "io/config.h"
 #include "io/trace.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 #include "strategy/kernels.h"
-#include "strategy/partition.h"
 
 #include <errno.h>
 #include <locale.h>
@@ -83,30 +83,39 @@ static void ensure_parent(const char *path)
     return; /* ps_trace_open reports the real error */
 }
 
-/* "8 replicas", "2 replicas x 4 stages".  (transfer full) */
-static char *placement_text(const PsExperiment *e, gboolean schedule)
+/* A word of the strategy's resolved keys ("gpipe"), or "". */
+static const char *strategy_word(const PsExperiment *e, const char *key)
 {
-  const PsStrategyConfig *s = &e->strategy;
+  json_object *so = NULL, *v = NULL;
+  if (json_object_object_get_ex(e->resolved, "strategy", &so) && so)
+    json_object_object_get_ex(so, key, &v);
+  return v ? json_object_get_string(v) : "";
+}
+
+/* "8 replicas", "2 replicas x 4 stages", from the plan's mesh.
+ * (transfer full) */
+static char *placement_text(const PsExperiment *e, const PsPlan *plan, gboolean schedule)
+{
+  int R = ps_plan_axis_size(plan, PS_AXIS_DATA), K = ps_plan_axis_size(plan, PS_AXIS_STAGE);
+  int M = plan->micro_batches;
   g_autofree char *stages =
-      s->kind != PS_STRATEGY_PIPELINE ? g_strdup("")
-      : schedule ? g_strdup_printf(" x %d stage%s, %d micro-batch%s, %s", s->stages,
-                                   s->stages == 1 ? "" : "s", s->micro_batches,
-                                   s->micro_batches == 1 ? "" : "es",
-                                   s->schedule == PS_SCHEDULE_1F1B ? "1f1b" : "gpipe")
-                 : g_strdup_printf(" x %d stage%s", s->stages, s->stages == 1 ? "" : "s");
-  return g_strdup_printf("%d replica%s%s", s->replicas, s->replicas == 1 ? "" : "s", stages);
+      !ps_plan_has_axis(plan, PS_AXIS_STAGE) ? g_strdup("")
+      : schedule ? g_strdup_printf(" x %d stage%s, %d micro-batch%s, %s", K, K == 1 ? "" : "s",
+                                   M, M == 1 ? "" : "es", strategy_word(e, "schedule"))
+                 : g_strdup_printf(" x %d stage%s", K, K == 1 ? "" : "s");
+  return g_strdup_printf("%d replica%s%s", R, R == 1 ? "" : "s", stages);
 }
 
 /* The line a run opens with: what runs where, as resolved after --set, e.g.
  * "podsim 0.1.0: resnet50-v3-8: model resnet50 on tpu-v3-32 (32 devices:
  * 32 replicas), global batch 1024, 10 steps, bf16, numerics off".
  * (transfer full) */
-static char *run_header(const PsExperiment *e)
+static char *run_header(const PsExperiment *e, const PsPlan *plan)
 {
-  int used = ps_experiment_devices_used(e), devices = ps_topology_devices(e->topology);
+  int used = plan->n_devices, devices = ps_topology_devices(e->topology);
   g_autofree char *of = used < devices ? g_strdup_printf("%d of %d", used, devices)
                                        : g_strdup_printf("%d", devices);
-  g_autofree char *placement = placement_text(e, TRUE);
+  g_autofree char *placement = placement_text(e, plan, TRUE);
   return g_strdup_printf(
       "podsim %s: %s: model %s on %s (%s device%s: %s), global batch %" G_GINT64_FORMAT
       ", %" G_GINT64_FORMAT " step%s, %s, numerics %s",
@@ -116,24 +125,24 @@ static char *run_header(const PsExperiment *e)
       e->numerics.enabled ? "on" : "off");
 }
 
-/* One line on stderr when the strategy leaves devices of the slice idle,
+/* One line on stderr when the plan leaves devices of the slice idle,
  * saying what to set to use them all. */
-static void warn_idle_devices(const PsExperiment *e)
+static void warn_idle_devices(const PsExperiment *e, const PsPlan *plan)
 {
-  const PsStrategyConfig *s = &e->strategy;
-  int used = ps_experiment_devices_used(e), devices = ps_topology_devices(e->topology);
+  int used = plan->n_devices, devices = ps_topology_devices(e->topology);
   if (used >= devices)
     return;
-  g_autofree char *what = s->stages > 1 ? placement_text(e, FALSE) : NULL;
+  int K = ps_plan_axis_size(plan, PS_AXIS_STAGE);
+  g_autofree char *what = K > 1 ? placement_text(e, plan, FALSE) : NULL;
   g_autofree char *fix = NULL;
-  if (devices % s->stages != 0) {
+  if (devices % K != 0) {
     fix = g_strdup_printf("strategy.stages=%d does not divide %d; pick strategy.stages and "
                           "strategy.replicas whose product is %d to use them all",
-                          s->stages, devices, devices);
+                          K, devices, devices);
   } else {
-    int want = devices / s->stages;
+    int want = devices / K;
     g_autofree char *with =
-        s->stages > 1 ? g_strdup_printf(" with strategy.stages=%d", s->stages) : g_strdup("");
+        K > 1 ? g_strdup_printf(" with strategy.stages=%d", K) : g_strdup("");
     g_autofree char *batch =
         e->global_batch % want != 0
             ? g_strdup_printf(" and a global_batch divisible by %d", want)
@@ -144,6 +153,46 @@ static void warn_idle_devices(const PsExperiment *e)
   fprintf(stderr, "podsim: warning: %s uses %d of the %d devices of %s (%s%s%d idle); %s\n",
           e->file, used, devices, e->topology->name, what ? what : "", what ? ", " : "",
           devices - used, fix);
+}
+
+/* Before a run: the idle-device warning and the header line (on `log`),
+ * from the plan's mesh; FALSE when the plan does not compile. */
+static gboolean announce_run(const PsExperiment *exp, FILE *log, GError **error)
+{
+  PsPlan *plan = ps_run_compile(exp, error);
+  if (!plan)
+    return FALSE;
+  warn_idle_devices(exp, plan);
+  if (log) {
+    g_autofree char *header = run_header(exp, plan);
+    fprintf(log, "%s\n", header);
+    fflush(log);
+  }
+  ps_plan_free(plan);
+  return TRUE;
+}
+
+/* After a run: the summary (text or JSON) and where its files went. */
+static void print_run(const PsExperiment *exp, const PsRunOptions *opt, const PsSummary *sum,
+                      gboolean json, gint64 trace_max_mb)
+{
+  if (sum->trace_skipped)
+    fprintf(stderr, "podsim: warning: no trace written: %s would take about %.0f MB, over "
+                    "--trace-max %" G_GINT64_FORMAT " MB; raise --trace-max (0: no limit), "
+                    "run fewer steps, or use --no-trace\n",
+            opt->trace_path, sum->trace_estimate_bytes / 1e6, trace_max_mb);
+  if (json) {
+    g_autofree char *text = ps_summary_to_json(exp, sum);
+    printf("%s\n", text);
+    return;
+  }
+  ps_summary_print(exp, sum, stdout);
+  if (opt->trace_path && !sum->trace_skipped)
+    printf("trace            %s (%" G_GUINT64_FORMAT
+           " events): open it at https://ui.perfetto.dev or chrome://tracing\n",
+           opt->trace_path, sum->trace_events);
+  if (opt->links_csv)
+    printf("links            %s (one row per link direction)\n", opt->links_csv);
 }
 
 /* An integer option left out. */
@@ -242,29 +291,6 @@ static GPtrArray *run_overrides(const RunArgs *a)
   return ov;
 }
 
-/* After the run: the summary, and where its files went. */
-static void run_report(const PsExperiment *exp, const RunArgs *a, const PsRunOptions *opt,
-                       PsSummary *sum)
-{
-  if (sum->trace_skipped)
-    fprintf(stderr, "podsim: warning: no trace written: %s would take about %.0f MB, over "
-                    "--trace-max %" G_GINT64_FORMAT " MB; raise --trace-max (0: no limit), "
-                    "run fewer steps, or use --no-trace\n",
-            opt->trace_path, sum->trace_estimate_bytes / 1e6, opt->trace_max_bytes / 1000000);
-  if (a->json) {
-    g_autofree char *text = ps_summary_to_json(exp, sum);
-    printf("%s\n", text);
-    return;
-  }
-  ps_summary_print(exp, sum, stdout);
-  if (opt->trace_path && !sum->trace_skipped)
-    printf("trace            %s (%" G_GUINT64_FORMAT
-           " events): open it at https://ui.perfetto.dev or chrome://tracing\n",
-           opt->trace_path, sum->trace_events);
-  if (a->links_csv)
-    printf("links            %s (one row per link direction)\n", a->links_csv);
-}
-
 /* Loads the experiment and checks everything the run needs before it
  * simulates: the options against it, the step count, the output paths.
  * NULL after printing why, with *status set.  (transfer full) */
@@ -317,12 +343,11 @@ static int cmd_run(int argc, char **argv)
     run_args_clear(&a);
     return status;
   }
-  warn_idle_devices(exp);
   FILE *log = a.json || a.quiet ? NULL : stdout;
-  if (log) {
-    g_autofree char *header = run_header(exp);
-    printf("%s\n", header);
-    fflush(stdout);
+  if (!announce_run(exp, log, &error)) {
+    ps_experiment_free(exp);
+    run_args_clear(&a);
+    return fail(error);
   }
   gint64 trace_max_mb = a.trace_max_mb == UNSET ? 256 : a.trace_max_mb;
   PsRunOptions opt = {.trace_path = a.no_trace ? NULL : a.trace, .trace_links = a.trace_links,
@@ -331,7 +356,7 @@ static int cmd_run(int argc, char **argv)
                       .links_csv = a.links_csv};
   PsSummary sum;
   if (ps_run(exp, &opt, &sum, &error)) {
-    run_report(exp, &a, &opt, &sum);
+    print_run(exp, &opt, &sum, a.json, trace_max_mb);
     ps_summary_clear(&sum);
   } else {
     status = fail(error);
@@ -339,6 +364,29 @@ static int cmd_run(int argc, char **argv)
   ps_experiment_free(exp);
   run_args_clear(&a);
   return status;
+}
+
+/* Orders names as people count: digit runs by their value, so tpu-v4-8
+ * comes before tpu-v4-16 and a generation's base before its slices. */
+static int compare_natural(const void *pa, const void *pb)
+{
+  const char *a = *(char *const *)pa, *b = *(char *const *)pb;
+  while (*a && *b) {
+    if (g_ascii_isdigit(*a) && g_ascii_isdigit(*b)) {
+      char *ea, *eb;
+      guint64 x = g_ascii_strtoull(a, &ea, 10), y = g_ascii_strtoull(b, &eb, 10);
+      if (x != y)
+        return x < y ? -1 : 1;
+      a = ea;
+      b = eb;
+    } else if (*a != *b) {
+      return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+    } else {
+      a++;
+      b++;
+    }
+  }
+  return (unsigned char)*a - (unsigned char)*b;
 }
 
 static int cmd_list(int argc, char **argv)
@@ -352,6 +400,7 @@ static int cmd_list(int argc, char **argv)
     if (strcmp(argv[1], kinds[i]) != 0)
       continue;
     g_auto(GStrv) names = ps_config_list(kinds[i]);
+    qsort(names, g_strv_length(names), sizeof *names, compare_natural);
     for (char **n = names; n && *n; n++)
       printf("%s\n", *n);
     return 0;
@@ -365,6 +414,48 @@ static void print_json(json_object *o)
 {
   printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
                                                        JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
+/* The value at a dotted path of tree, or NULL.  (transfer none) */
+static json_object *tree_at(json_object *tree, const char *dotted)
+{
+  g_auto(GStrv) parts = g_strsplit(dotted, ".", -1);
+  for (int i = 0; parts[i] && tree; i++)
+    if (!json_object_object_get_ex(tree, parts[i], &tree))
+      return NULL;
+  return tree;
+}
+
+/* Per-chip peaks, DCN, naming and largest slice where the file gives them,
+ * then every sourced figure with its value and citation. */
+static void describe_generation(const PsTopology *t)
+{
+  printf("  per chip: %.1f TFLOP/s bf16", t->peak_flops / 1e12);
+  if (t->int8_peak_flops > 0)
+    printf(", %.1f TOP/s int8", t->int8_peak_flops / 1e12);
+  if (t->fp8_peak_flops > 0)
+    printf(", %.1f TFLOP/s fp8", t->fp8_peak_flops / 1e12);
+  printf("; %d MXU%s of %dx%d per core\n", t->mxus_per_core, t->mxus_per_core == 1 ? "" : "s",
+         t->mxu_size, t->mxu_size);
+  if (t->dcn_bandwidth_Bps > 0)
+    printf("  DCN %.1f GB/s per host\n", t->dcn_bandwidth_Bps / 1e9);
+  if (*t->name_counts || t->max_slice_chips > 0)
+    printf("  slice names count %s; largest slice %d chips\n",
+           *t->name_counts ? (strcmp(t->name_counts, "cores") ? "chips" : "TensorCores") : "?",
+           t->max_slice_chips);
+  if (!t->sources)
+    return;
+  json_object *tree = ps_topology_to_json(t);
+  printf("  figures and sources:\n");
+  json_object_object_foreach(t->sources, key, cite) {
+    json_object *v = tree_at(tree, key);
+    if (v && json_object_is_type(v, json_type_double))
+      printf("    %s = %g\n", key, json_object_get_double(v));
+    else
+      printf("    %s = %s\n", key, v ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN) : "?");
+    printf("      %s\n", json_object_get_string(cite));
+  }
+  json_object_put(tree);
 }
 
 static void describe_topology(const PsTopology *t)
@@ -382,6 +473,7 @@ static void describe_topology(const PsTopology *t)
          ps_topology_device_hbm_bandwidth(t) / 1e9);
   printf("  ICI %.1f GB/s per link one way, %.2f us per hop; PCIe %.1f GB/s per host\n",
          t->ici_bandwidth_Bps / 1e9, t->ici_latency_s * 1e6, t->pcie_bandwidth_Bps / 1e9);
+  describe_generation(t);
 }
 
 /* What `podsim describe` was given. */
@@ -443,24 +535,22 @@ static int describe_args_check(GOptionContext *ctx, const DescribeArgs *a, const
   return 0;
 }
 
-/* --stages: each stage of a pipeline experiment (a usage error on another). */
+/* --stages: what the strategy adds to describe (a pipeline's partition);
+ * a usage error for a strategy that adds nothing. */
 static int describe_stages(GOptionContext *ctx, const PsExperiment *exp)
 {
-  const PsStrategyConfig *sc = &exp->strategy;
-  if (sc->kind != PS_STRATEGY_PIPELINE)
-    return usage_error(ctx, "describe: --stages: %s is not a pipeline (strategy.kind is not "
-                            "\"pipeline\"): its layers are not split into stages",
-                       exp->file);
+  const PsStrategy *impl = exp->strategy.impl;
+  if (!impl->describe)
+    return usage_error(ctx, "describe: --stages: %s is not a pipeline (its strategy does not "
+                            "split the layers into stages)", exp->file);
   GError *error = NULL;
-  PsPartition *part = ps_partition_compute(
-      exp, sc->stages, exp->global_batch / sc->replicas / sc->micro_batches, &error);
-  if (!part)
-    return fail(error);
   GString *s = g_string_new(NULL);
-  ps_partition_describe(part, exp, s);
+  if (!impl->describe(exp, exp->strategy.config, s, &error)) {
+    g_string_free(s, TRUE);
+    return fail(error);
+  }
   printf("\n%s", s->str);
   g_string_free(s, TRUE);
-  ps_partition_free(part);
   return 0;
 }
 
@@ -498,7 +588,7 @@ static int describe_experiment(GOptionContext *ctx, const DescribeArgs *a, const
   if (!exp)
     return fail(error);
   int status = 0;
-  if (a->stages && exp->strategy.kind != PS_STRATEGY_PIPELINE)
+  if (a->stages && !exp->strategy.impl->describe)
     status = describe_stages(ctx, exp); /* refused before anything prints */
   if (!status)
     print_json(exp->resolved);

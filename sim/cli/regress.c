@@ -20,7 +20,8 @@
 
 #include "common/common.h"
 #include "io/config.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 
 #include <glib/gstdio.h>
 #include <json-c/json.h>
@@ -268,27 +269,17 @@ static gboolean golden_write(const PsGolden *g, const char *text, GError **error
   return TRUE;
 }
 
-/* A double in the fewest of 15 or 17 digits that read back exactly. */
-static json_object *exact_double(double v)
-{
-  char buf[G_ASCII_DTOSTR_BUF_SIZE];
-  g_ascii_formatd(buf, sizeof buf, "%.15g", v);
-  if (g_ascii_strtod(buf, NULL) != v)
-    g_ascii_formatd(buf, sizeof buf, "%.17g", v);
-  return json_object_new_double_s(v, buf);
-}
-
 static json_object *result_json(const Result *r)
 {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "case", json_object_new_string(r->c->args));
   json_object_object_add(o, "line", json_object_new_int((int)r->c->line));
-  json_object_object_add(o, "old_s", exact_double(r->c->want));
+  json_object_object_add(o, "old_s", ps_cli_json_exact_double(r->c->want));
   gboolean ran = r->error == NULL;
-  json_object_object_add(o, "new_s", ran ? exact_double(r->got) : NULL);
-  json_object_object_add(o, "diff_s", ran ? exact_double(r->got - r->c->want) : NULL);
+  json_object_object_add(o, "new_s", ran ? ps_cli_json_exact_double(r->got) : NULL);
+  json_object_object_add(o, "diff_s", ran ? ps_cli_json_exact_double(r->got - r->c->want) : NULL);
   json_object_object_add(
-      o, "relative", ran ? exact_double((r->got - r->c->want) / r->c->want) : NULL);
+      o, "relative", ran ? ps_cli_json_exact_double((r->got - r->c->want) / r->c->want) : NULL);
   json_object_object_add(o, "moved", json_object_new_boolean(r->moved));
   json_object_object_add(o, "error", r->error ? json_object_new_string(r->error) : NULL);
   return o;
@@ -299,7 +290,7 @@ static void print_json(const PsGolden *g, const Result *results, const Counts *n
 {
   json_object *root = json_object_new_object();
   json_object_object_add(root, "file", json_object_new_string(g->path));
-  json_object_object_add(root, "tolerance", exact_double(PS_GOLDEN_TOLERANCE));
+  json_object_object_add(root, "tolerance", ps_cli_json_exact_double(PS_GOLDEN_TOLERANCE));
   json_object *cases = json_object_new_array();
   for (guint i = 0; i < g->cases->len; i++)
     json_object_array_add(cases, result_json(&results[i]));

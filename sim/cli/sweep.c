@@ -14,10 +14,10 @@
  * of one thread, in another order.
  *
  * Built with PS_WITH_MPI and started by an MPI launcher, the sweep runs on
- * every rank: rank 0 alone reads and writes --out and the terminal.  It
- * works out the points still to run, runs the ones the CSV header waits
- * for itself, as above, then hands out the rest one at a time, to itself
- * and the others, as each rank's points come back.  The other ranks run
+ * every rank (sweep-mpi.c): rank 0 alone reads and writes --out and the
+ * terminal.  It works out the points still to run, runs the ones the CSV
+ * header waits for itself, as above, then hands out the rest one at a
+ * time, to itself and the others, as each rank's points come back.  The other ranks run
  * theirs on their own thread pools and send each outcome back as JSON text
  * whose numbers keep the digits they were printed with, so rank 0 writes
  * the rows one process would have written.
@@ -29,12 +29,13 @@
  * runs wait for the header), so a re-run skips exactly the points done. */
 #include "cli/sweep.h"
 
-#include "cli/cli-common.h"
+#include "cli/sweep-private.h"
 
 #include "common/json.h"
 #include "io/config.h"
 #include "model/kernels.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 
 #include <errno.h>
 #include <glib/gstdio.h>
@@ -47,50 +48,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifdef PS_WITH_MPI
-#include <mpi.h>
-#endif
-
 #define EXIT_INPUT 2
 #define MAX_POINTS 1000000
 /* summary fields that measure the host running the simulator, not the
  * simulated pod: left out of rows so they repeat exactly */
 static const char *const wall_clock_keys[] = {"wall_s", "events_per_s", NULL};
 
-typedef enum { FORMAT_CSV, FORMAT_JSONL } Format;
-
 typedef struct {
   char *key;
   GPtrArray *values; /* char *: as given, or a range's expansion */
 } Vary;
-
-/* What became of one point; made by a worker, consumed by the writer. */
-typedef struct {
-  guint index;
-  json_object *flat; /* the summary, flattened, without varied or wall-clock keys; NULL if failed */
-  char *error;       /* NULL if it ran */
-  double wall_s;
-} Outcome;
-
-typedef struct {
-  const char *experiment;
-  char **sets;        /* NULL-terminated, may be NULL */
-  GPtrArray *varies;  /* Vary * */
-  guint n_points;
-  GMutex data_lock;   /* guards datasets */
-  GHashTable *datasets; /* "train|test\n" data_dir -> PsDataset (owned) */
-  GAsyncQueue *done;  /* Outcome * */
-} Sweep;
-
-/* The output file as the writer sees it. */
-typedef struct {
-  const char *path;
-  Format format;
-  FILE *f;
-  GPtrArray *columns;   /* CSV: the header's names, NULL until known */
-  GHashTable *finished; /* point key -> GINT_TO_POINTER(1 ok, 2 failed), rows in the file */
-  gboolean warned_dropped;
-} Output;
 
 #define input_error(...) ps_cli_input_error("sweep", __VA_ARGS__)
 
@@ -102,7 +69,7 @@ static void vary_free(gpointer p)
   g_free(v);
 }
 
-static void outcome_free(Outcome *o)
+void ps_sweep_outcome_free(Outcome *o)
 {
   if (o->flat)
     json_object_put(o->flat);
@@ -114,7 +81,7 @@ static void outcome_free(Outcome *o)
 
 /* The whole of text as strict JSON, or FALSE; *out may be NULL (JSON null).
  * (transfer full) */
-static gboolean parse_json_value(const char *text, json_object **out)
+gboolean ps_sweep_parse_json_value(const char *text, json_object **out)
 {
   json_tokener *tok = json_tokener_new();
   json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
@@ -148,7 +115,7 @@ static char *canonical_json(json_object *v)
 static char *canonical_text(const char *text)
 {
   json_object *v = NULL;
-  if (!parse_json_value(text, &v))
+  if (!ps_sweep_parse_json_value(text, &v))
     return g_strdup(text);
   char *c = canonical_json(v);
   if (v)
@@ -469,7 +436,7 @@ static Outcome *point_run(Sweep *sw, guint index)
   return o;
 }
 
-static void pool_run(gpointer data, gpointer user_data)
+void ps_sweep_pool_run(gpointer data, gpointer user_data)
 {
   Sweep *sw = user_data;
   g_async_queue_push(sw->done, point_run(sw, GPOINTER_TO_UINT(data) - 1));
@@ -616,7 +583,8 @@ static gboolean read_jsonl(Output *out, const Sweep *sw, const char *text, size_
     start = (size_t)(nl - text) + 1;
     *complete = start;
     json_object *o = NULL;
-    if (!parse_json_value(row, &o) || !o || !json_object_is_type(o, json_type_object)) {
+    if (!ps_sweep_parse_json_value(row, &o) || !o ||
+        !json_object_is_type(o, json_type_object)) {
       if (o)
         json_object_put(o);
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
@@ -724,7 +692,7 @@ static void csv_value(GString *line, json_object *v)
                                                          JSON_C_TO_STRING_NOSLASHESCAPE));
 }
 
-static gboolean output_row(Output *out, const Sweep *sw, const Outcome *o, GError **error)
+gboolean ps_sweep_output_row(Output *out, const Sweep *sw, const Outcome *o, GError **error)
 {
   g_autoptr(GString) line = g_string_new(NULL);
   guint nv = sw->varies->len;
@@ -733,7 +701,7 @@ static gboolean output_row(Output *out, const Sweep *sw, const Outcome *o, GErro
     for (guint k = 0; k < nv; k++) {
       const char *text = point_value(sw, o->index, k);
       json_object *v = NULL;
-      if (!parse_json_value(text, &v))
+      if (!ps_sweep_parse_json_value(text, &v))
         v = json_object_new_string(text);
       json_object_object_add(row, ((Vary *)sw->varies->pdata[k])->key, v);
     }
@@ -794,12 +762,6 @@ static char *duration_text(double s)
   return g_strdup_printf("%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
 }
 
-typedef struct {
-  gboolean tty;
-  guint total, done, failed;
-  gint64 t0;
-} Progress;
-
 static void progress_draw(const Progress *p)
 {
   if (!p->tty)
@@ -813,7 +775,7 @@ static void progress_draw(const Progress *p)
   fflush(stderr);
 }
 
-static void progress_point(Progress *p, const Sweep *sw, const Outcome *o)
+void ps_sweep_progress_point(Progress *p, const Sweep *sw, const Outcome *o)
 {
   p->done++;
   p->failed += o->error != NULL;
@@ -873,198 +835,11 @@ static const char *const description =
     "  podsim sweep resnet50-v3-8 --vary global_batch=64:1024:x2 \\\n"
     "      --vary topology=tpu-v3-8,tpu-v3-32 --jobs 4 --out batch.csv";
 
-/* ---- ranks ------------------------------------------------------------ */
-
-/* The processes one sweep runs on: rank 0 alone, unless an MPI launcher
- * started several (then rank 0 reads and writes the file and hands out the
- * points, and every rank, rank 0 too, runs points on its own threads). */
-typedef struct {
-  int rank, size;
-  gboolean mpi;     /* MPI_Init was called */
-  gboolean started; /* rank 0 told the others to go (or to stop) */
-  int *threads;     /* rank 0: each rank's --jobs, once started */
-} Ranks;
-
-#ifdef PS_WITH_MPI
-/* Messages: rank 0 sends others a Work ({WORK_POINT, index} or {WORK_STOP,
- * exit status}); they send back each point's outcome as one JSON text. */
-enum { TAG_WORK = 1, TAG_OUTCOME = 2 };
-enum { WORK_POINT = 0, WORK_STOP = 1 };
-#define GO_RUN (-1) /* broadcast for "run"; anything else is the exit status */
-/* how long a rank waits for its own threads before it looks at MPI again */
-#define POLL_USEC 1000
-
-/* TRUE when an MPI launcher (mpirun, srun, mpiexec.hydra) started us;
- * run alone, podsim sweep does not start MPI at all. */
-static gboolean mpi_launched(void)
+/* The line a sweep starts with: its points, those already done, where the
+ * others run. */
+static void sweep_announce(const Sweep *sw, const Output *out, const GArray *todo, int jobs,
+                           const Ranks *ranks)
 {
-  return g_getenv("OMPI_COMM_WORLD_SIZE") || g_getenv("PMIX_RANK") || g_getenv("PMI_RANK");
-}
-
-/* Rank 0: the others may run points; gathers their thread counts. */
-static void mpi_start(Ranks *r, int jobs)
-{
-  int go = GO_RUN;
-  MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  r->started = TRUE;
-  r->threads = g_new0(int, r->size);
-  MPI_Gather(&jobs, 1, MPI_INT, r->threads, 1, MPI_INT, 0, MPI_COMM_WORLD);
-}
-
-/* Rank 0: no rank will get another point; they exit with status. */
-static void mpi_stop(const Ranks *r, int status)
-{
-  int msg[2] = {WORK_STOP, status};
-  for (int k = 1; k < r->size; k++)
-    MPI_Send(msg, 2, MPI_INT, k, TAG_WORK, MPI_COMM_WORLD);
-}
-
-/* An outcome as it travels: doubles keep the text they were parsed from,
- * so rank 0 writes the row the rank that ran it would have.  (transfer full) */
-static char *outcome_encode(const Outcome *o)
-{
-  json_object *m = json_object_new_object();
-  json_object_object_add(m, "index", json_object_new_int64(o->index));
-  json_object_object_add(m, "wall_s", json_object_new_double(o->wall_s));
-  json_object_object_add(m, "error", o->error ? json_object_new_string(o->error) : NULL);
-  json_object_object_add(m, "flat", o->flat ? json_object_get(o->flat) : NULL);
-  char *text = g_strdup(json_object_to_json_string_ext(m, JSON_C_TO_STRING_PLAIN |
-                                                              JSON_C_TO_STRING_NOSLASHESCAPE));
-  json_object_put(m);
-  return text;
-}
-
-/* (transfer full); NULL if text is not an outcome */
-static Outcome *outcome_decode(const char *text, const Sweep *sw)
-{
-  json_object *m = NULL, *index = NULL, *wall = NULL, *err = NULL, *flat = NULL;
-  if (!parse_json_value(text, &m) || !m || !json_object_is_type(m, json_type_object) ||
-      !json_object_object_get_ex(m, "index", &index) ||
-      !json_object_is_type(index, json_type_int) || json_object_get_int64(index) < 0 ||
-      json_object_get_int64(index) >= sw->n_points) {
-    if (m)
-      json_object_put(m);
-    return NULL;
-  }
-  Outcome *o = g_new0(Outcome, 1);
-  o->index = (guint)json_object_get_int64(index);
-  if (json_object_object_get_ex(m, "wall_s", &wall))
-    o->wall_s = json_object_get_double(wall);
-  if (json_object_object_get_ex(m, "error", &err) && err)
-    o->error = g_strdup(json_object_get_string(err));
-  if (json_object_object_get_ex(m, "flat", &flat) && flat &&
-      json_object_is_type(flat, json_type_object))
-    o->flat = json_object_get(flat);
-  if (!o->error && !o->flat)
-    o->error = g_strdup("internal error: a rank sent a point without its summary");
-  json_object_put(m);
-  return o;
-}
-
-/* The outcome whose arrival Iprobe reported in st.  (transfer full) */
-static Outcome *mpi_recv_outcome(const Sweep *sw, MPI_Status *st)
-{
-  int len = 0;
-  MPI_Get_count(st, MPI_CHAR, &len);
-  char *text = g_malloc((gsize)len + 1);
-  MPI_Recv(text, len, MPI_CHAR, st->MPI_SOURCE, TAG_OUTCOME, MPI_COMM_WORLD,
-           MPI_STATUS_IGNORE);
-  text[len] = '\0';
-  Outcome *o = outcome_decode(text, sw);
-  g_free(text);
-  if (!o) {
-    fprintf(stderr, "podsim: sweep: internal error: rank %d sent a message that is not a "
-                    "point's outcome\n", st->MPI_SOURCE);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return o;
-}
-
-/* Rank 0: hands rank k the next point of todo, unless none is left or it
- * already has one more in hand than it has threads (rank 0's own go to its
- * pool); whether it did. */
-static gboolean mpi_give(GThreadPool *pool, const GArray *todo, guint *next, int *in_flight,
-                         const Ranks *r, int k)
-{
-  if (*next >= todo->len || in_flight[k] > MAX(r->threads[k], 1))
-    return FALSE;
-  guint index = g_array_index(todo, guint, (*next)++);
-  if (k == 0) {
-    g_thread_pool_push(pool, GUINT_TO_POINTER(index + 1), NULL);
-  } else {
-    int msg[2] = {WORK_POINT, (int)index};
-    MPI_Send(msg, 2, MPI_INT, k, TAG_WORK, MPI_COMM_WORLD);
-  }
-  in_flight[k]++;
-  return TRUE;
-}
-
-/* Rank 0, once the CSV header is written: hands out the points of todo
- * from next on to the ranks (itself too), a new one to a rank as each of
- * its points comes back, and writes each row as it arrives.  FALSE if a
- * row could not be written. */
-static gboolean mpi_lead(Sweep *sw, Output *out, const GArray *todo, guint next,
-                         const Ranks *r, Progress *prog, GError **error)
-{
-  GThreadPool *pool = g_thread_pool_new(pool_run, sw, MAX(r->threads[0], 1), TRUE, error);
-  if (!pool)
-    return FALSE;
-  int *in_flight = g_new0(int, r->size);
-  guint *ran = g_new0(guint, r->size);
-  ran[0] = next; /* the points before the CSV header ran here */
-  guint left = todo->len - next; /* points not yet back */
-  /* one point to each rank in turn, so that a short sweep reaches them all */
-  for (gboolean gave = TRUE; gave;) {
-    gave = FALSE;
-    for (int k = 0; k < r->size; k++)
-      gave |= mpi_give(pool, todo, &next, in_flight, r, k);
-  }
-  gboolean ok = TRUE;
-  while (ok && left > 0) {
-    Outcome *o = NULL;
-    int from = 0;
-    while (!o) {
-      int flag = 0;
-      MPI_Status st;
-      MPI_Iprobe(MPI_ANY_SOURCE, TAG_OUTCOME, MPI_COMM_WORLD, &flag, &st);
-      if (flag) {
-        o = mpi_recv_outcome(sw, &st);
-        from = st.MPI_SOURCE;
-      } else {
-        o = g_async_queue_timeout_pop(sw->done, POLL_USEC);
-      }
-    }
-    in_flight[from]--;
-    ran[from]++;
-    left--;
-    while (mpi_give(pool, todo, &next, in_flight, r, from))
-      ;
-    progress_point(prog, sw, o);
-    ok = output_row(out, sw, o, error);
-    outcome_free(o);
-  }
-  g_thread_pool_free(pool, !ok, TRUE);
-  if (ok) {
-    GString *per = g_string_new(NULL);
-    for (int k = 0; k < r->size; k++)
-      g_string_append_printf(per, " %u", ran[k]);
-    fprintf(stderr, "%ssweep: points run by rank 0..%d:%s\n", prog->tty ? "\r\033[K" : "",
-            r->size - 1, per->str);
-    g_string_free(per, TRUE);
-  }
-  g_free(ran);
-  g_free(in_flight);
-  return ok;
-}
-#endif
-
-/* Runs the points of todo, appending their rows; the exit status. */
-static int sweep_run(Sweep *sw, Output *out, const GArray *todo, guint failed_before, int jobs,
-                     const Ranks *ranks)
-{
-  GError *error = NULL;
-  GThreadPool *pool = NULL;
-  int status = 0;
   int threads = MIN(jobs, (int)MAX(todo->len, 1));
   g_autofree char *where = NULL;
   if (ranks->size > 1) {
@@ -1083,64 +858,90 @@ static int sweep_run(Sweep *sw, Output *out, const GArray *todo, guint failed_be
     fprintf(stderr, "sweep: %u point%s, %u already in %s, %u to run on %s\n", sw->n_points,
             sw->n_points == 1 ? "" : "s", sw->n_points - todo->len, out->path, todo->len,
             where);
+}
+
+/* A fresh CSV needs its header before any row: points run here, in
+ * order, from *next, until one gives the fields; the rows of those that
+ * failed before it wait for it.  FALSE if the file could not be written. */
+static gboolean sweep_run_header(Sweep *sw, Output *out, const GArray *todo, guint *next,
+                                 Progress *prog, GError **error)
+{
+  GPtrArray *held = g_ptr_array_new_with_free_func((GDestroyNotify)ps_sweep_outcome_free);
+  Outcome *first = NULL;
+  while (*next < todo->len && !first) {
+    Outcome *o = point_run(sw, g_array_index(todo, guint, (*next)++));
+    ps_sweep_progress_point(prog, sw, o);
+    if (o->flat)
+      first = o;
+    else
+      g_ptr_array_add(held, o);
+  }
+  gboolean ok = output_header(out, sw, first, error);
+  for (guint h = 0; h < held->len && ok; h++)
+    ok = ps_sweep_output_row(out, sw, held->pdata[h], error);
+  if (ok && first)
+    ok = ps_sweep_output_row(out, sw, first, error);
+  g_ptr_array_free(held, TRUE);
+  if (first)
+    ps_sweep_outcome_free(first);
+  return ok;
+}
+
+/* The points of todo from next on, on this process's --jobs threads, each
+ * row written as its point comes back.  FALSE if one could not be: the
+ * points not started are dropped, the others waited for. */
+static gboolean sweep_run_pool(Sweep *sw, Output *out, const GArray *todo, guint next, int jobs,
+                               Progress *prog, GError **error)
+{
+  GThreadPool *pool =
+      g_thread_pool_new(ps_sweep_pool_run, sw, MIN(jobs, (int)(todo->len - next)), TRUE, error);
+  if (!pool)
+    return FALSE;
+  for (guint t = next; t < todo->len; t++)
+    g_thread_pool_push(pool, GUINT_TO_POINTER(g_array_index(todo, guint, t) + 1), NULL);
+  for (guint got = next; got < todo->len;) {
+    Outcome *o = prog->tty ? g_async_queue_timeout_pop(sw->done, G_USEC_PER_SEC)
+                           : g_async_queue_pop(sw->done);
+    if (!o) {
+      progress_draw(prog);
+      continue;
+    }
+    got++;
+    ps_sweep_progress_point(prog, sw, o);
+    gboolean ok = ps_sweep_output_row(out, sw, o, error);
+    ps_sweep_outcome_free(o);
+    if (!ok) {
+      g_thread_pool_free(pool, TRUE, TRUE);
+      return FALSE;
+    }
+  }
+  g_thread_pool_free(pool, FALSE, TRUE);
+  return TRUE;
+}
+
+/* Runs the points of todo, appending their rows; the exit status. */
+static int sweep_run(Sweep *sw, Output *out, const GArray *todo, guint failed_before, int jobs,
+                     const Ranks *ranks)
+{
+  GError *error = NULL;
+  int status = 0;
+  sweep_announce(sw, out, todo, jobs, ranks);
   ps_kernels_init(); /* once here, before any thread runs a point */
   Progress prog = {.tty = isatty(fileno(stderr)), .total = todo->len,
                    .t0 = g_get_monotonic_time()};
   guint next = 0;
-  /* A fresh CSV needs its header before any row: points run here, in
-   * order, until one gives the fields; the rows of those that failed
-   * before it wait for it. */
-  if (out->format == FORMAT_CSV && !out->columns) {
-    GPtrArray *held = g_ptr_array_new_with_free_func((GDestroyNotify)outcome_free);
-    Outcome *first = NULL;
-    while (next < todo->len && !first) {
-      Outcome *o = point_run(sw, g_array_index(todo, guint, next++));
-      progress_point(&prog, sw, o);
-      if (o->flat)
-        first = o;
-      else
-        g_ptr_array_add(held, o);
-    }
-    gboolean ok = output_header(out, sw, first, &error);
-    for (guint h = 0; h < held->len && ok; h++)
-      ok = output_row(out, sw, held->pdata[h], &error);
-    if (ok && first)
-      ok = output_row(out, sw, first, &error);
-    g_ptr_array_free(held, TRUE);
-    if (first)
-      outcome_free(first);
-    if (!ok)
-      goto fail;
-  }
+  if (out->format == FORMAT_CSV && !out->columns &&
+      !sweep_run_header(sw, out, todo, &next, &prog, &error))
+    goto fail;
 #ifdef PS_WITH_MPI
   if (ranks->size > 1 && next < todo->len) {
-    if (!mpi_lead(sw, out, todo, next, ranks, &prog, &error))
+    if (!ps_sweep_mpi_lead(sw, out, todo, next, ranks, &prog, &error))
       goto fail;
     next = todo->len;
   }
 #endif
-  if (next < todo->len) {
-    pool = g_thread_pool_new(pool_run, sw, MIN(jobs, (int)(todo->len - next)), TRUE, &error);
-    if (!pool)
-      goto fail;
-    for (guint t = next; t < todo->len; t++)
-      g_thread_pool_push(pool, GUINT_TO_POINTER(g_array_index(todo, guint, t) + 1), NULL);
-    for (guint got = next; got < todo->len;) {
-      Outcome *o = prog.tty ? g_async_queue_timeout_pop(sw->done, G_USEC_PER_SEC)
-                            : g_async_queue_pop(sw->done);
-      if (!o) {
-        progress_draw(&prog);
-        continue;
-      }
-      got++;
-      progress_point(&prog, sw, o);
-      gboolean ok = output_row(out, sw, o, &error);
-      outcome_free(o);
-      if (!ok)
-        goto fail;
-    }
-    g_thread_pool_free(pool, FALSE, TRUE);
-  }
+  if (next < todo->len && !sweep_run_pool(sw, out, todo, next, jobs, &prog, &error))
+    goto fail;
   if (prog.tty)
     fprintf(stderr, "\n");
   guint failed = failed_before + prog.failed;
@@ -1156,26 +957,24 @@ static int sweep_run(Sweep *sw, Output *out, const GArray *todo, guint failed_be
   }
 #ifdef PS_WITH_MPI
   if (ranks->size > 1)
-    mpi_stop(ranks, status);
+    ps_sweep_mpi_stop(ranks, status);
 #endif
   return status;
 
 fail:
-  if (pool) /* drop the points not started, wait for the others */
-    g_thread_pool_free(pool, TRUE, TRUE);
   fprintf(stderr, "%spodsim: sweep: %s\n", prog.tty ? "\n" : "", error->message);
   /* an output that cannot be written (full, gone) is the user's to fix */
   status = error->domain == G_FILE_ERROR ? EXIT_INPUT : 1;
   g_error_free(error);
 #ifdef PS_WITH_MPI
   if (ranks->size > 1) /* the other ranks may be mid-point: stop them all */
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    ps_sweep_mpi_abort();
 #endif
   return status;
 }
 
 /* The --vary options, checked against each other and against --set. */
-static gboolean sweep_add_varies(Sweep *sw, char **vary_args, GError **error)
+gboolean ps_sweep_add_varies(Sweep *sw, char **vary_args, GError **error)
 {
   for (char **a = vary_args; *a; a++) {
     Vary *v = parse_vary(*a, error);
@@ -1206,17 +1005,7 @@ static gboolean sweep_add_varies(Sweep *sw, char **vary_args, GError **error)
   return TRUE;
 }
 
-/* The command line, read and checked. */
-typedef struct {
-  char **vary_args, **sets; /* NULL-terminated; sets may be NULL */
-  char *out_path, *format_name;
-  const char *experiment;   /* in argv */
-  int jobs;                 /* >= 1 */
-  gboolean dry_run;
-  Format format;
-} Options;
-
-static void options_clear(Options *o)
+void ps_sweep_options_clear(Options *o)
 {
   g_strfreev(o->vary_args);
   g_strfreev(o->sets);
@@ -1225,7 +1014,7 @@ static void options_clear(Options *o)
 }
 
 /* Fills o from the command line; 0, or EXIT_INPUT after a message. */
-static int options_parse(Options *o, int argc, char **argv)
+int ps_sweep_options_parse(Options *o, int argc, char **argv)
 {
   o->jobs = G_MININT; /* left out: 1 */
   GOptionEntry entries[] = {
@@ -1283,17 +1072,17 @@ static int options_parse(Options *o, int argc, char **argv)
   return 0;
 }
 
-static void sweep_init(Sweep *sw, const Options *o)
+void ps_sweep_init(Sweep *sw, const Options *o)
 {
   *sw = (Sweep){.experiment = o->experiment, .sets = o->sets, .n_points = 1};
   sw->varies = g_ptr_array_new_with_free_func(vary_free);
   sw->datasets = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
                                        (GDestroyNotify)ps_dataset_free);
-  sw->done = g_async_queue_new_full((GDestroyNotify)outcome_free);
+  sw->done = g_async_queue_new_full((GDestroyNotify)ps_sweep_outcome_free);
   g_mutex_init(&sw->data_lock);
 }
 
-static void sweep_clear(Sweep *sw)
+void ps_sweep_clear(Sweep *sw)
 {
   g_async_queue_unref(sw->done);
   g_hash_table_destroy(sw->datasets);
@@ -1302,24 +1091,24 @@ static void sweep_clear(Sweep *sw)
 }
 
 /* The sweep as rank 0 (or the only process) runs it; the exit status. */
-static int sweep_lead(int argc, char **argv, Ranks *ranks)
+int ps_sweep_lead(int argc, char **argv, Ranks *ranks)
 {
   Options o = {0};
-  int status = options_parse(&o, argc, argv);
+  int status = ps_sweep_options_parse(&o, argc, argv);
   if (status) {
-    options_clear(&o);
+    ps_sweep_options_clear(&o);
     return status;
   }
   g_autofree char *found = NULL;
   GError *error = NULL;
   Sweep sw;
-  sweep_init(&sw, &o);
+  ps_sweep_init(&sw, &o);
   Output out = {.path = o.out_path, .format = o.format};
   out.finished = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
   GArray *todo = g_array_new(FALSE, FALSE, sizeof(guint));
   guint failed_before = 0;
 
-  if (!sweep_add_varies(&sw, o.vary_args, &error) ||
+  if (!ps_sweep_add_varies(&sw, o.vary_args, &error) ||
       !(found = ps_config_find("experiments", sw.experiment, &error)) ||
       !sweep_check_keys(&sw, &error) ||
       (o.out_path && !output_read(&out, &sw, &error))) {
@@ -1348,7 +1137,7 @@ static int sweep_lead(int argc, char **argv, Ranks *ranks)
   } else {
 #ifdef PS_WITH_MPI
     if (ranks->size > 1)
-      mpi_start(ranks, o.jobs);
+      ps_sweep_mpi_start(ranks, o.jobs);
 #endif
     status = sweep_run(&sw, &out, todo, failed_before, o.jobs, ranks);
     fclose(out.f);
@@ -1358,72 +1147,12 @@ out:
     g_ptr_array_free(out.columns, TRUE);
   g_hash_table_destroy(out.finished);
   g_array_free(todo, TRUE);
-  sweep_clear(&sw);
-  options_clear(&o);
+  ps_sweep_clear(&sw);
+  ps_sweep_options_clear(&o);
   return status;
 }
 
-#ifdef PS_WITH_MPI
-/* A rank other than 0: waits for rank 0's go, reads the same command line,
- * then runs the points it is sent on --jobs threads and sends back each
- * outcome, until rank 0 says stop; rank 0's exit status. */
-static int mpi_serve(int argc, char **argv, const Ranks *r)
-{
-  int go = 0;
-  MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (go != GO_RUN)
-    return go;
-  /* rank 0 read this same command line without a complaint */
-  Options o = {0};
-  if (options_parse(&o, argc, argv) != 0)
-    MPI_Abort(MPI_COMM_WORLD, EXIT_INPUT);
-  Sweep sw;
-  sweep_init(&sw, &o);
-  GError *error = NULL;
-  if (!sweep_add_varies(&sw, o.vary_args, &error)) {
-    fprintf(stderr, "podsim: sweep: rank %d: %s\n", r->rank, error->message);
-    MPI_Abort(MPI_COMM_WORLD, EXIT_INPUT);
-  }
-  MPI_Gather(&o.jobs, 1, MPI_INT, NULL, 0, MPI_INT, 0, MPI_COMM_WORLD);
-  ps_kernels_init(); /* once here, before any thread runs a point */
-  GThreadPool *pool = g_thread_pool_new(pool_run, &sw, MAX(o.jobs, 1), TRUE, &error);
-  if (!pool) {
-    fprintf(stderr, "podsim: sweep: rank %d: %s\n", r->rank, error->message);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  int status = -1, in_flight = 0;
-  while (status < 0 || in_flight > 0) {
-    int flag = 0;
-    MPI_Iprobe(0, TAG_WORK, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
-    if (flag) {
-      int msg[2];
-      MPI_Recv(msg, 2, MPI_INT, 0, TAG_WORK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      if (msg[0] == WORK_POINT) {
-        g_thread_pool_push(pool, GUINT_TO_POINTER((guint)msg[1] + 1), NULL);
-        in_flight++;
-      } else {
-        status = msg[1];
-      }
-      continue;
-    }
-    if (!in_flight) {
-      g_usleep(POLL_USEC);
-      continue;
-    }
-    Outcome *o_done = g_async_queue_timeout_pop(sw.done, POLL_USEC);
-    if (!o_done)
-      continue;
-    g_autofree char *text = outcome_encode(o_done);
-    outcome_free(o_done);
-    MPI_Send(text, (int)strlen(text), MPI_CHAR, 0, TAG_OUTCOME, MPI_COMM_WORLD);
-    in_flight--;
-  }
-  g_thread_pool_free(pool, FALSE, TRUE);
-  sweep_clear(&sw);
-  options_clear(&o);
-  return status;
-}
-#else
+#ifndef PS_WITH_MPI
 /* The processes an MPI launcher started us among, 1 if none did. */
 static int launched_processes(void)
 {
@@ -1436,30 +1165,16 @@ static int launched_processes(void)
 
 int ps_cli_sweep(int argc, char **argv)
 {
-  Ranks ranks = {.rank = 0, .size = 1};
 #ifdef PS_WITH_MPI
-  if (mpi_launched()) {
-    int provided = 0;
-    MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &ranks.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &ranks.size);
-    ranks.mpi = TRUE;
-  }
-  int status = ranks.rank == 0 ? sweep_lead(argc, argv, &ranks) : mpi_serve(argc, argv, &ranks);
-  if (ranks.mpi) {
-    if (ranks.rank == 0 && ranks.size > 1 && !ranks.started) /* bad input, dry run: all stop */
-      MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    MPI_Finalize();
-  }
-  g_free(ranks.threads);
-  return status;
+  return ps_sweep_mpi_main(argc, argv);
 #else
+  Ranks ranks = {.rank = 0, .size = 1};
   int n = launched_processes();
   if (n > 1)
     return input_error("this podsim was built without MPI, so each of the %d processes "
                        "mpirun started would run the whole sweep and write --out: build it "
                        "with `make MPI=1` to spread the points over them, or run one podsim",
                        n);
-  return sweep_lead(argc, argv, &ranks);
+  return ps_sweep_lead(argc, argv, &ranks);
 #endif
 }

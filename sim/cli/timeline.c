@@ -2,7 +2,7 @@
  * timeline.h).
  *
  * The trace names each device's thread "core C: device D, stage S, replica
- * R" (run.c) and gives each compute slice its kind as category (FWD, BWD,
+ * R" (run/trace-observer.c) and gives each compute slice its kind as category (FWD, BWD,
  * RECOMPUTE) and its step and micro-batch in args.  Rows come out sorted
  * by stage then start, times in microseconds from the step's first op:
  *   # stage  start_us  end_us  mb  kind */

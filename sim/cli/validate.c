@@ -33,7 +33,8 @@
 #include "common/json.h"
 #include "io/config.h"
 #include "model/kernels.h"
-#include "run.h"
+#include "run/run.h"
+#include "run/experiment.h"
 
 #include <json-c/json.h>
 #include <math.h>
@@ -388,20 +389,9 @@ static Summary summarise(const GPtrArray *points)
   return s;
 }
 
-/* A number in the shortest of %.15g and %.17g that reads back exactly
- * (0.137274, not 0.13727400000000001).  (transfer full) */
-static json_object *exact_double(double v)
-{
-  char buf[G_ASCII_DTOSTR_BUF_SIZE];
-  g_ascii_formatd(buf, sizeof buf, "%.15g", v);
-  if (g_ascii_strtod(buf, NULL) != v)
-    g_ascii_formatd(buf, sizeof buf, "%.17g", v);
-  return json_object_new_double_s(v, buf);
-}
-
 static json_object *nullable_double(gboolean have, double v)
 {
-  return have ? exact_double(v) : NULL;
+  return have ? ps_cli_json_exact_double(v) : NULL;
 }
 
 static void print_json(const GPtrArray *points, const Summary *s)
@@ -416,7 +406,7 @@ static void print_json(const GPtrArray *points, const Summary *s)
     json_object_object_add(r, "topology", json_object_new_string(p->topology));
     json_object_object_add(r, "global_batch", json_object_new_int64(p->global_batch));
     json_object_object_add(r, "predicted_s", nullable_double(p->ran, p->predicted_s));
-    json_object_object_add(r, "measured_s", exact_double(p->measured_s));
+    json_object_object_add(r, "measured_s", ps_cli_json_exact_double(p->measured_s));
     json_object_object_add(r, "error", nullable_double(p->ran, p->ran ? rel_error(p) : 0));
     json_object_object_add(r, "source", json_object_new_string(p->source));
     json_object_object_add(r, "calibration", json_object_new_boolean(p->calibration));

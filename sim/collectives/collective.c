@@ -119,10 +119,14 @@ gboolean ps_coll_op_parse(const char *name, PsCollOp *out)
   return FALSE;
 }
 
-const char *const *ps_coll_algo_names(void)
+char **ps_coll_algo_names(void)
 {
-  static const char *const names[] = {"ring", "bidir", "torus", "p2p", "auto", NULL};
-  return names;
+  GPtrArray *names = g_ptr_array_new();
+  for (int i = 0; ps_coll_algos[i]; i++)
+    g_ptr_array_add(names, g_strdup(ps_coll_algos[i]->name));
+  g_ptr_array_add(names, g_strdup("auto"));
+  g_ptr_array_add(names, NULL);
+  return (char **)g_ptr_array_free(names, FALSE);
 }
 
 const char *ps_coll_algo_summary(const char *name)
@@ -577,6 +581,46 @@ static const CacheEntry *cache_find(const PsCollCache *cache, const PsCollSpec *
   return NULL;
 }
 
+static void cache_add(PsCollCache *cache, const PsCollSpec *spec, const PsCollective *c)
+{
+  CacheEntry e = {*spec, g_memdup2(spec->devices, sizeof(int) * (size_t)spec->n_members),
+                  c->p.chunk_bytes, c->algo, g_strdup(c->why)};
+  e.spec.devices = NULL;
+  e.spec.algo = NULL;
+  g_array_append_val(cache->entries, e);
+}
+
+/* "auto": predicts every algorithm of the table that can run op on the
+ * group and keeps the fastest (the first of equals), with its plan and the
+ * reason. */
+static void pick_fastest(PsCollective *c, PsCollOp op)
+{
+  GString *others = g_string_new(NULL);
+  double best = 0;
+  for (int i = 0; ps_coll_algos[i]; i++) {
+    const PsCollAlgo *a = ps_coll_algos[i];
+    if (a->unsupported(&c->g, op))
+      continue;
+    PsCollPlan *plan = a->plan_new(&c->g, &c->p);
+    double t = a->predict_s(plan);
+    g_autofree char *ts = format_s(t);
+    g_string_append_printf(others, "%s%s %s", others->len ? ", " : "", a->name, ts);
+    if (!c->algo || t < best) {
+      if (c->plan)
+        c->algo->plan_free(c->plan);
+      c->algo = a;
+      c->plan = plan;
+      best = t;
+    } else {
+      a->plan_free(plan);
+    }
+  }
+  g_assert(c->algo != NULL);
+  c->why = g_strdup_printf("auto picked %s: fastest closed-form prediction (%s)",
+                           c->algo->name, others->str);
+  g_string_free(others, TRUE);
+}
+
 PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError **error)
 {
   return ps_collective_new_cached(net, spec, NULL, error);
@@ -602,9 +646,10 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
   const char *name = spec->algo ? spec->algo : "auto";
   const PsCollAlgo *chosen = ps_coll_algo_find(name);
   if (!chosen && strcmp(name, "auto") != 0) {
+    g_auto(GStrv) names = ps_coll_algo_names();
+    g_autofree char *list = g_strjoinv(", ", names);
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                "unknown collective algorithm '%s'; choose ring, bidir, torus, p2p or auto",
-                name);
+                "unknown collective algorithm '%s'; choose one of %s", name, list);
     return NULL;
   }
   PsCollective *c = g_new0(PsCollective, 1);
@@ -644,37 +689,9 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
     c->plan = hit->algo->plan_new(&c->g, &c->p);
     c->why = g_strdup(hit->why);
   } else {
-    GString *others = g_string_new(NULL);
-    double best = 0;
-    for (int i = 0; ps_coll_algos[i]; i++) {
-      const PsCollAlgo *a = ps_coll_algos[i];
-      if (a->unsupported(&c->g, spec->op))
-        continue;
-      PsCollPlan *plan = a->plan_new(&c->g, &c->p);
-      double t = a->predict_s(plan);
-      g_autofree char *ts = format_s(t);
-      g_string_append_printf(others, "%s%s %s", others->len ? ", " : "", a->name, ts);
-      if (!c->algo || t < best) {
-        if (c->plan)
-          c->algo->plan_free(c->plan);
-        c->algo = a;
-        c->plan = plan;
-        best = t;
-      } else {
-        a->plan_free(plan);
-      }
-    }
-    g_assert(c->algo != NULL);
-    c->why = g_strdup_printf("auto picked %s: fastest closed-form prediction (%s)",
-                             c->algo->name, others->str);
-    g_string_free(others, TRUE);
-    if (cache) {
-      CacheEntry e = {*spec, g_memdup2(spec->devices, sizeof(int) * (size_t)spec->n_members),
-                      c->p.chunk_bytes, c->algo, g_strdup(c->why)};
-      e.spec.devices = NULL;
-      e.spec.algo = NULL;
-      g_array_append_val(cache->entries, e);
-    }
+    pick_fastest(c, spec->op);
+    if (cache)
+      cache_add(cache, spec, c);
   }
   c->members = g_aligned_alloc0((gsize)c->g.n, sizeof(Member), 64);
   for (int i = 0; i < c->g.n; i++) {
@@ -721,12 +738,6 @@ const char *ps_collective_why(const PsCollective *c) { return c->why; }
 double ps_collective_predict_s(const PsCollective *c) { return c->algo->predict_s(c->plan); }
 int ps_collective_members(const PsCollective *c) { return c->g.n; }
 
-int ps_collective_steps(const PsCollective *c, int member)
-{
-  g_return_val_if_fail(member >= 0 && member < c->g.n, 0);
-  return c->members[member].n_steps;
-}
-
 void ps_collective_block(const PsCollective *c, int member, int64_t *off, int64_t *len)
 {
   g_return_if_fail(member >= 0 && member < c->g.n);
@@ -754,4 +765,28 @@ void ps_collective_arrive(PsCollective *c, int member, float *buf, PsCollDoneFn 
   m->done = done;
   m->ctx = ctx;
   member_run(c, member);
+}
+
+/* What ps_collective_run_round waits for. */
+typedef struct {
+  ps_time_t last;
+  int done;
+} RoundEnd;
+
+static void on_round_member(void *ctx, int member, ps_time_t t)
+{
+  RoundEnd *f = ctx;
+  f->last = MAX(f->last, t);
+  f->done++;
+}
+
+ps_time_t ps_collective_run_round(PsCollective *c)
+{
+  g_return_val_if_fail(c != NULL, 0);
+  RoundEnd end = {0, 0};
+  for (int m = 0; m < c->g.n; m++)
+    ps_collective_arrive(c, m, NULL, on_round_member, &end);
+  ps_engine_run(c->engine, PS_TIME_NEVER);
+  g_assert(end.done == c->g.n);
+  return end.last;
 }

@@ -41,29 +41,28 @@
  *                   other; the sender is done once its data is copied into
  *                   the network, the receiver when it has arrived.
  *
- * Integration example (pod.c's ALL_REDUCE op of replica group g):
+ * Integration example (exec/pod.c's plan collective c, which a device's
+ * COLL_START op hands to the network and its COLL_DONE op waits for):
  *
  *     // once, when the pod is built: the network, then one collective
- *     // per (replica group, ALL_REDUCE op of the program):
- *     pod->net = ps_network_new(engine, exp->topology, PS_NETWORK_DEFAULT_CHUNK);
- *     PsCollSpec spec = {.op = PS_COLL_ALL_REDUCE, .algo = "auto",
- *                        .devices = group_devices, .n_members = group_size,
- *                        .count = n_params, .elem_bytes = 4};
- *     // (numerics off: .count = (int64_t)op->bytes, .elem_bytes = 1)
- *     pod->coll[g] = ps_collective_new(pod->net, &spec, &error);
+ *     // per collective of the plan, "auto"'s choices shared by a cache:
+ *     pod->net = ps_network_new(engine, topo, chunk_bytes);
+ *     g_autoptr(PsCollCache) cache = ps_coll_cache_new();
+ *     PsCollSpec spec = {.op = pc->op, .algo = pc->algo, .devices = pc->members,
+ *                        .n_members = pc->n_members, .count = pc->count,
+ *                        .elem_bytes = pc->elem_bytes};
+ *     // (numerics off: .count = bytes, .elem_bytes = 1)
+ *     coll = ps_collective_new_cached(pod->net, &spec, cache, &error);
  *
- *     // in run_op, case PS_OP_ALL_REDUCE, device d is member m of group g:
- *     d->wait_start = now(pod);
- *     ps_collective_arrive(pod->coll[g], m, numerics ? grads_of(d) : NULL,
- *                          on_all_reduce_done, d);
+ *     // at PS_OP_COLL_START, device d is member m of collective c:
+ *     ps_collective_arrive(coll, m, numerics ? buffer_of(d, c) : NULL,
+ *                          on_coll_done, member_state);
  *
- *     // at simulated time t, member m's sum is in its buffer:
- *     static void on_all_reduce_done(void *ctx, int member, ps_time_t t)
+ *     // at simulated time t, member m's result is in its buffer:
+ *     static void on_coll_done(void *ctx, int member, ps_time_t t)
  *     {
- *       Device *d = ctx;
- *       // report PS_TIME_COLLECTIVE from d->wait_start to t (or split the
- *       // wait for the last member from the transfer), then run the
- *       // device's next op: the same as finish_op_after(pod, d, 0) today
+ *       // mark the member done; a device waiting in PS_OP_COLL_DONE for
+ *       // this collective reports the wait and runs its next op
  *     }
  *
  * Numerics need no separate cross_replica_sum: every member's buffer
@@ -90,9 +89,9 @@ typedef enum {
 const char *ps_coll_op_name(PsCollOp op);
 gboolean ps_coll_op_parse(const char *name, PsCollOp *out);
 
-/* Algorithm names of the table, then "auto"; NULL-terminated. (transfer
- * none) */
-const char *const *ps_coll_algo_names(void);
+/* Algorithm names of the table, then "auto"; NULL-terminated.  (transfer
+ * full: g_strfreev) */
+char **ps_coll_algo_names(void);
 /* One line on what the named algorithm does, or NULL if unknown. */
 const char *ps_coll_algo_summary(const char *name);
 
@@ -144,15 +143,19 @@ double ps_collective_predict_s(const PsCollective *c);
  * (reduce-scatter result, all-gather contribution). */
 void ps_collective_block(const PsCollective *c, int member, int64_t *off, int64_t *len);
 int ps_collective_members(const PsCollective *c);
-/* Steps member runs per round (messages it waits for, at most, per step:
- * two for bidirectional phases). */
-int ps_collective_steps(const PsCollective *c, int member);
 
 /* Member arrives for its next round with buf (count floats, transfer none,
  * must stay valid until done runs) or NULL for timing only; done(ctx, ...)
  * runs from an engine event once member's result is complete.  Calling it
  * again before done has run is a programming error. */
 void ps_collective_arrive(PsCollective *c, int member, float *buf, PsCollDoneFn done, void *ctx);
+
+/* One timing-only round with every member arriving now: runs the
+ * network's engine until nothing is left to run and returns the time the
+ * last member finished.  For tools timing a collective alone on a fresh
+ * engine (podsim collective, the benches); the engine must hold no other
+ * events that never end. */
+ps_time_t ps_collective_run_round(PsCollective *c);
 
 /* Every message of the collective, for traces: when member src sends one
  * of its round `round` to member dst (just before the network has it),

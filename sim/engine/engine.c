@@ -5,7 +5,7 @@
 #include "engine.h"
 
 typedef struct {
-  char *name;
+  char *name;           /* as registered, for a debugger to show */
   PsHandler handler;
   void *ctx;
 } HandlerEntry;
@@ -52,12 +52,6 @@ uint32_t ps_engine_register(PsEngine *engine, const char *name, PsHandler handle
   return engine->handlers->len - 1;
 }
 
-const char *ps_engine_type_name(const PsEngine *engine, uint32_t type)
-{
-  g_return_val_if_fail(type < engine->handlers->len, NULL);
-  return g_array_index(engine->handlers, HandlerEntry, type).name;
-}
-
 /* Every way of scheduling ends here, with the queue's fast path inline:
  * ev has its time, type, target and arg; this gives it its seq. */
 static inline uint64_t schedule(PsEngine *engine, PsEvent *ev)
@@ -82,13 +76,6 @@ uint64_t ps_engine_at(PsEngine *engine, ps_time_t time, uint32_t type, uint32_t 
   return schedule(engine, &ev);
 }
 
-uint64_t ps_engine_at_ptr(PsEngine *engine, ps_time_t time, uint32_t type, uint32_t target,
-                          void *arg)
-{
-  PsEvent ev = {.time = time, .type = type, .target = target, .arg.p = arg};
-  return schedule(engine, &ev);
-}
-
 uint64_t ps_engine_after(PsEngine *engine, ps_time_t delay, uint32_t type, uint32_t target,
                          uint64_t arg)
 {
@@ -110,7 +97,6 @@ void ps_engine_cancel(PsEngine *engine, uint64_t seq)
 ps_time_t ps_engine_now(const PsEngine *engine) { return engine->now; }
 size_t ps_engine_pending(const PsEngine *engine) { return ps_queue_len(&engine->queue); }
 uint64_t ps_engine_events_run(const PsEngine *engine) { return engine->events_run; }
-void ps_engine_stop(PsEngine *engine) { engine->stop = TRUE; }
 gboolean ps_engine_overflowed(const PsEngine *engine) { return engine->overflowed; }
 
 void ps_engine_set_max_events(PsEngine *engine, uint64_t max) { engine->max_events = max; }

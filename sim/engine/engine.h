@@ -32,14 +32,11 @@ void ps_engine_free(PsEngine *engine);
 
 /* Registers a handler and returns the event type to schedule it with. */
 uint32_t ps_engine_register(PsEngine *engine, const char *name, PsHandler handler, void *ctx);
-const char *ps_engine_type_name(const PsEngine *engine, uint32_t type);
 
 /* Schedules an event at absolute time `time` (>= now).  Returns its seq,
  * usable with ps_engine_cancel(). */
 uint64_t ps_engine_at(PsEngine *engine, ps_time_t time, uint32_t type, uint32_t target,
                       uint64_t arg);
-uint64_t ps_engine_at_ptr(PsEngine *engine, ps_time_t time, uint32_t type, uint32_t target,
-                          void *arg);
 /* Same, `delay` (>= 0) after now; saturates at PS_TIME_NEVER. */
 uint64_t ps_engine_after(PsEngine *engine, ps_time_t delay, uint32_t type, uint32_t target,
                          uint64_t arg);
@@ -52,10 +49,9 @@ size_t ps_engine_pending(const PsEngine *engine);
 uint64_t ps_engine_events_run(const PsEngine *engine);
 
 /* Runs events until the queue is empty, or until the next event is later
- * than `until` (PS_TIME_NEVER for no limit), or ps_engine_stop() is
- * called.  Returns the number of events run by this call. */
+ * than `until` (PS_TIME_NEVER for no limit), or the clock overflows (see
+ * below).  Returns the number of events run by this call. */
 uint64_t ps_engine_run(PsEngine *engine, ps_time_t until);
-void ps_engine_stop(PsEngine *engine);
 /* TRUE once an event was scheduled at or after PS_TIME_NEVER (a delay too
  * long for the picosecond clock, about 106 days): the engine then stopped,
  * dropped that event, and runs nothing more. */

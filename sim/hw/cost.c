@@ -36,28 +36,9 @@ int ps_cost_passes(PsPrecision prec, int matmul_passes)
   return prec == PS_PRECISION_BF16 ? 1 : MAX(matmul_passes, 1);
 }
 
-void ps_cost_options(const PsExperiment *exp, PsCostOptions *out)
-{
-  out->passes = ps_cost_passes(exp->numerics.precision, exp->numerics.matmul_passes);
-  out->act_bytes = ps_cost_act_bytes(exp->numerics.precision);
-  out->fusion = exp->fusion;
-}
-
 gboolean ps_cost_fuses_into_producer(PsLayerKind k)
 {
-  switch (k) {
-  case PS_LAYER_RELU:
-  case PS_LAYER_GELU:
-  case PS_LAYER_TANH:
-  case PS_LAYER_BATCHNORM:
-  case PS_LAYER_LAYERNORM:
-  case PS_LAYER_ADD:
-  case PS_LAYER_FLATTEN:
-  case PS_LAYER_SOFTMAX_XENT:
-    return TRUE;
-  default:
-    return FALSE;
-  }
+  return ps_layer_kind_lower(k)->fuses_into_producer;
 }
 
 const char *ps_cost_bound_name(PsBound b)
@@ -133,10 +114,17 @@ static double in_elems(const Ctx *c, int i)
   return (double)ps_shape_elems(l->in_shape, l->in_rank) * (double)c->batch;
 }
 
-static gboolean is_unary(PsLayerKind k)
+/* How the layer table says a kind is lowered (model/layers.h). */
+static PsLayerLowering lowering(const PsLayer *l)
 {
-  return k == PS_LAYER_RELU || k == PS_LAYER_GELU || k == PS_LAYER_TANH ||
-         k == PS_LAYER_FLATTEN;
+  return ps_layer_kind_lower(l->kind)->lowering;
+}
+
+/* Element-wise on one input, a reshape included. */
+static gboolean is_unary(const PsLayer *l)
+{
+  PsLayerLowering w = lowering(l);
+  return w == PS_LOWER_UNARY || w == PS_LOWER_VIEW;
 }
 
 static double mm_flops(const PsLayer *l, int64_t batch)
@@ -156,7 +144,7 @@ static double mm_flops(const PsLayer *l, int64_t batch)
  * its space-to-depth stem). */
 static int64_t padded_k(const PsLayer *l, const PsMatmul *mm, int64_t tile)
 {
-  if (l->kind == PS_LAYER_CONV2D) {
+  if (ps_layer_kind_lower(l->kind)->window_contraction) {
     int64_t cin = l->in_shape[l->in_rank - 1];
     if (2 * cin >= tile)
       return l->kernel * l->kernel * pad_to(cin, tile);
@@ -192,7 +180,7 @@ static int consumer(const Ctx *c, int i)
 {
   for (int j = i + 1; j < c->m->n_layers; j++) {
     const PsLayer *l = L(c, j);
-    if (l->input_from == i || (l->kind == PS_LAYER_ADD && l->shortcut_from == i))
+    if (l->input_from == i || (lowering(l) == PS_LOWER_JOIN && l->shortcut_from == i))
       return j;
   }
   return -1;
@@ -202,7 +190,7 @@ static int consumer(const Ctx *c, int i)
  * other layer (-1: the model input). */
 static int chain_root(const Ctx *c, int p)
 {
-  while (p >= 0 && is_unary(L(c, p)->kind))
+  while (p >= 0 && is_unary(L(c, p)))
     p = L(c, p)->input_from;
   return p;
 }
@@ -213,11 +201,11 @@ static int chain_root(const Ctx *c, int p)
 static double pending_flops(const Ctx *c, int p)
 {
   double f = 0;
-  while (p >= 0 && is_unary(L(c, p)->kind)) {
+  while (p >= 0 && is_unary(L(c, p))) {
     f += L(c, p)->fwd_flops * (double)c->batch;
     p = L(c, p)->input_from;
   }
-  if (p >= 0 && L(c, p)->kind == PS_LAYER_BATCHNORM)
+  if (p >= 0 && lowering(L(c, p)) == PS_LOWER_NORM_STATS)
     return f + (1.0 - NORM_STATS_SHARE) * L(c, p)->fwd_flops * (double)c->batch;
   return 0;
 }
@@ -227,7 +215,7 @@ static double pending_flops(const Ctx *c, int p)
 static gboolean add_fuses(const Ctx *c, int i)
 {
   int r = chain_root(c, L(c, i)->input_from);
-  return r >= 0 && L(c, r)->kind != PS_LAYER_BATCHNORM;
+  return r >= 0 && lowering(L(c, r)) != PS_LOWER_NORM_STATS;
 }
 
 /* Output fusion: element-wise consumers of layer i's kernel output. */
@@ -238,9 +226,9 @@ static void fuse_consumers_fwd(Ctx *c, int i, PsKernel *k)
     const PsLayer *l = L(c, j);
     if (l->input_from != prev)
       break;
-    if (is_unary(l->kind)) {
+    if (is_unary(l)) {
       k->vpu_flops += l->fwd_flops * (double)c->batch;
-    } else if (l->kind == PS_LAYER_ADD) {
+    } else if (lowering(l) == PS_LOWER_JOIN) {
       /* the shortcut is read; a pending normalization on it is applied */
       k->bytes += c->eb * out_elems(c, j);
       k->vpu_flops += l->fwd_flops * (double)c->batch + pending_flops(c, l->shortcut_from);
@@ -259,19 +247,19 @@ static void fuse_consumers_bwd(Ctx *c, int i, PsKernel *k)
   int prev = i;
   for (int j = consumer(c, i); j >= 0; j = consumer(c, j)) {
     const PsLayer *l = L(c, j);
-    gboolean fed = l->input_from == prev ||
-                   (l->kind == PS_LAYER_ADD && l->shortcut_from == prev);
+    PsLayerLowering w = lowering(l);
+    gboolean fed = l->input_from == prev || (w == PS_LOWER_JOIN && l->shortcut_from == prev);
     if (!fed)
       break;
-    if (l->kind == PS_LAYER_BATCHNORM) {
+    if (w == PS_LOWER_NORM_STATS) {
       k->vpu_flops += (1.0 - NORM_BWD_REDUCE_SHARE) * l->bwd_flops * (double)c->batch;
       k->bytes += c->eb * out_elems(c, j); /* x again, with dy */
       break;
     }
-    if (!is_unary(l->kind) && l->kind != PS_LAYER_ADD)
+    if (!is_unary(l) && w != PS_LOWER_JOIN)
       break;
     k->vpu_flops += l->bwd_flops * (double)c->batch;
-    if (l->kind != PS_LAYER_FLATTEN && l->kind != PS_LAYER_ADD)
+    if (w != PS_LOWER_VIEW && w != PS_LOWER_JOIN)
       k->bytes += c->eb * out_elems(c, j); /* the saved activation (mask) */
     prev = j;
   }
@@ -282,143 +270,191 @@ static PsKernel kernel(int layer, const char *what)
   return (PsKernel){.layer = layer, .what = what};
 }
 
-static void layer_fwd(Ctx *c, int i)
+/* ---- forward, one function per lowering ------------------------------- */
+
+/* Batch normalization: a reduction kernel (the statistics forward; sum dy
+ * and sum dy x-hat backward) with the element-wise rest fused (xla:
+ * pending into the consumer forward, into the producer's gradient kernels
+ * backward), or a kernel of its own (none). */
+static void norm_stats(Ctx *c, int i, gboolean backward)
 {
   const PsLayer *l = L(c, i);
   const PsFusion fu = c->opt->fusion;
   const double b = (double)c->batch;
-  if (l->kind == PS_LAYER_FLATTEN)
-    return; /* a view */
-  if (fu == PS_FUSION_IDEAL && ps_cost_fuses_into_producer(l->kind) && l->input_from >= 0)
-    return; /* free riders of their producer, the loss and layer norm too */
-  if (l->kind == PS_LAYER_BATCHNORM) {
-    if (fu == PS_FUSION_IDEAL)
-      return;
-    double e = in_elems(c, i);
-    PsKernel k = kernel(i, "bn stats");
-    k.bytes = c->eb * e + 2 * STAT_BYTES * (double)l->params / 2;
-    k.vpu_flops = NORM_STATS_SHARE * l->fwd_flops * b;
-    if (fu == PS_FUSION_XLA) {
-      k.vpu_flops += pending_flops(c, l->input_from);
-      emit(c, &k);
-      return;
-    }
-    emit(c, &k);
-    PsKernel n = kernel(i, "bn normalize");
-    n.bytes = c->eb * 2.0 * e + c->eb * (double)l->params;
-    n.vpu_flops = (1.0 - NORM_STATS_SHARE) * l->fwd_flops * b;
-    emit(c, &n);
+  if (fu == PS_FUSION_IDEAL)
     return;
-  }
-  if (is_unary(l->kind) || l->kind == PS_LAYER_ADD) {
-    if (fu == PS_FUSION_IDEAL)
-      return;
-    if (fu == PS_FUSION_XLA) {
-      if (l->kind == PS_LAYER_ADD ? add_fuses(c, i) : l->input_from >= 0)
-        return; /* fused into its producer, or pending into its consumer */
-    }
-    PsKernel k = kernel(i, l->kind == PS_LAYER_ADD ? "add" : "elementwise");
-    k.bytes = own_bytes(c, i, FALSE);
-    k.vpu_flops = l->fwd_flops * b;
-    if (fu == PS_FUSION_XLA) {
+  const double e = in_elems(c, i), p = (double)l->params;
+  const double flops = backward ? l->bwd_flops : l->fwd_flops;
+  const double share = backward ? NORM_BWD_REDUCE_SHARE : NORM_STATS_SHARE;
+  PsKernel k = kernel(i, backward ? "bn grad reduce" : "bn stats");
+  k.bytes = backward ? c->eb * 2.0 * e + STAT_BYTES * p : c->eb * e + 2 * STAT_BYTES * p / 2;
+  k.vpu_flops = share * flops * b;
+  if (fu == PS_FUSION_XLA) {
+    if (backward)
+      fuse_consumers_bwd(c, i, &k);
+    else
       k.vpu_flops += pending_flops(c, l->input_from);
-      if (l->kind == PS_LAYER_ADD)
-        k.vpu_flops += pending_flops(c, l->shortcut_from);
-      fuse_consumers_fwd(c, i, &k);
-    }
     emit(c, &k);
     return;
   }
-  /* a producer: matmul, convolution, pool, embedding, normalization of
-   * rows, the loss */
-  PsKernel k = kernel(i, l->n_mm > 0 ? (l->kind == PS_LAYER_CONV2D ? "conv" : "matmul")
-                                     : ps_layer_kind_name(l->kind));
+  emit(c, &k);
+  PsKernel n = kernel(i, backward ? "bn grad" : "bn normalize");
+  n.bytes = c->eb * (backward ? 3.0 : 2.0) * e + c->eb * p;
+  n.vpu_flops = (1.0 - share) * flops * b;
+  emit(c, &n);
+}
+
+/* An activation or a residual add: fused into its producer (or pending
+ * into its consumer) with xla, else a kernel of its own. */
+static void elementwise_fwd(Ctx *c, int i)
+{
+  const PsLayer *l = L(c, i);
+  const PsFusion fu = c->opt->fusion;
+  const gboolean join = lowering(l) == PS_LOWER_JOIN;
+  if (fu == PS_FUSION_IDEAL)
+    return;
+  if (fu == PS_FUSION_XLA) {
+    if (join ? add_fuses(c, i) : l->input_from >= 0)
+      return; /* fused into its producer, or pending into its consumer */
+  }
+  PsKernel k = kernel(i, join ? "add" : "elementwise");
+  k.bytes = own_bytes(c, i, FALSE);
+  k.vpu_flops = l->fwd_flops * (double)c->batch;
+  if (fu == PS_FUSION_XLA) {
+    k.vpu_flops += pending_flops(c, l->input_from);
+    if (join)
+      k.vpu_flops += pending_flops(c, l->shortcut_from);
+    fuse_consumers_fwd(c, i, &k);
+  }
+  emit(c, &k);
+}
+
+/* A producer: matmul, convolution, pool, embedding, normalization of
+ * rows, the loss. */
+static void producer_fwd(Ctx *c, int i)
+{
+  const PsLayer *l = L(c, i);
+  PsKernel k = kernel(i, ps_layer_kind_lower(l->kind)->kernel);
   k.mxu_flops = mm_flops(l, c->batch);
   k.padded_flops = mm_padded(c, l);
   k.bytes = own_bytes(c, i, FALSE);
-  k.vpu_flops = l->fwd_flops * b - k.mxu_flops;
-  if (fu == PS_FUSION_XLA) {
+  k.vpu_flops = l->fwd_flops * (double)c->batch - k.mxu_flops;
+  if (c->opt->fusion == PS_FUSION_XLA) {
     k.vpu_flops += pending_flops(c, l->input_from);
     fuse_consumers_fwd(c, i, &k);
   }
   emit(c, &k);
 }
 
-static void layer_bwd(Ctx *c, int i)
+static void layer_fwd(Ctx *c, int i)
+{
+  const PsLayer *l = L(c, i);
+  const PsLayerLowerInfo *info = ps_layer_kind_lower(l->kind);
+  if (info->lowering == PS_LOWER_VIEW)
+    return; /* a view */
+  if (c->opt->fusion == PS_FUSION_IDEAL && info->fuses_into_producer && l->input_from >= 0)
+    return; /* free riders of their producer, the loss and layer norm too */
+  switch (info->lowering) {
+  case PS_LOWER_NORM_STATS:
+    norm_stats(c, i, FALSE);
+    break;
+  case PS_LOWER_UNARY:
+  case PS_LOWER_JOIN:
+    elementwise_fwd(c, i);
+    break;
+  default:
+    producer_fwd(c, i);
+    break;
+  }
+}
+
+/* ---- backward, one function per lowering ------------------------------ */
+
+static void elementwise_bwd(Ctx *c, int i)
+{
+  const PsLayer *l = L(c, i);
+  const PsFusion fu = c->opt->fusion;
+  if (fu == PS_FUSION_IDEAL)
+    return;
+  if (fu == PS_FUSION_XLA && chain_root(c, l->input_from) >= 0)
+    return; /* fused into the gradient kernels of its producer */
+  PsKernel k = kernel(i, lowering(l) == PS_LOWER_JOIN ? "add grad" : "elementwise grad");
+  k.bytes = own_bytes(c, i, TRUE);
+  k.vpu_flops = l->bwd_flops * (double)c->batch;
+  emit(c, &k);
+}
+
+/* A producer with matmuls: the input-gradient and the weight-gradient
+ * products. */
+static void matmul_bwd(Ctx *c, int i)
 {
   const PsLayer *l = L(c, i);
   const PsFusion fu = c->opt->fusion;
   const double b = (double)c->batch;
-  if (l->kind == PS_LAYER_FLATTEN)
-    return;
-  if (fu == PS_FUSION_IDEAL && ps_cost_fuses_into_producer(l->kind) && l->input_from >= 0)
-    return;
-  if (l->kind == PS_LAYER_BATCHNORM) {
-    if (fu == PS_FUSION_IDEAL)
-      return;
-    double e = in_elems(c, i);
-    PsKernel k = kernel(i, "bn grad reduce");
-    k.bytes = c->eb * 2.0 * e + STAT_BYTES * (double)l->params;
-    k.vpu_flops = NORM_BWD_REDUCE_SHARE * l->bwd_flops * b;
-    if (fu == PS_FUSION_XLA) {
-      fuse_consumers_bwd(c, i, &k);
-      emit(c, &k);
-      return;
-    }
-    emit(c, &k);
-    PsKernel n = kernel(i, "bn grad");
-    n.bytes = c->eb * 3.0 * e + c->eb * (double)l->params;
-    n.vpu_flops = (1.0 - NORM_BWD_REDUCE_SHARE) * l->bwd_flops * b;
-    emit(c, &n);
-    return;
-  }
-  if (is_unary(l->kind) || l->kind == PS_LAYER_ADD) {
-    if (fu == PS_FUSION_IDEAL)
-      return;
-    if (fu == PS_FUSION_XLA && chain_root(c, l->input_from) >= 0)
-      return; /* fused into the gradient kernels of its producer */
-    PsKernel k = kernel(i, l->kind == PS_LAYER_ADD ? "add grad" : "elementwise grad");
-    k.bytes = own_bytes(c, i, TRUE);
-    k.vpu_flops = l->bwd_flops * b;
-    emit(c, &k);
-    return;
-  }
+  double mm = mm_flops(l, c->batch), padded = mm_padded(c, l);
+  double other = fmax(l->bwd_flops * b - 2.0 * mm, 0);
+  double w = (double)l->params;
+  double act = c->eb * (l->fwd_bytes - w) * b; /* inputs and outputs once */
+  /* dx = dy W^T: reads dy, W and the saved operands, writes dx.  Kept
+   * for the model's first layer too, although XLA drops it there as dead
+   * code: the pipeline's equal-stage checks rely on equal layers costing
+   * the same (a refinement left for later). */
+  PsKernel d = kernel(i, "dgrad");
+  d.mxu_flops = mm;
+  d.padded_flops = padded;
+  d.bytes = act + c->eb * w;
+  d.vpu_flops = other;
+  if (fu == PS_FUSION_XLA)
+    fuse_consumers_bwd(c, i, &d);
+  emit(c, &d);
+  /* dW = x^T dy: reads x and dy, writes dW in float32; bias gradient */
+  PsKernel g = kernel(i, "wgrad");
+  g.mxu_flops = mm;
+  g.padded_flops = padded;
+  g.bytes = act + STAT_BYTES * w;
+  g.vpu_flops = 0;
+  if (l->bias)
+    g.vpu_flops += out_elems(c, i);
+  if (fu == PS_FUSION_XLA)
+    fuse_consumers_bwd(c, i, &g);
+  emit(c, &g);
+}
+
+static void producer_bwd(Ctx *c, int i)
+{
+  const PsLayer *l = L(c, i);
   if (l->n_mm > 0) {
-    double mm = mm_flops(l, c->batch), padded = mm_padded(c, l);
-    double other = fmax(l->bwd_flops * b - 2.0 * mm, 0);
-    double w = (double)l->params;
-    double act = c->eb * (l->fwd_bytes - w) * b; /* inputs and outputs once */
-    /* dx = dy W^T: reads dy, W and the saved operands, writes dx.  Kept
-     * for the model's first layer too, although XLA drops it there as dead
-     * code: the pipeline's equal-stage checks rely on equal layers costing
-     * the same (a refinement left for later). */
-    PsKernel d = kernel(i, "dgrad");
-    d.mxu_flops = mm;
-    d.padded_flops = padded;
-    d.bytes = act + c->eb * w;
-    d.vpu_flops = other;
-    if (fu == PS_FUSION_XLA)
-      fuse_consumers_bwd(c, i, &d);
-    emit(c, &d);
-    /* dW = x^T dy: reads x and dy, writes dW in float32; bias gradient */
-    PsKernel g = kernel(i, "wgrad");
-    g.mxu_flops = mm;
-    g.padded_flops = padded;
-    g.bytes = act + STAT_BYTES * w;
-    g.vpu_flops = 0;
-    if (l->bias)
-      g.vpu_flops += out_elems(c, i);
-    if (fu == PS_FUSION_XLA)
-      fuse_consumers_bwd(c, i, &g);
-    emit(c, &g);
+    matmul_bwd(c, i);
     return;
   }
   PsKernel k = kernel(i, ps_layer_kind_name(l->kind));
   k.bytes = own_bytes(c, i, TRUE);
-  k.vpu_flops = l->bwd_flops * b;
-  if (fu == PS_FUSION_XLA)
+  k.vpu_flops = l->bwd_flops * (double)c->batch;
+  if (c->opt->fusion == PS_FUSION_XLA)
     fuse_consumers_bwd(c, i, &k);
   emit(c, &k);
+}
+
+static void layer_bwd(Ctx *c, int i)
+{
+  const PsLayer *l = L(c, i);
+  const PsLayerLowerInfo *info = ps_layer_kind_lower(l->kind);
+  if (info->lowering == PS_LOWER_VIEW)
+    return;
+  if (c->opt->fusion == PS_FUSION_IDEAL && info->fuses_into_producer && l->input_from >= 0)
+    return;
+  switch (info->lowering) {
+  case PS_LOWER_NORM_STATS:
+    norm_stats(c, i, TRUE);
+    break;
+  case PS_LOWER_UNARY:
+  case PS_LOWER_JOIN:
+    elementwise_bwd(c, i);
+    break;
+  default:
+    producer_bwd(c, i);
+    break;
+  }
 }
 
 void ps_cost_op(const PsTopology *topo, const PsModel *model, int first, int last,

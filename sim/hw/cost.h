@@ -50,7 +50,8 @@
 
 typedef enum { PS_BOUND_MXU, PS_BOUND_HBM, PS_BOUND_VPU, PS_BOUND_LAUNCH } PsBound;
 
-/* How an op is lowered: MXU passes, element bytes and fusion. */
+/* How an op is lowered: MXU passes, element bytes and fusion.  The caller
+ * fills it (strategy/cost-options.h reads it off an experiment). */
 typedef struct {
   int passes;     /* bf16 MXU passes per matmul (bf16 inputs: 1) */
   int act_bytes;  /* bytes of one activation element in HBM */
@@ -83,9 +84,6 @@ typedef struct {
   double memory_s;     /* busy time of HBM- and VPU-bound kernels */
   double overhead_s;   /* launches */
 } PsOpCost;
-
-/* Options from an experiment's precision, matmul precision and fusion. */
-void ps_cost_options(const PsExperiment *exp, PsCostOptions *out);
 
 /* MXU passes of a matmul at `prec` with XLA precision passes `matmul_passes`
  * (1, 3, 6): bf16 inputs take one pass whatever the precision. */

@@ -1,6 +1,7 @@
-/* config-private.h: what config.c (lookup, experiments) and topology.c
- * (topology files) share: tree helpers, lookup, overrides, and the error
- * helper whose messages read "FILE: JSON.PATH: reason".  Not installed. */
+/* config-private.h: what config.c (experiments), lookup.c (the search
+ * path) and topology.c (topology files) share: tree helpers, lookup,
+ * overrides, and the error helper whose messages read "FILE: JSON.PATH:
+ * reason".  Not installed. */
 #ifndef PS_CONFIG_PRIVATE_H
 #define PS_CONFIG_PRIVATE_H
 
@@ -14,6 +15,8 @@
 
 json_object *ps_config__deep_copy(json_object *src);
 gboolean ps_config__is_file(const char *path);
+/* A JSON path as messages name it: "(root)" for the empty one. */
+const char *ps_config__where(const char *path);
 void ps_config__fail(GError **error, int code, const char *file, const char *path, const char *fmt,
                      ...) G_GNUC_PRINTF(5, 6);
 char *ps_config__find_config(const char *kind, const char *name, const char *ref_file,

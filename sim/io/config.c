@@ -1,7 +1,8 @@
-/* config.c: experiment configs and the lookup every config shares: name
- * lookup along the data search path, --set overrides on the resolved tree,
- * and every check a user's experiment must pass (topology files are read by
- * topology.c).
+/* config.c: experiment configs and what every config shares: tree
+ * helpers, --set overrides on the resolved tree, and every check io can
+ * make of a user's experiment (topology files are read by topology.c, names
+ * are found along the data search path by lookup.c, the strategy section
+ * is read by the strategy it names, at the run layer).
  *
  * Invariant: a PsTopology or PsExperiment leaves this file only after all
  * of its checks have passed; every failure is a PS_INPUT_ERROR whose
@@ -17,9 +18,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The largest gradient bucket we accept: 1 TiB. */
-#define MAX_BUCKET_BYTES (INT64_C(1) << 40)
-
 /* Fashion-MNIST: 60,000 training images of 28x28x1 in 10 classes. */
 #define FASHION_MNIST_TRAIN 60000
 #define FASHION_MNIST_ELEMS 784
@@ -27,7 +25,7 @@
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 
 
-static const char *where(const char *path)
+const char *ps_config__where(const char *path)
 {
   return (path && *path) ? path : "(root)";
 }
@@ -39,7 +37,7 @@ void ps_config__fail(GError **error, int code, const char *file, const char *pat
   va_start(ap, fmt);
   g_autofree char *reason = g_strdup_vprintf(fmt, ap);
   va_end(ap);
-  g_set_error(error, PS_INPUT_ERROR, code, "%s: %s: %s", file, where(path), reason);
+  g_set_error(error, PS_INPUT_ERROR, code, "%s: %s: %s", file, ps_config__where(path), reason);
 }
 
 /* A double that prints as written by a person ("1e-06", not
@@ -57,251 +55,6 @@ json_object *ps_config__new_double(double d)
 double ps_config__gib(int64_t bytes)
 {
   return (double)bytes / GIB;
-}
-
-/* ============================================================ data directories */
-
-/* The directory of the file this code was loaded from: libpodsim.so's
- * when the library is shared, else the running program's (/proc/self/exe),
- * symbolic links resolved.  (transfer full; NULL if unknown) */
-static char *code_dir(gboolean shared_library)
-{
-  g_autofree char *file = NULL;
-  if (shared_library) {
-    Dl_info info;
-    struct link_map *map = NULL;
-    /* the main program's link map has an empty name */
-    if (!dladdr1((void *)ps_data_dirs, &info, (void **)&map, RTLD_DL_LINKMAP) || !map ||
-        !map->l_name || !*map->l_name)
-      return NULL;
-    file = realpath(map->l_name, NULL);
-  } else {
-    file = g_file_read_link("/proc/self/exe", NULL);
-  }
-  return file ? g_path_get_dirname(file) : NULL;
-}
-
-static gboolean is_dir(const char *dir, const char *sub)
-{
-  g_autofree char *p = g_build_filename(dir, sub, NULL);
-  return g_file_test(p, G_FILE_TEST_IS_DIR);
-}
-
-/* Adds `dir` unless it is already there (compared after resolving links)
- * or, with a `cwd`, missing; the working directory `cwd` is added as ".",
- * so that names found there print as "experiments/x.json".  Without a cwd
- * `dir` is added as spelt, even when missing.  `real` holds the resolved
- * paths added so far. */
-static void add_dir(GPtrArray *dirs, GPtrArray *real, const char *dir, const char *cwd)
-{
-  char *r = realpath(dir, NULL);
-  if (!r && !cwd) /* $PODSIM_DATA_DIR: kept, so messages say it was searched */
-    r = strdup(dir);
-  if (!r)
-    return;
-  for (guint i = 0; i < real->len; i++)
-    if (strcmp(real->pdata[i], r) == 0) {
-      free(r);
-      return;
-    }
-  g_ptr_array_add(dirs, g_strdup(cwd && strcmp(r, cwd) == 0 ? "." : dir));
-  g_ptr_array_add(real, g_strdup(r));
-  free(r);
-}
-
-gboolean ps_data_dirs_check(GError **error)
-{
-  const char *env = g_getenv("PODSIM_DATA_DIR");
-  if (!env || !*env || g_file_test(env, G_FILE_TEST_IS_DIR))
-    return TRUE;
-  g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
-              "PODSIM_DATA_DIR=%s: %s: set it to the directory that holds experiments/, "
-              "topologies/ and models/, or unset it",
-              env, g_file_test(env, G_FILE_TEST_EXISTS) ? "not a directory" : "no such directory");
-  return FALSE;
-}
-
-char **ps_data_dirs(void)
-{
-  GPtrArray *dirs = g_ptr_array_new();
-  g_autoptr(GPtrArray) real = g_ptr_array_new_with_free_func(g_free);
-  g_autofree char *cwd = realpath(".", NULL);
-  const char *env = g_getenv("PODSIM_DATA_DIR");
-  if (env && *env)
-    add_dir(dirs, real, env, NULL); /* as the user spelt it */
-  if (env && *env && !g_file_test(env, G_FILE_TEST_IS_DIR)) {
-    /* no falling through to other trees: every lookup fails naming it */
-    g_ptr_array_add(dirs, NULL);
-    return (char **)g_ptr_array_free(dirs, FALSE);
-  }
-  /* libdir/../share/podsim, bindir/../share/podsim: an installed tree; the
-   * directory holding the binary, or its parent (build/libpodsim.so,
-   * build-asan/podsim), when it has experiments/: a source tree */
-  for (int shared = 1; shared >= 0; shared--) {
-    g_autofree char *dir = code_dir(shared);
-    if (!dir)
-      continue;
-    g_autofree char *parent = g_path_get_dirname(dir);
-    g_autofree char *share = g_build_filename(parent, "share", "podsim", NULL);
-    if (is_dir(share, "."))
-      add_dir(dirs, real, share, cwd);
-    else if (is_dir(dir, "experiments"))
-      add_dir(dirs, real, dir, cwd);
-    else if (is_dir(parent, "experiments"))
-      add_dir(dirs, real, parent, cwd);
-  }
-  /* the working directory last, even when $PODSIM_DATA_DIR names it too */
-  if (!g_ptr_array_find_with_equal_func(dirs, ".", g_str_equal, NULL))
-    g_ptr_array_add(dirs, g_strdup("."));
-  g_ptr_array_add(dirs, NULL);
-  return (char **)g_ptr_array_free(dirs, FALSE);
-}
-
-/* ============================================================ lookup */
-
-static const char *kind_singular(const char *kind)
-{
-  if (strcmp(kind, "topologies") == 0)
-    return "topology";
-  if (strcmp(kind, "models") == 0)
-    return "model";
-  if (strcmp(kind, "experiments") == 0)
-    return "experiment";
-  return kind;
-}
-
-static gboolean is_path(const char *name)
-{
-  return strchr(name, '/') != NULL || g_str_has_suffix(name, ".json");
-}
-
-gboolean ps_config__is_file(const char *path)
-{
-  return g_file_test(path, G_FILE_TEST_IS_REGULAR);
-}
-
-/* Why `path` cannot be opened, as strerror text. */
-static const char *unreadable_reason(const char *path)
-{
-  struct stat st;
-  if (stat(path, &st) != 0)
-    return g_strerror(errno);
-  if (S_ISDIR(st.st_mode))
-    return g_strerror(EISDIR);
-  return "not a regular file";
-}
-
-/* Finds `name` of `kind` for a reference made at ref_file:ref_path (both
- * NULL for the command line).  Paths are tried relative to the referring
- * file's directory, then as given.  Names are tried next to the referring
- * file when it is of the same kind (a topology extending another), in
- * the referring file's sibling <kind>/ folder (experiments/x.json naming a
- * topology finds topologies/), then along ps_data_dirs().
- * (transfer full) */
-char *ps_config__find_config(const char *kind, const char *name, const char *ref_file,
-                         const char *ref_path, gboolean same_kind, GError **error)
-{
-  g_autofree char *ref_dir = ref_file ? g_path_get_dirname(ref_file) : NULL;
-  g_autofree char *prefix =
-      ref_file ? g_strdup_printf("%s: %s: ", ref_file, where(ref_path)) : g_strdup("");
-
-  if (*name == '\0') {
-    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "%sempty %s name", prefix,
-                kind_singular(kind));
-    return NULL;
-  }
-  if (is_path(name)) {
-    if (g_path_is_absolute(name) || !ref_dir) {
-      if (ps_config__is_file(name))
-        return g_strdup(name);
-      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s%s: cannot read: %s", prefix,
-                  name, unreadable_reason(name));
-      return NULL;
-    }
-    g_autofree char *near = g_build_filename(ref_dir, name, NULL);
-    if (ps_config__is_file(near))
-      return g_steal_pointer(&near);
-    if (ps_config__is_file(name))
-      return g_strdup(name);
-    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s%s: cannot read: %s", prefix,
-                near, unreadable_reason(near));
-    return NULL;
-  }
-
-  g_autofree char *leaf = g_strconcat(name, ".json", NULL);
-  if (ref_dir) {
-    if (same_kind) {
-      g_autofree char *sib = g_build_filename(ref_dir, leaf, NULL);
-      if (ps_config__is_file(sib))
-        return g_steal_pointer(&sib);
-    }
-    g_autofree char *up = g_build_filename(ref_dir, "..", kind, leaf, NULL);
-    if (ps_config__is_file(up))
-      return g_steal_pointer(&up);
-  }
-  g_auto(GStrv) dirs = ps_data_dirs();
-  GString *searched = g_string_new(NULL);
-  for (guint i = 0; dirs[i]; i++) {
-    /* "experiments/x.json" rather than "./experiments/x.json" in messages */
-    const char *dir = dirs[i];
-    g_autofree char *cand = strcmp(dir, ".") == 0 ? g_build_filename(kind, leaf, NULL)
-                                                  : g_build_filename(dir, kind, leaf, NULL);
-    if (ps_config__is_file(cand)) {
-      g_string_free(searched, TRUE);
-      return g_steal_pointer(&cand);
-    }
-    g_autofree char *d = g_build_filename(dir, kind, NULL);
-    g_string_append_printf(searched, "%s%s", i ? ", " : "", d);
-  }
-  g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
-              "%sunknown %s '%s' (see `podsim list %s`; searched %s)", prefix,
-              kind_singular(kind), name, kind, searched->str);
-  g_string_free(searched, TRUE);
-  return NULL;
-}
-
-char *ps_config_find(const char *kind, const char *name, GError **error)
-{
-  g_return_val_if_fail(kind != NULL && name != NULL, NULL);
-  return ps_config__find_config(kind, name, NULL, NULL, FALSE, error);
-}
-
-static gint compare_names(gconstpointer a, gconstpointer b)
-{
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-char **ps_config_list(const char *kind)
-{
-  g_return_val_if_fail(kind != NULL, NULL);
-  g_autoptr(GHashTable) seen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
-  g_auto(GStrv) dirs = ps_data_dirs();
-  for (guint i = 0; dirs[i]; i++) {
-    g_autofree char *d = g_build_filename(dirs[i], kind, NULL);
-    GDir *dir = g_dir_open(d, 0, NULL);
-    if (!dir)
-      continue;
-    const char *entry;
-    while ((entry = g_dir_read_name(dir)) != NULL) {
-      if (!g_str_has_suffix(entry, ".json") || entry[0] == '.')
-        continue;
-      g_autofree char *full = g_build_filename(d, entry, NULL);
-      if (!ps_config__is_file(full))
-        continue;
-      g_hash_table_add(seen, g_strndup(entry, strlen(entry) - strlen(".json")));
-    }
-    g_dir_close(dir);
-  }
-  GPtrArray *names = g_ptr_array_new();
-  GHashTableIter it;
-  gpointer key;
-  g_hash_table_iter_init(&it, seen);
-  while (g_hash_table_iter_next(&it, &key, NULL)) {
-    g_ptr_array_add(names, g_strdup(key));
-  }
-  g_ptr_array_sort(names, compare_names);
-  g_ptr_array_add(names, NULL);
-  return (char **)g_ptr_array_free(names, FALSE);
 }
 
 /* ======================================================= tree helpers */
@@ -388,10 +141,6 @@ static const char *const collective_keys[] = {"algorithm", "chunk_bytes", "max_i
 static const char *const collective_algorithms[] = {"auto", "ring", "bidir", "torus", NULL};
 static const char *const host_call_keys[] = {"after", "kind", "bins", "flops_per_element", NULL};
 static const char *const host_call_kinds[] = {"histogram", "roundtrip", NULL};
-static const char *const strategy_keys[] = {"kind",          "replicas",      "loss_reduction",
-                                            "stages",        "micro_batches", "schedule",
-                                            "rematerialize", "bucket_bytes",  "overlap",
-                                            "weight_update_sharding", "partition", NULL};
 static const char *const input_keys[] = {"source",   "data_dir",        "host_cost_per_example_s",
                                          "workers",  "prefetch",        "infeed_capacity",
                                          "synthetic_examples", "shuffle", "outfeed_capacity",
@@ -408,10 +157,6 @@ static const char *const matmul_precisions[] = {"default", "high", "highest", NU
 static const int matmul_precision_passes[] = {1, 3, 6};
 static const char *const fusions[] = {"xla", "none", "ideal", NULL};
 
-static const char *const strategy_kinds[] = {"replicate", "pipeline", NULL};
-static const char *const loss_reductions[] = {"mean", "sum", NULL};
-static const char *const schedules[] = {"gpipe", "1f1b", NULL};
-static const char *const partitions[] = {"optimal", "seed", NULL};
 static const char *const sources[] = {"fashion-mnist", "synthetic", NULL};
 static const char *const optimizer_kinds[] = {"sgd", "adam", NULL};
 static const char *const precisions[] = {"f32", "bf16", NULL};
@@ -510,135 +255,19 @@ static gboolean resolve_model(Resolution *r, GError **error)
   return FALSE;
 }
 
-/* strategy.replicas when the file leaves it out (or sets it to null):
- * every device of the slice, as the overrides left it, divided among the
- * stages of a pipeline. */
-static gboolean default_replicas(const char *file, const PsTopology *topo, PsStrategyConfig *s,
-                                 GError **error)
+/* "strategy": an object whose "kind" (a string, when given) names the
+ * strategy that reads the rest (strategy/strategy.h), at the run layer. */
+static gboolean parse_strategy_section(json_object *root, const char *file,
+                                       PsStrategySection *s, GError **error)
 {
-  int devices = ps_topology_devices(topo);
-  int stages = s->kind == PS_STRATEGY_PIPELINE ? s->stages : 1;
-  if (stages > devices) {
-    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.stages",
-                    "%d stages need %d devices, %s has %d; use at most %d stages or pick a "
-                    "larger topology",
-                    stages, stages, topo->name, devices, devices);
-    return FALSE;
-  }
-  if (devices % stages != 0) {
-    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.stages",
-                    "%d stages do not divide the %d devices of %s, so strategy.replicas has no "
-                    "default; use stages that divide %d, or set strategy.replicas (%d uses %d "
-                    "devices)",
-                    stages, devices, topo->name, devices, devices / stages,
-                    devices / stages * stages);
-    return FALSE;
-  }
-  s->replicas = devices / stages;
-  return TRUE;
-}
-
-/* "partition": "optimal" | "seed" | [layers of stage 0, of stage 1, ...];
- * the list is checked against the stages and the model later. */
-static gboolean parse_partition(json_object *o, const char *file, PsStrategyConfig *s,
-                                GError **error)
-{
-  json_object *v = NULL;
-  if (!json_object_object_get_ex(o, "partition", &v) || !v)
-    return TRUE;
-  if (json_object_is_type(v, json_type_string)) {
-    int kind = PS_PARTITION_OPTIMAL;
-    if (!ps_json_get_enum(o, file, "strategy", "partition", FALSE, partitions, &kind, error))
-      return FALSE;
-    s->partition = (PsPartitionKind)kind;
-    return TRUE;
-  }
-  if (!json_object_is_type(v, json_type_array) || json_object_array_length(v) == 0 ||
-      json_object_array_length(v) > (1 << 16)) {
-    ps_config__fail(error, PS_INPUT_ERROR_TYPE, file, "strategy.partition",
-                    "must be \"optimal\", \"seed\" or a non-empty array of layer counts, one "
-                    "per stage (e.g. [3, 4, 4]), got %s", ps_json_type_name(v));
-    return FALSE;
-  }
-  int n = (int)json_object_array_length(v);
-  s->partition = PS_PARTITION_GIVEN;
-  s->partition_layers = g_new0(int, n);
-  for (int i = 0; i < n; i++) {
-    json_object *x = json_object_array_get_idx(v, i);
-    g_autofree char *p = ps_json_path_index("strategy.partition", i);
-    int64_t k = json_object_is_type(x, json_type_int) ? json_object_get_int64(x) : 0;
-    if (k < 1 || k > (1 << 24)) {
-      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, p,
-                      "must be a whole number of layers, at least 1, got %s",
-                      json_object_to_json_string_ext(x, JSON_C_TO_STRING_PLAIN));
-      return FALSE;
-    }
-    s->partition_layers[i] = (int)k;
-  }
-  s->n_partition = n;
-  return TRUE;
-}
-
-/* "strategy": {"kind", "replicas", "loss_reduction", "stages",
- * "micro_batches", "schedule", "rematerialize", "bucket_bytes", "overlap",
- * "weight_update_sharding"}.  Runs after the overrides, on the topology
- * they chose, so a what-if on another slice fills that slice by default.
- * *replicas_defaulted tells later messages where the count came from. */
-static gboolean parse_strategy(json_object *root, const char *file, const PsTopology *topo,
-                               PsStrategyConfig *s, gboolean *replicas_defaulted,
-                               GError **error)
-{
-  s->kind = PS_STRATEGY_REPLICATE;
-  s->replicas = 0; /* absent until read */
-  s->loss_reduction = PS_LOSS_MEAN;
-  s->stages = 1;
-  s->micro_batches = 1;
-  s->schedule = PS_SCHEDULE_GPIPE;
-  s->rematerialize = FALSE;
-  s->partition = PS_PARTITION_OPTIMAL;
-  s->partition_layers = NULL;
-  s->n_partition = 0;
-  s->bucket_bytes = PS_DEFAULT_BUCKET_BYTES;
-  s->overlap = TRUE;
-  s->weight_update_sharding = FALSE;
   json_object *o;
-  if (!ps_config__get_object(root, file, "", "strategy", FALSE, &o, error))
+  const char *kind = NULL;
+  if (!ps_config__get_object(root, file, "", "strategy", FALSE, &o, error) ||
+      (o && !ps_json_get_string(o, file, "strategy", "kind", FALSE, &kind, error)))
     return FALSE;
-  if (o) {
-    const char *p = "strategy";
-    int kind = s->kind, red = s->loss_reduction, sched = s->schedule;
-    if (!ps_json_check_keys(o, file, p, strategy_keys, error) ||
-        !ps_json_get_enum(o, file, p, "kind", FALSE, strategy_kinds, &kind, error) ||
-        !ps_json_get_int32(o, file, p, "replicas", FALSE, 1, MAX_CHIPS * 8, &s->replicas,
-                           error) ||
-        !ps_json_get_enum(o, file, p, "loss_reduction", FALSE, loss_reductions, &red, error) ||
-        !ps_json_get_int32(o, file, p, "stages", FALSE, 1, 1 << 16, &s->stages, error) ||
-        !ps_json_get_int32(o, file, p, "micro_batches", FALSE, 1, 1 << 24, &s->micro_batches,
-                           error) ||
-        !ps_json_get_enum(o, file, p, "schedule", FALSE, schedules, &sched, error) ||
-        !ps_json_get_bool(o, file, p, "rematerialize", FALSE, &s->rematerialize, error) ||
-        !ps_json_get_int(o, file, p, "bucket_bytes", FALSE, 1, INT64_MAX, &s->bucket_bytes,
-                         error) ||
-        !ps_json_get_bool(o, file, p, "overlap", FALSE, &s->overlap, error) ||
-        !ps_json_get_bool(o, file, p, "weight_update_sharding", FALSE,
-                          &s->weight_update_sharding, error))
-      return FALSE;
-    s->kind = (PsStrategyKind)kind;
-    s->loss_reduction = (PsLossReduction)red;
-    s->schedule = (PsSchedule)sched;
-    if (!parse_partition(o, file, s, error))
-      return FALSE;
-    /* Past a tebibyte a bucket is "all the gradients at once" anyway; the
-     * bound keeps the sums downstream far from overflow. */
-    if (s->bucket_bytes > MAX_BUCKET_BYTES) {
-      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.bucket_bytes",
-                      "must be at most 1TiB (%" G_GINT64_FORMAT " bytes), got %" G_GINT64_FORMAT,
-                      (int64_t)MAX_BUCKET_BYTES, s->bucket_bytes);
-      return FALSE;
-    }
-  }
-  *replicas_defaulted = s->replicas == 0;
-  return s->replicas > 0 || default_replicas(file, topo, s, error);
+  s->kind = g_strdup(kind);
+  s->json = o ? json_object_get(o) : NULL;
+  return TRUE;
 }
 
 static gboolean parse_input(json_object *root, const char *file, PsInputConfig *in,
@@ -825,7 +454,6 @@ static gboolean parse_stragglers(json_object *arr, const char *file, PsExperimen
 {
   PsFaultsConfig *fc = &e->faults;
   int n = (int)json_object_array_length(arr);
-  int used = ps_experiment_devices_used(e);
   fc->stragglers = g_new0(PsStraggler, n ? n : 1);
   for (int i = 0; i < n; i++) {
     g_autofree char *p = ps_json_path_index("faults.stragglers", i);
@@ -848,15 +476,9 @@ static gboolean parse_stragglers(json_object *arr, const char *file, PsExperimen
                       "added to each of its steps), or both");
       return FALSE;
     }
+    /* whether the run uses the device is checked with the strategy
+     * (ps_experiment_load, run/experiment.h) */
     g_autofree char *dp = ps_json_path_join(p, "device");
-    if (s->device < 0 || s->device >= used) {
-      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, dp,
-                      "device %d is not a device of this run: it uses devices 0..%d (replicas %d x "
-                      "stages %d of %s's %d devices)",
-                      s->device, used - 1, e->strategy.replicas, e->strategy.stages,
-                      e->topology->name, ps_topology_devices(e->topology));
-      return FALSE;
-    }
     for (int j = 0; j < i; j++)
       if (fc->stragglers[j].device == s->device) {
         ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, dp,
@@ -1286,101 +908,13 @@ static char *shape_text(const int64_t *shape, int rank)
   return g_string_free(s, FALSE);
 }
 
-/* The HBM check of data parallelism, at load time so the message can name
- * global_batch: every device holds the whole model, its gradients,
- * optimizer slots and the activations of its share of the batch.  A
- * pipeline's stages are checked by the pipeline strategy, which knows its
- * partition and how many micro-batches each schedule keeps in flight. */
-static gboolean check_memory(const PsExperiment *e, GError **error)
-{
-  const PsModel *m = e->model;
-  const PsStrategyConfig *s = &e->strategy;
-  if (s->kind == PS_STRATEGY_PIPELINE)
-    return TRUE;
-  int slots = e->optimizer.kind == PS_OPT_ADAM ? 2 : (e->optimizer.momentum > 0 ? 1 : 0);
-  int act_bytes = e->numerics.precision == PS_PRECISION_BF16 ? 2 : 4;
-  int64_t batch = e->global_batch / s->replicas;
-  int64_t have = ps_topology_device_hbm_bytes(e->topology);
-  /* In doubles from the per-example figure, so a huge batch cannot
-   * overflow into a small number that "fits". */
-  int64_t fixed = ps_model_memory_bytes(m, 0, m->n_layers, 0, slots, act_bytes);
-  int64_t per_example = ps_model_memory_bytes(m, 0, m->n_layers, 1, slots, act_bytes) - fixed;
-  double need = (double)fixed + (double)per_example * (double)batch;
-  if (need <= (double)have)
-    return TRUE;
-  ps_config__fail(error, PS_INPUT_ERROR_DOES_NOT_FIT, e->file, "global_batch",
-       "model '%s' needs %.1f GiB per device at batch %" G_GINT64_FORMAT " (weights, gradients "
-       "and %d optimizer slot%s %.1f GiB + activations %.1f GiB at %d bytes), %s has %.1f GiB "
-       "per device; lower global_batch, raise strategy.replicas, or use a pipeline "
-       "(strategy.kind=pipeline) with strategy.rematerialize=true",
-       m->name, need / GIB, batch, slots, slots == 1 ? "" : "s", ps_config__gib(fixed),
-       (need - (double)fixed) / GIB, act_bytes, e->topology->name, ps_config__gib(have));
-  return FALSE;
-}
-
-/* `replicas_defaulted`: strategy.replicas came from the topology, not the
- * file, which the messages say. */
-static gboolean check_experiment(PsExperiment *e, gboolean replicas_defaulted, GError **error)
+/* What io can judge of the whole: the numerics and input against the
+ * model.  The strategy's checks run at the run layer (run/experiment.h). */
+static gboolean check_experiment(PsExperiment *e, GError **error)
 {
   const char *f = e->file;
-  PsStrategyConfig *s = &e->strategy;
   const PsModel *m = e->model;
 
-  if (s->kind == PS_STRATEGY_REPLICATE && s->stages > 1) {
-    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.stages",
-         "%d stages need strategy.kind = \"pipeline\" (got \"replicate\")", s->stages);
-    return FALSE;
-  }
-  if (e->global_batch % s->replicas != 0) {
-    g_autofree char *why =
-        replicas_defaulted
-            ? g_strdup_printf(" (by default every device of %s%s)", e->topology->name,
-                              s->stages > 1 ? " over strategy.stages" : "")
-            : g_strdup("");
-    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "global_batch",
-         "%" G_GINT64_FORMAT " is not divisible by strategy.replicas = %d%s; use a multiple of "
-         "%d or %s strategy.replicas",
-         e->global_batch, s->replicas, why, s->replicas, replicas_defaulted ? "set" : "change");
-    return FALSE;
-  }
-  int64_t per_replica = e->global_batch / s->replicas;
-  if (per_replica % s->micro_batches != 0) {
-    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.micro_batches",
-         "the per-replica batch %" G_GINT64_FORMAT " (global_batch %" G_GINT64_FORMAT
-         " / %d replicas) is not divisible by micro_batches = %d; pick micro_batches that "
-         "divides %" G_GINT64_FORMAT,
-         per_replica, e->global_batch, s->replicas, s->micro_batches, per_replica);
-    return FALSE;
-  }
-  int devices = ps_topology_devices(e->topology);
-  int64_t needed = (int64_t)s->replicas * s->stages;
-  if (needed > devices) {
-    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, s->stages > 1 ? "strategy" : "strategy.replicas",
-         "needs %" G_GINT64_FORMAT " devices, %s has %d (replicas %d x stages %d); lower "
-         "strategy.replicas%s or pick a larger topology",
-         needed, e->topology->name, devices, s->replicas, s->stages,
-         s->stages > 1 ? " or strategy.stages" : "");
-    return FALSE;
-  }
-  if (s->stages > m->n_layers) {
-    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.stages",
-         "%d stages but model '%s' has only %d layers; use at most %d stages", s->stages,
-         m->name, m->n_layers, m->n_layers);
-    return FALSE;
-  }
-  if (s->partition == PS_PARTITION_GIVEN) {
-    int64_t sum = 0;
-    for (int i = 0; i < s->n_partition; i++)
-      sum += s->partition_layers[i];
-    if (s->n_partition != s->stages || sum != m->n_layers) {
-      ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "strategy.partition",
-           "gives %d stages holding %" G_GINT64_FORMAT " layers, but strategy.stages is %d and "
-           "model '%s' has %d layers; give one layer count per stage, summing to %d (see "
-           "`podsim describe model %s` for the layers)",
-           s->n_partition, sum, s->stages, m->name, m->n_layers, m->n_layers, m->name);
-      return FALSE;
-    }
-  }
   if (e->numerics.enabled && !m->numerics_supported) {
     ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "numerics.enabled",
          "model '%s' is timing-only (some of its layers have no numeric kernel); set "
@@ -1415,7 +949,7 @@ static gboolean check_experiment(PsExperiment *e, gboolean replicas_defaulted, G
       return FALSE;
     }
   }
-  return check_memory(e, error);
+  return TRUE;
 }
 
 /* The resolved tree for `describe`: every default filled in, loadable as
@@ -1443,29 +977,8 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(o, "fuse_elementwise", json_object_new_boolean(e->fuse_elementwise));
   json_object_object_add(o, "fusion", json_object_new_string(fusions[e->fusion]));
 
-  const PsStrategyConfig *s = &e->strategy;
-  json_object *so = json_object_new_object();
-  json_object_object_add(so, "kind", json_object_new_string(strategy_kinds[s->kind]));
-  json_object_object_add(so, "replicas", json_object_new_int(s->replicas));
-  json_object_object_add(so, "loss_reduction",
-                         json_object_new_string(loss_reductions[s->loss_reduction]));
-  json_object_object_add(so, "stages", json_object_new_int(s->stages));
-  json_object_object_add(so, "micro_batches", json_object_new_int(s->micro_batches));
-  json_object_object_add(so, "schedule", json_object_new_string(schedules[s->schedule]));
-  json_object_object_add(so, "rematerialize", json_object_new_boolean(s->rematerialize));
-  if (s->partition == PS_PARTITION_GIVEN) {
-    json_object *pa = json_object_new_array();
-    for (int i = 0; i < s->n_partition; i++)
-      json_object_array_add(pa, json_object_new_int(s->partition_layers[i]));
-    json_object_object_add(so, "partition", pa);
-  } else {
-    json_object_object_add(so, "partition", json_object_new_string(partitions[s->partition]));
-  }
-  json_object_object_add(so, "bucket_bytes", json_object_new_int64(s->bucket_bytes));
-  json_object_object_add(so, "overlap", json_object_new_boolean(s->overlap));
-  json_object_object_add(so, "weight_update_sharding",
-                         json_object_new_boolean(s->weight_update_sharding));
-  json_object_object_add(o, "strategy", so);
+  /* the loader puts the strategy's own keys here (ps_experiment_load) */
+  json_object_object_add(o, "strategy", json_object_new_object());
 
   const PsInputConfig *in = &e->input;
   json_object *io = json_object_new_object();
@@ -1575,8 +1088,7 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
   e->fusion = (PsFusion)fusion;
   e->fuse_elementwise = e->fusion != PS_FUSION_NONE;
 
-  gboolean replicas_defaulted = FALSE;
-  if (!parse_strategy(root, f, e->topology, &e->strategy, &replicas_defaulted, error) ||
+  if (!parse_strategy_section(root, f, &e->strategy, error) ||
       !parse_input(root, f, &e->input, error) ||
       !parse_optimizer(root, f, &e->optimizer, error) ||
       !parse_numerics(root, f, e->model->numerics_supported, &e->numerics, error) ||
@@ -1593,7 +1105,7 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
   e->steps = steps;
   e->log_every = log_every ? log_every : MAX(1, steps / 10);
 
-  if (!check_experiment(e, replicas_defaulted, error) || !parse_faults(root, f, e, error))
+  if (!check_experiment(e, error) || !parse_faults(root, f, e, error))
     goto fail;
   e->resolved = experiment_to_json(e, root);
   return e;
@@ -1602,8 +1114,8 @@ fail:
   return NULL;
 }
 
-PsExperiment *ps_experiment_load(const char *name_or_path, const char *const *overrides,
-                                 GError **error)
+PsExperiment *ps_experiment_parse(const char *name_or_path, const char *const *overrides,
+                                  GError **error)
 {
   g_return_val_if_fail(name_or_path != NULL, NULL);
   static const char *const whole[] = {"topology", "model", NULL};
@@ -1626,13 +1138,6 @@ out:
   return e;
 }
 
-int ps_experiment_devices_used(const PsExperiment *e)
-{
-  g_return_val_if_fail(e != NULL, 0);
-  /* check_experiment keeps stages at 1 unless the strategy is a pipeline */
-  return e->strategy.replicas * e->strategy.stages;
-}
-
 void ps_experiment_free(PsExperiment *e)
 {
   if (!e)
@@ -1648,7 +1153,11 @@ void ps_experiment_free(PsExperiment *e)
   g_free(e->faults.slow_hosts);
   g_free(e->faults.links);
   g_free(e->collective.algorithm);
-  g_free(e->strategy.partition_layers);
+  g_free(e->strategy.kind);
+  if (e->strategy.json)
+    json_object_put(e->strategy.json);
+  if (e->strategy.config && e->strategy.free_config)
+    e->strategy.free_config(e->strategy.config);
   if (e->resolved)
     json_object_put(e->resolved);
   g_free(e);

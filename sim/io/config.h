@@ -2,10 +2,11 @@
  * name lookup in topologies/ and models/ and --set overrides.
  *
  * Invariant: a PsTopology or PsExperiment returned by a loader has passed
- * every check (positive sizes, consistent dims, batch divisible by replicas,
- * model fits in HBM...) and has every default filled in (strategy.replicas
- * among them, from the topology the overrides chose); code downstream may
- * rely on it without rechecking. */
+ * every check io can judge (positive sizes, consistent dims, known keys,
+ * input matching the model...) and has every default filled in; code
+ * downstream may rely on it without rechecking.  The strategy section is
+ * kept as JSON: the run layer's loader (run/experiment.h) has the strategy
+ * read and check it. */
 #ifndef PS_CONFIG_H
 #define PS_CONFIG_H
 
@@ -48,6 +49,13 @@ typedef struct {
   double ici_bandwidth_Bps;  /* per link, one direction */
   double ici_latency_s;      /* per hop */
   int ici_links_per_neighbor;
+  /* generation facts that inform and check, not time (0, "" or NULL: absent) */
+  char *name_counts;         /* what N of a NAME-N slice counts: "chips" or "cores" */
+  int max_slice_chips;       /* the largest slice of the generation */
+  double int8_peak_flops;    /* per chip, where the MXU has an int8 path */
+  double fp8_peak_flops;     /* per chip, where the MXU has an fp8 path */
+  double dcn_bandwidth_Bps;  /* each host's data-center network, one direction */
+  json_object *sources;      /* owned: the "sources" object, dotted key -> citation */
 } PsTopology;
 
 int ps_topology_chips(const PsTopology *t);
@@ -61,36 +69,22 @@ double ps_topology_device_peak_flops(const PsTopology *t);
 double ps_topology_device_hbm_bandwidth(const PsTopology *t);
 int64_t ps_topology_device_hbm_bytes(const PsTopology *t);
 
-typedef enum { PS_STRATEGY_REPLICATE, PS_STRATEGY_PIPELINE } PsStrategyKind;
-typedef enum { PS_LOSS_MEAN, PS_LOSS_SUM } PsLossReduction;
-typedef enum { PS_SCHEDULE_GPIPE, PS_SCHEDULE_1F1B } PsSchedule;
-/* How a pipeline's layers are cut into stages (strategy/partition.h). */
-typedef enum { PS_PARTITION_OPTIMAL, PS_PARTITION_SEED, PS_PARTITION_GIVEN } PsPartitionKind;
 typedef enum { PS_SOURCE_FASHION_MNIST, PS_SOURCE_SYNTHETIC } PsSourceKind;
 typedef enum { PS_OPT_SGD, PS_OPT_ADAM } PsOptimizerKind;
 
-/* Gradient buckets default to 30 MiB, the default of XLA's all-reduce
- * combiner (xla_gpu_all_reduce_combine_threshold_bytes = 30 * 1024 * 1024
- * in XLA's debug options; TPU's own threshold is not public): large enough
- * that a bucket's bandwidth time dwarfs its per-step latency, small enough
- * that the first bucket starts early in backward. */
-#define PS_DEFAULT_BUCKET_BYTES INT64_C(31457280)
-
+/* The "strategy" section.  io keeps the object and its kind; the strategy
+ * it names (strategy/strategy.h) reads the rest, found in a registry by
+ * the run layer's loader (run/experiment.h), which hangs it here.  io never
+ * looks inside a strategy. */
+struct PsStrategy;
 typedef struct {
-  PsStrategyKind kind;
-  int replicas;            /* absent in the file: every device / stages */
-  PsLossReduction loss_reduction;
-  int stages;
-  int micro_batches;
-  PsSchedule schedule;
-  gboolean rematerialize;
-  PsPartitionKind partition;
-  int n_partition;
-  int *partition_layers;   /* GIVEN: layers per stage, n_partition == stages (owned) */
-  int64_t bucket_bytes;    /* gradients are all-reduced in buckets of this size */
-  gboolean overlap;        /* buckets all-reduce while the backward pass runs */
-  gboolean weight_update_sharding; /* reduce-scatter, sharded update, all-gather */
-} PsStrategyConfig;
+  char *kind;          /* "kind"; NULL in the file: the registry's default,
+                          filled in by the loader */
+  json_object *json;   /* the object after overrides (owned), NULL when absent */
+  const struct PsStrategy *impl; /* the entry, set by the loader (not owned) */
+  void *config;        /* the strategy's parsed keys (owned: free_config) */
+  void (*free_config)(void *config);
+} PsStrategySection;
 
 typedef struct {
   PsSourceKind source;
@@ -207,7 +201,7 @@ typedef struct {
   double epochs;
   int64_t steps_per_run;
   int64_t log_every;      /* print the loss every N steps */
-  PsStrategyConfig strategy;
+  PsStrategySection strategy;
   PsInputConfig input;
   PsOptimizerConfig optimizer;
   PsNumericsConfig numerics;
@@ -247,17 +241,18 @@ PsTopology *ps_topology_load(const char *name_or_path, const char *const *overri
 PsTopology *ps_topology_from_json(json_object *obj, const char *file, const char *path,
                                   GError **error);
 void ps_topology_free(PsTopology *t);
+/* The topology as a loadable JSON object with every default filled in and
+ * its sources.  (transfer full) */
+json_object *ps_topology_to_json(const PsTopology *t);
 
-/* Loads an experiment, resolves topology and model by name, applies
+/* Parses an experiment, resolves topology and model by name, applies
  * overrides ("a.b=v", NULL-terminated, may be NULL) to the resolved tree,
- * then checks everything.  (transfer full) */
-PsExperiment *ps_experiment_load(const char *name_or_path, const char *const *overrides,
-                                 GError **error);
+ * then checks what io can judge.  Callers load through ps_experiment_load
+ * (run/experiment.h), which adds the checks of the layers above.
+ * (transfer full) */
+PsExperiment *ps_experiment_parse(const char *name_or_path, const char *const *overrides,
+                                  GError **error);
 void ps_experiment_free(PsExperiment *e);
-
-/* Devices the experiment's strategy occupies: replicas x stages (at most
- * ps_topology_devices(e->topology); fewer leaves devices idle). */
-int ps_experiment_devices_used(const PsExperiment *e);
 
 /* Lists the names (without .json) found in the search path.  (transfer
  * full, NULL-terminated, g_strfreev) */

@@ -5,7 +5,9 @@
  *
  * Invariant: a PsTopology leaves this file only after all of its checks
  * have passed: positive sizes, dims and wrap of equal length, chips a
- * multiple of the chips per host (or a single partial host). */
+ * multiple of the chips per host (or a single partial host), no more chips
+ * than the generation's largest slice, narrow-type peaks no lower than
+ * bf16's. */
 #include "io/config-private.h"
 
 #include <math.h>
@@ -14,7 +16,9 @@
 /* ========================================================== topology */
 
 static const char *const topology_keys[] = {"name",  "generation", "description", "extends", "chip",
-                                            "host",  "torus",      "ici",         "sources", NULL};
+                                            "host",  "torus",      "ici",         "sources",
+                                            "name_counts", "max_slice_chips", NULL};
+static const char *const name_counts_choices[] = {"chips", "cores", NULL};
 static const char *const chip_keys[] = {"cores",
                                         "megacore",
                                         "mxus_per_core",
@@ -26,9 +30,12 @@ static const char *const chip_keys[] = {"cores",
                                         "op_overhead_s",
                                         "vpu_flops",
                                         "on_chip_bandwidth_Bps",
+                                        "int8_peak_flops",
+                                        "fp8_peak_flops",
                                         NULL};
 static const char *const host_keys[] = {"chips",     "cpu_threads",     "pcie_bandwidth_Bps",
-                                        "cpu_flops", "loop_overhead_s", NULL};
+                                        "cpu_flops", "loop_overhead_s",
+                                        "dcn_bandwidth_Bps", NULL};
 static const char *const torus_keys[] = {"dims", "wrap", "twisted", NULL};
 static const char *const ici_keys[] = {"bandwidth_Bps", "latency_s", "links_per_neighbor", NULL};
 
@@ -109,7 +116,7 @@ static gboolean tree_has_path(json_object *root, const char *key)
 }
 
 static gboolean parse_sources(json_object *root, const char *file, const char *path,
-                              GError **error)
+                              PsTopology *t, GError **error)
 {
   json_object *src = NULL;
   if (!ps_config__get_object(root, file, path, "sources", FALSE, &src, error))
@@ -132,6 +139,26 @@ static gboolean parse_sources(json_object *root, const char *file, const char *p
            key);
       return FALSE;
     }
+  }
+  t->sources = ps_config__deep_copy(src);
+  return TRUE;
+}
+
+/* An optional int8 or fp8 peak: positive, and no lower than the bf16
+ * peak (a narrower type never runs slower through the MXU). */
+static gboolean parse_narrow_peak(json_object *c, const char *file, const char *p,
+                                  const char *key, double bf16, double *out, GError **error)
+{
+  *out = 0;
+  if (!ps_json_get_double(c, file, p, key, FALSE, 0, TRUE, INFINITY, out, error))
+    return FALSE;
+  if (*out > 0 && *out < bf16) {
+    g_autofree char *kp = ps_json_path_join(p, key);
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, kp,
+                    "%g is below chip.peak_flops (%g): a narrower type never runs slower "
+                    "through the MXU; give at least the bf16 peak or leave the key out",
+                    *out, bf16);
+    return FALSE;
   }
   return TRUE;
 }
@@ -167,7 +194,11 @@ static gboolean parse_chip(json_object *root, const char *file, const char *path
       !ps_json_get_double(c, file, p, "vpu_flops", FALSE, 0, FALSE, INFINITY, &t->vpu_flops,
                           error) ||
       !ps_json_get_double(c, file, p, "on_chip_bandwidth_Bps", TRUE, 0, TRUE, INFINITY,
-                          &t->on_chip_bandwidth_Bps, error))
+                          &t->on_chip_bandwidth_Bps, error) ||
+      !parse_narrow_peak(c, file, p, "int8_peak_flops", t->peak_flops, &t->int8_peak_flops,
+                         error) ||
+      !parse_narrow_peak(c, file, p, "fp8_peak_flops", t->peak_flops, &t->fp8_peak_flops,
+                         error))
     return FALSE;
   t->hbm_bytes = hbm;
   return TRUE;
@@ -190,7 +221,9 @@ static gboolean parse_host(json_object *root, const char *file, const char *path
          ps_json_get_double(h, file, p, "cpu_flops", TRUE, 0, TRUE, INFINITY, &t->cpu_flops,
                             error) &&
          ps_json_get_double(h, file, p, "loop_overhead_s", TRUE, 0, FALSE, INFINITY,
-                            &t->loop_overhead_s, error);
+                            &t->loop_overhead_s, error) &&
+         ps_json_get_double(h, file, p, "dcn_bandwidth_Bps", FALSE, 0, TRUE, INFINITY,
+                            &t->dcn_bandwidth_Bps, error);
 }
 
 static char *dims_text(const PsTopology *t)
@@ -342,6 +375,32 @@ char *ps_config__name_from_file(const char *file)
   return base;
 }
 
+/* "name_counts" and "max_slice_chips": what a slice name's number counts,
+ * and the largest slice, which the torus may not exceed. */
+static gboolean parse_generation_facts(json_object *root, const char *file, const char *path,
+                                       PsTopology *t, GError **error)
+{
+  int counts = -1;
+  if (!ps_json_get_enum(root, file, path, "name_counts", FALSE, name_counts_choices, &counts,
+                        error) ||
+      !ps_json_get_int32(root, file, path, "max_slice_chips", FALSE, 1, MAX_CHIPS,
+                         &t->max_slice_chips, error))
+    return FALSE;
+  t->name_counts = g_strdup(counts >= 0 ? name_counts_choices[counts] : "");
+  int chips = ps_topology_chips(t);
+  if (t->max_slice_chips > 0 && chips > t->max_slice_chips) {
+    g_autofree char *mp = ps_json_path_join(path, "max_slice_chips");
+    g_autofree char *shape = dims_text(t);
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, mp,
+                    "the slice's %d chips (torus.dims %s) are more than this generation's "
+                    "largest slice of %d; use several slices, or raise max_slice_chips for a "
+                    "what-if",
+                    chips, shape, t->max_slice_chips);
+    return FALSE;
+  }
+  return TRUE;
+}
+
 static PsTopology *topology_parse(json_object *root, const char *file, const char *path,
                                   GError **error)
 {
@@ -359,7 +418,8 @@ static PsTopology *topology_parse(json_object *root, const char *file, const cha
   t->description = g_strdup(desc ? desc : "");
   if (!parse_chip(root, file, path, t, error) || !parse_host(root, file, path, t, error) ||
       !parse_torus(root, file, path, t, error) || !parse_ici(root, file, path, t, error) ||
-      !parse_sources(root, file, path, error))
+      !parse_sources(root, file, path, t, error) ||
+      !parse_generation_facts(root, file, path, t, error))
     goto fail;
 
   int chips = ps_topology_chips(t);
@@ -445,6 +505,9 @@ void ps_topology_free(PsTopology *t)
   g_free(t->file);
   g_free(t->generation);
   g_free(t->description);
+  g_free(t->name_counts);
+  if (t->sources)
+    json_object_put(t->sources);
   g_free(t);
 }
 
@@ -497,6 +560,10 @@ json_object *ps_config__topology_to_json(const PsTopology *t, json_object *sourc
   json_object_object_add(o, "name", json_object_new_string(t->name));
   json_object_object_add(o, "generation", json_object_new_string(t->generation));
   json_object_object_add(o, "description", json_object_new_string(t->description));
+  if (t->name_counts && *t->name_counts)
+    json_object_object_add(o, "name_counts", json_object_new_string(t->name_counts));
+  if (t->max_slice_chips > 0)
+    json_object_object_add(o, "max_slice_chips", json_object_new_int(t->max_slice_chips));
 
   json_object *c = json_object_new_object();
   json_object_object_add(c, "cores", json_object_new_int(t->cores_per_chip));
@@ -511,6 +578,10 @@ json_object *ps_config__topology_to_json(const PsTopology *t, json_object *sourc
   json_object_object_add(c, "vpu_flops", ps_config__new_double(t->vpu_flops));
   json_object_object_add(c, "on_chip_bandwidth_Bps",
                          ps_config__new_double(t->on_chip_bandwidth_Bps));
+  if (t->int8_peak_flops > 0)
+    json_object_object_add(c, "int8_peak_flops", ps_config__new_double(t->int8_peak_flops));
+  if (t->fp8_peak_flops > 0)
+    json_object_object_add(c, "fp8_peak_flops", ps_config__new_double(t->fp8_peak_flops));
   json_object_object_add(o, "chip", c);
 
   json_object *h = json_object_new_object();
@@ -519,6 +590,8 @@ json_object *ps_config__topology_to_json(const PsTopology *t, json_object *sourc
   json_object_object_add(h, "pcie_bandwidth_Bps", ps_config__new_double(t->pcie_bandwidth_Bps));
   json_object_object_add(h, "cpu_flops", ps_config__new_double(t->cpu_flops));
   json_object_object_add(h, "loop_overhead_s", ps_config__new_double(t->loop_overhead_s));
+  if (t->dcn_bandwidth_Bps > 0)
+    json_object_object_add(h, "dcn_bandwidth_Bps", ps_config__new_double(t->dcn_bandwidth_Bps));
   json_object_object_add(o, "host", h);
 
   json_object *tor = json_object_new_object();
@@ -545,3 +618,9 @@ json_object *ps_config__topology_to_json(const PsTopology *t, json_object *sourc
   return o;
 }
 
+
+json_object *ps_topology_to_json(const PsTopology *t)
+{
+  g_return_val_if_fail(t != NULL, NULL);
+  return ps_config__topology_to_json(t, t->sources);
+}

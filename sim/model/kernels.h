@@ -8,7 +8,7 @@
  * bfloat16 (round to nearest even) and accumulates in float32.
  * Invariant: single-threaded and deterministic, the same bits on every
  * machine: the GEMM is the library's own, with one summation order
- * (kernels.c), whatever BLAS library or CPU is there. */
+ * (gemm.c), whatever BLAS library or CPU is there. */
 #ifndef PS_KERNELS_H
 #define PS_KERNELS_H
 

@@ -10,6 +10,11 @@
  * model input when -1), names are unique, and the last layer is the only
  * SOFTMAX_XENT.
  *
+ * What a kind means (its keys, output shape, parameters, costs, numerics
+ * and lowering) is its entry in the layer table (layer-private.h), one
+ * layer-*.c file per family; this file builds the list and keeps the
+ * conventions every entry follows.
+ *
  * Cost conventions (per example; a multiply-add is 2 FLOPs everywhere):
  * - matmul layers (dense, conv2d, attention, patch_embedding): forward =
  *   2*rows*k*n per product; backward = twice that (gradient of the input
@@ -39,77 +44,19 @@
  *   activations their output, max pool its argmax, normalizations their
  *   input plus per-channel statistics, softmax_xent its probabilities.
  */
-#include "model/layers.h"
-
-#include "common/json.h"
-
-#include <math.h>
-#include <string.h>
+#include "model/layer-private.h"
 
 /* Limits that keep a typo ("count": 1e9) from exhausting memory. */
 #define MAX_REPEAT 100000
 #define MAX_LAYERS 1000000
-#define MAX_DIM (INT64_C(1) << 30)
+#define MAX_DIM PS_LAYER_MAX_DIM
 /* Largest tensor or weight count, so that int64 products cannot overflow. */
 #define MAX_ELEMS 1e15
 
-typedef enum {
-  ITEM_RESIDUAL = PS_LAYER_N_KINDS,
-  ITEM_REPEAT,
-} ItemGroup;
-
-static const char *const kind_names[PS_LAYER_N_KINDS] = {
-  [PS_LAYER_DENSE] = "dense",
-  [PS_LAYER_RELU] = "relu",
-  [PS_LAYER_GELU] = "gelu",
-  [PS_LAYER_TANH] = "tanh",
-  [PS_LAYER_SOFTMAX_XENT] = "softmax_xent",
-  [PS_LAYER_CONV2D] = "conv2d",
-  [PS_LAYER_MAXPOOL] = "maxpool",
-  [PS_LAYER_AVGPOOL] = "avgpool",
-  [PS_LAYER_GLOBAL_AVGPOOL] = "global_avgpool",
-  [PS_LAYER_BATCHNORM] = "batchnorm",
-  [PS_LAYER_LAYERNORM] = "layernorm",
-  [PS_LAYER_EMBEDDING] = "embedding",
-  [PS_LAYER_ATTENTION] = "attention",
-  [PS_LAYER_FLATTEN] = "flatten",
-  [PS_LAYER_ADD] = "add",
-  [PS_LAYER_PATCH_EMBEDDING] = "patch_embedding",
-};
-
-/* Types a model file may name, in the order error messages list them
- * ("add" is made by residual groups, never written). */
-static const char *const item_types[] = {
-  "dense", "conv2d", "maxpool", "avgpool", "global_avgpool", "batchnorm", "layernorm",
-  "embedding", "patch_embedding", "attention", "relu", "gelu", "tanh", "flatten",
-  "softmax_xent", "residual", "repeat", NULL,
-};
-
-/* Allowed keys per layer kind (each also takes "type" and "name"). */
-static const char *const keys_none[] = {"type", "name", NULL};
-static const char *const keys_dense[] = {"type", "name", "units", "bias", NULL};
-static const char *const keys_conv[] = {"type",    "name", "filters", "kernel", "stride",
-                                        "padding", "bias", NULL};
-static const char *const keys_pool[] = {"type", "name", "size", "stride", "padding", NULL};
-static const char *const keys_embedding[] = {"type", "name", "vocab", "dim", "positions", NULL};
-static const char *const keys_patch[] = {"type", "name", "size", "dim", "positions", NULL};
-static const char *const keys_attention[] = {"type", "name", "heads", "bias", "causal", NULL};
 static const char *const keys_residual[] = {"type", "name", "body", "shortcut", NULL};
 static const char *const keys_repeat[] = {"type", "name", "count", "first", "body", NULL};
 static const char *const padding_choices[] = {"valid", "same", NULL};
-
-/* FLOPs per element of the element-wise ops (see the file comment). */
-static const double RELU_FWD = 1, RELU_BWD = 1;
-static const double TANH_FWD = 4, TANH_BWD = 3;
-static const double GELU_FWD = 10, GELU_BWD = 16;
-static const double NORM_FWD = 8, NORM_BWD = 12;
-static const double SOFTMAX_FWD = 5, SOFTMAX_BWD = 4;
-
-const char *ps_layer_kind_name(PsLayerKind kind)
-{
-  g_return_val_if_fail(kind >= 0 && kind < PS_LAYER_N_KINDS, "?");
-  return kind_names[kind];
-}
+const char *const ps_layer_keys_plain[] = {"type", "name", NULL};
 
 int64_t ps_shape_elems(const int64_t *shape, int rank)
 {
@@ -130,7 +77,7 @@ typedef struct {
   int src;         /* producing layer, -1 for the model input */
 } Tensor;
 
-static char *shape_str(const int64_t *shape, int rank)
+char *ps_layer_shape_str(const int64_t *shape, int rank)
 {
   GString *s = g_string_new("(");
   for (int i = 0; i < rank; i++)
@@ -158,11 +105,8 @@ typedef struct {
   int repeats;       /* repeat groups being expanded around the current item */
 } Builder;
 
-static void set_error(GError **error, int code, const char *file, const char *path,
-                      const char *fmt, ...) G_GNUC_PRINTF(5, 6);
-
-static void set_error(GError **error, int code, const char *file, const char *path,
-                      const char *fmt, ...)
+void ps_layer_error(GError **error, int code, const char *file, const char *path,
+                    const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
@@ -176,9 +120,9 @@ static gboolean add_name(Builder *b, const char *name, const char *path, GError 
 {
   const char *prev = g_hash_table_lookup(b->names, name);
   if (prev) {
-    set_error(error, PS_INPUT_ERROR_VALUE, b->file, path,
-              "duplicate layer name '%s' (also used at %s)%s", name, prev,
-              b->repeats > 0 ? "; a repeat names its copies NAME<i>, or NAME_<i> when NAME "
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, b->file, path,
+                   "duplicate layer name '%s' (also used at %s)%s", name, prev,
+                   b->repeats > 0 ? "; a repeat names its copies NAME<i>, or NAME_<i> when NAME "
                                "ends in a digit: rename the layer or the repeat"
                              : "");
     return FALSE;
@@ -191,7 +135,7 @@ static gboolean add_name(Builder *b, const char *name, const char *path, GError 
 static gboolean push_layer(Builder *b, PsLayer *L, const char *path, Tensor *t, GError **error)
 {
   if (b->layers->len >= MAX_LAYERS) {
-    set_error(error, PS_INPUT_ERROR_VALUE, b->file, path, "more than %d layers", MAX_LAYERS);
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, b->file, path, "more than %d layers", MAX_LAYERS);
     g_free(L->name);
     return FALSE;
   }
@@ -207,41 +151,61 @@ static gboolean push_layer(Builder *b, PsLayer *L, const char *path, Tensor *t, 
   return TRUE;
 }
 
-/* Reads a size hyper-parameter: an integer in [1, MAX_DIM]. */
-static gboolean get_dim(json_object *obj, const char *file, const char *path, const char *key,
-                        gboolean required, int64_t *out, GError **error)
+gboolean ps_layer_get_dim(json_object *obj, const char *file, const char *path, const char *key,
+                          gboolean required, int64_t *out, GError **error)
 {
   int64_t v = *out;
   if (!ps_json_get_int(obj, file, path, key, required, 1, INT64_MAX, &v, error))
     return FALSE;
   if (v > MAX_DIM) {
     g_autofree char *p = ps_json_path_join(path, key);
-    set_error(error, PS_INPUT_ERROR_VALUE, file, p,
-              "must be at most %" G_GINT64_FORMAT ", got %" G_GINT64_FORMAT, MAX_DIM, v);
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, p,
+                   "must be at most %" G_GINT64_FORMAT ", got %" G_GINT64_FORMAT, MAX_DIM, v);
     return FALSE;
   }
   *out = v;
   return TRUE;
 }
 
-/* Fails when a weight or tensor count (computed in doubles) is too large
- * for the int64 arithmetic that follows. */
 static gboolean check_size(double n, const char *what, const char *file, const char *path,
                            GError **error)
 {
   if (n <= MAX_ELEMS)
     return TRUE;
-  set_error(error, PS_INPUT_ERROR_VALUE, file, path, "%s of %.3g elements is too large", what, n);
+  ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, path, "%s of %.3g elements is too large",
+                 what, n);
   return FALSE;
 }
 
-static void add_matmul(PsLayer *L, int64_t rows, int64_t k, int64_t n, int64_t count)
+gboolean ps_layer_check_size(double n, const char *what, const PsLayerIn *in, GError **error)
+{
+  return check_size(n, what, in->file, in->path, error);
+}
+
+gboolean ps_layer_get_padding(PsLayer *L, json_object *obj, const char *file, const char *path,
+                              gboolean same, GError **error)
+{
+  int padding = same ? 1 : 0;
+  if (!ps_json_get_enum(obj, file, path, "padding", FALSE, padding_choices, &padding, error))
+    return FALSE;
+  L->same_padding = padding == 1;
+  return TRUE;
+}
+
+gboolean ps_layer_parse_plain(PsLayer *L, json_object *obj, const char *file, const char *path,
+                              GError **error)
+{
+  L->bias = FALSE;
+  return ps_json_check_keys(obj, file, path, ps_layer_keys_plain, error);
+}
+
+void ps_layer_add_matmul(PsLayer *L, int64_t rows, int64_t k, int64_t n, int64_t count)
 {
   g_assert(L->n_mm < PS_MAX_MATMULS);
   L->mm[L->n_mm++] = (PsMatmul){.rows = rows, .k = k, .n = n, .count = count};
 }
 
-static double matmul_flops(const PsLayer *L)
+double ps_layer_matmul_flops(const PsLayer *L)
 {
   double f = 0;
   for (int i = 0; i < L->n_mm; i++)
@@ -250,16 +214,14 @@ static double matmul_flops(const PsLayer *L)
   return f;
 }
 
-/* Output size of a window sweep along one axis. */
-static int64_t sweep_out(int64_t in, int64_t window, int64_t stride, gboolean same)
+int64_t ps_layer_sweep_out(int64_t in, int64_t window, int64_t stride, gboolean same)
 {
   if (same)
     return (in + stride - 1) / stride;
   return (in - window) / stride + 1;
 }
 
-/* Element-wise layer: out = in, cost per element. */
-static void elementwise(PsLayer *L, const Tensor *in, double fwd, double bwd)
+void ps_layer_elementwise(PsLayer *L, const PsLayerIn *in, double fwd, double bwd)
 {
   int64_t e = ps_shape_elems(in->shape, in->rank);
   L->out_rank = in->rank;
@@ -272,281 +234,23 @@ static void elementwise(PsLayer *L, const Tensor *in, double fwd, double bwd)
 }
 
 /* Fills shapes and costs of a plain layer whose hyper-parameters are set.
- * `in` is its input; errors name `path`. */
-static gboolean layer_compute(PsLayer *L, const Tensor *in, gboolean positions,
-                              const char *file, const char *path, GError **error)
+ * `t` is its input; errors name `path`. */
+static gboolean layer_compute(PsLayer *L, const Tensor *t, const char *file, const char *path,
+                              GError **error)
 {
-  g_autofree char *ins = shape_str(in->shape, in->rank);
-  int64_t e_in = ps_shape_elems(in->shape, in->rank);
-  const char *kn = kind_names[L->kind];
+  const PsLayerOps *ops = ps_layer_ops(L->kind);
+  g_autofree char *ins = ps_layer_shape_str(t->shape, t->rank);
+  PsLayerIn in = {.rank = t->rank, .shape = t->shape, .elems = ps_shape_elems(t->shape, t->rank),
+                  .tokens = t->tokens, .str = ins, .file = file, .path = path};
 
-  L->in_rank = in->rank;
-  memcpy(L->in_shape, in->shape, sizeof L->in_shape);
-
-  if (in->tokens && L->kind != PS_LAYER_EMBEDDING) {
-    set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-              "%s cannot take token ids; put an embedding first", kn);
+  L->in_rank = t->rank;
+  memcpy(L->in_shape, t->shape, sizeof L->in_shape);
+  if (t->tokens && !ops->takes_tokens) {
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, path,
+                   "%s cannot take token ids; put an embedding first", ops->name);
     return FALSE;
   }
-
-  switch (L->kind) {
-  case PS_LAYER_DENSE: {
-    if (in->rank > 2) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-                "dense needs a rank-1 or rank-2 input, got %s; add a flatten first", ins);
-      return FALSE;
-    }
-    int64_t rows = in->rank == 2 ? in->shape[0] : 1;
-    int64_t d = in->shape[in->rank - 1];
-    if (!check_size((double)d * (double)L->units, "weight matrix", file, path, error) ||
-        !check_size((double)rows * (double)L->units, "output", file, path, error))
-      return FALSE;
-    L->out_rank = in->rank;
-    memcpy(L->out_shape, in->shape, sizeof L->out_shape);
-    L->out_shape[in->rank - 1] = L->units;
-    L->params = d * L->units + (L->bias ? L->units : 0);
-    add_matmul(L, rows, d, L->units, 1);
-    double mm = matmul_flops(L), nb = L->bias ? (double)(rows * L->units) : 0;
-    L->fwd_flops = mm + nb;
-    L->bwd_flops = 2 * mm + nb;
-    L->fwd_bytes = (double)e_in + (double)L->params + (double)(rows * L->units);
-    L->bwd_bytes = 2 * L->fwd_bytes;
-    L->act_elems = e_in;
-    return TRUE;
-  }
-  case PS_LAYER_CONV2D: {
-    if (in->rank != 3) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-                "conv2d needs a rank-3 (H, W, C) input, got %s", ins);
-      return FALSE;
-    }
-    int64_t h = in->shape[0], w = in->shape[1], c = in->shape[2];
-    if (!L->same_padding && (L->kernel > h || L->kernel > w)) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-                "kernel %" G_GINT64_FORMAT " is larger than the input %s with \"valid\" padding",
-                L->kernel, ins);
-      return FALSE;
-    }
-    int64_t oh = sweep_out(h, L->kernel, L->stride, L->same_padding);
-    int64_t ow = sweep_out(w, L->kernel, L->stride, L->same_padding);
-    double kk = (double)L->kernel * (double)L->kernel;
-    if (!check_size(kk * (double)c * (double)L->filters, "kernel", file, path, error) ||
-        !check_size(kk * (double)c * (double)(oh * ow), "patch matrix", file, path, error) ||
-        !check_size((double)(oh * ow) * (double)L->filters, "output", file, path, error))
-      return FALSE;
-    L->out_rank = 3;
-    L->out_shape[0] = oh;
-    L->out_shape[1] = ow;
-    L->out_shape[2] = L->filters;
-    L->params = L->kernel * L->kernel * c * L->filters + (L->bias ? L->filters : 0);
-    add_matmul(L, oh * ow, L->kernel * L->kernel * c, L->filters, 1);
-    double mm = matmul_flops(L), nb = L->bias ? (double)(oh * ow * L->filters) : 0;
-    L->fwd_flops = mm + nb;
-    L->bwd_flops = 2 * mm + nb;
-    L->fwd_bytes = (double)e_in + (double)L->params + (double)(oh * ow * L->filters);
-    L->bwd_bytes = 2 * L->fwd_bytes;
-    L->act_elems = e_in;
-    return TRUE;
-  }
-  case PS_LAYER_MAXPOOL:
-  case PS_LAYER_AVGPOOL: {
-    if (in->rank != 3) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-                "%s needs a rank-3 (H, W, C) input, got %s", kn, ins);
-      return FALSE;
-    }
-    int64_t h = in->shape[0], w = in->shape[1], c = in->shape[2];
-    if (!L->same_padding && (L->pool > h || L->pool > w)) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-                "pool size %" G_GINT64_FORMAT " is larger than the input %s with \"valid\" "
-                "padding",
-                L->pool, ins);
-      return FALSE;
-    }
-    int64_t oh = sweep_out(h, L->pool, L->stride, L->same_padding);
-    int64_t ow = sweep_out(w, L->pool, L->stride, L->same_padding);
-    int64_t e_out = oh * ow * c;
-    double win = (double)(L->pool * L->pool);
-    L->out_rank = 3;
-    L->out_shape[0] = oh;
-    L->out_shape[1] = ow;
-    L->out_shape[2] = c;
-    if (L->kind == PS_LAYER_MAXPOOL) {
-      L->fwd_flops = win * (double)e_out;
-      L->bwd_flops = (double)e_out;
-      L->act_elems = e_out; /* argmax */
-      L->fwd_bytes = (double)e_in + 2.0 * (double)e_out;
-      L->bwd_bytes = 2.0 * (double)e_out + (double)e_in;
-    } else {
-      L->fwd_flops = (win + 1) * (double)e_out;
-      L->bwd_flops = win * (double)e_out;
-      L->act_elems = 0;
-      L->fwd_bytes = (double)e_in + (double)e_out;
-      L->bwd_bytes = (double)e_out + (double)e_in;
-    }
-    return TRUE;
-  }
-  case PS_LAYER_GLOBAL_AVGPOOL: {
-    /* the mean over pixels (H, W, C) or over tokens (S, D) */
-    if (in->rank != 3 && in->rank != 2) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-                "global_avgpool needs a rank-3 (H, W, C) or rank-2 (S, D) input, got %s", ins);
-      return FALSE;
-    }
-    int64_t c = in->shape[in->rank - 1];
-    L->out_rank = 1;
-    L->out_shape[0] = c;
-    L->fwd_flops = (double)e_in + (double)c;
-    L->bwd_flops = (double)e_in;
-    L->fwd_bytes = (double)e_in + (double)c;
-    L->bwd_bytes = (double)c + (double)e_in;
-    L->act_elems = 0;
-    return TRUE;
-  }
-  case PS_LAYER_BATCHNORM:
-  case PS_LAYER_LAYERNORM: {
-    int64_t c = in->shape[in->rank - 1];
-    L->out_rank = in->rank;
-    memcpy(L->out_shape, in->shape, sizeof L->out_shape);
-    L->params = 2 * c;
-    L->fwd_flops = NORM_FWD * (double)e_in;
-    L->bwd_flops = NORM_BWD * (double)e_in;
-    /* forward: two passes over x, write y; backward: two passes over dy
-     * and x, write dx; parameters read and (backward) written */
-    L->fwd_bytes = 3.0 * (double)e_in + (double)L->params;
-    L->bwd_bytes = 5.0 * (double)e_in + 2.0 * (double)L->params;
-    /* batchnorm keeps a mean and variance per channel, layernorm per row */
-    L->act_elems = e_in + (L->kind == PS_LAYER_BATCHNORM ? 2 * c : 2 * (e_in / c));
-    return TRUE;
-  }
-  case PS_LAYER_EMBEDDING: {
-    if (!in->tokens || in->rank != 1) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-                "embedding needs token ids as input (input.tokens = true, shape [S]), got %s",
-                ins);
-      return FALSE;
-    }
-    if (!check_size((double)L->vocab * (double)L->dim, "embedding table", file, path, error) ||
-        !check_size((double)in->shape[0] * (double)L->dim, "output", file, path, error))
-      return FALSE;
-    int64_t s = in->shape[0], sd = s * L->dim;
-    gboolean pos = positions;
-    L->out_rank = 2;
-    L->out_shape[0] = s;
-    L->out_shape[1] = L->dim;
-    L->params = L->vocab * L->dim + (pos ? sd : 0);
-    L->fwd_flops = pos ? (double)sd : 0;           /* gather, then add positions */
-    L->bwd_flops = (double)sd;                     /* scatter-add of rows */
-    L->fwd_bytes = (double)s + (pos ? 3.0 : 2.0) * (double)sd; /* ids, rows, (pos), y */
-    L->bwd_bytes = (double)s + (pos ? 3.0 : 2.0) * (double)sd;
-    L->act_elems = s;
-    return TRUE;
-  }
-  case PS_LAYER_PATCH_EMBEDDING: {
-    /* Dosovitskiy et al., "An Image is Worth 16x16 Words: Transformers for
-     * Image Recognition at Scale", ICLR 2021, arXiv:2010.11929, eq. 1: the
-     * image cut into non-overlapping PxP patches, each flattened and
-     * projected to D, plus a learned position embedding per patch. */
-    if (in->rank != 3) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-                "patch_embedding needs a rank-3 (H, W, C) input, got %s", ins);
-      return FALSE;
-    }
-    int64_t h = in->shape[0], w = in->shape[1], c = in->shape[2], p = L->kernel;
-    if (h % p != 0 || w % p != 0) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-                "patch size %" G_GINT64_FORMAT " does not divide the input %s into whole "
-                "patches; H and W must be multiples of it",
-                p, ins);
-      return FALSE;
-    }
-    int64_t s = (h / p) * (w / p), k = p * p * c;
-    if (!check_size((double)k * (double)L->dim, "projection", file, path, error) ||
-        !check_size((double)s * (double)L->dim, "output", file, path, error))
-      return FALSE;
-    int64_t sd = s * L->dim;
-    L->out_rank = 2;
-    L->out_shape[0] = s;
-    L->out_shape[1] = L->dim;
-    L->params = k * L->dim + L->dim + (L->positions ? sd : 0);
-    add_matmul(L, s, k, L->dim, 1);
-    double mm = matmul_flops(L), adds = (double)sd * (L->positions ? 2 : 1);
-    L->fwd_flops = mm + adds;
-    L->bwd_flops = 2 * mm + adds;
-    L->fwd_bytes = (double)e_in + (double)L->params + (double)sd;
-    L->bwd_bytes = 2 * L->fwd_bytes;
-    L->act_elems = e_in;
-    return TRUE;
-  }
-  case PS_LAYER_ATTENTION: {
-    if (in->rank != 2) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-                "attention needs a rank-2 (S, D) input, got %s", ins);
-      return FALSE;
-    }
-    int64_t s = in->shape[0], d = in->shape[1], h = L->heads;
-    if (d % h != 0) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-                "d_model %" G_GINT64_FORMAT " is not divisible by heads %" G_GINT64_FORMAT, d, h);
-      return FALSE;
-    }
-    if (!check_size(4.0 * (double)d * (double)d, "weights", file, path, error) ||
-        !check_size((double)h * (double)s * (double)s, "score tensor", file, path, error))
-      return FALSE;
-    int64_t dh = d / h;
-    L->out_rank = 2;
-    L->out_shape[0] = s;
-    L->out_shape[1] = d;
-    L->dim = d;
-    L->params = 4 * d * d + (L->bias ? 4 * d : 0);
-    add_matmul(L, s, d, 3 * d, 1); /* Q, K, V projections */
-    add_matmul(L, s, dh, s, h);    /* scores Q K^T per head */
-    add_matmul(L, s, s, dh, h);    /* context P V per head */
-    add_matmul(L, s, d, d, 1);     /* output projection */
-    double mm = matmul_flops(L);
-    double scores = (double)(h * s * s), sd = (double)(s * d);
-    double nb = L->bias ? 4.0 * sd : 0;
-    L->fwd_flops = mm + (1 + SOFTMAX_FWD) * scores + nb;
-    L->bwd_flops = 2 * mm + (1 + SOFTMAX_BWD) * scores + nb;
-    /* x, qkv written, q and k read, v read, context written and read, output
-     * written: 10 S D; scores written, read and written by the softmax, read
-     * by the context product: 4 h S^2 */
-    L->fwd_bytes = 10.0 * sd + 4.0 * scores + (double)L->params;
-    L->bwd_bytes = 2 * L->fwd_bytes;
-    L->act_elems = 5 * s * d + h * s * s; /* x, q, k, v, context, probabilities */
-    return TRUE;
-  }
-  case PS_LAYER_RELU:
-    elementwise(L, in, RELU_FWD, RELU_BWD);
-    return TRUE;
-  case PS_LAYER_GELU:
-    elementwise(L, in, GELU_FWD, GELU_BWD);
-    return TRUE;
-  case PS_LAYER_TANH:
-    elementwise(L, in, TANH_FWD, TANH_BWD);
-    return TRUE;
-  case PS_LAYER_FLATTEN:
-    L->out_rank = 1;
-    L->out_shape[0] = e_in;
-    return TRUE;
-  case PS_LAYER_SOFTMAX_XENT: {
-    /* the output is the probabilities (the loss is one number per
-     * example, accumulated on the side) */
-    L->out_rank = in->rank;
-    memcpy(L->out_shape, in->shape, sizeof L->out_shape);
-    L->fwd_flops = SOFTMAX_FWD * (double)e_in;
-    L->bwd_flops = 2.0 * (double)e_in;
-    L->fwd_bytes = 2.0 * (double)e_in;
-    L->bwd_bytes = 2.0 * (double)e_in;
-    L->act_elems = e_in;
-    return TRUE;
-  }
-  case PS_LAYER_ADD:
-  case PS_LAYER_N_KINDS:
-    break;
-  }
-  g_assert_not_reached();
-  return FALSE;
+  return ops->shape(L, &in, error);
 }
 
 static gboolean build_list(Builder *b, json_object *arr, const char *path, const char *prefix,
@@ -570,18 +274,18 @@ static gboolean get_array(json_object *obj, const char *file, const char *path, 
   *out = NULL;
   if (!json_object_object_get_ex(obj, key, &v) || v == NULL) {
     if (required) {
-      set_error(error, PS_INPUT_ERROR_KEY, file, path, "missing required key '%s'", key);
+      ps_layer_error(error, PS_INPUT_ERROR_KEY, file, path, "missing required key '%s'", key);
       return FALSE;
     }
     return TRUE;
   }
   g_autofree char *p = ps_json_path_join(path, key);
   if (!json_object_is_type(v, json_type_array)) {
-    set_error(error, PS_INPUT_ERROR_TYPE, file, p, "must be an array of layers");
+    ps_layer_error(error, PS_INPUT_ERROR_TYPE, file, p, "must be an array of layers");
     return FALSE;
   }
   if (nonempty && json_object_array_length(v) == 0) {
-    set_error(error, PS_INPUT_ERROR_VALUE, file, p, "must not be empty");
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, p, "must not be empty");
     return FALSE;
   }
   *out = v;
@@ -612,27 +316,21 @@ static gboolean item_residual(Builder *b, json_object *obj, const char *path, co
       return FALSE;
   }
   if (!same_shape(t, &sc) || sc.tokens) {
-    g_autofree char *bs = shape_str(t->shape, t->rank);
-    g_autofree char *ss = shape_str(sc.shape, sc.rank);
-    set_error(error, PS_INPUT_ERROR_VALUE, file, path,
-              "residual body output %s does not match the shortcut output %s%s", bs, ss,
-              shortcut ? "" : " (identity shortcut)");
+    g_autofree char *bs = ps_layer_shape_str(t->shape, t->rank);
+    g_autofree char *ss = ps_layer_shape_str(sc.shape, sc.rank);
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, path,
+                   "residual body output %s does not match the shortcut output %s%s", bs, ss,
+                   shortcut ? "" : " (identity shortcut)");
     return FALSE;
   }
   PsLayer L = {0};
   L.kind = PS_LAYER_ADD;
-  L.name = name_join(name, "add");
-  L.in_rank = L.out_rank = t->rank;
-  memcpy(L.in_shape, t->shape, sizeof L.in_shape);
-  memcpy(L.out_shape, t->shape, sizeof L.out_shape);
   L.shortcut_of = first;
   L.input_from = t->src;
   L.shortcut_from = sc.src;
-  int64_t e = ps_shape_elems(t->shape, t->rank);
-  L.fwd_flops = (double)e;
-  L.bwd_flops = (double)e;
-  L.fwd_bytes = 3.0 * (double)e;
-  L.bwd_bytes = 3.0 * (double)e;
+  if (!layer_compute(&L, t, file, path, error))
+    return FALSE;
+  L.name = name_join(name, "add");
   return push_layer(b, &L, path, t, error);
 }
 
@@ -649,8 +347,8 @@ static gboolean item_repeat(Builder *b, json_object *obj, const char *path, cons
     return FALSE;
   if (count > MAX_REPEAT) {
     g_autofree char *p = ps_json_path_join(path, "count");
-    set_error(error, PS_INPUT_ERROR_VALUE, file, p,
-              "must be at most %d, got %" G_GINT64_FORMAT, MAX_REPEAT, count);
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, p,
+                   "must be at most %d, got %" G_GINT64_FORMAT, MAX_REPEAT, count);
     return FALSE;
   }
   g_autofree char *bpath = ps_json_path_join(path, "body");
@@ -670,92 +368,40 @@ static gboolean item_repeat(Builder *b, json_object *obj, const char *path, cons
 }
 
 static gboolean item_layer(Builder *b, json_object *obj, const char *path, const char *name,
-                           PsLayerKind kind, Tensor *t, GError **error)
+                           const PsLayerOps *ops, Tensor *t, GError **error)
 {
-  const char *file = b->file;
   PsLayer L = {0};
-  L.kind = kind;
+  L.kind = ops->kind;
   L.stride = 1;
   L.bias = TRUE;
   L.shortcut_of = -1;
   L.shortcut_from = -1;
   L.input_from = t->src;
-  gboolean ok = TRUE, positions = TRUE;
-  int padding = -1;
-  switch (kind) {
-  case PS_LAYER_DENSE:
-    ok = ps_json_check_keys(obj, file, path, keys_dense, error) &&
-         get_dim(obj, file, path, "units", TRUE, &L.units, error) &&
-         ps_json_get_bool(obj, file, path, "bias", FALSE, &L.bias, error);
-    break;
-  case PS_LAYER_CONV2D:
-    padding = 1; /* same */
-    ok = ps_json_check_keys(obj, file, path, keys_conv, error) &&
-         get_dim(obj, file, path, "filters", TRUE, &L.filters, error) &&
-         get_dim(obj, file, path, "kernel", TRUE, &L.kernel, error) &&
-         get_dim(obj, file, path, "stride", FALSE, &L.stride, error) &&
-         ps_json_get_enum(obj, file, path, "padding", FALSE, padding_choices, &padding, error) &&
-         ps_json_get_bool(obj, file, path, "bias", FALSE, &L.bias, error);
-    break;
-  case PS_LAYER_MAXPOOL:
-  case PS_LAYER_AVGPOOL:
-    padding = 0; /* valid */
-    L.bias = FALSE;
-    ok = ps_json_check_keys(obj, file, path, keys_pool, error) &&
-         get_dim(obj, file, path, "size", TRUE, &L.pool, error);
-    L.stride = L.pool;
-    ok = ok && get_dim(obj, file, path, "stride", FALSE, &L.stride, error) &&
-         ps_json_get_enum(obj, file, path, "padding", FALSE, padding_choices, &padding, error);
-    break;
-  case PS_LAYER_EMBEDDING: {
-    L.bias = FALSE;
-    ok = ps_json_check_keys(obj, file, path, keys_embedding, error) &&
-         get_dim(obj, file, path, "vocab", TRUE, &L.vocab, error) &&
-         get_dim(obj, file, path, "dim", TRUE, &L.dim, error) &&
-         ps_json_get_bool(obj, file, path, "positions", FALSE, &positions, error);
-    break;
-  }
-  case PS_LAYER_PATCH_EMBEDDING:
-    ok = ps_json_check_keys(obj, file, path, keys_patch, error) &&
-         get_dim(obj, file, path, "size", TRUE, &L.kernel, error) &&
-         get_dim(obj, file, path, "dim", TRUE, &L.dim, error) &&
-         ps_json_get_bool(obj, file, path, "positions", FALSE, &positions, error);
-    L.stride = L.kernel;
-    break;
-  case PS_LAYER_ATTENTION:
-    /* a mask: the same counted cost, but the numerics honour it */
-    ok = ps_json_check_keys(obj, file, path, keys_attention, error) &&
-         get_dim(obj, file, path, "heads", TRUE, &L.heads, error) &&
-         ps_json_get_bool(obj, file, path, "bias", FALSE, &L.bias, error) &&
-         ps_json_get_bool(obj, file, path, "causal", FALSE, &L.causal, error);
-    break;
-  default:
-    L.bias = FALSE;
-    ok = ps_json_check_keys(obj, file, path, keys_none, error);
-    break;
-  }
-  if (!ok)
-    return FALSE;
-  L.same_padding = padding == 1;
-  L.positions = (kind == PS_LAYER_EMBEDDING || kind == PS_LAYER_PATCH_EMBEDDING) && positions;
-  if (!layer_compute(&L, t, positions, file, path, error))
+  if (!ops->parse(&L, obj, b->file, path, error) || !layer_compute(&L, t, b->file, path, error))
     return FALSE;
   L.name = g_strdup(name);
   return push_layer(b, &L, path, t, error);
 }
 
-/* Index of a type string in item_types mapped to a kind or group; -1 if
- * unknown. */
-static int item_kind(const char *type)
+/* The kind a model file's "type" names, or NULL (a group, or unknown). */
+static const PsLayerOps *item_kind(const char *type)
 {
-  for (int k = 0; k < PS_LAYER_N_KINDS; k++)
-    if (k != PS_LAYER_ADD && strcmp(kind_names[k], type) == 0)
-      return k;
-  if (strcmp(type, "residual") == 0)
-    return ITEM_RESIDUAL;
-  if (strcmp(type, "repeat") == 0)
-    return ITEM_REPEAT;
-  return -1;
+  for (int k = 0; ps_layer_table[k]; k++)
+    if (ps_layer_table[k]->keys && strcmp(ps_layer_table[k]->name, type) == 0)
+      return ps_layer_table[k];
+  return NULL;
+}
+
+/* "dense, conv2d, ..., residual, repeat": the types a file may name, in
+ * the table's order.  (transfer full) */
+static char *item_types(void)
+{
+  GString *s = g_string_new(NULL);
+  for (int k = 0; ps_layer_table[k]; k++)
+    if (ps_layer_table[k]->keys)
+      g_string_append_printf(s, "%s, ", ps_layer_table[k]->name);
+  g_string_append(s, "residual, repeat");
+  return g_string_free(s, FALSE);
 }
 
 static gboolean build_item(Builder *b, json_object *obj, const char *path, const char *name,
@@ -765,19 +411,19 @@ static gboolean build_item(Builder *b, json_object *obj, const char *path, const
   if (!ps_json_expect_object(obj, b->file, path, error) ||
       !ps_json_get_string(obj, b->file, path, "type", TRUE, &type, error))
     return FALSE;
-  int k = item_kind(type);
-  if (k < 0) {
+  if (strcmp(type, "residual") == 0)
+    return item_residual(b, obj, path, name, t, error);
+  if (strcmp(type, "repeat") == 0)
+    return item_repeat(b, obj, path, name, t, error);
+  const PsLayerOps *ops = item_kind(type);
+  if (!ops) {
     g_autofree char *p = ps_json_path_join(path, "type");
-    g_autofree char *list = g_strjoinv(", ", (char **)item_types);
-    set_error(error, PS_INPUT_ERROR_VALUE, b->file, p,
-              "unknown layer type '%s' (expected one of: %s)", type, list);
+    g_autofree char *list = item_types();
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, b->file, p,
+                   "unknown layer type '%s' (expected one of: %s)", type, list);
     return FALSE;
   }
-  if (k == ITEM_RESIDUAL)
-    return item_residual(b, obj, path, name, t, error);
-  if (k == ITEM_REPEAT)
-    return item_repeat(b, obj, path, name, t, error);
-  return item_layer(b, obj, path, name, (PsLayerKind)k, t, error);
+  return item_layer(b, obj, path, name, ops, t, error);
 }
 
 /* Builds the items of `arr` in order.  Unnamed items are called TYPE<n>,
@@ -798,8 +444,8 @@ static gboolean build_list(Builder *b, json_object *arr, const char *path, const
       return FALSE;
     if (given && (!*given || strpbrk(given, " \t\n") != NULL)) {
       g_autofree char *np = ps_json_path_join(ipath, "name");
-      set_error(error, PS_INPUT_ERROR_VALUE, b->file, np,
-                "must be a non-empty name without spaces, got '%s'", given);
+      ps_layer_error(error, PS_INPUT_ERROR_VALUE, b->file, np,
+                     "must be a non-empty name without spaces, got '%s'", given);
       return FALSE;
     }
     int ord = GPOINTER_TO_INT(g_hash_table_lookup(ordinals, type)) + 1;
@@ -837,7 +483,7 @@ static gboolean read_input(PsModel *m, json_object *obj, const char *file, const
   json_object *in = NULL, *shape = NULL;
   g_autofree char *ipath = ps_json_path_join(path, "input");
   if (!json_object_object_get_ex(obj, "input", &in) || !in) {
-    set_error(error, PS_INPUT_ERROR_KEY, file, path, "missing required key 'input'");
+    ps_layer_error(error, PS_INPUT_ERROR_KEY, file, path, "missing required key 'input'");
     return FALSE;
   }
   if (!ps_json_check_keys(in, file, ipath, keys_input, error) ||
@@ -846,13 +492,13 @@ static gboolean read_input(PsModel *m, json_object *obj, const char *file, const
     return FALSE;
   g_autofree char *spath = ps_json_path_join(ipath, "shape");
   if (!json_object_object_get_ex(in, "shape", &shape) || !shape) {
-    set_error(error, PS_INPUT_ERROR_KEY, file, ipath, "missing required key 'shape'");
+    ps_layer_error(error, PS_INPUT_ERROR_KEY, file, ipath, "missing required key 'shape'");
     return FALSE;
   }
   size_t rank = json_object_is_type(shape, json_type_array) ? json_object_array_length(shape) : 0;
   if (rank < 1 || rank > PS_MAX_RANK) {
-    set_error(error, PS_INPUT_ERROR_TYPE, file, spath,
-              "must be an array of 1 to %d positive integers", PS_MAX_RANK);
+    ps_layer_error(error, PS_INPUT_ERROR_TYPE, file, spath,
+                   "must be an array of 1 to %d positive integers", PS_MAX_RANK);
     return FALSE;
   }
   m->in_rank = (int)rank;
@@ -863,8 +509,8 @@ static gboolean read_input(PsModel *m, json_object *obj, const char *file, const
                    ? json_object_get_double(d)
                    : -1;
     if (!(v >= 1 && v <= (double)MAX_DIM && v == floor(v))) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, dp, "must be a positive integer, got %s",
-                d ? json_object_to_json_string(d) : "null");
+      ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, dp, "must be a positive integer, got %s",
+                     d ? json_object_to_json_string(d) : "null");
       return FALSE;
     }
     m->in_shape[i] = (int64_t)v;
@@ -872,8 +518,8 @@ static gboolean read_input(PsModel *m, json_object *obj, const char *file, const
   if (!check_size((double)ps_shape_elems(m->in_shape, m->in_rank), "input", file, spath, error))
     return FALSE;
   if (m->token_input && rank != 1) {
-    set_error(error, PS_INPUT_ERROR_VALUE, file, spath,
-              "token input must have shape [S], got rank %zu", rank);
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, spath,
+                   "token input must have shape [S], got rank %zu", rank);
     return FALSE;
   }
   return TRUE;
@@ -881,26 +527,66 @@ static gboolean read_input(PsModel *m, json_object *obj, const char *file, const
 
 static gboolean layer_numeric(const PsLayer *L)
 {
-  switch (L->kind) {
-  case PS_LAYER_DENSE:
-  case PS_LAYER_RELU:
-  case PS_LAYER_GELU:
-  case PS_LAYER_TANH:
-  case PS_LAYER_CONV2D:
-  case PS_LAYER_GLOBAL_AVGPOOL:
-  case PS_LAYER_FLATTEN:
-  case PS_LAYER_SOFTMAX_XENT:
-  case PS_LAYER_LAYERNORM:
-  case PS_LAYER_ATTENTION:
-  case PS_LAYER_ADD:
-  case PS_LAYER_PATCH_EMBEDDING:
-    return TRUE;
-  case PS_LAYER_MAXPOOL:
-  case PS_LAYER_AVGPOOL:
-    return !L->same_padding;
-  default:
+  const PsLayerOps *ops = ps_layer_ops(L->kind);
+  return ops->forward != NULL && (!ops->numeric || ops->numeric(L));
+}
+
+/* The loss: exactly one, last, over input.classes. */
+static gboolean check_loss(const PsModel *m, GHashTable *names, const char *file,
+                           const char *path, const char *lpath, GError **error)
+{
+  for (int i = 0; i < m->n_layers; i++) {
+    const PsLayer *L = &m->layers[i];
+    if (ps_layer_ops(L->kind)->loss && i != m->n_layers - 1) {
+      ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, g_hash_table_lookup(names, L->name),
+                     "%s must be the last layer (layer '%s' is #%d of %d)",
+                     ps_layer_kind_name(L->kind), L->name, i, m->n_layers);
+      return FALSE;
+    }
+  }
+  const PsLayer *last = &m->layers[m->n_layers - 1];
+  if (!ps_layer_ops(last->kind)->loss) {
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, lpath,
+                   "the last layer must be softmax_xent (the loss), got %s",
+                   ps_layer_kind_name(last->kind));
     return FALSE;
   }
+  int64_t width = last->in_shape[last->in_rank - 1];
+  if (width != m->classes) {
+    g_autofree char *cp = ps_json_path_join(path, "input.classes");
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, g_hash_table_lookup(names, last->name),
+                   "%s input width %" G_GINT64_FORMAT " does not match %s = %" G_GINT64_FORMAT,
+                   ps_layer_kind_name(last->kind), width, cp, m->classes);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* The model's totals per example, and whether numerics support it. */
+static gboolean sum_totals(PsModel *m, const char *file, const char *lpath, GError **error)
+{
+  /* Each layer is within MAX_ELEMS, but many of them can sum past int64:
+   * the totals are checked in doubles first. */
+  double total_params = 0, total_act = 0;
+  for (int i = 0; i < m->n_layers; i++) {
+    total_params += (double)m->layers[i].params;
+    total_act += (double)m->layers[i].act_elems;
+  }
+  if (!check_size(total_params, "the model's parameter count", file, lpath, error) ||
+      !check_size(total_act, "the model's activation count per example", file, lpath, error))
+    return FALSE;
+
+  m->numerics_supported = TRUE;
+  for (int i = 0; i < m->n_layers; i++) {
+    const PsLayer *L = &m->layers[i];
+    m->params += L->params;
+    m->fwd_flops += L->fwd_flops;
+    m->bwd_flops += L->bwd_flops;
+    m->act_elems += L->act_elems;
+    if (!layer_numeric(L))
+      m->numerics_supported = FALSE;
+  }
+  return TRUE;
 }
 
 PsModel *ps_model_from_json(json_object *obj, const char *file, const char *path,
@@ -945,55 +631,10 @@ PsModel *ps_model_from_json(json_object *obj, const char *file, const char *path
   if (!build_list(&b, layers, lpath, "", FALSE, &t, error))
     goto fail;
 
-  /* softmax_xent: exactly one, last, over input.classes */
   m->n_layers = (int)b.layers->len;
   m->layers = (PsLayer *)(void *)b.layers->data;
-  for (int i = 0; i < m->n_layers; i++) {
-    PsLayer *L = &m->layers[i];
-    if (L->kind == PS_LAYER_SOFTMAX_XENT && i != m->n_layers - 1) {
-      set_error(error, PS_INPUT_ERROR_VALUE, file, g_hash_table_lookup(b.names, L->name),
-                "softmax_xent must be the last layer (layer '%s' is #%d of %d)", L->name, i,
-                m->n_layers);
-      goto fail_layers;
-    }
-  }
-  PsLayer *last = &m->layers[m->n_layers - 1];
-  if (last->kind != PS_LAYER_SOFTMAX_XENT) {
-    set_error(error, PS_INPUT_ERROR_VALUE, file, lpath,
-              "the last layer must be softmax_xent (the loss), got %s",
-              kind_names[last->kind]);
+  if (!check_loss(m, b.names, file, path, lpath, error) || !sum_totals(m, file, lpath, error))
     goto fail_layers;
-  }
-  int64_t width = last->in_shape[last->in_rank - 1];
-  if (width != m->classes) {
-    g_autofree char *cp = ps_json_path_join(path, "input.classes");
-    set_error(error, PS_INPUT_ERROR_VALUE, file, g_hash_table_lookup(b.names, last->name),
-              "softmax_xent input width %" G_GINT64_FORMAT " does not match %s = %" G_GINT64_FORMAT,
-              width, cp, m->classes);
-    goto fail_layers;
-  }
-
-  /* Each layer is within MAX_ELEMS, but many of them can sum past int64:
-   * the totals are checked in doubles first. */
-  double total_params = 0, total_act = 0;
-  for (int i = 0; i < m->n_layers; i++) {
-    total_params += (double)m->layers[i].params;
-    total_act += (double)m->layers[i].act_elems;
-  }
-  if (!check_size(total_params, "the model's parameter count", file, lpath, error) ||
-      !check_size(total_act, "the model's activation count per example", file, lpath, error))
-    goto fail_layers;
-
-  m->numerics_supported = TRUE;
-  for (int i = 0; i < m->n_layers; i++) {
-    const PsLayer *L = &m->layers[i];
-    m->params += L->params;
-    m->fwd_flops += L->fwd_flops;
-    m->bwd_flops += L->bwd_flops;
-    m->act_elems += L->act_elems;
-    if (!layer_numeric(L))
-      m->numerics_supported = FALSE;
-  }
   g_array_free(b.layers, FALSE);
   g_hash_table_destroy(b.names);
   return m;
@@ -1054,7 +695,7 @@ void ps_model_describe(const PsModel *model, GString *out)
   for (int i = 0; i < model->n_layers; i++)
     w = MAX(w, (int)strlen(model->layers[i].name));
   w = MIN(w, 48);
-  g_autofree char *ins = shape_str(model->in_shape, model->in_rank);
+  g_autofree char *ins = ps_layer_shape_str(model->in_shape, model->in_rank);
   g_string_append_printf(out, "model %s (%s)\n", model->name, model->file);
   if (model->description && *model->description)
     g_string_append_printf(out, "  %s\n", model->description);
@@ -1064,9 +705,9 @@ void ps_model_describe(const PsModel *model, GString *out)
                          "output", "params", "fwd MFLOP/ex");
   for (int i = 0; i < model->n_layers; i++) {
     const PsLayer *L = &model->layers[i];
-    g_autofree char *os = shape_str(L->out_shape, L->out_rank);
+    g_autofree char *os = ps_layer_shape_str(L->out_shape, L->out_rank);
     g_string_append_printf(out, "%5d  %-*s  %-15s  %-18s  %14" G_GINT64_FORMAT "  %14.3f\n", i,
-                           w, L->name, kind_names[L->kind], os, L->params,
+                           w, L->name, ps_layer_kind_name(L->kind), os, L->params,
                            L->fwd_flops / 1e6);
   }
   g_string_append_printf(out,

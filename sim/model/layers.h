@@ -35,6 +35,34 @@ typedef enum {
   PS_LAYER_N_KINDS
 } PsLayerKind;
 
+/* How the cost model (hw/cost.c) lowers a kind to kernels, XLA's way:
+ * - PRODUCER: kernels of its own (a matmul or convolution, a pool, an
+ *   embedding, a normalization of rows, the loss), taking its element-wise
+ *   consumers into its output;
+ * - UNARY: element-wise on one input, fused into its producer's kernel;
+ * - VIEW: a reshape, no kernel and no traffic;
+ * - JOIN: the residual add of two inputs, fused where its body's producer
+ *   allows;
+ * - NORM_STATS: training batch normalization, a statistics reduction with
+ *   the normalization deferred into its consumer. */
+typedef enum {
+  PS_LOWER_PRODUCER,
+  PS_LOWER_UNARY,
+  PS_LOWER_VIEW,
+  PS_LOWER_JOIN,
+  PS_LOWER_NORM_STATS,
+} PsLayerLowering;
+
+/* A kind's part of the layer table that the cost model reads. */
+typedef struct {
+  PsLayerLowering lowering;
+  gboolean fuses_into_producer; /* strategies group it with its producer's op */
+  const char *kernel;           /* the forward kernel's name in listings */
+  /* the contraction of its matmul is a window (kernel^2 x input channels),
+   * each input channel padded to the MXU unless the input is thin */
+  gboolean window_contraction;
+} PsLayerLowerInfo;
+
 /* One matrix product of a layer's forward pass, for one example:
  * (rows x k) times (k x n), `count` times.  The cost model pads rows to the
  * MXU's batch tile (times the batch) and k, n to the MXU size. */
@@ -107,6 +135,8 @@ PsModel *ps_model_load_file(const char *file, GError **error);
 void ps_model_free(PsModel *model);
 
 const char *ps_layer_kind_name(PsLayerKind kind);
+/* (transfer none) */
+const PsLayerLowerInfo *ps_layer_kind_lower(PsLayerKind kind);
 int64_t ps_shape_elems(const int64_t *shape, int rank);
 
 /* Bytes a device needs for training with `batch` examples: weights,

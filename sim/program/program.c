@@ -11,14 +11,11 @@ PsPlan *ps_plan_new(int n_devices)
   PsPlan *plan = g_new0(PsPlan, 1);
   plan->n_devices = n_devices;
   plan->program_of = g_new0(int, n_devices);
-  plan->stage_of = g_new0(int, n_devices);
-  plan->replica_of = g_new0(int, n_devices);
-  plan->strategy = "?";
-  plan->replicas = 1;
-  plan->stages = 1;
+  plan->mesh.coord = g_new0(int, (size_t)n_devices * PS_N_AXES);
+  plan->mesh.n_ranges = g_new0(int, n_devices);
+  plan->mesh.ranges = g_new0(PsParamRange *, n_devices);
   plan->micro_batches = 1;
   plan->loss_scale = 1.0f;
-  plan->optimizer_slots = 1;
   return plan;
 }
 
@@ -35,10 +32,66 @@ void ps_plan_free(PsPlan *plan)
   g_free(plan->programs);
   g_free(plan->colls);
   g_free(plan->program_of);
-  g_free(plan->stage_of);
-  g_free(plan->replica_of);
   g_free(plan->stage_first);
+  for (int d = 0; d < plan->n_devices; d++)
+    g_free(plan->mesh.ranges[d]);
+  g_free(plan->mesh.ranges);
+  g_free(plan->mesh.n_ranges);
+  g_free(plan->mesh.coord);
   g_free(plan);
+}
+
+void ps_plan_set_axis(PsPlan *plan, PsAxis axis, int size)
+{
+  g_return_if_fail(axis < PS_N_AXES && size >= 1);
+  plan->mesh.size[axis] = size;
+}
+
+void ps_plan_set_coord(PsPlan *plan, int device, PsAxis axis, int c)
+{
+  g_return_if_fail(device >= 0 && device < plan->n_devices && axis < PS_N_AXES);
+  g_return_if_fail(c >= 0 && c < plan->mesh.size[axis]);
+  plan->mesh.coord[(size_t)device * PS_N_AXES + axis] = c;
+}
+
+void ps_plan_add_params(PsPlan *plan, int device, int64_t off, int64_t len)
+{
+  g_return_if_fail(device >= 0 && device < plan->n_devices && off >= 0 && len >= 0);
+  PsMesh *m = &plan->mesh;
+  m->ranges[device] = g_renew(PsParamRange, m->ranges[device], m->n_ranges[device] + 1);
+  m->ranges[device][m->n_ranges[device]++] = (PsParamRange){off, len};
+}
+
+gboolean ps_plan_has_axis(const PsPlan *plan, PsAxis axis)
+{
+  g_return_val_if_fail(axis < PS_N_AXES, FALSE);
+  return plan->mesh.size[axis] > 0;
+}
+
+int ps_plan_axis_size(const PsPlan *plan, PsAxis axis)
+{
+  g_return_val_if_fail(axis < PS_N_AXES, 1);
+  return MAX(plan->mesh.size[axis], 1);
+}
+
+int ps_plan_coord(const PsPlan *plan, int device, PsAxis axis)
+{
+  g_return_val_if_fail(device >= 0 && device < plan->n_devices && axis < PS_N_AXES, 0);
+  return plan->mesh.coord[(size_t)device * PS_N_AXES + axis];
+}
+
+const char *ps_buffer_name(PsBufferKind kind)
+{
+  static const char *const names[] = {"gradients", "parameters", "activations"};
+  g_return_val_if_fail(kind <= PS_BUFFER_ACTIVATIONS, "?");
+  return names[kind];
+}
+
+const char *ps_axis_name(PsAxis axis)
+{
+  static const char *const names[PS_N_AXES] = {"data", "stage", "fsdp", "tensor", "sequence"};
+  g_return_val_if_fail(axis < PS_N_AXES, "?");
+  return names[axis];
 }
 
 const PsProgram *ps_plan_program(const PsPlan *plan, int device)
@@ -94,10 +147,19 @@ static gboolean invalid(GError **error, int device, int op, const char *fmt, ...
   return FALSE;
 }
 
-gboolean ps_plan_validate(const PsPlan *plan, GError **error)
+/* What validation keeps while it walks the programs. */
+typedef struct {
+  const PsPlan *plan;
+  guint8 *member;     /* one byte per (collective, device) */
+  int *open, *starts; /* per collective, for the device being walked */
+  GHashTable *flow;   /* (src, dst, tag) -> SENDs minus RECVs per step */
+  GArray *keys;       /* the flow's keys, in the order they appeared */
+} Check;
+
+static gboolean check_colls(const PsPlan *plan, GError **error)
 {
-  const int nc = plan->n_colls, nd = plan->n_devices;
-  for (int c = 0; c < nc; c++) {
+  const int nd = plan->n_devices;
+  for (int c = 0; c < plan->n_colls; c++) {
     const PsPlanColl *pc = &plan->colls[c];
     if (pc->n_members < 1 || pc->count < 0 || pc->elem_bytes < 1)
       return invalid(error, -1, -1, "collective %d (%s) has %d members, %" G_GINT64_FORMAT
@@ -108,97 +170,110 @@ gboolean ps_plan_validate(const PsPlan *plan, GError **error)
         return invalid(error, pc->members[m], -1, "member %d of collective %d (%s) is not a "
                        "device of the plan (0..%d)", m, c, pc->name, nd - 1);
   }
-  /* membership, one byte per (collective, device) */
+  return TRUE;
+}
+
+static gboolean check_coll_op(Check *ck, int d, int i, const PsOp *op, GError **error)
+{
+  const PsPlan *plan = ck->plan;
+  const int nc = plan->n_colls;
+  if (op->coll < 0 || op->coll >= nc)
+    return invalid(error, d, i, "%s of collective %d, but the plan has %d",
+                   ps_op_kind_name(op->kind), op->coll, nc);
+  if (!ck->member[(size_t)op->coll * plan->n_devices + d])
+    return invalid(error, d, i, "%s of collective %d (%s), of which it is not a member",
+                   ps_op_kind_name(op->kind), op->coll, plan->colls[op->coll].name);
+  gboolean ok = TRUE;
+  if (op->kind == PS_OP_COLL_START) {
+    if (ck->open[op->coll] || ck->starts[op->coll])
+      ok = invalid(error, d, i, "collective %d (%s) started twice in one step", op->coll,
+                   plan->colls[op->coll].name);
+    ck->open[op->coll] = 1;
+    ck->starts[op->coll]++;
+  } else {
+    if (!ck->open[op->coll])
+      ok = invalid(error, d, i, "COLL_DONE of collective %d (%s) that is not started",
+                   op->coll, plan->colls[op->coll].name);
+    ck->open[op->coll] = 0;
+  }
+  return ok;
+}
+
+static gboolean check_message_op(Check *ck, int d, int i, const PsOp *op, GError **error)
+{
+  const int nd = ck->plan->n_devices;
+  if (op->peer < 0 || op->peer >= nd || op->peer == d || op->tag < 0 || op->tag >= (1 << 20))
+    return invalid(error, d, i, "%s with peer %d and tag %d (peers are the other devices "
+                   "0..%d, tags 0..2^20-1)", ps_op_kind_name(op->kind), op->peer, op->tag,
+                   nd - 1);
+  int src = op->kind == PS_OP_SEND ? d : op->peer;
+  int dst = op->kind == PS_OP_SEND ? op->peer : d;
+  gint64 key = ((gint64)src << 42) | ((gint64)dst << 20) | op->tag;
+  gint64 *slot = g_hash_table_lookup(ck->flow, &key);
+  if (!slot) {
+    g_array_append_val(ck->keys, key);
+    slot = g_new0(gint64, 2);
+    slot[0] = key;
+    g_hash_table_insert(ck->flow, slot, slot);
+  }
+  slot[1] += op->kind == PS_OP_SEND ? 1 : -1;
+  return TRUE;
+}
+
+/* One device's program: its ops, then its collectives all done and all
+ * started. */
+static gboolean check_program(Check *ck, int d, GError **error)
+{
+  const PsPlan *plan = ck->plan;
+  const int nc = plan->n_colls;
+  const PsProgram *p = ps_plan_program(plan, d);
+  if (p->n_ops < 1)
+    return invalid(error, d, -1, "has an empty program (a device that takes part runs at "
+                   "least one op per step)");
+  memset(ck->open, 0, sizeof(int) * (size_t)(nc > 0 ? nc : 1));
+  memset(ck->starts, 0, sizeof(int) * (size_t)(nc > 0 ? nc : 1));
+  gboolean ok = TRUE;
+  for (int i = 0; i < p->n_ops && ok; i++) {
+    const PsOp *op = &p->ops[i];
+    if (op->kind == PS_OP_COLL_START || op->kind == PS_OP_COLL_DONE)
+      ok = check_coll_op(ck, d, i, op, error);
+    else if (op->kind == PS_OP_SEND || op->kind == PS_OP_RECV)
+      ok = check_message_op(ck, d, i, op, error);
+    else if (op->kind == PS_OP_UPDATE && op->coll >= nc)
+      ok = invalid(error, d, i, "UPDATE of the block of collective %d, but the plan has %d",
+                   op->coll, nc);
+  }
+  for (int c = 0; c < nc && ok; c++) {
+    if (ck->open[c])
+      ok = invalid(error, d, -1, "collective %d (%s) is started but never done", c,
+                   plan->colls[c].name);
+    else if (!ck->starts[c] && ck->member[(size_t)c * plan->n_devices + d])
+      ok = invalid(error, d, -1, "is a member of collective %d (%s) but never starts it", c,
+                   plan->colls[c].name);
+  }
+  return ok;
+}
+
+gboolean ps_plan_validate(const PsPlan *plan, GError **error)
+{
+  const int nc = plan->n_colls, nd = plan->n_devices;
+  if (!check_colls(plan, error))
+    return FALSE;
   g_autofree guint8 *member = g_new0(guint8, (size_t)(nc > 0 ? nc : 1) * (size_t)nd);
   for (int c = 0; c < nc; c++)
     for (int m = 0; m < plan->colls[c].n_members; m++)
       member[(size_t)c * nd + plan->colls[c].members[m]] = 1;
-  /* per device: starts and dones of each collective, pairing of sends */
   g_autofree int *open = g_new(int, nc > 0 ? nc : 1);
   g_autofree int *starts = g_new(int, nc > 0 ? nc : 1);
-  GHashTable *flow = g_hash_table_new(g_int64_hash, g_int64_equal);
   g_autoptr(GArray) keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+  Check ck = {.plan = plan, .member = member, .open = open, .starts = starts,
+              .flow = g_hash_table_new(g_int64_hash, g_int64_equal), .keys = keys};
   gboolean ok = TRUE;
-  for (int d = 0; d < nd && ok; d++) {
-    const PsProgram *p = ps_plan_program(plan, d);
-    if (p->n_ops < 1) {
-      ok = invalid(error, d, -1, "has an empty program (a device that takes part runs at "
-                   "least one op per step)");
-      break;
-    }
-    memset(open, 0, sizeof(int) * (size_t)(nc > 0 ? nc : 1));
-    memset(starts, 0, sizeof(int) * (size_t)(nc > 0 ? nc : 1));
-    for (int i = 0; i < p->n_ops && ok; i++) {
-      const PsOp *op = &p->ops[i];
-      switch (op->kind) {
-      case PS_OP_COLL_START:
-      case PS_OP_COLL_DONE:
-        if (op->coll < 0 || op->coll >= nc) {
-          ok = invalid(error, d, i, "%s of collective %d, but the plan has %d",
-                       ps_op_kind_name(op->kind), op->coll, nc);
-          break;
-        }
-        if (!member[(size_t)op->coll * nd + d]) {
-          ok = invalid(error, d, i, "%s of collective %d (%s), of which it is not a member",
-                       ps_op_kind_name(op->kind), op->coll, plan->colls[op->coll].name);
-          break;
-        }
-        if (op->kind == PS_OP_COLL_START) {
-          if (open[op->coll] || starts[op->coll])
-            ok = invalid(error, d, i, "collective %d (%s) started twice in one step", op->coll,
-                         plan->colls[op->coll].name);
-          open[op->coll] = 1;
-          starts[op->coll]++;
-        } else {
-          if (!open[op->coll])
-            ok = invalid(error, d, i, "COLL_DONE of collective %d (%s) that is not started",
-                         op->coll, plan->colls[op->coll].name);
-          open[op->coll] = 0;
-        }
-        break;
-      case PS_OP_SEND:
-      case PS_OP_RECV: {
-        if (op->peer < 0 || op->peer >= nd || op->peer == d || op->tag < 0 ||
-            op->tag >= (1 << 20)) {
-          ok = invalid(error, d, i, "%s with peer %d and tag %d (peers are the other devices "
-                       "0..%d, tags 0..2^20-1)", ps_op_kind_name(op->kind), op->peer, op->tag,
-                       nd - 1);
-          break;
-        }
-        int src = op->kind == PS_OP_SEND ? d : op->peer;
-        int dst = op->kind == PS_OP_SEND ? op->peer : d;
-        gint64 key = ((gint64)src << 42) | ((gint64)dst << 20) | op->tag;
-        gint64 *slot = g_hash_table_lookup(flow, &key);
-        if (!slot) {
-          g_array_append_val(keys, key);
-          slot = g_new0(gint64, 2);
-          slot[0] = key;
-          g_hash_table_insert(flow, slot, slot);
-        }
-        slot[1] += op->kind == PS_OP_SEND ? 1 : -1;
-        break;
-      }
-      case PS_OP_UPDATE:
-        if (op->coll >= nc)
-          ok = invalid(error, d, i, "UPDATE of the block of collective %d, but the plan has %d",
-                       op->coll, nc);
-        break;
-      default:
-        break;
-      }
-    }
-    for (int c = 0; c < nc && ok; c++) {
-      if (open[c])
-        ok = invalid(error, d, -1, "collective %d (%s) is started but never done", c,
-                     plan->colls[c].name);
-      else if (!starts[c] && member[(size_t)c * nd + d])
-        ok = invalid(error, d, -1, "is a member of collective %d (%s) but never starts it", c,
-                     plan->colls[c].name);
-    }
-  }
+  for (int d = 0; d < nd && ok; d++)
+    ok = check_program(&ck, d, error);
   for (guint k = 0; k < keys->len && ok; k++) {
     gint64 key = g_array_index(keys, gint64, k);
-    gint64 *slot = g_hash_table_lookup(flow, &key);
+    gint64 *slot = g_hash_table_lookup(ck.flow, &key);
     if (slot[1] != 0)
       ok = invalid(error, (int)(key >> 42), -1, "%" G_GINT64_FORMAT " %s to device %d with tag "
                    "%d per step than device %d has RECVs from it", ABS(slot[1]),
@@ -207,10 +282,10 @@ gboolean ps_plan_validate(const PsPlan *plan, GError **error)
   }
   GHashTableIter it;
   gpointer kp;
-  g_hash_table_iter_init(&it, flow);
+  g_hash_table_iter_init(&it, ck.flow);
   while (g_hash_table_iter_next(&it, &kp, NULL))
     g_free(kp);
-  g_hash_table_destroy(flow);
+  g_hash_table_destroy(ck.flow);
   return ok;
 }
 
@@ -263,9 +338,12 @@ static void describe_op(const PsPlan *plan, int i, const PsOp *op, GString *out)
 void ps_plan_describe_device(const PsPlan *plan, int device, GString *out)
 {
   const PsProgram *p = ps_plan_program(plan, device);
-  if (plan->stages > 1)
-    g_string_append_printf(out, "stage %d of %d, replica %d of %d: ", plan->stage_of[device],
-                           plan->stages, plan->replica_of[device], plan->replicas);
+  if (ps_plan_axis_size(plan, PS_AXIS_STAGE) > 1)
+    g_string_append_printf(out, "stage %d of %d, replica %d of %d: ",
+                           ps_plan_coord(plan, device, PS_AXIS_STAGE),
+                           ps_plan_axis_size(plan, PS_AXIS_STAGE),
+                           ps_plan_coord(plan, device, PS_AXIS_DATA),
+                           ps_plan_axis_size(plan, PS_AXIS_DATA));
   g_string_append_printf(out, "device %d (program %d of %d): %d ops per step, HBM %.2f MiB "
                          "static, %.2f MiB peak\n", device, plan->program_of[device],
                          plan->n_programs, p->n_ops, p->hbm_static_bytes / 1048576.0,
@@ -285,7 +363,7 @@ void ps_plan_describe_device(const PsPlan *plan, int device, GString *out)
                            " x %d bytes of %s [%" G_GINT64_FORMAT ", +%" G_GINT64_FORMAT
                            ")  %s\n", c, ps_coll_op_name(pc->op), pc->algo, m, pc->n_members,
                            pc->count, pc->elem_bytes,
-                           pc->buffer == PS_BUFFER_GRADS ? "gradients" : "parameters",
+                           ps_buffer_name(pc->buffer),
                            pc->offset, pc->count, pc->name);
   }
 }

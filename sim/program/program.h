@@ -76,8 +76,38 @@ typedef struct {
   int64_t hbm_peak_bytes;   /* static plus the peak of live activations */
 } PsProgram;
 
-/* Which per-device buffer a collective reads and writes with numerics on. */
-typedef enum { PS_BUFFER_GRADS, PS_BUFFER_PARAMS } PsBufferKind;
+/* Which per-device buffer a collective reads and writes with numerics on:
+ * gradients or parameters (offsets in the flat layout of model/net.h), or
+ * activations (offsets in the floats of the device's activations, layer
+ * after layer, of the examples it holds). */
+typedef enum { PS_BUFFER_GRADS, PS_BUFFER_PARAMS, PS_BUFFER_ACTIVATIONS } PsBufferKind;
+
+/* The axes a plan lays its devices out along (GSPMD's device mesh): data
+ * (replicas), stage (pipeline stages), and room for fsdp, tensor and
+ * sequence sharding. */
+typedef enum {
+  PS_AXIS_DATA,
+  PS_AXIS_STAGE,
+  PS_AXIS_FSDP,
+  PS_AXIS_TENSOR,
+  PS_AXIS_SEQUENCE,
+  PS_N_AXES
+} PsAxis;
+
+/* Parameters (floats, in the flat layout of model/net.h) a device holds. */
+typedef struct {
+  int64_t off, len;
+} PsParamRange;
+
+/* The mesh: each axis's size (0: the plan has no such axis), each
+ * device's coordinate along each axis (0 along an axis it lacks), and the
+ * parameter ranges each device owns. */
+typedef struct {
+  int size[PS_N_AXES];
+  int *coord;               /* device d, axis a: coord[d * PS_N_AXES + a] (owned) */
+  int *n_ranges;            /* per device */
+  PsParamRange **ranges;    /* per device (owned) */
+} PsMesh;
 
 /* One collective instance: the same collective runs once per step. */
 typedef struct {
@@ -89,6 +119,7 @@ typedef struct {
   int elem_bytes;
   PsBufferKind buffer;  /* numerics: elements [offset, offset + count) of it */
   int64_t offset;
+  int layer;            /* ACTIVATIONS: whose output (-1: the net's input) */
   char name[64];        /* "all-reduce bucket 2 (layers 40..47)" */
 } PsPlanColl;
 
@@ -101,14 +132,12 @@ typedef struct {
   PsPlanColl *colls;
   /* what the compiler decided, for reports and numerics (the executor
    * never reads these) */
-  const char *strategy;     /* "replicate", ... (static) */
-  int replicas, stages, micro_batches;
-  int *stage_of, *replica_of; /* per device (zero-filled by ps_plan_new) */
+  PsMesh mesh;
+  int micro_batches;
   int *stage_first;         /* stages + 1 entries: stage s runs layers
                                [stage_first[s], stage_first[s + 1]) (owned) */
   float loss_scale;         /* applied to d(loss)/d(logits): 1/replicas for "mean",
                                1/(replicas x micro_batches) in a pipeline */
-  int optimizer_slots;
   int n_buckets;
 } PsPlan;
 
@@ -121,6 +150,20 @@ const PsProgram *ps_plan_program(const PsPlan *plan, int device);
 int ps_plan_add_program(PsPlan *plan, const PsOp *ops, int n_ops);
 /* Appends a collective (members and algo copied) and returns its index. */
 int ps_plan_add_coll(PsPlan *plan, const PsPlanColl *coll);
+/* Declares an axis of `size` devices (>= 1). */
+void ps_plan_set_axis(PsPlan *plan, PsAxis axis, int size);
+/* Places device along a declared axis at coordinate c (0 <= c < size). */
+void ps_plan_set_coord(PsPlan *plan, int device, PsAxis axis, int c);
+/* Adds [off, off + len) to the parameters device owns. */
+void ps_plan_add_params(PsPlan *plan, int device, int64_t off, int64_t len);
+gboolean ps_plan_has_axis(const PsPlan *plan, PsAxis axis);
+/* Devices along the axis: 1 when the plan has no such axis. */
+int ps_plan_axis_size(const PsPlan *plan, PsAxis axis);
+int ps_plan_coord(const PsPlan *plan, int device, PsAxis axis);
+const char *ps_axis_name(PsAxis axis);
+/* "gradients", "parameters", "activations". */
+const char *ps_buffer_name(PsBufferKind kind);
+
 /* The member index of device in collective c, or -1. */
 int ps_plan_coll_member(const PsPlan *plan, int c, int device);
 

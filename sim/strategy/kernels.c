@@ -2,6 +2,7 @@
 #include "strategy/kernels.h"
 
 #include "hw/cost.h"
+#include "strategy/cost-options.h"
 
 static void row(GString *out, const char *op, const char *layer, const PsKernel *k,
                 double *by_bound, double *count)
@@ -16,7 +17,7 @@ static void row(GString *out, const char *op, const char *layer, const PsKernel 
 void ps_kernels_describe(const PsExperiment *exp, const PsProgram *prog, GString *out)
 {
   PsCostOptions opt;
-  ps_cost_options(exp, &opt);
+  ps_strategy_cost_options(exp, &opt);
   const PsModel *m = exp->model;
   static const char *const fusions[] = {"xla", "none", "ideal"};
   g_string_append_printf(out,

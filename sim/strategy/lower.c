@@ -1,7 +1,13 @@
-/* lower.c: shared lowering of layers to costed ops (see lower.h). */
+/* lower.c: shared lowering of layers to costed ops, gradient buckets and
+ * the one HBM rule (declared in strategy-private.h).
+ *
+ * Invariant: every op's cost comes from hw/cost.h, and whether a device's
+ * share fits is decided by ps_lower_fits alone, with one optimizer-slot
+ * rule (ps_lower_optimizer_slots). */
 #include "strategy/strategy-private.h"
 
 #include "hw/cost.h"
+#include "strategy/cost-options.h"
 
 #include <stdio.h>
 
@@ -63,7 +69,7 @@ void ps_lower_compute_op(const PsExperiment *exp, PsOp *op)
              m->layers[op->first].name, m->layers[op->last].name);
   PsOpCost c;
   PsCostOptions opt;
-  ps_cost_options(exp, &opt);
+  ps_strategy_cost_options(exp, &opt);
   ps_cost_op(exp->topology, m, op->first, op->last, op->batch, &opt, op->kind == PS_OP_BWD,
              NULL, &c);
   set_cost(op, &c);
@@ -92,28 +98,71 @@ ps_time_t ps_lower_launch(const PsExperiment *exp)
   return ps_time_from_s(exp->topology->op_overhead_s);
 }
 
-gboolean ps_lower_memory(const PsExperiment *exp, PsProgram *p, int64_t params,
-                         int64_t slot_params, const char *what, const char *advice,
+void ps_lower_data_axis(PsPlan *plan, const PsModel *model, int n)
+{
+  ps_plan_set_axis(plan, PS_AXIS_DATA, n);
+  for (int d = 0; d < n; d++) {
+    ps_plan_set_coord(plan, d, PS_AXIS_DATA, d);
+    ps_plan_add_params(plan, d, 0, model->params);
+  }
+}
+
+PsOp ps_lower_infeed(const PsExperiment *exp, int64_t batch)
+{
+  const PsModel *m = exp->model;
+  PsOp in = {.kind = PS_OP_INFEED, .batch = batch, .time = ps_lower_launch(exp),
+             .bytes = (double)(batch * ps_shape_elems(m->in_shape, m->in_rank)) * 4.0};
+  snprintf(in.name, sizeof in.name, "infeed dequeue");
+  return in;
+}
+
+PsOp ps_lower_outfeed(const PsExperiment *exp, int64_t batch, double loss_weight)
+{
+  /* loss and correct count as two floats */
+  PsOp out = {.kind = PS_OP_OUTFEED, .batch = batch, .bytes = 8.0, .time = ps_lower_launch(exp),
+              .loss_weight = loss_weight};
+  snprintf(out.name, sizeof out.name, "outfeed");
+  return out;
+}
+
+gboolean ps_lower_fits(const PsExperiment *exp, const PsMemoryNeed *need, GError **error)
+{
+  const PsModel *m = exp->model;
+  int slots = ps_lower_optimizer_slots(exp);
+  double weights = (double)need->params * 4 * 2;
+  double slot_bytes = (double)need->slot_params * 4 * slots;
+  double total = weights + slot_bytes + need->activations;
+  int64_t have = ps_topology_device_hbm_bytes(exp->topology);
+  if (total <= (double)have)
+    return TRUE;
+  const double gib = 1073741824.0;
+  ps_strategy_fail(error, PS_INPUT_ERROR_DOES_NOT_FIT, exp->file, need->path,
+                   "model '%s'%s needs %.1f GiB per device at batch %" G_GINT64_FORMAT
+                   " (weights and gradients %.1f GiB, %d optimizer slot%s %.1f GiB%s, "
+                   "activations %.1f GiB at %d bytes at the peak), %s has %.1f GiB per "
+                   "device; %s",
+                   m->name, need->what, total / gib, need->batch, weights / gib, slots,
+                   slots == 1 ? "" : "s", slot_bytes / gib,
+                   need->slot_params < need->params ? " for its shard of the weights" : "",
+                   need->activations / gib, ps_cost_act_bytes(exp->numerics.precision),
+                   exp->topology->name, (double)have / gib, need->advice);
+  return FALSE;
+}
+
+gboolean ps_lower_memory(const PsExperiment *exp, PsProgram *p, const PsMemoryNeed *need,
                          GError **error)
 {
   int slots = ps_lower_optimizer_slots(exp);
-  p->hbm_static_bytes = params * 4 * 2 + slot_params * 4 * slots;
+  p->hbm_static_bytes = need->params * 4 * 2 + need->slot_params * 4 * slots;
   int64_t live = 0, peak = 0;
   for (int i = 0; i < p->n_ops; i++) {
     live += p->ops[i].act_bytes;
     peak = MAX(peak, live);
   }
   p->hbm_peak_bytes = p->hbm_static_bytes + peak;
-  int64_t have = ps_topology_device_hbm_bytes(exp->topology);
-  if (p->hbm_peak_bytes <= have)
-    return TRUE;
-  g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_DOES_NOT_FIT,
-              "%s: %s needs %.2f GiB of HBM (%.2f GiB weights, gradients and optimizer slots, "
-              "%.2f GiB of activations at the peak), a %s device has %.2f GiB; %s",
-              exp->file, what, p->hbm_peak_bytes / 1073741824.0,
-              p->hbm_static_bytes / 1073741824.0, peak / 1073741824.0, exp->topology->name,
-              have / 1073741824.0, advice);
-  return FALSE;
+  PsMemoryNeed n = *need;
+  n.activations = (double)peak;
+  return ps_lower_fits(exp, &n, error);
 }
 
 void ps_lower_host_calls(const PsExperiment *exp, const PsOp *fwd, GArray *ops)
@@ -165,11 +214,11 @@ static int bucket_coll(PsBuckets *b, PsCollOp kind, const PsBucket *bk, int k,
   return ps_plan_add_coll(b->plan, &c);
 }
 
-void ps_lower_buckets_init(PsBuckets *b, const PsExperiment *exp, PsPlan *plan,
-                           const char *prefix, const int *members, int n)
+void ps_lower_buckets_init(PsBuckets *b, const PsExperiment *exp, const PsReplication *rep,
+                           PsPlan *plan, const char *prefix, const int *members, int n)
 {
-  *b = (PsBuckets){.exp = exp, .plan = plan, .prefix = prefix, .members = members, .n = n,
-                   .wus = exp->strategy.weight_update_sharding && n > 1,
+  *b = (PsBuckets){.exp = exp, .rep = rep, .plan = plan, .prefix = prefix, .members = members,
+                   .n = n, .wus = rep->weight_update_sharding && n > 1,
                    .buckets = g_array_new(FALSE, FALSE, sizeof(PsBucket)),
                    .reduce = g_array_new(FALSE, FALSE, sizeof(int)),
                    .cur_first = -1, .cur_last = -1};
@@ -189,7 +238,7 @@ void ps_lower_buckets_add(PsBuckets *b, GArray *ops, const PsOp *bwd, gboolean c
     b->cur_last = bwd->last;
   b->cur_first = bwd->first;
   b->cur_count += p;
-  if (b->cur_count * 4 < b->exp->strategy.bucket_bytes && !closes)
+  if (b->cur_count * 4 < b->rep->bucket_bytes && !closes)
     return;
   PsBucket bk = {b->cur_first, b->cur_last, ps_lower_param_offset(m, b->cur_first),
                  b->cur_count};
@@ -198,7 +247,7 @@ void ps_lower_buckets_add(PsBuckets *b, GArray *ops, const PsOp *bwd, gboolean c
                       PS_BUFFER_GRADS);
   g_array_append_val(b->buckets, bk);
   g_array_append_val(b->reduce, c);
-  if (b->exp->strategy.overlap) {
+  if (b->rep->overlap) {
     PsOp st = coll_op(PS_OP_COLL_START, c);
     g_array_append_val(ops, st);
   }
@@ -215,7 +264,7 @@ int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off, in
 {
   const PsExperiment *exp = b->exp;
   int nb = (int)b->buckets->len;
-  if (!exp->strategy.overlap)
+  if (!b->rep->overlap)
     for (int k = 0; k < nb; k++) {
       PsOp st = coll_op(PS_OP_COLL_START, g_array_index(b->reduce, int, k));
       g_array_append_val(ops, st);

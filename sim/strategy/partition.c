@@ -159,10 +159,9 @@ static int bad_boundary(const PsModel *m, const int *first, int k)
 }
 
 PsPartition *ps_partition_compute(const PsExperiment *exp, int stages, int64_t micro_batch,
-                                  GError **error)
+                                  PsPartitionKind kind, const int *layers, GError **error)
 {
   const PsModel *m = exp->model;
-  const PsStrategyConfig *sc = &exp->strategy;
   PsPartition *p = g_new0(PsPartition, 1);
   p->stages = stages;
   p->micro_batch = micro_batch;
@@ -172,10 +171,10 @@ PsPartition *ps_partition_compute(const PsExperiment *exp, int stages, int64_t m
   p->act_bytes = g_new0(int64_t, stages);
   p->time_s = g_new0(double, stages);
 
-  if (sc->partition == PS_PARTITION_GIVEN) {
+  if (kind == PS_PARTITION_GIVEN) {
     p->first[0] = 0;
     for (int s = 0; s < stages; s++)
-      p->first[s + 1] = p->first[s] + sc->partition_layers[s];
+      p->first[s + 1] = p->first[s] + layers[s];
     int bad = bad_boundary(m, p->first, stages);
     if (bad >= 0) {
       int s = 1;
@@ -202,7 +201,7 @@ PsPartition *ps_partition_compute(const PsExperiment *exp, int stages, int64_t m
     while (end < m->n_layers && !ps_partition_cut_allowed(m, end))
       end++;
     double c = 0;
-    if (sc->partition == PS_PARTITION_SEED) {
+    if (kind == PS_PARTITION_SEED) {
       for (int l = first; l < end; l++)
         c += m->layers[l].fwd_flops;
     } else {
@@ -222,7 +221,7 @@ PsPartition *ps_partition_compute(const PsExperiment *exp, int stages, int64_t m
                 "stages",
                 exp->file, m->name, n, stages, n);
     ok = FALSE;
-  } else if (sc->partition == PS_PARTITION_SEED) {
+  } else if (kind == PS_PARTITION_SEED) {
     ok = ps_partition_seed_units((const double *)(void *)ucost->data, n, stages, ufirst);
     if (!ok)
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,

@@ -25,6 +25,9 @@
 
 #include "io/config.h"
 
+/* How a pipeline's layers are cut into stages. */
+typedef enum { PS_PARTITION_OPTIMAL, PS_PARTITION_SEED, PS_PARTITION_GIVEN } PsPartitionKind;
+
 typedef struct {
   int stages;
   int *first;          /* stages + 1 entries: stage s is layers [first[s], first[s+1]) */
@@ -40,12 +43,12 @@ typedef struct {
  * the data flow goes. */
 gboolean ps_partition_cut_allowed(const PsModel *model, int layer);
 
-/* The partition the experiment's strategy asks for, into `stages` stages,
- * costed at `micro_batch` examples.  NULL with a PS_INPUT_ERROR naming the
- * experiment's file and strategy.partition (or strategy.stages) when the
- * model cannot be cut that way.  (transfer full) */
+/* The partition of `kind` into `stages` stages (GIVEN: `layers` per
+ * stage, `stages` of them), costed at `micro_batch` examples.  NULL with a
+ * PS_INPUT_ERROR naming the experiment's file and strategy.partition (or
+ * strategy.stages) when the model cannot be cut that way.  (transfer full) */
 PsPartition *ps_partition_compute(const PsExperiment *exp, int stages, int64_t micro_batch,
-                                  GError **error);
+                                  PsPartitionKind kind, const int *layers, GError **error);
 void ps_partition_free(PsPartition *p);
 
 /* A table: stage, layers (first..last names), forward GFLOPs per

@@ -67,6 +67,7 @@ static int snake_device(const PsTopology *t, int p, int used)
 
 typedef struct {
   const PsExperiment *exp;
+  const PsStaging *staging;
   const PsPartition *part;
   int s, K, M;
   int64_t b;             /* micro-batch */
@@ -104,13 +105,12 @@ static PsOp group_op(const Stage *st, PsOpKind kind, int g, int mb)
 static void forward(Stage *st, int mb)
 {
   const PsExperiment *exp = st->exp;
-  const PsModel *m = exp->model;
   const int first = st->part->first[st->s], last = st->part->first[st->s + 1] - 1;
-  gboolean remat = exp->strategy.rematerialize;
+  gboolean remat = st->staging->rematerialize;
   if (st->s == 0) {
-    PsOp in = {.kind = PS_OP_INFEED, .batch = st->b, .mb = mb, .example_off = mb * st->b,
-               .time = ps_lower_launch(exp),
-               .bytes = (double)(st->b * ps_shape_elems(m->in_shape, m->in_rank)) * 4.0};
+    PsOp in = ps_lower_infeed(exp, st->b);
+    in.mb = mb;
+    in.example_off = mb * st->b;
     snprintf(in.name, sizeof in.name, "infeed dequeue mb%d", mb);
     append(st->ops, &in);
   }
@@ -141,9 +141,8 @@ static void forward(Stage *st, int mb)
  * complete the buckets. */
 static void backward(Stage *st, int mb, gboolean final)
 {
-  const PsExperiment *exp = st->exp;
   const int first = st->part->first[st->s], last = st->part->first[st->s + 1] - 1;
-  gboolean remat = exp->strategy.rematerialize;
+  gboolean remat = st->staging->rematerialize;
   /* the recomputation needs only the stage's input, so it runs before the
    * gradient arrives and fills part of the wait (Huang et al. 2019, 2.3) */
   if (remat)
@@ -177,7 +176,7 @@ static void backward(Stage *st, int mb, gboolean final)
 static void schedule(Stage *st)
 {
   const int M = st->M;
-  if (st->exp->strategy.schedule == PS_SCHEDULE_GPIPE) {
+  if (st->staging->schedule == PS_SCHEDULE_GPIPE) {
     for (int mb = 0; mb < M; mb++)
       forward(st, mb);
     for (int mb = M - 1; mb >= 0; mb--)
@@ -195,7 +194,7 @@ static void schedule(Stage *st)
     backward(st, mb, mb == M - 1);
 }
 
-static const char *memory_advice(const PsStrategyConfig *sc)
+static const char *memory_advice(const PsStaging *sc)
 {
   if (sc->rematerialize)
     return "use more strategy.stages, more strategy.micro_batches, or a smaller global_batch";
@@ -205,24 +204,32 @@ static const char *memory_advice(const PsStrategyConfig *sc)
   return "set strategy.rematerialize=true or use more strategy.stages";
 }
 
-static PsPlan *pipeline_compile(const PsExperiment *exp, GError **error)
+static PsPartition *partition(const PsExperiment *exp, const PsReplicaConfig *c,
+                              GError **error)
+{
+  const PsStaging *sc = &c->staging;
+  return ps_partition_compute(exp, sc->stages,
+                              exp->global_batch / c->rep.replicas / sc->micro_batches,
+                              sc->partition, sc->partition_layers, error);
+}
+
+static PsPlan *pipeline_compile(const PsExperiment *exp, const void *config, GError **error)
 {
   const PsModel *m = exp->model;
-  const PsStrategyConfig *sc = &exp->strategy;
-  const int K = sc->stages, R = sc->replicas, M = sc->micro_batches;
+  const PsReplicaConfig *c = config;
+  const PsStaging *sc = &c->staging;
+  const int K = sc->stages, R = c->rep.replicas, M = sc->micro_batches;
   const int64_t b = exp->global_batch / R / M;
   const int act = ps_cost_act_bytes(exp->numerics.precision);
-  PsPartition *part = ps_partition_compute(exp, K, b, error);
+  PsPartition *part = partition(exp, c, error);
   if (!part)
     return NULL;
   const int N = K * R;
   PsPlan *plan = ps_plan_new(N);
-  plan->strategy = "pipeline";
-  plan->replicas = R;
-  plan->stages = K;
   plan->micro_batches = M;
-  plan->loss_scale = (sc->loss_reduction == PS_LOSS_MEAN ? 1.0f / (float)R : 1.0f) / (float)M;
-  plan->optimizer_slots = ps_lower_optimizer_slots(exp);
+  plan->loss_scale = ps_replica_loss_scale(&c->rep, M);
+  ps_plan_set_axis(plan, PS_AXIS_DATA, R);
+  ps_plan_set_axis(plan, PS_AXIS_STAGE, K);
   plan->stage_first = g_memdup2(part->first, sizeof(int) * (size_t)(K + 1));
   int *dev = g_new(int, N);
   for (int p = 0; p < N; p++)
@@ -235,15 +242,16 @@ static PsPlan *pipeline_compile(const PsExperiment *exp, GError **error)
     const PsLayer *lf = &m->layers[first], *ll = &m->layers[last];
     for (int r = 0; r < R; r++) {
       members[r] = dev[r * K + s];
-      plan->stage_of[members[r]] = s;
-      plan->replica_of[members[r]] = r;
+      ps_plan_set_coord(plan, members[r], PS_AXIS_STAGE, s);
+      ps_plan_set_coord(plan, members[r], PS_AXIS_DATA, r);
+      ps_plan_add_params(plan, members[r], ps_lower_param_offset(m, first), part->params[s]);
     }
     char prefix[16];
     snprintf(prefix, sizeof prefix, "s%d ", s);
     PsBuckets bk;
-    ps_lower_buckets_init(&bk, exp, plan, g_intern_string(prefix), members, R);
+    ps_lower_buckets_init(&bk, exp, &c->rep, plan, g_intern_string(prefix), members, R);
     g_array_set_size(ops, 0);
-    Stage st = {.exp = exp, .part = part, .s = s, .K = K, .M = M, .b = b,
+    Stage st = {.exp = exp, .staging = sc, .part = part, .s = s, .K = K, .M = M, .b = b,
                 .groups = ps_lower_layer_groups(exp, first, last + 1), .ops = ops, .bk = &bk,
                 .in_bytes = ps_shape_elems(lf->in_shape, lf->in_rank) * b * act,
                 .out_bytes = ps_shape_elems(ll->out_shape, ll->out_rank) * b * act};
@@ -254,17 +262,17 @@ static PsPlan *pipeline_compile(const PsExperiment *exp, GError **error)
     ps_lower_buckets_clear(&bk);
     g_array_free(st.groups, TRUE);
     if (s == K - 1) {
-      PsOp out = {.kind = PS_OP_OUTFEED, .batch = b * M, .bytes = 8.0,
-                  .time = ps_lower_launch(exp), .loss_weight = 1.0 / R};
-      snprintf(out.name, sizeof out.name, "outfeed");
+      PsOp out = ps_lower_outfeed(exp, b * M, 1.0 / R);
       append(ops, &out);
     }
     /* one program per device: the same ops, with the peers of its replica */
     PsProgram tmpl = {.n_ops = (int)ops->len, .ops = (PsOp *)(void *)ops->data};
-    g_autofree char *what = g_strdup_printf("stage %d (layers %d..%d, %s..%s)", s, first, last,
-                                            lf->name, ll->name);
-    if (!ps_lower_memory(exp, &tmpl, part->params[s], slot_params, what, memory_advice(sc),
-                         error)) {
+    g_autofree char *what = g_strdup_printf(" stage %d (layers %d..%d, %s..%s)", s, first,
+                                            last, lf->name, ll->name);
+    PsMemoryNeed need = {.path = "strategy", .what = what, .batch = b * M,
+                         .params = part->params[s], .slot_params = slot_params,
+                         .advice = memory_advice(sc)};
+    if (!ps_lower_memory(exp, &tmpl, &need, error)) {
       ok = FALSE;
       break;
     }
@@ -293,7 +301,50 @@ static PsPlan *pipeline_compile(const PsExperiment *exp, GError **error)
   return plan;
 }
 
+static gboolean pipeline_parse(json_object *obj, const PsTopology *topo, const char *file,
+                               void **config, GError **error)
+{
+  return ps_replica_parse(obj, topo, file, TRUE, config, error);
+}
+
+/* Whether each stage fits is judged when the plan is compiled: it needs
+ * the partition and the schedule's micro-batches in flight. */
+static gboolean pipeline_check(const PsExperiment *exp, const void *config, GError **error)
+{
+  return ps_replica_check(exp, config, error);
+}
+
+static json_object *pipeline_to_json(const void *config)
+{
+  return ps_replica_to_json("pipeline", config);
+}
+
+static int pipeline_devices(const void *config)
+{
+  const PsReplicaConfig *c = config;
+  return c->rep.replicas * c->staging.stages;
+}
+
+/* The partition's table (strategy/partition.h). */
+static gboolean pipeline_describe(const PsExperiment *exp, const void *config, GString *out,
+                                  GError **error)
+{
+  PsPartition *part = partition(exp, config, error);
+  if (!part)
+    return FALSE;
+  ps_partition_describe(part, exp, out);
+  ps_partition_free(part);
+  return TRUE;
+}
+
 const PsStrategy ps_strategy_pipeline = {
-    "pipeline", "GPipe pipeline: stages on neighbouring devices, micro-batches, gpipe or 1f1b "
-                "schedule, optionally replicated",
-    pipeline_compile};
+    .name = "pipeline",
+    .summary = "GPipe pipeline: stages on neighbouring devices, micro-batches, gpipe or 1f1b "
+               "schedule, optionally replicated",
+    .parse = pipeline_parse,
+    .check = pipeline_check,
+    .compile = pipeline_compile,
+    .to_json = pipeline_to_json,
+    .devices = pipeline_devices,
+    .describe = pipeline_describe,
+    .free = ps_replica_free};

@@ -30,31 +30,78 @@ static void append(GArray *ops, const PsOp *op)
   g_array_append_val(ops, *op);
 }
 
-static PsPlan *replicate_compile(const PsExperiment *exp, GError **error)
+/* What to change when a replica does not fit. */
+static const char *memory_advice(const PsReplication *r)
+{
+  return r->replicas > 1 && !r->weight_update_sharding
+             ? "lower global_batch, raise strategy.replicas, set "
+               "strategy.weight_update_sharding=true, or use a pipeline "
+               "(strategy.kind=pipeline) with strategy.rematerialize=true"
+             : "lower global_batch, raise strategy.replicas, or use a pipeline "
+               "(strategy.kind=pipeline) with strategy.rematerialize=true";
+}
+
+/* A replica's HBM (without the activations): with weight-update sharding
+ * it keeps optimizer slots for a 1/replicas shard of the weights (at load
+ * time taken as the whole shard; the compiled plan rounds each bucket's). */
+static PsMemoryNeed memory_need(const PsExperiment *exp, const PsReplication *r)
 {
   const PsModel *m = exp->model;
-  const PsStrategyConfig *s = &exp->strategy;
+  gboolean wus = r->weight_update_sharding && r->replicas > 1;
+  return (PsMemoryNeed){.path = "global_batch", .what = "",
+                        .batch = exp->global_batch / r->replicas, .params = m->params,
+                        .slot_params = wus ? (m->params + r->replicas - 1) / r->replicas
+                                           : m->params,
+                        .advice = memory_advice(r)};
+}
+
+static gboolean replicate_parse(json_object *obj, const PsTopology *topo, const char *file,
+                                void **config, GError **error)
+{
+  return ps_replica_parse(obj, topo, file, FALSE, config, error);
+}
+
+/* One stage only, and the replica's share of the batch fits (in doubles
+ * from the per-example activations, so a huge batch cannot overflow into a
+ * small number that "fits"). */
+static gboolean replicate_check(const PsExperiment *exp, const void *config, GError **error)
+{
+  const PsReplicaConfig *c = config;
+  const PsModel *m = exp->model;
+  if (c->staging.stages > 1) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, exp->file, "strategy.stages",
+                     "%d stages need strategy.kind = \"pipeline\" (got \"replicate\")",
+                     c->staging.stages);
+    return FALSE;
+  }
+  if (!ps_replica_check(exp, c, error))
+    return FALSE;
+  PsMemoryNeed need = memory_need(exp, &c->rep);
+  int act_bytes = ps_cost_act_bytes(exp->numerics.precision);
+  int64_t per_example = ps_model_memory_bytes(m, 0, m->n_layers, 1, 0, act_bytes) -
+                        ps_model_memory_bytes(m, 0, m->n_layers, 0, 0, act_bytes);
+  need.activations = (double)per_example * (double)need.batch;
+  return ps_lower_fits(exp, &need, error);
+}
+
+static PsPlan *replicate_compile(const PsExperiment *exp, const void *config, GError **error)
+{
+  const PsModel *m = exp->model;
+  const PsReplication *s = &((const PsReplicaConfig *)config)->rep;
   const int R = s->replicas;
   const int64_t batch = exp->global_batch / R;
-  const gboolean wus = s->weight_update_sharding && R > 1;
   PsPlan *plan = ps_plan_new(R);
-  plan->strategy = "replicate";
-  plan->replicas = R;
-  plan->loss_scale = s->loss_reduction == PS_LOSS_MEAN ? 1.0f / (float)R : 1.0f;
-  plan->optimizer_slots = ps_lower_optimizer_slots(exp);
+  plan->loss_scale = ps_replica_loss_scale(s, 1);
+  ps_lower_data_axis(plan, m, R);
   int *members = g_new(int, R);
-  for (int r = 0; r < R; r++) {
+  for (int r = 0; r < R; r++)
     members[r] = r;
-    plan->replica_of[r] = r;
-  }
 
   GArray *ops = g_array_new(FALSE, TRUE, sizeof(PsOp));
   GArray *groups = ps_lower_layer_groups(exp, 0, m->n_layers);
   int n_groups = (int)groups->len - 1;
 
-  PsOp in = {.kind = PS_OP_INFEED, .batch = batch, .time = ps_lower_launch(exp),
-             .bytes = (double)(batch * ps_shape_elems(m->in_shape, m->in_rank)) * 4.0};
-  snprintf(in.name, sizeof in.name, "infeed dequeue");
+  PsOp in = ps_lower_infeed(exp, batch);
   append(ops, &in);
   for (int g = 0; g < n_groups; g++) {
     PsOp f = {.kind = PS_OP_FWD, .batch = batch, .first = g_array_index(groups, int, g),
@@ -64,7 +111,7 @@ static PsPlan *replicate_compile(const PsExperiment *exp, GError **error)
     ps_lower_host_calls(exp, &f, ops);
   }
   PsBuckets bk;
-  ps_lower_buckets_init(&bk, exp, plan, "", members, R);
+  ps_lower_buckets_init(&bk, exp, s, plan, "", members, R);
   for (int g = n_groups - 1; g >= 0; g--) {
     PsOp b = {.kind = PS_OP_BWD, .batch = batch, .first = g_array_index(groups, int, g),
               .last = g_array_index(groups, int, g + 1) - 1};
@@ -75,10 +122,7 @@ static PsPlan *replicate_compile(const PsExperiment *exp, GError **error)
   plan->n_buckets = ps_lower_buckets_count(&bk);
   int64_t slot_params = ps_lower_buckets_finish(&bk, ops, 0, m->params);
   ps_lower_buckets_clear(&bk);
-  /* loss and correct count as two floats */
-  PsOp out = {.kind = PS_OP_OUTFEED, .batch = batch, .bytes = 8.0, .time = ps_lower_launch(exp),
-              .loss_weight = 1.0 / R};
-  snprintf(out.name, sizeof out.name, "outfeed");
+  PsOp out = ps_lower_outfeed(exp, batch, 1.0 / R);
   append(ops, &out);
 
   int prog = ps_plan_add_program(plan, (PsOp *)(void *)ops->data, (int)ops->len);
@@ -86,17 +130,32 @@ static PsPlan *replicate_compile(const PsExperiment *exp, GError **error)
   g_array_free(ops, TRUE);
   g_array_free(groups, TRUE);
   g_free(members);
-  if (!ps_lower_memory(exp, &plan->programs[0], m->params, slot_params, "each replica",
-                       R > 1 && !wus ? "lower global_batch, raise strategy.replicas, set "
-                                       "strategy.weight_update_sharding=true, or use a pipeline"
-                                     : "lower global_batch, raise strategy.replicas, or use a "
-                                       "pipeline", error)) {
+  PsMemoryNeed need = memory_need(exp, s);
+  need.slot_params = slot_params;
+  if (!ps_lower_memory(exp, &plan->programs[0], &need, error)) {
     ps_plan_free(plan);
     return NULL;
   }
   return plan;
 }
 
+static json_object *replicate_to_json(const void *config)
+{
+  return ps_replica_to_json("replicate", config);
+}
+
+static int replicate_devices(const void *config)
+{
+  return ((const PsReplicaConfig *)config)->rep.replicas;
+}
+
 const PsStrategy ps_strategy_replicate = {
-    "replicate", "data parallelism: every device a replica, gradients all-reduced in buckets",
-    replicate_compile};
+    .name = "replicate",
+    .summary = "data parallelism: every device a replica, gradients all-reduced in buckets",
+    .parse = replicate_parse,
+    .check = replicate_check,
+    .compile = replicate_compile,
+    .to_json = replicate_to_json,
+    .devices = replicate_devices,
+    .describe = NULL,
+    .free = ps_replica_free};

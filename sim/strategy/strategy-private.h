@@ -1,14 +1,81 @@
-/* strategy-private.h: what every strategy does the same way when it lowers layers
- * to ops: grouping layers into fused ops, costing ops on the experiment's
- * hardware, laying out parameters, and checking HBM.
+/* strategy-private.h: what the strategies share.  The keys of a group of
+ * replicas and of a pipeline's shape (replication.c), read alike by the
+ * replicate and pipeline strategies; and what every strategy does the same
+ * way when it lowers layers to ops (lower.c): grouping layers into fused
+ * ops, costing ops on the experiment's hardware, laying out parameters,
+ * and the one rule that decides whether a device's share fits in HBM.
  *
- * Invariant: pure functions of the experiment; costs come from hw/cost.h
- * only, so two strategies price the same op the same. */
+ * Invariant: pure functions of the experiment and the strategy's
+ * configuration; costs come from hw/cost.h only, so two strategies price
+ * the same op the same, and HBM is judged by ps_lower_fits only. */
 #ifndef PS_STRATEGY_PRIVATE_H
 #define PS_STRATEGY_PRIVATE_H
 
 #include "io/config.h"
 #include "program/program.h"
+#include "strategy/partition.h"
+#include "strategy/strategy.h"
+
+/* ---- the keys of replicas and pipelines (replication.c) ------------- */
+
+typedef enum { PS_LOSS_MEAN, PS_LOSS_SUM } PsLossReduction;
+typedef enum { PS_SCHEDULE_GPIPE, PS_SCHEDULE_1F1B } PsSchedule;
+
+/* Gradient buckets default to 30 MiB, the default of XLA's all-reduce
+ * combiner (xla_gpu_all_reduce_combine_threshold_bytes = 30 * 1024 * 1024
+ * in XLA's debug options; TPU's own threshold is not public): large enough
+ * that a bucket's bandwidth time dwarfs its per-step latency, small enough
+ * that the first bucket starts early in backward. */
+#define PS_DEFAULT_BUCKET_BYTES INT64_C(31457280)
+
+/* A group of replicas and how it reduces gradients. */
+typedef struct {
+  int replicas;            /* absent in the file: every device / stages */
+  gboolean replicas_defaulted; /* which the messages say */
+  PsLossReduction loss_reduction;
+  int64_t bucket_bytes;    /* gradients are all-reduced in buckets of this size */
+  gboolean overlap;        /* buckets all-reduce while the backward pass runs */
+  gboolean weight_update_sharding; /* reduce-scatter, sharded update, all-gather */
+} PsReplication;
+
+/* A pipeline's shape (stages 1: none). */
+typedef struct {
+  int stages;
+  int micro_batches;
+  PsSchedule schedule;
+  gboolean rematerialize;
+  PsPartitionKind partition;
+  int n_partition;
+  int *partition_layers;   /* GIVEN: layers per stage, n_partition == stages (owned) */
+} PsStaging;
+
+/* The configuration of the replicate and the pipeline strategies: both
+ * read every key of both (so `--set strategy.kind=...` switches a file
+ * between them); replicate refuses more than one stage. */
+typedef struct {
+  PsReplication rep;
+  PsStaging staging;
+} PsReplicaConfig;
+
+/* Reads the keys; `pipelined`: the stages occupy devices of their own, so
+ * replicas default to every device / stages.  (transfer full) */
+gboolean ps_replica_parse(json_object *obj, const PsTopology *topo, const char *file,
+                          gboolean pipelined, void **config, GError **error);
+/* Batch divisible by replicas and micro-batches, devices enough, stages
+ * and partition against the model. */
+gboolean ps_replica_check(const PsExperiment *exp, const PsReplicaConfig *c, GError **error);
+json_object *ps_replica_to_json(const char *kind, const PsReplicaConfig *c);
+void ps_replica_free(void *config);
+/* The loss scale applied to d(loss)/d(logits): 1/replicas for a "mean"
+ * reduction, 1 for "sum", over the micro-batches whose gradients
+ * accumulate into one update. */
+float ps_replica_loss_scale(const PsReplication *rep, int micro_batches);
+
+/* A PS_INPUT_ERROR "FILE: PATH: reason", as io's messages read. */
+void ps_strategy_fail(GError **error, int code, const char *file, const char *path,
+                      const char *fmt, ...) G_GNUC_PRINTF(5, 6);
+
+/* ---- lowering (lower.c) ---------------------------------------------- */
 
 /* Layer groups that run as one op, [starts[g], starts[g + 1]), over the
  * layers [first, last): element-wise layers, reshapes and the loss join the
@@ -28,16 +95,41 @@ void ps_lower_compute_op(const PsExperiment *exp, PsOp *op);
 void ps_lower_update_op(const PsExperiment *exp, PsOp *op, int64_t params);
 /* The launch overhead of INFEED and OUTFEED ops. */
 ps_time_t ps_lower_launch(const PsExperiment *exp);
+/* Devices 0 .. n - 1 along a data axis of n, each owning every parameter
+ * of the model (replicas). */
+void ps_lower_data_axis(PsPlan *plan, const PsModel *model, int n);
+/* The INFEED dequeue of `batch` examples (float32 inputs). */
+PsOp ps_lower_infeed(const PsExperiment *exp, int64_t batch);
+/* The OUTFEED of a step's loss and correct count, weighted in the step's
+ * loss by loss_weight. */
+PsOp ps_lower_outfeed(const PsExperiment *exp, int64_t batch, double loss_weight);
 
-/* Static HBM (weights and gradients of `params`, optimizer slots of
- * `slot_params`) and the peak with live activations, walking the ops in
- * order.  FALSE with PS_INPUT_ERROR_DOES_NOT_FIT naming `what` (e.g.
- * "device 0" or "stage 2") and the advice when the peak exceeds the
- * device's HBM. */
-gboolean ps_lower_memory(const PsExperiment *exp, PsProgram *p, int64_t params,
-                         int64_t slot_params, const char *what, const char *advice,
+/* What one device holds in HBM, for the one rule that decides whether it
+ * fits: weights and gradients of `params` (4 bytes each), the optimizer's
+ * slots for `slot_params` of them (fewer with weight-update sharding), and
+ * the peak of live activations. */
+typedef struct {
+  const char *path;     /* the key the message names, e.g. "global_batch" */
+  const char *what;     /* after the model's name: "" or " stage 2 (layers ...)" */
+  int64_t batch;        /* examples the device takes per step */
+  int64_t params;
+  int64_t slot_params;
+  double activations;   /* bytes, in doubles: a huge batch cannot wrap */
+  const char *advice;   /* what to change */
+} PsMemoryNeed;
+
+/* The one HBM rule: TRUE when the need fits a device of the experiment's
+ * topology; else FALSE with PS_INPUT_ERROR_DOES_NOT_FIT naming the model,
+ * the need and its parts, the capacity and the advice. */
+gboolean ps_lower_fits(const PsExperiment *exp, const PsMemoryNeed *need, GError **error);
+/* Static HBM (weights, gradients and slots of `need`) and the peak with
+ * live activations, walking the ops in order, stored in the program and
+ * judged by ps_lower_fits. */
+gboolean ps_lower_memory(const PsExperiment *exp, PsProgram *p, const PsMemoryNeed *need,
                          GError **error);
 
+/* The one optimizer-slot rule: copies of the weights the optimizer keeps
+ * (Adam's two moments; SGD's momentum, costed even at momentum 0). */
 int ps_lower_optimizer_slots(const PsExperiment *exp);
 
 /* The HOST_CALL ops (outside compilation) that follow a FWD op of `batch`
@@ -57,6 +149,7 @@ void ps_lower_host_calls(const PsExperiment *exp, const PsOp *fwd, GArray *ops);
  * ranges; with one member there are no buckets, only the update. */
 typedef struct {
   const PsExperiment *exp;
+  const PsReplication *rep;
   PsPlan *plan;
   const char *prefix;  /* for collective names: "" or "s3 " (static) */
   const int *members;  /* devices, in member order (not owned) */
@@ -68,8 +161,8 @@ typedef struct {
   int64_t cur_count;
 } PsBuckets;
 
-void ps_lower_buckets_init(PsBuckets *b, const PsExperiment *exp, PsPlan *plan,
-                           const char *prefix, const int *members, int n);
+void ps_lower_buckets_init(PsBuckets *b, const PsExperiment *exp, const PsReplication *rep,
+                           PsPlan *plan, const char *prefix, const int *members, int n);
 /* After the final BWD op of a layer group in this step; `closes` for the
  * group's last BWD (the stage's first layers), which ends the last bucket. */
 void ps_lower_buckets_add(PsBuckets *b, GArray *ops, const PsOp *bwd, gboolean closes);
@@ -82,8 +175,7 @@ int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off,
 int ps_lower_buckets_count(const PsBuckets *b);
 void ps_lower_buckets_clear(PsBuckets *b);
 
-/* The strategies of the registry (strategy.c). */
-#include "strategy/strategy.h"
+/* The strategies of the built-in registry (strategy.c). */
 extern const PsStrategy ps_strategy_replicate;
 extern const PsStrategy ps_strategy_pipeline;
 

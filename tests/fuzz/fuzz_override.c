@@ -10,6 +10,7 @@
 #include "fuzz-common.h"
 
 #include "io/config.h"
+#include "run/experiment.h"
 
 #include <string.h>
 

@@ -44,8 +44,9 @@ typedef struct {
   double breakdown[PS_TIME_N_CATEGORIES]; /* seconds per step */
   double host_loop_s;       /* of `host`: the steps_per_run round trip, per step */
   const char *collective_algorithm; /* the gradients' collective ("ring", ...), or NULL */
-  int reporting_device;     /* whose view the breakdown is (see run.c) */
+  int reporting_device;     /* whose view the breakdown is (see stats.c) */
   int devices, replicas, stages, micro_batches, buckets;
+  gboolean pipelined;       /* the plan has a stage axis (a pipeline, even of one stage) */
   double examples_per_s;
   double mxu_utilization;   /* useful matmul FLOPs / (time x peak), device 0 */
   /* compute of one step of the reporting device's program split by what

@@ -1,0 +1,191 @@
+/* layer-elementwise.c: the kinds that map each element on its own, relu,
+ * gelu (tanh form) and tanh, the reshape flatten, and the residual join add
+ * (body output + shortcut output), as entries of the layer table
+ * (layer-private.h).
+ *
+ * Costs, FLOPs per element forward / backward: relu 1 / 1, tanh 4 / 3, gelu
+ * 10 / 16, add 1 / 1 (the backward one is the sum of the two gradients at
+ * the fork); an activation keeps its output (its input for relu and gelu's
+ * numerics), flatten is a view and moves nothing.
+ * Invariant: the output has the input's elements in the input's order. */
+#include "model/layer-private.h"
+
+/* ---- activations -------------------------------------------------------- */
+
+static gboolean relu_shape(PsLayer *L, const PsLayerIn *in, GError **error)
+{
+  ps_layer_elementwise(L, in, 1, 1);
+  return TRUE;
+}
+
+static gboolean gelu_shape(PsLayer *L, const PsLayerIn *in, GError **error)
+{
+  ps_layer_elementwise(L, in, 10, 16);
+  return TRUE;
+}
+
+static gboolean tanh_shape(PsLayer *L, const PsLayerIn *in, GError **error)
+{
+  ps_layer_elementwise(L, in, 4, 3);
+  return TRUE;
+}
+
+/* Same shape, nothing to plan. */
+static gboolean same_plan(const NetPlan *p, NetLayer *nl, GError **error)
+{
+  return TRUE;
+}
+
+static void relu_forward(const NetStep *st)
+{
+  ps_relu_forward(st->x, st->sl->out, st->n);
+}
+
+static gboolean relu_backward(const NetStep *st)
+{
+  if (st->dx)
+    ps_relu_backward(st->x, st->dy, st->dx, st->n);
+  return TRUE;
+}
+
+static void gelu_forward(const NetStep *st)
+{
+  ps_gelu_forward(st->x, st->sl->out, st->n);
+}
+
+static gboolean gelu_backward(const NetStep *st)
+{
+  if (st->dx)
+    ps_gelu_backward(st->x, st->dy, st->dx, st->n);
+  return TRUE;
+}
+
+static void tanh_forward(const NetStep *st)
+{
+  ps_tanh_forward(st->x, st->sl->out, st->n);
+}
+
+static gboolean tanh_backward(const NetStep *st)
+{
+  if (st->dx)
+    ps_tanh_backward(st->sl->out, st->dy, st->dx, st->n);
+  return TRUE;
+}
+
+#define ACTIVATION(NAME, KIND)                                                       \
+  const PsLayerOps ps_layer_##NAME = {                                               \
+    .kind = KIND,                                                                    \
+    .name = #NAME,                                                                   \
+    .keys = ps_layer_keys_plain,                                                     \
+    .parse = ps_layer_parse_plain,                                                   \
+    .shape = NAME##_shape,                                                           \
+    .plan = same_plan,                                                               \
+    .forward = NAME##_forward,                                                       \
+    .backward = NAME##_backward,                                                     \
+    .lower = {.lowering = PS_LOWER_UNARY, .fuses_into_producer = TRUE, .kernel = #NAME}, \
+  }
+
+ACTIVATION(relu, PS_LAYER_RELU);
+ACTIVATION(gelu, PS_LAYER_GELU);
+ACTIVATION(tanh, PS_LAYER_TANH);
+
+/* ---- flatten ------------------------------------------------------------ */
+
+static gboolean flatten_shape(PsLayer *L, const PsLayerIn *in, GError **error)
+{
+  L->out_rank = 1;
+  L->out_shape[0] = in->elems;
+  return TRUE;
+}
+
+static gboolean flatten_plan(const NetPlan *p, NetLayer *nl, GError **error)
+{
+  nl->out_rank = 1;
+  nl->out_shape[0] = p->elems;
+  nl->out_shape[1] = nl->out_shape[2] = 0;
+  return TRUE;
+}
+
+/* Nothing to do: the output is the input buffer itself, and the readers
+ * of its output write the gradient of its input. */
+static void flatten_forward(const NetStep *st)
+{
+}
+
+const PsLayerOps ps_layer_flatten = {
+  .kind = PS_LAYER_FLATTEN,
+  .name = "flatten",
+  .keys = ps_layer_keys_plain,
+  .parse = ps_layer_parse_plain,
+  .shape = flatten_shape,
+  .view = TRUE,
+  .plan = flatten_plan,
+  .forward = flatten_forward,
+  .lower = {.lowering = PS_LOWER_VIEW, .fuses_into_producer = TRUE, .kernel = "flatten"},
+};
+
+/* ---- add ---------------------------------------------------------------- */
+
+/* Read x and the shortcut, write y; backward read dy, write both
+ * gradients. */
+static gboolean add_shape(PsLayer *L, const PsLayerIn *in, GError **error)
+{
+  L->out_rank = in->rank;
+  memcpy(L->out_shape, in->shape, sizeof L->out_shape);
+  L->fwd_flops = (double)in->elems;
+  L->bwd_flops = (double)in->elems;
+  L->fwd_bytes = 3.0 * (double)in->elems;
+  L->bwd_bytes = 3.0 * (double)in->elems;
+  return TRUE;
+}
+
+static gboolean add_plan(const NetPlan *p, NetLayer *nl, GError **error)
+{
+  if (p->sc_rank != p->rank || memcmp(p->sc_shape, p->shape, sizeof(int64_t) * p->rank) != 0) {
+    g_autofree char *a = ps_layer_shape_str(p->shape, p->rank);
+    g_autofree char *b = ps_layer_shape_str(p->sc_shape, p->sc_rank);
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: layer \"%s\": adds a %s input to a %s shortcut", p->where, p->lname, a, b);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static void add_forward(const NetStep *st)
+{
+  const float *sc = ps_net_slot_output(st->s, st->nl->shortcut_from);
+  for (size_t i = 0; i < st->n; i++)
+    st->sl->out[i] = st->x[i] + sc[i];
+}
+
+/* Both inputs get dy, each overwritten by the pass's first write or added
+ * to; no scratch needed. */
+static gboolean add_backward(const NetStep *st)
+{
+  const NetLayer *nl = st->nl;
+  Slot *s = st->s;
+  float *targets[2] = {nl->input_from >= 0 ? s->layers[nl->input_from].dout : NULL,
+                       nl->shortcut_from >= 0 ? s->layers[nl->shortcut_from].dout : NULL};
+  gboolean first[2] = {nl->in_first, nl->sc_first};
+  for (int t = 0; t < 2; t++) {
+    if (!targets[t])
+      continue;
+    if (first[t])
+      memcpy(targets[t], st->dy, st->n * sizeof *st->dy);
+    else
+      ps_net_add_to(targets[t], st->dy, st->n);
+  }
+  return FALSE;
+}
+
+/* Made by residual groups, never written in a model file. */
+const PsLayerOps ps_layer_add = {
+  .kind = PS_LAYER_ADD,
+  .name = "add",
+  .shape = add_shape,
+  .join = TRUE,
+  .plan = add_plan,
+  .forward = add_forward,
+  .backward = add_backward,
+  .lower = {.lowering = PS_LOWER_JOIN, .fuses_into_producer = TRUE, .kernel = "add"},
+};

@@ -1,0 +1,98 @@
+/* layer-norm.c: the normalization kinds, batchnorm (statistics per
+ * channel over the batch) and layernorm (statistics per row, over the last
+ * dimension), as entries of the layer table (layer-private.h).
+ *
+ * Costs: 8 FLOPs per element forward, 12 backward (statistics, normalize,
+ * scale and shift); two passes over x and a write of y forward, two passes
+ * over dy and x and a write of dx backward; each keeps its input and a
+ * mean and variance (per channel for batchnorm, per row for layernorm).
+ * Invariant: the parameters are a gain and a shift per feature. */
+#include "model/layer-private.h"
+
+/* Shapes and costs of both kinds but the statistics kept. */
+static void norm_shape(PsLayer *L, const PsLayerIn *in)
+{
+  int64_t c = in->shape[in->rank - 1];
+  L->out_rank = in->rank;
+  memcpy(L->out_shape, in->shape, sizeof L->out_shape);
+  L->params = 2 * c;
+  L->fwd_flops = PS_NORM_FWD * (double)in->elems;
+  L->bwd_flops = PS_NORM_BWD * (double)in->elems;
+  /* forward: two passes over x, write y; backward: two passes over dy
+   * and x, write dx; parameters read and (backward) written */
+  L->fwd_bytes = 3.0 * (double)in->elems + (double)L->params;
+  L->bwd_bytes = 5.0 * (double)in->elems + 2.0 * (double)L->params;
+}
+
+static gboolean batchnorm_shape(PsLayer *L, const PsLayerIn *in, GError **error)
+{
+  norm_shape(L, in);
+  L->act_elems = in->elems + 2 * in->shape[in->rank - 1];
+  return TRUE;
+}
+
+/* No numeric kernel: a model with a batchnorm is timed only. */
+const PsLayerOps ps_layer_batchnorm = {
+  .kind = PS_LAYER_BATCHNORM,
+  .name = "batchnorm",
+  .keys = ps_layer_keys_plain,
+  .parse = ps_layer_parse_plain,
+  .shape = batchnorm_shape,
+  .lower = {.lowering = PS_LOWER_NORM_STATS, .fuses_into_producer = TRUE,
+            .kernel = "batchnorm"},
+};
+
+static gboolean layernorm_shape(PsLayer *L, const PsLayerIn *in, GError **error)
+{
+  norm_shape(L, in);
+  L->act_elems = in->elems + 2 * (in->elems / in->shape[in->rank - 1]);
+  return TRUE;
+}
+
+static gboolean layernorm_plan(const NetPlan *p, NetLayer *nl, GError **error)
+{
+  nl->in_dim = (int)p->shape[p->rank - 1];
+  nl->groups = (int)(p->elems / nl->in_dim);
+  nl->w_len = (size_t)nl->in_dim; /* gamma */
+  nl->b_len = (size_t)nl->in_dim; /* beta */
+  nl->cache_elems = 2 * (size_t)nl->groups;
+  return TRUE;
+}
+
+/* gains one, shifts zero */
+static void layernorm_init(PsNet *net, int i, GRand *rng)
+{
+  const NetLayer *nl = &net->layers[i];
+  float *w = net->params + nl->w_off;
+  for (size_t j = 0; j < nl->w_len; j++)
+    w[j] = 1.0f;
+}
+
+static void layernorm_forward(const NetStep *st)
+{
+  const NetLayer *nl = st->nl;
+  ps_layernorm_forward(st->x, st->w, st->b, st->sl->out, st->sl->cache, st->batch * nl->groups,
+                       nl->in_dim);
+}
+
+static gboolean layernorm_backward(const NetStep *st)
+{
+  const NetLayer *nl = st->nl;
+  ps_layernorm_backward(st->x, st->w, st->sl->cache, st->dy, st->dx, st->dw, st->db,
+                        st->batch * nl->groups, nl->in_dim);
+  return TRUE;
+}
+
+const PsLayerOps ps_layer_layernorm = {
+  .kind = PS_LAYER_LAYERNORM,
+  .name = "layernorm",
+  .keys = ps_layer_keys_plain,
+  .parse = ps_layer_parse_plain,
+  .shape = layernorm_shape,
+  .plan = layernorm_plan,
+  .init = layernorm_init,
+  .forward = layernorm_forward,
+  .backward = layernorm_backward,
+  .lower = {.lowering = PS_LOWER_PRODUCER, .fuses_into_producer = TRUE,
+            .kernel = "layernorm"},
+};

@@ -1,0 +1,423 @@
+/* numerics.c: the run's real arithmetic (see run-private.h).  Each device
+ * has its own net and optimizer, started from the same weights; each op
+ * runs its kernels on real batches as the pod ends it, a pipeline's
+ * messages carry real activations and their gradients, and collectives
+ * reduce the buffers ps_run_numerics_coll_buffer hands them.
+ * Invariant: numerics never change what the pod does or when; every
+ * replica of a stage ends with the same weights (replica_divergence says
+ * by how much they do not). */
+#include "run-private.h"
+
+#include <math.h>
+#include <string.h>
+
+#define SYNTHETIC_TEST_EXAMPLES 10000
+
+static void message_queue_free(gpointer q)
+{
+  g_queue_free_full(q, g_free);
+}
+
+static gint64 message_key(int src, int dst, int tag)
+{
+  return ((gint64)src << 40) | ((gint64)dst << 20) | tag;
+}
+
+gboolean ps_run_numerics_init(Run *r, GError **error)
+{
+  const PsExperiment *exp = r->exp;
+  const PsModel *m = exp->model;
+  const PsPlan *plan = r->plan;
+  if (exp->input.source == PS_SOURCE_FASHION_MNIST && r->fashion_train)
+    r->train = r->fashion_train;
+  else if (exp->input.source == PS_SOURCE_FASHION_MNIST)
+    r->train = r->own_train = ps_dataset_open_fashion_mnist(exp->input.data_dir, TRUE, error);
+  else
+    r->train = r->own_train = ps_dataset_new_synthetic(m->in_shape, m->in_rank,
+                                                       (int)m->classes,
+                                                       (size_t)exp->input.synthetic_examples,
+                                                       exp->numerics.seed);
+  if (!r->train)
+    return FALSE;
+  r->sampler = ps_sampler_new(r->train, exp->input.shuffle, exp->numerics.seed);
+  r->nets = g_new0(PsNet *, r->n_dev);
+  r->opts = g_new0(PsOptimizer *, r->n_dev);
+  r->example_base = g_new0(int64_t, r->n_dev);
+  r->grad_step = g_new(int64_t, r->n_dev);
+  r->loss_acc = g_new0(double, r->n_dev);
+  r->loss_n = g_new0(int, r->n_dev);
+  r->messages = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, message_queue_free);
+  for (int d = 0; d < r->n_dev; d++) {
+    const PsProgram *p = ps_plan_program(plan, d);
+    int64_t max_batch = 1;
+    int slots = 1;
+    for (int i = 0; i < p->n_ops; i++) {
+      const PsOp *op = &p->ops[i];
+      if (op->kind != PS_OP_OUTFEED)
+        max_batch = MAX(max_batch, op->batch);
+      slots = MAX(slots, op->mb + 1);
+    }
+    r->grad_step[d] = -1;
+    /* same seed: every device starts from identical weights, as a mirrored
+     * variable does; a pipeline stage keeps a micro-batch per slot */
+    r->nets[d] = ps_net_new_slots(m, (int)max_batch, slots, exp->numerics.precision,
+                                  exp->numerics.seed, error);
+    if (!r->nets[d])
+      return FALSE;
+    size_t n = ps_net_n_params(r->nets[d]);
+    const PsOptimizerConfig *o = &exp->optimizer;
+    r->opts[d] = o->kind == PS_OPT_ADAM
+                     ? ps_optimizer_new_adam(n, (float)o->learning_rate, (float)o->beta1,
+                                             (float)o->beta2, (float)o->epsilon)
+                     : ps_optimizer_new_sgd(n, (float)o->learning_rate, (float)o->momentum);
+    /* replica r of R takes examples [r B/R, (r+1) B/R) of the global batch */
+    r->example_base[d] = (int64_t)ps_plan_coord(plan, d, PS_AXIS_DATA) *
+                         (exp->global_batch / ps_plan_axis_size(plan, PS_AXIS_DATA));
+  }
+  size_t elems = ps_dataset_example_elems(r->train);
+  r->batch_x = g_new(float, (size_t)exp->global_batch * elems);
+  r->batch_y = g_new(int32_t, (size_t)exp->global_batch);
+  r->drawn_step = -1;
+  return TRUE;
+}
+
+void ps_run_numerics_free(Run *r)
+{
+  if (r->nets)
+    for (int i = 0; i < r->n_dev; i++) {
+      ps_net_free(r->nets[i]);
+      ps_optimizer_free(r->opts[i]);
+    }
+  g_free(r->nets);
+  g_free(r->opts);
+  g_free(r->example_base);
+  g_free(r->grad_step);
+  g_free(r->loss_acc);
+  g_free(r->loss_n);
+  if (r->messages)
+    g_hash_table_destroy(r->messages);
+  if (r->sampler)
+    ps_sampler_free(r->sampler);
+  ps_dataset_free(r->own_train);
+  g_free(r->batch_x);
+  g_free(r->batch_y);
+}
+
+static void log_step(Run *r, int64_t step, double loss, ps_time_t t)
+{
+  const PsExperiment *exp = r->exp;
+  if (step == 0)
+    r->loss_first = loss;
+  if (step == exp->steps - 1)
+    r->loss_last = loss;
+  r->log_loss_sum += loss;
+  r->log_loss_n++;
+  if (!r->log || ((step + 1) % exp->log_every != 0 && step + 1 != exp->steps))
+    return;
+  fprintf(r->log, "step %6" G_GINT64_FORMAT "  loss %.4f  (mean of last %" G_GINT64_FORMAT
+          ")  sim time %.3f ms\n", step + 1, r->log_loss_sum / (double)r->log_loss_n,
+          r->log_loss_n, ps_time_to_s(t) * 1e3);
+  fflush(r->log);
+  r->log_loss_sum = 0;
+  r->log_loss_n = 0;
+}
+
+/* Outside compilation with numerics on: the host really computes on the
+ * layer's output.  A histogram (over [min, max] of the tensor) is kept per
+ * call for the summary; a roundtrip brings the tensor back unchanged. */
+static void host_call_numerics(Run *r, int device, const PsOp *op)
+{
+  if (ps_plan_coord(r->plan, device, PS_AXIS_DATA) != 0)
+    return; /* every replica calls its host; the summary shows replica 0's */
+  const PsHostCall *hc = &r->exp->host_calls[op->host_call];
+  if (hc->kind != PS_HOST_CALL_HISTOGRAM)
+    return;
+  size_t n = 0;
+  ps_net_select_slot(r->nets[device], op->mb);
+  const float *x = ps_net_layer_output(r->nets[device], hc->after, &n);
+  PsHistogram *h = &r->histograms[op->host_call];
+  if (!h->counts)
+    h->counts = g_new0(int64_t, hc->bins);
+  float lo = x[0], hi = x[0];
+  for (size_t i = 1; i < n; i++) {
+    lo = fminf(lo, x[i]);
+    hi = fmaxf(hi, x[i]);
+  }
+  memset(h->counts, 0, sizeof(int64_t) * (size_t)hc->bins);
+  for (size_t i = 0; i < n; i++) {
+    int b = hi > lo ? (int)((x[i] - lo) / (hi - lo) * hc->bins) : 0;
+    h->counts[b < hc->bins ? b : hc->bins - 1]++;
+  }
+  h->lo = lo;
+  h->hi = hi;
+  h->calls++;
+}
+
+/* A pipeline's messages carry activations (even tags) or their gradients
+ * (odd tags) of layer op->first, for micro-batch op->mb: the sender's are
+ * copied when it sends, the receiver's buffers filled when it receives. */
+static float *message_buffer(PsNet *net, const PsOp *op, size_t *n)
+{
+  return op->tag % 2 == 0 ? ps_net_activation(net, op->first, n)
+                          : ps_net_activation_grad(net, op->first, n);
+}
+
+/* The device's share of the step's global batch (drawn by the step's
+ * first INFEED) as its net's input. */
+static void set_input(Run *r, PsNet *net, int device, const PsOp *op)
+{
+  size_t elems = ps_dataset_example_elems(r->train);
+  size_t off = (size_t)(r->example_base[device] + op->example_off);
+  ps_net_set_input(net, r->batch_x + off * elems, r->batch_y + off, (int)op->batch);
+}
+
+static void infeed_batch(Run *r, PsNet *net, int device, int64_t step, const PsOp *op)
+{
+  if (r->drawn_step != step) {
+    ps_sampler_next(r->sampler, (int)r->exp->global_batch, r->batch_x, r->batch_y);
+    r->drawn_step = step;
+  }
+  ps_net_select_slot(net, op->mb);
+  set_input(r, net, device, op);
+}
+
+static void send_message(Run *r, PsNet *net, int device, const PsOp *op)
+{
+  ps_net_select_slot(net, op->mb);
+  size_t n = 0;
+  const float *x = message_buffer(net, op, &n);
+  g_assert(x != NULL);
+  gint64 key = message_key(device, op->peer, op->tag);
+  GQueue *q = g_hash_table_lookup(r->messages, &key);
+  if (!q) {
+    q = g_queue_new();
+    g_hash_table_insert(r->messages, g_memdup2(&key, sizeof key), q);
+  }
+  g_queue_push_tail(q, g_memdup2(x, n * sizeof *x));
+}
+
+static void recv_message(Run *r, PsNet *net, int device, int64_t step, const PsOp *op)
+{
+  ps_net_select_slot(net, op->mb);
+  if (op->labels) { /* the micro-batch of this step that stage 0 took */
+    g_assert(r->drawn_step == step);
+    set_input(r, net, device, op);
+  } else if (op->tag % 2 == 0) {
+    ps_net_set_batch(net, (int)op->batch);
+  }
+  gint64 key = message_key(op->peer, device, op->tag);
+  GQueue *q = g_hash_table_lookup(r->messages, &key);
+  g_assert(q != NULL && !g_queue_is_empty(q));
+  g_autofree float *payload = g_queue_pop_head(q);
+  size_t n = 0;
+  float *x = message_buffer(net, op, &n);
+  g_assert(x != NULL);
+  memcpy(x, payload, n * sizeof *x);
+}
+
+static void update_params(Run *r, PsNet *net, int device, int64_t step, const PsOp *op)
+{
+  int64_t off = op->param_off, len = op->param_len;
+  const PsOptimizerConfig *oc = &r->exp->optimizer;
+  if (oc->schedule == PS_LR_COSINE) /* step k of S: lr (1 + cos(pi k / S)) / 2 */
+    ps_optimizer_set_lr(r->opts[device],
+                        (float)(oc->learning_rate * 0.5 *
+                                (1.0 + cos(G_PI * (double)step / (double)r->exp->steps))));
+  if (op->coll >= 0) { /* this device's shard of a reduce-scattered bucket */
+    int64_t boff, blen;
+    ps_pod_coll_block(r->pod, op->coll, device, &boff, &blen);
+    off += boff;
+    len = blen;
+  }
+  ps_optimizer_step_range(r->opts[device], ps_net_params(net), ps_net_grads(net),
+                          (size_t)off, (size_t)len, step + 1);
+}
+
+/* OUTFEED: the device's loss of the step, the mean over its micro-batches
+ * weighted among replicas; once every device outfed, their sum in device
+ * order is the step's. */
+static void outfeed_loss(Run *r, int device, int64_t step, const PsOp *op)
+{
+  StepState *st = ps_run_step_state(r, step);
+  if (r->loss_n[device] > 0)
+    st->loss[device] += r->loss_acc[device] / r->loss_n[device] * op->loss_weight;
+  r->loss_acc[device] = 0;
+  r->loss_n[device] = 0;
+  if (++st->outfed < r->outfeeders)
+    return;
+  double loss = 0;
+  for (int d = 0; d < r->n_dev; d++)
+    loss += st->loss[d];
+  log_step(r, step, loss, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
+}
+
+void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
+{
+  Run *r = ctx;
+  PsNet *net = r->nets[device];
+  if (r->grad_step[device] != step) { /* gradients accumulate over a step's micro-batches */
+    ps_net_zero_grads(net);
+    r->grad_step[device] = step;
+  }
+  switch (op->kind) {
+  case PS_OP_INFEED:
+    infeed_batch(r, net, device, step, op);
+    break;
+  case PS_OP_FWD:
+  case PS_OP_RECOMPUTE:
+    ps_net_select_slot(net, op->mb);
+    for (int i = op->first; i <= op->last; i++)
+      ps_net_forward_layer(net, i);
+    if (op->kind == PS_OP_FWD && op->last == r->exp->model->n_layers - 1) {
+      r->loss_acc[device] += ps_net_loss(net);
+      r->loss_n[device]++;
+    }
+    break;
+  case PS_OP_BWD:
+    ps_net_select_slot(net, op->mb);
+    for (int i = op->last; i >= op->first; i--)
+      ps_net_backward_layer(net, i, r->plan->loss_scale);
+    break;
+  case PS_OP_SEND:
+    send_message(r, net, device, op);
+    break;
+  case PS_OP_RECV:
+    recv_message(r, net, device, step, op);
+    break;
+  case PS_OP_UPDATE:
+    update_params(r, net, device, step, op);
+    break;
+  case PS_OP_OUTFEED:
+    outfeed_loss(r, device, step, op);
+    break;
+  case PS_OP_HOST_CALL:
+    host_call_numerics(r, device, op);
+    break;
+  default: /* collectives reduce into coll_buffer() */
+    break;
+  }
+}
+
+/* The buffer a device hands to a collective: its gradients, its weights,
+ * or a layer's output in its current slot, from the collective's offset.  The collective adds (or copies) the
+ * members' elements into it in the order its algorithm delivers them. */
+float *ps_run_numerics_coll_buffer(void *ctx, int device, int c)
+{
+  Run *r = ctx;
+  const PsPlanColl *pc = &r->plan->colls[c];
+  PsNet *net = r->nets[device];
+  float *base = pc->buffer == PS_BUFFER_GRADS    ? ps_net_grads(net)
+                : pc->buffer == PS_BUFFER_PARAMS ? ps_net_params(net)
+                                                 : ps_net_activation(net, pc->layer, NULL);
+  return base + pc->offset;
+}
+
+/* The parameter ranges device owns (the plan's mesh); a device the plan
+ * gives none holds them all. */
+static int param_ranges(Run *r, int device, PsParamRange *all, const PsParamRange **ranges)
+{
+  const PsMesh *mesh = &r->plan->mesh;
+  if (mesh->n_ranges[device] > 0) {
+    *ranges = mesh->ranges[device];
+    return mesh->n_ranges[device];
+  }
+  *all = (PsParamRange){0, (int64_t)ps_net_n_params(r->nets[device])};
+  *ranges = all;
+  return 1;
+}
+
+/* The device of replica 0 (data coordinate 0) at the same place as device
+ * along every other axis (its stage, its shard...). */
+static int replica0_peer(Run *r, int device)
+{
+  for (int d = 0; d < r->n_dev; d++) {
+    gboolean same = ps_plan_coord(r->plan, d, PS_AXIS_DATA) == 0;
+    for (int a = 0; a < PS_N_AXES && same; a++)
+      same = a == PS_AXIS_DATA ||
+             ps_plan_coord(r->plan, d, a) == ps_plan_coord(r->plan, device, a);
+    if (same)
+      return d;
+  }
+  g_assert_not_reached();
+  return -1;
+}
+
+/* Replicas must end with identical weights: the largest difference of the
+ * weights a device owns from replica 0's. */
+static double replica_divergence(Run *r)
+{
+  double worst = 0;
+  for (int i = 0; i < r->n_dev; i++) {
+    if (ps_plan_coord(r->plan, i, PS_AXIS_DATA) == 0)
+      continue;
+    int d0 = replica0_peer(r, i);
+    PsParamRange all;
+    const PsParamRange *rg;
+    int n = param_ranges(r, i, &all, &rg);
+    for (int k = 0; k < n; k++) {
+      const float *pi = ps_net_params(r->nets[i]) + rg[k].off;
+      const float *p0 = ps_net_params(r->nets[d0]) + rg[k].off;
+      for (int64_t j = 0; j < rg[k].len; j++)
+        worst = fmax(worst, fabs((double)pi[j] - p0[j]));
+    }
+  }
+  return worst;
+}
+
+/* Copies the weights every other device of replica 0 owns into device 0's
+ * net, which then holds the trained model whole (a no-op without a
+ * pipeline). */
+static void gather_params(Run *r)
+{
+  for (int d = 1; d < r->n_dev; d++) {
+    if (ps_plan_coord(r->plan, d, PS_AXIS_DATA) != 0)
+      continue;
+    PsParamRange all;
+    const PsParamRange *rg;
+    int n = param_ranges(r, d, &all, &rg);
+    for (int k = 0; k < n; k++)
+      memcpy(ps_net_params(r->nets[0]) + rg[k].off, ps_net_params(r->nets[d]) + rg[k].off,
+             (size_t)rg[k].len * sizeof(float));
+  }
+}
+
+static gboolean evaluate(Run *r, PsSummary *s, GError **error)
+{
+  const PsExperiment *exp = r->exp;
+  const PsModel *m = exp->model;
+  PsDataset *own = NULL;
+  const PsDataset *test = r->fashion_test;
+  if (exp->input.source == PS_SOURCE_FASHION_MNIST && !test)
+    test = own = ps_dataset_open_fashion_mnist(exp->input.data_dir, FALSE, error);
+  else if (exp->input.source != PS_SOURCE_FASHION_MNIST)
+    /* same class prototypes (same seed), fresh noise (a larger set) */
+    test = own = ps_dataset_new_synthetic(m->in_shape, m->in_rank, (int)m->classes,
+                                          SYNTHETIC_TEST_EXAMPLES, exp->numerics.seed);
+  if (!test)
+    return FALSE;
+  s->has_accuracy = TRUE;
+  s->test_accuracy = ps_net_accuracy(r->nets[0], ps_dataset_images(test),
+                                     ps_dataset_labels(test), ps_dataset_size(test));
+  ps_dataset_free(own);
+  return TRUE;
+}
+
+void ps_run_numerics_summarise(Run *r, PsSummary *s)
+{
+  s->has_numerics = TRUE;
+  s->loss_first = r->loss_first;
+  s->loss_last = r->loss_last;
+  s->replica_divergence = replica_divergence(r);
+}
+
+gboolean ps_run_numerics_finish(Run *r, const PsRunOptions *opt, PsSummary *s, GError **error)
+{
+  gather_params(r);
+  if (r->exp->numerics.evaluate && !evaluate(r, s, error))
+    return FALSE;
+  if (opt && opt->keep_params) {
+    s->n_params = ps_net_n_params(r->nets[0]);
+    s->params = g_memdup2(ps_net_params(r->nets[0]), sizeof(float) * s->n_params);
+  }
+  return TRUE;
+}

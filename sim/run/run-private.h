@@ -1,0 +1,142 @@
+/* run-private.h: what the files of a run share (sim/run/): the Run that
+ * one ps_run() fills, and each file's entry points.  run.c orchestrates
+ * (compiles the plan, builds the pod, fans the pod's reports out, runs,
+ * writes the outputs); numerics.c does the real arithmetic on the ops;
+ * stats.c counts time per category and reports the summary;
+ * trace-observer.c writes the trace.
+ *
+ * Invariant: each part of the Run below belongs to one file, which alone
+ * allocates, writes and frees it; the others only read it (statistics read
+ * the numerics' losses and histograms; the trace reads the statistics'
+ * live bytes).  The open steps are shared, and run.c owns their table. */
+#ifndef PS_RUN_PRIVATE_H
+#define PS_RUN_PRIVATE_H
+
+#include "run.h"
+
+#include "io/dataset.h"
+#include "io/trace.h"
+#include "model/net.h"
+
+typedef struct {
+  float lo, hi;
+  int64_t calls;
+  int64_t *counts;
+} PsHistogram;
+
+/* Intervals that may overlap, spread over as few trace threads as keep
+ * each thread's slices disjoint (a greedy interval colouring: intervals
+ * are reported in order of their ends). */
+typedef struct {
+  GArray *ends; /* ps_time_t, per lane: end of its last slice */
+} Lanes;
+
+/* A step some device is still in: nothing is kept per step beyond it. */
+typedef struct {
+  int outfed;
+  int critical;         /* the last device to start the step's last collective */
+  int done;             /* devices that finished the step */
+  /* per device, its weighted loss: summed in device order once all have
+   * outfed, so the step's loss never depends on which finished first */
+  double loss[];
+} StepState;
+
+typedef struct {
+  const PsExperiment *exp;
+  const PsPlan *plan;
+  PsPod *pod;
+  FILE *log;
+  int n_dev;
+  int64_t warm;         /* steps of the warm-up loop, not measured */
+  /* numerics */
+  gboolean numerics;
+  const PsDataset *train; /* own_train or the caller's */
+  PsDataset *own_train;
+  const PsDataset *fashion_train, *fashion_test; /* the caller's, or NULL */
+  PsSampler *sampler;
+  PsNet **nets;         /* per device */
+  PsOptimizer **opts;
+  int64_t *example_base; /* per device: its replica's first example */
+  int64_t *grad_step;   /* per device: the step its gradients were zeroed for */
+  double *loss_acc;     /* per device: micro-batch losses of the step so far */
+  int *loss_n;
+  GHashTable *messages; /* (src, dst, tag) -> GQueue of payloads in flight */
+  float *batch_x;       /* one global batch */
+  int32_t *batch_y;
+  int64_t drawn_step;   /* global batch currently in batch_x */
+  GHashTable *open_steps; /* int64 step -> StepState, while devices are in it (run.c) */
+  int outfeeders;       /* devices with an OUTFEED op */
+  PsHistogram *histograms; /* per host call, device 0's last result (run.c allocates) */
+  double loss_first, loss_last;
+  double log_loss_sum;
+  int64_t log_loss_n;
+  /* statistics, per device, over the measured steps */
+  double *cat;          /* n_dev x PS_TIME_N_CATEGORIES, seconds */
+  double *loop_wait;    /* per device */
+  double *mxu_flops;    /* per device */
+  ps_time_t *t0, *t1;   /* per device: end of the warm-up, of the last step */
+  int64_t *votes;       /* per device: steps whose last collective waited for it */
+  int voted;            /* the device with the most votes, first to reach them */
+  int64_t *live, *peak; /* per device: activation bytes live now, at the peak */
+  /* trace */
+  PsTrace *trace;
+  ps_time_t *step_start; /* per device: when its current step began */
+  Lanes *coll_lanes;    /* per device */
+  GArray **flow_ends;   /* per device: FlowEnd of its collectives' messages (links) */
+  GArray **coll_arrivals; /* per collective: ps_time_t its k-th round's last member began */
+  int *coll_last;       /* per collective: that member, of the latest round */
+  Lanes host_lanes[PS_HOST_N_LANES]; /* per lane, tids shared by all hosts */
+  guint8 *host_named;   /* per host: bit per (lane, sub) named */
+  int64_t *host_batches; /* per host: batches prepared so far (names slices) */
+} Run;
+
+/* run.c: the step's state, made when first asked for.  (transfer none) */
+StepState *ps_run_step_state(Run *r, int64_t step);
+
+/* numerics.c.  init fails with PS_INPUT_ERROR when the data cannot be read;
+ * op and coll_buffer are the pod's PsPodNumerics (ctx: the Run). */
+gboolean ps_run_numerics_init(Run *r, GError **error);
+void ps_run_numerics_free(Run *r);
+void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op);
+float *ps_run_numerics_coll_buffer(void *ctx, int device, int c);
+/* After the run: the losses and the replicas' divergence into s. */
+void ps_run_numerics_summarise(Run *r, PsSummary *s);
+/* After the run: gathers the trained model into device 0, evaluates it
+ * (when the experiment asks) and copies its weights out (opt->keep_params). */
+gboolean ps_run_numerics_finish(Run *r, const PsRunOptions *opt, PsSummary *s,
+                                GError **error);
+
+/* stats.c: the statistics' share of the pod's reports, and the summary. */
+void ps_run_stats_init(Run *r);
+void ps_run_stats_free(Run *r);
+void ps_run_stats_op_done(Run *r, int device, int64_t step, const PsOp *op, PsTimeCategory c,
+                          ps_time_t start, ps_time_t end);
+void ps_run_stats_wait(Run *r, int device, int64_t step, PsTimeCategory why, const char *what,
+                       ps_time_t start, ps_time_t end);
+void ps_run_stats_step_done(Run *r, int device, int64_t step, ps_time_t end);
+void ps_run_stats_coll_arrived(Run *r, int64_t step, int last);
+void ps_run_stats_summarise(Run *r, PsSummary *s);
+
+/* trace-observer.c: nothing is drawn while r->trace is NULL.  open fails
+ * with the trace writer's error; free aborts a trace still open. */
+gboolean ps_run_trace_open(Run *r, const char *path, gboolean links, GError **error);
+void ps_run_trace_free(Run *r);
+void ps_run_trace_op_done(Run *r, int device, int64_t step, const PsOp *op, ps_time_t start,
+                          ps_time_t end);
+void ps_run_trace_wait(Run *r, int device, const char *what, ps_time_t start, ps_time_t end);
+void ps_run_trace_step_done(Run *r, int device, int64_t step, ps_time_t end);
+void ps_run_trace_coll_arrived(Run *r, int c, int last, ps_time_t t);
+/* the reports only the trace takes, as PsPodObserver's (ctx: the Run) */
+void ps_run_trace_infeed_depth(void *ctx, int device, int depth, ps_time_t t);
+void ps_run_trace_host_work(void *ctx, int host, PsHostLane lane, const char *what, int device,
+                            ps_time_t start, ps_time_t end);
+void ps_run_trace_coll_done(void *ctx, int device, int64_t step, int c, ps_time_t start,
+                            ps_time_t end);
+void ps_run_trace_coll_message(void *ctx, int c, PsCollMsgEvent what, int src, int dst,
+                               int64_t round, uint64_t id, ps_time_t t);
+void ps_run_trace_message_sent(void *ctx, int src, int dst, int tag, double bytes, ps_time_t t,
+                               uint64_t id);
+void ps_run_trace_message(void *ctx, int src, int dst, int tag, double bytes, ps_time_t sent,
+                          ps_time_t arrived, uint64_t id);
+
+#endif

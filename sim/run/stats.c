@@ -1,0 +1,351 @@
+/* stats.c: the run's statistics and its summary (see run.h): time per
+ * category per device over the measured steps, the collectives' votes for
+ * the reporting device, MXU FLOPs, live activation bytes, and the summary
+ * they make, as JSON or as a table.
+ * Invariant: every moment of a device's measured steps is in exactly one
+ * category, so the reporting device's breakdown sums to its step time
+ * ("other" takes what no op or wait accounts for). */
+#include "run-private.h"
+
+#include <string.h>
+
+static double *cat_of(Run *r, int device)
+{
+  return &r->cat[(size_t)device * PS_TIME_N_CATEGORIES];
+}
+
+void ps_run_stats_init(Run *r)
+{
+  r->cat = g_new0(double, (size_t)r->n_dev * PS_TIME_N_CATEGORIES);
+  r->loop_wait = g_new0(double, r->n_dev);
+  r->mxu_flops = g_new0(double, r->n_dev);
+  r->t0 = g_new0(ps_time_t, r->n_dev);
+  r->t1 = g_new0(ps_time_t, r->n_dev);
+  r->live = g_new0(int64_t, r->n_dev);
+  r->peak = g_new0(int64_t, r->n_dev);
+  r->votes = g_new0(int64_t, r->n_dev);
+}
+
+void ps_run_stats_free(Run *r)
+{
+  g_free(r->cat);
+  g_free(r->loop_wait);
+  g_free(r->mxu_flops);
+  g_free(r->t0);
+  g_free(r->t1);
+  g_free(r->votes);
+  g_free(r->live);
+  g_free(r->peak);
+}
+
+void ps_run_stats_op_done(Run *r, int device, int64_t step, const PsOp *op, PsTimeCategory c,
+                          ps_time_t start, ps_time_t end)
+{
+  if (step >= r->warm) {
+    cat_of(r, device)[c] += ps_time_to_s(end - start);
+    r->mxu_flops[device] += op->mxu_flops;
+  }
+  if (op->act_bytes != 0) {
+    r->live[device] += op->act_bytes;
+    r->peak[device] = MAX(r->peak[device], r->live[device]);
+  }
+}
+
+void ps_run_stats_wait(Run *r, int device, int64_t step, PsTimeCategory why, const char *what,
+                       ps_time_t start, ps_time_t end)
+{
+  if (end <= start || step < r->warm)
+    return;
+  cat_of(r, device)[why] += ps_time_to_s(end - start);
+  if (strcmp(what, PS_WAIT_HOST_LOOP) == 0)
+    r->loop_wait[device] += ps_time_to_s(end - start);
+}
+
+void ps_run_stats_step_done(Run *r, int device, int64_t step, ps_time_t end)
+{
+  if (step == r->warm - 1)
+    r->t0[device] = end;
+  if (step == r->exp->steps - 1)
+    r->t1[device] = end;
+  StepState *st = ps_run_step_state(r, step);
+  if (++st->done < r->n_dev)
+    return;
+  /* every device is past the step: vote for the one its collectives waited for */
+  if (step >= r->warm && st->critical >= 0 &&
+      ++r->votes[st->critical] > r->votes[r->voted])
+    r->voted = st->critical;
+  g_hash_table_remove(r->open_steps, &step);
+}
+
+void ps_run_stats_coll_arrived(Run *r, int64_t step, int last)
+{
+  ps_run_step_state(r, step)->critical = last;
+}
+
+
+/* The device whose view the breakdown gives.  Replicas: the one the
+ * step's last collective most often waited for (device 0 without
+ * collectives).  A pipeline: the busiest device (most compute, the first
+ * on ties), the stage that sets the pace; its idle time is the bubble the
+ * schedule and the partition leave. */
+static int reporting_device(Run *r)
+{
+  if (ps_plan_axis_size(r->plan, PS_AXIS_STAGE) <= 1)
+    return r->voted;
+  int best = 0;
+  for (int d = 1; d < r->n_dev; d++)
+    if (cat_of(r, d)[PS_TIME_COMPUTE] > cat_of(r, best)[PS_TIME_COMPUTE])
+      best = d;
+  return best;
+}
+
+static void summarise(Run *r, PsSummary *s)
+{
+  const PsExperiment *exp = r->exp;
+  int64_t steps = exp->steps;
+  s->steps = steps;
+  s->measured_steps = steps - r->warm;
+  int d = reporting_device(r);
+  s->reporting_device = d;
+  double measured = ps_time_to_s(r->t1[d] - r->t0[d]);
+  s->step_time_s = measured / (double)s->measured_steps;
+  double sum = 0;
+  for (int c = 0; c < PS_TIME_N_CATEGORIES; c++) {
+    s->breakdown[c] = cat_of(r, d)[c] / (double)s->measured_steps;
+    if (c != PS_TIME_OTHER)
+      sum += s->breakdown[c];
+  }
+  s->host_loop_s = r->loop_wait[d] / (double)s->measured_steps;
+  /* "other" is what no op or wait accounts for: the INFEED dequeue, and
+   * rounding of the sum of picoseconds turned into seconds */
+  s->breakdown[PS_TIME_OTHER] = MAX(0.0, s->step_time_s - sum);
+  s->examples_per_s = (double)exp->global_batch / s->step_time_s;
+  s->mxu_utilization = r->mxu_flops[d] / (measured * ps_topology_device_peak_flops(exp->topology));
+  const PsProgram *prog = ps_plan_program(r->plan, d);
+  for (int i = 0; i < prog->n_ops; i++) {
+    s->compute_mxu_s += prog->ops[i].mxu_s;
+    s->compute_memory_s += prog->ops[i].memory_s;
+    s->compute_overhead_s += prog->ops[i].overhead_s;
+  }
+  int64_t peak = 0;
+  for (int i = 0; i < r->n_dev; i++)
+    peak = MAX(peak, ps_plan_program(r->plan, i)->hbm_static_bytes + r->peak[i]);
+  s->hbm_peak_bytes = peak;
+  ps_time_t end = 0;
+  for (int i = 0; i < r->n_dev; i++)
+    end = MAX(end, r->t1[i]);
+  s->sim_time_s = ps_time_to_s(end);
+  s->devices = r->n_dev;
+  s->replicas = ps_plan_axis_size(r->plan, PS_AXIS_DATA);
+  s->stages = ps_plan_axis_size(r->plan, PS_AXIS_STAGE);
+  s->pipelined = ps_plan_has_axis(r->plan, PS_AXIS_STAGE);
+  s->micro_batches = r->plan->micro_batches;
+  s->buckets = r->plan->n_buckets;
+}
+
+static void summarise_host_calls(Run *r, PsSummary *s)
+{
+  const PsExperiment *exp = r->exp;
+  if (exp->n_host_calls == 0)
+    return;
+  json_object *arr = json_object_new_array();
+  for (int i = 0; i < exp->n_host_calls; i++) {
+    const PsHostCall *hc = &exp->host_calls[i];
+    const PsHistogram *h = &r->histograms[i];
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "after", json_object_new_string(exp->model->layers[hc->after].name));
+    json_object_object_add(o, "kind", json_object_new_string(
+                                          hc->kind == PS_HOST_CALL_HISTOGRAM ? "histogram"
+                                                                             : "roundtrip"));
+    json_object_object_add(o, "calls_per_step", json_object_new_int(r->n_dev));
+    if (h->counts) {
+      json_object_object_add(o, "min", json_object_new_double(h->lo));
+      json_object_object_add(o, "max", json_object_new_double(h->hi));
+      json_object *c = json_object_new_array();
+      for (int b = 0; b < hc->bins; b++)
+        json_object_array_add(c, json_object_new_int64(h->counts[b]));
+      json_object_object_add(o, "last_histogram", c);
+    }
+    json_object_array_add(arr, o);
+  }
+  s->host_calls_json = g_strdup(json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PLAIN));
+  json_object_put(arr);
+}
+
+void ps_run_stats_summarise(Run *r, PsSummary *s)
+{
+  summarise(r, s);
+  s->collective_algorithm =
+      r->plan->n_colls > 0 ? ps_pod_coll_algorithm(r->pod, r->plan->n_colls - 1) : NULL;
+  summarise_host_calls(r, s);
+}
+
+void ps_summary_clear(PsSummary *s)
+{
+  g_free(s->host_calls_json);
+  s->host_calls_json = NULL;
+  g_free(s->params);
+  s->params = NULL;
+}
+
+/* ---- reporting ------------------------------------------------------ */
+
+/* A key of the strategy's resolved object (as `describe` prints it), or
+ * NULL: reports name a strategy's choices without knowing the strategy. */
+static json_object *strategy_key(const PsExperiment *exp, const char *key)
+{
+  json_object *so = NULL, *v = NULL;
+  if (json_object_object_get_ex(exp->resolved, "strategy", &so) && so)
+    json_object_object_get_ex(so, key, &v);
+  return v;
+}
+
+static gboolean strategy_flag(const PsExperiment *exp, const char *key)
+{
+  return json_object_get_boolean(strategy_key(exp, key));
+}
+
+static const char *strategy_word(const PsExperiment *exp, const char *key)
+{
+  json_object *v = strategy_key(exp, key);
+  return v ? json_object_get_string(v) : "";
+}
+
+char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
+{
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "experiment", json_object_new_string(exp->name));
+  json_object_object_add(o, "topology", json_object_new_string(exp->topology->name));
+  json_object_object_add(o, "model", json_object_new_string(exp->model->name));
+  json_object_object_add(o, "strategy", json_object_new_string(exp->strategy.kind));
+  json_object_object_add(o, "devices", json_object_new_int(s->devices));
+  json_object_object_add(o, "devices_in_topology",
+                         json_object_new_int(ps_topology_devices(exp->topology)));
+  json_object_object_add(o, "replicas", json_object_new_int(s->replicas));
+  json_object_object_add(o, "stages", json_object_new_int(s->stages));
+  json_object_object_add(o, "micro_batches", json_object_new_int(s->micro_batches));
+  if (s->pipelined) {
+    json_object_object_add(o, "schedule", json_object_new_string(strategy_word(exp, "schedule")));
+    json_object_object_add(o, "rematerialize",
+                           json_object_new_boolean(strategy_flag(exp, "rematerialize")));
+  }
+  json_object_object_add(o, "global_batch", json_object_new_int64(exp->global_batch));
+  json_object_object_add(o, "precision", json_object_new_string(
+                                           exp->numerics.precision == PS_PRECISION_BF16 ? "bf16"
+                                                                                        : "f32"));
+  json_object_object_add(o, "gradient_buckets", json_object_new_int(s->buckets));
+  json_object_object_add(o, "overlap", json_object_new_boolean(strategy_flag(exp, "overlap")));
+  json_object_object_add(o, "weight_update_sharding",
+                         json_object_new_boolean(strategy_flag(exp, "weight_update_sharding")));
+  json_object_object_add(o, "reporting_device", json_object_new_int(s->reporting_device));
+  json_object_object_add(o, "steps", json_object_new_int64(s->steps));
+  json_object_object_add(o, "measured_steps", json_object_new_int64(s->measured_steps));
+  json_object_object_add(o, "step_time_s", json_object_new_double(s->step_time_s));
+  json_object *b = json_object_new_object();
+  for (int c = 0; c < PS_TIME_N_CATEGORIES; c++)
+    json_object_object_add(b, ps_time_category_name(c), json_object_new_double(s->breakdown[c]));
+  json_object_object_add(o, "breakdown", b);
+  if (s->collective_algorithm)
+    json_object_object_add(o, "collective_algorithm",
+                           json_object_new_string(s->collective_algorithm));
+  json_object_object_add(o, "steps_per_run", json_object_new_int64(exp->steps_per_run));
+  json_object_object_add(o, "host_loop_s", json_object_new_double(s->host_loop_s));
+  json_object_object_add(o, "examples_per_s", json_object_new_double(s->examples_per_s));
+  json_object_object_add(o, "mxu_utilization", json_object_new_double(s->mxu_utilization));
+  json_object *cs = json_object_new_object();
+  json_object_object_add(cs, "mxu_s", json_object_new_double(s->compute_mxu_s));
+  json_object_object_add(cs, "memory_s", json_object_new_double(s->compute_memory_s));
+  json_object_object_add(cs, "overhead_s", json_object_new_double(s->compute_overhead_s));
+  json_object_object_add(o, "compute_split", cs);
+  json_object_object_add(o, "hbm_peak_bytes", json_object_new_int64(s->hbm_peak_bytes));
+  if (s->has_numerics) {
+    json_object_object_add(o, "loss_first", json_object_new_double(s->loss_first));
+    json_object_object_add(o, "loss_last", json_object_new_double(s->loss_last));
+  }
+  if (s->has_numerics && s->devices > 1)
+    json_object_object_add(o, "replica_divergence", json_object_new_double(s->replica_divergence));
+  if (s->has_accuracy)
+    json_object_object_add(o, "test_accuracy", json_object_new_double(s->test_accuracy));
+  if (s->host_calls_json)
+    json_object_object_add(o, "outside_compilation", json_tokener_parse(s->host_calls_json));
+  json_object_object_add(o, "sim_time_s", json_object_new_double(s->sim_time_s));
+  json_object_object_add(o, "events", json_object_new_int64((int64_t)s->events));
+  json_object_object_add(o, "wall_s", json_object_new_double(s->wall_s));
+  json_object_object_add(o, "events_per_s", json_object_new_double(s->events_per_s));
+  char *text = g_strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
+                                                              JSON_C_TO_STRING_NOSLASHESCAPE));
+  json_object_put(o);
+  return text;
+}
+
+/* The unit a step's times print in: the one that fits the step (us below
+ * a millisecond, ms below a second, else s), shared by every row so they
+ * line up. */
+typedef struct {
+  const char *name;
+  double scale;
+} TimeUnit;
+
+static TimeUnit unit_for(double step_s)
+{
+  if (step_s < 1e-3)
+    return (TimeUnit){"us", 1e6};
+  if (step_s < 1.0)
+    return (TimeUnit){"ms", 1e3};
+  return (TimeUnit){"s ", 1.0};
+}
+
+static void print_time(FILE *f, TimeUnit u, const char *label, double s, double total)
+{
+  fprintf(f, "  %-16s %10.3f %s  %5.1f%%\n", label, s * u.scale, u.name,
+          total > 0 ? 100.0 * s / total : 0);
+}
+
+void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
+{
+  TimeUnit u = unit_for(s->step_time_s);
+  fprintf(f, "\nstep time        %10.3f %s  (mean of %" G_GINT64_FORMAT " steps after warm-up)\n",
+          s->step_time_s * u.scale, u.name, s->measured_steps);
+  for (int c = 0; c < PS_TIME_N_CATEGORIES; c++)
+    print_time(f, u, ps_time_category_name(c), s->breakdown[c], s->step_time_s);
+  fprintf(f, "  (host loop      %10.3f %s per step: one round trip every %" G_GINT64_FORMAT
+             " steps)\n", s->host_loop_s * u.scale, u.name, exp->steps_per_run);
+  fprintf(f, "  (compute        %10.3f %s MXU-bound, %.3f %s memory-bound (HBM or VPU), %.3f %s "
+             "launch overhead)\n", s->compute_mxu_s * u.scale, u.name,
+          s->compute_memory_s * u.scale, u.name, s->compute_overhead_s * u.scale, u.name);
+  int64_t chunk = exp->collective.chunk_bytes;
+  g_autofree char *chunk_text = chunk % 1048576 == 0
+                                    ? g_strdup_printf("%" G_GINT64_FORMAT " MiB", chunk / 1048576)
+                                    : g_strdup_printf("%.3g MB", chunk / 1e6);
+  if (s->collective_algorithm)
+    fprintf(f, "  (gradients      %d bucket%s, %s %s over %d replicas%s, chunks of %s)\n",
+            s->buckets, s->buckets == 1 ? "" : "s",
+            strategy_flag(exp, "weight_update_sharding") ? "reduce-scatter + all-gather"
+                                                         : "all-reduce",
+            s->collective_algorithm, s->replicas,
+            strategy_flag(exp, "overlap") ? ", overlapping backward" : "", chunk_text);
+  if (s->stages > 1) {
+    int K = s->stages, M = s->micro_batches;
+    fprintf(f, "  (pipeline       %d stages x %d micro-batches, %s%s: bubble %.1f%% of the step; "
+               "with equal stages (K-1)/(M+K-1) = %.1f%%)\n", K, M,
+            strategy_word(exp, "schedule"),
+            strategy_flag(exp, "rematerialize") ? ", re-materialized" : "",
+            100.0 * s->breakdown[PS_TIME_PIPELINE_BUBBLE] / s->step_time_s,
+            100.0 * (K - 1) / (M + K - 1));
+  }
+  fprintf(f, "examples/s       %10.0f\n", s->examples_per_s);
+  fprintf(f, "MXU utilization  %10.2f%%\n", 100.0 * s->mxu_utilization);
+  fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)\n",
+          s->hbm_peak_bytes / 1048576.0,
+          ps_topology_device_hbm_bytes(exp->topology) / 1073741824.0);
+  if (s->has_numerics)
+    fprintf(f, "loss             %10.4f -> %.4f\n", s->loss_first, s->loss_last);
+  if (s->has_accuracy)
+    fprintf(f, "test accuracy    %10.2f%%\n", 100.0 * s->test_accuracy);
+  if (s->host_calls_json)
+    fprintf(f, "host calls       %s\n", s->host_calls_json);
+  fprintf(f, "simulated        %10.3f ms for %" G_GINT64_FORMAT " steps; %" G_GUINT64_FORMAT
+             " events in %.2f s wall (%.3g events/s%s)\n",
+          s->sim_time_s * 1e3, s->steps, s->events, s->wall_s, s->events_per_s,
+          s->has_numerics ? ", numerics included" : "");
+}

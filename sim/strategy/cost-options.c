@@ -1,0 +1,11 @@
+/* cost-options.c: cost-model options from an experiment (see
+ * cost-options.h). */
+#include "strategy/cost-options.h"
+
+void ps_strategy_cost_options(const PsExperiment *exp, PsCostOptions *out)
+{
+  g_return_if_fail(exp != NULL && out != NULL);
+  out->passes = ps_cost_passes(exp->numerics.precision, exp->numerics.matmul_passes);
+  out->act_bytes = ps_cost_act_bytes(exp->numerics.precision);
+  out->fusion = exp->fusion;
+}
