@@ -233,16 +233,22 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
                           (size_t)off, (size_t)len, step + 1);
 }
 
+/* OUTFEED: the device's loss of the step, the mean over its micro-batches
+ * weighted among replicas; once every device outfed, their sum in device
+ * order is the step's. */
 static void outfeed_loss(Run *r, int device, int64_t step, const PsOp *op)
 {
   StepState *st = ps_run_step_state(r, step);
-  /* the mean over the device's micro-batches, weighted among replicas */
   if (r->loss_n[device] > 0)
-    st->loss += r->loss_acc[device] / r->loss_n[device] * op->loss_weight;
+    st->loss[device] += r->loss_acc[device] / r->loss_n[device] * op->loss_weight;
   r->loss_acc[device] = 0;
   r->loss_n[device] = 0;
-  if (++st->outfed == r->outfeeders)
-    log_step(r, step, st->loss, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
+  if (++st->outfed < r->outfeeders)
+    return;
+  double loss = 0;
+  for (int d = 0; d < r->n_dev; d++)
+    loss += st->loss[d];
+  log_step(r, step, loss, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
 }
 
 void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
