@@ -3,7 +3,7 @@
  *
  * A collective runs over a group of devices (its members, in the order the
  * caller lists them) with an operation and an algorithm picked by name from
- * a const table: "ring", "bidir", "torus", "p2p", or "auto", which predicts
+ * a const table: "ring", "bidir", "torus", "multiring", "p2p", or "auto", which predicts
  * each algorithm that can run the operation on the group with its closed
  * form and takes the fastest (ps_collective_why() says which and why).
  *
