@@ -13,7 +13,8 @@
  * streams, one each way, so every link of every chip carries one stream
  * (the scaling book's "over n axes at once, divide by n").  Phases last
  * max L - 1 steps; a stream on a shorter dimension idles for the rest, so
- * no link ever carries two streams.
+ * no link carries two streams (but on a dimension of two members, whose
+ * one link each way both streams cross).
  *
  * Dimensions.  The group's grid axes (collective-private.h) are sorted:
  *   ring dimensions: torus axes whose line closes in as few hops as it
@@ -25,12 +26,15 @@
  *       twisted torus's short dimensions).  Each runs as one unidirectional
  *       ring phase over a member's whole region, before the streams (core
  *       first, so that the ICI links carry each chip's data once) and after
- *       them for the gather, as the torus algorithm does.
+ *       them for the gather, as the torus algorithm does.  On chips of
+ *       two devices, core 0 then runs the n streams going + and core 1 the
+ *       n going - over its half, so the cores never share an ICI link
+ *       direction.
  * A group with fewer than two ring dimensions is unsupported: over one,
  * the two streams are the torus algorithm's bidirectional ring, and auto
- * should not pick between equals on rounding.  Only
- * all-reduce runs: a reduce-scatter would leave each member 2 n separate
- * ranges, and a member's block (collective.h) is one range.
+ * should not pick between equals on rounding.  Only all-reduce runs: a
+ * reduce-scatter would leave each member 2 n separate ranges, and a
+ * member's block (collective.h) is one range.
  *
  * Steps of a member: the outer reduce-scatter phases, n stream phases of
  * max L - 1 steps each (one message per active stream and step, so up to
@@ -39,8 +43,8 @@
  * Closed form (predict): the alpha-beta critical path of those steps.  A
  * message of m bytes over h uncontended hops costs h alpha + m/B +
  * (h-1) c/B (network.h), counted as large as all the messages of a step
- * that share its busiest link (the two cores of a v2/v3 chip share its ICI
- * links); member r ends step s when it has ended step s-1 and each message
+ * that share its busiest link (both streams of a dimension of two
+ * members); member r ends step s when it has ended step s-1 and each message
  * it receives in step s, sent when its sender ended step s-1, has arrived.
  * On an X^n torus with wrap-around, one device per chip, an all-reduce of
  * S bytes costs
