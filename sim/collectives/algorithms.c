@@ -805,7 +805,7 @@ static int plan_n_recv(const PsCollPlan *p, int m, int s)
   return st.n_recv;
 }
 
-static void plan_block(const PsCollPlan *p, int m, int64_t *off, int64_t *len)
+static int plan_block(const PsCollPlan *p, int m, int piece, int64_t *off, int64_t *len)
 {
   if (p->kind == KIND_PHASES) {
     phases_block(p, m, off, len);
@@ -813,6 +813,7 @@ static void plan_block(const PsCollPlan *p, int m, int64_t *off, int64_t *len)
     *off = 0;
     *len = p->p.count;
   }
+  return 1;
 }
 
 static double plan_predict(const PsCollPlan *p)

@@ -72,7 +72,9 @@ typedef struct {
   void (*step)(const PsCollPlan *plan, int member, int step, PsCollStep *out);
   /* step()'s n_recv, cheaper */
   int (*n_recv)(const PsCollPlan *plan, int member, int step);
-  void (*block)(const PsCollPlan *plan, int member, int64_t *off, int64_t *len);
+  /* piece `piece` of member's block; returns how many pieces it has (1
+   * but for multiring's reduce-scatter and all-gather) */
+  int (*block)(const PsCollPlan *plan, int member, int piece, int64_t *off, int64_t *len);
   /* Closed-form time of one round, all members arriving together. */
   double (*predict_s)(const PsCollPlan *plan);
 } PsCollAlgo;

@@ -740,8 +740,14 @@ int ps_collective_members(const PsCollective *c) { return c->g.n; }
 
 void ps_collective_block(const PsCollective *c, int member, int64_t *off, int64_t *len)
 {
-  g_return_if_fail(member >= 0 && member < c->g.n);
-  c->algo->block(c->plan, member, off, len);
+  ps_collective_block_piece(c, member, 0, off, len);
+}
+
+int ps_collective_block_piece(const PsCollective *c, int member, int piece, int64_t *off,
+                              int64_t *len)
+{
+  g_return_val_if_fail(member >= 0 && member < c->g.n && piece >= 0, 0);
+  return c->algo->block(c->plan, member, piece, off, len);
 }
 
 int64_t ps_collective_rounds_done(const PsCollective *c)

@@ -1,5 +1,6 @@
-/* multiring.c: "multiring", the all-reduce that drives every link of a
- * torus at once, and its closed form; a table entry beside algorithms.c's.
+/* multiring.c: "multiring", the all-reduce, reduce-scatter and all-gather
+ * that drive every link of a torus at once, and their closed form; a table
+ * entry beside algorithms.c's.
  *
  * The torus algorithm reduces one dimension at a time, so a chip of a 3-D
  * torus drives 2 of its 6 links.  Here the data is split into K = 2 n
@@ -32,13 +33,16 @@
  *       direction.
  * A group with fewer than two ring dimensions is unsupported: over one,
  * the two streams are the torus algorithm's bidirectional ring, and auto
- * should not pick between equals on rounding.  Only all-reduce runs: a
- * reduce-scatter would leave each member 2 n separate ranges, and a
- * member's block (collective.h) is one range.
+ * should not pick between equals on rounding.
  *
- * Steps of a member: the outer reduce-scatter phases, n stream phases of
- * max L - 1 steps each (one message per active stream and step, so up to
- * 2 n sends and receives), the n gather phases, the outer gather phases.
+ * Reduce-scatter runs the all-reduce's reduce-scatter steps and all-gather
+ * its gather steps, so a member's block is one piece per stream: 2 n
+ * pieces (n on two-device chips), ps_collective_block_piece.
+ *
+ * Steps of a member's all-reduce: the outer reduce-scatter phases, n
+ * stream phases of max L - 1 steps each (one message per active stream
+ * and step, so up to 2 n sends and receives), the n gather phases, the
+ * outer gather phases.
  *
  * Closed form (predict): the alpha-beta critical path of those steps.  A
  * message of m bytes over h uncontended hops costs h alpha + m/B +
@@ -170,7 +174,9 @@ static void layout(MultiPlan *p)
   p->outer_steps = 0;
   for (int o = 0; o < no; o++)
     p->outer_steps += p->outer[o].L - 1;
-  p->total_steps = 2 * (p->outer_steps + nd * p->span);
+  p->total_steps = p->outer_steps + nd * p->span;
+  if (p->p.op == PS_COLL_ALL_REDUCE)
+    p->total_steps *= 2;
 }
 
 /* ---- steps ---------------------------------------------------------- */
@@ -180,6 +186,8 @@ static void layout(MultiPlan *p)
 static void locate(const MultiPlan *p, int s, int *outer, int *phase, int *t, gboolean *gather)
 {
   int os = p->outer_steps, ss = p->nd * p->span;
+  if (p->p.op == PS_COLL_ALL_GATHER)
+    s += os + ss; /* an all-reduce's gather steps */
   *outer = -1;
   *phase = -1;
   *gather = s >= os + ss;
@@ -286,10 +294,21 @@ static int multi_n_steps(const PsCollPlan *plan, int m)
   return ((const MultiPlan *)plan)->total_steps;
 }
 
-static void multi_block(const PsCollPlan *plan, int m, int64_t *off, int64_t *len)
+/* All-reduce: the whole buffer; else stream k's piece after its last
+ * reduce-scatter phase, pieces in stream order (ascending). */
+static int multi_block(const PsCollPlan *plan, int m, int piece, int64_t *off, int64_t *len)
 {
-  *off = 0;
-  *len = ((const MultiPlan *)plan)->p.count;
+  const MultiPlan *p = (const MultiPlan *)plan;
+  if (p->p.op == PS_COLL_ALL_REDUCE) {
+    *off = 0;
+    *len = p->p.count;
+    return 1;
+  }
+  g_return_val_if_fail(piece < p->K, p->K);
+  size_t r = ((size_t)piece * (p->nd + 1) + p->nd) * p->g->n + m;
+  *off = p->slo[r];
+  *len = p->slen[r];
+  return p->K;
 }
 
 /* ---- closed form ---------------------------------------------------- */
@@ -445,9 +464,8 @@ static void multi_free(PsCollPlan *plan)
 
 static const char *multi_unsupported(const PsCollGroup *g, PsCollOp op)
 {
-  if (op != PS_COLL_ALL_REDUCE)
-    return "multiring runs all-reduce only (a reduce-scatter would leave each member 2n "
-           "separate ranges, not one block); use torus";
+  if (op != PS_COLL_ALL_REDUCE && op != PS_COLL_REDUCE_SCATTER && op != PS_COLL_ALL_GATHER)
+    return "multiring runs all-reduce, reduce-scatter and all-gather; use torus";
   if (!g->is_grid)
     return "the group's (core, x, y, z) coordinates do not form a box, so it has no torus "
            "axes; use ring or bidir";
