@@ -52,7 +52,7 @@ static int bench(const char *topo_name, const char *algo)
          ps_collective_predict_s(c) * 1e3, ev, (double)ev / (w2 - w1), wall, w1 - w0);
   int chips = ps_topology_chips(t);
   if (chips == 4096) {
-    double busbw = (double)BYTES / ps_time_to_s(f.last) * 2.0 * (n - 1) / n;
+    double busbw = (double)BYTES / ps_time_to_s(last) * 2.0 * (n - 1) / n;
     printf("  %s: bus bandwidth x %d chips = %.3f PB/s (Google: 1.1 PB/s per v4 pod)\n",
            ps_collective_algo(c), chips, busbw * chips / 1e15);
   }

@@ -217,7 +217,7 @@ static void outer_step(const MultiPlan *p, int m, int s, int o, int t, gboolean 
   const Line *x = &p->outer[o];
   int n = p->g->n, pos = x->pos[m];
   int j = gather ? pos - t : pos - 1 - t;
-  j = ((j % x->L) + x->L) % x->L;
+  j = j < 0 ? j + x->L : j; /* -L < j < L */
   int64_t plo, plen;
   ps_coll_part_of(p->olo[o * n + m], p->olen[o * n + m], x->L, j, &plo, &plen);
   out->send[out->n_send++] =
@@ -239,13 +239,14 @@ static gboolean stream_send(const MultiPlan *p, int m, int k, int i, int t, gboo
                             PsCollSend *out, int *dim)
 {
   int nd = p->nd, n = p->g->n, dir = stream_dir(p, m, k);
-  *dim = (k % nd + i) % nd;
+  int d = (k < nd ? k : k - nd) + i; /* (k mod nd + i) mod nd */
+  *dim = d >= nd ? d - nd : d;
   const Line *x = &p->ring[*dim];
   if (t >= x->L - 1)
     return FALSE;
   int pos = x->pos[m];
   int j = gather ? pos - dir * t : pos - dir * (1 + t);
-  j = ((j % x->L) + x->L) % x->L;
+  j = j < 0 ? j + x->L : j >= x->L ? j - x->L : j; /* -L < j < 2L */
   size_t r = ((size_t)k * (nd + 1) + i) * n + m;
   ps_coll_part_of(p->slo[r], p->slen[r], x->L, j, &out->off, &out->len);
   out->peer = dir > 0 ? x->next[m] : x->prev[m];
