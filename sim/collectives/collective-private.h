@@ -77,6 +77,8 @@ typedef struct {
   int (*block)(const PsCollPlan *plan, int member, int piece, int64_t *off, int64_t *len);
   /* Closed-form time of one round, all members arriving together. */
   double (*predict_s)(const PsCollPlan *plan);
+  /* Run only when named, never chosen by "auto". */
+  gboolean explicit_only;
 } PsCollAlgo;
 
 /* The table (NULL-terminated) and lookup by name. */

@@ -599,7 +599,7 @@ static void pick_fastest(PsCollective *c, PsCollOp op)
   double best = 0;
   for (int i = 0; ps_coll_algos[i]; i++) {
     const PsCollAlgo *a = ps_coll_algos[i];
-    if (a->unsupported(&c->g, op))
+    if (a->explicit_only || a->unsupported(&c->g, op))
       continue;
     PsCollPlan *plan = a->plan_new(&c->g, &c->p);
     double t = a->predict_s(plan);

@@ -491,4 +491,9 @@ const PsCollAlgo ps_coll_multiring_algo = {
     "rotation, one each way per dimension (lines without wrap-around and the core axis run "
     "first, as in torus)",
     multi_unsupported, multi_plan, multi_free, multi_n_steps, multi_step, multi_n_recv,
-    multi_block, multi_predict};
+    multi_block, multi_predict,
+    /* Not yet auto's: its 2n streams per member make a full-pod step's
+     * events three times as many (bench_step's BERT-large on tpu-v4-8192,
+     * 2.1 s -> 6.3 s of wall time), past make bench's 2 s; auto takes it
+     * once uncontended collectives have a faster path than chunk events. */
+    TRUE};
