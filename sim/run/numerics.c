@@ -223,14 +223,16 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
     ps_optimizer_set_lr(r->opts[device],
                         (float)(oc->learning_rate * 0.5 *
                                 (1.0 + cos(G_PI * (double)step / (double)r->exp->steps))));
-  if (op->coll >= 0) { /* this device's shard of a reduce-scattered bucket */
-    int64_t boff, blen;
-    ps_pod_coll_block(r->pod, op->coll, device, &boff, &blen);
-    off += boff;
-    len = blen;
+  /* a reduce-scattered bucket: this device's shard, in one piece or
+   * several (multiring) */
+  int pieces = 1;
+  for (int k = 0; k < pieces; k++) {
+    int64_t boff = 0, blen = len;
+    if (op->coll >= 0)
+      pieces = ps_pod_coll_block(r->pod, op->coll, device, k, &boff, &blen);
+    ps_optimizer_step_range(r->opts[device], ps_net_params(net), ps_net_grads(net),
+                            (size_t)(off + boff), (size_t)blen, step + 1);
   }
-  ps_optimizer_step_range(r->opts[device], ps_net_params(net), ps_net_grads(net),
-                          (size_t)off, (size_t)len, step + 1);
 }
 
 /* OUTFEED: the device's loss of the step, the mean over its micro-batches
