@@ -3,10 +3,17 @@
  * All-reduces 100 MB (10^8 bytes, timing only) in chunks of 1 MiB over every
  * device of a v3 pod (tpu-v3-2048: 32x32 chips, 2048 TensorCores) and a v4
  * pod (tpu-v4-8192: 16x16x16 chips, 4096 megacore devices), with the
- * algorithm "auto" picks, then with the plain ring on the v3 pod, and
+ * algorithm "auto" picks, then with the plain ring on the v3 pod and, on
+ * the v4 pod, the dimension-by-dimension torus and multiring (every link
+ * at once; run only when named, see multiring.c), and
  * reports the simulated time beside its prediction, events, events per
  * second and wall seconds (network and collective set-up included).
  * Issue 3's target: the full v4 pod all-reduce in under 5 s of wall time.
+ * On a pod of 4096 chips it also prints the bus bandwidth (nccl-tests'
+ * 2(n-1)/n S / t) times the chips beside the 1.1 PB/s all-reduce bandwidth
+ * Google publishes per v4 pod ([GC-v4], topologies/tpu-v4.json): multiring
+ * comes to 0.99 PB/s at 100 MB and 1.09 PB/s at 1 GiB (`podsim collective
+ * --topology tpu-v4-8192 --bytes 1G`), torus to a third of it.
  * Usage: bench_collectives [TOPOLOGY ALGO]...
  * Invariant: every run starts from a fresh engine and network. */
 #include "collectives/collective.h"
@@ -44,6 +51,12 @@ static int bench(const char *topo_name, const char *algo)
   printf("%-12s %5d %-6s %-6s %12.3f %12.3f %11" G_GUINT64_FORMAT " %11.3g %8.3f %8.3f\n",
          topo_name, n, algo, ps_collective_algo(c), ps_time_to_s(last) * 1e3,
          ps_collective_predict_s(c) * 1e3, ev, (double)ev / (w2 - w1), wall, w1 - w0);
+  int chips = ps_topology_chips(t);
+  if (chips == 4096) {
+    double busbw = (double)BYTES / ps_time_to_s(last) * 2.0 * (n - 1) / n;
+    printf("  %s: bus bandwidth x %d chips = %.3f PB/s (Google: 1.1 PB/s per v4 pod)\n",
+           ps_collective_algo(c), chips, busbw * chips / 1e15);
+  }
   ps_collective_free(c);
   ps_network_free(net);
   ps_engine_free(engine);
@@ -67,5 +80,7 @@ int main(int argc, char **argv)
   bad |= bench("tpu-v3-2048", "auto");
   bad |= bench("tpu-v4-8192", "auto");
   bad |= bench("tpu-v3-2048", "ring");
+  bad |= bench("tpu-v4-8192", "torus");
+  bad |= bench("tpu-v4-8192", "multiring");
   return bad;
 }

@@ -516,9 +516,10 @@ static void test_interrupted_trace(void)
   }
 }
 
-/* The same losses whatever OpenBLAS kernel the CPU would pick: podsim pins
- * one (sim/cli/main.c), so runs under different OPENBLAS_CORETYPE values
- * print identical losses.  (Skipped where nothing is pinned: no AVX2.) */
+/* The same losses whatever OpenBLAS kernel the CPU would pick: the
+ * library's own GEMM (sim/model/gemm.c) sums in one order, so runs under
+ * different OPENBLAS_CORETYPE values print identical losses.  (Skipped
+ * without AVX2, where OpenBLAS would not take these kernels.) */
 static void test_blas_pinned(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -635,7 +636,10 @@ int main(int argc, char **argv)
   g_test_add_func("/cli/idle-warning", test_idle_warning);
   g_test_add_func("/cli/pipeline-timeline", test_pipeline_timeline);
   g_test_add_func("/cli/interrupted-trace", test_interrupted_trace);
-  g_test_add_func("/cli/blas-pinned", test_blas_pinned);
+  /* 90 steps of numerics (about 14 s): `make test-slow`; make test has
+   * tests/test_determinism.c's shorter check of the same */
+  if (g_test_thorough())
+    g_test_add_func("/cli/blas-pinned", test_blas_pinned);
   g_test_add_func("/cli/trace-max", test_trace_max);
   g_test_add_func("/cli/max-events", test_max_events);
   return g_test_run();

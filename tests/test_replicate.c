@@ -734,8 +734,9 @@ static void test_bucketing_unchanged(void)
  * ps_optimizer_step, SGD and Adam alike), and the all-gather copies.  So
  * sharding on and off give bit-identical weights: checked with SGD and
  * Adam, one bucket and one per layer, ring and auto (which picks per
- * collective; the torus reduce-scatter is likewise the all-reduce's
- * reduce phases).  Also checked against the rounding bound on its own. */
+ * collective; the torus and multiring reduce-scatters are likewise the
+ * all-reduce's reduce phases, multiring's block in pieces, one per
+ * stream).  Also checked against the rounding bound on its own. */
 static void test_wus_unchanged(void)
 {
   Ref r;

@@ -63,6 +63,115 @@ static gint cmp_slice(gconstpointer a, gconstpointer b)
   return (x->ts > y->ts) - (x->ts < y->ts);
 }
 
+/* The default experiment's summary: accuracy, loss, replicas, breakdown. */
+static void check_default_summary(const PsSummary *s)
+{
+  g_test_message("test accuracy %.4f, loss %.4f -> %.4f", s->test_accuracy, s->loss_first,
+                 s->loss_last);
+  g_assert_true(s->has_accuracy);
+  g_assert_cmpfloat(s->test_accuracy, >=, 0.89);
+  g_assert_cmpfloat(s->loss_last, <, 0.5 * s->loss_first);
+  g_assert_cmpint(s->replicas, ==, 8);
+  g_assert_cmpint(s->buckets, >=, 2);
+  g_assert_cmpfloat(s->replica_divergence, ==, 0.0);
+  g_assert_cmpfloat(s->breakdown[PS_TIME_COLLECTIVE], >, 0);
+
+  /* the breakdown accounts for the whole step */
+  double sum = 0;
+  for (int c = 0; c < PS_TIME_N_CATEGORIES; c++) {
+    g_assert_cmpfloat(s->breakdown[c], >=, -1e-15);
+    sum += s->breakdown[c];
+  }
+  g_assert_cmpfloat(fabs(sum - s->step_time_s), <, 1e-9 * s->step_time_s);
+  g_assert_cmpfloat(s->breakdown[PS_TIME_COMPUTE], >, 0);
+}
+
+/* What the default trace's events say, gathered in one pass. */
+typedef struct {
+  GArray *core;  /* Slice: chip 0 core 0's own track */
+  GArray *colls; /* Slice: chip 0's collectives */
+  int fwd, bwd, upd, counters;
+  GHashTable *core_tracks; /* "pid/tid" of the cores' own tracks */
+} DefaultTrace;
+
+static void scan_default_event(DefaultTrace *t, json_object *ev, const PsExperiment *e)
+{
+  const char *ph = json_object_get_string(json_object_object_get(ev, "ph"));
+  int pid = json_object_get_int(json_object_object_get(ev, "pid"));
+  const char *name = json_object_get_string(json_object_object_get(ev, "name"));
+  if (strcmp(ph, "C") == 0 && g_str_has_prefix(name, "infeed queue")) {
+    json_object *args = json_object_object_get(ev, "args");
+    json_object *v = NULL;
+    json_object_object_get_ex(args, "value", &v);
+    g_assert_nonnull(v);
+    double depth = json_object_get_double(v);
+    g_assert_cmpfloat(depth, >=, 0);
+    g_assert_cmpfloat(depth, <=, e->input.infeed_capacity);
+    t->counters++;
+  }
+  if (strcmp(ph, "X") != 0)
+    return;
+  int tid = json_object_get_int(json_object_object_get(ev, "tid"));
+  Slice sl = {json_object_get_double(json_object_object_get(ev, "ts")),
+              json_object_get_double(json_object_object_get(ev, "dur")), name};
+  if (pid < 100 && tid < 2) /* a core's own track: chips 1..4, cores 0..1 */
+    g_hash_table_add(t->core_tracks, g_strdup_printf("%d/%d", pid, tid));
+  if (pid == 1 && tid >= 100 && g_str_has_prefix(name, "all-reduce"))
+    g_array_append_val(t->colls, sl);
+  if (pid != 1 || tid != 0)
+    return;
+  g_array_append_val(t->core, sl);
+  t->fwd += g_str_has_prefix(name, "fwd ");
+  t->bwd += g_str_has_prefix(name, "bwd ");
+  t->upd += strcmp(name, "apply update") == 0;
+}
+
+/* Some all-reduce of core 0 overlaps one of its backward ops. */
+static gboolean coll_overlaps_backward(const DefaultTrace *t)
+{
+  for (guint i = 0; i < t->colls->len; i++) {
+    const Slice *c = &g_array_index(t->colls, Slice, i);
+    for (guint k = 0; k < t->core->len; k++) {
+      const Slice *b = &g_array_index(t->core, Slice, k);
+      if (g_str_has_prefix(b->name, "bwd ") && b->ts < c->ts + c->dur &&
+          c->ts < b->ts + b->dur)
+        return TRUE;
+    }
+  }
+  return FALSE;
+}
+
+static void check_default_trace(const char *trace, const PsExperiment *e)
+{
+  json_object *root = json_object_from_file(trace);
+  g_assert_nonnull(root);
+  json_object *events = json_object_object_get(root, "traceEvents");
+  g_assert_true(json_object_is_type(events, json_type_array));
+  DefaultTrace t = {.core = g_array_new(FALSE, FALSE, sizeof(Slice)),
+                    .colls = g_array_new(FALSE, FALSE, sizeof(Slice)),
+                    .core_tracks = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL)};
+  for (size_t i = 0; i < json_object_array_length(events); i++)
+    scan_default_event(&t, json_object_array_get_idx(events, i), e);
+  g_assert_cmpint(t.upd, ==, e->steps);
+  g_assert_cmpint(t.fwd, >=, e->steps);
+  g_assert_cmpint(t.bwd, ==, t.fwd);
+  g_assert_cmpint(t.counters, >=, 2 * e->steps);
+  g_assert_cmpint(g_hash_table_size(t.core_tracks), ==, 8);
+  g_assert_true(coll_overlaps_backward(&t));
+  g_array_free(t.colls, TRUE);
+  g_hash_table_destroy(t.core_tracks);
+  g_array_sort(t.core, cmp_slice);
+  for (guint i = 1; i < t.core->len; i++) {
+    const Slice *a = &g_array_index(t.core, Slice, i - 1), *b = &g_array_index(t.core, Slice, i);
+    /* microseconds printed with 6 decimals: exact to the picosecond, but
+     * read back as doubles, so allow one rounding step */
+    g_assert_cmpfloat(a->ts + a->dur, <=, b->ts + 1e-6);
+  }
+  g_array_free(t.core, TRUE);
+  json_object_put(root);
+}
+
+/* One epoch of the default experiment (slow: `make test-slow`, -m thorough). */
 static void test_default_epoch(void)
 {
   g_autofree char *trace = g_build_filename(tmpdir, "default.json", NULL);
@@ -80,92 +189,9 @@ static void test_default_epoch(void)
   GError *error = NULL;
   g_assert_true(ps_run(e, &opt, &s, &error));
   g_assert_no_error(error);
-  g_test_message("test accuracy %.4f, loss %.4f -> %.4f", s.test_accuracy, s.loss_first,
-                 s.loss_last);
-  g_assert_true(s.has_accuracy);
-  g_assert_cmpfloat(s.test_accuracy, >=, 0.89);
-  g_assert_cmpfloat(s.loss_last, <, 0.5 * s.loss_first);
-  g_assert_cmpint(s.replicas, ==, 8);
-  g_assert_cmpint(s.buckets, >=, 2);
-  g_assert_cmpfloat(s.replica_divergence, ==, 0.0);
-  g_assert_cmpfloat(s.breakdown[PS_TIME_COLLECTIVE], >, 0);
-
-  /* the breakdown accounts for the whole step */
-  double sum = 0;
-  for (int c = 0; c < PS_TIME_N_CATEGORIES; c++) {
-    g_assert_cmpfloat(s.breakdown[c], >=, -1e-15);
-    sum += s.breakdown[c];
-  }
-  g_assert_cmpfloat(fabs(sum - s.step_time_s), <, 1e-9 * s.step_time_s);
-  g_assert_cmpfloat(s.breakdown[PS_TIME_COMPUTE], >, 0);
-
-  /* the trace */
-  json_object *root = json_object_from_file(trace);
-  g_assert_nonnull(root);
-  json_object *events = json_object_object_get(root, "traceEvents");
-  g_assert_true(json_object_is_type(events, json_type_array));
-  GArray *core = g_array_new(FALSE, FALSE, sizeof(Slice));
-  GArray *colls = g_array_new(FALSE, FALSE, sizeof(Slice)); /* chip 0's collectives */
-  int fwd = 0, bwd = 0, upd = 0, counters = 0;
-  GHashTable *core_tracks = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
-  for (size_t i = 0; i < json_object_array_length(events); i++) {
-    json_object *ev = json_object_array_get_idx(events, i);
-    const char *ph = json_object_get_string(json_object_object_get(ev, "ph"));
-    int pid = json_object_get_int(json_object_object_get(ev, "pid"));
-    const char *name = json_object_get_string(json_object_object_get(ev, "name"));
-    if (strcmp(ph, "C") == 0 && g_str_has_prefix(name, "infeed queue")) {
-      json_object *args = json_object_object_get(ev, "args");
-      json_object *v = NULL;
-      json_object_object_get_ex(args, "value", &v);
-      g_assert_nonnull(v);
-      double depth = json_object_get_double(v);
-      g_assert_cmpfloat(depth, >=, 0);
-      g_assert_cmpfloat(depth, <=, e->input.infeed_capacity);
-      counters++;
-    }
-    if (strcmp(ph, "X") != 0)
-      continue;
-    int tid = json_object_get_int(json_object_object_get(ev, "tid"));
-    Slice sl = {json_object_get_double(json_object_object_get(ev, "ts")),
-                json_object_get_double(json_object_object_get(ev, "dur")), name};
-    if (pid < 100 && tid < 2) /* a core's own track: chips 1..4, cores 0..1 */
-      g_hash_table_add(core_tracks, g_strdup_printf("%d/%d", pid, tid));
-    if (pid == 1 && tid >= 100 && g_str_has_prefix(name, "all-reduce"))
-      g_array_append_val(colls, sl);
-    if (pid != 1 || tid != 0)
-      continue;
-    g_array_append_val(core, sl);
-    fwd += g_str_has_prefix(name, "fwd ");
-    bwd += g_str_has_prefix(name, "bwd ");
-    upd += strcmp(name, "apply update") == 0;
-  }
-  g_assert_cmpint(upd, ==, e->steps);
-  g_assert_cmpint(fwd, >=, e->steps);
-  g_assert_cmpint(bwd, ==, fwd);
-  g_assert_cmpint(counters, >=, 2 * e->steps);
-  g_assert_cmpint(g_hash_table_size(core_tracks), ==, 8);
-  /* some all-reduce of core 0 overlaps one of its backward ops */
-  gboolean overlapped = FALSE;
-  for (guint i = 0; i < colls->len && !overlapped; i++) {
-    const Slice *c = &g_array_index(colls, Slice, i);
-    for (guint k = 0; k < core->len && !overlapped; k++) {
-      const Slice *b = &g_array_index(core, Slice, k);
-      overlapped = g_str_has_prefix(b->name, "bwd ") && b->ts < c->ts + c->dur &&
-                   c->ts < b->ts + b->dur;
-    }
-  }
-  g_assert_true(overlapped);
-  g_array_free(colls, TRUE);
-  g_hash_table_destroy(core_tracks);
-  g_array_sort(core, cmp_slice);
-  for (guint i = 1; i < core->len; i++) {
-    const Slice *a = &g_array_index(core, Slice, i - 1), *b = &g_array_index(core, Slice, i);
-    /* microseconds printed with 6 decimals: exact to the picosecond, but
-     * read back as doubles, so allow one rounding step */
-    g_assert_cmpfloat(a->ts + a->dur, <=, b->ts + 1e-6);
-  }
-  g_array_free(core, TRUE);
-  json_object_put(root);
+  check_default_summary(&s);
+  check_default_trace(trace, e);
+  ps_summary_clear(&s);
   ps_experiment_free(e);
 }
 
@@ -601,9 +627,12 @@ int main(int argc, char **argv)
   g_test_add_func("/run/outside-compilation/histogram", test_host_call_numerics);
   g_test_add_func("/run/replicate/mean-matches-single", test_replicas_match_single);
   g_test_add_func("/run/shipped-summaries-add-up", test_shipped_summaries);
-  g_test_add_func("/run/trace/estimate", test_trace_estimate);
+  if (g_test_thorough()) /* 30 steps of numerics and ResNet-50 link traces, about 11 s */
+    g_test_add_func("/run/trace/estimate", test_trace_estimate);
   g_test_add_func("/run/trace/waiting-for-peers", test_trace_waiting_for_peers);
-  g_test_add_func("/run/default/cnn-data-parallel-epoch", test_default_epoch);
+  /* 76 s of numerics: `make test-slow` (-m thorough) runs it, `make test` does not */
+  if (g_test_thorough())
+    g_test_add_func("/run/default/cnn-data-parallel-epoch", test_default_epoch);
   int rc = g_test_run();
   g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
   if (system(cmd) != 0)

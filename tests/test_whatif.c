@@ -17,13 +17,17 @@
  *   straggler's compute grows by exactly d per step (the delay counts as
  *   compute), nobody else's changes;
  * - delay d on the v3-8 fixture as shipped (2x2 mesh of two-core chips,
- *   torus all-reduce, weight-update sharding): members that do not need
- *   the straggler's data go ahead while it is late, so its own wait can
- *   only shrink: d - W <= growth <= d, W the straggler's collective wait
- *   per step without the fault;
- * - slowdown f on one device: its compute ops take f times as long (to
- *   half a picosecond per op), nobody else's do, and every step grows by
- *   between (f - 1) C - W and (f - 1) C (C its compute per step).  Once f
+ *   weight-update sharding) with the torus algorithm, which shares no link
+ *   on this mesh (TORUS): members that do not need the straggler's data go
+ *   ahead while it is late, so its own wait can only shrink:
+ *   d - W <= growth <= d, W the straggler's collective wait per step
+ *   without the fault (auto's multiring sends both cores' streams of a
+ *   two-chip dimension over its one link, where a late message can queue
+ *   behind another: up to a message more);
+ * - slowdown f on one device (torus, as above): its compute ops take f
+ *   times as long (to half a picosecond per op), nobody else's do, and
+ *   every step grows by between (f - 1) C - W and (f - 1) C (C its compute
+ *   per step).  Once f
  *   is large enough that the others wait for it with everything else done,
  *   the step is linear in f with slope C exactly: step(20) - step(10) =
  *   10 C; the run's breakdown then reports the straggler, with compute
@@ -241,10 +245,15 @@ static void test_delay_ring(void)
   ps_experiment_free(e1);
 }
 
+/* The fixture's collectives pinned to the torus algorithm. */
+#define TORUS "collective.algorithm=\"torus\""
+
 static void test_delay_v3_8(void)
 {
-  const char *slow_ov[] = {"faults.stragglers=[{\"device\":3,\"delay_s\":\"2ms\"}]", NULL};
-  PsExperiment *e0 = load(FIXTURE, NULL), *e1 = load(FIXTURE, slow_ov);
+  const char *base_ov[] = {TORUS, NULL};
+  const char *slow_ov[] = {"faults.stragglers=[{\"device\":3,\"delay_s\":\"2ms\"}]", TORUS,
+                           NULL};
+  PsExperiment *e0 = load(FIXTURE, base_ov), *e1 = load(FIXTURE, slow_ov);
   Obs o0, o1;
   obs_run(e0, &o0);
   obs_run(e1, &o1);
@@ -270,14 +279,15 @@ static PsExperiment *with_slowdown(double f)
 {
   g_autofree char *s =
       g_strdup_printf("faults.stragglers=[{\"device\":%d,\"slowdown\":%g}]", STRAGGLER, f);
-  const char *ov[] = {s, NULL};
+  const char *ov[] = {s, TORUS, NULL};
   return load(FIXTURE, ov);
 }
 
 static void test_slowdown(void)
 {
   const double f = 1.5;
-  PsExperiment *e0 = load(FIXTURE, NULL), *e1 = with_slowdown(f);
+  const char *base_ov[] = {TORUS, NULL};
+  PsExperiment *e0 = load(FIXTURE, base_ov), *e1 = with_slowdown(f);
   Obs o0, o1;
   obs_run(e0, &o0);
   obs_run(e1, &o1);

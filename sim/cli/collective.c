@@ -2,7 +2,7 @@
  *
  *   podsim collective --topology NAME|FILE|ring:N|torus:XxY[xZ] [--set k=v]...
  *       [--op allreduce|reducescatter|allgather|broadcast|sendrecv]
- *       [--algo ring|bidir|torus|p2p|auto] [--bytes LIST] [--chunk SIZE]
+ *       [--algo ring|bidir|torus|multiring|p2p|auto] [--bytes LIST] [--chunk SIZE]
  *       [--group D,D,...] [--root M] [--json] [--trace FILE]
  *
  * The --algo names are the algorithm table's (ps_coll_algo_names).  Every

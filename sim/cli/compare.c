@@ -3,7 +3,8 @@
  *   podsim compare A [B] [--set k=v]... [--set-a k=v]... [--set-b k=v]... [--json]
  *
  * A is loaded with --set then --set-a, B (A again when left out) with --set
- * then --set-b; each runs as `podsim run --no-trace --quiet` would.  The
+ * then --set-b; both are loaded and checked (ps_run_check) before either
+ * runs, then each runs as `podsim run --no-trace --quiet` would.  The
  * rows are the step time, its breakdown, examples/s, MXU utilization and
  * HBM peak; each shows A, B, B - A and B / A.
  * Invariant: nothing is printed to stdout unless both runs succeeded; a
@@ -76,8 +77,11 @@ static GArray *metric_rows(void)
 }
 
 /* Loads and runs one side; its GError names the side. */
-static PsExperiment *run_side(const char *side, const char *name, char **sets, char **own,
-                              PsSummary *sum, GError **error)
+/* One side loaded (--set, then its own) and checked as a run would check
+ * it (ps_run_check), before either side runs; errors say which side.
+ * (transfer full) */
+static PsExperiment *load_side(const char *side, const char *name, char **sets, char **own,
+                               GError **error)
 {
   GPtrArray *ov = g_ptr_array_new();
   for (char **s = sets; s && *s; s++)
@@ -87,14 +91,34 @@ static PsExperiment *run_side(const char *side, const char *name, char **sets, c
   g_ptr_array_add(ov, NULL);
   PsExperiment *exp = ps_experiment_load(name, (const char *const *)ov->pdata, error);
   g_ptr_array_free(ov, TRUE);
-  PsRunOptions opt = {0}; /* no trace, no log */
-  if (exp && !ps_run(exp, &opt, sum, error)) {
+  if (exp && !ps_run_check(exp, NULL, error)) {
     ps_experiment_free(exp);
     exp = NULL;
   }
   if (!exp)
     g_prefix_error(error, "%s: ", side);
   return exp;
+}
+
+/* Both sides loaded and checked, then run as `podsim run --no-trace
+ * --quiet` would.  FALSE with *error (whose side it names) otherwise. */
+static gboolean run_sides(const char *name_a, const char *name_b, char **sets, char **set_a,
+                          char **set_b, PsExperiment **ea, PsExperiment **eb, PsSummary *a,
+                          PsSummary *b, GError **error)
+{
+  PsRunOptions opt = {0}; /* no trace, no log */
+  if (!(*ea = load_side("A", name_a, sets, set_a, error)) ||
+      !(*eb = load_side("B", name_b, sets, set_b, error)))
+    return FALSE;
+  if (!ps_run(*ea, &opt, a, error)) {
+    g_prefix_error(error, "A: ");
+    return FALSE;
+  }
+  if (!ps_run(*eb, &opt, b, error)) {
+    g_prefix_error(error, "B: ");
+    return FALSE;
+  }
+  return TRUE;
 }
 
 /* "resnet50-v3-8: model resnet50 on tpu-v3-8, 8 replicas, global batch
@@ -228,12 +252,14 @@ int ps_cli_compare(int argc, char **argv)
   if (argc < 2 || argc > 3)
     return input_error("give one or two EXPERIMENTs, got %d (see podsim compare --help)",
                        argc - 1);
+  if (argc == 2 && !set_a && !set_b)
+    return input_error("A alone is compared with itself: give B, or --set-a or --set-b to make "
+                       "one side differ (see podsim compare --help)");
   const char *name_a = argv[1], *name_b = argc == 3 ? argv[2] : argv[1];
   PsSummary a = {0}, b = {0};
-  PsExperiment *ea = run_side("A", name_a, sets, set_a, &a, &error);
-  PsExperiment *eb = ea ? run_side("B", name_b, sets, set_b, &b, &error) : NULL;
+  PsExperiment *ea = NULL, *eb = NULL;
   int status = 0;
-  if (!eb) {
+  if (!run_sides(name_a, name_b, sets, set_a, set_b, &ea, &eb, &a, &b, &error)) {
     status = error->domain == PS_INPUT_ERROR ? EXIT_INPUT : 1;
     fprintf(stderr, "podsim: compare: %s\n", error->message);
     g_error_free(error);

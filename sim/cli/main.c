@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <sys/stat.h>
 
 #define EXIT_INPUT 2
@@ -196,99 +195,175 @@ static void print_run(const PsExperiment *exp, const PsRunOptions *opt, const Ps
     printf("links            %s (one row per link direction)\n", opt->links_csv);
 }
 
-static int cmd_run(int argc, char **argv)
+/* An integer option left out. */
+#define UNSET G_MININT64
+
+/* What `podsim run` was given; UNSET where an option was left out. */
+typedef struct {
+  char **sets;
+  gint64 steps, seed, trace_max_mb, max_events;
+  char *trace, *links_csv;
+  gboolean no_trace, json, quiet, trace_links;
+} RunArgs;
+
+static void run_args_clear(RunArgs *a)
 {
-  g_auto(GStrv) sets = NULL;
-  gint64 steps = -1, seed = -1, trace_max_mb = 256, max_events = 0;
-  g_autofree char *trace = NULL;
-  g_autofree char *links_csv = NULL;
-  gboolean no_trace = FALSE, json = FALSE, quiet = FALSE, trace_links = FALSE;
+  g_strfreev(a->sets);
+  g_free(a->trace);
+  g_free(a->links_csv);
+}
+
+static GOptionContext *run_context(RunArgs *a)
+{
   GOptionEntry entries[] = {
-      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets,
+      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &a->sets,
        "Override a config field, e.g. --set global_batch=256 or "
        "--set topology.ici.bandwidth_Bps=50GB/s (repeatable)",
        "PATH=VALUE"},
-      {"steps", 'n', 0, G_OPTION_ARG_INT64, &steps, "Number of steps (same as --set steps=N)",
+      {"steps", 'n', 0, G_OPTION_ARG_INT64, &a->steps, "Number of steps (same as --set steps=N)",
        "N"},
-      {"seed", 0, 0, G_OPTION_ARG_INT64, &seed, "Seed for data order and weights", "N"},
-      {"trace", 't', 0, G_OPTION_ARG_FILENAME, &trace,
+      {"seed", 0, 0, G_OPTION_ARG_INT64, &a->seed,
+       "Seed for data order and weights (numerics on only)", "N"},
+      {"trace", 't', 0, G_OPTION_ARG_FILENAME, &a->trace,
        "Write a Chrome/Perfetto trace here (default traces/EXPERIMENT.json)", "FILE"},
-      {"no-trace", 0, 0, G_OPTION_ARG_NONE, &no_trace, "Do not write a trace", NULL},
-      {"trace-links", 0, 0, G_OPTION_ARG_NONE, &trace_links,
+      {"no-trace", 0, 0, G_OPTION_ARG_NONE, &a->no_trace, "Do not write a trace", NULL},
+      {"trace-links", 0, 0, G_OPTION_ARG_NONE, &a->trace_links,
        "Also trace every chunk on every interconnect link (large on big slices)", NULL},
-      {"links-csv", 0, 0, G_OPTION_ARG_FILENAME, &links_csv,
+      {"links-csv", 0, 0, G_OPTION_ARG_FILENAME, &a->links_csv,
        "At the end, write what every link direction carried (bytes, busy time, "
        "utilization) here as CSV", "FILE"},
-      {"trace-max", 0, 0, G_OPTION_ARG_INT64, &trace_max_mb,
+      {"trace-max", 0, 0, G_OPTION_ARG_INT64, &a->trace_max_mb,
        "Write no trace when it would exceed this many MB (estimated before the run; "
        "default 256, 0 for no limit)", "MB"},
-      {"max-events", 0, 0, G_OPTION_ARG_INT64, &max_events,
-       "Stop with an error after N simulator events (default: no limit); a BERT-large step "
-       "on the full v4 pod is about 4e7", "N"},
-      {"json", 'j', 0, G_OPTION_ARG_NONE, &json, "Print the summary as one JSON object", NULL},
-      {"quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "Do not print the loss while training", NULL},
+      {"max-events", 0, 0, G_OPTION_ARG_INT64, &a->max_events,
+       "Stop with an error after N simulator events, N at least 1 (default: no limit); a "
+       "BERT-large step on the full v4 pod is about 4e7", "N"},
+      {"json", 'j', 0, G_OPTION_ARG_NONE, &a->json, "Print the summary as one JSON object", NULL},
+      {"quiet", 'q', 0, G_OPTION_ARG_NONE, &a->quiet, "Do not print the loss while training", NULL},
       {NULL}};
-  g_autoptr(GOptionContext) ctx = g_option_context_new("EXPERIMENT - simulate a training run");
+  GOptionContext *ctx = g_option_context_new("EXPERIMENT - simulate a training run");
   g_option_context_add_main_entries(ctx, entries, NULL);
   g_option_context_set_summary(
       ctx, "Simulates the experiment's training steps on the simulated TPU slice, running\n"
            "the model's real arithmetic when numerics are on, and reports the step time,\n"
            "its breakdown, throughput, MXU utilization, HBM use, loss and accuracy.");
-  GError *error = NULL;
-  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
-    int st = usage_error(ctx, "%s", error->message);
-    g_error_free(error);
-    return st;
-  }
-  if (argc != 2)
-    return usage_error(ctx, "run needs exactly one EXPERIMENT%s", argc > 2 ? " (extra arguments)" : "");
+  return ctx;
+}
 
-  if (steps != -1 && steps < 1)
-    return usage_error(ctx, "--steps must be at least 1, got %s", steps == 0 ? "0" : "a negative number");
-  if (trace && !*trace)
+/* The options that cannot go together or say nothing: a usage error
+ * (exit 2) naming them, else 0. */
+static int run_args_check(GOptionContext *ctx, const RunArgs *a)
+{
+  if (a->seed != UNSET && a->seed < 0)
+    return usage_error(ctx, "--seed must be 0 or more, got %s", "a negative number");
+  if (a->steps != UNSET && a->steps < 1)
+    return usage_error(ctx, "--steps must be at least 1, got %s",
+                       a->steps == 0 ? "0" : "a negative number");
+  if (a->trace && !*a->trace)
     return usage_error(ctx, "--trace needs a file name%s", " (or use --no-trace)");
-  if (links_csv && !*links_csv)
+  if (a->no_trace && (a->trace || a->trace_links || a->trace_max_mb != UNSET))
+    return usage_error(ctx, "--no-trace writes no trace, so %s says nothing: give one or the "
+                            "other",
+                       a->trace ? "--trace" : a->trace_links ? "--trace-links" : "--trace-max");
+  if (a->links_csv && !*a->links_csv)
     return usage_error(ctx, "--links-csv needs a file name%s", "");
-  if (max_events < 0)
-    return usage_error(ctx, "--max-events must be 0 (no limit) or more%s", "");
-  if (trace_max_mb < 0 || trace_max_mb > G_MAXINT64 / 1000000)
+  if (a->max_events != UNSET && a->max_events < 1)
+    return usage_error(ctx, "--max-events %s: give a limit of at least 1 event (leave the "
+                            "option out for no limit)",
+                       a->max_events == 0 ? "0" : "below 0");
+  if (a->trace_max_mb != UNSET && (a->trace_max_mb < 0 || a->trace_max_mb > G_MAXINT64 / 1000000))
     return usage_error(ctx, "--trace-max must be a number of MB, 0 or more%s", "");
+  return 0;
+}
+
+/* --set, then --steps and --seed as the overrides they stand for.
+ * (transfer full: NULL-terminated, free with g_ptr_array_unref) */
+static GPtrArray *run_overrides(const RunArgs *a)
+{
   GPtrArray *ov = g_ptr_array_new_with_free_func(g_free);
-  for (char **s = sets; s && *s; s++)
+  for (char **s = a->sets; s && *s; s++)
     g_ptr_array_add(ov, g_strdup(*s));
-  if (steps != -1)
-    g_ptr_array_add(ov, g_strdup_printf("steps=%" G_GINT64_FORMAT, steps));
-  if (seed >= 0)
-    g_ptr_array_add(ov, g_strdup_printf("numerics.seed=%" G_GINT64_FORMAT, seed));
+  if (a->steps != UNSET)
+    g_ptr_array_add(ov, g_strdup_printf("steps=%" G_GINT64_FORMAT, a->steps));
+  if (a->seed != UNSET)
+    g_ptr_array_add(ov, g_strdup_printf("numerics.seed=%" G_GINT64_FORMAT, a->seed));
   g_ptr_array_add(ov, NULL);
+  return ov;
+}
 
-  PsExperiment *exp = ps_experiment_load(argv[1], (const char *const *)ov->pdata, &error);
-  g_ptr_array_free(ov, TRUE);
-  if (!exp)
-    return fail(error);
-
-  if (!trace && !no_trace) {
-    trace = g_strdup_printf("traces/%s.json", exp->name);
-    ensure_parent(trace);
+/* Loads the experiment and checks everything the run needs before it
+ * simulates: the options against it, the step count, the output paths.
+ * NULL after printing why, with *status set.  (transfer full) */
+static PsExperiment *run_prepare(GOptionContext *ctx, RunArgs *a, char *name, int *status)
+{
+  GError *error = NULL;
+  GPtrArray *ov = run_overrides(a);
+  PsExperiment *exp = ps_experiment_load(name, (const char *const *)ov->pdata, &error);
+  g_ptr_array_unref(ov);
+  if (!exp) {
+    *status = fail(error);
+    return NULL;
   }
-  FILE *log = json || quiet ? NULL : stdout;
+  if (a->seed != UNSET && !exp->numerics.enabled) {
+    *status = usage_error(ctx, "--seed: %s runs with numerics off (numerics.enabled=false), "
+                               "where no weight or data order depends on a seed", exp->file);
+    ps_experiment_free(exp);
+    return NULL;
+  }
+  if (!a->trace && !a->no_trace) {
+    a->trace = g_strdup_printf("traces/%s.json", exp->name);
+    ensure_parent(a->trace);
+  }
+  PsRunOptions opt = {.trace_path = a->no_trace ? NULL : a->trace, .links_csv = a->links_csv};
+  if (!ps_run_check(exp, &opt, &error)) {
+    *status = fail(error);
+    ps_experiment_free(exp);
+    return NULL;
+  }
+  return exp;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+  RunArgs a = {.steps = UNSET, .seed = UNSET, .trace_max_mb = UNSET, .max_events = UNSET};
+  g_autoptr(GOptionContext) ctx = run_context(&a);
+  GError *error = NULL;
+  int status = 0;
+  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
+    status = usage_error(ctx, "%s", error->message);
+    g_error_free(error);
+  } else if (argc != 2) {
+    status = usage_error(ctx, "run needs exactly one EXPERIMENT%s",
+                         argc > 2 ? " (extra arguments)" : "");
+  } else {
+    status = run_args_check(ctx, &a);
+  }
+  PsExperiment *exp = status ? NULL : run_prepare(ctx, &a, argv[1], &status);
+  if (!exp) {
+    run_args_clear(&a);
+    return status;
+  }
+  FILE *log = a.json || a.quiet ? NULL : stdout;
   if (!announce_run(exp, log, &error)) {
     ps_experiment_free(exp);
+    run_args_clear(&a);
     return fail(error);
   }
-  PsRunOptions opt = {.trace_path = no_trace ? NULL : trace, .trace_links = trace_links,
+  gint64 trace_max_mb = a.trace_max_mb == UNSET ? 256 : a.trace_max_mb;
+  PsRunOptions opt = {.trace_path = a.no_trace ? NULL : a.trace, .trace_links = a.trace_links,
                       .log = log, .trace_max_bytes = trace_max_mb * 1000000,
-                      .max_events = (uint64_t)max_events, .links_csv = links_csv};
+                      .max_events = a.max_events == UNSET ? 0 : (uint64_t)a.max_events,
+                      .links_csv = a.links_csv};
   PsSummary sum;
-  gboolean ok = ps_run(exp, &opt, &sum, &error);
-  if (!ok) {
-    ps_experiment_free(exp);
-    return fail(error);
+  if (ps_run(exp, &opt, &sum, &error)) {
+    print_run(exp, &opt, &sum, a.json, trace_max_mb);
+    ps_summary_clear(&sum);
+  } else {
+    status = fail(error);
   }
-  print_run(exp, &opt, &sum, json, trace_max_mb);
-  ps_summary_clear(&sum);
   ps_experiment_free(exp);
-  return 0;
+  run_args_clear(&a);
+  return status;
 }
 
 /* Orders names as people count: digit runs by their value, so tpu-v4-8
@@ -409,160 +484,189 @@ static void describe_topology(const PsTopology *t)
   describe_generation(t);
 }
 
-/* `describe experiment`: the resolved tree, then what the strategy adds
- * (--stages), then a device's program and kernels. */
-static int describe_experiment(const char *name, const char *const *ov, gboolean stages,
-                               int device, gboolean program, gboolean kernels)
+/* What `podsim describe` was given. */
+typedef struct {
+  char **sets;
+  gboolean program, stages, kernels;
+  int device; /* G_MININT: left out */
+} DescribeArgs;
+
+static GOptionContext *describe_context(DescribeArgs *a)
+{
+  GOptionEntry entries[] = {
+      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &a->sets,
+       "Override a config field of an experiment or topology (repeatable)", "PATH=VALUE"},
+      {"program", 'p', 0, G_OPTION_ARG_NONE, &a->program,
+       "For an experiment: also print the program compiled for a device", NULL},
+      {"device", 'd', 0, G_OPTION_ARG_INT, &a->device,
+       "The device whose program --program or kernels --kernels prints (default 0)", "N"},
+      {"stages", 0, 0, G_OPTION_ARG_NONE, &a->stages,
+       "For a pipeline experiment: also print each stage's layers, FLOPs, weights, "
+       "activations and time", NULL},
+      {"kernels", 'k', 0, G_OPTION_ARG_NONE, &a->kernels,
+       "For an experiment: also print the kernels of one step of a device (--device) with "
+       "FLOPs, HBM bytes, time and bound (MXU, HBM, VPU or launch)", NULL},
+      {NULL}};
+  GOptionContext *ctx =
+      g_option_context_new("[experiment|topology|model] NAME - print a resolved config");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  return ctx;
+}
+
+/* The first kind that knows the name, or NULL.  (transfer none) */
+static const char *describe_kind_of(const char *name)
+{
+  static const char *const dirs[][2] = {
+      {"experiments", "experiment"}, {"topologies", "topology"}, {"models", "model"}};
+  for (guint i = 0; i < G_N_ELEMENTS(dirs); i++) {
+    g_autofree char *p = ps_config_find(dirs[i][0], name, NULL);
+    if (p)
+      return dirs[i][1];
+  }
+  return NULL;
+}
+
+/* The options that say nothing for this kind: a usage error, else 0. */
+static int describe_args_check(GOptionContext *ctx, const DescribeArgs *a, const char *kind)
+{
+  const char *exp_only = a->program ? "--program" : a->stages ? "--stages"
+                         : a->kernels ? "--kernels" : a->device != G_MININT ? "--device" : NULL;
+  if (strcmp(kind, "experiment") != 0 && exp_only)
+    return usage_error(ctx, "describe: %s describes an experiment's plan, not a topology or "
+                            "a model", exp_only);
+  if (strcmp(kind, "model") == 0 && a->sets)
+    return usage_error(ctx, "describe: --set overrides an experiment's or a topology's "
+                            "fields, not a model's%s", "");
+  if (a->device != G_MININT && !a->program && !a->kernels)
+    return usage_error(ctx, "describe: --device picks whose --program or --kernels to print; "
+                            "give one of them too%s", "");
+  return 0;
+}
+
+/* --stages: what the strategy adds to describe (a pipeline's partition);
+ * a usage error for a strategy that adds nothing. */
+static int describe_stages(GOptionContext *ctx, const PsExperiment *exp)
+{
+  const PsStrategy *impl = exp->strategy.impl;
+  if (!impl->describe)
+    return usage_error(ctx, "describe: --stages: %s is not a pipeline (its strategy does not "
+                            "split the layers into stages)", exp->file);
+  GError *error = NULL;
+  GString *s = g_string_new(NULL);
+  if (!impl->describe(exp, exp->strategy.config, s, &error)) {
+    g_string_free(s, TRUE);
+    return fail(error);
+  }
+  printf("\n%s", s->str);
+  g_string_free(s, TRUE);
+  return 0;
+}
+
+/* --program, --kernels: a device's program or kernels. */
+static int describe_device(const PsExperiment *exp, const DescribeArgs *a)
 {
   GError *error = NULL;
-  PsExperiment *exp = ps_experiment_load(name, ov, &error);
+  PsPlan *plan = ps_run_compile(exp, &error);
+  if (!plan)
+    return fail(error);
+  int device = a->device == G_MININT ? 0 : a->device;
+  if (device < 0 || device >= plan->n_devices) {
+    fprintf(stderr, "podsim: describe: --device %d: the plan has devices 0..%d\n", device,
+            plan->n_devices - 1);
+    ps_plan_free(plan);
+    return EXIT_INPUT;
+  }
+  GString *s = g_string_new(NULL);
+  if (a->program)
+    ps_plan_describe_device(plan, device, s);
+  if (a->kernels) {
+    g_string_append(s, a->program ? "\n" : "");
+    ps_kernels_describe(exp, ps_plan_program(plan, device), s);
+  }
+  printf("\n%s", s->str);
+  g_string_free(s, TRUE);
+  ps_plan_free(plan);
+  return 0;
+}
+
+static int describe_experiment(GOptionContext *ctx, const DescribeArgs *a, const char *name)
+{
+  GError *error = NULL;
+  PsExperiment *exp = ps_experiment_load(name, (const char *const *)a->sets, &error);
   if (!exp)
     return fail(error);
-  print_json(exp->resolved);
-  if (stages && exp->strategy.impl->describe) {
-    GString *s = g_string_new(NULL);
-    if (!exp->strategy.impl->describe(exp, exp->strategy.config, s, &error)) {
-      g_string_free(s, TRUE);
-      ps_experiment_free(exp);
-      return fail(error);
-    }
-    printf("\n%s", s->str);
-    g_string_free(s, TRUE);
-  }
-  if (program || kernels) {
-    PsPlan *plan = ps_run_compile(exp, &error);
-    if (!plan) {
-      ps_experiment_free(exp);
-      return fail(error);
-    }
-    if (device < 0 || device >= plan->n_devices) {
-      fprintf(stderr, "podsim: describe: --device %d: the plan has devices 0..%d\n", device,
-              plan->n_devices - 1);
-      ps_plan_free(plan);
-      ps_experiment_free(exp);
-      return EXIT_INPUT;
-    }
-    GString *s = g_string_new(NULL);
-    if (program)
-      ps_plan_describe_device(plan, device, s);
-    if (kernels) {
-      g_string_append(s, program ? "\n" : "");
-      ps_kernels_describe(exp, ps_plan_program(plan, device), s);
-    }
-    printf("\n%s", s->str);
-    g_string_free(s, TRUE);
-    ps_plan_free(plan);
-  }
+  int status = 0;
+  if (a->stages && !exp->strategy.impl->describe)
+    status = describe_stages(ctx, exp); /* refused before anything prints */
+  if (!status)
+    print_json(exp->resolved);
+  if (!status && a->stages)
+    status = describe_stages(ctx, exp);
+  if (!status && (a->program || a->kernels))
+    status = describe_device(exp, a);
   ps_experiment_free(exp);
+  return status;
+}
+
+static int describe_model(const char *name)
+{
+  GError *error = NULL;
+  g_autofree char *path = ps_config_find("models", name, &error);
+  if (!path)
+    return fail(error);
+  PsModel *m = ps_model_load_file(path, &error);
+  if (!m)
+    return fail(error);
+  GString *s = g_string_new(NULL);
+  ps_model_describe(m, s);
+  fputs(s->str, stdout);
+  g_string_free(s, TRUE);
+  ps_model_free(m);
+  return 0;
+}
+
+/* describe after its options: which kind of NAME, then that kind's output. */
+static int describe_named(GOptionContext *ctx, const DescribeArgs *a, int argc, char **argv)
+{
+  if (argc != 2 && argc != 3)
+    return usage_error(ctx, "describe needs a NAME%s", argc > 3 ? " (extra arguments)" : "");
+  const char *kind = argc == 3 ? argv[1] : NULL, *name = argv[argc - 1];
+  if (kind && strcmp(kind, "experiment") && strcmp(kind, "topology") && strcmp(kind, "model"))
+    return usage_error(ctx, "describe: unknown kind '%s' (experiment, topology or model)", kind);
+  if (!kind && !(kind = describe_kind_of(name))) {
+    fprintf(stderr, "podsim: describe: no experiment, topology or model named '%s'\n", name);
+    return EXIT_INPUT;
+  }
+  int status = describe_args_check(ctx, a, kind);
+  if (status)
+    return status;
+  if (strcmp(kind, "experiment") == 0)
+    return describe_experiment(ctx, a, name);
+  if (strcmp(kind, "model") == 0)
+    return describe_model(name);
+  GError *error = NULL;
+  PsTopology *t = ps_topology_load(name, (const char *const *)a->sets, &error);
+  if (!t)
+    return fail(error);
+  describe_topology(t);
+  ps_topology_free(t);
   return 0;
 }
 
 static int cmd_describe(int argc, char **argv)
 {
-  g_auto(GStrv) sets = NULL;
-  gboolean program = FALSE, stages = FALSE, kernels = FALSE;
-  int device = 0;
-  GOptionEntry entries[] = {
-      {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &sets, "Override a config field (repeatable)",
-       "PATH=VALUE"},
-      {"program", 'p', 0, G_OPTION_ARG_NONE, &program,
-       "For an experiment: also print the program compiled for a device", NULL},
-      {"device", 'd', 0, G_OPTION_ARG_INT, &device,
-       "The device whose program --program prints (default 0)", "N"},
-      {"stages", 0, 0, G_OPTION_ARG_NONE, &stages,
-       "For a pipeline experiment: also print each stage's layers, FLOPs, weights, "
-       "activations and time", NULL},
-      {"kernels", 'k', 0, G_OPTION_ARG_NONE, &kernels,
-       "For an experiment: also print the kernels of one step of a device (--device) with "
-       "FLOPs, HBM bytes, time and bound (MXU, HBM, VPU or launch)", NULL},
-      {NULL}};
-  g_autoptr(GOptionContext) ctx =
-      g_option_context_new("[experiment|topology|model] NAME - print a resolved config");
-  g_option_context_add_main_entries(ctx, entries, NULL);
+  DescribeArgs a = {.device = G_MININT};
+  g_autoptr(GOptionContext) ctx = describe_context(&a);
   GError *error = NULL;
+  int status;
   if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
-    int st = usage_error(ctx, "%s", error->message);
+    status = usage_error(ctx, "%s", error->message);
     g_error_free(error);
-    return st;
-  }
-  const char *kind = NULL, *name = NULL;
-  if (argc == 3) {
-    kind = argv[1];
-    name = argv[2];
-  } else if (argc == 2) {
-    name = argv[1];
   } else {
-    return usage_error(ctx, "describe needs a NAME%s", "");
+    status = describe_named(ctx, &a, argc, argv);
   }
-  if (kind && strcmp(kind, "experiment") && strcmp(kind, "topology") && strcmp(kind, "model"))
-    return usage_error(ctx, "describe: unknown kind '%s' (experiment, topology or model)", kind);
-  if (!kind) {
-    /* the first kind that knows the name */
-    static const char *const dirs[][2] = {
-        {"experiments", "experiment"}, {"topologies", "topology"}, {"models", "model"}};
-    for (guint i = 0; i < G_N_ELEMENTS(dirs) && !kind; i++) {
-      g_autofree char *p = ps_config_find(dirs[i][0], name, NULL);
-      if (p)
-        kind = dirs[i][1];
-    }
-    if (!kind) {
-      fprintf(stderr, "podsim: describe: no experiment, topology or model named '%s'\n", name);
-      return EXIT_INPUT;
-    }
-  }
-  const char *const *ov = (const char *const *)sets;
-  if (strcmp(kind, "experiment") == 0) {
-    return describe_experiment(name, ov, stages, device, program, kernels);
-  } else if (strcmp(kind, "topology") == 0) {
-    PsTopology *t = ps_topology_load(name, ov, &error);
-    if (!t)
-      return fail(error);
-    describe_topology(t);
-    ps_topology_free(t);
-  } else {
-    g_autofree char *path = ps_config_find("models", name, &error);
-    if (!path)
-      return fail(error);
-    PsModel *m = ps_model_load_file(path, &error);
-    if (!m)
-      return fail(error);
-    GString *s = g_string_new(NULL);
-    ps_model_describe(m, s);
-    fputs(s->str, stdout);
-    g_string_free(s, TRUE);
-    ps_model_free(m);
-  }
-  return 0;
-}
-
-/* The same numbers on every machine: OpenBLAS picks its GEMM kernel by
- * CPU at load time, and kernels sum in different orders, so losses would
- * differ in the last bits from one machine to another and drift apart over
- * a run.  On x86-64 with AVX2 and FMA (every server CPU since 2013)
- * podsim pins the Haswell kernels, which such CPUs all run, by setting
- * OPENBLAS_CORETYPE and starting itself again before OpenBLAS loads (it
- * reads the variable in its constructor).  They cost about 7% more than
- * the newest kernels on an AVX-512 machine (the default run: 11.5 s
- * against 10.8 s for 200 steps).  PODSIM_BLAS_NATIVE=1 keeps the CPU's own
- * kernel.  Elsewhere (no AVX2, other architectures) nothing is pinned. */
-static void pin_blas_kernel(char **argv)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-  const char *want = "Haswell";
-  const char *have = getenv("OPENBLAS_CORETYPE");
-  if (getenv("PODSIM_BLAS_NATIVE") || (have && strcmp(have, want) == 0) ||
-      getenv("PODSIM_BLAS_PINNED"))
-    return;
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-    return;
-  setenv("OPENBLAS_CORETYPE", want, 1);
-  setenv("PODSIM_BLAS_PINNED", "1", 1); /* never loop, whatever happens */
-  execv("/proc/self/exe", argv);
-  /* no /proc: go on with the CPU's own kernel */
-#else
-  (void)argv;
-#endif
+  g_strfreev(a.sets);
+  return status;
 }
 
 /* SIGINT, SIGTERM, SIGHUP: remove the trace being written, then die of
@@ -576,7 +680,6 @@ static void on_fatal_signal(int sig)
 
 static int dispatch(int argc, char **argv)
 {
-  pin_blas_kernel(argv);
   struct sigaction sa = {.sa_handler = on_fatal_signal};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
@@ -585,6 +688,9 @@ static int dispatch(int argc, char **argv)
   /* the terminal's character set for GOption's help ("[OPTION…]"); numbers
    * stay in the C locale (LC_NUMERIC untouched) */
   setlocale(LC_CTYPE, "");
+  GError *dir_error = NULL;
+  if (argc >= 2 && argv[1][0] != '-' && !ps_data_dirs_check(&dir_error))
+    return fail(dir_error); /* every command looks names up there */
   /* GOption's usage lines name the program: "podsim run [OPTION?] ..." */
   if (argc >= 2 && strcmp(argv[1], "run") == 0) {
     g_set_prgname("podsim run");

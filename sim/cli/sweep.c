@@ -340,11 +340,10 @@ static void flatten(json_object *dst, const char *prefix, json_object *src, cons
   }
 }
 
-static Outcome *point_run(Sweep *sw, guint index)
+/* Point index's overrides: --set, then each varied key at its value.
+ * (transfer full: NULL-terminated) */
+static GPtrArray *point_overrides(const Sweep *sw, guint index)
 {
-  Outcome *o = g_new0(Outcome, 1);
-  o->index = index;
-  gint64 t0 = g_get_monotonic_time();
   GPtrArray *ov = g_ptr_array_new_with_free_func(g_free);
   for (char **s = sw->sets; s && *s; s++)
     g_ptr_array_add(ov, g_strdup(*s));
@@ -352,6 +351,65 @@ static Outcome *point_run(Sweep *sw, guint index)
     g_ptr_array_add(ov, g_strdup_printf("%s=%s", ((Vary *)sw->varies->pdata[k])->key,
                                         point_value(sw, index, k)));
   g_ptr_array_add(ov, NULL);
+  return ov;
+}
+
+/* Whether a sweep's point is refused up front: a key the experiment does
+ * not know (load_error), or a plan that compiles but whose step count
+ * cannot fit the clock (ps_run_check).  *error is set then. */
+static gboolean point_refused(PsExperiment *exp, GError *load_error, GError **error)
+{
+  if (g_error_matches(load_error, PS_INPUT_ERROR, PS_INPUT_ERROR_KEY)) {
+    g_propagate_error(error, load_error);
+    return TRUE;
+  }
+  g_clear_error(&load_error);
+  GError *check_error = NULL;
+  if (!exp || ps_run_check(exp, NULL, &check_error))
+    return FALSE;
+  PsPlan *plan = ps_run_compile(exp, NULL); /* compiles: the steps failed */
+  gboolean refused = plan != NULL;
+  ps_plan_free(plan);
+  if (refused)
+    g_propagate_error(error, check_error);
+  else
+    g_error_free(check_error);
+  return refused;
+}
+
+/* Before any point runs: the first point, and each value of each varied
+ * key with the other keys at their first value, loaded.  A key the
+ * experiment does not know (varied or set) is the command line's error,
+ * the same at every point, and so is a step count past the clock; a value
+ * that fails otherwise (an unknown topology, a batch that does not
+ * divide) is its points' row. */
+static gboolean sweep_check_keys(const Sweep *sw, GError **error)
+{
+  guint stride = sw->n_points;
+  for (guint k = 0; k < sw->varies->len; k++) {
+    const Vary *v = sw->varies->pdata[k];
+    stride /= v->values->len;
+    for (guint i = k == 0 ? 0 : 1; i < v->values->len; i++) {
+      GPtrArray *ov = point_overrides(sw, i * stride);
+      GError *load_error = NULL;
+      PsExperiment *exp =
+          ps_experiment_load(sw->experiment, (const char *const *)ov->pdata, &load_error);
+      g_ptr_array_free(ov, TRUE);
+      gboolean refused = point_refused(exp, load_error, error);
+      ps_experiment_free(exp);
+      if (refused)
+        return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+static Outcome *point_run(Sweep *sw, guint index)
+{
+  Outcome *o = g_new0(Outcome, 1);
+  o->index = index;
+  gint64 t0 = g_get_monotonic_time();
+  GPtrArray *ov = point_overrides(sw, index);
   GError *error = NULL;
   PsExperiment *exp = ps_experiment_load(sw->experiment, (const char *const *)ov->pdata, &error);
   g_ptr_array_free(ov, TRUE);
@@ -958,7 +1016,7 @@ void ps_sweep_options_clear(Options *o)
 /* Fills o from the command line; 0, or EXIT_INPUT after a message. */
 int ps_sweep_options_parse(Options *o, int argc, char **argv)
 {
-  o->jobs = 1;
+  o->jobs = G_MININT; /* left out: 1 */
   GOptionEntry entries[] = {
       {"vary", 'v', 0, G_OPTION_ARG_STRING_ARRAY, &o->vary_args,
        "A key and its values: KEY=V1,V2,... or KEY=A:B:xF or KEY=A:B:+S (repeatable)",
@@ -1002,6 +1060,10 @@ int ps_sweep_options_parse(Options *o, int argc, char **argv)
     return input_error("--format %s: choose csv or jsonl", o->format_name);
   else if (!o->format_name && o->out_path && g_str_has_suffix(o->out_path, ".jsonl"))
     o->format = FORMAT_JSONL;
+  if (o->dry_run && o->jobs != G_MININT)
+    return input_error("--jobs %d: --dry-run runs no point, so it needs no threads", o->jobs);
+  if (o->jobs == G_MININT)
+    o->jobs = 1;
   if (o->jobs < 0)
     return input_error("--jobs %d: give a number of threads, or 0 for one per processor",
                        o->jobs);
@@ -1048,6 +1110,7 @@ int ps_sweep_lead(int argc, char **argv, Ranks *ranks)
 
   if (!ps_sweep_add_varies(&sw, o.vary_args, &error) ||
       !(found = ps_config_find("experiments", sw.experiment, &error)) ||
+      !sweep_check_keys(&sw, &error) ||
       (o.out_path && !output_read(&out, &sw, &error))) {
     status = input_error("%s", error->message);
     g_error_free(error);

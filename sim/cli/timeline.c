@@ -51,44 +51,10 @@ static const char *get_str(json_object *o, const char *key)
              : NULL;
 }
 
-int ps_cli_timeline(int argc, char **argv)
+/* Threads of the chosen replica -> stage + 1, from the thread names.
+ * (transfer full) */
+static GHashTable *replica_stages(json_object *events, int replica)
 {
-  int step = -1, replica = 0;
-  GOptionEntry entries[] = {
-      {"step", 0, 0, G_OPTION_ARG_INT, &step,
-       "The step to show (default: the last step in the trace)", "N"},
-      {"replica", 0, 0, G_OPTION_ARG_INT, &replica, "The pipeline replica to show (default 0)",
-       "R"},
-      {NULL}};
-  g_autoptr(GOptionContext) ctx = g_option_context_new(
-      "TRACE - print one step of a pipeline's compute ops from a trace, for gnuplot");
-  g_option_context_set_description(
-      ctx, "Rows: stage, start and end (us, from the step's first op), micro-batch, kind "
-           "(FWD, BWD, RECOMPUTE).\nplots/pipeline-timeline.sh draws them.");
-  g_option_context_add_main_entries(ctx, entries, NULL);
-  GError *error = NULL;
-  if (!g_option_context_parse(ctx, &argc, &argv, &error) || argc != 2) {
-    fprintf(stderr, "podsim: timeline: %s\n",
-            error ? error->message : "needs one TRACE file (see podsim timeline --help)");
-    g_clear_error(&error);
-    return EXIT_INPUT;
-  }
-  const char *file = argv[1];
-  json_object *root = ps_json_load_file(file, &error);
-  if (!root) {
-    fprintf(stderr, "podsim: timeline: %s\n", error->message);
-    g_error_free(error);
-    return EXIT_INPUT;
-  }
-  json_object *events;
-  if (!json_object_object_get_ex(root, "traceEvents", &events) ||
-      !json_object_is_type(events, json_type_array)) {
-    fprintf(stderr, "podsim: timeline: %s: traceEvents: missing or not an array (not a "
-                    "podsim trace?)\n", file);
-    json_object_put(root);
-    return EXIT_INPUT;
-  }
-  /* threads of the chosen replica -> stage */
   GHashTable *stage_of = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
   size_t n = json_object_array_length(events);
   for (size_t i = 0; i < n; i++) {
@@ -106,23 +72,31 @@ int ps_cli_timeline(int argc, char **argv)
     gint64 key = thread_key(get_int(ev, "pid", -1), get_int(ev, "tid", -1));
     g_hash_table_insert(stage_of, g_memdup2(&key, sizeof key), GINT_TO_POINTER(s + 1));
   }
-  int rc = 0;
-  if (g_hash_table_size(stage_of) == 0) {
-    fprintf(stderr, "podsim: timeline: %s: no pipeline stage of replica %d in the trace (a "
-                    "trace of a run with strategy.kind=pipeline is needed)\n", file, replica);
-    rc = EXIT_INPUT;
-    goto out;
+  return stage_of;
+}
+
+/* The last step any stage ran a forward op of, -1 if none. */
+static int last_step(json_object *events)
+{
+  int step = -1;
+  size_t n = json_object_array_length(events);
+  for (size_t i = 0; i < n; i++) {
+    json_object *ev = json_object_array_get_idx(events, i), *args = NULL;
+    json_object_object_get_ex(ev, "args", &args);
+    const char *cat = get_str(ev, "cat");
+    if (cat && strcmp(cat, "FWD") == 0)
+      step = MAX(step, get_int(args, "step", -1));
   }
-  if (step < 0) /* the last step any stage ran */
-    for (size_t i = 0; i < n; i++) {
-      json_object *ev = json_object_array_get_idx(events, i), *args = NULL;
-      json_object_object_get_ex(ev, "args", &args);
-      const char *cat = get_str(ev, "cat");
-      if (cat && strcmp(cat, "FWD") == 0)
-        step = MAX(step, get_int(args, "step", -1));
-    }
+  return step;
+}
+
+/* The compute slices of step on the threads of stage_of, start times
+ * from the step's first op, sorted by stage then start.  (transfer full) */
+static GArray *step_rows(json_object *events, GHashTable *stage_of, int step)
+{
   GArray *rows = g_array_new(FALSE, FALSE, sizeof(Row));
   double t0 = G_MAXDOUBLE;
+  size_t n = json_object_array_length(events);
   for (size_t i = 0; i < n; i++) {
     json_object *ev = json_object_array_get_idx(events, i), *args = NULL, *v;
     const char *ph = get_str(ev, "ph"), *cat = get_str(ev, "cat");
@@ -143,22 +117,89 @@ int ps_cli_timeline(int argc, char **argv)
     t0 = MIN(t0, row.start);
     g_array_append_val(rows, row);
   }
+  for (guint i = 0; i < rows->len; i++) {
+    g_array_index(rows, Row, i).start -= t0;
+    g_array_index(rows, Row, i).end -= t0;
+  }
+  g_array_sort(rows, cmp_row);
+  return rows;
+}
+
+/* The rows of one step and replica from file's events; the exit status. */
+static int print_timeline(const char *file, json_object *events, int step, int replica)
+{
+  GHashTable *stage_of = replica_stages(events, replica);
+  int rc = 0;
+  if (g_hash_table_size(stage_of) == 0) {
+    fprintf(stderr, "podsim: timeline: %s: no pipeline stage of replica %d in the trace (a "
+                    "trace of a run with strategy.kind=pipeline is needed)\n", file, replica);
+    g_hash_table_destroy(stage_of);
+    return EXIT_INPUT;
+  }
+  if (step < 0)
+    step = last_step(events);
+  GArray *rows = step_rows(events, stage_of, step);
   if (rows->len == 0) {
     fprintf(stderr, "podsim: timeline: %s: no compute op of step %d for replica %d\n", file,
             step, replica);
     rc = EXIT_INPUT;
   } else {
-    qsort(rows->data, rows->len, sizeof(Row), cmp_row);
     printf("# %s, step %d, replica %d\n# stage\tstart_us\tend_us\tmb\tkind\n", file, step,
            replica);
     for (guint i = 0; i < rows->len; i++) {
       const Row *r = &g_array_index(rows, Row, i);
-      printf("%d\t%.3f\t%.3f\t%d\t%s\n", r->stage, r->start - t0, r->end - t0, r->mb, r->kind);
+      printf("%d\t%.3f\t%.3f\t%d\t%s\n", r->stage, r->start, r->end, r->mb, r->kind);
     }
   }
   g_array_free(rows, TRUE);
-out:
   g_hash_table_destroy(stage_of);
+  return rc;
+}
+
+int ps_cli_timeline(int argc, char **argv)
+{
+  int step = G_MININT, replica = 0;
+  GOptionEntry entries[] = {
+      {"step", 0, 0, G_OPTION_ARG_INT, &step,
+       "The step to show, 0 or more (default: the last step in the trace)", "N"},
+      {"replica", 0, 0, G_OPTION_ARG_INT, &replica,
+       "The pipeline replica to show, 0 or more (default 0)", "R"},
+      {NULL}};
+  g_autoptr(GOptionContext) ctx = g_option_context_new(
+      "TRACE - print one step of a pipeline's compute ops from a trace, for gnuplot");
+  g_option_context_set_description(
+      ctx, "Rows: stage, start and end (us, from the step's first op), micro-batch, kind "
+           "(FWD, BWD, RECOMPUTE).\nplots/pipeline-timeline.sh draws them.");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  GError *error = NULL;
+  if (!g_option_context_parse(ctx, &argc, &argv, &error) || argc != 2) {
+    fprintf(stderr, "podsim: timeline: %s\n",
+            error ? error->message : "needs one TRACE file (see podsim timeline --help)");
+    g_clear_error(&error);
+    return EXIT_INPUT;
+  }
+  if ((step != G_MININT && step < 0) || replica < 0) {
+    fprintf(stderr, "podsim: timeline: --%s %d: steps and replicas count from 0\n",
+            replica < 0 ? "replica" : "step", replica < 0 ? replica : step);
+    return EXIT_INPUT;
+  }
+  const char *file = argv[1];
+  json_object *root = ps_json_load_file(file, &error);
+  if (!root) {
+    fprintf(stderr, "podsim: timeline: %s\n", error->message);
+    g_error_free(error);
+    return EXIT_INPUT;
+  }
+  json_object *events;
+  int rc;
+  if (!json_object_object_get_ex(root, "traceEvents", &events) ||
+      !json_object_is_type(events, json_type_array)) {
+    fprintf(stderr, "podsim: timeline: %s: traceEvents: missing or not an array (not a "
+                    "podsim trace?)\n", file);
+    rc = EXIT_INPUT;
+  } else {
+    rc = print_timeline(file, events, step == G_MININT ? -1 : step, replica);
+  }
   json_object_put(root);
   return rc;
 }

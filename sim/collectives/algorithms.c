@@ -130,18 +130,10 @@ static inline int mod(int a, int n)
   return r < 0 ? r + n : r;
 }
 
-/* Part j of L of [lo, lo + len). */
-static inline void part_of(int64_t lo, int64_t len, int L, int j, int64_t *plo, int64_t *plen)
-{
-  int64_t a = len * j / L, b = len * (j + 1) / L;
-  *plo = lo + a;
-  *plen = b - a;
-}
 
 /* ---- message time (shared with collective.c for tests) -------------- */
 
-/* The links from member a to member b.  (transfer full) */
-static int *route_of(const PsCollGroup *g, int a, int b, int *hops)
+int *ps_coll_route(const PsCollGroup *g, int a, int b, int *hops)
 {
   int buf[16];
   *hops = ps_network_route(g->net, g->dev[a], g->dev[b], buf, 16);
@@ -153,19 +145,15 @@ static int *route_of(const PsCollGroup *g, int a, int b, int *hops)
   return r;
 }
 
-static double route_message_s(const PsCollGroup *g, const int *route, int h, int64_t bytes,
-                              int64_t chunk);
-
 double ps_coll_message_s(const PsCollGroup *g, int a, int b, int64_t bytes, int64_t chunk)
 {
   int h;
-  g_autofree int *route = route_of(g, a, b, &h);
-  return route_message_s(g, route, h, bytes, chunk);
+  g_autofree int *route = ps_coll_route(g, a, b, &h);
+  return ps_coll_route_message_s(g, route, h, bytes, chunk);
 }
 
-/* ps_coll_message_s over a route already found. */
-static double route_message_s(const PsCollGroup *g, const int *route, int h, int64_t bytes,
-                              int64_t chunk)
+double ps_coll_route_message_s(const PsCollGroup *g, const int *route, int h, int64_t bytes,
+                               int64_t chunk)
 {
   if (h == 0)
     return 0.0;
@@ -293,23 +281,29 @@ static void ring_axis(const PsCollGroup *g, Axis *x)
   g_free(order);
 }
 
+void ps_coll_grid_line(const PsCollGroup *g, int a, int *pos, int *next, int *prev)
+{
+  int L = g->axis_size[a];
+  for (int m = 0; m < g->n; m++) {
+    int idx_next = 0, idx_prev = 0;
+    for (int b = g->n_axes - 1; b >= 0; b--) {
+      int c = g->grid_pos[m * g->n_axes + b];
+      int cn = b == a ? mod(c + 1, L) : c, cp = b == a ? mod(c - 1, L) : c;
+      idx_next = idx_next * g->axis_size[b] + cn;
+      idx_prev = idx_prev * g->axis_size[b] + cp;
+    }
+    pos[m] = g->grid_pos[m * g->n_axes + a];
+    next[m] = g->at[idx_next];
+    prev[m] = g->at[idx_prev];
+  }
+}
+
 /* The lines along the grid's axis a. */
 static void grid_axis(const PsCollGroup *g, int a, Axis *x)
 {
   axis_alloc(x, g->n);
   x->L = g->axis_size[a];
-  for (int m = 0; m < g->n; m++) {
-    int idx_next = 0, idx_prev = 0;
-    for (int b = g->n_axes - 1; b >= 0; b--) {
-      int c = g->grid_pos[m * g->n_axes + b];
-      int cn = b == a ? mod(c + 1, x->L) : c, cp = b == a ? mod(c - 1, x->L) : c;
-      idx_next = idx_next * g->axis_size[b] + cn;
-      idx_prev = idx_prev * g->axis_size[b] + cp;
-    }
-    x->pos[m] = g->grid_pos[m * g->n_axes + a];
-    x->next[m] = g->at[idx_next];
-    x->prev[m] = g->at[idx_prev];
-  }
+  ps_coll_grid_line(g, a, x->pos, x->next, x->prev);
 }
 
 static void grid_axes(const PsCollGroup *g, PsCollPlan *p)
@@ -345,21 +339,26 @@ static void snake_axis(const PsCollGroup *g, int k, Axis *x)
   g_free(order);
 }
 
-/* Bidirectional only where the line closes in no more hops than it steps
- * (judged on member 0's line; a mesh line's closing edge runs back over
- * the links the other direction would use). */
-static gboolean axis_closes(const PsCollGroup *g, const Axis *x)
+gboolean ps_coll_line_closes(const PsCollGroup *g, int L, const int *pos, const int *next)
 {
   int m = 0, step_max = 0, close = 0;
-  for (int i = 0; i < x->L; i++) {
-    int h = ps_network_hops(g->net, g->dev[m], g->dev[x->next[m]]);
-    if (x->pos[m] == x->L - 1)
+  for (int i = 0; i < L; i++) {
+    int h = ps_network_hops(g->net, g->dev[m], g->dev[next[m]]);
+    if (pos[m] == L - 1)
       close = h;
     else
       step_max = MAX(step_max, h);
-    m = x->next[m];
+    m = next[m];
   }
   return close <= step_max;
+}
+
+/* Bidirectional only where the line closes in no more hops than it steps
+ * (a mesh line's closing edge runs back over the links the other
+ * direction would use). */
+static gboolean axis_closes(const PsCollGroup *g, const Axis *x)
+{
+  return ps_coll_line_closes(g, x->L, x->pos, x->next);
 }
 
 /* ---- phases --------------------------------------------------------- */
@@ -374,7 +373,7 @@ static void phases_layout(PsCollPlan *p)
     p->reg_lo[m] = 0;
     p->reg_len[m] = p->p.count;
     for (int a = 0; a < na; a++)
-      part_of(p->reg_lo[a * n + m], p->reg_len[a * n + m], p->ax[a].L, p->ax[a].pos[m],
+      ps_coll_part_of(p->reg_lo[a * n + m], p->reg_len[a * n + m], p->ax[a].L, p->ax[a].pos[m],
               &p->reg_lo[(a + 1) * n + m], &p->reg_len[(a + 1) * n + m]);
   }
   for (int a = 0; a < na; a++) {
@@ -446,7 +445,7 @@ static void phases_step(const PsCollPlan *p, int m, int s, PsCollStep *out)
       plo = lo + bound[j];
       plen = bound[j + 1] - bound[j];
     } else {
-      part_of(lo, len, L, j, &plo, &plen);
+      ps_coll_part_of(lo, len, L, j, &plo, &plen);
     }
     if (x->bidir) {
       int64_t half = plen / 2;
@@ -561,7 +560,7 @@ static double phases_predict(const PsCollPlan *p)
     for (int k = 0; k < ndir; k++)
       for (int m = 0; m < n; m++) {
         g_free(route[k][m]);
-        route[k][m] = route_of(g, m, k == 0 ? x->next[m] : x->prev[m], &hops[k][m]);
+        route[k][m] = ps_coll_route(g, m, k == 0 ? x->next[m] : x->prev[m], &hops[k][m]);
       }
     int *load = phase_loads(p, x, route, hops);
     for (int m = 0; m < n; m++) {
@@ -577,11 +576,11 @@ static double phases_predict(const PsCollPlan *p)
         double bw = route_bandwidth(g, r, h);
         if (!mixed) {
           int64_t bytes = own * (int64_t)share;
-          T[k][m] = route_message_s(g, r, h, bytes, p->p.chunk_bytes);
+          T[k][m] = ps_coll_route_message_s(g, r, h, bytes, p->p.chunk_bytes);
           ser[k][m] = (double)bytes / bw;
         } else {
           /* its own pipeline, then the others' bytes through the bottleneck */
-          T[k][m] = route_message_s(g, r, h, own, p->p.chunk_bytes) + (share - 1) * own / bw;
+          T[k][m] = ps_coll_route_message_s(g, r, h, own, p->p.chunk_bytes) + (share - 1) * own / bw;
           ser[k][m] = share * own / bw;
         }
         free_at[k][m] = 0;
@@ -730,7 +729,7 @@ static void trees_step(const PsCollPlan *p, int m, int k, PsCollStep *out)
     int kids[PS_COLL_MAX_SENDS];
     int nk = tree_children(p, m, kids);
     int64_t plo, plen;
-    part_of(0, p->p.count, p->pieces, piece, &plo, &plen);
+    ps_coll_part_of(0, p->p.count, p->pieces, piece, &plo, &plen);
     for (int i = 0; i < nk; i++)
       out->send[out->n_send++] = (PsCollSend){kids[i], piece, plo, plen, PS_XFER_COPY};
   }
@@ -963,7 +962,7 @@ static int plan_n_recv(const PsCollPlan *p, int m, int s)
   return st.n_recv;
 }
 
-static void plan_block(const PsCollPlan *p, int m, int64_t *off, int64_t *len)
+static int plan_block(const PsCollPlan *p, int m, int piece, int64_t *off, int64_t *len)
 {
   if (p->kind == KIND_PHASES) {
     phases_block(p, m, off, len);
@@ -971,6 +970,7 @@ static void plan_block(const PsCollPlan *p, int m, int64_t *off, int64_t *len)
     *off = 0;
     *len = p->p.count;
   }
+  return 1;
 }
 
 static double plan_predict(const PsCollPlan *p)
@@ -1001,9 +1001,14 @@ static const char *torus_unsupported(const PsCollGroup *g, PsCollOp op)
   if (!g->is_grid)
     return "the group's (core, x, y, z) coordinates do not form a box, so it has no torus "
            "axes; use ring or bidir";
-  if (slice_axis(g) >= 0)
-    return "the group spans slices, which no torus joins: use hierarchical (or ring, bidir)";
-  return NULL;
+  return ps_coll_spans_slices(g);
+}
+
+const char *ps_coll_spans_slices(const PsCollGroup *g)
+{
+  return slice_axis(g) >= 0
+             ? "the group spans slices, which no torus joins: use hierarchical (or ring, bidir)"
+             : NULL;
 }
 
 static const char *hier_unsupported(const PsCollGroup *g, PsCollOp op)
@@ -1025,22 +1030,22 @@ static const char *p2p_unsupported(const PsCollGroup *g, PsCollOp op)
 
 static const PsCollAlgo ring_algo = {
     "ring", "unidirectional ring over the group (snake order on a grid)", ring_unsupported,
-    ring_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict};
+    ring_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE};
 
 static const PsCollAlgo bidir_algo = {
     "bidir", "two rings, one each way, each carrying half the data", ring_unsupported,
-    bidir_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict};
+    bidir_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE};
 
 static const PsCollAlgo torus_algo = {
     "torus",
     "dimension by dimension: reduce-scatter along each torus axis in turn, all-gather back "
     "(bidirectional rings on wrapped axes)",
     torus_unsupported, torus_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block,
-    plan_predict};
+    plan_predict, FALSE};
 
 static const PsCollAlgo p2p_algo = {"p2p", "one message from the sender to the receiver",
                                     p2p_unsupported, p2p_plan, plan_free, plan_n_steps,
-                                    plan_step, plan_n_recv, plan_block, plan_predict};
+                                    plan_step, plan_n_recv, plan_block, plan_predict, FALSE};
 
 static const PsCollAlgo hier_algo = {
     "hierarchical",
@@ -1048,10 +1053,13 @@ static const PsCollAlgo hier_algo = {
     "predicted fastest), all-reduce of each shard across slices over the DCN (a ring among "
     "the members holding it), all-gather within each slice",
     hier_unsupported, hier_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block,
-    plan_predict};
+    plan_predict, FALSE};
 
-const PsCollAlgo *const ps_coll_algos[] = {&ring_algo, &bidir_algo, &torus_algo, &p2p_algo,
-                                           &hier_algo, NULL};
+/* auto keeps the first of equal predictions: multiring, which equals torus
+ * on a group with one ring dimension, after it */
+const PsCollAlgo *const ps_coll_algos[] = {&ring_algo, &bidir_algo, &torus_algo,
+                                           &ps_coll_multiring_algo, &p2p_algo, &hier_algo,
+                                           NULL};
 
 const PsCollAlgo *ps_coll_algo_find(const char *name)
 {

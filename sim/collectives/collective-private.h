@@ -73,9 +73,13 @@ typedef struct {
   void (*step)(const PsCollPlan *plan, int member, int step, PsCollStep *out);
   /* step()'s n_recv, cheaper */
   int (*n_recv)(const PsCollPlan *plan, int member, int step);
-  void (*block)(const PsCollPlan *plan, int member, int64_t *off, int64_t *len);
+  /* piece `piece` of member's block; returns how many pieces it has (1
+   * but for multiring's reduce-scatter and all-gather) */
+  int (*block)(const PsCollPlan *plan, int member, int piece, int64_t *off, int64_t *len);
   /* Closed-form time of one round, all members arriving together. */
   double (*predict_s)(const PsCollPlan *plan);
+  /* Run only when named, never chosen by "auto". */
+  gboolean explicit_only;
 } PsCollAlgo;
 
 /* The table (NULL-terminated) and lookup by name. */
@@ -85,5 +89,34 @@ const PsCollAlgo *ps_coll_algo_find(const char *name);
 /* Time of one message of `bytes` from member a to member b with the
  * network idle: the same store-and-forward pipeline the events run. */
 double ps_coll_message_s(const PsCollGroup *g, int a, int b, int64_t bytes, int64_t chunk);
+/* The same over a route already found (h links). */
+double ps_coll_route_message_s(const PsCollGroup *g, const int *route, int h, int64_t bytes,
+                               int64_t chunk);
+/* The links from member a to member b, *hops of them.  (transfer full) */
+int *ps_coll_route(const PsCollGroup *g, int a, int b, int *hops);
+
+/* Part j of L of [lo, lo + len). */
+static inline void ps_coll_part_of(int64_t lo, int64_t len, int L, int j, int64_t *plo,
+                                   int64_t *plen)
+{
+  int64_t a = len * j / L, b = len * (j + 1) / L;
+  *plo = lo + a;
+  *plen = b - a;
+}
+
+/* The lines of a grid group along its axis a: each member's position on
+ * its line and the members one position after and before it (mod L), in
+ * arrays of g->n. */
+void ps_coll_grid_line(const PsCollGroup *g, int a, int *pos, int *next, int *prev);
+/* Whether a line closes in no more hops than it steps (judged on member
+ * 0's line): a ring over a wrapped torus dimension does, a mesh line's
+ * closing edge runs back across it. */
+gboolean ps_coll_line_closes(const PsCollGroup *g, int L, const int *pos, const int *next);
+/* Why a torus algorithm cannot run on a group that spans slices (static
+ * text), or NULL when it lies within one slice. */
+const char *ps_coll_spans_slices(const PsCollGroup *g);
+
+/* The all-reduce over every link of a torus at once (multiring.c). */
+extern const PsCollAlgo ps_coll_multiring_algo;
 
 #endif

@@ -596,7 +596,7 @@ static void pick_fastest(PsCollective *c, PsCollOp op)
   double best = 0;
   for (int i = 0; ps_coll_algos[i]; i++) {
     const PsCollAlgo *a = ps_coll_algos[i];
-    if (a->unsupported(&c->g, op))
+    if (a->explicit_only || a->unsupported(&c->g, op))
       continue;
     PsCollPlan *plan = a->plan_new(&c->g, &c->p);
     double t = a->predict_s(plan);
@@ -737,8 +737,14 @@ int ps_collective_members(const PsCollective *c) { return c->g.n; }
 
 void ps_collective_block(const PsCollective *c, int member, int64_t *off, int64_t *len)
 {
-  g_return_if_fail(member >= 0 && member < c->g.n);
-  c->algo->block(c->plan, member, off, len);
+  ps_collective_block_piece(c, member, 0, off, len);
+}
+
+int ps_collective_block_piece(const PsCollective *c, int member, int piece, int64_t *off,
+                              int64_t *len)
+{
+  g_return_val_if_fail(member >= 0 && member < c->g.n && piece >= 0, 0);
+  return c->algo->block(c->plan, member, piece, off, len);
 }
 
 int64_t ps_collective_rounds_done(const PsCollective *c)

@@ -3,7 +3,8 @@
  *
  * A collective runs over a group of devices (its members, in the order the
  * caller lists them) with an operation and an algorithm picked by name from
- * a const table: "ring", "bidir", "torus", "p2p", "hierarchical", or "auto", which predicts
+ * a const table: "ring", "bidir", "torus", "multiring", "p2p", "hierarchical",
+ * or "auto", which predicts
  * each algorithm that can run the operation on the group with its closed
  * form and takes the fastest (ps_collective_why() says which and why).
  *
@@ -33,8 +34,8 @@
  * Semantics per operation, for buffers of `count` elements:
  *   all-reduce      every member ends with the element-wise sum;
  *   reduce-scatter  member i ends with the sum over its block
- *                   (ps_collective_block), the rest of its buffer is
- *                   scratch;
+ *                   (ps_collective_block_piece), the rest of its buffer
+ *                   is scratch;
  *   all-gather      member i contributes its block and ends with all;
  *   broadcast       every member ends with the root's buffer;
  *   send-recv       a group of two: member `root` sends its buffer to the
@@ -140,8 +141,14 @@ const char *ps_collective_why(const PsCollective *c);
  * once, in seconds (see algorithms.c for each formula). */
 double ps_collective_predict_s(const PsCollective *c);
 /* The elements [*off, *off + *len) that are member's own block
- * (reduce-scatter result, all-gather contribution). */
+ * (reduce-scatter result, all-gather contribution): its first piece. */
 void ps_collective_block(const PsCollective *c, int member, int64_t *off, int64_t *len);
+/* Piece `piece` of member's block, which is the union of its pieces
+ * (disjoint, in ascending order); returns how many there are: 1 but for
+ * multiring's reduce-scatter and all-gather, whose 2n streams each leave a
+ * member one piece. */
+int ps_collective_block_piece(const PsCollective *c, int member, int piece, int64_t *off,
+                              int64_t *len);
 int ps_collective_members(const PsCollective *c);
 
 /* Member arrives for its next round with buf (count floats, transfer none,

@@ -167,12 +167,13 @@ const char *ps_pod_coll_algorithm(const PsPod *pod, int c)
   return ps_collective_algo(pod->colls[c].coll);
 }
 
-void ps_pod_coll_block(const PsPod *pod, int c, int device, int64_t *off, int64_t *len)
+int ps_pod_coll_block(const PsPod *pod, int c, int device, int piece, int64_t *off,
+                      int64_t *len)
 {
-  g_return_if_fail(c >= 0 && c < pod->plan->n_colls);
+  g_return_val_if_fail(c >= 0 && c < pod->plan->n_colls, 0);
   int m = pod->member_of[c][device];
-  g_return_if_fail(m >= 0);
-  ps_collective_block(pod->colls[c].coll, m, off, len);
+  g_return_val_if_fail(m >= 0, 0);
+  return ps_collective_block_piece(pod->colls[c].coll, m, piece, off, len);
 }
 
 static ps_time_t now(const PsPod *pod) { return ps_engine_now(pod->engine); }

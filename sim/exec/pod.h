@@ -149,9 +149,12 @@ void ps_pod_free(PsPod *pod);
 PsNetwork *ps_pod_network(const PsPod *pod);
 /* The algorithm collective c runs ("ring", "torus", ...). */
 const char *ps_pod_coll_algorithm(const PsPod *pod, int c);
-/* The elements of collective c that are device's own block (the shard a
- * reduce-scatter leaves it, relative to the collective's offset). */
-void ps_pod_coll_block(const PsPod *pod, int c, int device, int64_t *off, int64_t *len);
+/* Piece `piece` of the elements of collective c that are device's own
+ * block (the shard a reduce-scatter leaves it, relative to the
+ * collective's offset); returns the number of pieces
+ * (ps_collective_block_piece). */
+int ps_pod_coll_block(const PsPod *pod, int c, int device, int piece, int64_t *off,
+                      int64_t *len);
 
 /* Schedules the start of the run (hosts begin preparing, the first device
  * loop is launched).  Then ps_engine_run() drives it to the end. */

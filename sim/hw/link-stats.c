@@ -2,7 +2,9 @@
  * network's public view (ps_network_link_info and friends) only.
  *
  * The rows are formatted into memory, written to "<path>.tmp-XXXXXX" in
- * the same directory, flushed to disk and renamed onto path.
+ * the same directory, flushed to disk and renamed onto path; a path that
+ * exists and is not a regular file (a FIFO, /dev/stdout, /dev/full) is
+ * written in place, never replaced, and its write errors are reported.
  * Invariant: on every failure the temporary file is unlinked before
  * returning, so nothing half-written is ever seen at path or beside it. */
 #include "hw/link-stats.h"
@@ -10,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glib/gstdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *kind_name(PsLinkKind kind)
@@ -93,6 +96,26 @@ static int write_all(int fd, const char *p, size_t len)
   return 0;
 }
 
+/* The rows written straight into path, a file that is not a regular one. */
+static gboolean write_in_place(const PsNetwork *net, ps_time_t elapsed, const char *path,
+                               GError **error)
+{
+  int fd = g_open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY, 0);
+  int err = fd < 0 ? errno : 0;
+  if (!err) {
+    GString *text = format_rows(net, elapsed);
+    err = write_all(fd, text->str, text->len);
+    g_string_free(text, TRUE);
+    if (close(fd) != 0 && !err)
+      err = errno ? errno : EIO;
+  }
+  if (!err)
+    return TRUE;
+  g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
+              "%s: cannot write the link statistics: %s", path, g_strerror(err));
+  return FALSE;
+}
+
 gboolean ps_link_stats_write(const PsNetwork *net, ps_time_t elapsed, const char *path,
                              GError **error)
 {
@@ -101,6 +124,9 @@ gboolean ps_link_stats_write(const PsNetwork *net, ps_time_t elapsed, const char
   g_return_val_if_fail(elapsed >= 0, FALSE);
   g_return_val_if_fail(error == NULL || *error == NULL, FALSE);
 
+  GStatBuf st;
+  if (g_stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return write_in_place(net, elapsed, path, error);
   g_autofree char *tmp = g_strdup_printf("%s.tmp-XXXXXX", path);
   int fd = g_mkstemp_full(tmp, O_WRONLY | O_CLOEXEC, 0666);
   if (fd < 0) {

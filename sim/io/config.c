@@ -138,7 +138,9 @@ static const char *const experiment_keys[] = {
     "collective",    "faults",      NULL};
 static const char *const collective_keys[] = {"algorithm", "chunk_bytes", "max_in_flight",
                                                  NULL};
-static const char *const collective_algorithms[] = {"auto", "ring", "bidir", "torus", "hierarchical", NULL};
+static const char *const collective_algorithms[] = {"auto",  "ring",      "bidir",
+                                                     "torus", "multiring", "hierarchical",
+                                                     NULL};
 static const char *const host_call_keys[] = {"after", "kind", "bins", "flops_per_element", NULL};
 static const char *const host_call_kinds[] = {"histogram", "roundtrip", NULL};
 static const char *const input_keys[] = {"source",   "data_dir",        "host_cost_per_example_s",
@@ -371,7 +373,7 @@ static gboolean parse_host_calls(json_object *root, const char *file, PsExperime
   return TRUE;
 }
 
-/* "collective": {"algorithm": "auto"|"ring"|"bidir"|"torus", "chunk_bytes",
+/* "collective": {"algorithm": "auto"|"ring"|"bidir"|"torus"|"multiring", "chunk_bytes",
  *                "max_in_flight"} */
 static gboolean parse_collective(json_object *root, const char *file, PsCollectiveConfig *c,
                                  GError **error)

@@ -132,7 +132,7 @@ typedef struct {
 
 /* How replicas' gradients cross the interconnect. */
 typedef struct {
-  char *algorithm;        /* "auto", "ring", "bidir", "torus", "hierarchical" */
+  char *algorithm;        /* "auto", "ring", "bidir", "torus", "multiring", "hierarchical" */
   int64_t chunk_bytes;    /* messages are cut into chunks of this size */
   /* Asynchronous collectives of one kind (all-reduce, reduce-scatter...) a
    * device runs at once; a start beyond it waits, in program order, for the
@@ -239,9 +239,15 @@ typedef struct {
  * program, is installed in (LIBDIR/../share/podsim, BINDIR/../share/podsim)
  * or else the source tree they were built in (the binary's directory or its
  * parent, when it holds experiments/); the working directory, as ".".
- * Found at run time, wherever the binary was built.  (transfer full,
- * NULL-terminated, g_strfreev) */
+ * Found at run time, wherever the binary was built.  A $PODSIM_DATA_DIR
+ * that is not a directory is the only one, so every lookup fails naming it
+ * rather than finding the name elsewhere; empty, it counts as unset.
+ * (transfer full, NULL-terminated, g_strfreev) */
 char **ps_data_dirs(void);
+
+/* FALSE, with a PS_INPUT_ERROR naming the variable and its value, when
+ * $PODSIM_DATA_DIR is set to something that is not a directory. */
+gboolean ps_data_dirs_check(GError **error);
 
 /* Search path for names: the directory of the referring file, then
  * ps_data_dirs() (each with its topologies/ models/ experiments/

@@ -66,6 +66,18 @@ static void add_dir(GPtrArray *dirs, GPtrArray *real, const char *dir, const cha
   free(r);
 }
 
+gboolean ps_data_dirs_check(GError **error)
+{
+  const char *env = g_getenv("PODSIM_DATA_DIR");
+  if (!env || !*env || g_file_test(env, G_FILE_TEST_IS_DIR))
+    return TRUE;
+  g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
+              "PODSIM_DATA_DIR=%s: %s: set it to the directory that holds experiments/, "
+              "topologies/ and models/, or unset it",
+              env, g_file_test(env, G_FILE_TEST_EXISTS) ? "not a directory" : "no such directory");
+  return FALSE;
+}
+
 char **ps_data_dirs(void)
 {
   GPtrArray *dirs = g_ptr_array_new();
@@ -74,6 +86,11 @@ char **ps_data_dirs(void)
   const char *env = g_getenv("PODSIM_DATA_DIR");
   if (env && *env)
     add_dir(dirs, real, env, NULL); /* as the user spelt it */
+  if (env && *env && !g_file_test(env, G_FILE_TEST_IS_DIR)) {
+    /* no falling through to other trees: every lookup fails naming it */
+    g_ptr_array_add(dirs, NULL);
+    return (char **)g_ptr_array_free(dirs, FALSE);
+  }
   /* libdir/../share/podsim, bindir/../share/podsim: an installed tree; the
    * directory holding the binary, or its parent (build/libpodsim.so,
    * build-asan/podsim), when it has experiments/: a source tree */

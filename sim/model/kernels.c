@@ -1,7 +1,7 @@
-/* kernels.c: float32 training kernels (GEMM through CBLAS, dense, element-
- * wise activations, softmax cross-entropy, im2col convolution, pooling,
- * layer normalization, multi-head self-attention, patch embedding,
- * optimizers).
+/* kernels.c: float32 training kernels (dense, element-wise activations,
+ * softmax cross-entropy, im2col convolution, pooling, layer normalization,
+ * multi-head self-attention, patch embedding, optimizers), their matrix
+ * products through the GEMM of gemm.c.
  *
  * Invariant: every kernel is a pure function of its inputs, runs on one
  * thread and visits data in a fixed order, so the same inputs always give
@@ -9,7 +9,6 @@
  * dw and db are only ever added to. */
 #include "kernels.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -36,7 +35,7 @@
 
 void ps_kernels_init(void)
 {
-  openblas_set_num_threads(1);
+  /* nothing to set up: the GEMM is the library's own, on the caller's thread */
 }
 
 /* ---- bfloat16 ---------------------------------------------------------- */
@@ -64,37 +63,6 @@ void ps_bf16_round_array(const float *in, float *out, size_t n)
   g_return_if_fail(n == 0 || (in != NULL && out != NULL));
   for (size_t i = 0; i < n; i++)
     out[i] = ps_bf16_round(in[i]);
-}
-
-/* ---- GEMM -------------------------------------------------------------- */
-
-void ps_gemm(PsPrecision prec, gboolean trans_a, gboolean trans_b, int m, int n, int k,
-             const float *a, const float *b, gboolean accumulate, float *c)
-{
-  g_return_if_fail(m >= 0 && n >= 0 && k >= 0);
-  if (m == 0 || n == 0)
-    return;
-  g_return_if_fail(c != NULL);
-  if (k == 0) {
-    if (!accumulate)
-      memset(c, 0, (size_t)m * n * sizeof *c);
-    return;
-  }
-  g_return_if_fail(a != NULL && b != NULL);
-
-  float *copy = NULL;
-  size_t na = (size_t)m * k, nb = (size_t)k * n;
-  if (prec == PS_PRECISION_BF16) {
-    copy = g_new(float, na + nb);
-    ps_bf16_round_array(a, copy, na);
-    ps_bf16_round_array(b, copy + na, nb);
-    a = copy;
-    b = copy + na;
-  }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, trans_a ? m : k, b,
-              trans_b ? k : n, accumulate ? 1.0f : 0.0f, c, n);
-  g_free(copy);
 }
 
 /* ---- dense ------------------------------------------------------------- */

@@ -6,8 +6,9 @@
  * batch can be summed over micro-batches); callers zero them per step.
  * With PS_PRECISION_BF16 every matrix product rounds both inputs to
  * bfloat16 (round to nearest even) and accumulates in float32.
- * Invariant: single-threaded and deterministic (the caller sets BLAS to one
- * thread; see ps_kernels_init). */
+ * Invariant: single-threaded and deterministic, the same bits on every
+ * machine: the GEMM is the library's own, with one summation order
+ * (gemm.c), whatever BLAS library or CPU is there. */
 #ifndef PS_KERNELS_H
 #define PS_KERNELS_H
 
@@ -15,7 +16,8 @@
 
 #include <stddef.h>
 
-/* Sets BLAS to one thread.  Call once per process before any kernel. */
+/* Nothing to set up any more (the kernels use no BLAS library); kept for
+ * the callers that call it once per process before any kernel. */
 void ps_kernels_init(void);
 
 /* bfloat16: round to nearest even, NaN kept quiet. */

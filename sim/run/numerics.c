@@ -223,26 +223,34 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
     ps_optimizer_set_lr(r->opts[device],
                         (float)(oc->learning_rate * 0.5 *
                                 (1.0 + cos(G_PI * (double)step / (double)r->exp->steps))));
-  if (op->coll >= 0) { /* this device's shard of a reduce-scattered bucket */
-    int64_t boff, blen;
-    ps_pod_coll_block(r->pod, op->coll, device, &boff, &blen);
-    off += boff;
-    len = blen;
+  /* a reduce-scattered bucket: this device's shard, in one piece or
+   * several (multiring) */
+  int pieces = 1;
+  for (int k = 0; k < pieces; k++) {
+    int64_t boff = 0, blen = len;
+    if (op->coll >= 0)
+      pieces = ps_pod_coll_block(r->pod, op->coll, device, k, &boff, &blen);
+    ps_optimizer_step_range(r->opts[device], ps_net_params(net), ps_net_grads(net),
+                            (size_t)(off + boff), (size_t)blen, step + 1);
   }
-  ps_optimizer_step_range(r->opts[device], ps_net_params(net), ps_net_grads(net),
-                          (size_t)off, (size_t)len, step + 1);
 }
 
+/* OUTFEED: the device's loss of the step, the mean over its micro-batches
+ * weighted among replicas; once every device outfed, their sum in device
+ * order is the step's. */
 static void outfeed_loss(Run *r, int device, int64_t step, const PsOp *op)
 {
   StepState *st = ps_run_step_state(r, step);
-  /* the mean over the device's micro-batches, weighted among replicas */
   if (r->loss_n[device] > 0)
-    st->loss += r->loss_acc[device] / r->loss_n[device] * op->loss_weight;
+    st->loss[device] += r->loss_acc[device] / r->loss_n[device] * op->loss_weight;
   r->loss_acc[device] = 0;
   r->loss_n[device] = 0;
-  if (++st->outfed == r->outfeeders)
-    log_step(r, step, st->loss, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
+  if (++st->outfed < r->outfeeders)
+    return;
+  double loss = 0;
+  for (int d = 0; d < r->n_dev; d++)
+    loss += st->loss[d];
+  log_step(r, step, loss, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
 }
 
 void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)

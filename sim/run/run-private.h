@@ -33,10 +33,12 @@ typedef struct {
 
 /* A step some device is still in: nothing is kept per step beyond it. */
 typedef struct {
-  double loss;          /* weighted over the devices that outfeed */
   int outfed;
   int critical;         /* the last device to start the step's last collective */
   int done;             /* devices that finished the step */
+  /* per device, its weighted loss: summed in device order once all have
+   * outfed, so the step's loss never depends on which finished first */
+  double loss[];
 } StepState;
 
 typedef struct {

@@ -13,8 +13,12 @@
 #include "model/kernels.h"
 #include "strategy/strategy.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <glib/gstdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 StepState *ps_run_step_state(Run *r, int64_t step)
 {
@@ -22,7 +26,7 @@ StepState *ps_run_step_state(Run *r, int64_t step)
   if (!st) {
     gint64 *key = g_new(gint64, 1);
     *key = step;
-    st = g_new0(StepState, 1);
+    st = g_malloc0(sizeof *st + (size_t)r->n_dev * sizeof st->loss[0]);
     st->critical = -1;
     g_hash_table_insert(r->open_steps, key, st);
   }
@@ -61,6 +65,94 @@ static void on_coll_arrived(void *ctx, int64_t step, int c, int last, ps_time_t 
   Run *r = ctx;
   ps_run_stats_coll_arrived(r, step, last);
   ps_run_trace_coll_arrived(r, c, last, t);
+}
+
+/* ---- checks before a run ------------------------------------------- */
+
+/* The longest compute of one step of any program: the sum of its ops'
+ * times (kernels and launches).  Communication, waiting and the host only
+ * add to a step, so every step takes at least this much simulated time. */
+static ps_time_t step_lower_bound(const PsPlan *plan)
+{
+  ps_time_t most = 0;
+  for (int p = 0; p < plan->n_programs; p++) {
+    ps_time_t sum = 0;
+    for (int i = 0; i < plan->programs[p].n_ops; i++)
+      sum = ps_time_add(sum, plan->programs[p].ops[i].time);
+    most = MAX(most, sum);
+  }
+  return most;
+}
+
+/* A step count the clock can hold at a step's lower bound: more would run
+ * until the simulated time overflowed, for ever in wall time. */
+static gboolean check_steps(const PsExperiment *exp, const PsPlan *plan, GError **error)
+{
+  ps_time_t step = MAX(step_lower_bound(plan), 1);
+  int64_t most = PS_TIME_NEVER / step;
+  if (exp->steps <= most && step < PS_TIME_NEVER)
+    return TRUE;
+  if (step == PS_TIME_NEVER)
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: the simulated time would pass 2^63 ps (about 106 days) within one step: "
+                "a duration too long or a rate too small for the simulator's clock (look at "
+                "the topology's peak_flops, HBM bandwidth and the model's sizes)", exp->file);
+  else
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: the simulated time would pass 2^63 ps (about 106 days): steps: %"
+                G_GINT64_FORMAT " steps cannot fit the simulator's clock, each computing for at "
+                "least %.6g s; run at most %" G_GINT64_FORMAT " steps (fewer steps, or fewer "
+                "epochs)", exp->file, exp->steps, ps_time_to_s(step), most);
+  return FALSE;
+}
+
+/* An output file the run can write: not a directory, and where a file can
+ * be created (a missing or read-only directory would only fail at the end
+ * of the run).  Probed as the writers create theirs, with a temporary file
+ * beside it, removed at once. */
+static gboolean check_output(const char *path, const char *what, GError **error)
+{
+  if (!path)
+    return TRUE;
+  int err = 0;
+  if (!*path) {
+    err = ENOENT;
+  } else if (g_file_test(path, G_FILE_TEST_IS_DIR)) {
+    err = EISDIR;
+  } else if (!g_file_test(path, G_FILE_TEST_EXISTS)) {
+    g_autofree char *probe = g_strdup_printf("%s.tmp-XXXXXX", path);
+    int fd = g_mkstemp_full(probe, O_WRONLY | O_CLOEXEC, 0666);
+    if (fd < 0) {
+      err = errno;
+    } else {
+      close(fd);
+      g_unlink(probe);
+    }
+  } /* else replaced, or written in place if not a regular file */
+  if (!err)
+    return TRUE;
+  g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s: cannot write the %s: %s", path,
+              what, g_strerror(err));
+  return FALSE;
+}
+
+static gboolean check_run(const PsExperiment *exp, const PsPlan *plan,
+                          const PsRunOptions *opt, GError **error)
+{
+  return check_steps(exp, plan, error) &&
+         check_output(opt ? opt->trace_path : NULL, "trace", error) &&
+         check_output(opt ? opt->links_csv : NULL, "link statistics", error);
+}
+
+gboolean ps_run_check(const PsExperiment *exp, const PsRunOptions *opt, GError **error)
+{
+  g_return_val_if_fail(exp != NULL, FALSE);
+  PsPlan *plan = ps_strategy_compile(exp, error);
+  if (!plan)
+    return FALSE;
+  gboolean ok = check_run(exp, plan, opt, error);
+  ps_plan_free(plan);
+  return ok;
 }
 
 /* ---- the run -------------------------------------------------------- */
@@ -153,8 +245,9 @@ static gboolean write_outputs(Run *r, PsEngine *engine, const PsRunOptions *opt,
     out->trace_events = ps_trace_events(r->trace);
     PsTrace *t = r->trace;
     r->trace = NULL;
+    GStatBuf st; /* the CSV we wrote, never a device or FIFO written in place */
     if (!ps_trace_close(t, error)) {
-      if (opt->links_csv)
+      if (opt->links_csv && g_lstat(opt->links_csv, &st) == 0 && S_ISREG(st.st_mode))
         g_unlink(opt->links_csv);
       return FALSE;
     }
@@ -176,6 +269,10 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
   PsPlan *plan = ps_strategy_compile(exp, error);
   if (!plan)
     return FALSE;
+  if (!check_run(exp, plan, opt, error)) {
+    ps_plan_free(plan);
+    return FALSE;
+  }
   run_init(&r, plan);
   gboolean tracing = trace_wanted(&r, opt, out);
   PsEngine *engine = ps_engine_new();

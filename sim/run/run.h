@@ -95,6 +95,14 @@ int64_t ps_run_trace_estimate(const PsExperiment *exp, const PsPlan *plan, gbool
 gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out,
                 GError **error);
 
+/* What ps_run checks before it simulates anything, for a caller that runs
+ * several experiments and would refuse them all up front: the plan
+ * compiles, the step count fits the simulator's clock at a step's lower
+ * bound (its longest compute), and the outputs of opt (NULL: none) can be
+ * written (not a directory, in an existing writable directory).
+ * PS_INPUT_ERROR naming the file and the field otherwise. */
+gboolean ps_run_check(const PsExperiment *exp, const PsRunOptions *opt, GError **error);
+
 /* The summary object of DESIGN.md ("What a run reports"), as JSON text. */
 char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s);
 /* The same as a short human-readable table. */
