@@ -376,6 +376,11 @@ static void print_table(const Report *rp, const GArray *rows)
   printf("# ICI %.4g GB/s per link each way x %d, %.3g us per hop; on-chip %.4g GB/s\n",
          topo->ici_bandwidth_Bps / 1e9, topo->ici_links_per_neighbor,
          topo->ici_latency_s * 1e6, topo->on_chip_bandwidth_Bps / 1e9);
+  if (topo->slices > 1)
+    printf("# %d slices; DCN %.4g GB/s per host NIC each way, %.3g us NIC latency, %d hosts per "
+           "leaf, oversubscription %g, %.3g us per switch hop\n",
+           topo->slices, topo->dcn.nic_bandwidth_Bps / 1e9, topo->dcn.nic_latency_s * 1e6,
+           topo->dcn.hosts_per_leaf, topo->dcn.oversubscription, topo->dcn.hop_latency_s * 1e6);
   printf("#\n# %10s %14s %12s %12s %14s %9s %12s %9s\n", "size", "time(us)", "algbw(GB/s)",
          "busbw(GB/s)", "formula(us)", "sim/form", "events", "wall(s)");
   for (guint i = 0; i < rows->len; i++) {
