@@ -18,6 +18,10 @@
  * - /multislice/dcn-bandwidth: halving the NIC bandwidth grows the
  *   simulated time by what the closed form's cross-slice steps grow,
  *   within 0.5%;
+ * - /multislice/oversubscription: leaves of four hosts at 4:1 carry one
+ *   NIC's bandwidth up to the spine, so each cross-slice step grows by
+ *   three messages' serialization (within 5%), as the prediction's
+ *   busiest-link share says (within 5%);
  * - /multislice/auto: auto picks hierarchical for 2 x tpu-v5e-256, whose
  *   flat ring crosses the DCN on every step;
  * - /multislice/numerics: hierarchical all-reduce with float buffers over
@@ -253,6 +257,33 @@ static void test_dcn_bandwidth(void)
   }
 }
 
+/* Leaves of one slice's four hosts at 4:1: each leaf's uplink carries a
+ * NIC's bandwidth, so the four members' cross-slice messages queue there
+ * and each step takes three more messages' time. */
+static void test_oversubscription(void)
+{
+  Net a, b;
+  net_init(&a, NULL, "ring:4", "slices=2", "dcn.nic_bandwidth_Bps=12.5e9", "dcn.hosts_per_leaf=4",
+           NULL);
+  net_init(&b, NULL, "ring:4", "slices=2", "dcn.nic_bandwidth_Bps=12.5e9", "dcn.hosts_per_leaf=4",
+           "dcn.oversubscription=4", NULL);
+  PsLinkInfo leaf;
+  ps_network_link_info(b.net, ps_geometry_dcn_link(ps_network_geometry(b.net),
+                                                   PS_LINK_DCN_LEAF_UP, 0), &leaf);
+  g_assert_cmpfloat_with_epsilon(leaf.bandwidth_Bps, 12.5e9, 1);
+  double predict;
+  double open = sim_s(&a, "hierarchical", 8, S_BYTES, NULL);
+  double shared = sim_s(&b, "hierarchical", 8, S_BYTES, &predict);
+  double grow = 2 * 1 * 3 * (double)(S_BYTES / 8) / 12.5e9;
+  if (g_test_verbose())
+    g_printerr("1:1 %.3f us, 4:1 %.3f us (prediction %.3f us), growth %.3f us, form %.3f us\n",
+               open * 1e6, shared * 1e6, predict * 1e6, (shared - open) * 1e6, grow * 1e6);
+  g_assert_cmpfloat(fabs((shared - open) - grow), <=, 0.05 * grow);
+  g_assert_cmpfloat(fabs(shared - predict), <=, 0.05 * shared);
+  net_clear(&a);
+  net_clear(&b);
+}
+
 static void test_auto(void)
 {
   GError *error = NULL;
@@ -427,6 +458,7 @@ int main(int argc, char **argv)
   g_test_add_func("/multislice/topology", test_topology);
   g_test_add_func("/multislice/closed-form", test_closed_form);
   g_test_add_func("/multislice/dcn-bandwidth", test_dcn_bandwidth);
+  g_test_add_func("/multislice/oversubscription", test_oversubscription);
   g_test_add_func("/multislice/auto", test_auto);
   g_test_add_func("/multislice/numerics", test_numerics);
   g_test_add_func("/multislice/replicate", test_replicate);
