@@ -1,7 +1,9 @@
-/* topology.c: the geometry of a slice (see topology.h): coordinates,
- * neighbours with wrap and twist, device, chip and host numbering, host
- * trays, the zone table with each kind's links, names and routes, and the
- * link-fault checks on parsed figures.
+/* topology.c: the geometry of a slice, or of several joined by the
+ * data-center network (see topology.h): coordinates, neighbours with wrap
+ * and twist, device, chip and host numbering (slice-major), host trays,
+ * the zone table with each kind's links, names and routes (the torus of
+ * each slice, on-chip, PCIe, DCN), and the link-fault checks on parsed
+ * figures.
  *
  * Invariant: the tables built by ps_geometry_new (neighbours, chip ->
  * host, host -> first chip, zones) are never changed afterwards, so every

@@ -1,13 +1,16 @@
 /* topology.c: topology files: "extends" inheritance between them, the
- * chip, host, torus and ICI sections with their checks, the derived
- * figures (chips, hosts, devices, per-device peak and HBM), and the
- * resolved form that `podsim describe` prints.
+ * chip, host, torus and ICI sections with their checks, the slices and
+ * the DCN between them, the derived figures (chips, hosts, devices of all
+ * slices, per-device peak and HBM), and the resolved form that `podsim
+ * describe` prints.
  *
  * Invariant: a PsTopology leaves this file only after all of its checks
  * have passed: positive sizes, dims and wrap of equal length, chips a
  * multiple of the chips per host (or a single partial host), host trays
  * (when given) that tile the torus, no more chips than the generation's
- * largest slice, narrow-type peaks no lower than bf16's. */
+ * largest slice, narrow-type peaks no lower than bf16's, at least one
+ * slice, and for several a DCN with a positive NIC bandwidth and an
+ * oversubscription of at least 1. */
 #include "io/config-private.h"
 
 #include <math.h>
