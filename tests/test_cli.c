@@ -93,7 +93,7 @@ static void test_json_summary(void)
                   ==, 0);
   json_object *o = json_tokener_parse(out);
   g_assert_nonnull(o);
-  /* the keys DESIGN.md promises, never renamed */
+  /* the keys the run summary promises, never renamed */
   const char *keys[] = {"step_time_s", "breakdown", "examples_per_s", "mxu_utilization",
                         "hbm_peak_bytes", "loss_first", "loss_last", "events", "wall_s",
                         "events_per_s"};

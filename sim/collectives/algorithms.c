@@ -61,7 +61,7 @@
  * network.h, so alpha + m/B for ring neighbours):
  *   phases: the critical path of the steps (phases_predict); for the ring
  *           on N one-hop members it is 2(N-1)(alpha + S/(N B)) for
- *           all-reduce [REFERENCE.md], 2(N-1)(alpha + S/(2 N B)) for bidir,
+ *           all-reduce (docs/references.md), 2(N-1)(alpha + S/(2 N B)) for bidir,
  *           and for the 2-D torus
  *           2[(X-1)(alpha + S/(2 X B)) + (Y-1)(alpha + S/(2 X Y B))];
  *   broadcast: the first piece down the tree's slowest path, plus (P-1)

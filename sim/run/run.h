@@ -103,7 +103,7 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
  * PS_INPUT_ERROR naming the file and the field otherwise. */
 gboolean ps_run_check(const PsExperiment *exp, const PsRunOptions *opt, GError **error);
 
-/* The summary object of DESIGN.md ("What a run reports"), as JSON text. */
+/* The summary object (docs/design.md and the README: what a run reports), as JSON text. */
 char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s);
 /* The same as a short human-readable table. */
 void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f);

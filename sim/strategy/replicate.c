@@ -3,7 +3,7 @@
  * Every replica holds the whole model and a 1/replicas share of the global
  * batch.  With a "mean" loss reduction the loss is scaled by 1/replicas
  * before gradients are taken and the gradients are then summed across
- * replicas (REFERENCE.md, [TF]); with "sum" there is no scaling.
+ * replicas ([TF], docs/references.md); with "sum" there is no scaling.
  *
  * Gradients are reduced in buckets, as real systems do (PyTorch DDP's
  * gradient buckets, XLA's all-reduce combiner): walking backward, fused
