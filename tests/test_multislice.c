@@ -29,7 +29,8 @@
  *   double-precision sum, and all bit-identical;
  * - /multislice/replicate: the data-parallel strategy on 2 x tpu-v5e-8
  *   (16 replicas, numerics on, hierarchical and auto) runs to the end and
- *   ends with identical replicas;
+ *   ends with identical replicas; its trace names each slice's chips and
+ *   hosts and has the DCN's links as tracks;
  * - /multislice/errors: slices 0, a DCN bandwidth of 0 and an
  *   oversubscription below 1 exit 2 naming the key (`podsim collective`,
  *   `podsim run`). */
@@ -401,8 +402,18 @@ static void test_replicate(void)
     g_assert_no_error(error);
     g_assert_cmpint(ps_topology_devices(e->topology), ==, 16);
     PsSummary s;
-    PsRunOptions opt = {.keep_params = TRUE};
+    g_autofree char *trace = g_strconcat(path, ".trace.json", NULL);
+    PsRunOptions opt = {.keep_params = TRUE, .trace_path = i == 0 ? trace : NULL,
+                        .trace_links = TRUE};
     g_assert_true(ps_run(e, &opt, &s, &error));
+    if (i == 0) {
+      /* each slice a run of processes, the DCN's links tracks */
+      g_autofree char *text = slurp(trace);
+      g_assert_nonnull(strstr(text, "\"slice 1 chip 8 (tpu-v5e-8, host 1)\""));
+      g_assert_nonnull(strstr(text, "\"slice 1 host 1\""));
+      g_assert_nonnull(strstr(text, "\"dcn nic host 0 up\""));
+      g_unlink(trace);
+    }
     g_assert_no_error(error);
     g_assert_true(s.has_numerics);
     g_assert_cmpfloat(s.replica_divergence, ==, 0.0);

@@ -290,11 +290,14 @@ static void trace_metadata(Run *r)
     int chip = ps_pod_device_chip(r->pod, d);
     int host = ps_pod_chip_host(r->pod, chip);
     if (chip != last_chip) {
-      char name[96];
-      g_snprintf(name, sizeof name, "chip %d (%s, host %d)", chip, t->name, host);
+      char name[96], slice[32] = "";
+      /* several slices: each a run of processes whose names say which */
+      if (t->slices > 1)
+        g_snprintf(slice, sizeof slice, "slice %d ", chip / ps_topology_slice_chips(t));
+      g_snprintf(name, sizeof name, "%schip %d (%s, host %d)", slice, chip, t->name, host);
       ps_trace_process(r->trace, chip + 1, name, chip + 1);
       if (chip == 0 || ps_pod_chip_host(r->pod, last_chip) != host) {
-        g_snprintf(name, sizeof name, "host %d", host);
+        g_snprintf(name, sizeof name, "%shost %d", slice, host);
         ps_trace_process(r->trace, HOST_PID_BASE + host, name, HOST_PID_BASE + host);
         for (int lane = 0; lane < PS_HOST_N_LANES; lane++)
           ps_trace_thread(r->trace, HOST_PID_BASE + host, lane, ps_host_lane_name(lane), lane);
