@@ -73,6 +73,56 @@ void scratch_clear(char *dir)
   g_free(dir);
 }
 
+void scratch_remove(const char *dir)
+{
+  GDir *d = g_dir_open(dir, 0, NULL);
+  if (!d)
+    return;
+  for (const char *n; (n = g_dir_read_name(d));) {
+    g_autofree char *p = g_build_filename(dir, n, NULL);
+    if (g_file_test(p, G_FILE_TEST_IS_DIR))
+      scratch_remove(p);
+    else
+      g_unlink(p);
+  }
+  g_dir_close(d);
+  g_rmdir(dir);
+}
+
+/* g_ptr_array_sort passes pointers to the elements. */
+static gint compare_names(gconstpointer a, gconstpointer b)
+{
+  return g_strcmp0(*(char *const *)a, *(char *const *)b);
+}
+
+char *scratch_list(const char *dir)
+{
+  GDir *d = g_dir_open(dir, 0, NULL);
+  g_assert_nonnull(d);
+  GPtrArray *names = g_ptr_array_new_with_free_func(g_free);
+  for (const char *n; (n = g_dir_read_name(d));)
+    g_ptr_array_add(names, g_strdup(n));
+  g_dir_close(d);
+  g_ptr_array_sort(names, compare_names);
+  g_ptr_array_add(names, NULL);
+  char *joined = g_strjoinv(",", (char **)names->pdata);
+  g_ptr_array_free(names, TRUE);
+  return joined;
+}
+
+void scratch_file_init(ScratchFile *fx, const char *prefix, const char *name)
+{
+  fx->dir = scratch_dir(prefix);
+  fx->path = g_build_filename(fx->dir, name, NULL);
+}
+
+void scratch_file_clear(ScratchFile *fx)
+{
+  scratch_remove(fx->dir);
+  g_free(fx->dir);
+  g_free(fx->path);
+}
+
 char *slurp(const char *path)
 {
   char *text = NULL;

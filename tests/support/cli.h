@@ -27,6 +27,21 @@ int podsim_spawn(const char *const *argv, char **out, char **err);
 char *scratch_dir(const char *prefix);
 /* Removes dir's files, then dir, and frees the string. */
 void scratch_clear(char *dir);
+/* Removes dir and everything below it (a missing dir is no error). */
+void scratch_remove(const char *dir);
+/* The names of dir's entries, sorted, comma-separated.  (transfer full) */
+char *scratch_list(const char *dir);
+
+/* A fixture for g_test_add: a fresh directory and one file name in it. */
+typedef struct {
+  char *dir;
+  char *path;
+} ScratchFile;
+
+/* Makes fx->dir (named after prefix) and fx->path = dir/name. */
+void scratch_file_init(ScratchFile *fx, const char *prefix, const char *name);
+/* Removes fx->dir with all it holds and frees both strings. */
+void scratch_file_clear(ScratchFile *fx);
 /* A file's whole text, asserting it reads.  (transfer full) */
 char *slurp(const char *path);
 /* Writes text as the file's whole content, asserting it does. */
