@@ -45,6 +45,7 @@
 #include "program/program.h"
 #include "run/run.h"
 #include "run/experiment.h"
+#include "support/experiment.h"
 #include "strategy/partition.h"
 #include "strategy/strategy.h"
 #include "strategy/strategy-private.h"
@@ -141,17 +142,6 @@ static GError *compile_error(const char *path, ...)
   }
   g_assert_nonnull(error);
   return error;
-}
-
-static PsSummary run_exp(const PsExperiment *e)
-{
-  PsSummary s;
-  GError *error = NULL;
-  PsRunOptions opt = {.keep_params = TRUE};
-  gboolean ok = ps_run(e, &opt, &s, &error);
-  g_assert_no_error(error);
-  g_assert_true(ok);
-  return s;
 }
 
 /* ---- partitioning --------------------------------------------------- */
@@ -415,7 +405,7 @@ static void reference(float **w_ref, double **s_lr)
 {
   PsExperiment *e = loadv(mlp_path, "strategy.kind=replicate", "strategy.stages=1",
                           "strategy.micro_batches=1", NULL);
-  PsSummary s = run_exp(e);
+  PsSummary s = experiment_run(e);
   *w_ref = g_memdup2(s.params, sizeof(float) * s.n_params);
   size_t n = s.n_params;
   ps_summary_clear(&s);
@@ -481,7 +471,7 @@ static void test_numerics(void)
   ps_experiment_free(e0);
   for (guint c = 0; c < G_N_ELEMENTS(cases); c++) {
     PsExperiment *e = loadv(mlp_path, cases[c][0], cases[c][1], cases[c][2], cases[c][3]);
-    PsSummary s = run_exp(e);
+    PsSummary s = experiment_run(e);
     g_assert_true(s.has_numerics);
     g_assert_cmpfloat(s.replica_divergence, ==, 0.0);
     double worst = 0, moved = 0;
@@ -520,7 +510,7 @@ static void check_bubble(const char *sched, int K, int M)
   PsExperiment *e = loadv(uniform_path, k, mb, gb, sched, "topology.ici.bandwidth_Bps=1e15",
                           "topology.ici.latency_s=0", "numerics.matmul_precision=highest",
                           "fusion=ideal", "topology.chip.mxu_efficiency=1", NULL);
-  PsSummary s = run_exp(e);
+  PsSummary s = experiment_run(e);
   double frac = s.breakdown[PS_TIME_PIPELINE_BUBBLE] / s.step_time_s;
   double want = (double)(K - 1) / (M + K - 1);
   if (g_test_verbose())
@@ -564,7 +554,7 @@ static void test_1f1b_memory(void)
       want = MAX(want, p->hbm_static_bytes + held * act);
     }
     ps_plan_free(plan);
-    PsSummary s = run_exp(e); /* the run's counter follows the ops as they run */
+    PsSummary s = experiment_run(e); /* the run's counter follows the ops as they run */
     g_assert_cmpint(s.hbm_peak_bytes, ==, want);
     ps_summary_clear(&s);
     ps_experiment_free(e);

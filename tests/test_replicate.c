@@ -42,6 +42,7 @@
 #include "model/net.h"
 #include "run/run.h"
 #include "run/experiment.h"
+#include "support/experiment.h"
 #include "strategy/strategy-private.h"
 
 
@@ -88,10 +89,7 @@ static PsExperiment *load_va(const char *path, const char *first, va_list ap)
   for (const char *o = first; o; o = va_arg(ap, const char *))
     g_ptr_array_add(ov, (gpointer)o);
   g_ptr_array_add(ov, NULL);
-  GError *error = NULL;
-  PsExperiment *e = ps_experiment_load(path, (const char *const *)ov->pdata, &error);
-  g_assert_no_error(error);
-  g_assert_nonnull(e);
+  PsExperiment *e = experiment_load(path, (const char *const *)ov->pdata);
   g_ptr_array_free(ov, TRUE);
   return e;
 }
@@ -121,12 +119,7 @@ static PsExperiment *loadv(const char *first, ...)
 
 static PsSummary run_exp(const PsExperiment *e)
 {
-  PsSummary s;
-  GError *error = NULL;
-  PsRunOptions opt = {.keep_params = TRUE};
-  gboolean ok = ps_run(e, &opt, &s, &error);
-  g_assert_no_error(error);
-  g_assert_true(ok);
+  PsSummary s = experiment_run(e);
   if (e->numerics.enabled) {
     g_assert_true(s.has_numerics);
     g_assert_nonnull(s.params);
@@ -138,6 +131,15 @@ static PsSummary run_exp(const PsExperiment *e)
   return s;
 }
 
+/* Loads path with the overrides, runs it and frees it. */
+static PsSummary run_va(const char *path, const char *first, va_list ap)
+{
+  PsExperiment *e = load_va(path, first, ap);
+  PsSummary s = run_exp(e);
+  ps_experiment_free(e);
+  return s;
+}
+
 /* Runs the base experiment with overrides; the summary holds device 0's
  * final weights (ps_summary_clear frees them). */
 static PsSummary runv(const char *first, ...) G_GNUC_NULL_TERMINATED;
@@ -145,10 +147,8 @@ static PsSummary runv(const char *first, ...)
 {
   va_list ap;
   va_start(ap, first);
-  PsExperiment *e = load_va(base_path, first, ap);
+  PsSummary s = run_va(base_path, first, ap);
   va_end(ap);
-  PsSummary s = run_exp(e);
-  ps_experiment_free(e);
   return s;
 }
 
@@ -798,10 +798,8 @@ static PsSummary run_path(const char *path, const char *first, ...)
 {
   va_list ap;
   va_start(ap, first);
-  PsExperiment *e = load_va(path, first, ap);
+  PsSummary s = run_va(path, first, ap);
   va_end(ap);
-  PsSummary s = run_exp(e);
-  ps_experiment_free(e);
   return s;
 }
 
