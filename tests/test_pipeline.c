@@ -46,6 +46,7 @@
 #include "run/run.h"
 #include "run/experiment.h"
 #include "support/experiment.h"
+#include "support/cli.h"
 #include "strategy/partition.h"
 #include "strategy/strategy.h"
 #include "strategy/strategy-private.h"
@@ -594,14 +595,11 @@ static void test_errors(void)
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
-  tmpdir = g_dir_make_tmp("podsim-pipeline-XXXXXX", NULL);
-  mlp_path = g_build_filename(tmpdir, "mlp.json", NULL);
-  g_assert_true(g_file_set_contents(mlp_path, mlp_json, -1, NULL));
-  uniform_model_path = g_build_filename(tmpdir, "uniform-model.json", NULL);
-  g_assert_true(g_file_set_contents(uniform_model_path, uniform_model_json, -1, NULL));
-  uniform_path = g_build_filename(tmpdir, "uniform.json", NULL);
+  tmpdir = scratch_dir("podsim-pipeline");
+  mlp_path = scratch_write(tmpdir, "mlp.json", mlp_json);
+  uniform_model_path = scratch_write(tmpdir, "uniform-model.json", uniform_model_json);
   g_autofree char *uj = g_strdup_printf(uniform_json_fmt, uniform_model_path);
-  g_assert_true(g_file_set_contents(uniform_path, uj, -1, NULL));
+  uniform_path = scratch_write(tmpdir, "uniform.json", uj);
   g_test_add_func("/pipeline/partition/optimal", test_partition_optimal);
   g_test_add_func("/pipeline/partition/seed", test_partition_seed);
   g_test_add_func("/pipeline/partition/residual", test_partition_residual);
@@ -612,11 +610,6 @@ int main(int argc, char **argv)
   g_test_add_func("/pipeline/1f1b-memory", test_1f1b_memory);
   g_test_add_func("/pipeline/errors", test_errors);
   int rc = g_test_run();
-  g_unlink(mlp_path);
-  g_unlink(uniform_path);
-  g_unlink(uniform_model_path);
-  g_autofree char *tb = g_build_filename(tmpdir, "tb.json", NULL);
-  g_unlink(tb);
-  g_rmdir(tmpdir);
+  scratch_remove(tmpdir);
   return rc;
 }

@@ -43,6 +43,7 @@
 #include "run/run.h"
 #include "run/experiment.h"
 #include "support/experiment.h"
+#include "support/cli.h"
 #include "strategy/strategy-private.h"
 
 
@@ -895,10 +896,8 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   if (!g_getenv("PODSIM_DATA_DIR"))
     g_setenv("PODSIM_DATA_DIR", ".", TRUE);
-  tmpdir = g_dir_make_tmp("podsim-test-replicate-XXXXXX", NULL);
-  g_assert_nonnull(tmpdir);
-  base_path = g_build_filename(tmpdir, "replicate.json", NULL);
-  g_assert_true(g_file_set_contents(base_path, base_json, -1, NULL));
+  tmpdir = scratch_dir("podsim-test-replicate");
+  base_path = scratch_write(tmpdir, "replicate.json", base_json);
   g_test_add_func("/replicate/mean-matches-one-replica", test_mean_matches_one);
   g_test_add_func("/replicate/replicas-identical", test_replicas_identical);
   g_test_add_func("/replicate/sum-is-n-times-mean", test_sum_is_n_times_mean);
@@ -907,9 +906,7 @@ int main(int argc, char **argv)
   g_test_add_func("/replicate/overlap-hides-communication", test_overlap_hides_communication);
   g_test_add_func("/replicate/default-replicas-all-devices", test_default_replicas);
   int rc = g_test_run();
-  g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0)
-    g_warning("could not remove %s", tmpdir);
+  scratch_remove(tmpdir);
   g_free(tmpdir);
   g_free(base_path);
   return rc;

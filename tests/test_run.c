@@ -20,6 +20,7 @@
 #include "run/run.h"
 #include "run/experiment.h"
 #include "support/experiment.h"
+#include "support/cli.h"
 #include "strategy/strategy-private.h"
 
 
@@ -38,9 +39,7 @@ static char *tmpdir;
 
 static char *write_experiment(const char *name, const char *json)
 {
-  char *path = g_build_filename(tmpdir, name, NULL);
-  g_assert_true(g_file_set_contents(path, json, -1, NULL));
-  return path;
+  return scratch_write(tmpdir, name, json);
 }
 
 /* Events of one kind on one track, sorted by start time. */
@@ -610,8 +609,7 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   if (!g_getenv("PODSIM_DATA_DIR"))
     g_setenv("PODSIM_DATA_DIR", ".", TRUE);
-  tmpdir = g_dir_make_tmp("podsim-test-run-XXXXXX", NULL);
-  g_assert_nonnull(tmpdir);
+  tmpdir = scratch_dir("podsim-test-run");
   g_test_add_func("/run/step-time/closed-form", test_step_time_closed_form);
   g_test_add_func("/run/cost/mxu-padding", test_mxu_padding);
   g_test_add_func("/run/infeed/stall-closed-form", test_infeed_stall_closed_form);
@@ -627,9 +625,7 @@ int main(int argc, char **argv)
   if (g_test_thorough())
     g_test_add_func("/run/default/cnn-data-parallel-epoch", test_default_epoch);
   int rc = g_test_run();
-  g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0)
-    g_warning("could not remove %s", tmpdir);
+  scratch_remove(tmpdir);
   g_free(tmpdir);
   return rc;
 }

@@ -138,3 +138,10 @@ void spew(const char *path, const char *text)
   g_assert_true(g_file_set_contents(path, text, -1, &error));
   g_assert_no_error(error);
 }
+
+char *scratch_write(const char *dir, const char *name, const char *text)
+{
+  char *path = g_build_filename(dir, name, NULL);
+  spew(path, text);
+  return path;
+}

@@ -46,5 +46,7 @@ void scratch_file_clear(ScratchFile *fx);
 char *slurp(const char *path);
 /* Writes text as the file's whole content, asserting it does. */
 void spew(const char *path, const char *text);
+/* Writes text as dir/name and returns that path.  (transfer full) */
+char *scratch_write(const char *dir, const char *name, const char *text);
 
 #endif
