@@ -229,11 +229,9 @@ static void ref_dense(const DenseCtx *c, const double *v, double *y)
 static double dense_objective(const double *v, const void *ctx)
 {
   const DenseCtx *c = ctx;
-  double y[64], s = 0.0;
+  double y[64];
   ref_dense(c, v, y);
-  for (int i = 0; i < c->rows * c->out; i++)
-    s += c->r[i] * y[i];
-  return s;
+  return weighted_sum(c->r, y, (size_t)c->rows * c->out);
 }
 
 static void test_dense(void)
@@ -562,10 +560,9 @@ static double conv_objective(const double *v, const void *vctx)
   const ConvCtx *ctx = vctx;
   const ConvCase *c = ctx->c;
   size_t ny = (size_t)c->batch * ctx->oh * ctx->ow * c->cout;
-  double *y = g_new(double, ny), s = 0.0;
+  double *y = g_new(double, ny);
   ref_conv(ctx, v, y);
-  for (size_t i = 0; i < ny; i++)
-    s += ctx->r[i] * y[i];
+  double s = weighted_sum(ctx->r, y, ny);
   g_free(y);
   return s;
 }
@@ -808,10 +805,9 @@ static double pool_objective(const double *v, const void *vctx)
 {
   const PoolCtx *ctx = vctx;
   size_t ny = (size_t)ctx->p->batch * ctx->oh * ctx->ow * ctx->p->c;
-  double *y = g_new(double, ny), s = 0.0;
+  double *y = g_new(double, ny);
   ref_pool(ctx, v, y);
-  for (size_t i = 0; i < ny; i++)
-    s += ctx->r[i] * y[i];
+  double s = weighted_sum(ctx->r, y, ny);
   g_free(y);
   return s;
 }
