@@ -2,6 +2,15 @@
  * experiment.h). */
 #include "experiment.h"
 
+PsTopology *topology_load(const char *name_or_path, const char *const *ov)
+{
+  GError *error = NULL;
+  PsTopology *t = ps_topology_load(name_or_path, ov, &error);
+  g_assert_no_error(error);
+  g_assert_nonnull(t);
+  return t;
+}
+
 PsExperiment *experiment_load(const char *path, const char *const *ov)
 {
   GError *error = NULL;
