@@ -36,18 +36,24 @@ int podsim_spawn(const char *const *argv, char **out, char **err)
   return g_spawn_check_wait_status(status, NULL) ? 0 : WEXITSTATUS(status);
 }
 
-int podsim_run(char **out, char **err, ...)
+int podsim_run_va(char **out, char **err, va_list args)
 {
   GPtrArray *argv = g_ptr_array_new();
   g_ptr_array_add(argv, (gpointer)podsim_path());
-  va_list ap;
-  va_start(ap, err);
-  for (const char *a; (a = va_arg(ap, const char *));)
+  for (const char *a; (a = va_arg(args, const char *));)
     g_ptr_array_add(argv, (gpointer)a);
-  va_end(ap);
   g_ptr_array_add(argv, NULL);
   int status = podsim_spawn((const char *const *)argv->pdata, out, err);
   g_ptr_array_free(argv, TRUE);
+  return status;
+}
+
+int podsim_run(char **out, char **err, ...)
+{
+  va_list ap;
+  va_start(ap, err);
+  int status = podsim_run_va(out, err, ap);
+  va_end(ap);
   return status;
 }
 

@@ -8,6 +8,7 @@
 #define PS_TEST_CLI_H
 
 #include <glib.h>
+#include <stdarg.h>
 
 /* Call once after g_test_init: sets the defaults above.  Returns the
  * binary's path.  (transfer none) */
@@ -19,6 +20,8 @@ const char *podsim_path(void);
  * its exit status, stdout and stderr (transfer full; NULL not to capture
  * one). */
 int podsim_run(char **out, char **err, ...) G_GNUC_NULL_TERMINATED;
+/* The same with the args as a va_list. */
+int podsim_run_va(char **out, char **err, va_list args);
 /* The same for any command: argv NULL-terminated, argv[0] the program. */
 int podsim_spawn(const char *const *argv, char **out, char **err);
 
