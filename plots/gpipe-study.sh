@@ -92,6 +92,56 @@ ratio() {
   awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
 }
 
+# grid CELL: a markdown table, M down and K across, each cell what CELL M K
+# prints (CELL reads the current model's eps, base, anchor and pa)
+grid() {
+  local cell=$1 m k row
+  echo "| M \\ K | 2 | 4 | 8 |"
+  echo "|---|---|---|---|"
+  for m in "${ms[@]}"; do
+    row="| $m |"
+    for k in "${ks[@]}"; do
+      row="$row $("$cell" "$m" "$k") |"
+    done
+    echo "$row"
+  done
+}
+
+# normalized_cell M K: podsim normalized to the K=2, M=1 cell / the paper
+normalized_cell() {
+  local p
+  p=$(paper "$model" "$1" "$2")
+  if [[ -n "${eps[$2:$1]:-}" && -n "$base" ]]; then
+    echo "$(ratio "${eps[$2:$1]}" "${eps[$base]}") / $p"
+  elif [[ -n "${eps[$2:$1]:-}" ]]; then
+    echo "n/a / $p"
+  else
+    echo "failed / $p"
+  fi
+}
+
+# anchored_cell M K: podsim scaled to the anchor cell, pinned to the paper's
+# pa there / the paper
+anchored_cell() {
+  local p
+  p=$(paper "$model" "$1" "$2")
+  if [[ -n "${eps[$2:$1]:-}" ]]; then
+    echo "$(awk -v a="${eps[$2:$1]}" -v b="${eps[$anchor]}" -v c="$pa" \
+      'BEGIN { printf "%.2f", a / b * c }') / $p"
+  else
+    echo "failed / $p"
+  fi
+}
+
+# eps_cell M K: podsim's examples/s
+eps_cell() {
+  if [[ -n "${eps[$2:$1]:-}" ]]; then
+    awk -v a="${eps[$2:$1]}" 'BEGIN { printf "%.1f", a }'
+  else
+    echo "failed"
+  fi
+}
+
 failed=0
 first_model=1
 for model in $models; do
@@ -152,22 +202,7 @@ for model in $models; do
   echo
   echo "Training throughput normalized to K=2, M=1, podsim / paper (K partitions, M micro-batches):"
   echo
-  echo "| M \\ K | 2 | 4 | 8 |"
-  echo "|---|---|---|---|"
-  for m in "${ms[@]}"; do
-    row="| $m |"
-    for k in "${ks[@]}"; do
-      p=$(paper "$model" "$m" "$k")
-      if [[ -n "${eps[$k:$m]:-}" && -n "$base" ]]; then
-        row="$row $(ratio "${eps[$k:$m]}" "${eps[$base]}") / $p |"
-      elif [[ -n "${eps[$k:$m]:-}" ]]; then
-        row="$row n/a / $p |"
-      else
-        row="$row failed / $p |"
-      fi
-    done
-    echo "$row"
-  done
+  grid normalized_cell
 
   if [[ -n "$anchor" ]]; then
     ak=${anchor%%:*}
@@ -177,39 +212,13 @@ for model in $models; do
     echo "K=2, M=1 did not run, so there is no podsim normalization. Scaled instead to K=$ak, M=$am" \
       "(the first cell that ran), pinned to the paper's $pa there, podsim / paper:"
     echo
-    echo "| M \\ K | 2 | 4 | 8 |"
-    echo "|---|---|---|---|"
-    for m in "${ms[@]}"; do
-      row="| $m |"
-      for k in "${ks[@]}"; do
-        p=$(paper "$model" "$m" "$k")
-        if [[ -n "${eps[$k:$m]:-}" ]]; then
-          s=$(awk -v a="${eps[$k:$m]}" -v b="${eps[$anchor]}" -v c="$pa" 'BEGIN { printf "%.2f", a / b * c }')
-          row="$row $s / $p |"
-        else
-          row="$row failed / $p |"
-        fi
-      done
-      echo "$row"
-    done
+    grid anchored_cell
   fi
 
   echo
   echo "podsim examples/s:"
   echo
-  echo "| M \\ K | 2 | 4 | 8 |"
-  echo "|---|---|---|---|"
-  for m in "${ms[@]}"; do
-    row="| $m |"
-    for k in "${ks[@]}"; do
-      if [[ -n "${eps[$k:$m]:-}" ]]; then
-        row="$row $(awk -v a="${eps[$k:$m]}" 'BEGIN { printf "%.1f", a }') |"
-      else
-        row="$row failed |"
-      fi
-    done
-    echo "$row"
-  done
+  grid eps_cell
 
   if [[ ${#err[@]} -gt 0 ]]; then
     echo

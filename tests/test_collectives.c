@@ -36,6 +36,7 @@
  * - bad input exits 2 with a "podsim: " message;
  * - --trace writes a trace with the links process. */
 #include "collectives/collective.h"
+#include "support/network.h"
 
 #include <float.h>
 #include <glib/gstdio.h>
@@ -47,30 +48,7 @@
 static PsTopology *topo(const char *spec, const char *o1, const char *o2)
 {
   const char *ov[] = {o1, o2, NULL};
-  GError *error = NULL;
-  PsTopology *t = ps_network_shorthand(spec, ov, &error);
-  g_assert_no_error(error);
-  return t;
-}
-
-typedef struct {
-  PsTopology *topo;
-  PsEngine *engine;
-  PsNetwork *net;
-} Fix;
-
-static void fix_init(Fix *f, PsTopology *t, int64_t chunk)
-{
-  f->topo = t;
-  f->engine = ps_engine_new();
-  f->net = ps_network_new(f->engine, t, chunk);
-}
-
-static void fix_clear(Fix *f)
-{
-  ps_network_free(f->net);
-  ps_engine_free(f->engine);
-  ps_topology_free(f->topo);
+  return shorthand_topology(spec, ov);
 }
 
 /* ---- a harness: everyone arrives, record done times ------------------ */
@@ -94,7 +72,7 @@ static void on_done(void *ctx, int member, ps_time_t t)
   r->n_done++;
 }
 
-static PsCollective *coll_new(Fix *f, PsCollOp op, const char *algo, const int *devs, int n,
+static PsCollective *coll_new(NetFix *f, PsCollOp op, const char *algo, const int *devs, int n,
                               int64_t count, int eb, int root)
 {
   PsCollSpec spec = {op, algo, devs, n, count, eb, root};
@@ -105,7 +83,7 @@ static PsCollective *coll_new(Fix *f, PsCollOp op, const char *algo, const int *
   return c;
 }
 
-static int *all_devices(Fix *f)
+static int *all_devices(NetFix *f)
 {
   int n = ps_network_devices(f->net);
   int *d = g_new(int, n);
@@ -117,7 +95,7 @@ static int *all_devices(Fix *f)
 /* Runs one round with every member arriving at the current time (or at
  * arrive[m] when given), buffers optional; returns the last done time
  * minus the start. */
-static ps_time_t run_round(Fix *f, PsCollective *c, float **bufs, const ps_time_t *late)
+static ps_time_t run_round(NetFix *f, PsCollective *c, float **bufs, const ps_time_t *late)
 {
   int n = ps_collective_members(c);
   Run r = {.c = c, .done = g_new0(ps_time_t, n)};
@@ -158,8 +136,8 @@ static void test_ring_alpha_beta(void)
       int N = Ns[i];
       char spec[32];
       g_snprintf(spec, sizeof spec, "ring:%d", N);
-      Fix f;
-      fix_init(&f, topo(spec, NULL, NULL), chunks[k]);
+      NetFix f;
+      netfix_init(&f, topo(spec, NULL, NULL), chunks[k]);
       int *devs = all_devices(&f);
       PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, "ring", devs, N, S, 1, 0);
       double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
@@ -170,18 +148,18 @@ static void test_ring_alpha_beta(void)
       g_assert_cmpfloat(rel(ps_collective_predict_s(c), want), <, 1e-5);
       ps_collective_free(c);
       g_free(devs);
-      fix_clear(&f);
+      netfix_clear(&f);
     }
   /* the ring over a 2-D torus runs in snake order: every edge one hop */
-  Fix f;
-  fix_init(&f, topo("torus:4x4", NULL, NULL), 65536);
+  NetFix f;
+  netfix_init(&f, topo("torus:4x4", NULL, NULL), 65536);
   int *devs = all_devices(&f);
   PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, "ring", devs, 16, S, 1, 0);
   double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
   g_assert_cmpfloat(rel(t, 2.0 * 15 * (alpha + (double)S / (16 * B))), <, 0.005);
   ps_collective_free(c);
   g_free(devs);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 /* Members 0,2,4,6 of ring:8: every ring edge is h = 2 hops, no two share
@@ -195,8 +173,8 @@ static void test_ring_chunk_condition(void)
   const int64_t small = 4096, big = m;
   for (int big_chunks = 0; big_chunks < 2; big_chunks++) {
     int64_t c = big_chunks ? big : small;
-    Fix f;
-    fix_init(&f, topo("ring:8", NULL, NULL), c);
+    NetFix f;
+    netfix_init(&f, topo("ring:8", NULL, NULL), c);
     PsCollective *coll = coll_new(&f, PS_COLL_ALL_REDUCE, "ring", devs, N, S, 1, 0);
     double t = ps_time_to_s(run_round(&f, coll, NULL, NULL));
     double ab = 2.0 * (N - 1) * (h * alpha + (double)m / B);
@@ -209,7 +187,7 @@ static void test_ring_chunk_condition(void)
     else
       g_assert_cmpfloat(rel(t, ab), >, 0.005);
     ps_collective_free(coll);
-    fix_clear(&f);
+    netfix_clear(&f);
   }
 }
 
@@ -220,8 +198,8 @@ static void test_bidir_alpha_beta(void)
   for (int N = 3; N <= 9; N += 3) {
     char spec[32];
     g_snprintf(spec, sizeof spec, "ring:%d", N);
-    Fix f;
-    fix_init(&f, topo(spec, NULL, NULL), 65536);
+    NetFix f;
+    netfix_init(&f, topo(spec, NULL, NULL), 65536);
     int *devs = all_devices(&f);
     PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, "bidir", devs, N, S, 1, 0);
     double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
@@ -229,7 +207,7 @@ static void test_bidir_alpha_beta(void)
     g_assert_cmpfloat(rel(t, want), <, 0.005);
     ps_collective_free(c);
     g_free(devs);
-    fix_clear(&f);
+    netfix_clear(&f);
   }
 }
 
@@ -254,8 +232,8 @@ static void test_torus_formula(void)
   } cases[] = {{"torus:4x4", {4, 4}, 2}, {"torus:4x8", {4, 8}, 2}, {"torus:8x3", {8, 3}, 2},
                {"torus:4x4x4", {4, 4, 4}, 3}};
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
-    Fix f;
-    fix_init(&f, topo(cases[i].spec, NULL, NULL), 65536);
+    NetFix f;
+    netfix_init(&f, topo(cases[i].spec, NULL, NULL), 65536);
     int n = ps_network_devices(f.net);
     int *devs = all_devices(&f);
     PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, "torus", devs, n, S, 1, 0);
@@ -266,7 +244,7 @@ static void test_torus_formula(void)
     g_assert_cmpfloat(rel(ps_collective_predict_s(c), want), <, 0.005);
     ps_collective_free(c);
     g_free(devs);
-    fix_clear(&f);
+    netfix_clear(&f);
   }
 }
 
@@ -277,15 +255,15 @@ static void test_rs_ag_timing(void)
   const int64_t S = 8 << 20;
   const int N = 8;
   for (int op = PS_COLL_REDUCE_SCATTER; op <= PS_COLL_ALL_GATHER; op++) {
-    Fix f;
-    fix_init(&f, topo("ring:8", NULL, NULL), 65536);
+    NetFix f;
+    netfix_init(&f, topo("ring:8", NULL, NULL), 65536);
     int *devs = all_devices(&f);
     PsCollective *c = coll_new(&f, (PsCollOp)op, "ring", devs, N, S, 1, 0);
     double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
     g_assert_cmpfloat(rel(t, (N - 1) * (alpha + (double)S / (N * B))), <, 0.005);
     ps_collective_free(c);
     g_free(devs);
-    fix_clear(&f);
+    netfix_clear(&f);
   }
 }
 
@@ -293,8 +271,8 @@ static void test_broadcast_chain(void)
 {
   const double alpha = 1e-6, B = 83e9;
   const int64_t S = 8 << 20, chunk = 65536;
-  Fix f;
-  fix_init(&f, topo("ring:8", NULL, NULL), chunk);
+  NetFix f;
+  netfix_init(&f, topo("ring:8", NULL, NULL), chunk);
   int *devs = all_devices(&f);
   PsCollective *c = coll_new(&f, PS_COLL_BROADCAST, "ring", devs, 8, S, 1, 3);
   double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
@@ -313,13 +291,13 @@ static void test_broadcast_chain(void)
   g_assert_cmpfloat(rel(ps_collective_predict_s(c), want), <, 0.005);
   ps_collective_free(c);
   g_free(devs);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 static void test_sendrecv(void)
 {
-  Fix f;
-  fix_init(&f, topo("ring:8", NULL, NULL), 65536);
+  NetFix f;
+  netfix_init(&f, topo("ring:8", NULL, NULL), 65536);
   int devs[] = {6, 1};
   float a[1000], b[1000];
   for (int i = 0; i < 1000; i++) {
@@ -340,15 +318,15 @@ static void test_sendrecv(void)
   g_assert_true(memcmp(a, b, sizeof a) == 0);
   g_free(r.done);
   ps_collective_free(c);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 /* Member 2 arrives 1 ms late: nobody can finish before its data leaves, and
  * everything ends within one lone all-reduce of its arrival. */
 static void test_latecomer(void)
 {
-  Fix f;
-  fix_init(&f, topo("ring:8", NULL, NULL), 65536);
+  NetFix f;
+  netfix_init(&f, topo("ring:8", NULL, NULL), 65536);
   int *devs = all_devices(&f);
   PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, "ring", devs, 8, 1 << 20, 1, 0);
   ps_time_t alone = run_round(&f, c, NULL, NULL);
@@ -371,7 +349,7 @@ static void test_latecomer(void)
   g_free(r.done);
   ps_collective_free(c);
   g_free(devs);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 static void test_auto(void)
@@ -380,8 +358,8 @@ static void test_auto(void)
   const int64_t sizes[] = {8, 1 << 20, 64 << 20};
   for (guint i = 0; i < G_N_ELEMENTS(specs); i++)
     for (guint k = 0; k < G_N_ELEMENTS(sizes); k++) {
-      Fix f;
-      fix_init(&f, topo(specs[i], NULL, NULL), 1 << 20);
+      NetFix f;
+      netfix_init(&f, topo(specs[i], NULL, NULL), 1 << 20);
       int n = ps_network_devices(f.net);
       int *devs = all_devices(&f);
       PsCollective *a = coll_new(&f, PS_COLL_ALL_REDUCE, "auto", devs, n, sizes[k], 1, 0);
@@ -398,7 +376,7 @@ static void test_auto(void)
         g_assert_cmpstr(ps_collective_algo(a), ==, "torus");
       ps_collective_free(a);
       g_free(devs);
-      fix_clear(&f);
+      netfix_clear(&f);
     }
 }
 
@@ -407,8 +385,8 @@ static void test_auto(void)
  * any of them predicts afresh, and so picks as an uncached one does. */
 static void test_auto_cache(void)
 {
-  Fix f;
-  fix_init(&f, topo("torus:4x4", NULL, NULL), 1 << 20);
+  NetFix f;
+  netfix_init(&f, topo("torus:4x4", NULL, NULL), 1 << 20);
   int n = ps_network_devices(f.net);
   int *devs = all_devices(&f);
   int *rev = g_new(int, n);
@@ -444,13 +422,13 @@ static void test_auto_cache(void)
   ps_coll_cache_free(cache);
   g_free(rev);
   g_free(devs);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 static void test_errors(void)
 {
-  Fix f;
-  fix_init(&f, topo("torus:4x2", NULL, NULL), 1024);
+  NetFix f;
+  netfix_init(&f, topo("torus:4x2", NULL, NULL), 1024);
   struct {
     PsCollOp op;
     const char *algo;
@@ -477,7 +455,7 @@ static void test_errors(void)
       g_error("case %u: '%s' lacks '%s'", i, error->message, cases[i].needle);
     g_error_free(error);
   }
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 /* ---- numerics ------------------------------------------------------- */
@@ -565,8 +543,8 @@ static void check_identical(const Data *d)
 static void allreduce_numerics(const char *spec, const char *o1, const char *algo,
                                gboolean adversarial, float *result_out)
 {
-  Fix f;
-  fix_init(&f, topo(spec, o1, NULL), 256); /* 64 floats per chunk: many chunks */
+  NetFix f;
+  netfix_init(&f, topo(spec, o1, NULL), 256); /* 64 floats per chunk: many chunks */
   int n = ps_network_devices(f.net);
   int *devs = all_devices(&f);
   Data d;
@@ -580,7 +558,7 @@ static void allreduce_numerics(const char *spec, const char *o1, const char *alg
   ps_collective_free(c);
   data_clear(&d);
   g_free(devs);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 static void test_numerics_allreduce(void)
@@ -601,8 +579,8 @@ static void test_numerics_allreduce(void)
 static void test_numerics_ring_order(void)
 {
   const int N = 6;
-  Fix f;
-  fix_init(&f, topo("ring:6", NULL, NULL), 64);
+  NetFix f;
+  netfix_init(&f, topo("ring:6", NULL, NULL), 64);
   int *devs = all_devices(&f);
   Data d;
   data_init(&d, N, 600, 11, TRUE);
@@ -623,7 +601,7 @@ static void test_numerics_ring_order(void)
   ps_collective_free(c);
   data_clear(&d);
   g_free(devs);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 static int count_diff(const float *a, const float *b, int64_t n)
@@ -653,8 +631,8 @@ static void test_numerics_rs_ag(void)
 {
   const char *algos[] = {"ring", "bidir", "torus"};
   for (int j = 0; j < 3; j++) {
-    Fix f;
-    fix_init(&f, topo("torus:4x2", NULL, NULL), 128);
+    NetFix f;
+    netfix_init(&f, topo("torus:4x2", NULL, NULL), 128);
     int n = 8, *devs = all_devices(&f);
     Data d;
     data_init(&d, n, 517, 3, FALSE);
@@ -701,7 +679,7 @@ static void test_numerics_rs_ag(void)
     ps_collective_free(ag);
     data_clear(&d);
     g_free(devs);
-    fix_clear(&f);
+    netfix_clear(&f);
   }
 }
 
@@ -709,8 +687,8 @@ static void test_numerics_broadcast(void)
 {
   const char *algos[] = {"ring", "bidir", "torus"};
   for (int j = 0; j < 3; j++) {
-    Fix f;
-    fix_init(&f, topo("torus:4x3", NULL, NULL), 64);
+    NetFix f;
+    netfix_init(&f, topo("torus:4x3", NULL, NULL), 64);
     int n = 12, *devs = all_devices(&f);
     Data d;
     data_init(&d, n, 999, 5, FALSE);
@@ -721,7 +699,7 @@ static void test_numerics_broadcast(void)
     ps_collective_free(c);
     data_clear(&d);
     g_free(devs);
-    fix_clear(&f);
+    netfix_clear(&f);
   }
 }
 
@@ -731,8 +709,8 @@ static void test_replica_groups(void)
 {
   const char *algos[] = {"ring", "torus", "auto"};
   for (int j = 0; j < 3; j++) {
-    Fix f;
-    fix_init(&f, topo("torus:2x2", "chip.cores=2", NULL), 256);
+    NetFix f;
+    netfix_init(&f, topo("torus:2x2", "chip.cores=2", NULL), 256);
     Data d;
     data_init(&d, 8, 700, 9, FALSE);
     int g0[] = {0, 2, 4, 6}, g1[] = {1, 3, 5, 7};
@@ -761,7 +739,7 @@ static void test_replica_groups(void)
     ps_collective_free(c0);
     ps_collective_free(c1);
     data_clear(&d);
-    fix_clear(&f);
+    netfix_clear(&f);
   }
 }
 
@@ -790,8 +768,8 @@ static void rounds_done(void *ctx, int member, ps_time_t t)
 
 static void test_rounds(void)
 {
-  Fix f;
-  fix_init(&f, topo("ring:5", NULL, NULL), 128);
+  NetFix f;
+  netfix_init(&f, topo("ring:5", NULL, NULL), 128);
   int *devs = all_devices(&f);
   Data d;
   data_init(&d, 5, 333, 13, FALSE);
@@ -811,7 +789,7 @@ static void test_rounds(void)
   ps_collective_free(c);
   data_clear(&d);
   g_free(devs);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 
@@ -830,8 +808,8 @@ static void fast_path_case(gboolean general, gboolean buffers, Outcome *out)
   /* two lanes per neighbour, messages of several chunks, one degraded and
    * one failed link: the failure sends some messages two ways round, so
    * steps mix one-hop and rerouted messages */
-  Fix f;
-  fix_init(&f, topo("torus:4x4", "ici.links_per_neighbor=2", NULL), 3000);
+  NetFix f;
+  netfix_init(&f, topo("torus:4x4", "ici.links_per_neighbor=2", NULL), 3000);
   GError *error = NULL;
   g_assert_true(ps_network_degrade_link(f.net, ps_network_ici_link(f.net, 5, 0, 1), 0.5,
                                         &error));
@@ -885,7 +863,7 @@ static void fast_path_case(gboolean general, gboolean buffers, Outcome *out)
   ps_collective_free(c[0]);
   ps_collective_free(c[1]);
   g_free(devs);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 /* Timing only, messages of one hop skip the network's chunk events
@@ -1096,9 +1074,9 @@ static void test_run_round(void)
 {
   static const char *const algos[] = {"ring", "bidir", "torus"};
   for (size_t a = 0; a < G_N_ELEMENTS(algos); a++) {
-    Fix f1, f2;
-    fix_init(&f1, topo("torus:4x2", NULL, NULL), 4096);
-    fix_init(&f2, topo("torus:4x2", NULL, NULL), 4096);
+    NetFix f1, f2;
+    netfix_init(&f1, topo("torus:4x2", NULL, NULL), 4096);
+    netfix_init(&f2, topo("torus:4x2", NULL, NULL), 4096);
     g_autofree int *d1 = all_devices(&f1);
     g_autofree int *d2 = all_devices(&f2);
     PsCollective *c1 = coll_new(&f1, PS_COLL_ALL_REDUCE, algos[a], d1, 8, 1 << 16, 1, 0);
@@ -1113,8 +1091,8 @@ static void test_run_round(void)
     g_assert_cmpint(second, ==, want);
     ps_collective_free(c1);
     ps_collective_free(c2);
-    fix_clear(&f1);
-    fix_clear(&f2);
+    netfix_clear(&f1);
+    netfix_clear(&f2);
   }
 }
 

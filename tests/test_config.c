@@ -13,6 +13,7 @@
 #include "common/json.h"
 #include "run/experiment.h"
 #include "strategy/strategy-private.h"
+#include "support/experiment.h"
 
 
 #include <glib/gstdio.h>
@@ -56,15 +57,6 @@ static const char *const expected_topologies[] = {
     "tpu-v4-32",   "tpu-v4-64",   "tpu-v4-128",  "tpu-v4-256",  "tpu-v4-512",  "tpu-v4-1024",
     "tpu-v4-2048", "tpu-v4-4096", "tpu-v4-8192", NULL};
 
-static PsTopology *load_topology(const char *name, const char *const *overrides)
-{
-  GError *err = NULL;
-  PsTopology *t = ps_topology_load(name, overrides, &err);
-  g_assert_no_error(err);
-  g_assert_nonnull(t);
-  return t;
-}
-
 static void test_list_sorted_and_complete(void)
 {
   g_auto(GStrv) names = ps_config_list("topologies");
@@ -89,7 +81,7 @@ static void test_all_topologies_load(void)
   g_auto(GStrv) names = ps_config_list("topologies");
   guint slices = 0;
   for (guint i = 0; names[i]; i++) {
-    PsTopology *t = load_topology(names[i], NULL);
+    PsTopology *t = topology_load(names[i], NULL);
     g_assert_cmpstr(t->name, ==, names[i]);
     g_assert_true(g_str_has_suffix(t->file, ".json"));
     int chips = 1;
@@ -165,14 +157,14 @@ static void test_all_topologies_sourced(void)
 
 static void test_derived_numbers(void)
 {
-  PsTopology *t = load_topology("tpu-v3-2048", NULL);
+  PsTopology *t = topology_load("tpu-v3-2048", NULL);
   g_assert_cmpint(ps_topology_chips(t), ==, 1024);
   g_assert_cmpint(ps_topology_devices(t), ==, 2048);
   g_assert_cmpint(ps_topology_hosts(t), ==, 256);
   g_assert_true(t->wrap[0] && t->wrap[1]);
   ps_topology_free(t);
 
-  t = load_topology("tpu-v4-8192", NULL);
+  t = topology_load("tpu-v4-8192", NULL);
   g_assert_cmpint(ps_topology_chips(t), ==, 4096);
   g_assert_cmpint(ps_topology_devices(t), ==, 4096);
   g_assert_cmpint(ps_topology_hosts(t), ==, 1024);
@@ -181,7 +173,7 @@ static void test_derived_numbers(void)
   g_assert_true(t->wrap[0] && t->wrap[1] && t->wrap[2]);
   ps_topology_free(t);
 
-  t = load_topology("tpu-v3-8", NULL);
+  t = topology_load("tpu-v3-8", NULL);
   g_assert_cmpint(ps_topology_chips(t), ==, 4);
   g_assert_cmpint(ps_topology_devices(t), ==, 8);
   g_assert_cmpint(ps_topology_hosts(t), ==, 1);
@@ -192,24 +184,24 @@ static void test_derived_numbers(void)
   g_assert_false(t->wrap[0] || t->wrap[1]);
   ps_topology_free(t);
 
-  t = load_topology("tpu-v2-8", NULL);
+  t = topology_load("tpu-v2-8", NULL);
   g_assert_cmpint(ps_topology_device_hbm_bytes(t), ==, 8 * GIB);
   g_assert_cmpint(t->mxus_per_core, ==, 1);
   ps_topology_free(t);
 
-  t = load_topology("tpu-v3-1024", NULL);
+  t = topology_load("tpu-v3-1024", NULL);
   g_assert_cmpint(t->dims[0], ==, 16);
   g_assert_cmpint(t->dims[1], ==, 32);
   g_assert_false(t->wrap[0]);
   g_assert_true(t->wrap[1]);
   ps_topology_free(t);
 
-  t = load_topology("tpu-v4-32", NULL); /* 2x2x4: below a cube, no wrap */
+  t = topology_load("tpu-v4-32", NULL); /* 2x2x4: below a cube, no wrap */
   g_assert_cmpint(ps_topology_hosts(t), ==, 4);
   g_assert_false(t->wrap[0] || t->wrap[1] || t->wrap[2]);
   ps_topology_free(t);
 
-  t = load_topology("tpu-v4", NULL); /* a base is one host */
+  t = topology_load("tpu-v4", NULL); /* a base is one host */
   g_assert_cmpint(ps_topology_chips(t), ==, 4);
   g_assert_cmpint(ps_topology_devices(t), ==, 4);
   ps_topology_free(t);
@@ -218,27 +210,27 @@ static void test_derived_numbers(void)
 static void test_topology_overrides(void)
 {
   const char *const num[] = {"ici.bandwidth_Bps=5e10", NULL};
-  PsTopology *t = load_topology("tpu-v3-8", num);
+  PsTopology *t = topology_load("tpu-v3-8", num);
   g_assert_cmpfloat(t->ici_bandwidth_Bps, ==, 5e10);
   ps_topology_free(t);
 
   const char *const units[] = {"ici.latency_s=2us", "chip.hbm_bytes=\"8GiB\"",
                                "ici.bandwidth_Bps=100GB/s", NULL};
-  t = load_topology("tpu-v3-8", units);
+  t = topology_load("tpu-v3-8", units);
   g_assert_cmpfloat(fabs(t->ici_latency_s - 2e-6), <, 1e-18);
   g_assert_cmpint(t->hbm_bytes, ==, 8 * GIB);
   g_assert_cmpfloat(t->ici_bandwidth_Bps, ==, 100e9);
   ps_topology_free(t);
 
   const char *const strings[] = {"description=a what-if", "generation=v3x", NULL};
-  t = load_topology("tpu-v3-8", strings);
+  t = topology_load("tpu-v3-8", strings);
   g_assert_cmpstr(t->description, ==, "a what-if");
   g_assert_cmpstr(t->generation, ==, "v3x");
   ps_topology_free(t);
 
   const char *const nested[] = {"torus.dims=[8,4]", "torus.wrap=[false,true]", "host.chips=8",
                                 NULL};
-  t = load_topology("tpu-v3-8", nested);
+  t = topology_load("tpu-v3-8", nested);
   g_assert_cmpint(ps_topology_chips(t), ==, 32);
   g_assert_cmpint(ps_topology_hosts(t), ==, 4);
   g_assert_cmpint(ps_topology_devices(t), ==, 64);
@@ -247,7 +239,7 @@ static void test_topology_overrides(void)
   ps_topology_free(t);
 
   const char *const index[] = {"torus.dims[2]=8", "torus.wrap[2]=true", NULL};
-  t = load_topology("tpu-v4-128", index);
+  t = topology_load("tpu-v4-128", index);
   g_assert_cmpint(ps_topology_chips(t), ==, 128);
   ps_topology_free(t);
 

@@ -7,6 +7,7 @@
 #include "io/config.h"
 #include "model/layers.h"
 #include "run/experiment.h"
+#include "support/experiment.h"
 
 #include <math.h>
 #include <string.h>
@@ -24,10 +25,7 @@ static PsModel *model_from(const char *text)
 
 static PsTopology *v3(void)
 {
-  GError *error = NULL;
-  PsTopology *t = ps_topology_load("tpu-v3-8", NULL, &error);
-  g_assert_no_error(error);
-  return t;
+  return topology_load("tpu-v3-8", NULL);
 }
 
 static const PsCostOptions xla_bf16 = {.passes = 1, .act_bytes = 2, .fusion = PS_FUSION_XLA};

@@ -8,6 +8,7 @@
  * be deterministic and learnable by a nearest-centroid classifier; the
  * sampler must visit every example exactly once per epoch. */
 #include "io/dataset.h"
+#include "support/cli.h"
 
 #include <glib/gstdio.h>
 #include <string.h>
@@ -140,23 +141,12 @@ typedef struct {
 
 static void fixture_setup(Fixture *fx, gconstpointer data)
 {
-  GError *error = NULL;
-  fx->dir = g_dir_make_tmp("podsim-dataset-XXXXXX", &error);
-  g_assert_no_error(error);
+  fx->dir = scratch_dir("podsim-dataset");
 }
 
 static void fixture_teardown(Fixture *fx, gconstpointer data)
 {
-  GDir *d = g_dir_open(fx->dir, 0, NULL);
-  const char *name;
-  while (d && (name = g_dir_read_name(d))) {
-    g_autofree char *p = g_build_filename(fx->dir, name, NULL);
-    g_unlink(p);
-  }
-  if (d)
-    g_dir_close(d);
-  g_rmdir(fx->dir);
-  g_free(fx->dir);
+  scratch_clear(fx->dir);
 }
 
 static char *file_in(Fixture *fx, gboolean images)

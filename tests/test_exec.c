@@ -39,6 +39,7 @@
 #include "program/program.h"
 #include "run/experiment.h"
 #include "run/run.h"
+#include "support/cli.h"
 
 #include <glib/gstdio.h>
 #include <math.h>
@@ -907,10 +908,8 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   if (!g_getenv("PODSIM_DATA_DIR"))
     g_setenv("PODSIM_DATA_DIR", ".", TRUE);
-  tmpdir = g_dir_make_tmp("podsim-test-exec-XXXXXX", NULL);
-  g_assert_nonnull(tmpdir);
-  exp_path = g_build_filename(tmpdir, "exec.json", NULL);
-  g_assert_true(g_file_set_contents(exp_path, exp_json, -1, NULL));
+  tmpdir = scratch_dir("podsim-test-exec");
+  exp_path = scratch_write(tmpdir, "exec.json", exp_json);
   g_test_add_func("/exec/ping-pong", test_ping_pong);
   g_test_add_func("/exec/disjoint-groups-concurrent", test_disjoint_groups);
   g_test_add_func("/exec/overlap", test_overlap);
@@ -920,8 +919,7 @@ int main(int argc, char **argv)
   g_test_add_func("/exec/invalid-plans", test_invalid_plans);
   g_test_add_func("/exec/breakdown-sums", test_breakdown_sums);
   int rc = g_test_run();
-  g_remove(exp_path);
-  g_rmdir(tmpdir);
+  scratch_remove(tmpdir);
   g_free(exp_path);
   g_free(tmpdir);
   return rc;

@@ -13,21 +13,13 @@
  * (the project root under `make test`), else ".". */
 #include "io/config.h"
 #include "support/cli.h"
+#include "support/experiment.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define GIB (INT64_C(1) << 30)
-
-static PsTopology *load(const char *name, const char *const *overrides)
-{
-  GError *err = NULL;
-  PsTopology *t = ps_topology_load(name, overrides, &err);
-  g_assert_no_error(err);
-  g_assert_nonnull(t);
-  return t;
-}
 
 /* The number after the last '-' of a slice name, or 0 for a base file. */
 static int slice_number(const char *name)
@@ -111,7 +103,7 @@ static void test_every_topology(void)
   g_auto(GStrv) names = ps_config_list("topologies");
   guint generations = 0;
   for (guint i = 0; names[i]; i++) {
-    PsTopology *t = load(names[i], NULL);
+    PsTopology *t = topology_load(names[i], NULL);
     check_derived(t);
     check_sources(t);
     if (*t->name_counts && slice_number(t->name) == 0)
@@ -129,7 +121,7 @@ static void test_wrap_rules(void)
   g_auto(GStrv) names = ps_config_list("topologies");
   guint checked = 0;
   for (guint i = 0; names[i]; i++) {
-    PsTopology *t = load(names[i], NULL);
+    PsTopology *t = topology_load(names[i], NULL);
     if (*t->name_counts && slice_number(t->name) > 0) {
       gboolean cube = TRUE;
       for (int d = 0; d < t->ndims; d++)
@@ -165,7 +157,7 @@ static void test_published_figures(void)
   };
   for (guint i = 0; i < G_N_ELEMENTS(rows); i++) {
     const Published *r = &rows[i];
-    PsTopology *t = load(r->name, NULL);
+    PsTopology *t = topology_load(r->name, NULL);
     g_assert_cmpint(ps_topology_chips(t), ==, r->chips);
     g_assert_cmpint(ps_topology_hosts(t), ==, r->hosts);
     g_assert_cmpint(ps_topology_devices(t), ==, r->devices);

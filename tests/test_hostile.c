@@ -25,17 +25,11 @@ static char *scratch;
  * stderr. */
 static void refused(const char *needles, ...)
 {
-  GPtrArray *argv = g_ptr_array_new();
-  g_ptr_array_add(argv, (gpointer)podsim_path());
+  g_autofree char *out = NULL, *err = NULL;
   va_list ap;
   va_start(ap, needles);
-  for (const char *a; (a = va_arg(ap, const char *));)
-    g_ptr_array_add(argv, (gpointer)a);
+  int status = podsim_run_va(&out, &err, ap);
   va_end(ap);
-  g_ptr_array_add(argv, NULL);
-  g_autofree char *out = NULL, *err = NULL;
-  int status = podsim_spawn((const char *const *)argv->pdata, &out, &err);
-  g_ptr_array_free(argv, TRUE);
   g_test_message("stderr: %s", err);
   g_assert_cmpint(status, ==, 2);
   g_assert_cmpstr(out, ==, "");

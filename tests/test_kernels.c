@@ -229,11 +229,9 @@ static void ref_dense(const DenseCtx *c, const double *v, double *y)
 static double dense_objective(const double *v, const void *ctx)
 {
   const DenseCtx *c = ctx;
-  double y[64], s = 0.0;
+  double y[64];
   ref_dense(c, v, y);
-  for (int i = 0; i < c->rows * c->out; i++)
-    s += c->r[i] * y[i];
-  return s;
+  return weighted_sum(c->r, y, (size_t)c->rows * c->out);
 }
 
 static void test_dense(void)
@@ -531,6 +529,15 @@ static void conv_ctx_init(ConvCtx *ctx, const ConvCase *c, const double *r)
   ref_conv_geometry(c->w, c->k, c->stride, c->same, &ctx->ow, &ctx->pl);
 }
 
+/* The library's shape of case c, ps_conv2d_shape applied. */
+static PsConvShape conv_shape(const ConvCase *c)
+{
+  PsConvShape s = {.batch = c->batch, .h = c->h, .w = c->w, .cin = c->cin, .kernel = c->k,
+                   .stride = c->stride, .same_padding = c->same, .cout = c->cout};
+  ps_conv2d_shape(&s);
+  return s;
+}
+
 static size_t conv_nx(const ConvCase *c) { return (size_t)c->batch * c->h * c->w * c->cin; }
 static size_t conv_nw(const ConvCase *c) { return (size_t)c->k * c->k * c->cin * c->cout; }
 
@@ -562,10 +569,9 @@ static double conv_objective(const double *v, const void *vctx)
   const ConvCtx *ctx = vctx;
   const ConvCase *c = ctx->c;
   size_t ny = (size_t)c->batch * ctx->oh * ctx->ow * c->cout;
-  double *y = g_new(double, ny), s = 0.0;
+  double *y = g_new(double, ny);
   ref_conv(ctx, v, y);
-  for (size_t i = 0; i < ny; i++)
-    s += ctx->r[i] * y[i];
+  double s = weighted_sum(ctx->r, y, ny);
   g_free(y);
   return s;
 }
@@ -602,9 +608,7 @@ static void test_conv(gconstpointer data)
   GRand *r = g_rand_new_with_seed(31);
   ConvCtx ctx;
   conv_ctx_init(&ctx, c, NULL);
-  PsConvShape s = {.batch = c->batch, .h = c->h, .w = c->w, .cin = c->cin, .kernel = c->k,
-                   .stride = c->stride, .same_padding = c->same, .cout = c->cout};
-  ps_conv2d_shape(&s);
+  PsConvShape s = conv_shape(c);
   g_assert_cmpint(s.out_h, ==, ctx.oh);
   g_assert_cmpint(s.out_w, ==, ctx.ow);
   g_assert_cmpint(s.pad_top, ==, ctx.pt);
@@ -661,9 +665,7 @@ static void test_conv_chunked(gconstpointer data)
   GRand *r = g_rand_new_with_seed(37);
   ConvCtx ctx;
   conv_ctx_init(&ctx, &c, NULL);
-  PsConvShape s = {.batch = c.batch, .h = c.h, .w = c.w, .cin = c.cin, .kernel = c.k,
-                   .stride = c.stride, .same_padding = c.same, .cout = c.cout};
-  ps_conv2d_shape(&s);
+  PsConvShape s = conv_shape(&c);
   size_t per_example = (size_t)s.out_h * s.out_w * c.k * c.k * c.cin;
   size_t wsn = ps_conv2d_workspace(&s);
   g_test_message("workspace %zu floats for %zu per example", wsn, per_example);
@@ -733,9 +735,7 @@ static void test_conv_bf16(void)
   GRand *r = g_rand_new_with_seed(41);
   ConvCtx ctx;
   conv_ctx_init(&ctx, &c, NULL);
-  PsConvShape s = {.batch = c.batch, .h = c.h, .w = c.w, .cin = c.cin, .kernel = c.k,
-                   .stride = c.stride, .same_padding = c.same, .cout = c.cout};
-  ps_conv2d_shape(&s);
+  PsConvShape s = conv_shape(&c);
   size_t nx = conv_nx(&c), nw = conv_nw(&c), nv = nx + nw + c.cout;
   size_t ny = (size_t)c.batch * ctx.oh * ctx.ow * c.cout;
   float *v = g_new(float, nv), *y = g_new(float, ny), *ws = g_new(float, ps_conv2d_workspace(&s));
@@ -808,10 +808,9 @@ static double pool_objective(const double *v, const void *vctx)
 {
   const PoolCtx *ctx = vctx;
   size_t ny = (size_t)ctx->p->batch * ctx->oh * ctx->ow * ctx->p->c;
-  double *y = g_new(double, ny), s = 0.0;
+  double *y = g_new(double, ny);
   ref_pool(ctx, v, y);
-  for (size_t i = 0; i < ny; i++)
-    s += ctx->r[i] * y[i];
+  double s = weighted_sum(ctx->r, y, ny);
   g_free(y);
   return s;
 }

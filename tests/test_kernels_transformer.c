@@ -52,10 +52,9 @@ static double norm_objective(const double *v, const void *ctx)
 {
   const NormCtx *c = ctx;
   size_t n = (size_t)c->rows * c->dim;
-  double *y = g_new(double, n), s = 0.0;
+  double *y = g_new(double, n);
   ref_layernorm(c, v, y);
-  for (size_t i = 0; i < n; i++)
-    s += c->r[i] * y[i];
+  double s = weighted_sum(c->r, y, n);
   g_free(y);
   return s;
 }
@@ -203,10 +202,9 @@ static double attn_objective(const double *v, const void *vctx)
 {
   const AttnCtx *ctx = vctx;
   size_t ny = attn_nx(ctx->c);
-  double *y = g_new(double, ny), s = 0.0;
+  double *y = g_new(double, ny);
   ref_attention(ctx->c, v, y);
-  for (size_t i = 0; i < ny; i++)
-    s += ctx->r[i] * y[i];
+  double s = weighted_sum(ctx->r, y, ny);
   g_free(y);
   return s;
 }
@@ -405,10 +403,9 @@ static double patch_objective(const double *v, const void *vctx)
 {
   const PatchCtx *ctx = vctx;
   size_t ny = patch_ny(ctx->c);
-  double *y = g_new(double, ny), s = 0.0;
+  double *y = g_new(double, ny);
   ref_patch(ctx->c, v, y);
-  for (size_t i = 0; i < ny; i++)
-    s += ctx->r[i] * y[i];
+  double s = weighted_sum(ctx->r, y, ny);
   g_free(y);
   return s;
 }

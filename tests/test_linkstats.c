@@ -18,6 +18,8 @@
 #include "collectives/collective.h"
 #include "hw/link-stats.h"
 
+#include "support/cli.h"
+
 #include <glib/gstdio.h>
 #include <math.h>
 #include <string.h>
@@ -31,64 +33,16 @@ static const char *const HEADER =
     "link,kind,chip,to_chip,x,y,z,dim,dir,host,from_core,to_core,lanes,bandwidth_Bps,bytes,"
     "chunks,busy_s,utilization,name";
 
-typedef struct {
-  char *dir;
-  char *path;
-} Fixture;
+typedef ScratchFile Fixture;
 
 static void fixture_setup(Fixture *fx, gconstpointer data)
 {
-  GError *error = NULL;
-  fx->dir = g_dir_make_tmp("podsim-links-XXXXXX", &error);
-  g_assert_no_error(error);
-  fx->path = g_build_filename(fx->dir, "links.csv", NULL);
-}
-
-static void remove_all(const char *dir)
-{
-  GDir *d = g_dir_open(dir, 0, NULL);
-  if (!d)
-    return;
-  const char *name;
-  while ((name = g_dir_read_name(d))) {
-    g_autofree char *p = g_build_filename(dir, name, NULL);
-    if (g_file_test(p, G_FILE_TEST_IS_DIR))
-      remove_all(p);
-    else
-      g_unlink(p);
-  }
-  g_dir_close(d);
-  g_rmdir(dir);
+  scratch_file_init(fx, "podsim-links", "links.csv");
 }
 
 static void fixture_teardown(Fixture *fx, gconstpointer data)
 {
-  remove_all(fx->dir);
-  g_free(fx->dir);
-  g_free(fx->path);
-}
-
-/* g_ptr_array_sort passes pointers to the elements. */
-static gint compare_names(gconstpointer a, gconstpointer b)
-{
-  return g_strcmp0(*(char *const *)a, *(char *const *)b);
-}
-
-/* Names of the entries of dir, sorted, comma-separated. */
-static char *list_dir(const char *dir)
-{
-  GDir *d = g_dir_open(dir, 0, NULL);
-  g_assert_nonnull(d);
-  GPtrArray *names = g_ptr_array_new_with_free_func(g_free);
-  const char *name;
-  while ((name = g_dir_read_name(d)))
-    g_ptr_array_add(names, g_strdup(name));
-  g_dir_close(d);
-  g_ptr_array_sort(names, compare_names);
-  g_ptr_array_add(names, NULL);
-  char *joined = g_strjoinv(",", (char **)names->pdata);
-  g_ptr_array_free(names, TRUE);
-  return joined;
+  scratch_file_clear(fx);
 }
 
 /* The rows of the CSV at path, each split into N_COLUMNS fields (the name,
@@ -157,7 +111,7 @@ static void test_ring(Fixture *fx, gconstpointer data)
 
   g_assert_true(ps_link_stats_write(net, elapsed, fx->path, &error));
   g_assert_no_error(error);
-  g_autofree char *listing = list_dir(fx->dir);
+  g_autofree char *listing = scratch_list(fx->dir);
   g_assert_cmpstr(listing, ==, "links.csv");
 
   GPtrArray *rows = read_rows(fx->path);
@@ -244,7 +198,7 @@ static void test_errors(Fixture *fx, gconstpointer data)
   g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE);
   g_assert_nonnull(strstr(error->message, missing));
   g_clear_error(&error);
-  g_autofree char *empty = list_dir(fx->dir);
+  g_autofree char *empty = scratch_list(fx->dir);
   g_assert_cmpstr(empty, ==, "");
 
   /* written whole, then the rename fails: the path is a directory */
@@ -254,7 +208,7 @@ static void test_errors(Fixture *fx, gconstpointer data)
   g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE);
   g_assert_nonnull(strstr(error->message, sub));
   g_clear_error(&error);
-  g_autofree char *only = list_dir(fx->dir);
+  g_autofree char *only = scratch_list(fx->dir);
   g_assert_cmpstr(only, ==, "taken");
   g_assert_true(g_file_test(sub, G_FILE_TEST_IS_DIR));
 
@@ -267,7 +221,7 @@ static void test_errors(Fixture *fx, gconstpointer data)
   for (guint i = 0; i < rows->len; i++)
     g_assert_cmpfloat(num_field(g_ptr_array_index(rows, i), C_UTIL), ==, 0.0);
   g_ptr_array_free(rows, TRUE);
-  g_autofree char *two = list_dir(fx->dir);
+  g_autofree char *two = scratch_list(fx->dir);
   g_assert_cmpstr(two, ==, "links.csv,taken");
 
   ps_network_free(net);

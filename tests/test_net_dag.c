@@ -83,15 +83,8 @@ static void dag_fixture(Fixture *f, MakeModel make, int batch, int slots, uint64
   f->model = make();
   f->net = ps_net_new_slots(f->model, batch, slots, PS_PRECISION_F32, seed, &error);
   g_assert_no_error(error);
-  f->batch = batch;
-  f->in_elems = (size_t)elems(f->model->in_shape, f->model->in_rank);
-  f->x = g_new(float, f->in_elems * batch);
-  f->labels = g_new(int32_t, batch);
   GRand *r = g_rand_new_with_seed((guint32)seed + 2000);
-  for (size_t i = 0; i < f->in_elems * batch; i++)
-    f->x[i] = (float)g_rand_double_range(r, -1, 1);
-  for (int b = 0; b < batch; b++)
-    f->labels[b] = g_rand_int_range(r, 0, (gint32)f->model->classes);
+  fixture_batch(f, batch, r);
   g_rand_free(r);
   /* a stream of its own, so nets of any batch get the same parameters */
   r = g_rand_new_with_seed((guint32)seed + 3000);

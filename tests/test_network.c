@@ -17,6 +17,7 @@
  * - statistics (bytes per link) and the trace (one slice per chunk-hop, a
  *   named track per link direction, flows paired). */
 #include "hw/network.h"
+#include "support/network.h"
 
 #include <glib/gstdio.h>
 #include <json-c/json.h>
@@ -26,31 +27,7 @@
 static PsTopology *topo(const char *spec, const char *o1, const char *o2)
 {
   const char *ov[] = {o1, o2, NULL};
-  GError *error = NULL;
-  PsTopology *t = ps_network_shorthand(spec, ov, &error);
-  g_assert_no_error(error);
-  g_assert_nonnull(t);
-  return t;
-}
-
-typedef struct {
-  PsTopology *topo;
-  PsEngine *engine;
-  PsNetwork *net;
-} Fix;
-
-static void fix_init(Fix *f, PsTopology *t, int64_t chunk)
-{
-  f->topo = t;
-  f->engine = ps_engine_new();
-  f->net = ps_network_new(f->engine, t, chunk);
-}
-
-static void fix_clear(Fix *f)
-{
-  ps_network_free(f->net);
-  ps_engine_free(f->engine);
-  ps_topology_free(f->topo);
+  return shorthand_topology(spec, ov);
 }
 
 /* Records what arrived and when the last chunk did. */
@@ -81,8 +58,8 @@ static void probe_deliver(void *ctx, const PsNetDelivery *d)
 
 static void test_numbering(void)
 {
-  Fix f;
-  fix_init(&f, topo("torus:4x3x2", NULL, NULL), 1024);
+  NetFix f;
+  netfix_init(&f, topo("torus:4x3x2", NULL, NULL), 1024);
   int c[PS_MAX_DIMS];
   ps_network_chip_coords(f.net, 1 + 4 * 2 + 12 * 1, c);
   g_assert_cmpint(c[0], ==, 1);
@@ -105,10 +82,10 @@ static void test_numbering(void)
     }
   }
   g_assert_cmpint(n, ==, 24 * 3 * 2); /* a size-2 ring has a direct and a wrap link */
-  fix_clear(&f);
+  netfix_clear(&f);
 
   /* a mesh has no links off its edges */
-  fix_init(&f, topo("torus:4x3", "torus.wrap=[false,false]", NULL), 1024);
+  netfix_init(&f, topo("torus:4x3", "torus.wrap=[false,false]", NULL), 1024);
   n = 0;
   for (int l = 0; l < ps_network_n_links(f.net); l++) {
     PsLinkInfo info;
@@ -119,14 +96,14 @@ static void test_numbering(void)
   g_assert_cmpint(ps_network_ici_link(f.net, 3, 0, +1), ==, -1);
   g_assert_cmpint(ps_network_ici_link(f.net, 0, 1, -1), ==, -1);
   g_assert_cmpint(ps_network_ici_link(f.net, 0, 0, +1), >=, 0);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 static void test_twist(void)
 {
   /* 4x4x8: x and y short (k = 4), z long */
-  Fix f;
-  fix_init(&f, topo("torus:4x4x8", "torus.twisted=true", NULL), 1024);
+  NetFix f;
+  netfix_init(&f, topo("torus:4x4x8", "torus.twisted=true", NULL), 1024);
   int a[PS_MAX_DIMS] = {3, 1, 2}, b[PS_MAX_DIMS];
   int l = ps_network_ici_link(f.net, ps_network_chip_at(f.net, a), 0, +1);
   PsLinkInfo info;
@@ -149,10 +126,10 @@ static void test_twist(void)
   ps_network_chip_coords(f.net, info.to_chip, b);
   g_assert_cmpint(b[0], ==, 1);
   g_assert_cmpint(b[2], ==, 0);
-  fix_clear(&f);
+  netfix_clear(&f);
 
   /* 4x8x8: x short, both y and z long: the x wrap moves both by 4 */
-  fix_init(&f, topo("torus:4x8x8", "torus.twisted=true", NULL), 1024);
+  netfix_init(&f, topo("torus:4x8x8", "torus.twisted=true", NULL), 1024);
   int c[PS_MAX_DIMS] = {0, 1, 5};
   l = ps_network_ici_link(f.net, ps_network_chip_at(f.net, c), 0, -1);
   ps_network_link_info(f.net, l, &info);
@@ -160,7 +137,7 @@ static void test_twist(void)
   g_assert_cmpint(b[0], ==, 3);
   g_assert_cmpint(b[1], ==, 5);
   g_assert_cmpint(b[2], ==, 1);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 /* ---- routes --------------------------------------------------------- */
@@ -188,8 +165,8 @@ static void bfs(PsNetwork *net, int chips, int from, int *dist, int **adj, int *
 
 static void check_routes_shortest(const char *spec, const char *o1, const char *o2)
 {
-  Fix f;
-  fix_init(&f, topo(spec, o1, o2), 1024);
+  NetFix f;
+  netfix_init(&f, topo(spec, o1, o2), 1024);
   int chips = ps_topology_chips(f.topo);
   int **adj = g_new0(int *, chips), *deg = g_new0(int, chips);
   for (int c = 0; c < chips; c++)
@@ -224,7 +201,7 @@ static void check_routes_shortest(const char *spec, const char *o1, const char *
   g_free(adj);
   g_free(deg);
   g_free(dist);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 static void test_routes_torus(void) { check_routes_shortest("torus:4x6", NULL, NULL); }
@@ -243,8 +220,8 @@ static void test_routes_twisted(void)
 
 static void test_route_ties(void)
 {
-  Fix f;
-  fix_init(&f, topo("ring:6", NULL, NULL), 1024);
+  NetFix f;
+  netfix_init(&f, topo("ring:6", NULL, NULL), 1024);
   int r[8];
   PsLinkInfo info;
   /* 0 -> 3: half-way round from an even coordinate: + direction */
@@ -259,14 +236,14 @@ static void test_route_ties(void)
   g_assert_cmpint(ps_network_route(f.net, 5, 0, r, 8), ==, 1);
   ps_network_link_info(f.net, r[0], &info);
   g_assert_cmpint(info.dir, ==, +1);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 static void test_route_endpoints(void)
 {
   /* 2 cores per chip, 2 chips per host on a 4-chip ring */
-  Fix f;
-  fix_init(&f, topo("ring:4", "chip.cores=2", "host.chips=2"), 1024);
+  NetFix f;
+  netfix_init(&f, topo("ring:4", "chip.cores=2", "host.chips=2"), 1024);
   g_assert_cmpint(ps_network_devices(f.net), ==, 8);
   g_assert_cmpint(ps_network_endpoints(f.net), ==, 10);
   int r[8];
@@ -292,12 +269,12 @@ static void test_route_endpoints(void)
   g_assert_cmpint(ps_network_route(f.net, 0, h1, r, 8), ==, 2 + 1);
   ps_network_link_info(f.net, r[2], &info);
   g_assert_cmpint(info.kind, ==, PS_LINK_PCIE_UP);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 /* ---- timing --------------------------------------------------------- */
 
-static ps_time_t send_alone(Fix *f, int src, int dst, int64_t bytes)
+static ps_time_t send_alone(NetFix *f, int src, int dst, int64_t bytes)
 {
   Probe p = {f->engine, {0}};
   ps_network_send(f->net, src, dst, bytes, probe_deliver, &p);
@@ -314,26 +291,26 @@ static void test_hops_pipeline(void)
   const int64_t c = 65536, n = 64, S = n * c;
   const double B = 100e9, alpha = 1e-6;
   for (int h = 0; h <= 7; h++) {
-    Fix f;
-    fix_init(&f, topo("ring:8", "torus.wrap=[false]", "ici.bandwidth_Bps=100e9"), c);
+    NetFix f;
+    netfix_init(&f, topo("ring:8", "torus.wrap=[false]", "ici.bandwidth_Bps=100e9"), c);
     ps_time_t t0 = ps_engine_now(f.engine);
     ps_time_t t = send_alone(&f, 0, h, S) - t0;
     ps_time_t want = h == 0 ? 0
                             : h * ps_time_from_s(alpha) + ps_time_from_s(S / B) +
                                   (h - 1) * ps_time_from_s(c / B);
     g_assert_cmpint(t, ==, want);
-    fix_clear(&f);
+    netfix_clear(&f);
   }
   /* a bandwidth whose c/B is not whole picoseconds: off by at most half a
    * picosecond per chunk and hop */
-  Fix f;
-  fix_init(&f, topo("ring:8", "torus.wrap=[false]", NULL), 10000);
+  NetFix f;
+  netfix_init(&f, topo("ring:8", "torus.wrap=[false]", NULL), 10000);
   const double B3 = 83e9;
   int64_t S3 = 1000 * 10000;
   ps_time_t t = send_alone(&f, 0, 5, S3);
   double want = 5 * alpha + S3 / B3 + 4 * 10000 / B3;
   g_assert_cmpfloat(fabs(ps_time_to_s(t) - want), <=, (1000 + 4) * 0.5e-12);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 /* Flow A (0,0)->(1,1) and flow B (2,0)->(1,1) on a 3x2 mesh: x first, so
@@ -346,18 +323,18 @@ static void test_contention(void)
 {
   const int64_t c = 65536, n = 1024, S = n * c;
   const double B = 100e9, alpha = 1e-6, cb = c / B;
-  Fix f;
-  fix_init(&f, topo("torus:3x2", "torus.wrap=[false,false]", "ici.bandwidth_Bps=100e9"), c);
+  NetFix f;
+  netfix_init(&f, topo("torus:3x2", "torus.wrap=[false,false]", "ici.bandwidth_Bps=100e9"), c);
   int dst = 1 + 3 * 1;
   ps_time_t alone_a = send_alone(&f, 0, dst, S);
-  fix_clear(&f);
-  fix_init(&f, topo("torus:3x2", "torus.wrap=[false,false]", "ici.bandwidth_Bps=100e9"), c);
+  netfix_clear(&f);
+  netfix_init(&f, topo("torus:3x2", "torus.wrap=[false,false]", "ici.bandwidth_Bps=100e9"), c);
   ps_time_t alone_b = send_alone(&f, 2, dst, S);
   g_assert_cmpint(alone_a, ==, ps_time_from_s(2 * alpha) + (n + 1) * ps_time_from_s(cb));
   g_assert_cmpint(alone_b, ==, alone_a);
-  fix_clear(&f);
+  netfix_clear(&f);
 
-  fix_init(&f, topo("torus:3x2", "torus.wrap=[false,false]", "ici.bandwidth_Bps=100e9"), c);
+  netfix_init(&f, topo("torus:3x2", "torus.wrap=[false,false]", "ici.bandwidth_Bps=100e9"), c);
   Probe pa = {f.engine, {0}}, pb = {f.engine, {0}};
   ps_network_send(f.net, 0, dst, S, probe_deliver, &pa);
   ps_network_send(f.net, 2, dst, S, probe_deliver, &pb);
@@ -375,7 +352,7 @@ static void test_contention(void)
   g_assert_cmpint(info.busy, ==, 2 * n * ps_time_from_s(cb));
   ps_network_link_info(f.net, ps_network_ici_link(f.net, 0, 0, +1), &info);
   g_assert_cmpint(info.bytes, ==, S);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 /* Two messages from one source to one destination queue whole: the second
@@ -383,8 +360,8 @@ static void test_contention(void)
 static void test_fifo_same_source(void)
 {
   const int64_t c = 65536, S = 16 * c;
-  Fix f;
-  fix_init(&f, topo("ring:4", "ici.bandwidth_Bps=100e9", NULL), c);
+  NetFix f;
+  netfix_init(&f, topo("ring:4", "ici.bandwidth_Bps=100e9", NULL), c);
   Probe p1 = {f.engine, {0}}, p2 = {f.engine, {0}};
   ps_network_send(f.net, 0, 1, S, probe_deliver, &p1);
   ps_network_send(f.net, 0, 1, S, probe_deliver, &p2);
@@ -392,7 +369,7 @@ static void test_fifo_same_source(void)
   ps_time_t cb = ps_time_from_s(c / 100e9), a = ps_time_from_s(1e-6);
   g_assert_cmpint(p1.a.done, ==, a + 16 * cb);
   g_assert_cmpint(p2.a.done, ==, a + 32 * cb);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 /* k parallel lanes: one hop of n chunks takes alpha + ceil(n/k) c/B. */
@@ -402,18 +379,18 @@ static void test_lanes(void)
   for (int k = 1; k <= 4; k++) {
     char ov[64];
     g_snprintf(ov, sizeof ov, "ici.links_per_neighbor=%d", k);
-    Fix f;
-    fix_init(&f, topo("ring:4", "ici.bandwidth_Bps=100e9", ov), c);
+    NetFix f;
+    netfix_init(&f, topo("ring:4", "ici.bandwidth_Bps=100e9", ov), c);
     ps_time_t t = send_alone(&f, 0, 1, n * c);
     g_assert_cmpint(t, ==, ps_time_from_s(1e-6) + (n + k - 1) / k * ps_time_from_s(c / 100e9));
-    fix_clear(&f);
+    netfix_clear(&f);
   }
 }
 
 static void test_onchip_pcie(void)
 {
-  Fix f;
-  fix_init(&f, topo("ring:4", "chip.cores=2", "chip.on_chip_bandwidth_Bps=500e9"), 1 << 20);
+  NetFix f;
+  netfix_init(&f, topo("ring:4", "chip.cores=2", "chip.on_chip_bandwidth_Bps=500e9"), 1 << 20);
   int64_t S = 50 << 20;
   /* on-chip: no latency, 500 GB/s */
   ps_time_t t = send_alone(&f, 4, 5, S);
@@ -426,14 +403,14 @@ static void test_onchip_pcie(void)
   t0 = ps_engine_now(f.engine);
   t = send_alone(&f, 3, 3, S) - t0;
   g_assert_cmpint(t, ==, 0);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 /* Zero-byte messages pay latency only; chunks are counted and sized. */
 static void test_small_messages(void)
 {
-  Fix f;
-  fix_init(&f, topo("ring:8", NULL, NULL), 1000);
+  NetFix f;
+  netfix_init(&f, topo("ring:8", NULL, NULL), 1000);
   Probe p = {f.engine, {0}};
   ps_network_send(f.net, 0, 3, 0, probe_deliver, &p);
   ps_engine_run(f.engine, PS_TIME_NEVER);
@@ -447,7 +424,7 @@ static void test_small_messages(void)
   g_assert_cmpint(ps_network_in_flight(f.net), ==, 0);
   g_assert_cmpuint(ps_network_messages(f.net), ==, 2);
   g_assert_cmpuint(ps_network_chunk_hops(f.net), ==, 3 + 3);
-  fix_clear(&f);
+  netfix_clear(&f);
 }
 
 /* ---- trace ---------------------------------------------------------- */
@@ -459,8 +436,8 @@ static void test_trace(void)
   GError *error = NULL;
   PsTrace *tr = ps_trace_open(path, &error);
   g_assert_no_error(error);
-  Fix f;
-  fix_init(&f, topo("torus:3x3", NULL, NULL), 4096);
+  NetFix f;
+  netfix_init(&f, topo("torus:3x3", NULL, NULL), 4096);
   ps_network_set_trace(f.net, tr, 7);
   Probe p1 = {f.engine, {0}}, p2 = {f.engine, {0}};
   ps_network_send(f.net, 0, 4, 3 * 4096, probe_deliver, &p1); /* (0,0)->(1,1): 2 hops */
@@ -505,7 +482,7 @@ static void test_trace(void)
   g_assert_true(saw_name);
   g_assert_true(saw_proc);
   json_object_put(root);
-  fix_clear(&f);
+  netfix_clear(&f);
   g_remove(path);
   g_rmdir(dir);
 }

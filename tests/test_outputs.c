@@ -113,6 +113,19 @@ static void assert_refused(const char *path, const char *reason)
   }
 }
 
+/* Every writer at dir/plain/out.json, where dir/plain is a regular file:
+ * refused, and dir left holding only that file, which is then removed. */
+static void assert_file_parent_refused(const char *dir)
+{
+  g_autofree char *file = g_build_filename(dir, "plain", NULL);
+  g_assert_true(g_file_set_contents(file, "x", 1, NULL));
+  g_autofree char *under = g_build_filename(file, "out.json", NULL);
+  assert_refused(under, create_failure(under));
+  const char *keep[] = {"plain", NULL};
+  assert_dir_holds(dir, keep);
+  g_unlink(file);
+}
+
 /* A read-only directory: nothing can be created in it, and nothing is. */
 static void test_read_only_dir(void)
 {
@@ -128,13 +141,7 @@ static void test_read_only_dir(void)
     g_assert_cmpint(g_chmod(dir, 0755), ==, 0);
     const char *in_proc = "/proc/self/podsim.json";
     assert_refused(in_proc, create_failure(in_proc));
-    g_autofree char *file = g_build_filename(dir, "plain", NULL);
-    g_assert_true(g_file_set_contents(file, "x", 1, NULL));
-    g_autofree char *under = g_build_filename(file, "out.json", NULL);
-    assert_refused(under, create_failure(under));
-    const char *keep[] = {"plain", NULL};
-    assert_dir_holds(dir, keep);
-    g_unlink(file);
+    assert_file_parent_refused(dir);
   } else {
     g_autofree char *path = g_build_filename(dir, "out.json", NULL);
     assert_refused(path, create_failure(path));
@@ -158,13 +165,7 @@ static void test_proc(void)
 static void test_file_parent(void)
 {
   g_autofree char *dir = g_dir_make_tmp("podsim-fp-XXXXXX", NULL);
-  g_autofree char *file = g_build_filename(dir, "plain", NULL);
-  g_assert_true(g_file_set_contents(file, "x", 1, NULL));
-  g_autofree char *under = g_build_filename(file, "out.json", NULL);
-  assert_refused(under, create_failure(under));
-  const char *keep[] = {"plain", NULL};
-  assert_dir_holds(dir, keep);
-  g_unlink(file);
+  assert_file_parent_refused(dir);
   g_rmdir(dir);
 }
 

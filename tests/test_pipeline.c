@@ -45,6 +45,8 @@
 #include "program/program.h"
 #include "run/run.h"
 #include "run/experiment.h"
+#include "support/experiment.h"
+#include "support/cli.h"
 #include "strategy/partition.h"
 #include "strategy/strategy.h"
 #include "strategy/strategy-private.h"
@@ -141,17 +143,6 @@ static GError *compile_error(const char *path, ...)
   }
   g_assert_nonnull(error);
   return error;
-}
-
-static PsSummary run_exp(const PsExperiment *e)
-{
-  PsSummary s;
-  GError *error = NULL;
-  PsRunOptions opt = {.keep_params = TRUE};
-  gboolean ok = ps_run(e, &opt, &s, &error);
-  g_assert_no_error(error);
-  g_assert_true(ok);
-  return s;
 }
 
 /* ---- partitioning --------------------------------------------------- */
@@ -415,7 +406,7 @@ static void reference(float **w_ref, double **s_lr)
 {
   PsExperiment *e = loadv(mlp_path, "strategy.kind=replicate", "strategy.stages=1",
                           "strategy.micro_batches=1", NULL);
-  PsSummary s = run_exp(e);
+  PsSummary s = experiment_run(e);
   *w_ref = g_memdup2(s.params, sizeof(float) * s.n_params);
   size_t n = s.n_params;
   ps_summary_clear(&s);
@@ -481,7 +472,7 @@ static void test_numerics(void)
   ps_experiment_free(e0);
   for (guint c = 0; c < G_N_ELEMENTS(cases); c++) {
     PsExperiment *e = loadv(mlp_path, cases[c][0], cases[c][1], cases[c][2], cases[c][3]);
-    PsSummary s = run_exp(e);
+    PsSummary s = experiment_run(e);
     g_assert_true(s.has_numerics);
     g_assert_cmpfloat(s.replica_divergence, ==, 0.0);
     double worst = 0, moved = 0;
@@ -520,7 +511,7 @@ static void check_bubble(const char *sched, int K, int M)
   PsExperiment *e = loadv(uniform_path, k, mb, gb, sched, "topology.ici.bandwidth_Bps=1e15",
                           "topology.ici.latency_s=0", "numerics.matmul_precision=highest",
                           "fusion=ideal", "topology.chip.mxu_efficiency=1", NULL);
-  PsSummary s = run_exp(e);
+  PsSummary s = experiment_run(e);
   double frac = s.breakdown[PS_TIME_PIPELINE_BUBBLE] / s.step_time_s;
   double want = (double)(K - 1) / (M + K - 1);
   if (g_test_verbose())
@@ -564,7 +555,7 @@ static void test_1f1b_memory(void)
       want = MAX(want, p->hbm_static_bytes + held * act);
     }
     ps_plan_free(plan);
-    PsSummary s = run_exp(e); /* the run's counter follows the ops as they run */
+    PsSummary s = experiment_run(e); /* the run's counter follows the ops as they run */
     g_assert_cmpint(s.hbm_peak_bytes, ==, want);
     ps_summary_clear(&s);
     ps_experiment_free(e);
@@ -604,14 +595,11 @@ static void test_errors(void)
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
-  tmpdir = g_dir_make_tmp("podsim-pipeline-XXXXXX", NULL);
-  mlp_path = g_build_filename(tmpdir, "mlp.json", NULL);
-  g_assert_true(g_file_set_contents(mlp_path, mlp_json, -1, NULL));
-  uniform_model_path = g_build_filename(tmpdir, "uniform-model.json", NULL);
-  g_assert_true(g_file_set_contents(uniform_model_path, uniform_model_json, -1, NULL));
-  uniform_path = g_build_filename(tmpdir, "uniform.json", NULL);
+  tmpdir = scratch_dir("podsim-pipeline");
+  mlp_path = scratch_write(tmpdir, "mlp.json", mlp_json);
+  uniform_model_path = scratch_write(tmpdir, "uniform-model.json", uniform_model_json);
   g_autofree char *uj = g_strdup_printf(uniform_json_fmt, uniform_model_path);
-  g_assert_true(g_file_set_contents(uniform_path, uj, -1, NULL));
+  uniform_path = scratch_write(tmpdir, "uniform.json", uj);
   g_test_add_func("/pipeline/partition/optimal", test_partition_optimal);
   g_test_add_func("/pipeline/partition/seed", test_partition_seed);
   g_test_add_func("/pipeline/partition/residual", test_partition_residual);
@@ -622,11 +610,6 @@ int main(int argc, char **argv)
   g_test_add_func("/pipeline/1f1b-memory", test_1f1b_memory);
   g_test_add_func("/pipeline/errors", test_errors);
   int rc = g_test_run();
-  g_unlink(mlp_path);
-  g_unlink(uniform_path);
-  g_unlink(uniform_model_path);
-  g_autofree char *tb = g_build_filename(tmpdir, "tb.json", NULL);
-  g_unlink(tb);
-  g_rmdir(tmpdir);
+  scratch_remove(tmpdir);
   return rc;
 }

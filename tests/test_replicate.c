@@ -42,6 +42,8 @@
 #include "model/net.h"
 #include "run/run.h"
 #include "run/experiment.h"
+#include "support/experiment.h"
+#include "support/cli.h"
 #include "strategy/strategy-private.h"
 
 
@@ -88,10 +90,7 @@ static PsExperiment *load_va(const char *path, const char *first, va_list ap)
   for (const char *o = first; o; o = va_arg(ap, const char *))
     g_ptr_array_add(ov, (gpointer)o);
   g_ptr_array_add(ov, NULL);
-  GError *error = NULL;
-  PsExperiment *e = ps_experiment_load(path, (const char *const *)ov->pdata, &error);
-  g_assert_no_error(error);
-  g_assert_nonnull(e);
+  PsExperiment *e = experiment_load(path, (const char *const *)ov->pdata);
   g_ptr_array_free(ov, TRUE);
   return e;
 }
@@ -121,12 +120,7 @@ static PsExperiment *loadv(const char *first, ...)
 
 static PsSummary run_exp(const PsExperiment *e)
 {
-  PsSummary s;
-  GError *error = NULL;
-  PsRunOptions opt = {.keep_params = TRUE};
-  gboolean ok = ps_run(e, &opt, &s, &error);
-  g_assert_no_error(error);
-  g_assert_true(ok);
+  PsSummary s = experiment_run(e);
   if (e->numerics.enabled) {
     g_assert_true(s.has_numerics);
     g_assert_nonnull(s.params);
@@ -138,6 +132,15 @@ static PsSummary run_exp(const PsExperiment *e)
   return s;
 }
 
+/* Loads path with the overrides, runs it and frees it. */
+static PsSummary run_va(const char *path, const char *first, va_list ap)
+{
+  PsExperiment *e = load_va(path, first, ap);
+  PsSummary s = run_exp(e);
+  ps_experiment_free(e);
+  return s;
+}
+
 /* Runs the base experiment with overrides; the summary holds device 0's
  * final weights (ps_summary_clear frees them). */
 static PsSummary runv(const char *first, ...) G_GNUC_NULL_TERMINATED;
@@ -145,10 +148,8 @@ static PsSummary runv(const char *first, ...)
 {
   va_list ap;
   va_start(ap, first);
-  PsExperiment *e = load_va(base_path, first, ap);
+  PsSummary s = run_va(base_path, first, ap);
   va_end(ap);
-  PsSummary s = run_exp(e);
-  ps_experiment_free(e);
   return s;
 }
 
@@ -798,10 +799,8 @@ static PsSummary run_path(const char *path, const char *first, ...)
 {
   va_list ap;
   va_start(ap, first);
-  PsExperiment *e = load_va(path, first, ap);
+  PsSummary s = run_va(path, first, ap);
   va_end(ap);
-  PsSummary s = run_exp(e);
-  ps_experiment_free(e);
   return s;
 }
 
@@ -897,10 +896,8 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   if (!g_getenv("PODSIM_DATA_DIR"))
     g_setenv("PODSIM_DATA_DIR", ".", TRUE);
-  tmpdir = g_dir_make_tmp("podsim-test-replicate-XXXXXX", NULL);
-  g_assert_nonnull(tmpdir);
-  base_path = g_build_filename(tmpdir, "replicate.json", NULL);
-  g_assert_true(g_file_set_contents(base_path, base_json, -1, NULL));
+  tmpdir = scratch_dir("podsim-test-replicate");
+  base_path = scratch_write(tmpdir, "replicate.json", base_json);
   g_test_add_func("/replicate/mean-matches-one-replica", test_mean_matches_one);
   g_test_add_func("/replicate/replicas-identical", test_replicas_identical);
   g_test_add_func("/replicate/sum-is-n-times-mean", test_sum_is_n_times_mean);
@@ -909,9 +906,7 @@ int main(int argc, char **argv)
   g_test_add_func("/replicate/overlap-hides-communication", test_overlap_hides_communication);
   g_test_add_func("/replicate/default-replicas-all-devices", test_default_replicas);
   int rc = g_test_run();
-  g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0)
-    g_warning("could not remove %s", tmpdir);
+  scratch_remove(tmpdir);
   g_free(tmpdir);
   g_free(base_path);
   return rc;

@@ -19,6 +19,8 @@
 #include "io/config.h"
 #include "run/run.h"
 #include "run/experiment.h"
+#include "support/experiment.h"
+#include "support/cli.h"
 #include "strategy/strategy-private.h"
 
 
@@ -37,18 +39,7 @@ static char *tmpdir;
 
 static char *write_experiment(const char *name, const char *json)
 {
-  char *path = g_build_filename(tmpdir, name, NULL);
-  g_assert_true(g_file_set_contents(path, json, -1, NULL));
-  return path;
-}
-
-static PsExperiment *load(const char *path, const char *const *ov)
-{
-  GError *error = NULL;
-  PsExperiment *e = ps_experiment_load(path, ov, &error);
-  g_assert_no_error(error);
-  g_assert_nonnull(e);
-  return e;
+  return scratch_write(tmpdir, name, json);
 }
 
 /* Events of one kind on one track, sorted by start time. */
@@ -175,7 +166,7 @@ static void check_default_trace(const char *trace, const PsExperiment *e)
 static void test_default_epoch(void)
 {
   g_autofree char *trace = g_build_filename(tmpdir, "default.json", NULL);
-  PsExperiment *e = load("default", NULL);
+  PsExperiment *e = experiment_load("default", NULL);
   g_assert_cmpint(e->numerics.enabled, ==, TRUE);
   g_assert_cmpint(e->numerics.precision, ==, PS_PRECISION_BF16);
   g_assert_cmpint(e->input.source, ==, PS_SOURCE_FASHION_MNIST);
@@ -210,7 +201,7 @@ static void test_deterministic_trace(void)
   g_autofree char *t2 = g_build_filename(tmpdir, "b.json", NULL);
   PsSummary s1, s2;
   for (int i = 0; i < 2; i++) {
-    PsExperiment *e = load(exp_path, NULL);
+    PsExperiment *e = experiment_load(exp_path, NULL);
     PsRunOptions opt = {.trace_path = i ? t2 : t1};
     GError *error = NULL;
     g_assert_true(ps_run(e, &opt, i ? &s2 : &s1, &error));
@@ -227,7 +218,7 @@ static void test_deterministic_trace(void)
   g_assert_cmpfloat(s1.step_time_s, ==, s2.step_time_s);
   /* a different seed changes the numbers but not the time */
   const char *ov[] = {"numerics.seed=8", NULL};
-  PsExperiment *e = load(exp_path, ov);
+  PsExperiment *e = experiment_load(exp_path, ov);
   PsSummary s3;
   GError *error = NULL;
   g_assert_true(ps_run(e, &(PsRunOptions){0}, &s3, &error));
@@ -244,7 +235,7 @@ static void test_step_time_closed_form(void)
   g_autofree char *exp_path = write_experiment("closed.json", synthetic_json);
   const char *ov[] = {"numerics.enabled=false", "steps=40", "steps_per_run=8",
                       "topology.host.loop_overhead_s=1e-3", NULL};
-  PsExperiment *e = load(exp_path, ov);
+  PsExperiment *e = experiment_load(exp_path, ov);
   const PsTopology *t = e->topology;
   GError *error = NULL;
   PsPlan *plan = ps_run_compile(e, &error);
@@ -338,14 +329,14 @@ static void test_infeed_stall_closed_form(void)
   const char *ov[] = {"numerics.enabled=false", "steps=30", "steps_per_run=10",
                       "input.host_cost_per_example_s=1e-5", "input.workers=4",
                       "topology.host.loop_overhead_s=0", NULL};
-  PsExperiment *e = load(exp_path, ov);
+  PsExperiment *e = experiment_load(exp_path, ov);
   PsSummary fast, slow;
   GError *error = NULL;
   /* the same run with an instant host gives the core's own step time C */
   const char *ov_fast[] = {"numerics.enabled=false", "steps=30", "steps_per_run=10",
                            "input.host_cost_per_example_s=0", "topology.host.loop_overhead_s=0",
                            NULL};
-  PsExperiment *ef = load(exp_path, ov_fast);
+  PsExperiment *ef = experiment_load(exp_path, ov_fast);
   g_assert_true(ps_run(ef, &(PsRunOptions){0}, &fast, &error));
   g_assert_true(ps_run(e, &(PsRunOptions){0}, &slow, &error));
   g_assert_no_error(error);
@@ -380,7 +371,7 @@ static void test_host_call_closed_form(void)
                         "outside_compilation=[{\"after\": \"relu1\", \"kind\": \"histogram\","
                         " \"bins\": 16, \"flops_per_element\": 5}]",
                         NULL};
-  PsExperiment *e0 = load(exp_path, base), *e1 = load(exp_path, with);
+  PsExperiment *e0 = experiment_load(exp_path, base), *e1 = experiment_load(exp_path, with);
   PsSummary s0, s1;
   GError *error = NULL;
   g_assert_true(ps_run(e0, &(PsRunOptions){0}, &s0, &error));
@@ -410,7 +401,7 @@ static void test_host_call_numerics(void)
   g_autofree char *exp_path = write_experiment("calln.json", synthetic_json);
   const char *ov[] = {"steps=3", "outside_compilation=[{\"after\": \"relu1\", \"bins\": 8}]",
                       NULL};
-  PsExperiment *e = load(exp_path, ov);
+  PsExperiment *e = experiment_load(exp_path, ov);
   PsSummary s;
   GError *error = NULL;
   g_assert_true(ps_run(e, &(PsRunOptions){0}, &s, &error));
@@ -447,7 +438,8 @@ static void test_replicas_match_single(void)
                             "strategy.replicas=4", "strategy.loss_reduction=\"sum\"", NULL};
   PsSummary s1, s4, s4s;
   GError *error = NULL;
-  PsExperiment *e1 = load(exp_path, one), *e4 = load(exp_path, four), *e4s = load(exp_path, four_sum);
+  PsExperiment *e1 = experiment_load(exp_path, one), *e4 = experiment_load(exp_path, four),
+               *e4s = experiment_load(exp_path, four_sum);
   g_assert_true(ps_run(e1, &(PsRunOptions){0}, &s1, &error));
   g_assert_true(ps_run(e4, &(PsRunOptions){0}, &s4, &error));
   g_assert_true(ps_run(e4s, &(PsRunOptions){0}, &s4s, &error));
@@ -520,7 +512,7 @@ static void test_trace_estimate(void)
   };
   g_autofree char *path = g_build_filename(tmpdir, "estimate.json", NULL);
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
-    PsExperiment *e = load(cases[i].name, cases[i].ov);
+    PsExperiment *e = experiment_load(cases[i].name, cases[i].ov);
     PsRunOptions opt = {.trace_path = path, .trace_links = cases[i].links};
     PsSummary s;
     GError *error = NULL;
@@ -548,7 +540,7 @@ static void test_trace_waiting_for_peers(void)
 {
   g_autofree char *path = g_build_filename(tmpdir, "peers.json", NULL);
   const char *const ov[] = {"steps=1", "steps_per_run=1", NULL};
-  PsExperiment *e = load("resnet50-v3-8", ov);
+  PsExperiment *e = experiment_load("resnet50-v3-8", ov);
   PsRunOptions opt = {.trace_path = path};
   PsSummary s;
   GError *error = NULL;
@@ -617,8 +609,7 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   if (!g_getenv("PODSIM_DATA_DIR"))
     g_setenv("PODSIM_DATA_DIR", ".", TRUE);
-  tmpdir = g_dir_make_tmp("podsim-test-run-XXXXXX", NULL);
-  g_assert_nonnull(tmpdir);
+  tmpdir = scratch_dir("podsim-test-run");
   g_test_add_func("/run/step-time/closed-form", test_step_time_closed_form);
   g_test_add_func("/run/cost/mxu-padding", test_mxu_padding);
   g_test_add_func("/run/infeed/stall-closed-form", test_infeed_stall_closed_form);
@@ -634,9 +625,7 @@ int main(int argc, char **argv)
   if (g_test_thorough())
     g_test_add_func("/run/default/cnn-data-parallel-epoch", test_default_epoch);
   int rc = g_test_run();
-  g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0)
-    g_warning("could not remove %s", tmpdir);
+  scratch_remove(tmpdir);
   g_free(tmpdir);
   return rc;
 }

@@ -82,16 +82,25 @@ static double run_step_time(const char *batch, const char *topology)
   return s;
 }
 
+/* Runs the 2x2 sweep (global_batch x topology) into csv, asserting it
+ * exits 0; its stderr.  (transfer full) */
+static char *sweep_grid(const char *csv)
+{
+  char *out = NULL, *err = NULL;
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+                      "global_batch=128,256", "--vary", "topology=tpu-v3-8,tpu-v3-32", "--out",
+                      csv, NULL), ==, 0);
+  g_free(out);
+  return err;
+}
+
 /* A 2x2 sweep: 4 rows, each step time that of a direct run of its point,
  * wall-clock fields left out, a progress line per point on stderr. */
 static void test_grid_matches_runs(void)
 {
   char *dir = scratch_dir("podsim-sweep");
   g_autofree char *csv = g_build_filename(dir, "grid.csv", NULL);
-  g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
-                      "global_batch=128,256", "--vary", "topology=tpu-v3-8,tpu-v3-32", "--out",
-                      csv, NULL), ==, 0);
+  g_autofree char *err = sweep_grid(csv);
   g_assert_cmpuint(count(err, "sweep: ["), ==, 4);
   g_autofree char *text = slurp(csv);
   g_auto(GStrv) lines = lines_of(text);
@@ -250,14 +259,10 @@ static void test_usage_errors(void)
 /* Re-runs the 2x2 sweep into csv; its stderr.  (transfer full) */
 static char *sweep_again(const char *csv, const char *expect_in_err, guint expect_runs)
 {
-  char *out = NULL, *err = NULL;
-  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
-                      "global_batch=128,256", "--vary", "topology=tpu-v3-8,tpu-v3-32", "--out",
-                      csv, NULL), ==, 0);
+  char *err = sweep_grid(csv);
   g_test_message("%s", err);
   g_assert_nonnull(strstr(err, expect_in_err));
   g_assert_cmpuint(count(err, "sweep: ["), ==, expect_runs);
-  g_free(out);
   return err;
 }
 
@@ -268,9 +273,7 @@ static void test_resume(void)
   char *dir = scratch_dir("podsim-sweep");
   g_autofree char *csv = g_build_filename(dir, "resume.csv", NULL);
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
-                      "global_batch=128,256", "--vary", "topology=tpu-v3-8,tpu-v3-32", "--out",
-                      csv, NULL), ==, 0);
+  g_free(sweep_grid(csv));
   g_autofree char *full = slurp(csv);
   size_t len = strlen(full);
   const char *last = g_strrstr_len(full, (gssize)len - 1, "\n") + 1;

@@ -8,6 +8,8 @@
  * close, byte-identical output for identical calls. */
 #include "io/trace.h"
 
+#include "support/cli.h"
+
 #include <glib/gstdio.h>
 #include <json-c/json.h>
 #include <float.h>
@@ -17,61 +19,16 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-typedef struct {
-  char *dir;
-  char *path;
-} Fixture;
+typedef ScratchFile Fixture;
 
 static void fixture_setup(Fixture *fx, gconstpointer data)
 {
-  GError *error = NULL;
-  fx->dir = g_dir_make_tmp("podsim-trace-XXXXXX", &error);
-  g_assert_no_error(error);
-  fx->path = g_build_filename(fx->dir, "run.json", NULL);
-}
-
-static void remove_all(const char *dir)
-{
-  GDir *d = g_dir_open(dir, 0, NULL);
-  if (!d)
-    return;
-  const char *name;
-  while ((name = g_dir_read_name(d))) {
-    g_autofree char *p = g_build_filename(dir, name, NULL);
-    g_unlink(p);
-  }
-  g_dir_close(d);
-  g_rmdir(dir);
+  scratch_file_init(fx, "podsim-trace", "run.json");
 }
 
 static void fixture_teardown(Fixture *fx, gconstpointer data)
 {
-  remove_all(fx->dir);
-  g_free(fx->dir);
-  g_free(fx->path);
-}
-
-/* Names of the entries of dir, sorted, as one comma-separated string. */
-/* g_ptr_array_sort passes pointers to the elements */
-static gint cmp_names(gconstpointer a, gconstpointer b)
-{
-  return g_strcmp0(*(const char *const *)a, *(const char *const *)b);
-}
-
-static char *list_dir(const char *dir)
-{
-  GDir *d = g_dir_open(dir, 0, NULL);
-  g_assert_nonnull(d);
-  GPtrArray *names = g_ptr_array_new_with_free_func(g_free);
-  const char *name;
-  while ((name = g_dir_read_name(d)))
-    g_ptr_array_add(names, g_strdup(name));
-  g_dir_close(d);
-  g_ptr_array_sort(names, cmp_names);
-  g_ptr_array_add(names, NULL);
-  char *joined = g_strjoinv(",", (char **)names->pdata);
-  g_ptr_array_free(names, TRUE);
-  return joined;
+  scratch_file_clear(fx);
 }
 
 /* ps to the nearest whole nanosecond, halves up. */
@@ -433,12 +390,12 @@ static void test_temporary(Fixture *fx, gconstpointer data)
   write_sample(t);
   /* Before close: only "run.json.tmp-XXXXXX", never "run.json". */
   g_assert_false(g_file_test(fx->path, G_FILE_TEST_EXISTS));
-  g_autofree char *before = list_dir(fx->dir);
+  g_autofree char *before = scratch_list(fx->dir);
   g_assert_true(g_str_has_prefix(before, "run.json.tmp-"));
   g_assert_cmpuint(strlen(before), ==, strlen("run.json.tmp-XXXXXX"));
   g_assert_true(ps_trace_close(t, &error));
   g_assert_no_error(error);
-  g_autofree char *after = list_dir(fx->dir);
+  g_autofree char *after = scratch_list(fx->dir);
   g_assert_cmpstr(after, ==, "run.json");
   /* An ordinary file for the umask, not mkstemp's private 0600. */
   GStatBuf st;
@@ -470,7 +427,7 @@ static void test_replace_existing(Fixture *fx, gconstpointer data)
   json_object *root = read_trace(fx->path, &n);
   g_assert_cmpuint(n, ==, 14);
   json_object_put(root);
-  g_autofree char *listing = list_dir(fx->dir);
+  g_autofree char *listing = scratch_list(fx->dir);
   g_assert_cmpstr(listing, ==, "run.json");
 }
 
@@ -481,7 +438,7 @@ static void test_abort(Fixture *fx, gconstpointer data)
   g_assert_no_error(error);
   write_sample(t);
   ps_trace_abort(t);
-  g_autofree char *listing = list_dir(fx->dir);
+  g_autofree char *listing = scratch_list(fx->dir);
   g_assert_cmpstr(listing, ==, "");
 }
 
@@ -495,7 +452,7 @@ static void test_missing_dir(Fixture *fx, gconstpointer data)
   g_assert_nonnull(strstr(error->message, bad));
   g_assert_nonnull(strstr(error->message, g_strerror(ENOENT)));
   g_clear_error(&error);
-  g_autofree char *listing = list_dir(fx->dir);
+  g_autofree char *listing = scratch_list(fx->dir);
   g_assert_cmpstr(listing, ==, "");
 }
 
@@ -514,7 +471,7 @@ static void test_rename_fails(Fixture *fx, gconstpointer data)
   g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE);
   g_assert_nonnull(strstr(error->message, fx->path));
   g_clear_error(&error);
-  g_autofree char *listing = list_dir(fx->dir);
+  g_autofree char *listing = scratch_list(fx->dir);
   g_assert_cmpstr(listing, ==, "run.json");
   g_assert_true(g_file_test(fx->path, G_FILE_TEST_IS_DIR));
   g_unlink(inner);
@@ -542,7 +499,7 @@ static void test_write_error(Fixture *fx, gconstpointer data)
     g_assert_nonnull(strstr(error->message, fx->path));
     g_assert_nonnull(strstr(error->message, g_strerror(EFBIG)));
     g_clear_error(&error);
-    g_autofree char *listing = list_dir(fx->dir);
+    g_autofree char *listing = scratch_list(fx->dir);
     g_assert_cmpstr(listing, ==, "");
     return;
   }
@@ -554,7 +511,7 @@ static void test_negative_time(Fixture *fx, gconstpointer data)
 {
   if (g_test_subprocess()) {
     PsTrace *t = ps_trace_open(fx->path, NULL);
-    remove_all(fx->dir); /* the crash below skips the teardown */
+    scratch_remove(fx->dir); /* the crash below skips the teardown */
     ps_trace_complete(t, 1, 1, "op", NULL, -1, 5, NULL);
     return;
   }
@@ -567,7 +524,7 @@ static void test_negative_duration(Fixture *fx, gconstpointer data)
 {
   if (g_test_subprocess()) {
     PsTrace *t = ps_trace_open(fx->path, NULL);
-    remove_all(fx->dir); /* the crash below skips the teardown */
+    scratch_remove(fx->dir); /* the crash below skips the teardown */
     ps_trace_complete(t, 1, 1, "op", NULL, 10, -1, NULL);
     return;
   }

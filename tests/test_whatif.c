@@ -68,6 +68,8 @@
 #include "io/config.h"
 #include "run/run.h"
 #include "run/experiment.h"
+#include "support/experiment.h"
+#include "support/network.h"
 
 #include <glib/gstdio.h>
 #include <math.h>
@@ -82,15 +84,6 @@
 #define RING_OVERRIDES                                                                     \
   "topology.torus.dims=[8]", "topology.torus.wrap=[true]", "topology.chip.megacore=true", \
       "strategy.weight_update_sharding=false", "collective.algorithm=ring"
-
-static PsExperiment *load(const char *path, const char *const *ov)
-{
-  GError *error = NULL;
-  PsExperiment *e = ps_experiment_load(path, ov, &error);
-  g_assert_no_error(error);
-  g_assert_nonnull(e);
-  return e;
-}
 
 /* Serialization of `bytes` on a link of bw bytes/s, rounded to the
  * picosecond as network.h says. */
@@ -203,7 +196,7 @@ static void test_delay_ring(void)
   const char *base_ov[] = {RING_OVERRIDES, NULL};
   const char *slow_ov[] = {RING_OVERRIDES, "faults.stragglers=[{\"device\":3,\"delay_s\":0.002}]",
                            NULL};
-  PsExperiment *e0 = load(FIXTURE, base_ov), *e1 = load(FIXTURE, slow_ov);
+  PsExperiment *e0 = experiment_load(FIXTURE, base_ov), *e1 = experiment_load(FIXTURE, slow_ov);
   g_assert_cmpint(e1->faults.n_stragglers, ==, 1);
   g_assert_cmpint(e1->faults.stragglers[0].device, ==, STRAGGLER);
   g_assert_cmpfloat(e1->faults.stragglers[0].delay_s, ==, d_s);
@@ -253,7 +246,7 @@ static void test_delay_v3_8(void)
   const char *base_ov[] = {TORUS, NULL};
   const char *slow_ov[] = {"faults.stragglers=[{\"device\":3,\"delay_s\":\"2ms\"}]", TORUS,
                            NULL};
-  PsExperiment *e0 = load(FIXTURE, base_ov), *e1 = load(FIXTURE, slow_ov);
+  PsExperiment *e0 = experiment_load(FIXTURE, base_ov), *e1 = experiment_load(FIXTURE, slow_ov);
   Obs o0, o1;
   obs_run(e0, &o0);
   obs_run(e1, &o1);
@@ -280,14 +273,14 @@ static PsExperiment *with_slowdown(double f)
   g_autofree char *s =
       g_strdup_printf("faults.stragglers=[{\"device\":%d,\"slowdown\":%g}]", STRAGGLER, f);
   const char *ov[] = {s, TORUS, NULL};
-  return load(FIXTURE, ov);
+  return experiment_load(FIXTURE, ov);
 }
 
 static void test_slowdown(void)
 {
   const double f = 1.5;
   const char *base_ov[] = {TORUS, NULL};
-  PsExperiment *e0 = load(FIXTURE, base_ov), *e1 = with_slowdown(f);
+  PsExperiment *e0 = experiment_load(FIXTURE, base_ov), *e1 = with_slowdown(f);
   Obs o0, o1;
   obs_run(e0, &o0);
   obs_run(e1, &o1);
@@ -341,7 +334,7 @@ static void test_slowdown(void)
 static void test_slow_host(void)
 {
   const char *ov[] = {"faults.slow_hosts=[{\"host\":0,\"slowdown\":2}]", NULL};
-  PsExperiment *e0 = load(INFEED_BOUND, NULL), *e1 = load(INFEED_BOUND, ov);
+  PsExperiment *e0 = experiment_load(INFEED_BOUND, NULL), *e1 = experiment_load(INFEED_BOUND, ov);
   g_assert_cmpint(e1->faults.n_slow_hosts, ==, 1);
   g_assert_cmpint(ps_topology_hosts(e1->topology), ==, 1);
   const PsInputConfig *in = &e0->input;
@@ -368,27 +361,17 @@ static void test_slow_host(void)
 #define CHUNK (64 * 1024)
 #define CHUNKS 4 /* per ring step's message */
 
-typedef struct {
-  PsTopology *topo;
-  PsEngine *engine;
-  PsNetwork *net;
-} Net;
+typedef NetFix Net;
 
 static void net_init(Net *n, const char *spec, const char *override)
 {
   const char *ov[] = {override, NULL};
-  GError *error = NULL;
-  n->topo = ps_network_shorthand(spec, ov, &error);
-  g_assert_no_error(error);
-  n->engine = ps_engine_new();
-  n->net = ps_network_new(n->engine, n->topo, CHUNK);
+  netfix_init(n, shorthand_topology(spec, ov), CHUNK);
 }
 
 static void net_clear(Net *n)
 {
-  ps_network_free(n->net);
-  ps_engine_free(n->engine);
-  ps_topology_free(n->topo);
+  netfix_clear(n);
 }
 
 static void on_done(void *ctx, int member, ps_time_t t)
@@ -585,7 +568,7 @@ static void test_failed_link_run(void)
   const char *ov[] = {RING_OVERRIDES,
                       "faults.links=[{\"chip\":2,\"dim\":0,\"dir\":\"+\",\"failed\":true}]",
                       NULL};
-  PsExperiment *e0 = load(FIXTURE, base_ov), *e = load(FIXTURE, ov);
+  PsExperiment *e0 = experiment_load(FIXTURE, base_ov), *e = experiment_load(FIXTURE, ov);
   g_assert_cmpint(e->faults.n_links, ==, 1);
   g_assert_cmpfloat(e->faults.links[0].bandwidth_factor, ==, 0.0);
   GError *error = NULL;
@@ -733,7 +716,7 @@ static void test_config_errors(void)
                             "faults.links=[{\"chip\":2,\"dim\":0,\"dir\":\"+\","
                             "\"both_ways\":true,\"failed\":true}]",
                             NULL};
-  PsExperiment *e = load(FIXTURE, cable_ov);
+  PsExperiment *e = experiment_load(FIXTURE, cable_ov);
   g_assert_true(e->faults.links[0].both_ways);
   ps_experiment_free(e);
 }
@@ -746,7 +729,7 @@ static void test_config_override(void)
                       "faults.stragglers[0].delay_s=1ms",
                       "faults.links=[{\"chip\":0,\"dim\":1,\"dir\":\"+\",\"bandwidth_factor\":0.5}]",
                       NULL};
-  PsExperiment *e = load(FIXTURE, ov);
+  PsExperiment *e = experiment_load(FIXTURE, ov);
   g_assert_cmpint(e->faults.n_stragglers, ==, 1);
   g_assert_cmpint(e->faults.stragglers[0].device, ==, 3);
   g_assert_cmpfloat(e->faults.stragglers[0].slowdown, ==, 1.5);
@@ -759,7 +742,7 @@ static void test_config_override(void)
   g_autofree char *dir = g_dir_make_tmp("podsim-test-whatif-XXXXXX", NULL);
   g_autofree char *path = g_build_filename(dir, "resolved.json", NULL);
   g_assert_cmpint(json_object_to_file(path, e->resolved), ==, 0);
-  PsExperiment *again = load(path, NULL);
+  PsExperiment *again = experiment_load(path, NULL);
   g_assert_cmpint(again->faults.n_stragglers, ==, 1);
   g_assert_cmpfloat(again->faults.stragglers[0].delay_s, ==, 1e-3);
   g_assert_cmpfloat(again->faults.links[0].bandwidth_factor, ==, 0.5);
@@ -768,7 +751,7 @@ static void test_config_override(void)
   g_rmdir(dir);
   ps_experiment_free(e);
   /* without faults, nothing changes in the resolved tree */
-  e = load(FIXTURE, NULL);
+  e = experiment_load(FIXTURE, NULL);
   g_assert_false(json_object_object_get_ex(e->resolved, "faults", NULL));
   ps_experiment_free(e);
 }

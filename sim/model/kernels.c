@@ -848,31 +848,33 @@ size_t ps_attention_workspace(const PsAttnShape *s)
 }
 
 /* Rows (batch seq, parts x dim) <-> head-major blocks (example, part, head:
- * seq x dh). */
-static void split_heads(const float *rows, float *heads, int batch, int seq, int n_heads,
-                        int dh, int parts)
+ * seq x dh): copies src, rows when from_rows and blocks otherwise, into dst,
+ * the other layout. */
+static void copy_heads(const float *src, float *dst, int batch, int seq, int n_heads, int dh,
+                       int parts, gboolean from_rows)
 {
   const size_t width = (size_t)parts * n_heads * dh;
   for (int b = 0; b < batch; b++)
     for (int i = 0; i < seq; i++)
       for (int t = 0; t < parts; t++)
-        for (int h = 0; h < n_heads; h++)
-          memcpy(heads + ((((size_t)b * parts + t) * n_heads + h) * seq + i) * dh,
-                 rows + ((size_t)b * seq + i) * width + ((size_t)t * n_heads + h) * dh,
-                 (size_t)dh * sizeof *rows);
+        for (int h = 0; h < n_heads; h++) {
+          size_t row = ((size_t)b * seq + i) * width + ((size_t)t * n_heads + h) * dh;
+          size_t head = ((((size_t)b * parts + t) * n_heads + h) * seq + i) * dh;
+          memcpy(dst + (from_rows ? head : row), src + (from_rows ? row : head),
+                 (size_t)dh * sizeof *src);
+        }
+}
+
+static void split_heads(const float *rows, float *heads, int batch, int seq, int n_heads,
+                        int dh, int parts)
+{
+  copy_heads(rows, heads, batch, seq, n_heads, dh, parts, TRUE);
 }
 
 static void merge_heads(const float *heads, float *rows, int batch, int seq, int n_heads,
                         int dh, int parts)
 {
-  const size_t width = (size_t)parts * n_heads * dh;
-  for (int b = 0; b < batch; b++)
-    for (int i = 0; i < seq; i++)
-      for (int t = 0; t < parts; t++)
-        for (int h = 0; h < n_heads; h++)
-          memcpy(rows + ((size_t)b * seq + i) * width + ((size_t)t * n_heads + h) * dh,
-                 heads + ((((size_t)b * parts + t) * n_heads + h) * seq + i) * dh,
-                 (size_t)dh * sizeof *rows);
+  copy_heads(heads, rows, batch, seq, n_heads, dh, parts, FALSE);
 }
 
 /* Row-wise softmax of scale * scores in place (max subtracted first); a

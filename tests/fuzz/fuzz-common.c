@@ -1,8 +1,12 @@
 /* fuzz-common.c: setup shared by the harnesses (see fuzz-common.h).
  *
  * Invariant: the scratch directory is made once per process and removed
- * at exit; nothing here allocates per input except ps_fuzz_text. */
+ * at exit; nothing here allocates per input except ps_fuzz_text and
+ * ps_fuzz_json. */
 #include "fuzz-common.h"
+
+#include "common/common.h"
+#include "common/json.h"
 
 #include <glib/gstdio.h>
 #include <stdlib.h>
@@ -79,4 +83,24 @@ char *ps_fuzz_text(const uint8_t *data, size_t size)
     memcpy(s, data, size);
   s[size] = '\0';
   return s;
+}
+
+json_object *ps_fuzz_json(const uint8_t *data, size_t size, const char *file)
+{
+  g_autofree char *text = ps_fuzz_text(data, size);
+  GError *err = NULL;
+  json_object *obj = ps_json_parse(text, file, &err);
+  if (!obj) {
+    g_assert_nonnull(err);
+    g_clear_error(&err);
+  }
+  return obj;
+}
+
+void ps_fuzz_refused(GError **err)
+{
+  g_assert_nonnull(*err);
+  g_assert_true((*err)->domain == PS_INPUT_ERROR);
+  g_assert_nonnull((*err)->message);
+  g_clear_error(err);
 }

@@ -9,6 +9,7 @@
 #define PS_FUZZ_COMMON_H
 
 #include <glib.h>
+#include <json-c/json.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,5 +32,13 @@ const char *ps_fuzz_scratch(void);
 
 /* data[0..size) as a NUL-terminated string.  (transfer full) */
 char *ps_fuzz_text(const uint8_t *data, size_t size);
+
+/* data[0..size) parsed by ps_json_parse as the file named file, or NULL
+ * when it is not JSON (the error checked and dropped).  (transfer full) */
+json_object *ps_fuzz_json(const uint8_t *data, size_t size, const char *file);
+
+/* Checks that *err is set, in PS_INPUT_ERROR and has a message, as a
+ * refused input's error must, then clears it. */
+void ps_fuzz_refused(GError **err);
 
 #endif

@@ -36,18 +36,24 @@ int podsim_spawn(const char *const *argv, char **out, char **err)
   return g_spawn_check_wait_status(status, NULL) ? 0 : WEXITSTATUS(status);
 }
 
-int podsim_run(char **out, char **err, ...)
+int podsim_run_va(char **out, char **err, va_list args)
 {
   GPtrArray *argv = g_ptr_array_new();
   g_ptr_array_add(argv, (gpointer)podsim_path());
-  va_list ap;
-  va_start(ap, err);
-  for (const char *a; (a = va_arg(ap, const char *));)
+  for (const char *a; (a = va_arg(args, const char *));)
     g_ptr_array_add(argv, (gpointer)a);
-  va_end(ap);
   g_ptr_array_add(argv, NULL);
   int status = podsim_spawn((const char *const *)argv->pdata, out, err);
   g_ptr_array_free(argv, TRUE);
+  return status;
+}
+
+int podsim_run(char **out, char **err, ...)
+{
+  va_list ap;
+  va_start(ap, err);
+  int status = podsim_run_va(out, err, ap);
+  va_end(ap);
   return status;
 }
 
@@ -73,6 +79,56 @@ void scratch_clear(char *dir)
   g_free(dir);
 }
 
+void scratch_remove(const char *dir)
+{
+  GDir *d = g_dir_open(dir, 0, NULL);
+  if (!d)
+    return;
+  for (const char *n; (n = g_dir_read_name(d));) {
+    g_autofree char *p = g_build_filename(dir, n, NULL);
+    if (g_file_test(p, G_FILE_TEST_IS_DIR))
+      scratch_remove(p);
+    else
+      g_unlink(p);
+  }
+  g_dir_close(d);
+  g_rmdir(dir);
+}
+
+/* g_ptr_array_sort passes pointers to the elements. */
+static gint compare_names(gconstpointer a, gconstpointer b)
+{
+  return g_strcmp0(*(char *const *)a, *(char *const *)b);
+}
+
+char *scratch_list(const char *dir)
+{
+  GDir *d = g_dir_open(dir, 0, NULL);
+  g_assert_nonnull(d);
+  GPtrArray *names = g_ptr_array_new_with_free_func(g_free);
+  for (const char *n; (n = g_dir_read_name(d));)
+    g_ptr_array_add(names, g_strdup(n));
+  g_dir_close(d);
+  g_ptr_array_sort(names, compare_names);
+  g_ptr_array_add(names, NULL);
+  char *joined = g_strjoinv(",", (char **)names->pdata);
+  g_ptr_array_free(names, TRUE);
+  return joined;
+}
+
+void scratch_file_init(ScratchFile *fx, const char *prefix, const char *name)
+{
+  fx->dir = scratch_dir(prefix);
+  fx->path = g_build_filename(fx->dir, name, NULL);
+}
+
+void scratch_file_clear(ScratchFile *fx)
+{
+  scratch_remove(fx->dir);
+  g_free(fx->dir);
+  g_free(fx->path);
+}
+
 char *slurp(const char *path)
 {
   char *text = NULL;
@@ -87,4 +143,11 @@ void spew(const char *path, const char *text)
   GError *error = NULL;
   g_assert_true(g_file_set_contents(path, text, -1, &error));
   g_assert_no_error(error);
+}
+
+char *scratch_write(const char *dir, const char *name, const char *text)
+{
+  char *path = g_build_filename(dir, name, NULL);
+  spew(path, text);
+  return path;
 }

@@ -153,6 +153,18 @@ PsModel *make_cnn_flat(void)
 
 
 
+void fixture_batch(Fixture *f, int batch, GRand *r)
+{
+  f->batch = batch;
+  f->in_elems = (size_t)elems(f->model->in_shape, f->model->in_rank);
+  f->x = g_new(float, f->in_elems * batch);
+  f->labels = g_new(int32_t, batch);
+  for (size_t i = 0; i < f->in_elems * batch; i++)
+    f->x[i] = (float)g_rand_double_range(r, -1, 1);
+  for (int b = 0; b < batch; b++)
+    f->labels[b] = g_rand_int_range(r, 0, (gint32)f->model->classes);
+}
+
 void fixture_init(Fixture *f, MakeModel make, int batch, int max_batch, PsPrecision prec,
                   uint64_t seed)
 {
@@ -161,15 +173,8 @@ void fixture_init(Fixture *f, MakeModel make, int batch, int max_batch, PsPrecis
   f->net = ps_net_new(f->model, max_batch, prec, seed, &error);
   g_assert_no_error(error);
   g_assert_nonnull(f->net);
-  f->batch = batch;
-  f->in_elems = (size_t)elems(f->model->in_shape, f->model->in_rank);
-  f->x = g_new(float, f->in_elems * batch);
-  f->labels = g_new(int32_t, batch);
   GRand *r = g_rand_new_with_seed((guint32)seed + 1000);
-  for (size_t i = 0; i < f->in_elems * batch; i++)
-    f->x[i] = (float)g_rand_double_range(r, -1, 1);
-  for (int b = 0; b < batch; b++)
-    f->labels[b] = g_rand_int_range(r, 0, (gint32)f->model->classes);
+  fixture_batch(f, batch, r);
   /* Non-zero biases, so their gradients and wiring are exercised too. */
   float *p = ps_net_params(f->net);
   for (int i = 0; i < f->model->n_layers; i++) {

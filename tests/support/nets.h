@@ -47,6 +47,9 @@ PsModel *make_cnn_flat(void);
 void fixture_init(Fixture *f, MakeModel make, int batch, int max_batch, PsPrecision prec,
                   uint64_t seed);
 void fixture_clear(Fixture *f);
+/* Allocates the fixture's batch of f->model's input and draws it from r:
+ * inputs uniform in [-1, 1], then labels. */
+void fixture_batch(Fixture *f, int batch, GRand *r);
 /* The net's loss on the fixture's batch. */
 double net_loss_at(Fixture *f);
 /* Zeroes the gradients and runs forward and backward on the batch. */

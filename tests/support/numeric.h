@@ -29,6 +29,16 @@ static inline double *to_double(const float *a, size_t n)
   return d;
 }
 
+/* The objective sum_i r[i] y[i] the finite-difference checks take the
+ * gradient of, in index order. */
+static inline double weighted_sum(const double *r, const double *y, size_t n)
+{
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++)
+    s += r[i] * y[i];
+  return s;
+}
+
 static inline double max_abs(const double *a, size_t n)
 {
   double m = 0.0;

@@ -1,0 +1,32 @@
+/* experiment.c: loading and running experiments in tests (see
+ * experiment.h). */
+#include "experiment.h"
+
+PsTopology *topology_load(const char *name_or_path, const char *const *ov)
+{
+  GError *error = NULL;
+  PsTopology *t = ps_topology_load(name_or_path, ov, &error);
+  g_assert_no_error(error);
+  g_assert_nonnull(t);
+  return t;
+}
+
+PsExperiment *experiment_load(const char *path, const char *const *ov)
+{
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load(path, ov, &error);
+  g_assert_no_error(error);
+  g_assert_nonnull(e);
+  return e;
+}
+
+PsSummary experiment_run(const PsExperiment *e)
+{
+  PsSummary s;
+  GError *error = NULL;
+  PsRunOptions opt = {.keep_params = TRUE};
+  gboolean ok = ps_run(e, &opt, &s, &error);
+  g_assert_no_error(error);
+  g_assert_true(ok);
+  return s;
+}

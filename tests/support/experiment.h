@@ -1,0 +1,21 @@
+/* experiment.h: what the tests that load topologies and load and run whole
+ * experiments share: loads and a run that fail the test on any error.
+ * Invariant: a value returned here is valid; an error never reaches the
+ * caller. */
+#ifndef PS_TEST_SUPPORT_EXPERIMENT_H
+#define PS_TEST_SUPPORT_EXPERIMENT_H
+
+#include "run/experiment.h"
+#include "run/run.h"
+
+/* The topology name_or_path with the overrides ov (NULL-terminated; NULL
+ * for none), asserting it loads.  (transfer full) */
+PsTopology *topology_load(const char *name_or_path, const char *const *ov);
+/* The experiment file path with the overrides ov (NULL-terminated; NULL
+ * for none), asserting it loads.  (transfer full) */
+PsExperiment *experiment_load(const char *path, const char *const *ov);
+/* Runs e keeping device 0's final weights, asserting the run succeeds
+ * (ps_summary_clear frees the summary). */
+PsSummary experiment_run(const PsExperiment *e);
+
+#endif
