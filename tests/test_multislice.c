@@ -165,8 +165,8 @@ static void test_topology(void)
       ps_network_link_info(n.net, ps_geometry_dcn_link(g, PS_LINK_DCN_LEAF_UP, 0), &leaf));
   g_assert_cmpfloat_with_epsilon(nic.bandwidth_Bps, 12.5e9, 1);
   g_assert_cmpfloat_with_epsilon(leaf.bandwidth_Bps, 8 * 12.5e9, 1);
-  g_assert_cmpint(nic.host, ==, 1);
-  g_assert_cmpint(leaf.leaf, ==, 0);
+  g_assert_cmpint(nic.ends.host, ==, 1);
+  g_assert_cmpint(leaf.ends.leaf, ==, 0);
   net_clear(&one);
   net_clear(&n);
 }

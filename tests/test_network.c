@@ -70,14 +70,14 @@ static void test_numbering(void)
   int dims[3] = {4, 3, 2}, n = 0;
   for (int l = 0; l < ps_network_n_links(f.net); l++) {
     PsLinkInfo info;
-    if (!ps_network_link_info(f.net, l, &info) || info.kind != PS_LINK_ICI)
+    if (!ps_network_link_info(f.net, l, &info) || info.ends.kind != PS_LINK_ICI)
       continue;
     n++;
     int a[PS_MAX_DIMS], b[PS_MAX_DIMS];
-    ps_network_chip_coords(f.net, info.chip, a);
-    ps_network_chip_coords(f.net, info.to_chip, b);
+    ps_network_chip_coords(f.net, info.ends.chip, a);
+    ps_network_chip_coords(f.net, info.ends.to_chip, b);
     for (int d = 0; d < 3; d++) {
-      int want = d == info.dim ? (a[d] + info.dir + dims[d]) % dims[d] : a[d];
+      int want = d == info.ends.dim ? (a[d] + info.ends.dir + dims[d]) % dims[d] : a[d];
       g_assert_cmpint(b[d], ==, want);
     }
   }
@@ -89,7 +89,7 @@ static void test_numbering(void)
   n = 0;
   for (int l = 0; l < ps_network_n_links(f.net); l++) {
     PsLinkInfo info;
-    if (ps_network_link_info(f.net, l, &info) && info.kind == PS_LINK_ICI)
+    if (ps_network_link_info(f.net, l, &info) && info.ends.kind == PS_LINK_ICI)
       n++;
   }
   g_assert_cmpint(n, ==, 2 * (3 * 3 + 4 * 2)); /* both directions of 3x3 x-edges, 4x2 y-edges */
@@ -108,7 +108,7 @@ static void test_twist(void)
   int l = ps_network_ici_link(f.net, ps_network_chip_at(f.net, a), 0, +1);
   PsLinkInfo info;
   g_assert_true(ps_network_link_info(f.net, l, &info));
-  ps_network_chip_coords(f.net, info.to_chip, b);
+  ps_network_chip_coords(f.net, info.ends.to_chip, b);
   g_assert_cmpint(b[0], ==, 0);
   g_assert_cmpint(b[1], ==, 1);
   g_assert_cmpint(b[2], ==, 6);
@@ -116,14 +116,14 @@ static void test_twist(void)
   a[0] = 1;
   l = ps_network_ici_link(f.net, ps_network_chip_at(f.net, a), 0, +1);
   ps_network_link_info(f.net, l, &info);
-  ps_network_chip_coords(f.net, info.to_chip, b);
+  ps_network_chip_coords(f.net, info.ends.to_chip, b);
   g_assert_cmpint(b[0], ==, 2);
   g_assert_cmpint(b[2], ==, 2);
   /* the long dimension's own wrap is plain */
   a[2] = 7;
   l = ps_network_ici_link(f.net, ps_network_chip_at(f.net, a), 2, +1);
   ps_network_link_info(f.net, l, &info);
-  ps_network_chip_coords(f.net, info.to_chip, b);
+  ps_network_chip_coords(f.net, info.ends.to_chip, b);
   g_assert_cmpint(b[0], ==, 1);
   g_assert_cmpint(b[2], ==, 0);
   netfix_clear(&f);
@@ -133,7 +133,7 @@ static void test_twist(void)
   int c[PS_MAX_DIMS] = {0, 1, 5};
   l = ps_network_ici_link(f.net, ps_network_chip_at(f.net, c), 0, -1);
   ps_network_link_info(f.net, l, &info);
-  ps_network_chip_coords(f.net, info.to_chip, b);
+  ps_network_chip_coords(f.net, info.ends.to_chip, b);
   g_assert_cmpint(b[0], ==, 3);
   g_assert_cmpint(b[1], ==, 5);
   g_assert_cmpint(b[2], ==, 1);
@@ -173,8 +173,8 @@ static void check_routes_shortest(const char *spec, const char *o1, const char *
     adj[c] = g_new(int, 6);
   for (int l = 0; l < ps_network_n_links(f.net); l++) {
     PsLinkInfo info;
-    if (ps_network_link_info(f.net, l, &info) && info.kind == PS_LINK_ICI)
-      adj[info.chip][deg[info.chip]++] = info.to_chip;
+    if (ps_network_link_info(f.net, l, &info) && info.ends.kind == PS_LINK_ICI)
+      adj[info.ends.chip][deg[info.ends.chip]++] = info.ends.to_chip;
   }
   int *dist = g_new(int, chips), route[256];
   for (int s = 0; s < chips; s++) {
@@ -188,10 +188,10 @@ static void check_routes_shortest(const char *spec, const char *o1, const char *
       for (int i = 0; i < h; i++) {
         PsLinkInfo info;
         g_assert_true(ps_network_link_info(f.net, route[i], &info));
-        g_assert_cmpint(info.chip, ==, cur);
-        g_assert_cmpint(info.dim, >=, last_dim);
-        last_dim = info.dim;
-        cur = info.to_chip;
+        g_assert_cmpint(info.ends.chip, ==, cur);
+        g_assert_cmpint(info.ends.dim, >=, last_dim);
+        last_dim = info.ends.dim;
+        cur = info.ends.to_chip;
       }
       g_assert_cmpint(cur, ==, d);
     }
@@ -227,15 +227,15 @@ static void test_route_ties(void)
   /* 0 -> 3: half-way round from an even coordinate: + direction */
   g_assert_cmpint(ps_network_route(f.net, 0, 3, r, 8), ==, 3);
   ps_network_link_info(f.net, r[0], &info);
-  g_assert_cmpint(info.dir, ==, +1);
+  g_assert_cmpint(info.ends.dir, ==, +1);
   /* 1 -> 4: from an odd coordinate: - direction */
   g_assert_cmpint(ps_network_route(f.net, 1, 4, r, 8), ==, 3);
   ps_network_link_info(f.net, r[0], &info);
-  g_assert_cmpint(info.dir, ==, -1);
+  g_assert_cmpint(info.ends.dir, ==, -1);
   /* 5 -> 0: one hop over the wrap */
   g_assert_cmpint(ps_network_route(f.net, 5, 0, r, 8), ==, 1);
   ps_network_link_info(f.net, r[0], &info);
-  g_assert_cmpint(info.dir, ==, +1);
+  g_assert_cmpint(info.ends.dir, ==, +1);
   netfix_clear(&f);
 }
 
@@ -251,24 +251,24 @@ static void test_route_endpoints(void)
   /* cores of one chip: the on-chip path */
   g_assert_cmpint(ps_network_route(f.net, 2, 3, r, 8), ==, 1);
   ps_network_link_info(f.net, r[0], &info);
-  g_assert_cmpint(info.kind, ==, PS_LINK_ON_CHIP);
-  g_assert_cmpint(info.chip, ==, 1);
-  g_assert_cmpint(info.from_core, ==, 0);
-  g_assert_cmpint(info.to_core, ==, 1);
+  g_assert_cmpint(info.ends.kind, ==, PS_LINK_ON_CHIP);
+  g_assert_cmpint(info.ends.chip, ==, 1);
+  g_assert_cmpint(info.ends.from_core, ==, 0);
+  g_assert_cmpint(info.ends.to_core, ==, 1);
   /* core 1 of chip 0 to core 0 of chip 1: one ICI hop, no on-chip hop */
   g_assert_cmpint(ps_network_route(f.net, 1, 2, r, 8), ==, 1);
   ps_network_link_info(f.net, r[0], &info);
-  g_assert_cmpint(info.kind, ==, PS_LINK_ICI);
+  g_assert_cmpint(info.ends.kind, ==, PS_LINK_ICI);
   /* host 1 to a core of its chip 3: PCIe only; to chip 0: PCIe then ICI from chip 2 */
   int h1 = ps_network_host_endpoint(f.net, 1);
   g_assert_cmpint(ps_network_route(f.net, h1, 7, r, 8), ==, 1);
   ps_network_link_info(f.net, r[0], &info);
-  g_assert_cmpint(info.kind, ==, PS_LINK_PCIE_DOWN);
-  g_assert_cmpint(info.host, ==, 1);
+  g_assert_cmpint(info.ends.kind, ==, PS_LINK_PCIE_DOWN);
+  g_assert_cmpint(info.ends.host, ==, 1);
   g_assert_cmpint(ps_network_route(f.net, h1, 0, r, 8), ==, 1 + 2);
   g_assert_cmpint(ps_network_route(f.net, 0, h1, r, 8), ==, 2 + 1);
   ps_network_link_info(f.net, r[2], &info);
-  g_assert_cmpint(info.kind, ==, PS_LINK_PCIE_UP);
+  g_assert_cmpint(info.ends.kind, ==, PS_LINK_PCIE_UP);
   netfix_clear(&f);
 }
 

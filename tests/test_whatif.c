@@ -438,8 +438,8 @@ static void test_failed_link_ring(void)
   g_assert_cmpint(ps_network_route(f.net, k, k + 1, route, RING_N), ==, N - 1);
   for (int i = 0; i < N - 1; i++) {
     g_assert_true(ps_network_link_info(f.net, route[i], &info));
-    g_assert_cmpint(info.dir, ==, -1);
-    g_assert_cmpint(info.chip, ==, (k - i + N) % N);
+    g_assert_cmpint(info.ends.dir, ==, -1);
+    g_assert_cmpint(info.ends.chip, ==, (k - i + N) % N);
   }
   g_assert_cmpint(ps_network_hops(f.net, k + 1, k), ==, 1);
   g_assert_cmpint(ps_network_hops(f.net, k - 1, k + 2), ==, N - 3); /* 3 hops + became 5 - */

@@ -497,7 +497,7 @@ static double route_share(const PsCollGroup *g, const int *route, int h, const i
     share = MAX(share, load[route[j]]);
     PsLinkInfo info;
     ps_network_link_info(g->net, route[j], j == 0 ? &first : &info);
-    mixed = mixed || (j > 0 && info.kind != first.kind);
+    mixed = mixed || (j > 0 && info.ends.kind != first.ends.kind);
   }
   *mixed_out = mixed;
   if (!mixed)

@@ -716,7 +716,7 @@ static gboolean apply_faults(PsPod *pod, GError **error)
     if (ok && f->both_ways) {
       PsLinkInfo info;
       ps_network_link_info(pod->net, link, &info);
-      int back = ps_network_ici_link(pod->net, info.to_chip, f->dim, -f->dir);
+      int back = ps_network_ici_link(pod->net, info.ends.to_chip, f->dim, -f->dir);
       ok = ps_network_degrade_link(pod->net, back, f->bandwidth_factor, &err);
     }
     if (!ok) {

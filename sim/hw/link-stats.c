@@ -63,11 +63,11 @@ static GString *format_rows(const PsNetwork *net, ps_time_t elapsed)
     int c[PS_MAX_DIMS];
     for (int d = 0; d < PS_MAX_DIMS; d++)
       c[d] = -1;
-    if (li.chip >= 0)
-      ps_network_chip_coords(net, li.chip, c);
+    if (li.ends.chip >= 0)
+      ps_network_chip_coords(net, li.ends.chip, c);
     g_string_append_printf(s, "%d,%s,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,", link,
-                           kind_name(li.kind), li.chip, li.to_chip, c[0], c[1], c[2], li.dim,
-                           li.dir, li.host, li.from_core, li.to_core, li.lanes);
+                           kind_name(li.ends.kind), li.ends.chip, li.ends.to_chip, c[0], c[1], c[2], li.ends.dim,
+                           li.ends.dir, li.ends.host, li.ends.from_core, li.ends.to_core, li.lanes);
     append_double(s, li.bandwidth_Bps);
     g_string_append_printf(s, "%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT ",", li.bytes,
                            li.chunks);

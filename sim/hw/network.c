@@ -288,9 +288,7 @@ gboolean ps_network_link_info(const PsNetwork *net, int link, PsLinkInfo *out)
       !ps_geometry_link_ends(net->geo, link, &e))
     return FALSE;
   const Link *l = &net->links[link];
-  *out = (PsLinkInfo){.kind = e.kind, .chip = e.chip, .to_chip = e.to_chip, .dim = e.dim,
-                      .dir = e.dir, .from_core = e.from_core, .to_core = e.to_core,
-                      .host = e.host, .leaf = e.leaf, .lanes = l->lanes,
+  *out = (PsLinkInfo){.ends = e, .lanes = l->lanes,
                       .bandwidth_Bps = (double)PS_PS_PER_S / l->ps_per_byte,
                       .latency = l->latency, .bytes = l->bytes, .chunks = l->chunks,
                       .busy = l->busy, .bandwidth_factor = l->factor, .failed = l->failed};
@@ -416,7 +414,7 @@ static gboolean trace_chunk(PsNetwork *net, const Message *m, int link, uint64_t
              "{\"message\":%" G_GUINT64_FORMAT ",\"chunk\":%" G_GUINT64_FORMAT
              ",\"bytes\":%" G_GINT64_FORMAT ",\"src\":%d,\"dst\":%d}",
              m->id, chunk, bytes, m->src, m->dst);
-  return ps_trace_complete(net->trace, net->trace_pid, link + 1, "chunk", link_cat[info.kind],
+  return ps_trace_complete(net->trace, net->trace_pid, link + 1, "chunk", link_cat[info.ends.kind],
                            start, ser, args);
 }
 

@@ -71,13 +71,7 @@ typedef struct PsNetwork PsNetwork;
 
 /* A link direction and what it carried so far. */
 typedef struct {
-  PsLinkKind kind;
-  int chip;           /* ICI, on-chip: the chip it leaves; PCIe: -1 */
-  int to_chip;        /* ICI: the neighbour (twist applied); else -1 */
-  int dim, dir;       /* ICI: dimension and +1 / -1; else -1, 0 */
-  int from_core, to_core; /* on-chip only; else -1 */
-  int host;           /* PCIe, DCN NIC; else -1 */
-  int leaf;           /* DCN: the leaf switch; else -1 */
+  PsLinkEnds ends;    /* what it joins (hw/topology.h) */
   int lanes;
   double bandwidth_Bps; /* per lane, bandwidth_factor applied (0 if failed) */
   double bandwidth_factor; /* 1 unless degraded */
