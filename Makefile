@@ -212,15 +212,19 @@ TEST_SCRIPTS := tests/test_install.sh
 TEST_ENV = PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
   PODSIM_TEST_LDFLAGS="$(LDFLAGS)"
 
+# The suites are independent processes (each test's files in a scratch
+# directory of its own), so prove runs them on every core.
+PROVE_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 test: deps all $(TEST_BIN)
-	$(TEST_ENV) prove -f $(TEST_BIN) $(TEST_SCRIPTS) :: --tap
+	$(TEST_ENV) prove -j$(PROVE_JOBS) -f $(TEST_BIN) $(TEST_SCRIPTS) :: --tap
 
 # The same suites in GTest's thorough mode (-m thorough): also the slow
 # tests, which g_test_thorough() leaves out of `make test` (one epoch of
 # the default experiment, about 76 s; /cli/blas-pinned; /run/trace/estimate).
 # CI runs this one.
 test-slow: deps all $(TEST_BIN)
-	$(TEST_ENV) prove -f $(TEST_BIN) $(TEST_SCRIPTS) :: --tap -m thorough
+	$(TEST_ENV) prove -j$(PROVE_JOBS) -f $(TEST_BIN) $(TEST_SCRIPTS) :: --tap -m thorough
 
 # Rewrites tests/golden/step-times.txt from the current model: do it on
 # purpose, and say in the commit why the predictions moved.
