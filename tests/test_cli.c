@@ -2,8 +2,10 @@
  * by $PODSIM, set by `make test`): exit statuses, --json output that parses
  * and keeps the contract's keys, describe output that reloads as an
  * experiment, a failed run that leaves no trace file behind, the run's
- * header line (the slice, devices and replicas after --set), and the
- * warning for a run that leaves devices idle. */
+ * header line (the slice, devices and replicas after --set), the
+ * warning for a run that leaves devices idle, and --set hints that work
+ * when pasted into `run` (an unknown key's error names the nearest valid
+ * one, prefix included). */
 #include "support/cli.h"
 
 #include <glib.h>
@@ -619,6 +621,43 @@ static void test_max_events(void)
   g_rmdir(dir);
 }
 
+/* Every --set hint `describe topology` prints runs as printed; an unknown
+ * --set key's error suggests the key that exists. */
+static void test_set_hints(void)
+{
+  char *out, *err;
+  g_assert_cmpint(podsim_run(&out, &err, "describe", "topology", "tpu-v3-8", NULL), ==, 0);
+  guint hints = 0;
+  for (const char *h = strstr(out, "--set "); h; h = strstr(h + 1, "--set ")) {
+    g_autofree char *set = g_strndup(h + 6, strcspn(h + 6, " ),;\n"));
+    g_autofree char *o = NULL, *e = NULL;
+    int st = podsim_run(&o, &e, "run", "resnet50-v3-8", "--steps", "2", "--no-trace", "--json",
+                        "--set", set, NULL);
+    g_test_message("--set %s: %d %s", set, st, e);
+    g_assert_cmpint(st, ==, 0);
+    hints++;
+  }
+  g_assert_cmpuint(hints, >=, 3);
+  g_free(out);
+  g_free(err);
+  struct {
+    const char *set, *hint;
+  } cases[] = {
+      {"chip.peak_flops=140e12", "did you mean --set topology.chip.peak_flops=140e12?"},
+      {"topology.chip.peak_flop=1e14", "did you mean --set topology.chip.peak_flops=1e14?"},
+      {"global_bach=512", "did you mean --set global_batch=512?"},
+      {"strategy.replica=2", "did you mean --set strategy.replicas=2?"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_assert_cmpint(podsim_run(&out, &err, "run", "resnet50-v3-8", "--no-trace", "--set",
+                               cases[i].set, NULL), ==, 2);
+    g_test_message("%s", err);
+    g_assert_nonnull(strstr(err, cases[i].hint));
+    g_free(out);
+    g_free(err);
+  }
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -642,5 +681,6 @@ int main(int argc, char **argv)
     g_test_add_func("/cli/blas-pinned", test_blas_pinned);
   g_test_add_func("/cli/trace-max", test_trace_max);
   g_test_add_func("/cli/max-events", test_max_events);
+  g_test_add_func("/cli/set-hints", test_set_hints);
   return g_test_run();
 }
