@@ -5,7 +5,9 @@
  * header line (the slice, devices and replicas after --set), the
  * warning for a run that leaves devices idle, and --set hints that work
  * when pasted into `run` (an unknown key's error names the nearest valid
- * one, prefix included). */
+ * one, prefix included), and a summary that says what its lines hold (the
+ * warm-up left out or not, steps_per_run, a host loop over 10% of the
+ * step, one step's loss, numerics off for fast what-ifs). */
 #include "support/cli.h"
 
 #include <glib.h>
@@ -658,6 +660,46 @@ static void test_set_hints(void)
   }
 }
 
+/* out and err of `run default --no-trace` with numerics off, steps and
+ * steps_per_run as given.  (transfer full) */
+static void run_default(char **out, char **err, const char *steps, const char *per_run)
+{
+  g_autofree char *spr = g_strdup_printf("steps_per_run=%s", per_run);
+  g_assert_cmpint(podsim_run(out, err, "run", "default", "--no-trace", "--steps", steps, "--set",
+                             "numerics.enabled=false", "--set", spr, NULL), ==, 0);
+}
+
+static void test_summary_words(void)
+{
+  char *out, *err;
+  run_default(&out, &err, "20", "1"); /* a hand-written experiment's default */
+  g_assert_nonnull(strstr(out, "(mean of 19 steps after a warm-up loop of 1)"));
+  g_assert_nonnull(strstr(out, "relaunches the device loop every step)"));
+  g_assert_null(strstr(out, "every 1 steps"));
+  g_assert_nonnull(strstr(out, "%  the infeed dequeue\n"));
+  g_assert_nonnull(strstr(out, "%  the host loop below, outfeed, host calls\n"));
+  g_assert_nonnull(strstr(err, "warning: the host loop takes 52% of the step: steps_per_run is 1"));
+  g_assert_null(strstr(out, "what-ifs"));
+  g_free(out);
+  g_free(err);
+  run_default(&out, &err, "5", "100"); /* one loop: nothing left out, nothing to raise */
+  g_assert_nonnull(strstr(out, "(mean of 5 steps, no warm-up left out)"));
+  g_assert_null(strstr(out, "after"));
+  g_assert_null(strstr(err, "host loop takes"));
+  g_free(out);
+  g_free(err);
+  run_default(&out, &err, "40", "20"); /* 5% of the step */
+  g_assert_null(strstr(err, "host loop takes"));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, "run", "default", "--no-trace", "--quiet", "--steps", "2",
+                             NULL), ==, 0);
+  g_assert_nonnull(strstr(out, "(one step's loss: the first step's, the last's)"));
+  g_assert_nonnull(strstr(out, "what-ifs         add --set numerics.enabled=false"));
+  g_free(out);
+  g_free(err);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -682,5 +724,6 @@ int main(int argc, char **argv)
   g_test_add_func("/cli/trace-max", test_trace_max);
   g_test_add_func("/cli/max-events", test_max_events);
   g_test_add_func("/cli/set-hints", test_set_hints);
+  g_test_add_func("/cli/summary-words", test_summary_words);
   return g_test_run();
 }

@@ -285,6 +285,17 @@ static void print_run(const PsExperiment *exp, const PsRunOptions *opt, const Ps
                     "--trace-max %" G_GINT64_FORMAT " MB; raise --trace-max (0: no limit), "
                     "run fewer steps, or use --no-trace\n",
             opt->trace_path, sum->trace_estimate_bytes / 1e6, trace_max_mb);
+  /* (a run of one loop pays one launch whatever steps_per_run is) */
+  if (sum->measured_steps < sum->steps && sum->host_loop_s > 0.1 * sum->step_time_s) {
+    g_autofree char *every =
+        exp->steps_per_run == 1 ? g_strdup("every step")
+                                : g_strdup_printf("every %" G_GINT64_FORMAT " steps",
+                                                  exp->steps_per_run);
+    fprintf(stderr, "podsim: warning: the host loop takes %.0f%% of the step: steps_per_run is %"
+                    G_GINT64_FORMAT ", so the host relaunches the device loop %s; raise it "
+                    "(--set steps_per_run=N) to pay the relaunch less often\n",
+            100.0 * sum->host_loop_s / sum->step_time_s, exp->steps_per_run, every);
+  }
   if (json) {
     g_autofree char *text = ps_summary_to_json(exp, sum);
     printf("%s\n", text);
@@ -297,6 +308,9 @@ static void print_run(const PsExperiment *exp, const PsRunOptions *opt, const Ps
            opt->trace_path, sum->trace_events);
   if (opt->links_csv)
     printf("links            %s (one row per link direction)\n", opt->links_csv);
+  if (exp->numerics.enabled)
+    printf("what-ifs         add --set numerics.enabled=false: the same step times without the "
+           "arithmetic, in a fraction of the wall time\n");
 }
 
 /* An integer option left out. */
