@@ -700,6 +700,29 @@ static void test_summary_words(void)
   g_free(err);
 }
 
+/* describe --program names the algorithm "auto" chose, the one the run
+ * reports. */
+static void test_describe_chosen_algorithm(void)
+{
+  char *out, *err;
+  g_assert_cmpint(podsim_run(&out, &err, "run", "resnet50-v3-8", "--no-trace", "--json", "--steps",
+                             "2", NULL), ==, 0);
+  json_object *o = json_tokener_parse(out);
+  json_object *algo;
+  g_assert_true(json_object_object_get_ex(o, "collective_algorithm", &algo));
+  g_autofree char *want = g_strdup_printf("allreduce     %s (auto) member 0 of 8",
+                                          json_object_get_string(algo));
+  json_object_put(o);
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, "describe", "resnet50-v3-8", "--program", NULL), ==, 0);
+  g_test_message("want '%s'", want);
+  g_assert_nonnull(strstr(out, want));
+  g_assert_null(strstr(out, " auto  member"));
+  g_free(out);
+  g_free(err);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -725,5 +748,6 @@ int main(int argc, char **argv)
   g_test_add_func("/cli/max-events", test_max_events);
   g_test_add_func("/cli/set-hints", test_set_hints);
   g_test_add_func("/cli/summary-words", test_summary_words);
+  g_test_add_func("/cli/describe-chosen-algorithm", test_describe_chosen_algorithm);
   return g_test_run();
 }

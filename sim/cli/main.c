@@ -673,6 +673,25 @@ static int describe_stages(GOptionContext *ctx, const PsExperiment *exp)
   return 0;
 }
 
+/* Names in the plan the algorithm "auto" picks for each collective, as
+ * "ring (auto)": the pod the run would build makes the choices. */
+static gboolean name_chosen_algorithms(const PsExperiment *exp, PsPlan *plan, GError **error)
+{
+  PsEngine *engine = ps_engine_new();
+  PsPodConfig cfg = ps_run_pod_config(exp);
+  PsPod *pod = ps_pod_new(engine, &cfg, plan, NULL, NULL, error);
+  for (int c = 0; pod && c < plan->n_colls; c++) {
+    if (strcmp(plan->colls[c].algo, "auto") != 0)
+      continue;
+    g_free(plan->colls[c].algo);
+    plan->colls[c].algo = g_strdup_printf("%s (auto)", ps_pod_coll_algorithm(pod, c));
+  }
+  gboolean ok = pod != NULL;
+  ps_pod_free(pod);
+  ps_engine_free(engine);
+  return ok;
+}
+
 /* --program, --kernels: a device's program or kernels. */
 static int describe_device(const PsExperiment *exp, const DescribeArgs *a)
 {
@@ -686,6 +705,10 @@ static int describe_device(const PsExperiment *exp, const DescribeArgs *a)
             plan->n_devices - 1);
     ps_plan_free(plan);
     return EXIT_INPUT;
+  }
+  if (a->program && !name_chosen_algorithms(exp, plan, &error)) {
+    ps_plan_free(plan);
+    return fail(error);
   }
   GString *s = g_string_new(NULL);
   if (a->program)
