@@ -437,17 +437,19 @@ static void loop_arrive(PsPod *pod, Device *d)
   }
 }
 
-/* A device's wait at the loop's end has two parts: until the host's last
- * device arrives, it waits for the others to drain (pipeline_bubble,
- * PS_WAIT_LOOP_DRAIN); from then on, for the host to relaunch the loop
- * (host, PS_WAIT_HOST_LOOP). */
+/* A pipeline's device waits at the loop's end in two parts: until the
+ * host's last device arrives, for the other stages to drain
+ * (pipeline_bubble, PS_WAIT_LOOP_DRAIN); from then on, for the host to
+ * relaunch the loop (host, PS_WAIT_HOST_LOOP).  Replicas' whole wait is
+ * the host loop, as it always was (their arrivals differ by little). */
 static void on_loop_start(PsEngine *engine, const PsEvent *ev, void *ctx)
 {
   PsPod *pod = ctx;
   Host *h = &pod->hosts[ev->target];
+  gboolean drain = ps_plan_axis_size(pod->plan, PS_AXIS_STAGE) > 1;
   for (guint i = 0; i < h->devs->len; i++) {
     Device *d = &pod->devices[g_array_index(h->devs, int, i)];
-    if (h->loop_full > d->wait_start) {
+    if (drain && h->loop_full > d->wait_start) {
       if (pod->obs.wait)
         pod->obs.wait(pod->obs.ctx, d->index, d->step, PS_TIME_PIPELINE_BUBBLE,
                       PS_WAIT_LOOP_DRAIN, d->wait_start, h->loop_full);

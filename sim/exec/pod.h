@@ -14,9 +14,10 @@
  *
  * Time categories come from what a device waits for: an empty infeed
  * queue is infeed_stall, a COLL_DONE whose collective is not finished is
- * collective (exposed communication only), a RECV and the wait at a loop's
- * end for the host's other devices are pipeline_bubble, the host loop's
- * relaunch, a full outfeed queue, outfeed and host calls are host;
+ * collective (exposed communication only), a RECV and a pipeline's wait
+ * at a loop's end for the host's other devices are pipeline_bubble, the
+ * host loop (for a pipeline its relaunch only), a full outfeed queue,
+ * outfeed and host calls are host;
  * FWD/BWD/RECOMPUTE/UPDATE are compute; the INFEED dequeue is other.
  *
  * Faults (PsPodConfig.faults, what-if knobs).  A straggler device's
@@ -65,8 +66,8 @@ const char *ps_host_lane_name(PsHostLane lane);
 /* The name of the wait between two steps_per_run loops once every device
  * of the host has arrived: the host's relaunch (category host). */
 #define PS_WAIT_HOST_LOOP "host loop"
-/* The name of a device's wait at a loop's end for the host's other devices
- * to arrive (a pipeline's drain; category pipeline_bubble). */
+/* The name of a pipeline device's wait at a loop's end for the host's
+ * other devices to arrive (the drain; category pipeline_bubble). */
 #define PS_WAIT_LOOP_DRAIN "loop drain"
 /* The name of a straggler's per-step delay (category compute). */
 #define PS_WAIT_STRAGGLER "straggler delay"
