@@ -2,8 +2,12 @@
  * by $PODSIM, set by `make test`): exit statuses, --json output that parses
  * and keeps the contract's keys, describe output that reloads as an
  * experiment, a failed run that leaves no trace file behind, the run's
- * header line (the slice, devices and replicas after --set), and the
- * warning for a run that leaves devices idle. */
+ * header line (the slice, devices and replicas after --set), the
+ * warning for a run that leaves devices idle, and --set hints that work
+ * when pasted into `run` (an unknown key's error names the nearest valid
+ * one, prefix included), and a summary that says what its lines hold (the
+ * warm-up left out or not, steps_per_run, a host loop over 10% of the
+ * step, one step's loss, numerics off for fast what-ifs). */
 #include "support/cli.h"
 
 #include <glib.h>
@@ -291,8 +295,10 @@ static void test_run_header_what_if(void)
   g_assert_null(strstr(err, "warning"));
   g_free(out);
   g_free(err);
+  /* (one loop of the 4 steps: the fixture's steps_per_run 1 would warn of
+   * the host loop, /cli/idle-warning checks that) */
   g_assert_cmpint(podsim_run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
-                      "topology=tpu-v4-32", "--no-trace", NULL),
+                      "topology=tpu-v4-32", "--set", "steps_per_run=4", "--no-trace", NULL),
                   ==, 0);
   g_free(header);
   header = first_line(out);
@@ -367,11 +373,14 @@ static void test_idle_warning(void)
   g_free(out);
   g_free(err);
 
-  /* all devices busy: no warning */
+  /* all devices busy: no idle warning, only the host loop's (the fixture
+   * leaves steps_per_run at 1) */
   g_assert_cmpint(podsim_run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json", "--set",
                       "topology=tpu-v3-32", "--no-trace", NULL),
                   ==, 0);
-  g_assert_cmpstr(err, ==, "");
+  g_assert_cmpstr(err, ==, "podsim: warning: the host loop takes 73% of the step: steps_per_run is "
+                           "1, so the host relaunches the device loop every step; raise it (--set "
+                           "steps_per_run=N) to pay the relaunch less often\n");
   g_assert_nonnull(strstr(out, " on tpu-v3-32 (32 devices: 32 replicas), "));
 }
 
@@ -619,6 +628,106 @@ static void test_max_events(void)
   g_rmdir(dir);
 }
 
+/* Every --set hint `describe topology` prints runs as printed; an unknown
+ * --set key's error suggests the key that exists. */
+static void test_set_hints(void)
+{
+  char *out, *err;
+  g_assert_cmpint(podsim_run(&out, &err, "describe", "topology", "tpu-v3-8", NULL), ==, 0);
+  guint hints = 0;
+  for (const char *h = strstr(out, "--set "); h; h = strstr(h + 1, "--set ")) {
+    g_autofree char *set = g_strndup(h + 6, strcspn(h + 6, " ),;\n"));
+    g_autofree char *o = NULL, *e = NULL;
+    int st = podsim_run(&o, &e, "run", "resnet50-v3-8", "--steps", "2", "--no-trace", "--json",
+                        "--set", set, NULL);
+    g_test_message("--set %s: %d %s", set, st, e);
+    g_assert_cmpint(st, ==, 0);
+    hints++;
+  }
+  g_assert_cmpuint(hints, >=, 3);
+  g_free(out);
+  g_free(err);
+  struct {
+    const char *set, *hint;
+  } cases[] = {
+      {"chip.peak_flops=140e12", "did you mean --set topology.chip.peak_flops=140e12?"},
+      {"topology.chip.peak_flop=1e14", "did you mean --set topology.chip.peak_flops=1e14?"},
+      {"global_bach=512", "did you mean --set global_batch=512?"},
+      {"strategy.replica=2", "did you mean --set strategy.replicas=2?"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_assert_cmpint(podsim_run(&out, &err, "run", "resnet50-v3-8", "--no-trace", "--set",
+                               cases[i].set, NULL), ==, 2);
+    g_test_message("%s", err);
+    g_assert_nonnull(strstr(err, cases[i].hint));
+    g_free(out);
+    g_free(err);
+  }
+}
+
+/* out and err of `run default --no-trace` with numerics off, steps and
+ * steps_per_run as given.  (transfer full) */
+static void run_default(char **out, char **err, const char *steps, const char *per_run)
+{
+  g_autofree char *spr = g_strdup_printf("steps_per_run=%s", per_run);
+  g_assert_cmpint(podsim_run(out, err, "run", "default", "--no-trace", "--steps", steps, "--set",
+                             "numerics.enabled=false", "--set", spr, NULL), ==, 0);
+}
+
+static void test_summary_words(void)
+{
+  char *out, *err;
+  run_default(&out, &err, "20", "1"); /* a hand-written experiment's default */
+  g_assert_nonnull(strstr(out, "(mean of 19 steps after a warm-up loop of 1)"));
+  g_assert_nonnull(strstr(out, "relaunches the device loop every step)"));
+  g_assert_null(strstr(out, "every 1 steps"));
+  g_assert_nonnull(strstr(out, "%  the infeed dequeue\n"));
+  g_assert_nonnull(strstr(out, "%  the host loop below, outfeed, host calls\n"));
+  g_assert_nonnull(strstr(err, "warning: the host loop takes 52% of the step: steps_per_run is 1"));
+  g_assert_null(strstr(out, "what-ifs"));
+  g_free(out);
+  g_free(err);
+  run_default(&out, &err, "5", "100"); /* one loop: nothing left out, nothing to raise */
+  g_assert_nonnull(strstr(out, "(mean of 5 steps, no warm-up left out)"));
+  g_assert_null(strstr(out, "after"));
+  g_assert_null(strstr(err, "host loop takes"));
+  g_free(out);
+  g_free(err);
+  run_default(&out, &err, "40", "20"); /* 5% of the step */
+  g_assert_null(strstr(err, "host loop takes"));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, "run", "default", "--no-trace", "--quiet", "--steps", "2",
+                             NULL), ==, 0);
+  g_assert_nonnull(strstr(out, "(one step's loss: the first step's, the last's)"));
+  g_assert_nonnull(strstr(out, "what-ifs         add --set numerics.enabled=false"));
+  g_free(out);
+  g_free(err);
+}
+
+/* describe --program names the algorithm "auto" chose, the one the run
+ * reports. */
+static void test_describe_chosen_algorithm(void)
+{
+  char *out, *err;
+  g_assert_cmpint(podsim_run(&out, &err, "run", "resnet50-v3-8", "--no-trace", "--json", "--steps",
+                             "2", NULL), ==, 0);
+  json_object *o = json_tokener_parse(out);
+  json_object *algo;
+  g_assert_true(json_object_object_get_ex(o, "collective_algorithm", &algo));
+  g_autofree char *want = g_strdup_printf("allreduce     %s (auto) member 0 of 8",
+                                          json_object_get_string(algo));
+  json_object_put(o);
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, "describe", "resnet50-v3-8", "--program", NULL), ==, 0);
+  g_test_message("want '%s'", want);
+  g_assert_nonnull(strstr(out, want));
+  g_assert_null(strstr(out, " auto  member"));
+  g_free(out);
+  g_free(err);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -642,5 +751,8 @@ int main(int argc, char **argv)
     g_test_add_func("/cli/blas-pinned", test_blas_pinned);
   g_test_add_func("/cli/trace-max", test_trace_max);
   g_test_add_func("/cli/max-events", test_max_events);
+  g_test_add_func("/cli/set-hints", test_set_hints);
+  g_test_add_func("/cli/summary-words", test_summary_words);
+  g_test_add_func("/cli/describe-chosen-algorithm", test_describe_chosen_algorithm);
   return g_test_run();
 }

@@ -948,7 +948,7 @@ static void test_cli_every_topology(void)
   char **names = ps_config_list("topologies");
   int n = 0;
   for (char **t = names; *t; t++, n++) {
-    const char *args[] = {"--topology", *t, "--bytes", "64K", "--json", NULL};
+    const char *args[] = {"--topology", *t, "--bytes", "64Ki", "--json", NULL};
     json_object *o = cli_json(podsim, args);
     json_object *rows = json_object_object_get(o, "rows"), *algo = json_object_object_get(o, "algo");
     g_assert_cmpstr(json_object_get_string(json_object_object_get(o, "topology")), ==, *t);
@@ -971,7 +971,7 @@ static void test_cli_every_topology(void)
 static void check_ring_rows(json_object *o, int N, double alpha, double B)
 {
   json_object *rows = json_object_object_get(o, "rows");
-  g_assert_cmpint(json_object_array_length(rows), ==, 3); /* 1M,...,4M */
+  g_assert_cmpint(json_object_array_length(rows), ==, 3); /* 1Mi,...,4Mi */
   for (size_t i = 0; i < 3; i++) {
     json_object *r = json_object_array_get_idx(rows, i);
     double S = (double)json_object_get_int64(json_object_object_get(r, "bytes"));
@@ -989,18 +989,48 @@ static void test_cli_ring_formula(void)
   const char *podsim = podsim_or_skip();
   if (!podsim)
     return;
-  const char *a1[] = {"--topology", "ring:8", "--algo", "ring", "--bytes", "1M,...,4M",
+  const char *a1[] = {"--topology", "ring:8", "--algo", "ring", "--bytes", "1Mi,...,4Mi",
                       "--json", NULL};
   json_object *o = cli_json(podsim, a1);
   g_assert_cmpstr(json_object_get_string(json_object_object_get(o, "algo")), ==, "ring");
   check_ring_rows(o, 8, 1e-6, 83e9);
   json_object_put(o);
-  const char *a2[] = {"--topology", "ring:8", "--algo", "ring", "--bytes", "1M,2M,4M",
+  const char *a2[] = {"--topology", "ring:8", "--algo", "ring", "--bytes", "1Mi,2Mi,4Mi",
                       "--set", "ici.bandwidth_Bps=100e9", "--set", "ici.latency_s=5e-6",
                       "--json", NULL};
   o = cli_json(podsim, a2);
   check_ring_rows(o, 8, 5e-6, 100e9);
   json_object_put(o);
+}
+
+/* --bytes and --chunk take sizes as experiment files do: K, M, G are
+ * powers of 1000, Ki, Mi, Gi powers of 1024, a B after either optional. */
+static void test_cli_size_suffixes(void)
+{
+  const char *podsim = podsim_or_skip();
+  if (!podsim)
+    return;
+  const char *args[] = {"--topology", "ring:4", "--bytes", "1K,1Ki,100M,100MiB,1GB", "--chunk",
+                        "64K", "--json", NULL};
+  json_object *o = cli_json(podsim, args);
+  const int64_t want[] = {1000, 1024, 100000000, 104857600, 1000000000};
+  json_object *rows = json_object_object_get(o, "rows");
+  g_assert_cmpint(json_object_array_length(rows), ==, G_N_ELEMENTS(want));
+  for (size_t i = 0; i < G_N_ELEMENTS(want); i++)
+    g_assert_cmpint(json_object_get_int64(json_object_object_get(
+                        json_object_array_get_idx(rows, i), "bytes")), ==, want[i]);
+  g_assert_cmpint(json_object_get_int64(json_object_object_get(o, "chunk_bytes")), ==, 64000);
+  json_object_put(o);
+  /* the table names a size as it was given */
+  const char *table[] = {"--topology", "ring:4", "--bytes", "1K,1Ki,100M,100Mi", NULL};
+  g_autofree char *out = NULL, *err = NULL;
+  g_assert_cmpint(run_cli(podsim, table, &out, &err), ==, 0);
+  g_assert_nonnull(strstr(out, "chunk 1Mi\n"));
+  g_auto(GStrv) sizes = g_strsplit(table[3], ",", -1);
+  for (int i = 0; sizes[i]; i++) {
+    g_autofree char *cell = g_strdup_printf("\n%12s ", sizes[i]);
+    g_assert_nonnull(strstr(out, cell));
+  }
 }
 
 static void test_cli_bad_input(void)
@@ -1013,6 +1043,8 @@ static void test_cli_bad_input(void)
       {"--topology", "ring:8", "--op", "alltoall", NULL},
       {"--topology", "ring:8", "--algo", "tree", NULL},
       {"--topology", "ring:8", "--bytes", "1X", NULL},
+      {"--topology", "ring:8", "--bytes", "1m", NULL},
+      {"--topology", "ring:8", "--bytes", "1.5", NULL},
       {"--topology", "ring:8", "--bytes", "...,8", NULL},
       {"--topology", "ring:8", "--bytes", "8M,...,1K", NULL},
       {"--topology", "ring:8", "--chunk", "0", NULL},
@@ -1046,7 +1078,7 @@ static void test_cli_trace(void)
     return;
   g_autofree char *dir = g_dir_make_tmp("podsim-coll-XXXXXX", NULL);
   g_autofree char *path = g_build_filename(dir, "t.json", NULL);
-  const char *args[] = {"--topology", "torus:4x4", "--bytes", "64K", "--trace", path, NULL};
+  const char *args[] = {"--topology", "torus:4x4", "--bytes", "64Ki", "--trace", path, NULL};
   g_autofree char *out = NULL, *err = NULL;
   g_assert_cmpint(run_cli(podsim, args, &out, &err), ==, 0);
   json_object *root = json_object_from_file(path);
@@ -1140,6 +1172,7 @@ int main(int argc, char **argv)
   g_test_add_func("/collectives/cli/every-topology", test_cli_every_topology);
   g_test_add_func("/collectives/cli/ring-formula", test_cli_ring_formula);
   g_test_add_func("/collectives/cli/bad-input", test_cli_bad_input);
+  g_test_add_func("/collectives/cli/size-suffixes", test_cli_size_suffixes);
   g_test_add_func("/collectives/cli/trace", test_cli_trace);
   return g_test_run();
 }

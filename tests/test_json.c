@@ -307,6 +307,11 @@ static void test_quantity(void)
     {"hbm_bytes", "1TB", 1e12},
     {"hbm_bytes", "1TiB", 1099511627776.0},
     {"hbm_bytes", "12 B", 12},
+    /* the prefix alone, as `collective --bytes` takes it: SI, and binary with i */
+    {"hbm_bytes", "100M", 100e6},
+    {"hbm_bytes", "64Ki", 65536},
+    {"hbm_bytes", "2 Gi", 2.0 * 1073741824.0},
+    {"hbm_bytes", "1k", 1000},
     {"peak_flops", "123T", 123e12},
     {"peak_flops", "45e12", 45e12},
     {"peak_flops", "123 TFLOP/s", 123e12},
@@ -329,6 +334,7 @@ static void test_quantity(void)
     {"latency_s", "1 GB"},            {"latency_s", "1e"},       {"hbm_bytes", "0x10"},
     {"hbm_bytes", "inf"},             {"hbm_bytes", "nan B"},    {"hbm_bytes", ""},
     {"peak_flops", "12 parsecs"},     {"count", "12k"},          {"hbm_bytes", "1.2.3GB"},
+    {"hbm_bytes", "1m"},              {"hbm_bytes", "1 iB"},     {"hbm_bytes", "1MB/s"},
   };
   for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
     double v = -1;

@@ -20,6 +20,10 @@
  * - /pipeline/bubble: with equal stages and negligible communication, the
  *   summary's pipeline_bubble is (K - 1) / (M + K - 1) of the step within
  *   1% (relative), for both schedules;
+ * - /pipeline/loop-drain: ResNet-50 in 4 stages x 8 micro-batches on a
+ *   v3-8, steps_per_run 1 and 3: `host` per step is loop_overhead_s /
+ *   steps_per_run (the plan has no host work), all of it the host loop;
+ *   the stages' wait for each other at a loop's end is pipeline_bubble;
  * - /pipeline/1f1b-memory: from the run's HBM counter, GPipe holds M
  *   micro-batches of activations and 1F1B exactly K;
  * - /pipeline/errors: a stage over HBM is named with the advice; a batch
@@ -529,6 +533,48 @@ static void test_bubble(void)
   check_bubble("strategy.schedule=1f1b", 8, 16);
 }
 
+/* The issue-21 case: unequal stages, so every stage but the last to
+ * finish waits at the loop's end for the others. */
+static const char *resnet_pipe_json =
+    "{\"name\": \"resnet-pipe\", \"topology\": \"tpu-v3-8\", \"model\": \"resnet50\","
+    " \"global_batch\": 1024, \"steps\": 1,"
+    " \"strategy\": {\"kind\": \"pipeline\", \"stages\": 4, \"micro_batches\": 8},"
+    " \"input\": {\"source\": \"synthetic\", \"host_cost_per_example_s\": 0.0005,"
+    "             \"workers\": 96, \"prefetch\": 2},"
+    " \"numerics\": {\"enabled\": false, \"precision\": \"bf16\"}}";
+
+static void test_loop_drain(void)
+{
+  g_autofree char *path = g_build_filename(tmpdir, "resnet-pipe.json", NULL);
+  g_assert_true(g_file_set_contents(path, resnet_pipe_json, -1, NULL));
+  double bubble_1 = 0;
+  for (int spr = 1; spr <= 3; spr += 2) {
+    g_autofree char *per = g_strdup_printf("steps_per_run=%d", spr);
+    g_autofree char *steps = g_strdup_printf("steps=%d", 4 * spr);
+    PsExperiment *e = loadv(path, per, steps, NULL);
+    PsSummary s = run_exp(e);
+    double want = e->topology->loop_overhead_s / spr;
+    if (g_test_verbose())
+      g_printerr("steps_per_run %d: host %.6g s, host loop %.6g s, bubble %.6g s, step %.6g s\n",
+                 spr, s.breakdown[PS_TIME_HOST], s.host_loop_s,
+                 s.breakdown[PS_TIME_PIPELINE_BUBBLE], s.step_time_s);
+    g_assert_cmpfloat(fabs(s.breakdown[PS_TIME_HOST] - want), <=, 1e-9 * want);
+    g_assert_cmpfloat(fabs(s.host_loop_s - want), <=, 1e-9 * want);
+    /* the drain is in the bubble, once per loop: more of it per step at 1 */
+    if (spr == 1)
+      bubble_1 = s.breakdown[PS_TIME_PIPELINE_BUBBLE];
+    else
+      g_assert_cmpfloat(s.breakdown[PS_TIME_PIPELINE_BUBBLE], <, bubble_1);
+    double sum = 0;
+    for (int c = 0; c < PS_TIME_N_CATEGORIES; c++)
+      sum += s.breakdown[c];
+    g_assert_cmpfloat(fabs(sum - s.step_time_s), <=, 1e-9 * s.step_time_s);
+    ps_summary_clear(&s);
+    ps_experiment_free(e);
+  }
+  g_unlink(path);
+}
+
 static void test_1f1b_memory(void)
 {
   for (int sched = 0; sched < 2; sched++) {
@@ -607,6 +653,7 @@ int main(int argc, char **argv)
   g_test_add_func("/pipeline/plans-valid", test_plans_valid);
   g_test_add_func("/pipeline/numerics-match-full-batch", test_numerics);
   g_test_add_func("/pipeline/bubble", test_bubble);
+  g_test_add_func("/pipeline/loop-drain", test_loop_drain);
   g_test_add_func("/pipeline/1f1b-memory", test_1f1b_memory);
   g_test_add_func("/pipeline/errors", test_errors);
   int rc = g_test_run();

@@ -6,7 +6,8 @@
  * median and worst; a point that does not fit in HBM is a row without a
  * prediction and exit 1; a point file missing a field exits 2 naming it;
  * the table shows every row's source; --only filters; the shipped points
- * load. */
+ * load; --help and the README give those exit statuses (the README once
+ * said 1 meant only an internal failure). */
 #include "support/cli.h"
 
 #include <glib.h>
@@ -410,6 +411,30 @@ static void test_real_loop(void)
   remove_dir(dir);
 }
 
+/* The exit statuses the tests above hold validate to are the ones --help
+ * and the README's validate paragraph give. */
+static void test_exit_documented(void)
+{
+  g_autofree char *out = NULL, *err = NULL;
+  g_assert_cmpint(podsim_run(&out, &err, "validate", "--help", NULL), ==, 0);
+  g_auto(GStrv) help_lines = g_strsplit(out, "\n", -1);
+  g_autofree char *help = g_strjoinv(" ", help_lines);
+  g_assert_nonnull(strstr(help, "0 when every point ran, whatever its error"));
+  g_assert_nonnull(strstr(help, "1 if a point could not be simulated"));
+  g_assert_nonnull(strstr(help, "2 for a bad point file"));
+  const char *top = g_getenv("PODSIM_DATA_DIR");
+  g_autofree char *path = g_build_filename(top ? top : ".", "README.md", NULL);
+  g_autofree char *readme = NULL;
+  g_assert_true(g_file_get_contents(path, &readme, NULL, NULL));
+  g_auto(GStrv) lines = g_strsplit(readme, "\n", -1);
+  g_autofree char *flat = g_strjoinv(" ", lines);
+  const char *para = strstr(flat, "`podsim validate` runs the published step times");
+  g_assert_nonnull(para);
+  g_assert_nonnull(strstr(para, "Exit status: 0 when every point ran, whatever its error; 1 if "
+                                "a point could not be simulated"));
+  g_assert_nonnull(strstr(flat, "`validate` exits 1 when a point could not be simulated"));
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -421,5 +446,6 @@ int main(int argc, char **argv)
   g_test_add_func("/validate/bad-values", test_bad_values);
   g_test_add_func("/validate/shipped", test_shipped);
   g_test_add_func("/validate/real-loop", test_real_loop);
+  g_test_add_func("/validate/exit-documented", test_exit_documented);
   return g_test_run();
 }

@@ -17,9 +17,11 @@
 #include "cli/cli-common.h"
 
 #include "collectives/collective.h"
+#include "common/json.h"
 #include "io/trace.h"
 
 #include <json-c/json.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,30 +40,20 @@ static int fail(GError *error)
 
 #define input_error(...) ps_cli_input_error("collective", __VA_ARGS__)
 
-/* "8", "64K", "1M", "1G", optionally followed by "B"; powers of 1024. */
+/* "8", "100M", "64Ki", "1GB", "1GiB": bytes with an SI (K, M, G: powers of
+ * 1000) or binary (Ki, Mi, Gi: powers of 1024) prefix, as experiment files
+ * take sizes (ps_parse_quantity); whole, up to 2^40. */
 static gboolean parse_size(const char *text, int64_t *out)
 {
-  const char *s = text;
-  if (*s < '0' || *s > '9')
+  double v;
+  if (!ps_parse_quantity("buffer_bytes", text, &v) || v < 0 || v > 1099511627776.0 ||
+      v != floor(v))
     return FALSE;
-  char *end = NULL;
-  guint64 v = g_ascii_strtoull(s, &end, 10);
-  int shift = 0;
-  switch (*end) {
-  case 'K': case 'k': shift = 10; end++; break;
-  case 'M': case 'm': shift = 20; end++; break;
-  case 'G': case 'g': shift = 30; end++; break;
-  default: break;
-  }
-  if (*end == 'B' || *end == 'b')
-    end++;
-  if (*end != '\0' || v > ((guint64)G_MAXINT64 >> shift) || (v << shift) > (UINT64_C(1) << 40))
-    return FALSE;
-  *out = (int64_t)(v << shift);
+  *out = (int64_t)v;
   return TRUE;
 }
 
-/* "8,1K,...,1G": sizes in order; "..." doubles from the size before it up
+/* "8,1Ki,...,1Gi": sizes in order; "..." doubles from the size before it up
  * to the size after it. */
 static GArray *parse_sizes(const char *text, GError **error)
 {
@@ -84,8 +76,8 @@ static GArray *parse_sizes(const char *text, GError **error)
     int64_t v;
     if (!parse_size(parts[i], &v)) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
-                  "collective: --bytes %s: '%s' is not a size; use bytes or K/M/G (powers of "
-                  "1024), up to 1024G, e.g. 8,1K,...,1G",
+                  "collective: --bytes %s: '%s' is not a size; use bytes, K/M/G (powers of "
+                  "1000) or Ki/Mi/Gi (powers of 1024), up to 1024Gi, e.g. 8,1Ki,...,1Gi",
                   text, parts[i]);
       goto fail;
     }
@@ -201,14 +193,18 @@ static gboolean run_size(const PsTopology *topo, PsCollOp op, const char *algo,
   return ok;
 }
 
+/* A size as --bytes takes it back: binary (Ki, Mi, Gi) or SI (K, M, G),
+ * whichever prefix is the largest that divides it, else bytes. */
 static char *human_size(int64_t b)
 {
-  if (b >= (INT64_C(1) << 30) && b % (INT64_C(1) << 30) == 0)
-    return g_strdup_printf("%" G_GINT64_FORMAT "G", b >> 30);
-  if (b >= (INT64_C(1) << 20) && b % (INT64_C(1) << 20) == 0)
-    return g_strdup_printf("%" G_GINT64_FORMAT "M", b >> 20);
-  if (b >= 1024 && b % 1024 == 0)
-    return g_strdup_printf("%" G_GINT64_FORMAT "K", b >> 10);
+  static const struct {
+    const char *p;
+    int64_t f;
+  } units[] = {{"Gi", INT64_C(1) << 30}, {"G", 1000000000}, {"Mi", INT64_C(1) << 20},
+               {"M", 1000000}, {"Ki", 1024}, {"K", 1000}};
+  for (size_t i = 0; i < G_N_ELEMENTS(units); i++)
+    if (b >= units[i].f && b % units[i].f == 0)
+      return g_strdup_printf("%" G_GINT64_FORMAT "%s", b / units[i].f, units[i].p);
   return g_strdup_printf("%" G_GINT64_FORMAT, b);
 }
 
@@ -263,11 +259,12 @@ static gboolean parse_options(Options *o, int *argc, char ***argv, int *status)
        "allreduce (default), reducescatter, allgather, broadcast or sendrecv", "OP"},
       {"algo", 'a', 0, G_OPTION_ARG_STRING, &o->algo, algo_help, "ALGO"},
       {"bytes", 'b', 0, G_OPTION_ARG_STRING, &o->bytes_text,
-       "Buffer sizes per member: bytes or K/M/G (powers of 1024), comma-separated; '...' "
-       "doubles between its neighbours (default 8,...,64M)",
+       "Buffer sizes per member: bytes, K/M/G (powers of 1000, as in experiment files) or "
+       "Ki/Mi/Gi (powers of 1024), an optional B after; comma-separated; '...' doubles "
+       "between its neighbours (default 8,...,64Mi)",
        "LIST"},
       {"chunk", 'c', 0, G_OPTION_ARG_STRING, &o->chunk_text,
-       "Size messages are cut into on the links (default 1M)", "SIZE"},
+       "Size messages are cut into on the links, as --bytes (default 1Mi)", "SIZE"},
       {"group", 'g', 0, G_OPTION_ARG_STRING, &o->group_text,
        "Devices taking part, e.g. 0,2,4,6 (default: every device of the topology)", "D,D,..."},
       {"root", 'r', 0, G_OPTION_ARG_INT, &o->root,
@@ -289,8 +286,8 @@ static gboolean parse_options(Options *o, int *argc, char ***argv, int *status)
            "(the columns of nccl-tests).");
   g_option_context_set_description(
       ctx, "Examples:\n"
-           "  podsim collective --topology ring:8 --algo ring --bytes 1K,...,1G\n"
-           "  podsim collective --topology tpu-v4-8192 --bytes 100M\n"
+           "  podsim collective --topology ring:8 --algo ring --bytes 1Ki,...,1Gi\n"
+           "  podsim collective --topology tpu-v4-8192 --bytes 100MB   (100e6 bytes; 100MiB is 100 x 2^20)\n"
            "  podsim collective --topology torus:4x4 --op allgather --set ici.latency_s=2e-6");
   return ps_cli_parse(ctx, "collective", argc, argv, status);
 }
@@ -436,12 +433,12 @@ static int collective_main(const Options *o, int argc, char **argv)
     g_autofree char *choices = algo_choices();
     return input_error("--algo %s: choose %s", algo_name, choices);
   }
-  g_autoptr(GArray) sizes = parse_sizes(o->bytes_text ? o->bytes_text : "8,...,64M", &error);
+  g_autoptr(GArray) sizes = parse_sizes(o->bytes_text ? o->bytes_text : "8,...,64Mi", &error);
   if (!sizes)
     return fail(error);
   int64_t chunk = PS_NETWORK_DEFAULT_CHUNK;
   if (o->chunk_text && (!parse_size(o->chunk_text, &chunk) || chunk < 1))
-    return input_error("--chunk %s: not a size of at least 1 byte; use bytes or K/M/G",
+    return input_error("--chunk %s: not a size of at least 1 byte; use bytes, K/M/G or Ki/Mi/Gi",
                        o->chunk_text);
   int64_t largest = 0;
   for (guint i = 0; i < sizes->len; i++)

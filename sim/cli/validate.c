@@ -529,8 +529,10 @@ int ps_cli_validate(int argc, char **argv)
            "through its timing-only experiment at the point's topology and global batch, and\n"
            "prints predicted and measured step time, the signed error (predicted - measured)\n"
            "/ measured and the source, then the median and worst |error| over the points\n"
-           "other than the calibration point (marked *).  Exit status 1 if a point could\n"
-           "not be simulated (its row says why), 2 for a bad point file.");
+           "other than the calibration point (marked *).\n"
+           "Exit status: 0 when every point ran, whatever its error; 1 if a point could not\n"
+           "be simulated (its row says why; the others still run and are summarised); 2 for\n"
+           "a bad point file or option (nothing runs).");
   GError *error = NULL;
   int parse_status;
   if (!ps_cli_parse(ctx, "validate", &argc, &argv, &parse_status))

@@ -388,9 +388,10 @@ static double unit_factor(UnitKind k, const char *u)
       return f / 8.0;
     return 0;
   }
-  case UNIT_SIZE: {
-    double f = scan_prefix(&u);
-    return strcmp(u, "B") == 0 ? f : 0;
+  case UNIT_SIZE: { /* "16GB", "32GiB", or the prefix alone: "100M", "64Ki" */
+    const char *after = u;
+    double f = scan_prefix(&after);
+    return strcmp(after, "B") == 0 || (*after == '\0' && after != u) ? f : 0;
   }
   case UNIT_RATE: {
     double f = scan_prefix(&u);

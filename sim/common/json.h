@@ -47,7 +47,8 @@ gboolean ps_json_get_int32(json_object *obj, const char *file, const char *path,
                            GError **error);
 /* Accepts a JSON number or, by the key's suffix, a string with units:
  * "_s" -> time ("1us", "2.5 ms"), "_Bps" -> bandwidth ("100GB/s", "16 GiB/s"),
- * "_bytes" -> size ("32GiB", "16 GB"), "flops" -> rate ("123T", "45e12").
+ * "_bytes" -> size ("32GiB", "16 GB", "100M"; K/M/G are powers of 1000,
+ * Ki/Mi/Gi of 1024, the B optional), "flops" -> rate ("123T", "45e12").
  * `min_exclusive`: when TRUE the value must be > min, else >= min. */
 gboolean ps_json_get_double(json_object *obj, const char *file, const char *path,
                             const char *key, gboolean required, double min,

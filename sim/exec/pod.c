@@ -85,6 +85,7 @@ typedef struct {
   gboolean prep_busy, sending;
   ps_time_t prep_start;
   int loop_arrived;
+  ps_time_t loop_full;   /* when the last of devs reached the loop's end */
   double slowdown;       /* slow host: factor on its CPU work, 1 otherwise */
 } Host;
 
@@ -430,17 +431,30 @@ static void loop_arrive(PsPod *pod, Device *d)
   start_wait(d, WAIT_LOOP);
   if (++h->loop_arrived == (int)h->devs->len) {
     h->loop_arrived = 0;
+    h->loop_full = now(pod);
     ps_engine_after(pod->engine, ps_time_from_s(pod->cfg.topology->loop_overhead_s),
                     pod->ev_loop_start, (uint32_t)h->index, 0);
   }
 }
 
+/* A pipeline's device waits at the loop's end in two parts: until the
+ * host's last device arrives, for the other stages to drain
+ * (pipeline_bubble, PS_WAIT_LOOP_DRAIN); from then on, for the host to
+ * relaunch the loop (host, PS_WAIT_HOST_LOOP).  Replicas' whole wait is
+ * the host loop, as it always was (their arrivals differ by little). */
 static void on_loop_start(PsEngine *engine, const PsEvent *ev, void *ctx)
 {
   PsPod *pod = ctx;
   Host *h = &pod->hosts[ev->target];
+  gboolean drain = ps_plan_axis_size(pod->plan, PS_AXIS_STAGE) > 1;
   for (guint i = 0; i < h->devs->len; i++) {
     Device *d = &pod->devices[g_array_index(h->devs, int, i)];
+    if (drain && h->loop_full > d->wait_start) {
+      if (pod->obs.wait)
+        pod->obs.wait(pod->obs.ctx, d->index, d->step, PS_TIME_PIPELINE_BUBBLE,
+                      PS_WAIT_LOOP_DRAIN, d->wait_start, h->loop_full);
+      d->wait_start = h->loop_full;
+    }
     end_wait(pod, d, PS_TIME_HOST, PS_WAIT_HOST_LOOP);
     device_run(pod, d);
   }
@@ -849,6 +863,7 @@ void ps_pod_start(PsPod *pod)
       continue;
     host_prepare_maybe(pod, h);
     /* the host launches the first device loop */
+    h->loop_full = now(pod);
     for (guint k = 0; k < h->devs->len; k++)
       start_wait(&pod->devices[g_array_index(h->devs, int, k)], WAIT_LOOP);
     ps_engine_after(pod->engine, ps_time_from_s(pod->cfg.topology->loop_overhead_s),

@@ -14,8 +14,10 @@
  *
  * Time categories come from what a device waits for: an empty infeed
  * queue is infeed_stall, a COLL_DONE whose collective is not finished is
- * collective (exposed communication only), a RECV is pipeline_bubble, the
- * host loop, a full outfeed queue, outfeed and host calls are host;
+ * collective (exposed communication only), a RECV and a pipeline's wait
+ * at a loop's end for the host's other devices are pipeline_bubble, the
+ * host loop (for a pipeline its relaunch only), a full outfeed queue,
+ * outfeed and host calls are host;
  * FWD/BWD/RECOMPUTE/UPDATE are compute; the INFEED dequeue is other.
  *
  * Faults (PsPodConfig.faults, what-if knobs).  A straggler device's
@@ -61,8 +63,12 @@ typedef enum {
 
 const char *ps_host_lane_name(PsHostLane lane);
 
-/* The name of the wait between two steps_per_run loops. */
+/* The name of the wait between two steps_per_run loops once every device
+ * of the host has arrived: the host's relaunch (category host). */
 #define PS_WAIT_HOST_LOOP "host loop"
+/* The name of a pipeline device's wait at a loop's end for the host's
+ * other devices to arrive (the drain; category pipeline_bubble). */
+#define PS_WAIT_LOOP_DRAIN "loop drain"
 /* The name of a straggler's per-step delay (category compute). */
 #define PS_WAIT_STRAGGLER "straggler delay"
 
@@ -72,7 +78,7 @@ typedef struct {
   void (*op_done)(void *ctx, int device, int64_t step, const PsOp *op, PsTimeCategory cat,
                   ps_time_t start, ps_time_t end);
   /* A device waited; `what` names the wait ("infeed empty", "host loop",
-   * "outfeed full", a collective's or a message's name, or
+   * "loop drain", "outfeed full", a collective's or a message's name, or
    * PS_WAIT_STRAGGLER, the one wait of category compute). */
   void (*wait)(void *ctx, int device, int64_t step, PsTimeCategory why, const char *what,
                ps_time_t start, ps_time_t end);

@@ -295,21 +295,40 @@ static TimeUnit unit_for(double step_s)
   return (TimeUnit){"s ", 1.0};
 }
 
-static void print_time(FILE *f, TimeUnit u, const char *label, double s, double total)
+/* What each category holds, in a TPU engineer's words. */
+static const char *const category_notes[PS_TIME_N_CATEGORIES] = {
+    [PS_TIME_COMPUTE] = "forward, backward and update kernels",
+    [PS_TIME_COLLECTIVE] = "communication compute did not hide",
+    [PS_TIME_INFEED_STALL] = "waiting for the host's next batch",
+    [PS_TIME_PIPELINE_BUBBLE] = "waiting for other stages (and their drain)",
+    [PS_TIME_HOST] = "the host loop below, outfeed, host calls",
+    [PS_TIME_OTHER] = "the infeed dequeue",
+};
+
+static void print_time(FILE *f, TimeUnit u, int c, double s, double total)
 {
-  fprintf(f, "  %-16s %10.3f %s  %5.1f%%\n", label, s * u.scale, u.name,
-          total > 0 ? 100.0 * s / total : 0);
+  fprintf(f, "  %-16s %10.3f %s  %5.1f%%  %s\n", ps_time_category_name(c), s * u.scale, u.name,
+          total > 0 ? 100.0 * s / total : 0, category_notes[c]);
 }
 
 void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
 {
   TimeUnit u = unit_for(s->step_time_s);
-  fprintf(f, "\nstep time        %10.3f %s  (mean of %" G_GINT64_FORMAT " steps after warm-up)\n",
-          s->step_time_s * u.scale, u.name, s->measured_steps);
+  int64_t warm = s->steps - s->measured_steps;
+  g_autofree char *mean =
+      warm > 0 ? g_strdup_printf("mean of %" G_GINT64_FORMAT " steps after a warm-up loop of %"
+                                 G_GINT64_FORMAT, s->measured_steps, warm)
+               : g_strdup_printf("mean of %" G_GINT64_FORMAT " step%s, no warm-up left out",
+                                 s->measured_steps, s->measured_steps == 1 ? "" : "s");
+  fprintf(f, "\nstep time        %10.3f %s  (%s)\n", s->step_time_s * u.scale, u.name, mean);
   for (int c = 0; c < PS_TIME_N_CATEGORIES; c++)
-    print_time(f, u, ps_time_category_name(c), s->breakdown[c], s->step_time_s);
-  fprintf(f, "  (host loop      %10.3f %s per step: one round trip every %" G_GINT64_FORMAT
-             " steps)\n", s->host_loop_s * u.scale, u.name, exp->steps_per_run);
+    print_time(f, u, c, s->breakdown[c], s->step_time_s);
+  g_autofree char *every = exp->steps_per_run == 1
+                               ? g_strdup("every step")
+                               : g_strdup_printf("every %" G_GINT64_FORMAT " steps (steps_per_run)",
+                                                 exp->steps_per_run);
+  fprintf(f, "  (host loop      %10.3f %s per step: the host relaunches the device loop %s)\n",
+          s->host_loop_s * u.scale, u.name, every);
   fprintf(f, "  (compute        %10.3f %s MXU-bound, %.3f %s memory-bound (HBM or VPU), %.3f %s "
              "launch overhead)\n", s->compute_mxu_s * u.scale, u.name,
           s->compute_memory_s * u.scale, u.name, s->compute_overhead_s * u.scale, u.name);
@@ -339,7 +358,8 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
           s->hbm_peak_bytes / 1048576.0,
           ps_topology_device_hbm_bytes(exp->topology) / 1073741824.0);
   if (s->has_numerics)
-    fprintf(f, "loss             %10.4f -> %.4f\n", s->loss_first, s->loss_last);
+    fprintf(f, "loss             %10.4f -> %.4f  (one step's loss: the first step's, the last's)\n",
+            s->loss_first, s->loss_last);
   if (s->has_accuracy)
     fprintf(f, "test accuracy    %10.2f%%\n", 100.0 * s->test_accuracy);
   if (s->host_calls_json)
