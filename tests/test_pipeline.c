@@ -552,7 +552,7 @@ static void test_loop_drain(void)
     g_autofree char *per = g_strdup_printf("steps_per_run=%d", spr);
     g_autofree char *steps = g_strdup_printf("steps=%d", 4 * spr);
     PsExperiment *e = loadv(path, per, steps, NULL);
-    PsSummary s = run_exp(e);
+    PsSummary s = experiment_run(e);
     double want = e->topology->loop_overhead_s / spr;
     if (g_test_verbose())
       g_printerr("steps_per_run %d: host %.6g s, host loop %.6g s, bubble %.6g s, step %.6g s\n",
