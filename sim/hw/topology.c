@@ -955,6 +955,63 @@ static gboolean check_cuts(const PsGeometry *g, const LinkDir *ld, int n, const 
   return TRUE;
 }
 
+int ps_geometry_dcn_fault_links(const PsGeometry *g, const PsLinkFault *f, int links[2])
+{
+  g_return_val_if_fail(g != NULL && f != NULL && f->zone != PS_LINK_FAULT_ICI && g->dcn >= 0, 0);
+  gboolean nic = f->zone == PS_LINK_FAULT_DCN_NIC;
+  g_return_val_if_fail(f->index >= 0 && f->index < (nic ? g->hosts : g->leaves), 0);
+  PsLinkKind up = nic ? PS_LINK_DCN_NIC_UP : PS_LINK_DCN_LEAF_UP;
+  PsLinkKind down = nic ? PS_LINK_DCN_NIC_DOWN : PS_LINK_DCN_LEAF_DOWN;
+  int n = 0;
+  if (f->both_ways || f->dir > 0)
+    links[n++] = ps_geometry_dcn_link(g, up, f->index);
+  if (f->both_ways || f->dir < 0)
+    links[n++] = ps_geometry_dcn_link(g, down, f->index);
+  return n;
+}
+
+/* DCN entries of faults.links: a multislice topology, a host or leaf that
+ * exists, and no DCN link direction named twice. */
+static gboolean check_dcn_link_faults(const PsGeometry *g, const PsFaultsConfig *faults,
+                                      const char *file, GError **error)
+{
+  for (int i = 0; i < faults->n_links; i++) {
+    const PsLinkFault *f = &faults->links[i];
+    if (f->zone == PS_LINK_FAULT_ICI)
+      continue;
+    gboolean nic = f->zone == PS_LINK_FAULT_DCN_NIC;
+    g_autofree char *p = ps_json_path_index("faults.links", i);
+    g_autofree char *kp = ps_json_path_join(p, nic ? "host" : "leaf");
+    int count = nic ? g->hosts : g->leaves;
+    if (g->dcn < 0) {
+      fault_fail(error, file, p, "%s has one slice and so no data-center network",
+                 g->topo->name);
+      return FALSE;
+    }
+    if (f->index < 0 || f->index >= count) {
+      fault_fail(error, file, kp, "%s %d is out of range: %s's data-center network has %d %s%s (0..%d)",
+                 nic ? "host" : "leaf", f->index, g->topo->name, count,
+                 nic ? "host" : "leaf switch", count == 1 ? "" : nic ? "s" : "es", count - 1);
+      return FALSE;
+    }
+    int mine[2], n = ps_geometry_dcn_fault_links(g, f, mine);
+    for (int j = 0; j < i; j++) {
+      const PsLinkFault *o = &faults->links[j];
+      int theirs[2], m = o->zone == PS_LINK_FAULT_ICI ? 0 : ps_geometry_dcn_fault_links(g, o, theirs);
+      for (int a = 0; a < n; a++)
+        for (int b = 0; b < m; b++)
+          if (mine[a] == theirs[b]) {
+            g_autofree char *name = ps_geometry_link_name(g, mine[a]);
+            fault_fail(error, file, p,
+                       "%s is already named by faults.links[%d]; give each link direction once",
+                       name, j);
+            return FALSE;
+          }
+    }
+  }
+  return TRUE;
+}
+
 gboolean ps_geometry_check_link_faults(const PsTopology *t, const PsFaultsConfig *faults,
                                        const char *file, GError **error)
 {
@@ -965,8 +1022,12 @@ gboolean ps_geometry_check_link_faults(const PsTopology *t, const PsFaultsConfig
   int n = faults->n_links;
   g_autofree LinkDir *ld = g_new0(LinkDir, 2 * (size_t)n);
   int n_ld = 0;
+  if (!check_dcn_link_faults(g, faults, file, error))
+    return FALSE;
   for (int i = 0; i < n; i++) {
     const PsLinkFault *f = &faults->links[i];
+    if (f->zone != PS_LINK_FAULT_ICI)
+      continue;
     g_return_val_if_fail(f->chip >= 0 && f->chip < g->chips && f->dim >= 0 &&
                              f->dim < g->ndims, FALSE);
     if (!check_link_fault(g, f, i, file, error))

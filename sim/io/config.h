@@ -181,10 +181,16 @@ typedef struct {
  * work (input pipeline, outside compilation) `slowdown` times slower; a
  * link fault multiplies an ICI link direction's bandwidth by
  * bandwidth_factor, 0 failing it (traffic goes the other way round its
- * ring).  Loaded by config.c, checked against the slice's geometry by
- * hw/topology.h's ps_geometry_check_link_faults, applied by the executor. */
+ * ring).  In a multislice topology a straggler may be a whole slice
+ * (every device of it), and a link fault may name a data-center network
+ * link direction (a host's NIC or a leaf switch's uplink, up or down or
+ * both) whose bandwidth it multiplies; a DCN link may not fail (the
+ * network has no other way round).  Loaded by config.c, checked against
+ * the slice's geometry by hw/topology.h's ps_geometry_check_link_faults,
+ * applied by the executor. */
 typedef struct {
-  int device;
+  int device;               /* -1 for a slice straggler */
+  int slice;                /* every device of this slice; -1 for a device straggler */
   double slowdown;          /* > 0; 1 when absent */
   double delay_s;           /* >= 0; 0 when absent */
 } PsStraggler;
@@ -194,12 +200,20 @@ typedef struct {
   double slowdown;          /* > 0 */
 } PsSlowHost;
 
+typedef enum {
+  PS_LINK_FAULT_ICI,        /* chip, dim, dir, both_ways */
+  PS_LINK_FAULT_DCN_NIC,    /* host `index`'s NIC; dir +1 up, -1 down; both_ways: both */
+  PS_LINK_FAULT_DCN_LEAF    /* leaf switch `index`'s spine link; as the NIC */
+} PsLinkFaultZone;
+
 typedef struct {
-  int chip;                 /* the chip the link direction leaves */
-  int dim;                  /* torus dimension, 0 = x */
-  int dir;                  /* +1 or -1: towards that neighbour */
-  gboolean both_ways;       /* also the neighbour's link back to chip */
-  double bandwidth_factor;  /* in [0, 1]; 0 = failed */
+  PsLinkFaultZone zone;     /* ICI (0) unless the entry names "dcn" */
+  int chip;                 /* the chip the link direction leaves; DCN: -1 */
+  int dim;                  /* torus dimension, 0 = x; DCN: -1 */
+  int dir;                  /* +1 or -1: towards that neighbour (DCN: up or down) */
+  gboolean both_ways;       /* also the neighbour's link back to chip (DCN: both) */
+  int index;                /* DCN: the host or the leaf; ICI: -1 */
+  double bandwidth_factor;  /* in [0, 1]; 0 = failed (ICI only) */
 } PsLinkFault;
 
 typedef struct {
