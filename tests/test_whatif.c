@@ -32,6 +32,20 @@
  *   the step is linear in f with slope C exactly: step(20) - step(10) =
  *   10 C; the run's breakdown then reports the straggler, with compute
  *   20 C.
+ * A straggler slice (the fixture on 2 x tpu-v5e-8, hierarchical, every
+ *   device of slice 1 a straggler): the bounds above with W the most any
+ *   device of the slice waits for collectives, and one term more, Q: the
+ *   cross-slice messages of a host's devices share its NIC, so a late
+ *   slice's message can queue behind its host's others (Q = devices per
+ *   host x one message of a 1/devices share of the float32 gradients at
+ *   the NIC's bandwidth): delay d grows every step by d - W .. d + Q, a
+ *   slowdown f by (f - 1) C - W .. (f - 1) C + Q, and once saturated
+ *   (f = 80 and 160) the slope is C exactly.  DCN link faults (a NIC both
+ *   ways, a leaf's spine link with one host per leaf) load, round-trip
+ *   through `describe`'s tree and grow the step; bad slice and DCN entries
+ *   are input errors naming the key (exit 2 at the CLI).  The closed form
+ *   of the hierarchical all-reduce over a degraded NIC is
+ *   test_multislice.c's.
  * Slow hosts: the infeed-bound ResNet-50 (cores need 73 ms, the host
  *   makes a batch in b x cost / workers = 160 ms) runs at exactly
  *   b x cost x f / workers per step with its host f = 2 times slower.
@@ -794,6 +808,55 @@ static void test_mesh_failure(void)
                    (const char *const[]){"chip (0,0) -> (1,0) +x", "faults.links[0]", NULL});
 }
 
+#define NIC_FAULT \
+  "faults.links=[{\"dcn\":\"nic\",\"host\":1,\"dir\":\"both\",\"bandwidth_factor\":0.1}]"
+#define LEAF_FAULT \
+  "faults.links=[{\"dcn\":\"leaf\",\"leaf\":0,\"dir\":\"up\",\"bandwidth_factor\":0.1}]"
+
+/* DCN link faults in a run: parsed, shown by `describe` in a form that
+ * loads again, and the step grows when a NIC (or, with one host per leaf,
+ * a leaf's spine link) the cross-slice traffic crosses is degraded. */
+static void test_slice_dcn_run(void)
+{
+  const char *ov[] = {SLICES_OVERRIDES, NIC_FAULT,
+                      "faults.stragglers=[{\"slice\":1,\"slowdown\":1.5}]", NULL};
+  PsExperiment *e = experiment_load(FIXTURE, ov);
+  const PsLinkFault *f = &e->faults.links[0];
+  g_assert_cmpint(f->zone, ==, PS_LINK_FAULT_DCN_NIC);
+  g_assert_cmpint(f->index, ==, 1);
+  g_assert_true(f->both_ways);
+  g_assert_cmpfloat(f->bandwidth_factor, ==, 0.1);
+  g_autofree char *dir = g_dir_make_tmp("podsim-test-whatif-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "resolved.json", NULL);
+  g_assert_cmpint(json_object_to_file(path, e->resolved), ==, 0);
+  PsExperiment *again = experiment_load(path, NULL);
+  g_assert_cmpint(again->faults.links[0].zone, ==, PS_LINK_FAULT_DCN_NIC);
+  g_assert_cmpint(again->faults.links[0].index, ==, 1);
+  g_assert_true(again->faults.links[0].both_ways);
+  g_assert_cmpint(again->faults.stragglers[0].slice, ==, 1);
+  g_assert_cmpfloat(again->faults.stragglers[0].slowdown, ==, 1.5);
+  ps_experiment_free(again);
+  g_remove(path);
+  g_rmdir(dir);
+  ps_experiment_free(e);
+
+  static const char *const faults[] = {NIC_FAULT, LEAF_FAULT};
+  for (int i = 0; i < 2; i++) {
+    const char *base_ov[] = {SLICES_OVERRIDES, "topology.dcn.hosts_per_leaf=1", NULL};
+    const char *slow_ov[] = {SLICES_OVERRIDES, "topology.dcn.hosts_per_leaf=1", faults[i], NULL};
+    PsExperiment *e0 = experiment_load(FIXTURE, base_ov), *e1 = experiment_load(FIXTURE, slow_ov);
+    PsSummary s0, s1;
+    double t0 = step_time(e0, &s0), t1 = step_time(e1, &s1);
+    g_test_message("%s: step %.3f us -> %.3f us", faults[i], t0 * 1e6, t1 * 1e6);
+    g_assert_cmpfloat(t1, >, t0);
+    g_assert_cmpfloat(s1.breakdown[PS_TIME_COLLECTIVE], >, s0.breakdown[PS_TIME_COLLECTIVE]);
+    ps_summary_clear(&s0);
+    ps_summary_clear(&s1);
+    ps_experiment_free(e0);
+    ps_experiment_free(e1);
+  }
+}
+
 /* Slice and DCN faults: every key checked, exit 2 at the CLI. */
 static void test_slice_errors(void)
 {
@@ -965,6 +1028,7 @@ int main(int argc, char **argv)
   g_test_add_func("/whatif/straggler/slowdown", test_slowdown);
   g_test_add_func("/whatif/slice/delay", test_slice_delay);
   g_test_add_func("/whatif/slice/slowdown", test_slice_slowdown);
+  g_test_add_func("/whatif/slice/dcn-in-a-run", test_slice_dcn_run);
   g_test_add_func("/whatif/slice/errors", test_slice_errors);
   g_test_add_func("/whatif/slow-host/infeed-bound", test_slow_host);
   g_test_add_func("/whatif/link/failed-ring-allreduce", test_failed_link_ring);

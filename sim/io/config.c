@@ -398,13 +398,17 @@ static gboolean parse_collective(json_object *root, const char *file, PsCollecti
 
 /* ============================================================ faults */
 
-/* "faults": {"stragglers": [{"device", "slowdown", "delay_s"}],
+/* "faults": {"stragglers": [{"device" | "slice", "slowdown", "delay_s"}],
  *            "slow_hosts": [{"host", "slowdown"}],
  *            "links": [{"chip", "dim", "dir", "both_ways", "bandwidth_factor",
- *                       "failed"}]}
+ *                       "failed"},
+ *                      {"dcn": "nic", "host", "dir": "up" | "down" | "both",
+ *                       "bandwidth_factor"},
+ *                      {"dcn": "leaf", "leaf", "dir", "bandwidth_factor"}]}
  * Checked against the run the rest of the experiment resolved to: a
- * straggler must be a device the run uses, a link's chip and dimension in
- * range.  Whether a link exists and failed links leave a way between every
+ * straggler must be a device the run uses (or a slice of the topology), a
+ * link's chip and dimension in range; a DCN link needs several slices and
+ * a factor > 0.  Whether a link exists and failed links leave a way between every
  * two chips is geometry: ps_geometry_check_link_faults (hw/topology.h),
  * called by the run layer's loader (run/experiment.h). */
 static const char *const faults_keys[] = {"stragglers", "slow_hosts", "links", NULL};
