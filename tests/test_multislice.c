@@ -278,13 +278,19 @@ static void test_degraded_nic(void)
   net_init(&h, NULL, "ring:4", "slices=2", "dcn.nic_bandwidth_Bps=12.5e9", NULL);
   net_init(&d, NULL, "ring:4", "slices=2", "dcn.nic_bandwidth_Bps=12.5e9", NULL);
   const PsGeometry *g = ps_network_geometry(d.net);
-  PsLinkFault fault = {PS_LINK_FAULT_DCN_NIC, -1, -1, +1, TRUE, 0, f};
+  PsDcnLinkFault fault = {.kind = PS_DCN_FAULT_NIC, .index = 0, .dir = +1, .both_ways = TRUE,
+                          .bandwidth_factor = f};
   int links[2];
   g_assert_cmpint(ps_geometry_dcn_fault_links(g, &fault, links), ==, 2);
   g_assert_cmpint(links[0], ==, ps_geometry_dcn_link(g, PS_LINK_DCN_NIC_UP, 0));
   g_assert_cmpint(links[1], ==, ps_geometry_dcn_link(g, PS_LINK_DCN_NIC_DOWN, 0));
   for (int k = 0; k < 2; k++) {
     GError *error = NULL;
+    /* a DCN link has no other way round: it may not fail */
+    g_assert_false(ps_network_degrade_link(d.net, links[k], 0.0, &error));
+    g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE);
+    g_assert_nonnull(strstr(error->message, "no other way round"));
+    g_clear_error(&error);
     g_assert_true(ps_network_degrade_link(d.net, links[k], f, &error));
     g_assert_no_error(error);
     PsLinkInfo li;

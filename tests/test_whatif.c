@@ -821,8 +821,11 @@ static void test_slice_dcn_run(void)
   const char *ov[] = {SLICES_OVERRIDES, NIC_FAULT,
                       "faults.stragglers=[{\"slice\":1,\"slowdown\":1.5}]", NULL};
   PsExperiment *e = experiment_load(FIXTURE, ov);
-  const PsLinkFault *f = &e->faults.links[0];
-  g_assert_cmpint(f->zone, ==, PS_LINK_FAULT_DCN_NIC);
+  g_assert_cmpint(e->faults.n_links, ==, 0);
+  g_assert_cmpint(e->faults.n_dcn_links, ==, 1);
+  const PsDcnLinkFault *f = &e->faults.dcn_links[0];
+  g_assert_cmpint(f->entry, ==, 0);
+  g_assert_cmpint(f->kind, ==, PS_DCN_FAULT_NIC);
   g_assert_cmpint(f->index, ==, 1);
   g_assert_true(f->both_ways);
   g_assert_cmpfloat(f->bandwidth_factor, ==, 0.1);
@@ -830,9 +833,9 @@ static void test_slice_dcn_run(void)
   g_autofree char *path = g_build_filename(dir, "resolved.json", NULL);
   g_assert_cmpint(json_object_to_file(path, e->resolved), ==, 0);
   PsExperiment *again = experiment_load(path, NULL);
-  g_assert_cmpint(again->faults.links[0].zone, ==, PS_LINK_FAULT_DCN_NIC);
-  g_assert_cmpint(again->faults.links[0].index, ==, 1);
-  g_assert_true(again->faults.links[0].both_ways);
+  g_assert_cmpint(again->faults.dcn_links[0].kind, ==, PS_DCN_FAULT_NIC);
+  g_assert_cmpint(again->faults.dcn_links[0].index, ==, 1);
+  g_assert_true(again->faults.dcn_links[0].both_ways);
   g_assert_cmpint(again->faults.stragglers[0].slice, ==, 1);
   g_assert_cmpfloat(again->faults.stragglers[0].slowdown, ==, 1.5);
   ps_experiment_free(again);
@@ -892,6 +895,10 @@ static void test_slice_errors(void)
       {"faults.links=[{\"dcn\":\"nic\",\"host\":0,\"dir\":\"both\",\"bandwidth_factor\":0.5},"
        "{\"dcn\":\"nic\",\"host\":0,\"dir\":\"down\",\"bandwidth_factor\":0.7}]",
        {"faults.links[1]", "dcn nic host 0 down is already named by faults.links[0]", NULL}},
+      /* an ICI entry after a DCN one keeps its own number */
+      {"faults.links=[{\"dcn\":\"nic\",\"host\":0,\"dir\":\"up\",\"bandwidth_factor\":0.5},"
+       "{\"chip\":0,\"dim\":0,\"dir\":\"+\",\"failed\":true}]",
+       {"faults.links[1]", "slice 0 chip (0,0) -> (1,0) +x", "no wrap-around"}},
   };
   for (gsize i = 0; i < G_N_ELEMENTS(cases); i++) {
     const char *ov[] = {SLICES_OVERRIDES, cases[i].set, NULL};

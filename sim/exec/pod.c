@@ -702,7 +702,7 @@ static void apply_slice_straggler(PsPod *pod, const PsStraggler *s)
 
 /* A DCN link fault: its one or two link directions' bandwidth times the
  * factor (> 0, and the host or leaf exists: ps_geometry_check_link_faults). */
-static void apply_dcn_link_fault(PsPod *pod, const PsLinkFault *f)
+static void apply_dcn_link_fault(PsPod *pod, const PsDcnLinkFault *f)
 {
   int links[2], n = ps_geometry_dcn_fault_links(pod->geo, f, links);
   for (int k = 0; k < n; k++) {
@@ -732,12 +732,10 @@ static gboolean apply_faults(PsPod *pod, GError **error)
   }
   for (int i = 0; i < fc->n_slow_hosts; i++)
     pod->hosts[fc->slow_hosts[i].host].slowdown = fc->slow_hosts[i].slowdown;
+  for (int i = 0; i < fc->n_dcn_links; i++)
+    apply_dcn_link_fault(pod, &fc->dcn_links[i]);
   for (int i = 0; i < fc->n_links; i++) {
     const PsLinkFault *f = &fc->links[i];
-    if (f->zone != PS_LINK_FAULT_ICI) {
-      apply_dcn_link_fault(pod, f);
-      continue;
-    }
     int link = ps_network_ici_link(pod->net, f->chip, f->dim, f->dir);
     g_assert(link >= 0); /* ps_geometry_check_link_faults checked that it exists */
     GError *err = NULL;
@@ -750,7 +748,7 @@ static gboolean apply_faults(PsPod *pod, GError **error)
     }
     if (!ok) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "%s: faults.links[%d]: %s",
-                  pod->cfg.file, i, err->message);
+                  pod->cfg.file, fc->link_entries ? fc->link_entries[i] : i, err->message);
       g_error_free(err);
       return FALSE;
     }

@@ -164,8 +164,8 @@ int ps_network_ici_link(const PsNetwork *net, int chip, int dim, int dir);
  * ps_network_ici_link) by factor (>= 0; the topology's figure times
  * factor, so a second call replaces the first); 0 fails it and routes go
  * round it (see Faults above).  A DCN link direction
- * (ps_geometry_dcn_link) takes only a factor > 0: it has no other way
- * round.  FALSE and a PS_INPUT_ERROR naming the link
+ * (ps_geometry_dcn_link) takes only a factor > 0: failing it is an input
+ * error, as it has no other way round.  FALSE and a PS_INPUT_ERROR naming the link
  * when a failure would cut chips off from each other; the link is then
  * unchanged.  Messages already sent keep the route they were sent on. */
 gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError **error);

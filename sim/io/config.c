@@ -586,10 +586,10 @@ static gboolean parse_slow_hosts(json_object *arr, const char *file, PsExperimen
  * link has no other way round, so it may not fail).  Whether the host or
  * leaf exists is geometry (ps_geometry_check_link_faults). */
 static gboolean parse_dcn_link_fault(json_object *o, const char *file, const char *p,
-                                     const PsTopology *t, PsLinkFault *f, GError **error)
+                                     const PsTopology *t, PsDcnLinkFault *f, GError **error)
 {
   int kind = 0, dir = 0;
-  f->chip = f->dim = f->index = -1;
+  f->index = -1;
   f->bandwidth_factor = 1.0;
   if (!ps_json_check_keys(o, file, p, dcn_link_fault_keys, error) ||
       !ps_json_get_enum(o, file, p, "dcn", TRUE, dcn_link_kinds, &kind, error))
@@ -617,13 +617,14 @@ static gboolean parse_dcn_link_fault(json_object *o, const char *file, const cha
                            &f->bandwidth_factor, error)))
     return FALSE;
   if (has_key(o, "failed") || f->bandwidth_factor == 0) {
-    g_autofree char *fp = ps_json_path_join(p, has_key(o, "failed") ? "failed" : "bandwidth_factor");
+    const char *key = has_key(o, "failed") ? "failed" : "bandwidth_factor";
+    g_autofree char *fp = ps_json_path_join(p, key);
     ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, fp,
                     "a DCN link may not fail: the data-center network has no other way round "
                     "it; give a bandwidth_factor > 0 (at most 1)");
     return FALSE;
   }
-  f->zone = kind == 0 ? PS_LINK_FAULT_DCN_NIC : PS_LINK_FAULT_DCN_LEAF;
+  f->kind = kind == 0 ? PS_DCN_FAULT_NIC : PS_DCN_FAULT_LEAF;
   f->dir = dir == 1 ? -1 : 1;
   f->both_ways = dir == 2;
   return TRUE;
@@ -638,12 +639,8 @@ static gboolean parse_link_fault(json_object *o, const char *file, const char *p
   int dir = 0;
   gboolean failed = FALSE;
   f->bandwidth_factor = 1.0;
-  if (!ps_json_expect_object(o, file, p, error))
-    return FALSE;
-  if (has_key(o, "dcn"))
-    return parse_dcn_link_fault(o, file, p, t, f, error);
-  f->index = -1;
-  if (!ps_json_check_keys(o, file, p, link_fault_keys, error) ||
+  if (!ps_json_expect_object(o, file, p, error) ||
+      !ps_json_check_keys(o, file, p, link_fault_keys, error) ||
       !ps_json_get_int32(o, file, p, "chip", TRUE, G_MININT, G_MAXINT, &f->chip, error) ||
       !ps_json_get_int32(o, file, p, "dim", TRUE, G_MININT, G_MAXINT, &f->dim, error) ||
       !ps_json_get_enum(o, file, p, "dir", TRUE, link_dirs, &dir, error) ||
@@ -695,12 +692,22 @@ static gboolean parse_link_faults(json_object *arr, const char *file, PsExperime
   PsFaultsConfig *fc = &e->faults;
   int n = (int)json_object_array_length(arr);
   fc->links = g_new0(PsLinkFault, n ? n : 1);
+  fc->link_entries = g_new0(int, n ? n : 1);
+  fc->dcn_links = g_new0(PsDcnLinkFault, n ? n : 1);
   for (int i = 0; i < n; i++) {
     g_autofree char *p = ps_json_path_index("faults.links", i);
-    if (!parse_link_fault(json_object_array_get_idx(arr, i), file, p, e->topology,
-                          &fc->links[i], error))
+    json_object *o = json_object_array_get_idx(arr, i);
+    if (json_object_is_type(o, json_type_object) && has_key(o, "dcn")) {
+      PsDcnLinkFault *f = &fc->dcn_links[fc->n_dcn_links];
+      f->entry = i;
+      if (!parse_dcn_link_fault(o, file, p, e->topology, f, error))
+        return FALSE;
+      fc->n_dcn_links++;
+      continue;
+    }
+    if (!parse_link_fault(o, file, p, e->topology, &fc->links[fc->n_links], error))
       return FALSE;
-    fc->n_links++;
+    fc->link_entries[fc->n_links++] = i;
   }
   return TRUE;
 }
@@ -725,32 +732,51 @@ static gboolean parse_faults(json_object *root, const char *file, PsExperiment *
   return TRUE;
 }
 
-/* One faults.links entry as loadable JSON.  (transfer full) */
+/* An ICI faults.links entry as loadable JSON.  (transfer full) */
 static json_object *link_fault_to_json(const PsLinkFault *f)
 {
   json_object *lo = json_object_new_object();
-  if (f->zone == PS_LINK_FAULT_ICI) {
-    json_object_object_add(lo, "chip", json_object_new_int(f->chip));
-    json_object_object_add(lo, "dim", json_object_new_int(f->dim));
-    json_object_object_add(lo, "dir", json_object_new_string(f->dir > 0 ? "+" : "-"));
-    json_object_object_add(lo, "both_ways", json_object_new_boolean(f->both_ways));
-  } else {
-    gboolean nic = f->zone == PS_LINK_FAULT_DCN_NIC;
-    json_object_object_add(lo, "dcn", json_object_new_string(nic ? "nic" : "leaf"));
-    json_object_object_add(lo, nic ? "host" : "leaf", json_object_new_int(f->index));
-    json_object_object_add(lo, "dir", json_object_new_string(f->both_ways ? "both"
-                                                             : f->dir > 0  ? "up"
-                                                                           : "down"));
-  }
+  json_object_object_add(lo, "chip", json_object_new_int(f->chip));
+  json_object_object_add(lo, "dim", json_object_new_int(f->dim));
+  json_object_object_add(lo, "dir", json_object_new_string(f->dir > 0 ? "+" : "-"));
+  json_object_object_add(lo, "both_ways", json_object_new_boolean(f->both_ways));
   json_object_object_add(lo, "bandwidth_factor", ps_config__new_double(f->bandwidth_factor));
   return lo;
+}
+
+/* A DCN faults.links entry as loadable JSON.  (transfer full) */
+static json_object *dcn_link_fault_to_json(const PsDcnLinkFault *f)
+{
+  gboolean nic = f->kind == PS_DCN_FAULT_NIC;
+  json_object *lo = json_object_new_object();
+  json_object_object_add(lo, "dcn", json_object_new_string(nic ? "nic" : "leaf"));
+  json_object_object_add(lo, nic ? "host" : "leaf", json_object_new_int(f->index));
+  json_object_object_add(lo, "dir", json_object_new_string(f->both_ways ? "both"
+                                                           : f->dir > 0  ? "up"
+                                                                         : "down"));
+  json_object_object_add(lo, "bandwidth_factor", ps_config__new_double(f->bandwidth_factor));
+  return lo;
+}
+
+/* faults.links in the file's order: the ICI and DCN entries merged back
+ * by their entry numbers.  (transfer full) */
+static json_object *link_faults_to_json(const PsFaultsConfig *fc)
+{
+  json_object *a = json_object_new_array();
+  int i = 0, j = 0;
+  for (int entry = 0; entry < fc->n_links + fc->n_dcn_links; entry++)
+    if (j < fc->n_dcn_links && fc->dcn_links[j].entry == entry)
+      json_object_array_add(a, dcn_link_fault_to_json(&fc->dcn_links[j++]));
+    else
+      json_object_array_add(a, link_fault_to_json(&fc->links[i++]));
+  return a;
 }
 
 /* The faults as a loadable object (a failed link as bandwidth_factor 0),
  * or NULL when there are none.  (transfer full) */
 static json_object *faults_to_json(const PsFaultsConfig *fc)
 {
-  if (fc->n_stragglers + fc->n_slow_hosts + fc->n_links == 0)
+  if (fc->n_stragglers + fc->n_slow_hosts + fc->n_links + fc->n_dcn_links == 0)
     return NULL;
   json_object *o = json_object_new_object();
   if (fc->n_stragglers) {
@@ -778,13 +804,8 @@ static json_object *faults_to_json(const PsFaultsConfig *fc)
     }
     json_object_object_add(o, "slow_hosts", a);
   }
-  if (fc->n_links) {
-    json_object *a = json_object_new_array();
-    for (int i = 0; i < fc->n_links; i++) {
-      json_object_array_add(a, link_fault_to_json(&fc->links[i]));
-    }
-    json_object_object_add(o, "links", a);
-  }
+  if (fc->n_links + fc->n_dcn_links)
+    json_object_object_add(o, "links", link_faults_to_json(fc));
   return o;
 }
 
@@ -1120,6 +1141,8 @@ void ps_experiment_free(PsExperiment *e)
   g_free(e->faults.stragglers);
   g_free(e->faults.slow_hosts);
   g_free(e->faults.links);
+  g_free(e->faults.link_entries);
+  g_free(e->faults.dcn_links);
   g_free(e->collective.algorithm);
   g_free(e->strategy.kind);
   if (e->strategy.json)

@@ -200,21 +200,27 @@ typedef struct {
   double slowdown;          /* > 0 */
 } PsSlowHost;
 
+typedef struct {
+  int chip;                 /* the chip the link direction leaves */
+  int dim;                  /* torus dimension, 0 = x */
+  int dir;                  /* +1 or -1: towards that neighbour */
+  gboolean both_ways;       /* also the neighbour's link back to chip */
+  double bandwidth_factor;  /* in [0, 1]; 0 = failed */
+} PsLinkFault;
+
 typedef enum {
-  PS_LINK_FAULT_ICI,        /* chip, dim, dir, both_ways */
-  PS_LINK_FAULT_DCN_NIC,    /* host `index`'s NIC; dir +1 up, -1 down; both_ways: both */
-  PS_LINK_FAULT_DCN_LEAF    /* leaf switch `index`'s spine link; as the NIC */
-} PsLinkFaultZone;
+  PS_DCN_FAULT_NIC,         /* host `index`'s NIC */
+  PS_DCN_FAULT_LEAF         /* leaf switch `index`'s link to the spine */
+} PsDcnFaultKind;
 
 typedef struct {
-  PsLinkFaultZone zone;     /* ICI (0) unless the entry names "dcn" */
-  int chip;                 /* the chip the link direction leaves; DCN: -1 */
-  int dim;                  /* torus dimension, 0 = x; DCN: -1 */
-  int dir;                  /* +1 or -1: towards that neighbour (DCN: up or down) */
-  gboolean both_ways;       /* also the neighbour's link back to chip (DCN: both) */
-  int index;                /* DCN: the host or the leaf; ICI: -1 */
-  double bandwidth_factor;  /* in [0, 1]; 0 = failed (ICI only) */
-} PsLinkFault;
+  int entry;                /* its index in the file's faults.links */
+  PsDcnFaultKind kind;
+  int index;                /* the host or the leaf */
+  int dir;                  /* +1 up (towards the spine), -1 down */
+  gboolean both_ways;       /* both directions ("dir": "both"; dir is then +1) */
+  double bandwidth_factor;  /* in (0, 1]: a DCN link may not fail */
+} PsDcnLinkFault;
 
 typedef struct {
   int n_stragglers;
@@ -223,6 +229,9 @@ typedef struct {
   PsSlowHost *slow_hosts;   /* owned; hosts distinct */
   int n_links;
   PsLinkFault *links;       /* owned; link directions distinct */
+  int *link_entries;        /* owned: links[i] is faults.links[link_entries[i]]; NULL: i */
+  int n_dcn_links;
+  PsDcnLinkFault *dcn_links; /* owned; link directions distinct */
 } PsFaultsConfig;
 
 typedef struct {
