@@ -18,6 +18,12 @@
  * - /multislice/dcn-bandwidth: halving the NIC bandwidth grows the
  *   simulated time by what the closed form's cross-slice steps grow,
  *   within 0.5%;
+ * - /multislice/degraded-nic: host 0's NIC at a quarter of its bandwidth
+ *   both ways (a faults.links "dcn" entry) makes each cross-slice step
+ *   the degraded route's message time: the simulated all-reduce matches
+ *   the closed form and the prediction (ps_collective_predict_s) within
+ *   0.5%, and grows over the healthy one by 2(P-1) times the message's
+ *   growth within 0.5%;
  * - /multislice/oversubscription: leaves of four hosts at 4:1 carry one
  *   NIC's bandwidth up to the spine, so each cross-slice step grows by
  *   three messages' serialization (within 5%), as the prediction's
@@ -258,6 +264,59 @@ static void test_dcn_bandwidth(void)
   }
 }
 
+/* Host 0's NIC at bandwidth_factor f both ways (faults.links' "dcn":
+ * "nic"): member 0's cross-slice messages each cross a slow link, so every
+ * cross-slice step takes the degraded route's message time; the slice's
+ * own all-reduce is unchanged. */
+static void test_degraded_nic(void)
+{
+  const int P = 2;
+  const double f = 0.25;
+  const int64_t m = S_BYTES / (4 * P);
+  Net one, h, d;
+  net_init(&one, NULL, "ring:4", NULL);
+  net_init(&h, NULL, "ring:4", "slices=2", "dcn.nic_bandwidth_Bps=12.5e9", NULL);
+  net_init(&d, NULL, "ring:4", "slices=2", "dcn.nic_bandwidth_Bps=12.5e9", NULL);
+  const PsGeometry *g = ps_network_geometry(d.net);
+  PsDcnLinkFault fault = {.kind = PS_DCN_FAULT_NIC, .index = 0, .dir = +1, .both_ways = TRUE,
+                          .bandwidth_factor = f};
+  int links[2];
+  g_assert_cmpint(ps_geometry_dcn_fault_links(g, &fault, links), ==, 2);
+  g_assert_cmpint(links[0], ==, ps_geometry_dcn_link(g, PS_LINK_DCN_NIC_UP, 0));
+  g_assert_cmpint(links[1], ==, ps_geometry_dcn_link(g, PS_LINK_DCN_NIC_DOWN, 0));
+  for (int k = 0; k < 2; k++) {
+    GError *error = NULL;
+    /* a DCN link has no other way round: it may not fail */
+    g_assert_false(ps_network_degrade_link(d.net, links[k], 0.0, &error));
+    g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE);
+    g_assert_nonnull(strstr(error->message, "no other way round"));
+    g_clear_error(&error);
+    g_assert_true(ps_network_degrade_link(d.net, links[k], f, &error));
+    g_assert_no_error(error);
+    PsLinkInfo li;
+    g_assert_true(ps_network_link_info(d.net, links[k], &li));
+    g_assert_false(li.failed);
+    g_assert_cmpfloat(fabs(li.bandwidth_Bps - f * 12.5e9), <=, 1e-6 * 12.5e9);
+  }
+  double intra = sim_s(&one, "torus", 4, S_BYTES, NULL), predict_h, predict_d;
+  double th = sim_s(&h, "hierarchical", 4 * P, S_BYTES, &predict_h);
+  double td = sim_s(&d, "hierarchical", 4 * P, S_BYTES, &predict_d);
+  double form = intra + 2 * (P - 1) * MAX(message_s(&d, 0, 4, m), message_s(&d, 4, 0, m));
+  double grow = 2 * (P - 1) * (message_s(&d, 0, 4, m) - message_s(&h, 0, 4, m));
+  g_test_message("NIC x%.2f: simulated %.3f us (healthy %.3f us), closed form %.3f us, "
+                 "prediction %.3f us; growth %.3f us, closed form's %.3f us",
+                 f, td * 1e6, th * 1e6, form * 1e6, predict_d * 1e6, (td - th) * 1e6, grow * 1e6);
+  g_assert_cmpfloat(td, >, th);
+  g_assert_cmpfloat(fabs(td - form), <=, 0.005 * form);
+  g_assert_cmpfloat(fabs(td - predict_d), <=, 0.005 * predict_d);
+  g_assert_cmpfloat(fabs((td - th) - grow), <=, 0.005 * grow);
+  /* the prediction follows the degraded bandwidth */
+  g_assert_cmpfloat(predict_d - predict_h, >, 0.9 * grow);
+  net_clear(&one);
+  net_clear(&h);
+  net_clear(&d);
+}
+
 /* Leaves of one slice's four hosts at 4:1: each leaf's uplink carries a
  * NIC's bandwidth, so the four members' cross-slice messages queue there
  * and each step takes three more messages' time. */
@@ -469,6 +528,7 @@ int main(int argc, char **argv)
   g_test_add_func("/multislice/topology", test_topology);
   g_test_add_func("/multislice/closed-form", test_closed_form);
   g_test_add_func("/multislice/dcn-bandwidth", test_dcn_bandwidth);
+  g_test_add_func("/multislice/degraded-nic", test_degraded_nic);
   g_test_add_func("/multislice/oversubscription", test_oversubscription);
   g_test_add_func("/multislice/auto", test_auto);
   g_test_add_func("/multislice/numerics", test_numerics);

@@ -32,6 +32,20 @@
  *   the step is linear in f with slope C exactly: step(20) - step(10) =
  *   10 C; the run's breakdown then reports the straggler, with compute
  *   20 C.
+ * A straggler slice (the fixture on 2 x tpu-v5e-8, hierarchical, every
+ *   device of slice 1 a straggler): the bounds above with W the most any
+ *   device of the slice waits for collectives, and one term more, Q: the
+ *   cross-slice messages of a host's devices share its NIC, so a late
+ *   slice's message can queue behind its host's others (Q = devices per
+ *   host x one message of a 1/devices share of the float32 gradients at
+ *   the NIC's bandwidth): delay d grows every step by d - W .. d + Q, a
+ *   slowdown f by (f - 1) C - W .. (f - 1) C + Q, and once saturated
+ *   (f = 80 and 160) the slope is C exactly.  DCN link faults (a NIC both
+ *   ways, a leaf's spine link with one host per leaf) load, round-trip
+ *   through `describe`'s tree and grow the step; bad slice and DCN entries
+ *   are input errors naming the key (exit 2 at the CLI).  The closed form
+ *   of the hierarchical all-reduce over a degraded NIC is
+ *   test_multislice.c's.
  * Slow hosts: the infeed-bound ResNet-50 (cores need 73 ms, the host
  *   makes a batch in b x cost / workers = 160 ms) runs at exactly
  *   b x cost x f / workers per step with its host f = 2 times slower.
@@ -329,6 +343,134 @@ static void test_slowdown(void)
   ps_experiment_free(e0);
 }
 
+/* ---- a straggler slice ---------------------------------------------- */
+
+/* The fixture on two slices of tpu-v5e-8 (16 replicas, hierarchical
+ * all-reduce across the DCN). */
+#define SLICES_OVERRIDES \
+  "topology=\"tpu-v5e-8\"", "topology.slices=2", "collective.algorithm=hierarchical"
+#define SLICE_DEVICES 8 /* per slice */
+
+static PsExperiment *with_slice_fault(const char *straggler)
+{
+  const char *ov[] = {SLICES_OVERRIDES, straggler, NULL};
+  return experiment_load(FIXTURE, ov);
+}
+
+/* Q: the cross-slice messages of one host's devices back to back on its
+ * NIC (each a 1/devices share of the float32 gradients), the most a late
+ * slice's message can queue behind its host's others. */
+static ps_time_t slice_queue(const PsExperiment *e)
+{
+  const PsTopology *t = e->topology;
+  int devices = ps_topology_devices(t), per_host = devices / ps_topology_hosts(t);
+  double m = 4.0 * (double)e->model->params / devices;
+  return per_host * ser_ps(m, t->dcn.nic_bandwidth_Bps);
+}
+
+/* W: the most any device of slice 1 waits for collectives in step k
+ * without the fault. */
+static ps_time_t slice_wait(const Obs *o, int k)
+{
+  ps_time_t W = 0;
+  for (int d = SLICE_DEVICES; d < 2 * SLICE_DEVICES; d++)
+    W = MAX(W, o->coll[d * o->steps + k]);
+  return W;
+}
+
+/* Slice 1 late by d: every device of it delayed once per step, nobody
+ * else; every device's step grows by between d - W and d. */
+static void test_slice_delay(void)
+{
+  PsExperiment *e0 = with_slice_fault(NULL);
+  PsExperiment *e1 = with_slice_fault("faults.stragglers=[{\"slice\":1,\"delay_s\":\"2ms\"}]");
+  g_assert_cmpint(e1->faults.stragglers[0].slice, ==, 1);
+  g_assert_cmpint(e1->faults.stragglers[0].device, ==, -1);
+  Obs o0, o1;
+  obs_run(e0, &o0);
+  obs_run(e1, &o1);
+  g_assert_cmpint(o0.n, ==, 2 * SLICE_DEVICES);
+  const ps_time_t d = ps_time_from_s(2e-3), Q = slice_queue(e0);
+  for (int dev = 0; dev < o0.n; dev++) {
+    gboolean slow = dev >= SLICE_DEVICES;
+    g_assert_cmpint(o1.delays[dev], ==, slow ? o1.steps : 0);
+    g_assert_cmpint(o1.compute[dev] - o0.compute[dev], ==, slow ? o1.steps * d : 0);
+    for (int k = 1; k < o0.steps; k++) {
+      ps_time_t grow = period(&o1, dev, k) - period(&o0, dev, k), W = slice_wait(&o0, k);
+      g_assert_cmpint(grow, <=, d + Q);
+      g_assert_cmpint(grow, >=, d - W);
+      if (dev == 0 && k == 1)
+        g_test_message("slice delay: step grows by %" G_GINT64_FORMAT " ps, d = %" G_GINT64_FORMAT
+                       " ps, W = %" G_GINT64_FORMAT " ps, Q = %" G_GINT64_FORMAT " ps",
+                       grow, d, W, Q);
+    }
+  }
+  obs_clear(&o0);
+  obs_clear(&o1);
+  ps_experiment_free(e0);
+  ps_experiment_free(e1);
+}
+
+static PsExperiment *with_slice_slowdown(double f)
+{
+  g_autofree char *s = g_strdup_printf("faults.stragglers=[{\"slice\":1,\"slowdown\":%g}]", f);
+  return with_slice_fault(s);
+}
+
+/* Slice 1 f times slower: its devices' compute times f (to half a
+ * picosecond per op), nobody else's; every step grows by between
+ * (f - 1) C - W and (f - 1) C; saturated, the slope is C. */
+static void test_slice_slowdown(void)
+{
+  const double f = 1.5;
+  PsExperiment *e0 = with_slice_fault(NULL), *e1 = with_slice_slowdown(f);
+  Obs o0, o1;
+  obs_run(e0, &o0);
+  obs_run(e1, &o1);
+  for (int dev = 0; dev < o0.n; dev++) {
+    g_assert_cmpint(o1.compute_ops[dev], ==, o0.compute_ops[dev]);
+    double want = dev >= SLICE_DEVICES ? f * (double)o0.compute[dev] : (double)o0.compute[dev];
+    g_assert_cmpfloat(fabs((double)o1.compute[dev] - want), <=, 0.5 * (double)o0.compute_ops[dev]);
+  }
+  const int S = SLICE_DEVICES; /* a device of slice 1; all of them alike */
+  const ps_time_t C = o0.compute[S] / o0.steps;
+  const ps_time_t slack = o0.compute_ops[S] / o0.steps + 1;
+  const ps_time_t full = (ps_time_t)((f - 1) * (double)C), Q = slice_queue(e0);
+  for (int dev = 0; dev < o0.n; dev++)
+    for (int k = 1; k < o0.steps; k++) {
+      ps_time_t grow = period(&o1, dev, k) - period(&o0, dev, k), W = slice_wait(&o0, k);
+      g_assert_cmpint(grow, <=, full + slack + Q);
+      g_assert_cmpint(grow, >=, full - W - slack);
+      g_assert_cmpint(grow, >, 0);
+      if (dev == 0 && k == 1)
+        g_test_message("slice slowdown %.1f: step grows by %" G_GINT64_FORMAT
+                       " ps, (f - 1) C = %" G_GINT64_FORMAT " ps, W = %" G_GINT64_FORMAT
+                       " ps, Q = %" G_GINT64_FORMAT " ps",
+                       f, grow, full, W, Q);
+    }
+  /* saturated: once the other slice waits for this one with everything
+   * else done (f = 80 here: its compute beyond the healthy step by far more
+   * than W + Q), the slope is C */
+  g_assert_cmpint(79 * C, >, 4 * (slice_wait(&o0, 1) + Q));
+  obs_clear(&o0);
+  obs_clear(&o1);
+  ps_experiment_free(e1);
+  PsExperiment *e80 = with_slice_slowdown(80), *e160 = with_slice_slowdown(160);
+  PsSummary s80, s160;
+  double t80 = step_time(e80, &s80), t160 = step_time(e160, &s160), Cs = ps_time_to_s(C);
+  g_test_message("slice: C = %.9f s; step(80) = %.9f, step(160) = %.9f, difference %.6f C", Cs,
+                 t80, t160, (t160 - t80) / Cs);
+  g_assert_cmpfloat(fabs((t160 - t80) - 80 * Cs), <=, 2 * ps_time_to_s(slack));
+  g_assert_cmpint(s160.reporting_device, >=, SLICE_DEVICES);
+  g_assert_cmpfloat(fabs(s160.breakdown[PS_TIME_COMPUTE] - 160 * Cs), <=,
+                    160 * ps_time_to_s(slack));
+  ps_summary_clear(&s80);
+  ps_summary_clear(&s160);
+  ps_experiment_free(e80);
+  ps_experiment_free(e160);
+  ps_experiment_free(e0);
+}
+
 /* ---- slow hosts ----------------------------------------------------- */
 
 static void test_slow_host(void)
@@ -619,6 +761,39 @@ static void expect_error(const char *const *ov, const char *const *needles)
   g_error_free(error);
 }
 
+/* `podsim run FIXTURE --set ...` (sets NULL-terminated) exits 2, prints
+ * nothing on stdout and every needle on stderr. */
+static void expect_cli_exit2(const char *const *sets, const char *const *needles)
+{
+  const char *podsim = g_getenv("PODSIM");
+  if (!podsim || !*podsim || !g_file_test(podsim, G_FILE_TEST_IS_EXECUTABLE)) {
+    g_test_message("PODSIM is not set to the built CLI (make test sets it): CLI part skipped");
+    return;
+  }
+  GPtrArray *argv = g_ptr_array_new();
+  g_ptr_array_add(argv, (gpointer)podsim);
+  g_ptr_array_add(argv, "run");
+  g_ptr_array_add(argv, FIXTURE);
+  for (int i = 0; sets[i]; i++) {
+    g_ptr_array_add(argv, "--set");
+    g_ptr_array_add(argv, (gpointer)sets[i]);
+  }
+  g_ptr_array_add(argv, NULL);
+  g_autofree char *out = NULL, *err = NULL;
+  int status = 0;
+  GError *error = NULL;
+  g_assert_true(g_spawn_sync(NULL, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, &out,
+                             &err, &status, &error));
+  g_ptr_array_free(argv, TRUE);
+  g_assert_no_error(error);
+  g_assert_true(WIFEXITED(status));
+  g_assert_cmpint(WEXITSTATUS(status), ==, 2);
+  g_assert_cmpstr(out, ==, "");
+  for (int i = 0; needles[i]; i++)
+    if (!strstr(err, needles[i]))
+      g_error("expected '%s' in: %s", needles[i], err);
+}
+
 static void test_mesh_failure(void)
 {
   const char *ov[] = {"faults.links=[{\"chip\":0,\"dim\":0,\"dir\":\"+\",\"failed\":true}]", NULL};
@@ -629,23 +804,117 @@ static void test_mesh_failure(void)
   expect_error(ov2, (const char *const[]){"faults.links[0]", "chip (1,0) -> (1,1) +y",
                                           "no wrap-around", NULL});
 
-  const char *podsim = g_getenv("PODSIM");
-  if (!podsim || !*podsim || !g_file_test(podsim, G_FILE_TEST_IS_EXECUTABLE)) {
-    g_test_message("PODSIM is not set to the built CLI (make test sets it): CLI part skipped");
-    return;
+  expect_cli_exit2((const char *const[]){ov[0], NULL},
+                   (const char *const[]){"chip (0,0) -> (1,0) +x", "faults.links[0]", NULL});
+}
+
+#define NIC_FAULT \
+  "faults.links=[{\"dcn\":\"nic\",\"host\":1,\"dir\":\"both\",\"bandwidth_factor\":0.1}]"
+#define LEAF_FAULT \
+  "faults.links=[{\"dcn\":\"leaf\",\"leaf\":0,\"dir\":\"up\",\"bandwidth_factor\":0.1}]"
+
+/* DCN link faults in a run: parsed, shown by `describe` in a form that
+ * loads again, and the step grows when a NIC (or, with one host per leaf,
+ * a leaf's spine link) the cross-slice traffic crosses is degraded. */
+static void test_slice_dcn_run(void)
+{
+  const char *ov[] = {SLICES_OVERRIDES, NIC_FAULT,
+                      "faults.stragglers=[{\"slice\":1,\"slowdown\":1.5}]", NULL};
+  PsExperiment *e = experiment_load(FIXTURE, ov);
+  g_assert_cmpint(e->faults.n_links, ==, 0);
+  g_assert_cmpint(e->faults.n_dcn_links, ==, 1);
+  const PsDcnLinkFault *f = &e->faults.dcn_links[0];
+  g_assert_cmpint(f->entry, ==, 0);
+  g_assert_cmpint(f->kind, ==, PS_DCN_FAULT_NIC);
+  g_assert_cmpint(f->index, ==, 1);
+  g_assert_true(f->both_ways);
+  g_assert_cmpfloat(f->bandwidth_factor, ==, 0.1);
+  g_autofree char *dir = g_dir_make_tmp("podsim-test-whatif-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "resolved.json", NULL);
+  g_assert_cmpint(json_object_to_file(path, e->resolved), ==, 0);
+  PsExperiment *again = experiment_load(path, NULL);
+  g_assert_cmpint(again->faults.dcn_links[0].kind, ==, PS_DCN_FAULT_NIC);
+  g_assert_cmpint(again->faults.dcn_links[0].index, ==, 1);
+  g_assert_true(again->faults.dcn_links[0].both_ways);
+  g_assert_cmpint(again->faults.stragglers[0].slice, ==, 1);
+  g_assert_cmpfloat(again->faults.stragglers[0].slowdown, ==, 1.5);
+  ps_experiment_free(again);
+  g_remove(path);
+  g_rmdir(dir);
+  ps_experiment_free(e);
+
+  static const char *const faults[] = {NIC_FAULT, LEAF_FAULT};
+  for (int i = 0; i < 2; i++) {
+    const char *base_ov[] = {SLICES_OVERRIDES, "topology.dcn.hosts_per_leaf=1", NULL};
+    const char *slow_ov[] = {SLICES_OVERRIDES, "topology.dcn.hosts_per_leaf=1", faults[i], NULL};
+    PsExperiment *e0 = experiment_load(FIXTURE, base_ov), *e1 = experiment_load(FIXTURE, slow_ov);
+    PsSummary s0, s1;
+    double t0 = step_time(e0, &s0), t1 = step_time(e1, &s1);
+    g_test_message("%s: step %.3f us -> %.3f us", faults[i], t0 * 1e6, t1 * 1e6);
+    g_assert_cmpfloat(t1, >, t0);
+    g_assert_cmpfloat(s1.breakdown[PS_TIME_COLLECTIVE], >, s0.breakdown[PS_TIME_COLLECTIVE]);
+    ps_summary_clear(&s0);
+    ps_summary_clear(&s1);
+    ps_experiment_free(e0);
+    ps_experiment_free(e1);
   }
-  const char *argv[] = {podsim, "run", FIXTURE, "--set", ov[0], NULL};
-  g_autofree char *out = NULL, *err = NULL;
-  int status = 0;
-  GError *error = NULL;
-  g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &out, &err,
-                             &status, &error));
-  g_assert_no_error(error);
-  g_assert_true(WIFEXITED(status));
-  g_assert_cmpint(WEXITSTATUS(status), ==, 2);
-  g_assert_cmpstr(out, ==, "");
-  g_assert_nonnull(strstr(err, "chip (0,0) -> (1,0) +x"));
-  g_assert_nonnull(strstr(err, "faults.links[0]"));
+}
+
+/* Slice and DCN faults: every key checked, exit 2 at the CLI. */
+static void test_slice_errors(void)
+{
+  static const struct {
+    const char *set;
+    const char *needles[4];
+  } cases[] = {
+      {"faults.stragglers=[{\"slice\":2,\"slowdown\":2}]",
+       {"faults.stragglers[0].slice", "slice 2 is out of range: tpu-v5e-8 has 2 slices (0..1)",
+        NULL}},
+      {"faults.stragglers=[{\"slice\":-1,\"slowdown\":2}]",
+       {"faults.stragglers[0].slice", "out of range", NULL}},
+      {"faults.stragglers=[{\"slice\":1,\"device\":3,\"slowdown\":2}]",
+       {"faults.stragglers[0].slice", "not both", NULL}},
+      {"faults.stragglers=[{\"slice\":1,\"slowdown\":2},{\"slice\":1,\"delay_s\":1}]",
+       {"faults.stragglers[1].slice", "slice 1 is already a straggler", NULL}},
+      {"faults.stragglers=[{\"slice\":1,\"slowdown\":2},{\"device\":9,\"slowdown\":2}]",
+       {"faults.stragglers[1].device", "device 9 is in slice 1", NULL}},
+      {"faults.links=[{\"dcn\":\"nic\",\"host\":2,\"dir\":\"up\",\"bandwidth_factor\":0.5}]",
+       {"faults.links[0].host", "host 2 is out of range", "2 hosts (0..1)"}},
+      {"faults.links=[{\"dcn\":\"leaf\",\"leaf\":1,\"dir\":\"up\",\"bandwidth_factor\":0.5}]",
+       {"faults.links[0].leaf", "leaf 1 is out of range", "(0..0)"}},
+      {"faults.links=[{\"dcn\":\"nic\",\"host\":0,\"dir\":\"up\",\"bandwidth_factor\":0}]",
+       {"faults.links[0].bandwidth_factor", "may not fail", "no other way round"}},
+      {"faults.links=[{\"dcn\":\"nic\",\"host\":0,\"dir\":\"up\",\"failed\":true}]",
+       {"faults.links[0].failed", "may not fail", NULL}},
+      {"faults.links=[{\"dcn\":\"nic\",\"host\":0,\"dir\":\"+\",\"bandwidth_factor\":0.5}]",
+       {"faults.links[0].dir", "up, down, both", NULL}},
+      {"faults.links=[{\"dcn\":\"spine\",\"host\":0,\"dir\":\"up\",\"bandwidth_factor\":0.5}]",
+       {"faults.links[0].dcn", "nic, leaf", NULL}},
+      {"faults.links=[{\"dcn\":\"nic\",\"leaf\":0,\"dir\":\"up\",\"bandwidth_factor\":0.5}]",
+       {"faults.links[0].leaf", "named by host", NULL}},
+      {"faults.links=[{\"dcn\":\"nic\",\"host\":0,\"dir\":\"both\",\"bandwidth_factor\":0.5},"
+       "{\"dcn\":\"nic\",\"host\":0,\"dir\":\"down\",\"bandwidth_factor\":0.7}]",
+       {"faults.links[1]", "dcn nic host 0 down is already named by faults.links[0]", NULL}},
+      /* an ICI entry after a DCN one keeps its own number */
+      {"faults.links=[{\"dcn\":\"nic\",\"host\":0,\"dir\":\"up\",\"bandwidth_factor\":0.5},"
+       "{\"chip\":0,\"dim\":0,\"dir\":\"+\",\"failed\":true}]",
+       {"faults.links[1]", "slice 0 chip (0,0) -> (1,0) +x", "no wrap-around"}},
+  };
+  for (gsize i = 0; i < G_N_ELEMENTS(cases); i++) {
+    const char *ov[] = {SLICES_OVERRIDES, cases[i].set, NULL};
+    expect_error(ov, cases[i].needles);
+  }
+  /* one slice has no DCN */
+  const char *one[] = {"faults.links=[{\"dcn\":\"nic\",\"host\":0,\"dir\":\"up\","
+                       "\"bandwidth_factor\":0.5}]",
+                       NULL};
+  expect_error(one, (const char *const[]){"faults.links[0].dcn", "no data-center network", NULL});
+  expect_cli_exit2((const char *const[]){"topology=\"tpu-v5e-8\"", "topology.slices=2",
+                                         cases[0].set, NULL},
+                   cases[0].needles);
+  expect_cli_exit2((const char *const[]){"topology=\"tpu-v5e-8\"", "topology.slices=2",
+                                         cases[7].set, NULL},
+                   cases[7].needles);
 }
 
 /* ---- config --------------------------------------------------------- */
@@ -764,6 +1033,10 @@ int main(int argc, char **argv)
   g_test_add_func("/whatif/straggler/delay-ring", test_delay_ring);
   g_test_add_func("/whatif/straggler/delay-v3-8", test_delay_v3_8);
   g_test_add_func("/whatif/straggler/slowdown", test_slowdown);
+  g_test_add_func("/whatif/slice/delay", test_slice_delay);
+  g_test_add_func("/whatif/slice/slowdown", test_slice_slowdown);
+  g_test_add_func("/whatif/slice/dcn-in-a-run", test_slice_dcn_run);
+  g_test_add_func("/whatif/slice/errors", test_slice_errors);
   g_test_add_func("/whatif/slow-host/infeed-bound", test_slow_host);
   g_test_add_func("/whatif/link/failed-ring-allreduce", test_failed_link_ring);
   g_test_add_func("/whatif/link/degraded-ring-allreduce", test_degraded_link_ring);

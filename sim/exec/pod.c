@@ -704,11 +704,36 @@ static gboolean build_colls(PsPod *pod, GError **error)
 }
 
 /* The faults on devices, hosts and links. */
+/* Every device of the straggler's slice this plan runs is a straggler. */
+static void apply_slice_straggler(PsPod *pod, const PsStraggler *s)
+{
+  for (int d = 0; d < pod->n_devices; d++)
+    if (ps_geometry_endpoint_slice(pod->geo, d) == s->slice) {
+      pod->devices[d].slowdown = s->slowdown;
+      pod->devices[d].delay = ps_time_from_s(s->delay_s);
+    }
+}
+
+/* A DCN link fault: its one or two link directions' bandwidth times the
+ * factor (> 0, and the host or leaf exists: ps_geometry_check_link_faults). */
+static void apply_dcn_link_fault(PsPod *pod, const PsDcnLinkFault *f)
+{
+  int links[2], n = ps_geometry_dcn_fault_links(pod->geo, f, links);
+  for (int k = 0; k < n; k++) {
+    gboolean ok = ps_network_degrade_link(pod->net, links[k], f->bandwidth_factor, NULL);
+    g_assert(ok);
+  }
+}
+
 static gboolean apply_faults(PsPod *pod, GError **error)
 {
   const PsFaultsConfig *fc = pod->cfg.faults;
   for (int i = 0; i < fc->n_stragglers; i++) {
     const PsStraggler *s = &fc->stragglers[i];
+    if (s->slice >= 0) {
+      apply_slice_straggler(pod, s);
+      continue;
+    }
     if (s->device >= pod->n_devices) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                   "%s: faults.stragglers[%d].device: device %d runs no program in this plan "
@@ -721,6 +746,8 @@ static gboolean apply_faults(PsPod *pod, GError **error)
   }
   for (int i = 0; i < fc->n_slow_hosts; i++)
     pod->hosts[fc->slow_hosts[i].host].slowdown = fc->slow_hosts[i].slowdown;
+  for (int i = 0; i < fc->n_dcn_links; i++)
+    apply_dcn_link_fault(pod, &fc->dcn_links[i]);
   for (int i = 0; i < fc->n_links; i++) {
     const PsLinkFault *f = &fc->links[i];
     int link = ps_network_ici_link(pod->net, f->chip, f->dim, f->dir);
@@ -735,7 +762,7 @@ static gboolean apply_faults(PsPod *pod, GError **error)
     }
     if (!ok) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "%s: faults.links[%d]: %s",
-                  pod->cfg.file, i, err->message);
+                  pod->cfg.file, fc->link_entries ? fc->link_entries[i] : i, err->message);
       g_error_free(err);
       return FALSE;
     }

@@ -302,12 +302,39 @@ char *ps_network_link_name(const PsNetwork *net, int link)
 
 /* ---- faults --------------------------------------------------------- */
 
+/* A DCN link direction's bandwidth times factor (> 0: it has no other way
+ * round, so it never fails). */
+static gboolean degrade_dcn_link(PsNetwork *net, int link, PsLinkKind kind, double factor,
+                                 GError **error)
+{
+  g_return_val_if_fail(kind == PS_LINK_DCN_NIC_UP || kind == PS_LINK_DCN_NIC_DOWN ||
+                           kind == PS_LINK_DCN_LEAF_UP || kind == PS_LINK_DCN_LEAF_DOWN,
+                       FALSE);
+  if (factor == 0) {
+    g_autofree char *name = ps_network_link_name(net, link);
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "failing %s: the data-center network has no other way round it; degrade it "
+                "(a factor > 0) instead",
+                name);
+    return FALSE;
+  }
+  double bw, latency_s;
+  int lanes;
+  link_figures(net->topo, kind, &bw, &latency_s, &lanes);
+  Link *l = &net->links[link];
+  l->factor = factor;
+  l->ps_per_byte = (double)PS_PS_PER_S / (bw * factor);
+  return TRUE;
+}
+
 gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError **error)
 {
   g_return_val_if_fail(net != NULL && factor >= 0 && factor < G_MAXDOUBLE, FALSE);
   PsLinkEnds e;
   g_return_val_if_fail(link >= 0 && link < net->n_links && net->links[link].present, FALSE);
-  g_return_val_if_fail(ps_geometry_link_ends(net->geo, link, &e) && e.kind == PS_LINK_ICI, FALSE);
+  g_return_val_if_fail(ps_geometry_link_ends(net->geo, link, &e), FALSE);
+  if (e.kind != PS_LINK_ICI)
+    return degrade_dcn_link(net, link, e.kind, factor, error);
   Link *l = &net->links[link];
   int dim = e.dim;
   const PsTopology *t = net->topo;

@@ -50,7 +50,8 @@
  * direct way took h).  A failure is refused where it would leave two chips
  * without a way: in a dimension without wrap-around, on a twisted torus
  * (whose wraps land shifted, so there is no plain other way round), or
- * where both ways round a ring would cross a failed link.
+ * where both ways round a ring would cross a failed link.  A DCN link
+ * direction (a NIC's, a leaf's spine link) may be degraded, not failed.
  *
  * Invariant: on every link direction each lane carries one chunk at a time
  * and chunks leave a link in the order they reached it; no route crosses a
@@ -162,7 +163,9 @@ int ps_network_ici_link(const PsNetwork *net, int chip, int dim, int dir);
 /* Multiplies the bandwidth of ICI link direction `link` (from
  * ps_network_ici_link) by factor (>= 0; the topology's figure times
  * factor, so a second call replaces the first); 0 fails it and routes go
- * round it (see Faults above).  FALSE and a PS_INPUT_ERROR naming the link
+ * round it (see Faults above).  A DCN link direction
+ * (ps_geometry_dcn_link) takes only a factor > 0: failing it is an input
+ * error, as it has no other way round.  FALSE and a PS_INPUT_ERROR naming the link
  * when a failure would cut chips off from each other; the link is then
  * unchanged.  Messages already sent keep the route they were sent on. */
 gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError **error);

@@ -955,13 +955,70 @@ static gboolean check_cuts(const PsGeometry *g, const LinkDir *ld, int n, const 
   return TRUE;
 }
 
+int ps_geometry_dcn_fault_links(const PsGeometry *g, const PsDcnLinkFault *f, int links[2])
+{
+  g_return_val_if_fail(g != NULL && f != NULL && g->dcn >= 0, 0);
+  gboolean nic = f->kind == PS_DCN_FAULT_NIC;
+  g_return_val_if_fail(f->index >= 0 && f->index < (nic ? g->hosts : g->leaves), 0);
+  PsLinkKind up = nic ? PS_LINK_DCN_NIC_UP : PS_LINK_DCN_LEAF_UP;
+  PsLinkKind down = nic ? PS_LINK_DCN_NIC_DOWN : PS_LINK_DCN_LEAF_DOWN;
+  int n = 0;
+  if (f->both_ways || f->dir > 0)
+    links[n++] = ps_geometry_dcn_link(g, up, f->index);
+  if (f->both_ways || f->dir < 0)
+    links[n++] = ps_geometry_dcn_link(g, down, f->index);
+  return n;
+}
+
+/* The DCN entries of faults.links: a multislice topology, a host or leaf
+ * that exists, and no DCN link direction named twice. */
+static gboolean check_dcn_link_faults(const PsGeometry *g, const PsFaultsConfig *faults,
+                                      const char *file, GError **error)
+{
+  for (int i = 0; i < faults->n_dcn_links; i++) {
+    const PsDcnLinkFault *f = &faults->dcn_links[i];
+    gboolean nic = f->kind == PS_DCN_FAULT_NIC;
+    g_autofree char *p = ps_json_path_index("faults.links", f->entry);
+    g_autofree char *kp = ps_json_path_join(p, nic ? "host" : "leaf");
+    int count = nic ? g->hosts : g->leaves;
+    if (g->dcn < 0) {
+      fault_fail(error, file, p, "%s has one slice and so no data-center network",
+                 g->topo->name);
+      return FALSE;
+    }
+    if (f->index < 0 || f->index >= count) {
+      fault_fail(error, file, kp,
+                 "%s %d is out of range: %s's data-center network has %d %s%s (0..%d)",
+                 nic ? "host" : "leaf", f->index, g->topo->name, count,
+                 nic ? "host" : "leaf switch", count == 1 ? "" : nic ? "s" : "es", count - 1);
+      return FALSE;
+    }
+    int mine[2], n = ps_geometry_dcn_fault_links(g, f, mine);
+    for (int j = 0; j < i; j++) {
+      int theirs[2], m = ps_geometry_dcn_fault_links(g, &faults->dcn_links[j], theirs);
+      for (int a = 0; a < n; a++)
+        for (int b = 0; b < m; b++)
+          if (mine[a] == theirs[b]) {
+            g_autofree char *name = ps_geometry_link_name(g, mine[a]);
+            fault_fail(error, file, p,
+                       "%s is already named by faults.links[%d]; give each link direction once",
+                       name, faults->dcn_links[j].entry);
+            return FALSE;
+          }
+    }
+  }
+  return TRUE;
+}
+
 gboolean ps_geometry_check_link_faults(const PsTopology *t, const PsFaultsConfig *faults,
                                        const char *file, GError **error)
 {
   g_return_val_if_fail(t != NULL && faults != NULL && file != NULL, FALSE);
-  if (faults->n_links == 0)
+  if (faults->n_links + faults->n_dcn_links == 0)
     return TRUE;
   g_autoptr(PsGeometry) g = ps_geometry_new(t);
+  if (!check_dcn_link_faults(g, faults, file, error))
+    return FALSE;
   int n = faults->n_links;
   g_autofree LinkDir *ld = g_new0(LinkDir, 2 * (size_t)n);
   int n_ld = 0;
@@ -969,17 +1026,18 @@ gboolean ps_geometry_check_link_faults(const PsTopology *t, const PsFaultsConfig
     const PsLinkFault *f = &faults->links[i];
     g_return_val_if_fail(f->chip >= 0 && f->chip < g->chips && f->dim >= 0 &&
                              f->dim < g->ndims, FALSE);
-    if (!check_link_fault(g, f, i, file, error))
+    int entry = faults->link_entries ? faults->link_entries[i] : i;
+    if (!check_link_fault(g, f, entry, file, error))
       return FALSE;
     int first = n_ld;
-    ld[n_ld++] = (LinkDir){f->chip, f->dim, f->dir, f->bandwidth_factor == 0, i};
+    ld[n_ld++] = (LinkDir){f->chip, f->dim, f->dir, f->bandwidth_factor == 0, entry};
     if (f->both_ways)
       ld[n_ld++] = (LinkDir){ps_geometry_neighbour(g, f->chip, f->dim, f->dir), f->dim, -f->dir,
-                             f->bandwidth_factor == 0, i};
+                             f->bandwidth_factor == 0, entry};
     for (int k = first; k < n_ld; k++)
       for (int j = 0; j < first; j++)
         if (ld[j].chip == ld[k].chip && ld[j].dim == ld[k].dim && ld[j].dir == ld[k].dir) {
-          g_autofree char *p = ps_json_path_index("faults.links", i);
+          g_autofree char *p = ps_json_path_index("faults.links", entry);
           g_autofree char *dup = ici_name(g, ld[k].chip, ld[k].dim, ld[k].dir);
           fault_fail(error, file, p,
                      "%s is already named by faults.links[%d]; give each link direction once",

@@ -222,6 +222,9 @@ int ps_geometry_pcie_link(const PsGeometry *g, int host, gboolean up);
  * `index` (leaf); only in a multislice topology. */
 int ps_geometry_dcn_link(const PsGeometry *g, PsLinkKind kind, int index);
 int ps_geometry_dcn_leaves(const PsGeometry *g);
+/* The DCN link directions a DCN link fault names (its host's NIC or its
+ * leaf's spine link; up, down or both) into links: how many (1 or 2). */
+int ps_geometry_dcn_fault_links(const PsGeometry *g, const PsDcnLinkFault *f, int links[2]);
 /* "chip (1,2) -> (1,3) +y", "chip (0,0) core 0 -> core 1",
  * "host 3 -> chips (PCIe)", "chips -> host 3 (PCIe)", "dcn nic host 3
  * up", "dcn leaf 1 down", "no link 7"; chips of a multislice topology
@@ -247,6 +250,8 @@ gboolean ps_geometry_ring_connected(const PsGeometry *g, const guint8 *failed, i
  * dimension of size 1, not off a mesh edge), a failure only where a route
  * can go round it (a ring of a torus that is not twisted), no link
  * direction twice, and failures that leave a way between every two chips.
+ * The DCN entries (faults->dcn_links) name a host or leaf switch of a
+ * multislice topology's data-center network, no link direction twice.
  * FALSE and a PS_INPUT_ERROR "FILE: faults.links[i]: reason" otherwise. */
 gboolean ps_geometry_check_link_faults(const PsTopology *t, const PsFaultsConfig *faults,
                                        const char *file, GError **error);

@@ -181,10 +181,16 @@ typedef struct {
  * work (input pipeline, outside compilation) `slowdown` times slower; a
  * link fault multiplies an ICI link direction's bandwidth by
  * bandwidth_factor, 0 failing it (traffic goes the other way round its
- * ring).  Loaded by config.c, checked against the slice's geometry by
- * hw/topology.h's ps_geometry_check_link_faults, applied by the executor. */
+ * ring).  In a multislice topology a straggler may be a whole slice
+ * (every device of it), and a link fault may name a data-center network
+ * link direction (a host's NIC or a leaf switch's uplink, up or down or
+ * both) whose bandwidth it multiplies; a DCN link may not fail (the
+ * network has no other way round).  Loaded by config.c, checked against
+ * the slice's geometry by hw/topology.h's ps_geometry_check_link_faults,
+ * applied by the executor. */
 typedef struct {
-  int device;
+  int device;               /* -1 for a slice straggler */
+  int slice;                /* every device of this slice; -1 for a device straggler */
   double slowdown;          /* > 0; 1 when absent */
   double delay_s;           /* >= 0; 0 when absent */
 } PsStraggler;
@@ -202,6 +208,20 @@ typedef struct {
   double bandwidth_factor;  /* in [0, 1]; 0 = failed */
 } PsLinkFault;
 
+typedef enum {
+  PS_DCN_FAULT_NIC,         /* host `index`'s NIC */
+  PS_DCN_FAULT_LEAF         /* leaf switch `index`'s link to the spine */
+} PsDcnFaultKind;
+
+typedef struct {
+  int entry;                /* its index in the file's faults.links */
+  PsDcnFaultKind kind;
+  int index;                /* the host or the leaf */
+  int dir;                  /* +1 up (towards the spine), -1 down */
+  gboolean both_ways;       /* both directions ("dir": "both"; dir is then +1) */
+  double bandwidth_factor;  /* in (0, 1]: a DCN link may not fail */
+} PsDcnLinkFault;
+
 typedef struct {
   int n_stragglers;
   PsStraggler *stragglers;  /* owned; devices distinct */
@@ -209,6 +229,9 @@ typedef struct {
   PsSlowHost *slow_hosts;   /* owned; hosts distinct */
   int n_links;
   PsLinkFault *links;       /* owned; link directions distinct */
+  int *link_entries;        /* owned: links[i] is faults.links[link_entries[i]]; NULL: i */
+  int n_dcn_links;
+  PsDcnLinkFault *dcn_links; /* owned; link directions distinct */
 } PsFaultsConfig;
 
 typedef struct {

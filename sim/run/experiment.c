@@ -10,12 +10,46 @@
 
 #include "hw/topology.h"
 
-/* Stragglers name devices the strategy occupies. */
+/* A slice straggler names a slice the strategy occupies (some of its
+ * devices, numbered slice-major, in use), and no device straggler lies in
+ * it. */
+static gboolean check_slice_straggler(const PsExperiment *e, int i, int used, GError **error)
+{
+  const PsFaultsConfig *fc = &e->faults;
+  int slice = fc->stragglers[i].slice;
+  int per_slice = ps_topology_devices(e->topology) / e->topology->slices;
+  if (slice * per_slice >= used) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: faults.stragglers[%d].slice: slice %d runs none of this run's devices: "
+                "it uses devices 0..%d (strategy %s), slices 0..%d of %s's %d",
+                e->file, i, slice, used - 1, e->strategy.kind, (used - 1) / per_slice,
+                e->topology->name, e->topology->slices);
+    return FALSE;
+  }
+  for (int j = 0; j < fc->n_stragglers; j++) {
+    int d = fc->stragglers[j].device;
+    if (d < 0 || d / per_slice != slice)
+      continue;
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: faults.stragglers[%d].device: device %d is in slice %d, already a straggler "
+                "by faults.stragglers[%d]; give the device or the slice",
+                e->file, j, d, slice, i);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* Stragglers name devices (or slices) the strategy occupies. */
 static gboolean check_stragglers(const PsExperiment *e, GError **error)
 {
   int used = ps_experiment_devices_used(e);
   for (int i = 0; i < e->faults.n_stragglers; i++) {
     int d = e->faults.stragglers[i].device;
+    if (e->faults.stragglers[i].slice >= 0) {
+      if (!check_slice_straggler(e, i, used, error))
+        return FALSE;
+      continue;
+    }
     if (d >= 0 && d < used)
       continue;
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
