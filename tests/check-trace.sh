@@ -4,7 +4,8 @@
 # Writes three traces with ./podsim and opens each in catapult (the
 # chrome://tracing UI) and speedscope through VIEWER_DIR/check_trace.sh
 # (../shared/tools/trace-viewer from the project root; it needs Chromium,
-# Node 20 and `npm ci` there, see its README):
+# Node 20 and its npm packages, which this script installs when they are
+# missing, with Chromium as root):
 #   default.json    `podsim run default`: the default experiment, the
 #                   Fashion-MNIST CNN on 8 cores, one epoch (about a minute);
 #   links.json      ResNet-50 on tpu-v3-8, 2 steps, --trace-links: every
@@ -22,9 +23,24 @@ if [ ! -x "$check" ]; then
   echo "check-trace: $check not found (the trace viewer harness)" >&2
   exit 2
 fi
+# What the harness needs and a new machine lacks: Debian's Chromium (as
+# root, as `make deps` installs packages) and the harness's npm packages.
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "check-trace: installing chromium (apt-get)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >&2 || exit 2
+  else
+    echo "check-trace: needs Debian's chromium: sudo apt-get install -y chromium" >&2
+    exit 2
+  fi
+fi
 if [ ! -d "$viewer/node_modules" ]; then
-  echo "check-trace: run 'npm ci' in $viewer first (see its README.md)" >&2
-  exit 2
+  command -v npm >/dev/null 2>&1 || {
+    echo "check-trace: needs npm (Node 20) for $viewer" >&2
+    exit 2
+  }
+  echo "check-trace: npm ci in $viewer" >&2
+  (cd "$viewer" && npm ci --no-audit --no-fund >&2) || exit 2
 fi
 out=build/check-trace
 mkdir -p "$out"
