@@ -121,5 +121,5 @@ const PsLayerOps ps_layer_attention = {
   .workspace = attention_workspace,
   .forward = attention_forward,
   .backward = attention_backward,
-  .lower = {.lowering = PS_LOWER_PRODUCER, .kernel = "matmul"},
+  .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_HEADS, .kernel = "matmul"},
 };

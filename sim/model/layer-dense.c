@@ -96,7 +96,7 @@ const PsLayerOps ps_layer_dense = {
   .init = dense_init,
   .forward = dense_forward,
   .backward = dense_backward,
-  .lower = {.lowering = PS_LOWER_PRODUCER, .kernel = "matmul"},
+  .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_MATMUL, .kernel = "matmul"},
 };
 
 /* ---- conv2d ------------------------------------------------------------- */

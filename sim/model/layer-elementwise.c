@@ -82,7 +82,8 @@ static gboolean tanh_backward(const NetStep *st)
     .plan = same_plan,                                                               \
     .forward = NAME##_forward,                                                       \
     .backward = NAME##_backward,                                                     \
-    .lower = {.lowering = PS_LOWER_UNARY, .fuses_into_producer = TRUE, .kernel = #NAME}, \
+    .lower = {.lowering = PS_LOWER_UNARY, .tensor = PS_TP_ELEMENTWISE,               \
+              .fuses_into_producer = TRUE, .kernel = #NAME},                          \
   }
 
 ACTIVATION(relu, PS_LAYER_RELU);
@@ -121,7 +122,8 @@ const PsLayerOps ps_layer_flatten = {
   .view = TRUE,
   .plan = flatten_plan,
   .forward = flatten_forward,
-  .lower = {.lowering = PS_LOWER_VIEW, .fuses_into_producer = TRUE, .kernel = "flatten"},
+  .lower = {.lowering = PS_LOWER_VIEW, .tensor = PS_TP_ELEMENTWISE, .fuses_into_producer = TRUE,
+            .kernel = "flatten"},
 };
 
 /* ---- add ---------------------------------------------------------------- */
@@ -187,5 +189,6 @@ const PsLayerOps ps_layer_add = {
   .plan = add_plan,
   .forward = add_forward,
   .backward = add_backward,
-  .lower = {.lowering = PS_LOWER_JOIN, .fuses_into_producer = TRUE, .kernel = "add"},
+  .lower = {.lowering = PS_LOWER_JOIN, .tensor = PS_TP_ELEMENTWISE, .fuses_into_producer = TRUE,
+            .kernel = "add"},
 };

@@ -54,7 +54,7 @@ const PsLayerOps ps_layer_embedding = {
   .parse = embedding_parse,
   .shape = embedding_shape,
   .takes_tokens = TRUE,
-  .lower = {.lowering = PS_LOWER_PRODUCER, .kernel = "embedding"},
+  .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_VOCAB, .kernel = "embedding"},
 };
 
 /* ---- patch_embedding ---------------------------------------------------- */

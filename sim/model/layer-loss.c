@@ -62,6 +62,6 @@ const PsLayerOps ps_layer_softmax_xent = {
   .plan = softmax_xent_plan,
   .forward = softmax_xent_forward,
   .backward = softmax_xent_backward,
-  .lower = {.lowering = PS_LOWER_PRODUCER, .fuses_into_producer = TRUE,
+  .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_LOSS, .fuses_into_producer = TRUE,
             .kernel = "softmax_xent"},
 };

@@ -93,6 +93,6 @@ const PsLayerOps ps_layer_layernorm = {
   .init = layernorm_init,
   .forward = layernorm_forward,
   .backward = layernorm_backward,
-  .lower = {.lowering = PS_LOWER_PRODUCER, .fuses_into_producer = TRUE,
+  .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_NORM, .fuses_into_producer = TRUE,
             .kernel = "layernorm"},
 };

@@ -53,9 +53,38 @@ typedef enum {
   PS_LOWER_NORM_STATS,
 } PsLayerLowering;
 
+/* How a kind splits along a tensor-parallel mesh axis (Megatron-LM,
+ * Shoeybi et al. 2019; GSPMD), read by strategies that shard a layer's
+ * work across devices.  The activation between layers is either whole on
+ * every device of the axis, split along its last dimension, or a partial
+ * sum that an all-reduce completes.
+ * - REPLICATED: not split; every device of the axis computes it whole
+ *   (convolutions, pools, batch norm: the zero value, for kinds that never
+ *   say);
+ * - ELEMENTWISE: works on any layout and keeps it (activations, the
+ *   residual add of two inputs in the same layout, reshapes);
+ * - NORM: needs whole rows (a layer or RMS norm): its input is completed
+ *   first, then it runs whole (or split along the sequence);
+ * - MATMUL: a dense layer: on a whole input it is column-parallel (its
+ *   output split), on a split input row-parallel (its output partial);
+ * - HEADS: attention, split by heads: whole input, partial output;
+ * - VOCAB: a token embedding split by vocabulary: partial output;
+ * - LOSS: softmax cross-entropy over logits split by vocabulary, its max
+ *   and sum reduced across the axis. */
+typedef enum {
+  PS_TP_REPLICATED,
+  PS_TP_ELEMENTWISE,
+  PS_TP_NORM,
+  PS_TP_MATMUL,
+  PS_TP_HEADS,
+  PS_TP_VOCAB,
+  PS_TP_LOSS,
+} PsTensorRole;
+
 /* A kind's part of the layer table that the cost model reads. */
 typedef struct {
   PsLayerLowering lowering;
+  PsTensorRole tensor;          /* how a tensor axis splits it */
   gboolean fuses_into_producer; /* strategies group it with its producer's op */
   const char *kernel;           /* the forward kernel's name in listings */
   /* the contraction of its matmul is a window (kernel^2 x input channels),
