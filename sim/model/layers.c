@@ -559,6 +559,10 @@ static gboolean check_loss(const PsModel *m, GHashTable *names, const char *file
                    ps_layer_kind_name(last->kind), width, cp, m->classes);
     return FALSE;
   }
+  /* one label per row of logits: 1 for a vector, S for per-token (S, V) */
+  m->labels_per_example = 1;
+  for (int k = 0; k + 1 < last->in_rank; k++)
+    m->labels_per_example *= last->in_shape[k];
   return TRUE;
 }
 

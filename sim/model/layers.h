@@ -142,6 +142,8 @@ typedef struct {
   int64_t in_shape[PS_MAX_RANK];
   gboolean token_input;        /* input is integer token ids */
   int64_t classes;
+  int64_t labels_per_example;  /* rows of logits the loss scores: 1 for a
+                                  vector, S for per-token (S, V) logits */
   int n_layers;
   PsLayer *layers;
   /* totals per example */
