@@ -559,10 +559,6 @@ static gboolean check_loss(const PsModel *m, GHashTable *names, const char *file
                    ps_layer_kind_name(last->kind), width, cp, m->classes);
     return FALSE;
   }
-  /* one label per row of logits: 1 for a vector, S for per-token (S, V) */
-  m->labels_per_example = 1;
-  for (int k = 0; k + 1 < last->in_rank; k++)
-    m->labels_per_example *= last->in_shape[k];
   return TRUE;
 }
 
@@ -580,6 +576,11 @@ static gboolean sum_totals(PsModel *m, const char *file, const char *lpath, GErr
       !check_size(total_act, "the model's activation count per example", file, lpath, error))
     return FALSE;
 
+  /* one label per row of logits: 1 for a vector, S for per-token (S, V) */
+  const PsLayer *last = &m->layers[m->n_layers - 1];
+  m->labels_per_example = 1;
+  for (int k = 0; k + 1 < last->in_rank; k++)
+    m->labels_per_example *= last->in_shape[k];
   m->numerics_supported = TRUE;
   for (int i = 0; i < m->n_layers; i++) {
     const PsLayer *L = &m->layers[i];
