@@ -120,6 +120,8 @@ typedef struct {
   PsBufferKind buffer;  /* numerics: elements [offset, offset + count) of it */
   int64_t offset;
   int layer;            /* ACTIVATIONS: whose output (-1: the net's input) */
+  PsAxis axis;          /* the mesh axis it communicates along (reports book
+                           its time there): PS_AXIS_DATA unless set */
   char name[64];        /* "all-reduce bucket 2 (layers 40..47)" */
 } PsPlanColl;
 
