@@ -208,7 +208,7 @@ run: deps all
 # make variables reach its `make install` through MAKEFLAGS) and builds a
 # program against it with $(LDFLAGS) (the sanitizers' under check-asan).
 # tests/test_examples.py runs every command README.md and docs/*.md show
-# with its output and compares (docs/examples.md says how to mark one).
+# with its output and compares (docs/design.md, "Examples that stay true", says how to mark one).
 TEST_SCRIPTS := tests/test_install.sh tests/test_examples.py
 
 TEST_ENV = PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
