@@ -7,7 +7,7 @@
 # build-asan), then, from a directory outside the tree and without
 # $PODSIM_DATA_DIR: lists and runs experiments with the installed binary,
 # moves the prefix and lists again (the data directory is found at run time),
-# builds the README's embedding example with `pkg-config --cflags --libs
+# builds docs/install.md's embedding example with `pkg-config --cflags --libs
 # podsim` (dynamic; and against libpodsim.a with --static), runs it, checks
 # the soname and that only public headers went in, and uninstalls.
 # Speaks TAP for prove; arguments (prove's --tap) are ignored.
@@ -57,14 +57,14 @@ else not_ok "podsim run default from another directory"; fi
 if has 'PODSIM_DATA_DIR' && has 'share/podsim'; then ok "podsim --help documents the data directory"
 else not_ok "podsim --help documents the data directory"; fi
 
-# the example is the README's first C block after "## Install and embed"
-awk '/^## Install and embed/ { in_section = 1 }
+# the example is docs/install.md's first C block after "## Embedding"
+awk '/^## Embedding/ { in_section = 1 }
      in_section && /^```c$/ { in_block = 1; next }
      in_block && /^```$/ { exit }
-     in_block { print }' "$root/README.md" >ex.c
-if [ -s ex.c ] && grep -q 'ps_run' ex.c; then ok "README has the embedding example"
-else echo "(no C block after '## Install and embed' in README.md)" >"$log"
-  not_ok "README has the embedding example"; fi
+     in_block { print }' "$root/docs/install.md" >ex.c
+if [ -s ex.c ] && grep -q 'ps_run' ex.c; then ok "docs/install.md has the embedding example"
+else echo "(no C block after '## Embedding' in docs/install.md)" >"$log"
+  not_ok "docs/install.md has the embedding example"; fi
 
 # shellcheck disable=SC2046,SC2086 # word splitting of the flags is wanted
 check "cc ex.c \$(pkg-config --cflags --libs podsim)" \
