@@ -33,6 +33,11 @@ installed tree) is preceded by a line `<!-- example not run: REASON -->`,
 the reason required.  Every other `console` block runs, so the figures of
 README.md and docs/*.md cannot go stale unnoticed.
 
+With no arguments it also checks README.md's command reference against
+the program: every command `podsim --help` lists takes --help (exit 0, a
+usage line), and README.md's section `### podsim COMMAND` names every long
+option that command's --help lists, so the reference cannot fall behind.
+
 Usage: test_examples.py [FILE.md...]  checks those files (default: README.md
 and docs/*.md) and prints TAP, one test per example, for prove; arguments
 starting with `--` (prove's --tap) are ignored.  Run with no arguments it
@@ -236,6 +241,39 @@ def self_check(podsim, tap):
     return (good != 0) + (stale != 1)
 
 
+def help_text(podsim, args):
+    """What `podsim ARGS --help` prints, and its exit status."""
+    r = subprocess.run([podsim] + args + ["--help"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
+    return r.stdout.decode("utf-8", "replace"), r.returncode
+
+
+def check_reference(podsim, tap):
+    """Every command has --help; README.md documents each of its options."""
+    top, _ = help_text(podsim, [])
+    commands = re.findall(r"^  ([a-z]+) ", top.split("Commands:", 1)[-1], re.M)
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    failed = 0
+    for cmd in commands:
+        text, rc = help_text(podsim, [cmd])
+        ok = rc == 0 and text.startswith("Usage")
+        failed += not ok
+        tap(ok, "podsim %s --help: exit %d, %s" % (cmd, rc, text.split("\n")[0][:60]), None)
+        m = re.search(r"^### podsim %s\b.*?(?=^##)" % cmd, readme, re.M | re.S)
+        section = m.group(0) if m else ""
+        options = sorted(set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z-]*)", text, re.M)) - {"--help"})
+        missing = [o for o in options if o not in section]
+        failed += bool(missing) or not m
+        tap(m is not None and not missing, "README.md '### podsim %s' documents %s%s"
+            % (cmd, ", ".join(options) or "its usage",
+               "; missing: " + ", ".join(missing) if missing else ""), None)
+    ok = len(commands) >= 9 and "takes --help" in top
+    failed += not ok
+    tap(ok, "podsim --help lists %d commands and says every one takes --help" % len(commands), None)
+    return failed
+
+
 def main(argv):
     files = [a for a in argv[1:] if not a.startswith("--")]
     podsim = os.path.abspath(os.environ.get("PODSIM") or os.path.join(ROOT, "podsim"))
@@ -246,6 +284,7 @@ def main(argv):
     failed = 0
     if not files:
         failed += self_check(podsim, tap)
+        failed += check_reference(podsim, tap)
         files = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
     failed += check_files([os.path.abspath(f) for f in files], podsim, tap)
     print("1..%d" % tap.n)

@@ -239,18 +239,31 @@ static char *algo_choices(void)
   return g_string_free(s, FALSE);
 }
 
+/* The --topology help, with the ICI figures of ring:N and torus:XxY read
+ * from the shorthand itself.  (transfer full) */
+static char *topology_help(void)
+{
+  PsTopology *t = ps_network_shorthand("ring:2", NULL, NULL);
+  g_autofree char *ici =
+      t ? g_strdup_printf(": %.4g GB/s per link each way, %.3g us per hop",
+                          t->ici_bandwidth_Bps / 1e9, t->ici_latency_s * 1e6)
+        : g_strdup("");
+  if (t)
+    ps_topology_free(t);
+  return g_strdup_printf("A topology name or file (see `podsim list topologies`), or ring:N or "
+                         "torus:XxY[xZ] (single-core chips, Cloud TPU v3 ICI figures%s)",
+                         ici);
+}
+
 /* Parses argv into o; FALSE with *status when the command must stop. */
 static gboolean parse_options(Options *o, int *argc, char ***argv, int *status)
 {
   g_autofree char *choices = algo_choices();
+  g_autofree char *topo_help = topology_help();
   g_autofree char *algo_help = g_strdup_printf(
       "%s (default auto: the fastest prediction; p2p runs sendrecv)", choices);
   GOptionEntry entries[] = {
-      {"topology", 't', 0, G_OPTION_ARG_STRING, &o->topo_name,
-       "A topology name or file (see `podsim list topologies`), or ring:N or torus:XxY[xZ] "
-       "(single-core chips, Cloud TPU v3 ICI figures: 83 GB/s per link each way, 1 us per "
-       "hop)",
-       "TOPOLOGY"},
+      {"topology", 't', 0, G_OPTION_ARG_STRING, &o->topo_name, topo_help, "TOPOLOGY"},
       {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &o->sets,
        "Override a topology field, e.g. --set ici.bandwidth_Bps=100e9 or --set "
        "ici.latency_s=2e-6 (repeatable)",
@@ -431,6 +444,7 @@ static int collective_main(const Options *o, int argc, char **argv)
   const char *algo_name = o->algo ? o->algo : "auto";
   if (!ps_coll_algo_summary(algo_name)) {
     g_autofree char *choices = algo_choices();
+  g_autofree char *topo_help = topology_help();
     return input_error("--algo %s: choose %s", algo_name, choices);
   }
   g_autoptr(GArray) sizes = parse_sizes(o->bytes_text ? o->bytes_text : "8,...,64Mi", &error);

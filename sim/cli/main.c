@@ -49,7 +49,7 @@ static const char *const usage_text =
     "                       beside the binary: BINDIR/../share/podsim), or else the\n"
     "                       source tree it was built in\n"
     "  .                    the working directory\n"
-    "Run `podsim run --help` or `podsim describe --help` for their options.";
+    "Every command takes --help for its options and output, e.g. `podsim run --help`.";
 
 static int fail(GError *error)
 {
@@ -315,6 +315,8 @@ static void print_run(const PsExperiment *exp, const PsRunOptions *opt, const Ps
 
 /* An integer option left out. */
 #define UNSET G_MININT64
+/* run --trace-max's default, in MB (its help says it) */
+#define TRACE_MAX_MB_DEFAULT 256
 
 /* What `podsim run` was given; UNSET where an option was left out. */
 typedef struct {
@@ -352,10 +354,10 @@ static GOptionContext *run_context(RunArgs *a)
        "utilization) here as CSV", "FILE"},
       {"trace-max", 0, 0, G_OPTION_ARG_INT64, &a->trace_max_mb,
        "Write no trace when it would exceed this many MB (estimated before the run; "
-       "default 256, 0 for no limit)", "MB"},
+       "default " G_STRINGIFY(TRACE_MAX_MB_DEFAULT) ", 0 for no limit)", "MB"},
       {"max-events", 0, 0, G_OPTION_ARG_INT64, &a->max_events,
-       "Stop with an error after N simulator events, N at least 1 (default: no limit); a "
-       "BERT-large step on the full v4 pod is about 4e7", "N"},
+       "Stop with an error after N simulator events, N at least 1 (default: no limit; the "
+       "summary's last line counts a run's events)", "N"},
       {"json", 'j', 0, G_OPTION_ARG_NONE, &a->json, "Print the summary as one JSON object", NULL},
       {"quiet", 'q', 0, G_OPTION_ARG_NONE, &a->quiet, "Do not print the loss while training", NULL},
       {NULL}};
@@ -468,7 +470,7 @@ static int cmd_run(int argc, char **argv)
     run_args_clear(&a);
     return fail(error);
   }
-  gint64 trace_max_mb = a.trace_max_mb == UNSET ? 256 : a.trace_max_mb;
+  gint64 trace_max_mb = a.trace_max_mb == UNSET ? TRACE_MAX_MB_DEFAULT : a.trace_max_mb;
   PsRunOptions opt = {.trace_path = a.no_trace ? NULL : a.trace, .trace_links = a.trace_links,
                       .log = log, .trace_max_bytes = trace_max_mb * 1000000,
                       .max_events = a.max_events == UNSET ? 0 : (uint64_t)a.max_events,
@@ -512,7 +514,9 @@ static int cmd_list(int argc, char **argv)
 {
   static const char *const kinds[] = {"topologies", "models", "experiments"};
   if (argc != 2 || (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    fprintf(argc == 2 ? stdout : stderr, "Usage: podsim list topologies|models|experiments\n");
+    fprintf(argc == 2 ? stdout : stderr,
+            "Usage: podsim list topologies|models|experiments\n\n"
+            "Prints the names `podsim run` and `podsim describe` take, one a line.\n");
     return argc == 2 ? 0 : EXIT_INPUT;
   }
   for (guint i = 0; i < G_N_ELEMENTS(kinds); i++) {
