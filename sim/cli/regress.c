@@ -339,7 +339,8 @@ int ps_cli_regress(int argc, char **argv)
   g_option_context_set_summary(
       ctx, "Runs every case of the golden file (EXPERIMENT [--set KEY=VALUE]...<TAB>SECONDS,\n"
            "the cases tests/test_golden.c checks) and prints old, new and the difference for\n"
-           "each one whose step time moved by more than 1e-5 of the old one, then a summary.\n"
+           "each one whose step time moved by more than " G_STRINGIFY(PS_GOLDEN_TOLERANCE)
+           " of the old one, then a summary.\n"
            "Exit status 0 if none moved, 1 if one moved or could not run, 2 for a malformed\n"
            "file.  With --update the file is rewritten (a temporary file renamed over it)\n"
            "with the new step times, each line that changed is printed, and the exit status\n"
