@@ -173,6 +173,10 @@ def run(command, cwd):
     """What command prints, stdout and stderr interleaved as on a terminal
     (both line-buffered), as lines with trailing blanks removed."""
     env = dict(os.environ, PODSIM_DATA_DIR=cwd)
+    # stdbuf preloads a library; an AddressSanitizer build (check-asan) must
+    # be told that its runtime need not come first
+    asan = env.get("ASAN_OPTIONS", "")
+    env["ASAN_OPTIONS"] = (asan + ":" if asan else "") + "verify_asan_link_order=0"
     stdbuf = shutil.which("stdbuf")
     argv = ([stdbuf, "-oL", "-eL"] if stdbuf else []) + ["sh", "-c", command]
     try:
