@@ -118,6 +118,52 @@ static int count_kernels(const PsTopology *t, const PsModel *m, int first, int l
  * and weight-gradient kernels per convolution and a reduction per batch
  * norm: 8 + 4 = 12, identity 6 + 3 = 9.  Unfused, every layer is its own
  * kernel and a batch norm two. */
+/* Every kernel of every shipped model, forward and backward, at batches 1
+ * and 8, fused and not: no negative traffic or FLOPs (an embedding's
+ * gather once came out at minus the table's size per extra example), and
+ * traffic that does not shrink as the batch grows. */
+static void test_shipped_models_nonnegative(void)
+{
+  PsTopology *t = v3();
+  const char *dir = g_getenv("PODSIM_DATA_DIR");
+  g_autofree char *models = g_build_filename(dir && *dir ? dir : ".", "models", NULL);
+  GDir *d = g_dir_open(models, 0, NULL);
+  g_assert_nonnull(d);
+  int checked = 0;
+  for (const char *name; (name = g_dir_read_name(d));) {
+    if (!g_str_has_suffix(name, ".json"))
+      continue;
+    g_autofree char *path = g_build_filename(models, name, NULL);
+    GError *error = NULL;
+    PsModel *m = ps_model_load_file(path, &error);
+    g_assert_no_error(error);
+    for (int bwd = 0; bwd < 2; bwd++) {
+      double bytes_prev = -1;
+      for (int64_t batch = 1; batch <= 8; batch *= 8) {
+        GArray *ks = g_array_new(FALSE, FALSE, sizeof(PsKernel));
+        PsOpCost c;
+        PsCostOptions none = xla_bf16;
+        none.fusion = PS_FUSION_NONE;
+        ps_cost_op(t, m, 0, m->n_layers - 1, batch, &none, bwd, ks, &c);
+        for (guint k = 0; k < ks->len; k++) {
+          const PsKernel *kk = &g_array_index(ks, PsKernel, k);
+          if (kk->bytes < 0 || kk->vpu_flops < 0 || kk->mxu_flops < 0)
+            g_error("%s: layer %s: %s kernel with %.0f bytes, %.0f VPU FLOPs", name,
+                    m->layers[kk->layer].name, kk->what, kk->bytes, kk->vpu_flops);
+        }
+        g_assert_cmpfloat(c.bytes, >, bytes_prev);
+        bytes_prev = c.bytes;
+        g_array_free(ks, TRUE);
+      }
+    }
+    checked++;
+    ps_model_free(m);
+  }
+  g_dir_close(d);
+  g_assert_cmpint(checked, >=, 8);
+  ps_topology_free(t);
+}
+
 static void test_bottleneck_kernels(void)
 {
   PsTopology *t = v3();
@@ -236,6 +282,7 @@ int main(int argc, char **argv)
   if (!g_getenv("PODSIM_DATA_DIR"))
     g_setenv("PODSIM_DATA_DIR", ".", TRUE);
   g_test_add_func("/cost/dense-bytes", test_dense_bytes);
+  g_test_add_func("/cost/shipped-models-nonnegative", test_shipped_models_nonnegative);
   g_test_add_func("/cost/conv-padding", test_conv_padding);
   g_test_add_func("/cost/bottleneck-kernels", test_bottleneck_kernels);
   g_test_add_func("/cost/precision-passes", test_precision_passes);

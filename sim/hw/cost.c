@@ -169,6 +169,11 @@ static double mm_padded(const Ctx *c, const PsLayer *l)
 static double own_bytes(const Ctx *c, int i, gboolean backward)
 {
   const PsLayer *l = L(c, i);
+  if (ps_layer_kind_lower(l->kind)->gathers) {
+    /* rows per example; backward also writes the table's dense gradient */
+    double per_ex = backward ? l->bwd_bytes : l->fwd_bytes;
+    return c->eb * per_ex * (double)c->batch + (backward ? STAT_BYTES * (double)l->params : 0);
+  }
   double w = (double)l->params * (backward ? 2.0 : 1.0);
   double per_ex = (backward ? l->bwd_bytes : l->fwd_bytes) - w;
   return c->eb * (per_ex * (double)c->batch + w);

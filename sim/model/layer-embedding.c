@@ -54,7 +54,8 @@ const PsLayerOps ps_layer_embedding = {
   .parse = embedding_parse,
   .shape = embedding_shape,
   .takes_tokens = TRUE,
-  .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_VOCAB, .kernel = "embedding"},
+  .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_VOCAB, .kernel = "embedding",
+            .gathers = TRUE},
 };
 
 /* ---- patch_embedding ---------------------------------------------------- */

@@ -90,6 +90,10 @@ typedef struct {
   /* the contraction of its matmul is a window (kernel^2 x input channels),
    * each input channel padded to the MXU unless the input is thin */
   gboolean window_contraction;
+  /* reads its weights by rows, as a gather: the rows are in its per-example
+   * traffic, and only its backward touches the whole table (writing the
+   * dense gradient) */
+  gboolean gathers;
 } PsLayerLowerInfo;
 
 /* One matrix product of a layer's forward pass, for one example:
