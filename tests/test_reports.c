@@ -26,13 +26,17 @@
  *   Each COLL_DONE right after its start waits Tc: exposed = busy = Tc per
  *   axis.  With the data collective started before the backward (T_b <
  *   Tc), its exposed time is Tc - T_b and its busy time still Tc; the
- *   axes' exposed times sum to the breakdown's collective. */
+ *   axes' exposed times sum to the breakdown's collective; describe
+ *   --program names each collective's axis;
+ * - compare shows exposed and busy rows for the axes either side uses,
+ *   MFU and HFU, and --json nests each axis's difference. */
 #include "common/json.h"
 #include "io/config.h"
 #include "model/layers.h"
 #include "run/experiment.h"
 #include "run/run.h"
 #include "strategy/strategy-private.h"
+#include "support/cli.h"
 #include "support/experiment.h"
 #include "support/registry.h"
 
@@ -419,9 +423,48 @@ static void test_axes_exposed(void)
   ps_summary_clear(&s);
 }
 
+/* ---- the command line ---------------------------------------------------- */
+
+/* compare: the per-axis rows of the axes either side uses, MFU and HFU;
+ * --json nests the axes' differences as the summary nests them. */
+static void test_compare_rows(void)
+{
+  char *out = NULL, *err = NULL;
+  g_assert_cmpint(podsim_run(&out, &err, "compare", "resnet50-v3-8", "--set", "steps=2",
+                             "--set-b", "global_batch=512", NULL), ==, 0);
+  const char *rows[] = {"data exposed (us)", "data busy (us)", "MFU (%)", "HFU (%)"};
+  for (guint i = 0; i < G_N_ELEMENTS(rows); i++)
+    g_assert_nonnull(strstr(out, rows[i]));
+  g_assert_null(strstr(out, "tensor exposed"));
+  g_assert_null(strstr(out, "tokens/s")); /* images */
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, "compare", "resnet50-v3-8", "--set", "steps=2",
+                             "--set-b", "global_batch=512", "--json", NULL), ==, 0);
+  json_object *o = json_tokener_parse(out);
+  g_assert_nonnull(o);
+  double side[2];
+  const char *const names[] = {"a", "b"};
+  for (int k = 0; k < 2; k++) {
+    json_object *ax = json_object_object_get(json_object_object_get(o, names[k]),
+                                             "collective_axes");
+    side[k] = json_object_get_double(
+        json_object_object_get(json_object_object_get(ax, "data"), "exposed_s"));
+  }
+  json_object *d = json_object_object_get(json_object_object_get(o, "diff"), "collective_axes");
+  g_assert_cmpfloat(json_object_get_double(json_object_object_get(
+                        json_object_object_get(d, "data"), "exposed_s")), ==, side[1] - side[0]);
+  g_assert_false(json_object_object_get_ex(d, "tensor", NULL));
+  g_assert_true(json_object_object_get_ex(json_object_object_get(o, "diff"), "mfu", NULL));
+  json_object_put(o);
+  g_free(out);
+  g_free(err);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
+  podsim_init();
   tmpdir = g_dir_make_tmp("podsim-reports-XXXXXX", NULL);
   g_assert_nonnull(tmpdir);
   g_test_add_func("/reports/model-flops/palm", test_model_flops_palm);
@@ -430,6 +473,7 @@ int main(int argc, char **argv)
   g_test_add_func("/reports/tokens/none", test_tokens_none);
   g_test_add_func("/reports/hfu/rematerialize", test_hfu_rematerialize);
   g_test_add_func("/reports/axes/exposed", test_axes_exposed);
+  g_test_add_func("/reports/cli/compare", test_compare_rows);
   int status = g_test_run();
   static const char *const files[] = {"decoder.json", "small-decoder.json", "reports.json",
                                       "meshed.json"};

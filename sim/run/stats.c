@@ -324,6 +324,29 @@ static const char *strategy_word(const PsExperiment *exp, const char *key)
   return v ? json_object_get_string(v) : "";
 }
 
+/* tokens/s (null for a model without tokens), MFU, HFU and the time per
+ * axis (every axis, so that a sweep's columns do not depend on its first
+ * point's plan). */
+static void add_utilization_json(json_object *o, const PsSummary *s)
+{
+  json_object_object_add(o, "tokens_per_s",
+                         s->sequence > 0 ? json_object_new_double(s->tokens_per_s) : NULL);
+  json_object_object_add(o, "chips", json_object_new_int(s->chips));
+  json_object_object_add(o, "model_flops_per_step",
+                         json_object_new_double(s->model_flops_per_step));
+  json_object_object_add(o, "mfu", json_object_new_double(s->mfu));
+  json_object_object_add(o, "hfu", json_object_new_double(s->hfu));
+  json_object *axes = json_object_new_object();
+  for (int a = 0; a < PS_N_AXES; a++) {
+    json_object *x = json_object_new_object();
+    json_object_object_add(x, "collectives", json_object_new_int(s->axis_colls[a]));
+    json_object_object_add(x, "exposed_s", json_object_new_double(s->axis_exposed_s[a]));
+    json_object_object_add(x, "busy_s", json_object_new_double(s->axis_busy_s[a]));
+    json_object_object_add(axes, ps_axis_name(a), x);
+  }
+  json_object_object_add(o, "collective_axes", axes);
+}
+
 char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
 {
   json_object *o = json_object_new_object();
@@ -365,22 +388,7 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
   json_object_object_add(o, "host_loop_s", json_object_new_double(s->host_loop_s));
   json_object_object_add(o, "examples_per_s", json_object_new_double(s->examples_per_s));
   json_object_object_add(o, "mxu_utilization", json_object_new_double(s->mxu_utilization));
-  json_object_object_add(o, "tokens_per_s",
-                         s->sequence > 0 ? json_object_new_double(s->tokens_per_s) : NULL);
-  json_object_object_add(o, "chips", json_object_new_int(s->chips));
-  json_object_object_add(o, "model_flops_per_step",
-                         json_object_new_double(s->model_flops_per_step));
-  json_object_object_add(o, "mfu", json_object_new_double(s->mfu));
-  json_object_object_add(o, "hfu", json_object_new_double(s->hfu));
-  json_object *axes = json_object_new_object();
-  for (int a = 0; a < PS_N_AXES; a++) {
-    json_object *x = json_object_new_object();
-    json_object_object_add(x, "collectives", json_object_new_int(s->axis_colls[a]));
-    json_object_object_add(x, "exposed_s", json_object_new_double(s->axis_exposed_s[a]));
-    json_object_object_add(x, "busy_s", json_object_new_double(s->axis_busy_s[a]));
-    json_object_object_add(axes, ps_axis_name(a), x);
-  }
-  json_object_object_add(o, "collective_axes", axes);
+  add_utilization_json(o, s);
   json_object *cs = json_object_new_object();
   json_object_object_add(cs, "mxu_s", json_object_new_double(s->compute_mxu_s));
   json_object_object_add(cs, "memory_s", json_object_new_double(s->compute_memory_s));
