@@ -29,7 +29,8 @@
  *   axes' exposed times sum to the breakdown's collective; describe
  *   --program names each collective's axis;
  * - compare shows exposed and busy rows for the axes either side uses,
- *   MFU and HFU, and --json nests each axis's difference. */
+ *   MFU and HFU, and --json nests each axis's difference; a sweep's CSV
+ *   has their columns. */
 #include "common/json.h"
 #include "io/config.h"
 #include "model/layers.h"
@@ -461,6 +462,29 @@ static void test_compare_rows(void)
   g_free(err);
 }
 
+/* sweep: the columns come from --json, so each row has MFU, HFU, tokens/s
+ * (empty for images) and every axis's exposed and busy time. */
+static void test_sweep_columns(void)
+{
+  char *dir = scratch_dir("podsim-reports");
+  g_autofree char *csv = g_build_filename(dir, "axes.csv", NULL);
+  char *out = NULL, *err = NULL;
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", "default", "--set", "numerics.enabled=false",
+                             "--set", "steps=2", "--vary", "global_batch=64,128", "--out", csv,
+                             NULL), ==, 0);
+  g_autofree char *text = NULL;
+  g_assert_true(g_file_get_contents(csv, &text, NULL, NULL));
+  g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+  g_auto(GStrv) header = g_strsplit(lines[0], ",", -1);
+  const char *want[] = {"mfu", "hfu", "tokens_per_s", "chips", "collective_axes.data.exposed_s",
+                        "collective_axes.tensor.busy_s", "collective_axes.fsdp.collectives"};
+  for (guint i = 0; i < G_N_ELEMENTS(want); i++)
+    g_assert_true(g_strv_contains((const char *const *)header, want[i]));
+  g_free(out);
+  g_free(err);
+  scratch_clear(dir);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -474,6 +498,7 @@ int main(int argc, char **argv)
   g_test_add_func("/reports/hfu/rematerialize", test_hfu_rematerialize);
   g_test_add_func("/reports/axes/exposed", test_axes_exposed);
   g_test_add_func("/reports/cli/compare", test_compare_rows);
+  g_test_add_func("/reports/cli/sweep", test_sweep_columns);
   int status = g_test_run();
   static const char *const files[] = {"decoder.json", "small-decoder.json", "reports.json",
                                       "meshed.json"};
