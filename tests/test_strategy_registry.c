@@ -20,6 +20,7 @@
 #include "run/experiment.h"
 #include "run/run.h"
 #include "strategy/strategy-private.h"
+#include "support/registry.h"
 
 #include <glib/gstdio.h>
 #include <math.h>
@@ -249,33 +250,12 @@ static char *write_experiment(const char *name, const char *json)
   return path;
 }
 
-/* The built-ins, then the test's own entry. */
-static PsStrategyRegistry *registry_new(const PsStrategy *extra)
-{
-  const PsStrategyRegistry *builtin = ps_strategy_builtin();
-  int n = 0;
-  while (builtin->entries[n])
-    n++;
-  const PsStrategy **entries = g_new0(const PsStrategy *, n + 2);
-  memcpy(entries, builtin->entries, sizeof(PsStrategy *) * (size_t)n);
-  entries[n] = extra;
-  PsStrategyRegistry *reg = g_new0(PsStrategyRegistry, 1);
-  reg->entries = entries;
-  return reg;
-}
-
-static void registry_free(PsStrategyRegistry *reg)
-{
-  g_free((gpointer)reg->entries);
-  g_free(reg);
-}
-
 /* ---- tests ------------------------------------------------------------- */
 
 static void test_isolated_runs(void)
 {
   g_autofree char *path = write_experiment("alone.json", isolated_json);
-  PsStrategyRegistry *reg = registry_new(&isolated);
+  PsStrategyRegistry *reg = registry_with(&isolated);
   /* one device per host (a megacore chip each): no device waits at the
    * steps_per_run loop for another's infeed */
   const char *const ov[] = {"topology.host.loop_overhead_s=0", "topology.host.chips=1",
@@ -339,7 +319,7 @@ static void test_isolated_runs(void)
 static void test_isolated_errors(void)
 {
   g_autofree char *path = write_experiment("alone.json", isolated_json);
-  PsStrategyRegistry *reg = registry_new(&isolated);
+  PsStrategyRegistry *reg = registry_with(&isolated);
   static const struct {
     const char *set;
     const char *want;
@@ -405,7 +385,7 @@ static void test_activations_through_collective(void)
       " \"strategy\": {\"kind\": \"gathered\"},"
       " \"input\": {\"source\": \"synthetic\", \"synthetic_examples\": 320},"
       " \"numerics\": {\"enabled\": true, \"seed\": 3}}");
-  PsStrategyRegistry *reg = registry_new(&gathered);
+  PsStrategyRegistry *reg = registry_with(&gathered);
   PsSummary same_on = run_gathered(reg, path, "strategy.gather=true", "strategy.same=true");
   PsSummary same_off = run_gathered(reg, path, "strategy.gather=false", "strategy.same=true");
   g_assert_cmpfloat(same_on.loss_last, ==, same_off.loss_last);

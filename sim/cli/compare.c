@@ -5,8 +5,10 @@
  * A is loaded with --set then --set-a, B (A again when left out) with --set
  * then --set-b; both are loaded and checked (ps_run_check) before either
  * runs, then each runs as `podsim run --no-trace --quiet` would.  The
- * rows are the step time, its breakdown, examples/s, MXU utilization and
- * HBM peak; each shows A, B, B - A and B / A.
+ * rows are the step time, its breakdown, the collective time exposed and
+ * busy along each mesh axis either side has collectives on, examples/s,
+ * tokens/s (token-input models), MXU utilization, MFU, HFU and HBM peak;
+ * each shows A, B, B - A and B / A.
  * Invariant: nothing is printed to stdout unless both runs succeeded; a
  * ratio whose A is 0 is "-" in the table and null in the JSON. */
 #include "cli/compare.h"
@@ -28,17 +30,23 @@ typedef struct {
   const char *label;
   const char *key;      /* in the JSON diff/ratio (NULL for a breakdown category) */
   int category;         /* breakdown index, or -1 */
+  int axis;             /* mesh axis of a collective_axes row, or -1 */
+  gboolean busy;        /* that row: busy_s (else exposed_s) */
   double scale;         /* printed value = value x scale */
   const char *format;   /* of a printed value */
   const char *dformat;  /* of a printed difference */
 } Metric;
 
 static const Metric metrics[] = {
-    {"step time (us)", "step_time_s", -1, 1e6, "%14.3f", "%+14.3f"},
-    {NULL, NULL, 0, 1e6, "%14.3f", "%+14.3f"}, /* one per breakdown category */
-    {"examples/s", "examples_per_s", -1, 1, "%14.0f", "%+14.0f"},
-    {"MXU utilization (%)", "mxu_utilization", -1, 100, "%14.2f", "%+14.2f"},
-    {"HBM peak (MiB)", "hbm_peak_bytes", -1, 1.0 / 1048576, "%14.2f", "%+14.2f"},
+    {"step time (us)", "step_time_s", -1, -1, FALSE, 1e6, "%14.3f", "%+14.3f"},
+    {NULL, NULL, 0, -1, FALSE, 1e6, "%14.3f", "%+14.3f"}, /* one per breakdown category */
+    {NULL, "collective_axes", -1, 0, FALSE, 1e6, "%14.3f", "%+14.3f"}, /* two per axis used */
+    {"examples/s", "examples_per_s", -1, -1, FALSE, 1, "%14.0f", "%+14.0f"},
+    {"tokens/s", "tokens_per_s", -1, -1, FALSE, 1, "%14.0f", "%+14.0f"},
+    {"MXU utilization (%)", "mxu_utilization", -1, -1, FALSE, 100, "%14.2f", "%+14.2f"},
+    {"MFU (%)", "mfu", -1, -1, FALSE, 100, "%14.2f", "%+14.2f"},
+    {"HFU (%)", "hfu", -1, -1, FALSE, 100, "%14.2f", "%+14.2f"},
+    {"HBM peak (MiB)", "hbm_peak_bytes", -1, -1, FALSE, 1.0 / 1048576, "%14.2f", "%+14.2f"},
 };
 
 #define input_error(...) ps_cli_input_error("compare", __VA_ARGS__)
@@ -47,30 +55,48 @@ static double metric_value(const Metric *m, const PsSummary *s)
 {
   if (m->category >= 0)
     return s->breakdown[m->category];
+  if (m->axis >= 0)
+    return m->busy ? s->axis_busy_s[m->axis] : s->axis_exposed_s[m->axis];
   if (strcmp(m->key, "step_time_s") == 0)
     return s->step_time_s;
   if (strcmp(m->key, "examples_per_s") == 0)
     return s->examples_per_s;
+  if (strcmp(m->key, "tokens_per_s") == 0)
+    return s->tokens_per_s;
   if (strcmp(m->key, "mxu_utilization") == 0)
     return s->mxu_utilization;
+  if (strcmp(m->key, "mfu") == 0)
+    return s->mfu;
+  if (strcmp(m->key, "hfu") == 0)
+    return s->hfu;
   return (double)s->hbm_peak_bytes;
 }
 
 /* The table's rows in order: the breakdown placeholder becomes a row per
- * category. */
-static GArray *metric_rows(void)
+ * category, the axes' a row of exposed and one of busy time per axis
+ * either side has collectives along; tokens/s only when both sides count
+ * tokens. */
+static GArray *metric_rows(const PsSummary *a, const PsSummary *b)
 {
   GArray *rows = g_array_new(FALSE, FALSE, sizeof(Metric));
   for (guint i = 0; i < G_N_ELEMENTS(metrics); i++) {
-    if (metrics[i].label) {
-      g_array_append_val(rows, metrics[i]);
-      continue;
-    }
-    for (int c = 0; c < PS_TIME_N_CATEGORIES; c++) {
-      Metric m = metrics[i];
-      m.label = ps_time_category_name(c);
-      m.category = c;
+    Metric m = metrics[i];
+    if (m.label && (strcmp(m.key, "tokens_per_s") != 0 || (a->sequence && b->sequence))) {
       g_array_append_val(rows, m);
+    } else if (m.category >= 0) {
+      for (int c = 0; c < PS_TIME_N_CATEGORIES; c++) {
+        m.label = ps_time_category_name(c);
+        m.category = c;
+        g_array_append_val(rows, m);
+      }
+    } else if (m.axis >= 0) {
+      for (int x = 0; x < PS_N_AXES; x++)
+        for (int busy = 0; busy < 2 && (a->axis_colls[x] || b->axis_colls[x]); busy++) {
+          m.label = busy ? "busy" : "exposed";
+          m.axis = x;
+          m.busy = busy;
+          g_array_append_val(rows, m);
+        }
     }
   }
   return rows;
@@ -167,7 +193,9 @@ static void print_table(const GArray *rows, const PsExperiment *ea, const PsSumm
     const Metric *m = &g_array_index(rows, Metric, i);
     double va = metric_value(m, a), vb = metric_value(m, b);
     g_autofree char *label =
-        m->category >= 0 ? g_strdup_printf("  %s", m->label) : g_strdup(m->label);
+        m->category >= 0 ? g_strdup_printf("  %s", m->label)
+        : m->axis >= 0   ? g_strdup_printf("%s %s (us)", ps_axis_name(m->axis), m->label)
+                         : g_strdup(m->label);
     printf("%-22s ", label);
     printf(m->format, va * m->scale);
     printf(" ");
@@ -181,6 +209,17 @@ static void print_table(const GArray *rows, const PsExperiment *ea, const PsSumm
   }
 }
 
+/* o's object under key, made empty when missing.  (transfer none) */
+static json_object *nested(json_object *o, const char *key)
+{
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, key, &v) || !v) {
+    v = json_object_new_object();
+    json_object_object_add(o, key, v);
+  }
+  return v;
+}
+
 static void print_json(const GArray *rows, const PsExperiment *ea, const PsSummary *a,
                        const PsExperiment *eb, const PsSummary *b)
 {
@@ -189,7 +228,6 @@ static void print_json(const GArray *rows, const PsExperiment *ea, const PsSumma
   json_object_object_add(o, "a", json_tokener_parse(ja));
   json_object_object_add(o, "b", json_tokener_parse(jb));
   json_object *diff = json_object_new_object(), *ratio = json_object_new_object();
-  json_object *dbreak = NULL, *rbreak = NULL;
   for (guint i = 0; i < rows->len; i++) {
     const Metric *m = &g_array_index(rows, Metric, i);
     double va = metric_value(m, a), vb = metric_value(m, b);
@@ -197,19 +235,21 @@ static void print_json(const GArray *rows, const PsExperiment *ea, const PsSumma
                          ? json_object_new_int64(b->hbm_peak_bytes - a->hbm_peak_bytes)
                          : json_object_new_double(vb - va);
     json_object *r = va != 0 ? json_object_new_double(vb / va) : NULL;
-    if (m->category < 0) {
+    if (m->category < 0 && m->axis < 0) {
       json_object_object_add(diff, m->key, d);
       json_object_object_add(ratio, m->key, r);
       continue;
     }
-    if (!dbreak) { /* the breakdown sits where the summary has it, after the step time */
-      dbreak = json_object_new_object();
-      rbreak = json_object_new_object();
-      json_object_object_add(diff, "breakdown", dbreak);
-      json_object_object_add(ratio, "breakdown", rbreak);
+    /* the breakdown and the axes nest as the summary nests them */
+    const char *outer = m->category >= 0 ? "breakdown" : m->key;
+    const char *inner = m->category >= 0 ? m->label : m->busy ? "busy_s" : "exposed_s";
+    json_object *dn = nested(diff, outer), *rn = nested(ratio, outer);
+    if (m->axis >= 0) {
+      dn = nested(dn, ps_axis_name(m->axis));
+      rn = nested(rn, ps_axis_name(m->axis));
     }
-    json_object_object_add(dbreak, m->label, d);
-    json_object_object_add(rbreak, m->label, r);
+    json_object_object_add(dn, inner, d);
+    json_object_object_add(rn, inner, r);
   }
   json_object_object_add(o, "diff", diff);
   json_object_object_add(o, "ratio", ratio);
@@ -240,7 +280,9 @@ int ps_cli_compare(int argc, char **argv)
   g_option_context_set_summary(
       ctx, "Runs A and B (A again when B is left out, so that --set-a and --set-b make\n"
            "the difference) without traces and prints their step time, its breakdown,\n"
-           "examples/s, MXU utilization and HBM peak, with B - A and B / A per row.");
+           "the collective time exposed and busy along each mesh axis, examples/s,\n"
+           "tokens/s, MXU utilization, MFU, HFU and HBM peak, with B - A and B / A per\n"
+           "row.");
   g_option_context_set_description(
       ctx, "Examples:\n"
            "  podsim compare resnet50-v3-8 --set-b topology.ici.bandwidth_Bps=40GB/s\n"
@@ -264,7 +306,7 @@ int ps_cli_compare(int argc, char **argv)
     fprintf(stderr, "podsim: compare: %s\n", error->message);
     g_error_free(error);
   } else {
-    g_autoptr(GArray) rows = metric_rows();
+    g_autoptr(GArray) rows = metric_rows(&a, &b);
     if (json)
       print_json(rows, ea, &a, eb, &b);
     else

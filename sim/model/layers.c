@@ -693,6 +693,27 @@ int64_t ps_model_memory_bytes(const PsModel *model, int first, int last, int64_t
   return params * 4 * (2 + optimizer_slots) + act * batch * act_bytes;
 }
 
+/* Model FLOPs as PaLM counts them (Chowdhery et al. 2022, appendix B):
+ * the matmuls of a forward and a backward pass, the backward's two
+ * products (input and weight gradients) each the forward's size, so 3x
+ * the forward's; re-materialization and padding are not the model's.  For
+ * a decoder this is PaLM's 6N + 12 L H Q T per token: each weight matrix
+ * a token passes through gives 6 FLOPs per weight, and attention's score
+ * and context products 4 L H Q T forward, over the whole T x T square
+ * (PaLM does not halve causal attention, nor does this).  Token embedding
+ * lookups are no matmul and count nothing; PaLM's N holds its embedding
+ * because its output layer reuses that table, which here is the output
+ * dense layer's matmul. */
+double ps_model_flops_per_example(const PsModel *model)
+{
+  g_return_val_if_fail(model != NULL, 0);
+  double fwd = 0;
+  for (int i = 0; i < model->n_layers; i++)
+    if (model->layers[i].kind != PS_LAYER_EMBEDDING)
+      fwd += ps_layer_matmul_flops(&model->layers[i]);
+  return 3.0 * fwd;
+}
+
 void ps_model_describe(const PsModel *model, GString *out)
 {
   g_return_if_fail(model != NULL && out != NULL);

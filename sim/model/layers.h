@@ -181,6 +181,12 @@ int64_t ps_shape_elems(const int64_t *shape, int rank);
 int64_t ps_model_memory_bytes(const PsModel *model, int first, int last, int64_t batch,
                               int optimizer_slots, int act_bytes);
 
+/* Model FLOPs of one training example (forward and backward), as PaLM
+ * defines them for MFU: 3x the forward's matmul FLOPs (weights' products
+ * and attention's score and context products; no embedding lookup, no
+ * element-wise work, no re-materialization). */
+double ps_model_flops_per_example(const PsModel *model);
+
 /* Prints a table of layers with shapes, params and FLOPs. */
 void ps_model_describe(const PsModel *model, GString *out);
 

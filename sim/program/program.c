@@ -304,7 +304,8 @@ static void describe_op(const PsPlan *plan, int i, const PsOp *op, GString *out)
   switch (op->kind) {
   case PS_OP_COLL_START:
   case PS_OP_COLL_DONE:
-    g_string_append_printf(out, "c%-3d %s", op->coll, plan->colls[op->coll].name);
+    g_string_append_printf(out, "c%-3d %-8s %s", op->coll, ps_axis_name(plan->colls[op->coll].axis),
+                           plan->colls[op->coll].name);
     break;
   case PS_OP_SEND:
     g_string_append_printf(out, "to %d tag %d  %s  (%.0f bytes)", op->peer, op->tag, op->name,
@@ -359,10 +360,10 @@ void ps_plan_describe_device(const PsPlan *plan, int device, GString *out)
     if (!any)
       g_string_append(out, "collectives:\n");
     any = TRUE;
-    g_string_append_printf(out, "  c%-3d %-13s %-5s member %d of %d, %" G_GINT64_FORMAT
+    g_string_append_printf(out, "  c%-3d %-13s %-5s member %d of %d along %s, %" G_GINT64_FORMAT
                            " x %d bytes of %s [%" G_GINT64_FORMAT ", +%" G_GINT64_FORMAT
                            ")  %s\n", c, ps_coll_op_name(pc->op), pc->algo, m, pc->n_members,
-                           pc->count, pc->elem_bytes,
+                           ps_axis_name(pc->axis), pc->count, pc->elem_bytes,
                            ps_buffer_name(pc->buffer),
                            pc->offset, pc->count, pc->name);
   }

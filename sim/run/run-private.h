@@ -78,6 +78,12 @@ typedef struct {
   int64_t *votes;       /* per device: steps whose last collective waited for it */
   int voted;            /* the device with the most votes, first to reach them */
   int64_t *live, *peak; /* per device: activation bytes live now, at the peak */
+  /* per device x PS_N_AXES, seconds: the COLL_DONE waits (and collective
+   * ops' own time) of the axis's collectives, and the time at least one
+   * of them was in flight */
+  double *axis_exposed, *axis_busy;
+  double *coll_wait;    /* per device: its open COLL_DONE's wait, booked when the op ends */
+  GArray **spans;       /* per device: this step's collective spans (stats.c's Span) */
   /* trace */
   PsTrace *trace;
   ps_time_t *step_start; /* per device: when its current step began */
@@ -115,6 +121,8 @@ void ps_run_stats_wait(Run *r, int device, int64_t step, PsTimeCategory why, con
                        ps_time_t start, ps_time_t end);
 void ps_run_stats_step_done(Run *r, int device, int64_t step, ps_time_t end);
 void ps_run_stats_coll_arrived(Run *r, int64_t step, int last);
+void ps_run_stats_coll_done(Run *r, int device, int64_t step, int c, ps_time_t start,
+                            ps_time_t end);
 void ps_run_stats_summarise(Run *r, PsSummary *s);
 
 /* trace-observer.c: nothing is drawn while r->trace is NULL.  open fails

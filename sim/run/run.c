@@ -67,6 +67,14 @@ static void on_coll_arrived(void *ctx, int64_t step, int c, int last, ps_time_t 
   ps_run_trace_coll_arrived(r, c, last, t);
 }
 
+static void on_coll_done(void *ctx, int device, int64_t step, int c, ps_time_t start,
+                         ps_time_t end)
+{
+  Run *r = ctx;
+  ps_run_stats_coll_done(r, device, step, c, start, end);
+  ps_run_trace_coll_done(r, device, step, c, start, end);
+}
+
 /* ---- checks before a run ------------------------------------------- */
 
 /* The longest compute of one step of any program: the sum of its ops'
@@ -283,7 +291,7 @@ gboolean ps_run(const PsExperiment *exp, const PsRunOptions *opt, PsSummary *out
                        .infeed_depth = ps_run_trace_infeed_depth,
                        .host_work = ps_run_trace_host_work,
                        .coll_arrived = on_coll_arrived,
-                       .coll_done = ps_run_trace_coll_done,
+                       .coll_done = on_coll_done,
                        .message_sent = tracing ? ps_run_trace_message_sent : NULL,
                        .message = tracing ? ps_run_trace_message : NULL,
                        /* messages through the links: only when they are drawn */

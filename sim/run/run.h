@@ -49,6 +49,26 @@ typedef struct {
   gboolean pipelined;       /* the plan has a stage axis (a pipeline, even of one stage) */
   double examples_per_s;
   double mxu_utilization;   /* useful matmul FLOPs / (time x peak), device 0 */
+  /* tokens: a token-input model's sequence (0 for any other model), and
+   * examples_per_s x sequence */
+  int64_t sequence;
+  double tokens_per_s;
+  /* utilization of the chips the plan occupies (chips: its devices over
+   * the devices per chip, rounded up) against their bf16 peak, over the
+   * step: MFU of the model's FLOPs (PaLM's count, model/layers.h: the
+   * forward's and backward's matmuls, model_flops_per_step of them), HFU
+   * of the matmul FLOPs the devices executed (re-materialization and
+   * work a layout repeats on several devices included, MXU padding not) */
+  int chips;
+  double model_flops_per_step;
+  double mfu, hfu;
+  /* per mesh axis (PsPlanColl.axis), seconds per step, the mean over
+   * devices: exposed, the waits in COLL_DONE for the axis's collectives
+   * (summed over axes, a device's collective category); busy, the time at
+   * least one of them was in flight.  colls: the plan's collectives along
+   * the axis. */
+  int axis_colls[PS_N_AXES];
+  double axis_exposed_s[PS_N_AXES], axis_busy_s[PS_N_AXES];
   /* compute of one step of the reporting device's program split by what
    * its kernels wait for (hw/cost.h): MXU-bound kernels, HBM- or
    * VPU-bound kernels, launch overheads; seconds per step */

@@ -1,13 +1,22 @@
 /* stats.c: the run's statistics and its summary (see run.h): time per
  * category per device over the measured steps, the collectives' votes for
- * the reporting device, MXU FLOPs, live activation bytes, and the summary
- * they make, as JSON or as a table.
+ * the reporting device, MXU FLOPs, live activation bytes, collective time
+ * per mesh axis (exposed and busy), and the summary they make, as JSON or
+ * as a table.
  * Invariant: every moment of a device's measured steps is in exactly one
  * category, so the reporting device's breakdown sums to its step time
- * ("other" takes what no op or wait accounts for). */
+ * ("other" takes what no op or wait accounts for); a device's collective
+ * category is the sum of its exposed time over the axes. */
 #include "run-private.h"
 
+#include <math.h>
 #include <string.h>
+
+/* One collective's time in flight on a device, for the axis's busy time. */
+typedef struct {
+  PsAxis axis;
+  ps_time_t start, end;
+} Span;
 
 static double *cat_of(Run *r, int device)
 {
@@ -24,6 +33,12 @@ void ps_run_stats_init(Run *r)
   r->live = g_new0(int64_t, r->n_dev);
   r->peak = g_new0(int64_t, r->n_dev);
   r->votes = g_new0(int64_t, r->n_dev);
+  r->axis_exposed = g_new0(double, (size_t)r->n_dev * PS_N_AXES);
+  r->axis_busy = g_new0(double, (size_t)r->n_dev * PS_N_AXES);
+  r->coll_wait = g_new0(double, r->n_dev);
+  r->spans = g_new0(GArray *, r->n_dev);
+  for (int d = 0; d < r->n_dev; d++)
+    r->spans[d] = g_array_new(FALSE, FALSE, sizeof(Span));
 }
 
 void ps_run_stats_free(Run *r)
@@ -36,6 +51,12 @@ void ps_run_stats_free(Run *r)
   g_free(r->votes);
   g_free(r->live);
   g_free(r->peak);
+  g_free(r->axis_exposed);
+  g_free(r->axis_busy);
+  g_free(r->coll_wait);
+  for (int d = 0; r->spans && d < r->n_dev; d++)
+    g_array_free(r->spans[d], TRUE);
+  g_free(r->spans);
 }
 
 void ps_run_stats_op_done(Run *r, int device, int64_t step, const PsOp *op, PsTimeCategory c,
@@ -44,6 +65,14 @@ void ps_run_stats_op_done(Run *r, int device, int64_t step, const PsOp *op, PsTi
   if (step >= r->warm) {
     cat_of(r, device)[c] += ps_time_to_s(end - start);
     r->mxu_flops[device] += op->mxu_flops;
+  }
+  /* a COLL_DONE's wait (reported just before the op ends) and the op's
+   * own time go to its collective's axis */
+  if (step >= r->warm && c == PS_TIME_COLLECTIVE && op->coll >= 0) {
+    PsAxis a = r->plan->colls[op->coll].axis;
+    r->axis_exposed[(size_t)device * PS_N_AXES + a] +=
+        ps_time_to_s(end - start) + r->coll_wait[device];
+    r->coll_wait[device] = 0;
   }
   if (op->act_bytes != 0) {
     r->live[device] += op->act_bytes;
@@ -57,12 +86,55 @@ void ps_run_stats_wait(Run *r, int device, int64_t step, PsTimeCategory why, con
   if (end <= start || step < r->warm)
     return;
   cat_of(r, device)[why] += ps_time_to_s(end - start);
+  if (why == PS_TIME_COLLECTIVE)
+    r->coll_wait[device] += ps_time_to_s(end - start);
   if (strcmp(what, PS_WAIT_HOST_LOOP) == 0)
     r->loop_wait[device] += ps_time_to_s(end - start);
 }
 
+static int span_cmp(gconstpointer a, gconstpointer b)
+{
+  const Span *x = a, *y = b;
+  if (x->axis != y->axis)
+    return x->axis < y->axis ? -1 : 1;
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+
+void ps_run_stats_coll_done(Run *r, int device, int64_t step, int c, ps_time_t start,
+                            ps_time_t end)
+{
+  if (step < r->warm || end <= start)
+    return;
+  Span sp = {r->plan->colls[c].axis, start, end};
+  g_array_append_val(r->spans[device], sp);
+}
+
+/* The step's spans of each axis merged: the time at least one of the
+ * axis's collectives was in flight on the device. */
+static void book_spans(Run *r, int device)
+{
+  GArray *a = r->spans[device];
+  g_array_sort(a, span_cmp);
+  double *busy = &r->axis_busy[(size_t)device * PS_N_AXES];
+  for (guint i = 0; i < a->len;) {
+    const Span *first = &g_array_index(a, Span, i);
+    ps_time_t lo = first->start, hi = first->end;
+    guint j = i + 1;
+    for (; j < a->len; j++) {
+      const Span *sp = &g_array_index(a, Span, j);
+      if (sp->axis != first->axis || sp->start > hi)
+        break;
+      hi = MAX(hi, sp->end);
+    }
+    busy[first->axis] += ps_time_to_s(hi - lo);
+    i = j;
+  }
+  g_array_set_size(a, 0);
+}
+
 void ps_run_stats_step_done(Run *r, int device, int64_t step, ps_time_t end)
 {
+  book_spans(r, device);
   if (step == r->warm - 1)
     r->t0[device] = end;
   if (step == r->exp->steps - 1)
@@ -143,6 +215,45 @@ static void summarise(Run *r, PsSummary *s)
   s->buckets = r->plan->n_buckets;
 }
 
+/* Tokens, MFU and HFU (run.h).  PaLM's MFU (Chowdhery et al. 2022,
+ * appendix B): model FLOPs per second over the peak of the chips used;
+ * its HFU counts the FLOPs executed, re-materialization included. */
+static void summarise_flops(Run *r, PsSummary *s)
+{
+  const PsExperiment *exp = r->exp;
+  const PsModel *m = exp->model;
+  if (m->token_input && m->in_rank == 1) {
+    s->sequence = m->in_shape[0];
+    s->tokens_per_s = s->examples_per_s * (double)s->sequence;
+  }
+  int per_chip = ps_topology_devices_per_chip(exp->topology);
+  s->chips = (r->n_dev + per_chip - 1) / per_chip;
+  double peak = s->step_time_s * (double)s->chips * exp->topology->peak_flops;
+  s->model_flops_per_step = ps_model_flops_per_example(m) * (double)exp->global_batch;
+  double executed = 0;
+  for (int d = 0; d < r->n_dev; d++)
+    executed += r->mxu_flops[d];
+  executed /= (double)s->measured_steps;
+  s->mfu = peak > 0 ? s->model_flops_per_step / peak : 0;
+  s->hfu = peak > 0 ? executed / peak : 0;
+}
+
+/* Collective time per axis, the mean over devices of each one's per step. */
+static void summarise_axes(Run *r, PsSummary *s)
+{
+  for (int c = 0; c < r->plan->n_colls; c++)
+    s->axis_colls[r->plan->colls[c].axis]++;
+  double n = (double)r->n_dev * (double)s->measured_steps;
+  for (int a = 0; a < PS_N_AXES; a++) {
+    for (int d = 0; d < r->n_dev; d++) {
+      s->axis_exposed_s[a] += r->axis_exposed[(size_t)d * PS_N_AXES + a];
+      s->axis_busy_s[a] += r->axis_busy[(size_t)d * PS_N_AXES + a];
+    }
+    s->axis_exposed_s[a] /= n;
+    s->axis_busy_s[a] /= n;
+  }
+}
+
 static void summarise_host_calls(Run *r, PsSummary *s)
 {
   const PsExperiment *exp = r->exp;
@@ -175,6 +286,8 @@ static void summarise_host_calls(Run *r, PsSummary *s)
 void ps_run_stats_summarise(Run *r, PsSummary *s)
 {
   summarise(r, s);
+  summarise_flops(r, s);
+  summarise_axes(r, s);
   s->collective_algorithm =
       r->plan->n_colls > 0 ? ps_pod_coll_algorithm(r->pod, r->plan->n_colls - 1) : NULL;
   summarise_host_calls(r, s);
@@ -209,6 +322,29 @@ static const char *strategy_word(const PsExperiment *exp, const char *key)
 {
   json_object *v = strategy_key(exp, key);
   return v ? json_object_get_string(v) : "";
+}
+
+/* tokens/s (null for a model without tokens), MFU, HFU and the time per
+ * axis (every axis, so that a sweep's columns do not depend on its first
+ * point's plan). */
+static void add_utilization_json(json_object *o, const PsSummary *s)
+{
+  json_object_object_add(o, "tokens_per_s",
+                         s->sequence > 0 ? json_object_new_double(s->tokens_per_s) : NULL);
+  json_object_object_add(o, "chips", json_object_new_int(s->chips));
+  json_object_object_add(o, "model_flops_per_step",
+                         json_object_new_double(s->model_flops_per_step));
+  json_object_object_add(o, "mfu", json_object_new_double(s->mfu));
+  json_object_object_add(o, "hfu", json_object_new_double(s->hfu));
+  json_object *axes = json_object_new_object();
+  for (int a = 0; a < PS_N_AXES; a++) {
+    json_object *x = json_object_new_object();
+    json_object_object_add(x, "collectives", json_object_new_int(s->axis_colls[a]));
+    json_object_object_add(x, "exposed_s", json_object_new_double(s->axis_exposed_s[a]));
+    json_object_object_add(x, "busy_s", json_object_new_double(s->axis_busy_s[a]));
+    json_object_object_add(axes, ps_axis_name(a), x);
+  }
+  json_object_object_add(o, "collective_axes", axes);
 }
 
 char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
@@ -252,6 +388,7 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
   json_object_object_add(o, "host_loop_s", json_object_new_double(s->host_loop_s));
   json_object_object_add(o, "examples_per_s", json_object_new_double(s->examples_per_s));
   json_object_object_add(o, "mxu_utilization", json_object_new_double(s->mxu_utilization));
+  add_utilization_json(o, s);
   json_object *cs = json_object_new_object();
   json_object_object_add(cs, "mxu_s", json_object_new_double(s->compute_mxu_s));
   json_object_object_add(cs, "memory_s", json_object_new_double(s->compute_memory_s));
@@ -311,6 +448,20 @@ static void print_time(FILE *f, TimeUnit u, int c, double s, double total)
           total > 0 ? 100.0 * s / total : 0, category_notes[c]);
 }
 
+/* A line per mesh axis that has collectives: exposed and busy time. */
+static void print_axes(const PsSummary *s, TimeUnit u, FILE *f)
+{
+  for (int a = 0; a < PS_N_AXES; a++) {
+    if (s->axis_colls[a] == 0)
+      continue;
+    g_autofree char *label = g_strdup_printf("%s axis", ps_axis_name(a));
+    fprintf(f, "  (%-14s %10.3f %s exposed, %.3f %s busy: %d collective%s, mean over "
+               "devices)\n", label, s->axis_exposed_s[a] * u.scale, u.name,
+            s->axis_busy_s[a] * u.scale, u.name, s->axis_colls[a],
+            s->axis_colls[a] == 1 ? "" : "s");
+  }
+}
+
 void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
 {
   TimeUnit u = unit_for(s->step_time_s);
@@ -352,8 +503,17 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
             100.0 * s->breakdown[PS_TIME_PIPELINE_BUBBLE] / s->step_time_s,
             100.0 * (K - 1) / (M + K - 1));
   }
+  print_axes(s, u, f);
   fprintf(f, "examples/s       %10.0f\n", s->examples_per_s);
+  if (s->sequence > 0)
+    fprintf(f, "tokens/s         %10.0f  (examples/s x %" G_GINT64_FORMAT " tokens)\n",
+            s->tokens_per_s, s->sequence);
   fprintf(f, "MXU utilization  %10.2f%%\n", 100.0 * s->mxu_utilization);
+  fprintf(f, "MFU              %10.2f%%  (model FLOPs: %.4g per step, PaLM's count, over %d "
+             "chip%s' bf16 peak)\n", 100.0 * s->mfu, s->model_flops_per_step, s->chips,
+          s->chips == 1 ? "" : "s");
+  fprintf(f, "HFU              %10.2f%%  (matmul FLOPs executed, re-materialization "
+             "included)\n", 100.0 * s->hfu);
   fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)\n",
           s->hbm_peak_bytes / 1048576.0,
           ps_topology_device_hbm_bytes(exp->topology) / 1073741824.0);

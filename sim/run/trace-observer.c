@@ -185,10 +185,11 @@ void ps_run_trace_coll_done(void *ctx, int device, int64_t step, int c, ps_time_
       ps_trace_thread(r->trace, chip_pid(r, device), tid, name, tid);
     }
     const PsPlanColl *pc = &r->plan->colls[c];
-    char args[160];
+    char args[200];
     g_snprintf(args, sizeof args, "{\"step\":%" G_GINT64_FORMAT ",\"bytes\":%" G_GINT64_FORMAT
-               ",\"members\":%d,\"algorithm\":\"%s\"}", step, pc->count * pc->elem_bytes,
-               pc->n_members, ps_pod_coll_algorithm(r->pod, c));
+               ",\"members\":%d,\"algorithm\":\"%s\",\"axis\":\"%s\"}", step,
+               pc->count * pc->elem_bytes, pc->n_members, ps_pod_coll_algorithm(r->pod, c),
+               ps_axis_name(pc->axis));
     if (ps_trace_complete(r->trace, chip_pid(r, device), tid, pc->name, "collective", start,
                           end - start, args) &&
         r->flow_ends)
