@@ -102,12 +102,24 @@ void ps_swiglu_backward(PsPrecision prec, const float *x, const float *w, const 
 
 /* ---- token embedding ---------------------------------------------------- */
 
-void ps_embedding_forward(const float *ids, const float *table, const float *pos, float *y,
-                          int rows, int seq, int dim)
+/* The row of token r, or -1 (a programming error: ids are checked when
+ * they are set). */
+static long embedding_row(const float *ids, int r, int vocab)
 {
-  g_return_if_fail(ids && table && y && rows >= 0 && seq > 0 && dim > 0);
+  const float id = ids[r];
+  g_return_val_if_fail(id >= 0.0f && id < (float)vocab && id == floorf(id), -1);
+  return (long)id;
+}
+
+void ps_embedding_forward(const float *ids, const float *table, const float *pos, float *y,
+                          int rows, int seq, int vocab, int dim)
+{
+  g_return_if_fail(ids && table && y && rows >= 0 && seq > 0 && vocab > 0 && dim > 0);
   for (int r = 0; r < rows; r++) {
-    const float *src = table + (size_t)ids[r] * dim;
+    long id = embedding_row(ids, r, vocab);
+    if (id < 0)
+      return;
+    const float *src = table + (size_t)id * dim;
     float *yr = y + (size_t)r * dim;
     if (!pos) {
       memcpy(yr, src, (size_t)dim * sizeof *yr);
@@ -120,12 +132,15 @@ void ps_embedding_forward(const float *ids, const float *table, const float *pos
 }
 
 void ps_embedding_backward(const float *ids, const float *dy, float *dtable, float *dpos,
-                           int rows, int seq, int dim)
+                           int rows, int seq, int vocab, int dim)
 {
-  g_return_if_fail(ids && dy && dtable && rows >= 0 && seq > 0 && dim > 0);
+  g_return_if_fail(ids && dy && dtable && rows >= 0 && seq > 0 && vocab > 0 && dim > 0);
   for (int r = 0; r < rows; r++) {
+    long id = embedding_row(ids, r, vocab);
+    if (id < 0)
+      return;
     const float *dyr = dy + (size_t)r * dim;
-    float *dt = dtable + (size_t)ids[r] * dim;
+    float *dt = dtable + (size_t)id * dim;
     for (int j = 0; j < dim; j++)
       dt[j] += dyr[j];
     if (dpos) {

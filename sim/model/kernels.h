@@ -176,9 +176,9 @@ void ps_swiglu_backward(PsPrecision prec, const float *x, const float *w, const 
  * rows of dtable they were read from (and into dpos).  In
  * kernels-decoder.c. */
 void ps_embedding_forward(const float *ids, const float *table, const float *pos, float *y,
-                          int rows, int seq, int dim);
+                          int rows, int seq, int vocab, int dim);
 void ps_embedding_backward(const float *ids, const float *dy, float *dtable, float *dpos,
-                           int rows, int seq, int dim);
+                           int rows, int seq, int vocab, int dim);
 
 /* Patch embedding (Dosovitskiy et al., ICLR 2021, arXiv:2010.11929, eq.
  * 1): an (h, w, c) image cut into non-overlapping patch x patch squares,
