@@ -37,21 +37,28 @@ static gboolean attention_check(const PsLayer *L, const PsLayerIn *in, int64_t i
   const char *what = L->dim > 0 ? "dim" : "d_model";
   if (inner % h != 0) {
     ps_layer_error(error, PS_INPUT_ERROR_VALUE, in->file, in->path,
-                   "%s %" G_GINT64_FORMAT " is not divisible by heads %" G_GINT64_FORMAT, what,
-                   inner, h);
+                   "%s %" G_GINT64_FORMAT " is not divisible by heads %" G_GINT64_FORMAT
+                   "; a multiple of heads such as %" G_GINT64_FORMAT " would fit",
+                   what, inner, h, MAX(h, inner - inner % h));
     return FALSE;
   }
   if (kv > h || h % kv != 0) {
+    int64_t fit = MIN(kv, h);
+    while (h % fit != 0)
+      fit--;
     ps_layer_error(error, PS_INPUT_ERROR_VALUE, in->file, in->path,
                    "kv_heads %" G_GINT64_FORMAT " does not divide heads %" G_GINT64_FORMAT
-                   " (each key/value head serves a whole group of query heads)",
-                   kv, h);
+                   " (each key/value head serves a whole group of query heads); a divisor "
+                   "such as %" G_GINT64_FORMAT " would fit",
+                   kv, h, fit);
     return FALSE;
   }
   if (L->rope && (inner / h) % 2 != 0) {
     ps_layer_error(error, PS_INPUT_ERROR_VALUE, in->file, in->path,
                    "rope needs an even head_dim, got %s %" G_GINT64_FORMAT " / heads %"
-                   G_GINT64_FORMAT " = %" G_GINT64_FORMAT, what, inner, h, inner / h);
+                   G_GINT64_FORMAT " = %" G_GINT64_FORMAT "; a dim of %" G_GINT64_FORMAT
+                   " would fit",
+                   what, inner, h, inner / h, 2 * h * ((inner / h + 1) / 2));
     return FALSE;
   }
   return TRUE;
