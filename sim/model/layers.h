@@ -155,7 +155,8 @@ typedef struct {
   int64_t params;
   double fwd_flops, bwd_flops;
   int64_t act_elems;
-  gboolean numerics_supported; /* every layer has a real kernel */
+  gboolean numerics_supported; /* every layer has a real kernel, and at most
+                                  2^28 parameters */
 } PsModel;
 
 /* Builds a model from JSON; errors are "FILE: PATH: reason".  Schema:
