@@ -9,6 +9,7 @@
  * back from podsim. */
 #include "common/json.h"
 #include "model/layers.h"
+#include "model/net.h"
 
 #include <math.h>
 #include <string.h>
@@ -230,6 +231,77 @@ static void test_gqa_shard(void)
   ps_model_free(mf);
 }
 
+/* ---- a decoder's numerics through the net ------------------------------- */
+
+/* Every new kind in one net (token ids in, vector logits out through a
+ * mean over positions, so the loss is today's one label per example). */
+static const char decoder_net[] =
+    "{'input': {'shape': [8], 'classes': 5, 'tokens': true}, 'layers': ["
+    "{'type': 'embedding', 'vocab': 7, 'dim': 8, 'positions': false},"
+    "{'type': 'residual', 'body': [{'type': 'rmsnorm'}, {'type': 'attention', 'heads': 4, "
+    "'kv_heads': 2, 'rope': true, 'causal': true, 'bias': false}]},"
+    "{'type': 'residual', 'body': [{'type': 'rmsnorm'}, {'type': 'swiglu', 'units': 12},"
+    "{'type': 'dense', 'units': 8, 'bias': false}]},"
+    "{'type': 'rmsnorm'}, {'type': 'global_avgpool'}, {'type': 'dense', 'units': 5},"
+    "{'type': 'softmax_xent'}]}";
+
+static double decoder_loss(PsNet *net, const float *x, const int32_t *labels, int batch)
+{
+  ps_net_set_input(net, x, labels, batch);
+  ps_net_forward(net);
+  return ps_net_loss(net);
+}
+
+/* The net's gradient against differences of its own float loss, with
+ * test_net.c's bound: float rounding puts ~1e-7 on the loss, ~5e-5 on a
+ * difference over 2h with h = 1e-3, so 3e-4 + 2% of the entry; the
+ * parameter count is the plan's and the closed form's. */
+static void test_decoder_net(void)
+{
+  GError *err = NULL;
+  PsModel *m = decoder_parse(decoder_net, &err);
+  g_assert_no_error(err);
+  g_assert_true(m->numerics_supported);
+  PsNet *net = ps_net_new(m, 4, PS_PRECISION_F32, 7, &err);
+  g_assert_no_error(err);
+  const size_t n = ps_net_n_params(net);
+  g_assert_cmpuint(n, ==, (size_t)m->params);
+  g_assert_cmpuint(n, ==, 7 * 8 + 8 + attention_params(8, 4, 2, FALSE) + 8 + 3 * 8 * 12 + 8 +
+                              8 * 5 + 5);
+  const int batch = 4;
+  float x[32];
+  int32_t labels[4] = {0, 3, 1, 4};
+  for (int i = 0; i < 32; i++)
+    x[i] = (float)((i * 5 + i / 8) % 7);
+  /* the table at unit scale: at its initial 0.02 a step of h would be a
+   * few percent of the rows the first rmsnorm divides by */
+  float *p = ps_net_params(net);
+  for (int i = 0; i < 7 * 8; i++)
+    p[i] *= 50.0f;
+  ps_net_zero_grads(net);
+  decoder_loss(net, x, labels, batch);
+  ps_net_backward(net, 1.0f);
+  g_autofree float *g = g_memdup2(ps_net_grads(net), n * sizeof(float));
+  const float h = 1e-3f;
+  size_t big = 0;
+  for (size_t i = 0; i < n; i++) {
+    float save = p[i];
+    p[i] = save + h;
+    double hp = (double)p[i] - save, lp = decoder_loss(net, x, labels, batch);
+    p[i] = save - h;
+    double hm = save - (double)p[i], lm = decoder_loss(net, x, labels, batch);
+    p[i] = save;
+    double d = (lp - lm) / (hp + hm);
+    big += fabs(d) > 1e-2;
+    if (fabs(g[i] - d) > 3e-4 + 2e-2 * fabs(d))
+      g_test_message("param %zu grad %.6g, differences %.6g", i, g[i], d);
+    g_assert_cmpfloat(fabs(g[i] - d), <=, 3e-4 + 2e-2 * fabs(d));
+  }
+  g_assert_cmpuint(big * 4, >=, n); /* the check is not vacuous */
+  ps_net_free(net);
+  ps_model_free(m);
+}
+
 /* ---- the other kinds: costs and errors ---------------------------------- */
 
 /* rmsnorm: D gains, 4 and 8 FLOPs per element; swiglu: 2 D F weights,
@@ -295,6 +367,7 @@ int main(int argc, char **argv)
   g_test_add_func("/decoder/gqa/closed-form", test_gqa_closed_form);
   g_test_add_func("/decoder/gqa/shard", test_gqa_shard);
   g_test_add_func("/decoder/kinds", test_kinds);
+  g_test_add_func("/decoder/net", test_decoder_net);
   g_test_add_func("/decoder/errors", test_errors);
   return g_test_run();
 }
