@@ -56,21 +56,14 @@ static gboolean swiglu_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   return TRUE;
 }
 
+/* A dense layer's plan with twice its weights, keeping both projections'
+ * outputs for backward. */
 static gboolean swiglu_plan(const NetPlan *p, NetLayer *nl, GError **error)
 {
-  const PsLayer *l = p->l;
-  if (p->rank < 1 || l->units <= 0 || l->units > G_MAXINT32) {
-    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                "%s: layer \"%s\": swiglu needs units > 0 and an input of rank >= 1",
-                p->where, p->lname);
+  if (!ps_layer_dense_plan(p, nl, error))
     return FALSE;
-  }
-  nl->in_dim = (int)p->shape[p->rank - 1];
-  nl->units = (int)l->units;
-  nl->groups = (int)(p->elems / nl->in_dim);
-  nl->out_shape[p->rank - 1] = l->units;
-  nl->w_len = 2 * (size_t)nl->in_dim * nl->units;
-  nl->b_len = l->bias ? 2 * (size_t)nl->units : 0;
+  nl->w_len *= 2;
+  nl->b_len *= 2;
   nl->cache_elems = 2 * (size_t)nl->groups * nl->units;
   return TRUE;
 }

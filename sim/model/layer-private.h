@@ -185,6 +185,10 @@ void ps_net_fill_uniform(GRand *rng, float *w, size_t n, double limit);
 /* Layer i's weights He-uniform when a ReLU follows, else Glorot-uniform. */
 void ps_net_init_fan(PsNet *net, int i, GRand *rng, double fan_in, double fan_out);
 
+/* A dense layer's plan: in_dim, units, groups (rows per example), its
+ * output shape and its weights; swiglu starts from it. */
+gboolean ps_layer_dense_plan(const NetPlan *p, NetLayer *nl, GError **error);
+
 /* ---- the table ---------------------------------------------------------- */
 
 typedef struct {
