@@ -906,7 +906,8 @@ static gboolean check_experiment(PsExperiment *e, GError **error)
 
   if (e->numerics.enabled && !m->numerics_supported) {
     ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "numerics.enabled",
-         "model '%s' is timing-only (some of its layers have no numeric kernel); set "
+         "model '%s' is timing-only (a layer without a numeric kernel, or over 2^28 "
+         "parameters); set "
          "numerics.enabled=false (e.g. --set numerics.enabled=false)",
          m->name);
     return FALSE;

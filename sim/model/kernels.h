@@ -102,19 +102,37 @@ void ps_layernorm_backward(const float *x, const float *gamma, const float *stat
                            int dim);
 
 /* Multi-head self-attention on (seq, dim) per example (Vaswani et al.,
- * "Attention Is All You Need", NeurIPS 2017, section 3.2): [Q K V] = x
- * W_qkv + b_qkv, per head softmax(Q_h K_h^T / sqrt(dim / heads)) V_h, the
- * heads' contexts side by side, then y = context W_o + b_o.  Weights are
- * w = [W_qkv (dim x 3 dim), W_o (dim x dim)], biases b = [b_qkv (3 dim),
- * b_o (dim)] or NULL; head h owns columns [h dh, (h+1) dh) of Q, K, V and
- * of the context.  With `causal`, position i attends to j <= i only. */
+ * "Attention Is All You Need", NeurIPS 2017, section 3.2), in
+ * kernels-attention.c: [Q K V] = x W_qkv + b_qkv, per head
+ * softmax(Q_h K_h^T / sqrt(dh)) V_h, the heads' contexts side by side,
+ * then y = context W_o + b_o.  Q and the context are `inner` wide (dim
+ * when 0), heads of dh = inner / heads; K and V have kv_heads heads (heads
+ * when 0; grouped-query attention, Ainslie et al., "GQA: Training
+ * Generalized Multi-Query Transformer Models from Multi-Head Checkpoints",
+ * EMNLP 2023), query head h reading key/value head h / (heads / kv_heads).
+ * Weights are w = [W_qkv (dim x (inner + 2 kv_heads dh)), W_o (inner x
+ * dim)], biases b = [b_qkv (inner + 2 kv_heads dh), b_o (dim)] or NULL;
+ * head h owns columns [h dh, (h+1) dh) of Q and of the context, K head g
+ * columns [inner + g dh, ...), V head g the kv_heads dh after K.  With
+ * `causal`, position i attends to j <= i only; with `rope`, Q and K are
+ * turned by rotary position embedding (Su et al. 2021, arXiv:2104.09864,
+ * eq. 34: pairs (2p, 2p+1) of a head by angle i 10000^(-2p/dh) at
+ * position i; dh even) before the scores. */
 typedef struct {
   int batch, seq, dim, heads;
   gboolean causal;
+  int kv_heads;            /* 0: heads */
+  int inner;               /* 0: dim */
+  gboolean rope;
 } PsAttnShape;
 
+/* Heads dividing inner, kv_heads dividing heads, dh even with rope. */
+gboolean ps_attention_valid(const PsAttnShape *s);
+/* Floats of w and of b. */
+size_t ps_attention_weights(const PsAttnShape *s);
+size_t ps_attention_biases(const PsAttnShape *s);
 /* Floats that forward keeps for backward (Q, K, V, context,
- * probabilities: batch (4 seq dim + heads seq^2)), and of workspace. */
+ * probabilities), and of workspace. */
 size_t ps_attention_saved(const PsAttnShape *s);
 size_t ps_attention_workspace(const PsAttnShape *s);
 void ps_attention_forward(PsPrecision prec, const PsAttnShape *s, const float *x,
@@ -124,6 +142,43 @@ void ps_attention_forward(PsPrecision prec, const PsAttnShape *s, const float *x
 void ps_attention_backward(PsPrecision prec, const PsAttnShape *s, const float *x,
                            const float *w, const float *saved, const float *dy, float *dx,
                            float *dw, float *db, float *workspace);
+
+/* RMS normalization over the last dimension (Zhang and Sennrich, "Root
+ * Mean Square Layer Normalization", NeurIPS 2019, eq. 4, with eps inside
+ * the root as Llama 2 does): per row of `dim` values, y = gain x /
+ * sqrt(mean(x^2) + eps).  `stats` (1 per row: 1/sqrt(mean(x^2) + eps)) is
+ * written by forward and read by backward.  In kernels-decoder.c. */
+#define PS_RMSNORM_EPS 1e-5f
+void ps_rmsnorm_forward(const float *x, const float *gain, float *y, float *stats, int rows,
+                        int dim);
+/* dx may be NULL. */
+void ps_rmsnorm_backward(const float *x, const float *gain, const float *stats,
+                         const float *dy, float *dx, float *dgain, int rows, int dim);
+
+/* SwiGLU feed-forward input (Shazeer, "GLU Variants Improve Transformer",
+ * 2020, arXiv:2002.05202, eq. 5 without the down projection): y (rows x
+ * units) = silu(x W_g + b_g) o (x W_u + b_u), silu(a) = a sigmoid(a);
+ * w = [W_g (in x units), W_u (in x units)], b = [b_g, b_u] or NULL.
+ * `saved` (2 rows units: the gate's and the up projection's outputs) is
+ * written by forward and read by backward; backward's workspace is
+ * ps_swiglu_workspace floats.  In kernels-decoder.c. */
+size_t ps_swiglu_workspace(int rows, int in, int units);
+void ps_swiglu_forward(PsPrecision prec, const float *x, const float *w, const float *b,
+                       float *y, float *saved, int rows, int in, int units);
+/* dx may be NULL; b/db may be NULL (no biases). */
+void ps_swiglu_backward(PsPrecision prec, const float *x, const float *w, const float *saved,
+                        const float *dy, float *dx, float *dw, float *db, float *workspace,
+                        int rows, int in, int units);
+
+/* Token embedding: row r of y (rows x dim) = table[ids[r]], plus pos[r %
+ * seq] when pos is not NULL; ids are token ids held exactly in floats
+ * (below 2^24), each in [0, vocab).  Backward adds dy's rows into the
+ * rows of dtable they were read from (and into dpos).  In
+ * kernels-decoder.c. */
+void ps_embedding_forward(const float *ids, const float *table, const float *pos, float *y,
+                          int rows, int seq, int vocab, int dim);
+void ps_embedding_backward(const float *ids, const float *dy, float *dtable, float *dpos,
+                           int rows, int seq, int vocab, int dim);
 
 /* Patch embedding (Dosovitskiy et al., ICLR 2021, arXiv:2010.11929, eq.
  * 1): an (h, w, c) image cut into non-overlapping patch x patch squares,

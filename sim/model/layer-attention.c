@@ -1,12 +1,19 @@
 /* layer-attention.c: multi-head self-attention, (S, D) -> (S, D), as an
  * entry of the layer table (layer-private.h): Q, K, V projections, scores
  * Q K^T per head, softmax (causal: position i attends to j <= i only),
- * context P V, output projection.
- * Invariant: its four D x D projections are one weight block (and one
- * bias block of 4 D when it has biases). */
+ * context P V, output projection.  Keys beyond "heads": "kv_heads" (grouped
+ * key/value heads, default heads), "dim" (the projection width, default
+ * d_model, head_dim = dim / heads), "rope" (rotary position embedding on
+ * Q and K, default false), "causal", "bias" (default true).  A head-split
+ * shard of one (heads / T, kv_heads / T, dim / T) is an attention layer.
+ * Invariant: its projections are one weight block, [W_qkv (D x (dim + 2
+ * kv_heads head_dim)), W_o (dim x D)] (and one bias block when it has
+ * biases); with the defaults its costs are those of plain multi-head
+ * attention. */
 #include "model/layer-private.h"
 
-static const char *const keys_attention[] = {"type", "name", "heads", "bias", "causal", NULL};
+static const char *const keys_attention[] = {"type",   "name", "heads", "kv_heads", "dim",
+                                             "bias", "causal", "rope", NULL};
 
 /* causal is a mask: the same counted cost, but the numerics honour it */
 static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
@@ -14,8 +21,47 @@ static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
 {
   return ps_json_check_keys(obj, file, path, keys_attention, error) &&
          ps_layer_get_dim(obj, file, path, "heads", TRUE, &L->heads, error) &&
+         ps_layer_get_dim(obj, file, path, "kv_heads", FALSE, &L->kv_heads, error) &&
+         ps_layer_get_dim(obj, file, path, "dim", FALSE, &L->dim, error) &&
          ps_json_get_bool(obj, file, path, "bias", FALSE, &L->bias, error) &&
-         ps_json_get_bool(obj, file, path, "causal", FALSE, &L->causal, error);
+         ps_json_get_bool(obj, file, path, "causal", FALSE, &L->causal, error) &&
+         ps_json_get_bool(obj, file, path, "rope", FALSE, &L->rope, error);
+}
+
+/* Heads against the widths: heads divide dim, kv_heads divide heads, an
+ * even head_dim for rope; the message says what would fit. */
+static gboolean attention_check(const PsLayer *L, const PsLayerIn *in, int64_t inner,
+                                int64_t kv, GError **error)
+{
+  int64_t h = L->heads;
+  const char *what = L->dim > 0 ? "dim" : "d_model";
+  if (inner % h != 0) {
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, in->file, in->path,
+                   "%s %" G_GINT64_FORMAT " is not divisible by heads %" G_GINT64_FORMAT
+                   "; a multiple of heads such as %" G_GINT64_FORMAT " would fit",
+                   what, inner, h, MAX(h, inner - inner % h));
+    return FALSE;
+  }
+  if (kv > h || h % kv != 0) {
+    int64_t fit = MIN(kv, h);
+    while (h % fit != 0)
+      fit--;
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, in->file, in->path,
+                   "kv_heads %" G_GINT64_FORMAT " does not divide heads %" G_GINT64_FORMAT
+                   " (each key/value head serves a whole group of query heads); a divisor "
+                   "such as %" G_GINT64_FORMAT " would fit",
+                   kv, h, fit);
+    return FALSE;
+  }
+  if (L->rope && (inner / h) % 2 != 0) {
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, in->file, in->path,
+                   "rope needs an even head_dim, got %s %" G_GINT64_FORMAT " / heads %"
+                   G_GINT64_FORMAT " = %" G_GINT64_FORMAT "; a dim of %" G_GINT64_FORMAT
+                   " would fit",
+                   what, inner, h, inner / h, 2 * h * ((inner / h + 1) / 2));
+    return FALSE;
+  }
+  return TRUE;
 }
 
 static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
@@ -26,36 +72,39 @@ static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
     return FALSE;
   }
   int64_t s = in->shape[0], d = in->shape[1], h = L->heads;
-  if (d % h != 0) {
-    ps_layer_error(error, PS_INPUT_ERROR_VALUE, in->file, in->path,
-                   "d_model %" G_GINT64_FORMAT " is not divisible by heads %" G_GINT64_FORMAT,
-                   d, h);
+  int64_t inner = L->dim > 0 ? L->dim : d, kv = L->kv_heads > 0 ? L->kv_heads : h;
+  if (!attention_check(L, in, inner, kv, error))
     return FALSE;
-  }
-  if (!ps_layer_check_size(4.0 * (double)d * (double)d, "weights", in, error) ||
+  int64_t dh = inner / h, kvw = kv * dh, proj = inner + 2 * kvw;
+  if (!ps_layer_check_size((double)(d + inner) * (double)proj, "weights", in, error) ||
       !ps_layer_check_size((double)h * (double)s * (double)s, "score tensor", in, error))
     return FALSE;
-  int64_t dh = d / h;
   L->out_rank = 2;
   L->out_shape[0] = s;
   L->out_shape[1] = d;
-  L->dim = d;
-  L->params = 4 * d * d + (L->bias ? 4 * d : 0);
-  ps_layer_add_matmul(L, s, d, 3 * d, 1); /* Q, K, V projections */
-  ps_layer_add_matmul(L, s, dh, s, h);    /* scores Q K^T per head */
-  ps_layer_add_matmul(L, s, s, dh, h);    /* context P V per head */
-  ps_layer_add_matmul(L, s, d, d, 1);     /* output projection */
+  L->dim = inner;
+  L->kv_heads = kv;
+  L->params = d * proj + inner * d + (L->bias ? proj + d : 0);
+  ps_layer_add_matmul(L, s, d, proj, 1);   /* Q, K, V projections */
+  ps_layer_add_matmul(L, s, dh, s, h);     /* scores Q K^T per head */
+  ps_layer_add_matmul(L, s, s, dh, h);     /* context P V per head */
+  ps_layer_add_matmul(L, s, inner, d, 1);  /* output projection */
   double mm = ps_layer_matmul_flops(L);
   double scores = (double)(h * s * s), sd = (double)(s * d);
-  double nb = L->bias ? 4.0 * sd : 0;
-  L->fwd_flops = mm + (1 + PS_SOFTMAX_FWD) * scores + nb;
-  L->bwd_flops = 2 * mm + (1 + PS_SOFTMAX_BWD) * scores + nb;
-  /* x, qkv written, q and k read, v read, context written and read, output
-   * written: 10 S D; scores written, read and written by the softmax, read
-   * by the context product: 4 h S^2 */
-  L->fwd_bytes = 10.0 * sd + 4.0 * scores + (double)L->params;
+  double si = (double)(s * inner), skv = (double)(s * kvw);
+  double nb = L->bias ? (double)(s * (proj + d)) : 0;
+  /* rope: 3 FLOPs per rotated element of Q and K each way */
+  double rot = L->rope ? 3.0 * (si + skv) : 0;
+  L->fwd_flops = mm + (1 + PS_SOFTMAX_FWD) * scores + nb + rot;
+  L->bwd_flops = 2 * mm + (1 + PS_SOFTMAX_BWD) * scores + nb + rot;
+  /* x read, Q K V written, Q and K read, V read, context written and
+   * read, output written: 2 S D + 4 S dim + 4 S kv_heads head_dim (10 S D
+   * without groups); scores written, read and written by the softmax,
+   * read by the context product: 4 h S^2 */
+  L->fwd_bytes = 2.0 * sd + 4.0 * si + 4.0 * skv + 4.0 * scores + (double)L->params;
   L->bwd_bytes = 2 * L->fwd_bytes;
-  L->act_elems = 5 * s * d + h * s * s; /* x, q, k, v, context, probabilities */
+  /* x, q, k, v, context, probabilities */
+  L->act_elems = s * d + 2 * s * inner + 2 * s * kvw + h * s * s;
   return TRUE;
 }
 
@@ -63,26 +112,32 @@ static gboolean attention_plan(const NetPlan *p, NetLayer *nl, GError **error)
 {
   const PsLayer *l = p->l;
   int64_t d = p->shape[1];
-  if (l->heads <= 0 || d % l->heads != 0) {
+  nl->attn = (PsAttnShape){.batch = 1, .seq = (int)p->shape[0], .dim = (int)d,
+                           .heads = (int)l->heads, .causal = l->causal,
+                           .kv_heads = (int)l->kv_heads, .inner = (int)l->dim,
+                           .rope = l->rope};
+  if (l->heads <= 0 || l->heads > G_MAXINT32 || l->dim > G_MAXINT32 ||
+      l->kv_heads > G_MAXINT32 || !ps_attention_valid(&nl->attn)) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                "%s: layer \"%s\": attention needs heads > 0 dividing d_model %" G_GINT64_FORMAT,
-                p->where, p->lname, d);
+                "%s: layer \"%s\": attention needs heads > 0 dividing its width, kv_heads "
+                "dividing heads and, with rope, an even head_dim",
+                p->where, p->lname);
     return FALSE;
   }
-  nl->attn = (PsAttnShape){.batch = 1, .seq = (int)p->shape[0], .dim = (int)d,
-                           .heads = (int)l->heads, .causal = l->causal};
-  nl->w_len = 4 * (size_t)d * d;
-  nl->b_len = l->bias ? 4 * (size_t)d : 0;
+  nl->w_len = ps_attention_weights(&nl->attn);
+  nl->b_len = l->bias ? ps_attention_biases(&nl->attn) : 0;
   nl->cache_elems = ps_attention_saved(&nl->attn);
   return TRUE;
 }
 
-/* The four D x D projections Glorot-uniform each. */
+/* The projections Glorot-uniform, D in and the projection width out (D
+ * by default). */
 static void attention_init(PsNet *net, int i, GRand *rng)
 {
   const NetLayer *nl = &net->layers[i];
+  int inner = nl->attn.inner > 0 ? nl->attn.inner : nl->attn.dim;
   ps_net_fill_uniform(rng, net->params + nl->w_off, nl->w_len,
-                      sqrt(6.0 / (2.0 * nl->attn.dim)));
+                      sqrt(6.0 / ((double)nl->attn.dim + inner)));
 }
 
 static size_t attention_workspace(const NetLayer *nl, int max_batch)

@@ -47,13 +47,13 @@ static gboolean dense_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   return TRUE;
 }
 
-static gboolean dense_plan(const NetPlan *p, NetLayer *nl, GError **error)
+gboolean ps_layer_dense_plan(const NetPlan *p, NetLayer *nl, GError **error)
 {
   const PsLayer *l = p->l;
   if (p->rank < 1 || l->units <= 0 || l->units > G_MAXINT32) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                "%s: layer \"%s\": dense needs units > 0 and an input of rank >= 1",
-                p->where, p->lname);
+                "%s: layer \"%s\": %s needs units > 0 and an input of rank >= 1",
+                p->where, p->lname, p->kname);
     return FALSE;
   }
   nl->in_dim = (int)p->shape[p->rank - 1];
@@ -92,7 +92,7 @@ const PsLayerOps ps_layer_dense = {
   .keys = keys_dense,
   .parse = dense_parse,
   .shape = dense_shape,
-  .plan = dense_plan,
+  .plan = ps_layer_dense_plan,
   .init = dense_init,
   .forward = dense_forward,
   .backward = dense_backward,

@@ -1,7 +1,8 @@
 /* layer-embedding.c: the kinds that turn an input into a sequence of
  * vectors, embedding (token ids (S) -> (S, D), plus learned positions) and
  * patch_embedding ((H, W, C) image -> (S, D), one token per PxP patch), as
- * entries of the layer table (layer-private.h).
+ * entries of the layer table (layer-private.h).  An embedding's numerics
+ * read the token ids from the net's float input.
  * Invariant: a position table, when there is one, is part of the layer's
  * parameters (patch_embedding: stored after the projection). */
 #include "model/layer-private.h"
@@ -46,7 +47,52 @@ static gboolean embedding_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   return TRUE;
 }
 
-/* No numeric kernel: a model with an embedding is timed only. */
+static gboolean embedding_plan(const NetPlan *p, NetLayer *nl, GError **error)
+{
+  const PsLayer *l = p->l;
+  if (l->vocab <= 0 || l->vocab > G_MAXINT32 || l->dim <= 0 || l->dim > G_MAXINT32) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: layer \"%s\": embedding needs vocab > 0 and dim > 0", p->where, p->lname);
+    return FALSE;
+  }
+  nl->in_dim = (int)p->shape[0]; /* the sequence */
+  nl->units = (int)l->dim;
+  nl->groups = (int)l->vocab;
+  nl->positions = l->positions;
+  nl->out_rank = 2;
+  nl->out_shape[0] = p->shape[0];
+  nl->out_shape[1] = l->dim;
+  nl->w_len = (size_t)(l->vocab + (l->positions ? p->shape[0] : 0)) * (size_t)l->dim;
+  return TRUE;
+}
+
+/* Table and positions uniform with standard deviation 0.02 (the
+ * normal(0.02) of GPT-2's and BERT's initialisation). */
+static void embedding_init(PsNet *net, int i, GRand *rng)
+{
+  const NetLayer *nl = &net->layers[i];
+  ps_net_fill_uniform(rng, net->params + nl->w_off, nl->w_len, 0.02 * sqrt(3.0));
+}
+
+/* Token ids arrive as floats (exact below 2^24). */
+static void embedding_forward(const NetStep *st)
+{
+  const NetLayer *nl = st->nl;
+  size_t table = (size_t)nl->groups * nl->units;
+  ps_embedding_forward(st->x, st->w, nl->positions ? st->w + table : NULL, st->sl->out,
+                       st->batch * nl->in_dim, nl->in_dim, nl->groups, nl->units);
+}
+
+/* Ids have no gradient: dx is left alone. */
+static gboolean embedding_backward(const NetStep *st)
+{
+  const NetLayer *nl = st->nl;
+  size_t table = (size_t)nl->groups * nl->units;
+  ps_embedding_backward(st->x, st->dy, st->dw, nl->positions ? st->dw + table : NULL,
+                        st->batch * nl->in_dim, nl->in_dim, nl->groups, nl->units);
+  return FALSE;
+}
+
 const PsLayerOps ps_layer_embedding = {
   .kind = PS_LAYER_EMBEDDING,
   .name = "embedding",
@@ -54,6 +100,11 @@ const PsLayerOps ps_layer_embedding = {
   .parse = embedding_parse,
   .shape = embedding_shape,
   .takes_tokens = TRUE,
+  .ranks = 1u << 1,
+  .plan = embedding_plan,
+  .init = embedding_init,
+  .forward = embedding_forward,
+  .backward = embedding_backward,
   .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_VOCAB, .kernel = "embedding",
             .gathers = TRUE},
 };

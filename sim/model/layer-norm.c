@@ -1,12 +1,16 @@
 /* layer-norm.c: the normalization kinds, batchnorm (statistics per
- * channel over the batch) and layernorm (statistics per row, over the last
- * dimension), as entries of the layer table (layer-private.h).
+ * channel over the batch), layernorm (statistics per row, over the last
+ * dimension) and rmsnorm (a root mean square per row, no centring), as
+ * entries of the layer table (layer-private.h).
  *
  * Costs: 8 FLOPs per element forward, 12 backward (statistics, normalize,
  * scale and shift); two passes over x and a write of y forward, two passes
  * over dy and x and a write of dx backward; each keeps its input and a
  * mean and variance (per channel for batchnorm, per row for layernorm).
- * Invariant: the parameters are a gain and a shift per feature. */
+ * rmsnorm: 4 FLOPs forward (square, sum, scale, gain), 8 backward, the
+ * same passes, its input and one figure per row kept.
+ * Invariant: the parameters are a gain and a shift per feature (rmsnorm:
+ * a gain only). */
 #include "model/layer-private.h"
 
 /* Shapes and costs of both kinds but the statistics kept. */
@@ -95,4 +99,63 @@ const PsLayerOps ps_layer_layernorm = {
   .backward = layernorm_backward,
   .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_NORM, .fuses_into_producer = TRUE,
             .kernel = "layernorm"},
+};
+
+/* ---- rmsnorm ------------------------------------------------------------ */
+
+#define PS_RMSNORM_FWD 4.0
+#define PS_RMSNORM_BWD 8.0
+
+static gboolean rmsnorm_shape(PsLayer *L, const PsLayerIn *in, GError **error)
+{
+  int64_t c = in->shape[in->rank - 1];
+  L->out_rank = in->rank;
+  memcpy(L->out_shape, in->shape, sizeof L->out_shape);
+  L->params = c;
+  L->fwd_flops = PS_RMSNORM_FWD * (double)in->elems;
+  L->bwd_flops = PS_RMSNORM_BWD * (double)in->elems;
+  L->fwd_bytes = 3.0 * (double)in->elems + (double)L->params;
+  L->bwd_bytes = 5.0 * (double)in->elems + 2.0 * (double)L->params;
+  L->act_elems = in->elems + in->elems / c;
+  return TRUE;
+}
+
+static gboolean rmsnorm_plan(const NetPlan *p, NetLayer *nl, GError **error)
+{
+  nl->in_dim = (int)p->shape[p->rank - 1];
+  nl->groups = (int)(p->elems / nl->in_dim);
+  nl->w_len = (size_t)nl->in_dim; /* gain */
+  nl->cache_elems = (size_t)nl->groups;
+  return TRUE;
+}
+
+static void rmsnorm_forward(const NetStep *st)
+{
+  const NetLayer *nl = st->nl;
+  ps_rmsnorm_forward(st->x, st->w, st->sl->out, st->sl->cache, st->batch * nl->groups,
+                     nl->in_dim);
+}
+
+static gboolean rmsnorm_backward(const NetStep *st)
+{
+  const NetLayer *nl = st->nl;
+  ps_rmsnorm_backward(st->x, st->w, st->sl->cache, st->dy, st->dx, st->dw,
+                      st->batch * nl->groups, nl->in_dim);
+  return TRUE;
+}
+
+/* Zhang and Sennrich, "Root Mean Square Layer Normalization", NeurIPS
+ * 2019: the gain starts at one, as layernorm's. */
+const PsLayerOps ps_layer_rmsnorm = {
+  .kind = PS_LAYER_RMSNORM,
+  .name = "rmsnorm",
+  .keys = ps_layer_keys_plain,
+  .parse = ps_layer_parse_plain,
+  .shape = rmsnorm_shape,
+  .plan = rmsnorm_plan,
+  .init = layernorm_init,
+  .forward = rmsnorm_forward,
+  .backward = rmsnorm_backward,
+  .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_NORM, .fuses_into_producer = TRUE,
+            .kernel = "rmsnorm"},
 };

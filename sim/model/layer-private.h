@@ -185,6 +185,10 @@ void ps_net_fill_uniform(GRand *rng, float *w, size_t n, double limit);
 /* Layer i's weights He-uniform when a ReLU follows, else Glorot-uniform. */
 void ps_net_init_fan(PsNet *net, int i, GRand *rng, double fan_in, double fan_out);
 
+/* A dense layer's plan: in_dim, units, groups (rows per example), its
+ * output shape and its weights; swiglu starts from it. */
+gboolean ps_layer_dense_plan(const NetPlan *p, NetLayer *nl, GError **error);
+
 /* ---- the table ---------------------------------------------------------- */
 
 typedef struct {
@@ -226,7 +230,8 @@ extern const PsLayerOps ps_layer_dense, ps_layer_conv2d;
 extern const PsLayerOps ps_layer_embedding, ps_layer_patch_embedding;
 extern const PsLayerOps ps_layer_attention;
 extern const PsLayerOps ps_layer_maxpool, ps_layer_avgpool, ps_layer_global_avgpool;
-extern const PsLayerOps ps_layer_batchnorm, ps_layer_layernorm;
+extern const PsLayerOps ps_layer_batchnorm, ps_layer_layernorm, ps_layer_rmsnorm;
+extern const PsLayerOps ps_layer_swiglu;
 extern const PsLayerOps ps_layer_relu, ps_layer_gelu, ps_layer_tanh, ps_layer_flatten;
 extern const PsLayerOps ps_layer_add, ps_layer_softmax_xent;
 

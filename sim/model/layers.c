@@ -562,6 +562,12 @@ static gboolean check_loss(const PsModel *m, GHashTable *names, const char *file
   return TRUE;
 }
 
+/* Numerics hold every parameter in float32 with its gradient and up to
+ * two optimizer slots (16 bytes) on each simulated device: past 2^28
+ * parameters (4 GiB of those per device) a model is timing only, however
+ * many of its layers have kernels. */
+#define PS_NUMERICS_MAX_PARAMS (INT64_C(1) << 28)
+
 /* The model's totals per example, and whether numerics support it. */
 static gboolean sum_totals(PsModel *m, const char *file, const char *lpath, GError **error)
 {
@@ -591,6 +597,8 @@ static gboolean sum_totals(PsModel *m, const char *file, const char *lpath, GErr
     if (!layer_numeric(L))
       m->numerics_supported = FALSE;
   }
+  if (m->params > PS_NUMERICS_MAX_PARAMS)
+    m->numerics_supported = FALSE;
   return TRUE;
 }
 
@@ -740,9 +748,12 @@ void ps_model_describe(const PsModel *model, GString *out)
                          "\n%d layers, %" G_GINT64_FORMAT " parameters (%.2f M)\n"
                          "per example: forward %.4g GFLOP, backward %.4g GFLOP, "
                          "%.4g M activation elements kept for backward\n"
-                         "numerics: %s\n",
+                         "numerics: %s%s\n",
                          model->n_layers, model->params, (double)model->params / 1e6,
                          model->fwd_flops / 1e9, model->bwd_flops / 1e9,
                          (double)model->act_elems / 1e6,
-                         model->numerics_supported ? "supported" : "timing only");
+                         model->numerics_supported ? "supported" : "timing only",
+                         model->params > PS_NUMERICS_MAX_PARAMS
+                             ? " (over the 2^28 parameters numerics compute)"
+                             : "");
 }

@@ -32,6 +32,8 @@ typedef enum {
   PS_LAYER_FLATTEN,
   PS_LAYER_ADD,          /* residual join: body output + shortcut output */
   PS_LAYER_PATCH_EMBEDDING, /* (H, W, C) image -> (S, D) tokens, one per PxP patch */
+  PS_LAYER_RMSNORM,      /* RMS normalization over the last dimension, a gain */
+  PS_LAYER_SWIGLU,       /* (.., D) -> (.., F): silu(x W_g) o (x W_u) */
   PS_LAYER_N_KINDS
 } PsLayerKind;
 
@@ -121,6 +123,9 @@ typedef struct {
   gboolean same_padding, bias;
   gboolean positions;          /* EMBEDDING, PATCH_EMBEDDING: learned positions */
   gboolean causal;             /* ATTENTION: position i attends to j <= i only */
+  int64_t kv_heads;            /* ATTENTION: key/value heads (= heads unless grouped);
+                                  its dim is the projection width (d_model unless given) */
+  gboolean rope;               /* ATTENTION: rotary position embedding on Q and K */
   int shortcut_of;             /* ADD: index of the first layer of the
                                   block whose input feeds the shortcut */
   /* costs per example */
@@ -154,7 +159,8 @@ typedef struct {
   int64_t params;
   double fwd_flops, bwd_flops;
   int64_t act_elems;
-  gboolean numerics_supported; /* every layer has a real kernel */
+  gboolean numerics_supported; /* every layer has a real kernel, and at most
+                                  2^28 parameters */
 } PsModel;
 
 /* Builds a model from JSON; errors are "FILE: PATH: reason".  Schema:

@@ -276,11 +276,6 @@ static gboolean check_model(const PsModel *model, GError **error)
                 "%s: layers: numerics need a model ending in a softmax_xent layer", where);
     return FALSE;
   }
-  if (model->token_input) {
-    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                "%s: input: numerics need a float input, not token ids", where);
-    return FALSE;
-  }
   return TRUE;
 }
 
