@@ -1,5 +1,6 @@
 /* layer-embedding.c: the kinds that turn an input into a sequence of
- * vectors, embedding (token ids (S) -> (S, D), plus learned positions) and
+ * vectors, embedding (token ids (S) -> (S, D), a row of a vocab x D table
+ * per token, plus learned positions) and
  * patch_embedding ((H, W, C) image -> (S, D), one token per PxP patch), as
  * entries of the layer table (layer-private.h).
  * Invariant: a position table, when there is one, is part of the layer's
@@ -46,7 +47,75 @@ static gboolean embedding_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   return TRUE;
 }
 
-/* No numeric kernel: a model with an embedding is timed only. */
+/* Numerics: the token ids arrive as floats in the net input (exact below
+ * 2^24); the table is vocab x dim, the positions (S x dim) follow it. */
+static gboolean embedding_plan(const NetPlan *p, NetLayer *nl, GError **error)
+{
+  const PsLayer *l = p->l;
+  if (p->rank != 1 || l->vocab > G_MAXINT32 || l->dim > G_MAXINT32) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: layer \"%s\": embedding needs token ids of shape (S) and a table that "
+                "numerics can index", p->where, p->lname);
+    return FALSE;
+  }
+  nl->units = (int)l->vocab;
+  nl->in_dim = (int)l->dim;
+  nl->groups = (int)p->shape[0];
+  nl->positions = l->positions;
+  nl->out_rank = 2;
+  nl->out_shape[0] = p->shape[0];
+  nl->out_shape[1] = l->dim;
+  nl->w_len = ((size_t)l->vocab + (l->positions ? (size_t)p->shape[0] : 0)) * (size_t)l->dim;
+  nl->b_len = 0;
+  return TRUE;
+}
+
+/* Token rows and positions uniform with standard deviation 0.02, as the
+ * position table of patch_embedding below. */
+static void embedding_init(PsNet *net, int i, GRand *rng)
+{
+  const NetLayer *nl = &net->layers[i];
+  ps_net_fill_uniform(rng, net->params + nl->w_off, nl->w_len, 0.02 * sqrt(3.0));
+}
+
+/* The id of token k of the batch, checked against the vocabulary. */
+static size_t embedding_id(const NetStep *st, size_t k)
+{
+  float v = st->x[k];
+  g_return_val_if_fail(v >= 0 && v < (float)st->nl->units && v == floorf(v), 0);
+  return (size_t)v;
+}
+
+/* y[b, s] = table[id[b, s]] (+ pos[s]) */
+static void embedding_forward(const NetStep *st)
+{
+  const NetLayer *nl = st->nl;
+  size_t d = (size_t)nl->in_dim, seq = (size_t)nl->groups;
+  const float *pos = nl->positions ? st->w + (size_t)nl->units * d : NULL;
+  for (size_t k = 0; k < (size_t)st->batch * seq; k++) {
+    const float *row = st->w + embedding_id(st, k) * d;
+    float *y = st->sl->out + k * d;
+    for (size_t j = 0; j < d; j++)
+      y[j] = pos ? row[j] + pos[(k % seq) * d + j] : row[j];
+  }
+}
+
+/* Scatter-add: each token's gradient into its row (and its position's),
+ * tokens in order; the ids have no gradient. */
+static gboolean embedding_backward(const NetStep *st)
+{
+  const NetLayer *nl = st->nl;
+  size_t d = (size_t)nl->in_dim, seq = (size_t)nl->groups;
+  float *dpos = nl->positions ? st->dw + (size_t)nl->units * d : NULL;
+  for (size_t k = 0; k < (size_t)st->batch * seq; k++) {
+    const float *dy = st->dy + k * d;
+    ps_net_add_to(st->dw + embedding_id(st, k) * d, dy, d);
+    if (dpos)
+      ps_net_add_to(dpos + (k % seq) * d, dy, d);
+  }
+  return FALSE;
+}
+
 const PsLayerOps ps_layer_embedding = {
   .kind = PS_LAYER_EMBEDDING,
   .name = "embedding",
@@ -54,6 +123,10 @@ const PsLayerOps ps_layer_embedding = {
   .parse = embedding_parse,
   .shape = embedding_shape,
   .takes_tokens = TRUE,
+  .plan = embedding_plan,
+  .init = embedding_init,
+  .forward = embedding_forward,
+  .backward = embedding_backward,
   .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_VOCAB, .kernel = "embedding",
             .gathers = TRUE},
 };
