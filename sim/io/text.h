@@ -15,9 +15,9 @@
 
 /* Tokens are byte values folded into 7 bits. */
 #define PS_TEXT_VOCAB 128
-/* What the Debian package fortunes installs: about 2.6 MB of text in
- * some 50 files (each with a binary .dat index beside it, and .u8
- * symlinks to it, both skipped). */
+/* What the Debian package fortunes installs (1:1.99.1-7.3, Debian 12):
+ * 2,576,674 bytes of text in 43 files, each with a binary .dat index
+ * beside it and a .u8 symlink to it, both skipped. */
 #define PS_TEXT_DEFAULT_FILE "/usr/share/games/fortunes"
 
 /* The token of a byte. */
