@@ -131,7 +131,8 @@ static gboolean check_text_corpus(PsExperiment *e, GError **error)
   size_t train = ps_text_windows(end, in->sequence, in->stride);
   size_t test = ps_text_windows(n - end, in->sequence, in->sequence);
   if (train == 0 || (test == 0 && e->numerics.evaluate)) {
-    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, train == 0 ? "input.file" : "input.test_fraction",
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f,
+         train == 0 ? "input.file" : "input.test_fraction",
          "%s: %zu tokens, %zu for training and %zu held out, but each part needs at least "
          "input.sequence + 1 = %" G_GINT64_FORMAT "; use a longer text%s",
          in->text_file, n, end, n - end, in->sequence + 1,

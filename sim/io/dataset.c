@@ -4,8 +4,9 @@
  *
  * Invariant: a PsDataset is complete and checked once it is returned
  * (every pixel in [0, 1] or token id in [0, classes), every label in [0,
- * classes), labels_per labels per example) and is never written again; a PsSampler's order is always a permutation of [0, n)
- * that depends only on its seed and the epoch number. */
+ * classes), labels_per labels per example) and is never written again;
+ * a PsSampler's order is always a permutation of [0, n) that depends only
+ * on its seed and the epoch number. */
 #include "dataset.h"
 #include "text.h"
 
