@@ -8,7 +8,7 @@ PREFIX      ?= /usr/local
 CC          ?= cc
 PKGS        := glib-2.0 gio-2.0 json-c zlib
 DEB_PKGS    := libglib2.0-dev libjson-c-dev libopenblas-dev zlib1g-dev pkg-config \
-               gnuplot-nox dataset-fashion-mnist
+               gnuplot-nox dataset-fashion-mnist fortunes
 VERSION     := 0.1.0
 # the shared library's ABI: libpodsim.so.$(SOVERSION) -> libpodsim.so.$(VERSION)
 SOVERSION   := 0
@@ -96,6 +96,7 @@ deps:
 	command -v gnuplot >/dev/null 2>&1 || missing="yes"; \
 	command -v prove >/dev/null 2>&1 || missing="yes"; \
 	[ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || missing="yes"; \
+	[ -e /usr/share/games/fortunes/fortunes ] || missing="yes"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "deps: installing $(DEB_PKGS) perl"; \

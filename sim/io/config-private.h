@@ -34,6 +34,16 @@ char *ps_config__name_from_file(const char *file);
 gboolean ps_config__apply_overrides(json_object *root, const char *const *overrides,
                                 const char *const *only, const char *const *skip,
                                 GError **error);
+/* The text input's keys (config-text.c): parse (o may be NULL: the
+ * defaults), add them to the resolved "input" object (text only), tell
+ * whether numerics can feed the model from the input (the default of
+ * numerics.enabled), and check the input against the model (for text:
+ * read the corpus, count its windows). */
+gboolean ps_config__parse_text(json_object *o, const char *file, PsInputConfig *in,
+                               GError **error);
+void ps_config__text_to_json(const PsInputConfig *in, json_object *io);
+gboolean ps_config__input_feeds(const PsInputConfig *in, const PsModel *m);
+gboolean ps_config__check_input_model(PsExperiment *e, GError **error);
 json_object *ps_config__topology_merge_extends(json_object *obj, const char *file, const char *path,
                                            GPtrArray *chain, GError **error);
 

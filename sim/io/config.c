@@ -146,7 +146,7 @@ static const char *const host_call_kinds[] = {"histogram", "roundtrip", NULL};
 static const char *const input_keys[] = {"source",   "data_dir",        "host_cost_per_example_s",
                                          "workers",  "prefetch",        "infeed_capacity",
                                          "synthetic_examples", "shuffle", "outfeed_capacity",
-                                         NULL};
+                                         "file", "sequence", "stride", "test_fraction", NULL};
 static const char *const optimizer_keys[] = {"kind",  "learning_rate", "momentum", "beta1",
                                              "beta2", "epsilon",       "schedule", NULL};
 static const char *const lr_schedules[] = {"constant", "cosine", NULL};
@@ -159,7 +159,7 @@ static const char *const matmul_precisions[] = {"default", "high", "highest", NU
 static const int matmul_precision_passes[] = {1, 3, 6};
 static const char *const fusions[] = {"xla", "none", "ideal", NULL};
 
-static const char *const sources[] = {"fashion-mnist", "synthetic", NULL};
+static const char *const sources[] = {"fashion-mnist", "synthetic", "text", NULL};
 static const char *const optimizer_kinds[] = {"sgd", "adam", NULL};
 static const char *const precisions[] = {"f32", "bf16", NULL};
 
@@ -308,7 +308,7 @@ static gboolean parse_input(json_object *root, const char *file, PsInputConfig *
     in->source = (PsSourceKind)src;
   }
   in->data_dir = g_strdup(dir);
-  return TRUE;
+  return ps_config__parse_text(o, file, in, error);
 }
 
 static gint cmp_host_call(gconstpointer a, gconstpointer b)
@@ -982,6 +982,7 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(io, "outfeed_capacity", json_object_new_int(in->outfeed_capacity));
   json_object_object_add(io, "synthetic_examples", json_object_new_int64(in->synthetic_examples));
   json_object_object_add(io, "shuffle", json_object_new_boolean(in->shuffle));
+  ps_config__text_to_json(in, io);
   json_object_object_add(o, "input", io);
 
   const PsOptimizerConfig *opt = &e->optimizer;
@@ -1081,14 +1082,17 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
   if (!parse_strategy_section(root, f, &e->strategy, error) ||
       !parse_input(root, f, &e->input, error) ||
       !parse_optimizer(root, f, &e->optimizer, error) ||
-      !parse_numerics(root, f, e->model->numerics_supported, &e->numerics, error) ||
-      !parse_host_calls(root, f, e, error) || !parse_collective(root, f, &e->collective, error))
+      !parse_numerics(root, f,
+                      e->model->numerics_supported && ps_config__input_feeds(&e->input, e->model),
+                      &e->numerics, error) ||
+      !parse_host_calls(root, f, e, error) || !parse_collective(root, f, &e->collective, error) ||
+      !ps_config__check_input_model(e, error))
     goto fail;
 
   if (steps == 0) {
-    double examples = e->input.source == PS_SOURCE_FASHION_MNIST
-                          ? (double)FASHION_MNIST_TRAIN
-                          : (double)e->input.synthetic_examples;
+    double examples = e->input.source == PS_SOURCE_FASHION_MNIST ? (double)FASHION_MNIST_TRAIN
+                      : e->input.source == PS_SOURCE_TEXT ? (double)e->input.text_train_windows
+                                                          : (double)e->input.synthetic_examples;
     double n = ceil(e->epochs * examples / (double)e->global_batch);
     steps = n < 1 ? 1 : n > 1e12 ? (int64_t)1e12 : (int64_t)n;
   }
@@ -1138,6 +1142,7 @@ void ps_experiment_free(PsExperiment *e)
   if (e->model)
     ps_model_free(e->model);
   g_free(e->input.data_dir);
+  g_free(e->input.text_file);
   g_free(e->host_calls);
   g_free(e->faults.stragglers);
   g_free(e->faults.slow_hosts);

@@ -88,7 +88,7 @@ double ps_topology_device_peak_flops(const PsTopology *t);
 double ps_topology_device_hbm_bandwidth(const PsTopology *t);
 int64_t ps_topology_device_hbm_bytes(const PsTopology *t);
 
-typedef enum { PS_SOURCE_FASHION_MNIST, PS_SOURCE_SYNTHETIC } PsSourceKind;
+typedef enum { PS_SOURCE_FASHION_MNIST, PS_SOURCE_SYNTHETIC, PS_SOURCE_TEXT } PsSourceKind;
 typedef enum { PS_OPT_SGD, PS_OPT_ADAM } PsOptimizerKind;
 
 /* The "strategy" section.  io keeps the object and its kind; the strategy
@@ -115,6 +115,14 @@ typedef struct {
   int outfeed_capacity;           /* step outputs a core may queue for its host */
   int64_t synthetic_examples;     /* size of the synthetic training set */
   gboolean shuffle;
+  /* text (io/config-text.c): a file or a directory of text files, tokens
+   * per example (the model's), tokens between training windows (the
+   * sequence), the held-out end of the text; the loader counts the
+   * training windows */
+  char *text_file;
+  int64_t sequence, stride;
+  double test_fraction;
+  int64_t text_train_windows;
 } PsInputConfig;
 
 /* Learning rate over the run: constant, or cosine decay from learning_rate

@@ -1,11 +1,14 @@
 /* dataset.c: Fashion-MNIST read from its gzip'd idx files through GIO, a
- * seeded synthetic classification set, and the per-epoch sampler.
+ * seeded synthetic classification set, windows of a character-level text
+ * (text.h), and the per-epoch sampler.
  *
  * Invariant: a PsDataset is complete and checked once it is returned
- * (every pixel in [0, 1], every label in [0, classes)) and is never
- * written again; a PsSampler's order is always a permutation of [0, n)
- * that depends only on its seed and the epoch number. */
+ * (every pixel in [0, 1] or token id in [0, classes), every label in [0,
+ * classes), labels_per labels per example) and is never written again;
+ * a PsSampler's order is always a permutation of [0, n) that depends only
+ * on its seed and the epoch number. */
 #include "dataset.h"
+#include "text.h"
 
 #include <gio/gio.h>
 #include <math.h>
@@ -24,8 +27,9 @@ struct PsDataset {
   size_t n;
   size_t elems; /* floats per example */
   int classes;
+  size_t labels_per; /* labels per example: 1, or a text window's S */
   float *images;   /* n * elems */
-  int32_t *labels; /* n */
+  int32_t *labels; /* n * labels_per */
 };
 
 struct PsSampler {
@@ -275,6 +279,7 @@ PsDataset *ps_dataset_open_fashion_mnist(const char *dir, gboolean train, GError
   ds->n = n_img;
   ds->elems = elems;
   ds->classes = FASHION_CLASSES;
+  ds->labels_per = 1;
   ds->images = images;
   ds->labels = labels;
   return ds;
@@ -312,6 +317,7 @@ PsDataset *ps_dataset_new_synthetic(const int64_t *shape, int rank, int classes,
   ds->n = n;
   ds->elems = elems;
   ds->classes = classes;
+  ds->labels_per = 1;
   ds->images = g_new(float, n * elems + 1);
   ds->labels = g_new(int32_t, n + 1);
   for (size_t e = 0; e < n; e++) {
@@ -326,6 +332,44 @@ PsDataset *ps_dataset_new_synthetic(const int64_t *shape, int rank, int classes,
   }
   g_free(proto);
   g_rand_free(rng);
+  return ds;
+}
+
+/* ---- text ------------------------------------------------------------ */
+
+PsDataset *ps_dataset_open_text(const char *path, int64_t seq, int64_t stride,
+                                double test_fraction, gboolean train, GError **error)
+{
+  g_return_val_if_fail(path != NULL && seq > 0 && stride > 0, NULL);
+  g_return_val_if_fail(error == NULL || *error == NULL, NULL);
+  size_t n = 0;
+  g_autofree guint8 *tokens = ps_text_read(path, &n, error);
+  if (!tokens)
+    return NULL;
+  size_t end = ps_text_train_end(n, test_fraction);
+  /* training windows `stride` apart; test windows side by side, so every
+   * test token after the first is a label exactly once */
+  const guint8 *part = train ? tokens : tokens + end;
+  size_t len = train ? end : n - end;
+  int64_t step = train ? stride : seq;
+  size_t windows = ps_text_windows(len, seq, step);
+  if (windows == 0) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: the %s part holds %zu tokens, fewer than one window of sequence + 1 = "
+                "%" G_GINT64_FORMAT, path, train ? "training" : "test", len, seq + 1);
+    return NULL;
+  }
+  g_return_val_if_fail(windows <= G_MAXSIZE / sizeof(float) / (size_t)seq, NULL);
+  PsDataset *ds = g_new0(PsDataset, 1);
+  ds->n = windows;
+  ds->elems = (size_t)seq;
+  ds->classes = PS_TEXT_VOCAB;
+  ds->labels_per = (size_t)seq;
+  ds->images = g_new(float, windows * (size_t)seq);
+  ds->labels = g_new(int32_t, windows * (size_t)seq);
+  for (size_t k = 0; k < windows; k++)
+    ps_text_window(part, k, seq, step, ds->images + k * (size_t)seq,
+                   ds->labels + k * (size_t)seq);
   return ds;
 }
 
@@ -356,6 +400,12 @@ int ps_dataset_classes(const PsDataset *ds)
 {
   g_return_val_if_fail(ds != NULL, 0);
   return ds->classes;
+}
+
+size_t ps_dataset_labels_per_example(const PsDataset *ds)
+{
+  g_return_val_if_fail(ds != NULL, 0);
+  return ds->labels_per;
 }
 
 const float *ps_dataset_images(const PsDataset *ds)
@@ -417,7 +467,7 @@ void ps_sampler_next(PsSampler *s, int batch, float *x, int32_t *labels)
 {
   g_return_if_fail(s != NULL && batch >= 0);
   g_return_if_fail(batch == 0 || s->ds->n > 0);
-  size_t elems = s->ds->elems;
+  size_t elems = s->ds->elems, per = s->ds->labels_per;
   for (int b = 0; b < batch; b++) {
     if (s->pos == s->ds->n)
       sampler_new_epoch(s);
@@ -425,6 +475,6 @@ void ps_sampler_next(PsSampler *s, int batch, float *x, int32_t *labels)
     if (x)
       memcpy(x + (size_t)b * elems, s->ds->images + idx * elems, elems * sizeof(float));
     if (labels)
-      labels[b] = s->ds->labels[idx];
+      memcpy(labels + (size_t)b * per, s->ds->labels + idx * per, per * sizeof *labels);
   }
 }

@@ -1,11 +1,18 @@
 /* layer-loss.c: softmax_xent, softmax and cross-entropy loss against the
  * labels, as an entry of the layer table (layer-private.h).
  *
+ * Its input is a vector of `classes` logits (one label per example) or
+ * rows of them, (S, V) for a language model's per-token logits (S labels
+ * per example, the next tokens): each row is scored against its own label
+ * and the loss is the mean over every row of every example, tokens and
+ * examples alike, as language models report it (a per-token loss whose
+ * exponential is the perplexity).
  * Costs: 5 FLOPs per logit forward (max, subtract, exp, sum, divide), 2
  * backward (p - onehot, scale); it keeps its probabilities.
- * Invariant: it is the model's last layer, over a vector of `classes`
- * logits; its output, the probabilities, has no gradient (the loss is one
- * number per example, accumulated on the side). */
+ * Invariant: it is the model's last layer, over rows of `classes` logits
+ * (net->labels_per rows per example); its output, the probabilities, has
+ * no gradient (the loss is accumulated on the side); over a vector it
+ * computes exactly what it did before rows existed (rows = batch). */
 #include "model/layer-private.h"
 
 static gboolean softmax_xent_shape(PsLayer *L, const PsLayerIn *in, GError **error)
@@ -22,16 +29,17 @@ static gboolean softmax_xent_shape(PsLayer *L, const PsLayerIn *in, GError **err
 
 static gboolean softmax_xent_plan(const NetPlan *p, NetLayer *nl, GError **error)
 {
-  if (p->i != p->model->n_layers - 1 || p->rank != 1) {
+  if (p->i != p->model->n_layers - 1 || p->rank < 1 || p->rank > 2) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                 "%s: layer \"%s\": softmax_xent must be the last layer, over a vector of "
-                "logits", p->where, p->lname);
+                "logits or (S, V) logits per token", p->where, p->lname);
     return FALSE;
   }
-  if (p->model->classes > 0 && p->model->classes != p->shape[0]) {
+  int64_t width = p->shape[p->rank - 1];
+  if (p->model->classes > 0 && p->model->classes != width) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                 "%s: layer \"%s\": %" G_GINT64_FORMAT " logits for %" G_GINT64_FORMAT
-                " classes", p->where, p->lname, p->shape[0], p->model->classes);
+                " classes", p->where, p->lname, width, p->model->classes);
     return FALSE;
   }
   return TRUE;
@@ -40,15 +48,18 @@ static gboolean softmax_xent_plan(const NetPlan *p, NetLayer *nl, GError **error
 static void softmax_xent_forward(const NetStep *st)
 {
   Slot *s = st->s;
-  s->loss_sum = ps_softmax_xent_forward(st->x, s->labels, st->sl->out, st->batch,
-                                        st->net->classes, &s->correct);
+  s->loss_sum = ps_softmax_xent_forward(st->x, s->labels, st->sl->out,
+                                        st->batch * st->net->labels_per, st->net->classes,
+                                        &s->correct);
 }
 
 static gboolean softmax_xent_backward(const NetStep *st)
 {
+  /* d(mean over rows)/d(logits): 1/rows per row, rows = batch x labels */
+  int rows = st->batch * st->net->labels_per;
   if (st->dx)
-    ps_softmax_xent_backward(st->sl->out, st->s->labels, st->dx, st->batch, st->net->classes,
-                             st->loss_scale / (float)st->batch);
+    ps_softmax_xent_backward(st->sl->out, st->s->labels, st->dx, rows, st->net->classes,
+                             st->loss_scale / (float)rows);
   return TRUE;
 }
 

@@ -126,7 +126,8 @@ struct PsNet {
   int max_batch;
   PsPrecision prec;
   size_t in_elems;              /* per example */
-  int classes;
+  int classes;                  /* logits per row of the loss */
+  int labels_per;               /* rows (labels) per example: 1, or S per token */
   size_t n_params;
   float *params, *grads;
   float *workspace;             /* im2col, attention, patches: the largest */

@@ -205,7 +205,7 @@ static void slot_alloc(PsNet *net, Slot *s)
 {
   const size_t mb = (size_t)net->max_batch;
   s->input = g_new0(float, net->in_elems * mb);
-  s->labels = g_new0(int32_t, mb);
+  s->labels = g_new0(int32_t, mb * (size_t)net->labels_per);
   s->layers = g_new0(SlotLayer, net->n_layers);
   for (int i = 0; i < net->n_layers; i++) {
     const NetLayer *nl = &net->layers[i];
@@ -343,7 +343,10 @@ PsNet *ps_net_new_slots(const PsModel *model, int max_batch, int slots, PsPrecis
   size_t ws = 0;
   if (!plan_layers(net, model, &ws, error))
     goto fail_net;
-  net->classes = (int)net->layers[net->n_layers - 1].in_elems;
+  /* the loss scores rows of `classes` logits, labels_per rows per example */
+  const NetLayer *loss = &net->layers[net->n_layers - 1];
+  net->classes = (int)loss->out_shape[loss->out_rank - 1];
+  net->labels_per = (int)(loss->in_elems / (size_t)net->classes);
   plan_gradient_writes(net);
   size_t scratch = 0;
   for (int i = 0; i < net->n_layers; i++) {
@@ -413,11 +416,12 @@ void ps_net_set_input(PsNet *net, const float *x, const int32_t *labels, int bat
 {
   g_return_if_fail(net != NULL && x != NULL && labels != NULL);
   g_return_if_fail(batch > 0 && batch <= net->max_batch);
-  for (int r = 0; r < batch; r++)
+  size_t n_labels = (size_t)batch * (size_t)net->labels_per;
+  for (size_t r = 0; r < n_labels; r++)
     g_return_if_fail(labels[r] >= 0 && labels[r] < net->classes);
   Slot *s = net->cur;
   memcpy(s->input, x, (size_t)batch * net->in_elems * sizeof *x);
-  memcpy(s->labels, labels, (size_t)batch * sizeof *labels);
+  memcpy(s->labels, labels, n_labels * sizeof *labels);
   s->batch = batch;
 }
 
@@ -523,7 +527,15 @@ void ps_net_zero_grads(PsNet *net)
 double ps_net_loss(const PsNet *net)
 {
   g_return_val_if_fail(net != NULL, 0.0);
-  return net->cur->batch > 0 ? net->cur->loss_sum / net->cur->batch : 0.0;
+  /* the mean over every scored row (rank 1: rows = batch, as it was) */
+  int rows = net->cur->batch * net->labels_per;
+  return rows > 0 ? net->cur->loss_sum / rows : 0.0;
+}
+
+int ps_net_labels_per_example(const PsNet *net)
+{
+  g_return_val_if_fail(net != NULL, 0);
+  return net->labels_per;
 }
 
 int ps_net_correct(const PsNet *net)
@@ -568,20 +580,32 @@ void ps_net_layer_params(const PsNet *net, int layer, size_t *offset, size_t *le
     *len = nl->w_len + nl->b_len;
 }
 
-double ps_net_accuracy(PsNet *net, const float *x, const int32_t *labels, size_t n)
+double ps_net_evaluate(PsNet *net, const float *x, const int32_t *labels, size_t n,
+                       double *mean_loss)
 {
   g_return_val_if_fail(net != NULL, 0.0);
+  if (mean_loss)
+    *mean_loss = 0.0;
   if (n == 0)
     return 0.0;
   g_return_val_if_fail(x != NULL && labels != NULL, 0.0);
-  size_t right = 0;
+  size_t right = 0, per = (size_t)net->labels_per;
+  double loss = 0.0;
   for (size_t start = 0; start < n; start += (size_t)net->max_batch) {
     int batch = (int)MIN((size_t)net->max_batch, n - start);
-    ps_net_set_input(net, x + start * net->in_elems, labels + start, batch);
+    ps_net_set_input(net, x + start * net->in_elems, labels + start * per, batch);
     ps_net_forward(net);
     right += (size_t)net->cur->correct;
+    loss += net->cur->loss_sum;
   }
-  return (double)right / (double)n;
+  if (mean_loss)
+    *mean_loss = loss / ((double)n * (double)per);
+  return (double)right / ((double)n * (double)per);
+}
+
+double ps_net_accuracy(PsNet *net, const float *x, const int32_t *labels, size_t n)
+{
+  return ps_net_evaluate(net, x, labels, n, NULL);
 }
 
 /* ---- optimizers -------------------------------------------------------- */

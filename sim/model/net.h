@@ -42,7 +42,8 @@ int ps_net_slots(const PsNet *net);
 void ps_net_select_slot(PsNet *net, int slot);
 
 /* Copies a batch into the current slot (x: batch x input elems, labels:
- * batch). */
+ * batch x ps_net_labels_per_example, example after example).  A model
+ * reading token ids takes them as floats in x (exact below 2^24). */
 void ps_net_set_input(PsNet *net, const float *x, const int32_t *labels, int batch);
 /* Sets the current slot's batch without copying an input: for a pipeline
  * stage whose input arrives in ps_net_activation(net, first - 1).  The
@@ -61,9 +62,13 @@ void ps_net_backward(PsNet *net, float loss_scale);
 void ps_net_zero_grads(PsNet *net);
 
 /* Mean loss and correct predictions of the current slot's last forward
- * pass of the loss layer. */
+ * pass of the loss layer.  The mean is over every label: examples, and
+ * for per-token logits (S, V) every token of each (so the loss is per
+ * token, as language models report it); correct counts labels. */
 double ps_net_loss(const PsNet *net);
 int ps_net_correct(const PsNet *net);
+/* Labels per example: 1 for a vector of logits, S for (S, V) logits. */
+int ps_net_labels_per_example(const PsNet *net);
 
 /* The output of a layer in the current slot's last forward pass, batch x
  * out elements (*n receives the count).  (transfer none) */
@@ -92,9 +97,15 @@ float *ps_net_grads(PsNet *net);
 /* Offset and length, in floats, of a layer's parameters in those buffers. */
 void ps_net_layer_params(const PsNet *net, int layer, size_t *offset, size_t *len);
 
-/* Test accuracy over a whole dataset-sized array, in batches of max_batch,
- * through the current slot (whose input, activations, loss and correct
- * count it overwrites). */
+/* Test accuracy over a whole dataset-sized array of n examples (labels:
+ * n x ps_net_labels_per_example), in batches of max_batch, through the
+ * current slot (whose input, activations, loss and correct count it
+ * overwrites): the fraction of labels predicted right (per token for
+ * per-token logits) and, in *mean_loss (may be NULL), the loss's mean
+ * over every label. */
+double ps_net_evaluate(PsNet *net, const float *x, const int32_t *labels, size_t n,
+                       double *mean_loss);
+/* ps_net_evaluate's accuracy alone. */
 double ps_net_accuracy(PsNet *net, const float *x, const int32_t *labels, size_t n);
 
 /* An optimizer owning its slot buffers.  (transfer full) */

@@ -28,10 +28,14 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
   const PsExperiment *exp = r->exp;
   const PsModel *m = exp->model;
   const PsPlan *plan = r->plan;
-  if (exp->input.source == PS_SOURCE_FASHION_MNIST && r->fashion_train)
+  const PsInputConfig *in = &exp->input;
+  if (in->source == PS_SOURCE_FASHION_MNIST && r->fashion_train)
     r->train = r->fashion_train;
-  else if (exp->input.source == PS_SOURCE_FASHION_MNIST)
-    r->train = r->own_train = ps_dataset_open_fashion_mnist(exp->input.data_dir, TRUE, error);
+  else if (in->source == PS_SOURCE_FASHION_MNIST)
+    r->train = r->own_train = ps_dataset_open_fashion_mnist(in->data_dir, TRUE, error);
+  else if (in->source == PS_SOURCE_TEXT)
+    r->train = r->own_train = ps_dataset_open_text(in->text_file, in->sequence, in->stride,
+                                                   in->test_fraction, TRUE, error);
   else
     r->train = r->own_train = ps_dataset_new_synthetic(m->in_shape, m->in_rank,
                                                        (int)m->classes,
@@ -76,7 +80,7 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
   }
   size_t elems = ps_dataset_example_elems(r->train);
   r->batch_x = g_new(float, (size_t)exp->global_batch * elems);
-  r->batch_y = g_new(int32_t, (size_t)exp->global_batch);
+  r->batch_y = g_new(int32_t, (size_t)exp->global_batch * ps_dataset_labels_per_example(r->train));
   r->drawn_step = -1;
   return TRUE;
 }
@@ -167,8 +171,9 @@ static float *message_buffer(PsNet *net, const PsOp *op, size_t *n)
 static void set_input(Run *r, PsNet *net, int device, const PsOp *op)
 {
   size_t elems = ps_dataset_example_elems(r->train);
+  size_t per = ps_dataset_labels_per_example(r->train);
   size_t off = (size_t)(r->example_base[device] + op->example_off);
-  ps_net_set_input(net, r->batch_x + off * elems, r->batch_y + off, (int)op->batch);
+  ps_net_set_input(net, r->batch_x + off * elems, r->batch_y + off * per, (int)op->batch);
 }
 
 static void infeed_batch(Run *r, PsNet *net, int device, int64_t step, const PsOp *op)
@@ -389,17 +394,25 @@ static gboolean evaluate(Run *r, PsSummary *s, GError **error)
   const PsModel *m = exp->model;
   PsDataset *own = NULL;
   const PsDataset *test = r->fashion_test;
-  if (exp->input.source == PS_SOURCE_FASHION_MNIST && !test)
-    test = own = ps_dataset_open_fashion_mnist(exp->input.data_dir, FALSE, error);
-  else if (exp->input.source != PS_SOURCE_FASHION_MNIST)
+  const PsInputConfig *in = &exp->input;
+  if (in->source == PS_SOURCE_FASHION_MNIST && !test)
+    test = own = ps_dataset_open_fashion_mnist(in->data_dir, FALSE, error);
+  else if (in->source == PS_SOURCE_TEXT) /* the held-out end of the text */
+    test = own = ps_dataset_open_text(in->text_file, in->sequence, in->stride,
+                                      in->test_fraction, FALSE, error);
+  else if (in->source != PS_SOURCE_FASHION_MNIST)
     /* same class prototypes (same seed), fresh noise (a larger set) */
     test = own = ps_dataset_new_synthetic(m->in_shape, m->in_rank, (int)m->classes,
                                           SYNTHETIC_TEST_EXAMPLES, exp->numerics.seed);
   if (!test)
     return FALSE;
+  /* accuracy and loss per label: per token for a language model, whose
+   * perplexity is exp(mean loss per token) */
   s->has_accuracy = TRUE;
-  s->test_accuracy = ps_net_accuracy(r->nets[0], ps_dataset_images(test),
-                                     ps_dataset_labels(test), ps_dataset_size(test));
+  s->test_accuracy = ps_net_evaluate(r->nets[0], ps_dataset_images(test),
+                                     ps_dataset_labels(test), ps_dataset_size(test),
+                                     &s->test_loss);
+  s->per_token = ps_dataset_labels_per_example(test) > 1;
   ps_dataset_free(own);
   return TRUE;
 }
@@ -417,6 +430,8 @@ gboolean ps_run_numerics_finish(Run *r, const PsRunOptions *opt, PsSummary *s, G
   gather_params(r);
   if (r->exp->numerics.evaluate && !evaluate(r, s, error))
     return FALSE;
+  if (s->has_accuracy && s->per_token)
+    s->test_perplexity = exp(s->test_loss);
   if (opt && opt->keep_params) {
     s->n_params = ps_net_n_params(r->nets[0]);
     s->params = g_memdup2(ps_net_params(r->nets[0]), sizeof(float) * s->n_params);

@@ -80,7 +80,10 @@ typedef struct {
   float *params;            /* keep_params: device 0's final weights (owned) */
   size_t n_params;
   gboolean has_accuracy;
-  double test_accuracy;
+  double test_accuracy;     /* per label: per token for a language model */
+  double test_loss;         /* its mean over the test labels */
+  gboolean per_token;       /* labels are tokens: a language model's */
+  double test_perplexity;   /* exp(test_loss), when per_token */
   double sim_time_s;        /* simulated time of the whole run */
   uint64_t events;
   double wall_s;

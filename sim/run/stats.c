@@ -401,8 +401,12 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
   }
   if (s->has_numerics && s->devices > 1)
     json_object_object_add(o, "replica_divergence", json_object_new_double(s->replica_divergence));
-  if (s->has_accuracy)
+  if (s->has_accuracy) {
     json_object_object_add(o, "test_accuracy", json_object_new_double(s->test_accuracy));
+    json_object_object_add(o, "test_loss", json_object_new_double(s->test_loss));
+  }
+  if (s->has_accuracy && s->per_token)
+    json_object_object_add(o, "test_perplexity", json_object_new_double(s->test_perplexity));
   if (s->host_calls_json)
     json_object_object_add(o, "outside_compilation", json_tokener_parse(s->host_calls_json));
   json_object_object_add(o, "sim_time_s", json_object_new_double(s->sim_time_s));
@@ -521,7 +525,11 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
     fprintf(f, "loss             %10.4f -> %.4f  (one step's loss: the first step's, the last's)\n",
             s->loss_first, s->loss_last);
   if (s->has_accuracy)
-    fprintf(f, "test accuracy    %10.2f%%\n", 100.0 * s->test_accuracy);
+    fprintf(f, "test accuracy    %10.2f%%%s\n", 100.0 * s->test_accuracy,
+            s->per_token ? " of next tokens" : "");
+  if (s->has_accuracy && s->per_token)
+    fprintf(f, "test loss        %10.4f per token, perplexity %.3f\n", s->test_loss,
+            s->test_perplexity);
   if (s->host_calls_json)
     fprintf(f, "host calls       %s\n", s->host_calls_json);
   fprintf(f, "simulated        %10.3f ms for %" G_GINT64_FORMAT " steps; %" G_GUINT64_FORMAT
