@@ -258,9 +258,10 @@ static void test_bert_large(void)
   /* The paper's rounded figure is 340M: within 2%. */
   g_assert_cmpfloat(fabs((double)m->params / 340e6 - 1), <, 0.02);
   g_assert_true(m->token_input);
-  /* every kind has a kernel (the embedding too), and its per-token head
-   * scores S labels per example */
-  g_assert_true(m->numerics_supported);
+  /* every kind has a kernel (the embedding too), but at 334M parameters it
+   * is over the 2^28 that numerics compute: timing only; its per-token
+   * head scores S labels per example */
+  g_assert_false(m->numerics_supported);
   g_assert_cmpint(m->labels_per_example, ==, S);
 
   /* forward FLOPs: per layer 24 S D^2 (QKV, output, FFN with F = 4D)
