@@ -47,6 +47,7 @@ static gboolean parse_mesh(json_object *o, const char *file, PsShardConfig *c, G
       !ps_json_check_keys(m, file, "strategy.mesh", mesh_keys, error))
     return FALSE;
   c->mesh_given = TRUE;
+  c->size[PS_AXIS_DATA] = 0; /* absent: what the other axes leave */
   for (int i = 0; i < PS_SHARD_AXES; i++)
     if (!ps_json_get_int32(m, file, "strategy.mesh", mesh_keys[i], FALSE, 1, 1 << 20,
                            &c->size[mesh_axes[i]], error))
@@ -125,8 +126,14 @@ static gboolean shard_parse(json_object *obj, const PsTopology *topo, const char
     g_free(c);
     return FALSE;
   }
-  if (!c->mesh_given)
-    c->size[PS_AXIS_DATA] = ps_topology_devices(topo);
+  if (c->size[PS_AXIS_DATA] == 0) {
+    /* mesh.data left out: every device the other axes leave (1 when they
+     * do not divide the slice, which the check then reports) */
+    int rest = ps_topology_devices(topo), others = c->size[PS_AXIS_FSDP] *
+                                                   c->size[PS_AXIS_TENSOR] *
+                                                   c->size[PS_AXIS_SEQUENCE];
+    c->size[PS_AXIS_DATA] = rest % others == 0 ? rest / others : 1;
+  }
   *config = c;
   return TRUE;
 }
