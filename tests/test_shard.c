@@ -5,7 +5,12 @@
  *
  * - /shard/mesh/tensor-neighbours: on tpu-v4-32 (2x2x4) with tensor 4 x
  *   fsdp 4, tensor takes x and y and fsdp z (JAX's rule); a tensor group's
- *   members differ only in x and y, an fsdp group's only in z;
+ *   members differ only in x and y, an fsdp group's only in z, and
+ *   consecutive members are torus neighbours;
+ * - /shard/collectives/allreduce-closed-form: the one tensor all-reduce
+ *   of a column- then row-parallel MLP on a 2x2 ring is exposed for
+ *   exactly the ring's alpha-beta time, and fc1's shard does 1/4 of its
+ *   FLOPs;
  * - /shard/flops/tensor-split: a column-parallel dense's forward FLOPs on
  *   one device are exactly 1/T of the unsharded op's (no padding at
  *   BERT-large's shapes);
@@ -23,6 +28,7 @@
 #include "io/config.h"
 #include "program/program.h"
 #include "run/experiment.h"
+#include "run/run.h"
 #include "strategy/strategy.h"
 
 #include <string.h>
@@ -68,6 +74,18 @@ static void test_mesh_neighbours(void)
         g_assert_true(a[1] == b[1] && a[2] == b[2]); /* same x, y */
     }
     g_assert_cmpint(pc->n_members, ==, 4);
+    /* consecutive members (cyclically, for tensor's 2x2 ring) are one hop
+     * apart */
+    for (int m = 0; m < pc->n_members; m++) {
+      if (pc->axis == PS_AXIS_FSDP && m == pc->n_members - 1)
+        break; /* z has no wrap on a v4-32: a line */
+      ps_geometry_device_axes(g, pc->members[m], a);
+      ps_geometry_device_axes(g, pc->members[(m + 1) % pc->n_members], b);
+      int hops = 0;
+      for (int k = 1; k <= 3; k++)
+        hops += ABS(a[k] - b[k]);
+      g_assert_cmpint(hops, ==, 1);
+    }
   }
   g_assert_cmpint(n_tensor, >, 0);
   ps_plan_free(p);
@@ -169,6 +187,39 @@ static void test_fsdp_gathers(void)
   ps_experiment_free(k);
 }
 
+/* tests/data/good/experiments/shard-mlp-v4-8.json: tensor 4 on a 2x2
+ * ring, one all-reduce of the row-parallel fc2's B x 8192 partial sums a
+ * step, nothing else to share the links: the step's exposed collective
+ * time is the ring's alpha-beta closed form, 2 (n - 1) steps of
+ * alpha + (m / n) / B. */
+static void test_allreduce_closed_form(void)
+{
+  GError *error = NULL;
+  PsExperiment *e =
+      ps_experiment_load("tests/data/good/experiments/shard-mlp-v4-8.json", NULL, &error);
+  g_assert_no_error(error);
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  g_assert_cmpint(p->n_colls, ==, 1); /* one group of 4 */
+  double m = (double)e->global_batch * 8192 * 2, n = 4;
+  double alpha = e->topology->ici_latency_s, bw = e->topology->ici_bandwidth_Bps;
+  double want = 2 * (n - 1) * (alpha + m / n / bw);
+  PsRunOptions opt = {0};
+  PsSummary s;
+  g_assert_true(ps_run(e, &opt, &s, &error));
+  g_assert_no_error(error);
+  g_assert_cmpfloat_with_epsilon(s.breakdown[PS_TIME_COLLECTIVE], want, want * 1e-3);
+  /* fc1's shard: a quarter of the whole layer's forward FLOPs (4096 / 4 =
+   * 1024 columns, a multiple of the MXU's 128: no padding) */
+  const PsProgram *pr = ps_plan_program(p, 0);
+  const PsModel *mod = e->model;
+  double whole = (mod->layers[0].fwd_flops + mod->layers[1].fwd_flops) * (double)e->global_batch;
+  g_assert_cmpfloat_with_epsilon(pr->ops[1].flops, whole / 4, whole * 1e-12);
+  ps_summary_clear(&s);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
 static void bad(const char *const *ov, const char *key)
 {
   GError *error = NULL;
@@ -207,5 +258,6 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);
   g_test_add_func("/shard/bad-input", test_bad_input);
+  g_test_add_func("/shard/collectives/allreduce-closed-form", test_allreduce_closed_form);
   return g_test_run();
 }

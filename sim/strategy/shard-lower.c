@@ -457,14 +457,14 @@ static void backward_comps(Lower *w, int i)
   const LayerPlan *lp = &w->lp[i];
   for (int s = 0; s < 2; s++) {
     const Comp *c = &lp->comp[s];
-    if (c->bwd == NO_COLL)
+    if (c->bwd == NO_COLL || c->producer < 0) /* no gradient for the net's input */
       continue;
     char what[48];
     snprintf(what, sizeof what, "%.32s out-grad", lname(w, c->producer));
     coll_now(w, add_req(w, c->bwd, G_MODEL, model_axis(w, c->bwd), out_elems(w, c->producer),
                         PS_BUFFER_ACTIVATIONS, c->producer, what));
   }
-  if (lp->enter) {
+  if (lp->enter && w->m->layers[i].input_from >= 0) {
     char what[48];
     snprintf(what, sizeof what, "%.34s in-grad", w->m->layers[i].name);
     int p = w->m->layers[i].input_from;

@@ -13,7 +13,10 @@
  * lexicographic order of their indices (itertools.combinations), so a
  * heavy axis spreads over as many links as it can; an axis of size 1
  * takes none.  Along a logical axis the coordinate is mixed-radix over its
- * physical axes, the last of them fastest.  When some axis finds no such
+ * physical axes, the last of them fastest, in boustrophedon order (the
+ * faster digit runs backwards when the slower one is odd), so consecutive
+ * coordinates are torus neighbours and a ring over the axis takes one hop
+ * a step (JAX reshapes row-major; the members of each group are the same).  When some axis finds no such
  * subset (JAX refuses these meshes), the mesh is laid out row-major over
  * the device numbering instead (x fastest), the heaviest axis fastest, so
  * its members are still consecutive devices.
@@ -124,8 +127,8 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
       PsAxis a = c->order[i];
       int x = 0;
       for (int j = 0; j < p.n; j++)
-        if (took[a] & (1u << j))
-          x = x * p.extent[j] + pos[p.geo[j]];
+        if (took[a] & (1u << j)) /* boustrophedon: odd rows run back */
+          x = x * p.extent[j] + (x % 2 ? p.extent[j] - 1 - pos[p.geo[j]] : pos[p.geo[j]]);
       coord[d * PS_N_AXES + a] = x;
     }
   }
