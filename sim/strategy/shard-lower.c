@@ -493,11 +493,21 @@ static int64_t score_bytes(const Lower *w, int g)
   return b * w->batch * w->act_b;
 }
 
-/* Bytes a remat forward keeps: the group's input. */
-static int64_t input_bytes(const Lower *w, int g)
+/* Bytes a full-remat forward keeps: the outputs of its layers that feed a
+ * residual join's shortcut (the blocks' inputs, from which backward
+ * recomputes the rest), at their local size. */
+static int64_t kept_bytes(const Lower *w, int g)
 {
-  int p = w->m->layers[group_first(w, g)].input_from;
-  return out_elems(w, p) * w->act_b / (w->sp ? w->M : 1);
+  int64_t b = 0;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++) {
+    gboolean block_input = FALSE;
+    for (int j = l + 1; j < w->m->n_layers && !block_input; j++)
+      block_input = ps_layer_kind_lower(w->m->layers[j].kind)->lowering == PS_LOWER_JOIN &&
+                    w->m->layers[j].shortcut_from == l;
+    if (block_input)
+      b += ps_shape_elems(w->local.layers[l].out_shape, w->local.layers[l].out_rank);
+  }
+  return b * w->batch * w->act_b;
 }
 
 /* The fsdp all-gather of group g's weights (a request), or -1. */
@@ -546,7 +556,7 @@ static void shard_forward(Lower *w, int *pending)
     forward_comps(w, first);
     PsOp f = compute_op(w, PS_OP_FWD, g);
     if (w->c->remat == PS_REMAT_FULL)
-      f.act_bytes = input_bytes(w, g);
+      f.act_bytes = kept_bytes(w, g);
     else if (w->c->remat == PS_REMAT_ATTENTION)
       f.act_bytes -= score_bytes(w, g);
     if (w->F > 1 && wbytes > 0) /* the gathered copy, live from its DONE */
@@ -666,7 +676,7 @@ static void shard_backward(Lower *w, int *pending)
     if (w->c->remat == PS_REMAT_FULL) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
       emit(w, &r);
-      bw.act_bytes -= input_bytes(w, g);
+      bw.act_bytes -= kept_bytes(w, g);
     } else if (w->c->remat == PS_REMAT_ATTENTION && has_heads(w, g)) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
       r.act_bytes = score_bytes(w, g);
