@@ -21,6 +21,8 @@
  *   1 x with regather false;
  * - /shard/memory/static: static HBM per device = sharded weights,
  *   gradients and two Adam slots, (P / (F T) rounded per op) x 16 bytes;
+ * - /shard/numerics/data-only: no mesh is data parallelism, with real
+ *   numerics those of the replicate strategy up to the order of float sums;
  * - /shard/bad-input: mesh product, heads, sequence without tensor,
  *   collective matmul without tensor, unknown axis, numerics on a tensor
  *   mesh: each a PS_INPUT_ERROR naming the key. */
@@ -31,6 +33,7 @@
 #include "run/run.h"
 #include "strategy/strategy.h"
 
+#include <math.h>
 #include <string.h>
 
 static const char *exp_path = "experiments/shard-bert-large.json";
@@ -220,6 +223,40 @@ static void test_allreduce_closed_form(void)
   ps_experiment_free(e);
 }
 
+/* Without a mesh, shard is data parallelism over every device: with real
+ * numerics (the MLP on Fashion-MNIST, 6 steps) it matches the replicate
+ * strategy: the same step time, weights and loss. */
+static void test_data_only_numerics(void)
+{
+  const char *path = "tests/data/good/experiments/mlp-v3-8.json";
+  const char *rep[] = {"steps=6", NULL};
+  const char *sh[] = {"steps=6", "strategy={\"kind\": \"shard\"}", NULL};
+  PsSummary s[2];
+  for (int k = 0; k < 2; k++) {
+    GError *error = NULL;
+    PsExperiment *e = ps_experiment_load(path, k ? sh : rep, &error);
+    g_assert_no_error(error);
+    g_assert_true(e->numerics.enabled);
+    PsRunOptions opt = {.keep_params = TRUE};
+    g_assert_true(ps_run(e, &opt, &s[k], &error));
+    g_assert_no_error(error);
+    ps_experiment_free(e);
+  }
+  g_assert_cmpfloat(s[0].step_time_s, ==, s[1].step_time_s);
+  /* the mesh numbers replicas in torus order, not device order, so the
+   * gradients are summed in another order: equal up to float reordering
+   * (6 steps of lr-scaled sums of 8 terms: far inside 1e-5) */
+  g_assert_cmpfloat_with_epsilon(s[0].loss_last, s[1].loss_last, 1e-5 * s[0].loss_last);
+  g_assert_cmpuint(s[0].n_params, ==, s[1].n_params);
+  double worst = 0;
+  for (size_t i = 0; i < s[0].n_params; i++)
+    worst = MAX(worst, fabs((double)s[0].params[i] - s[1].params[i]) /
+                           (1e-3 + fabs((double)s[0].params[i])));
+  g_assert_cmpfloat(worst, <, 1e-5);
+  ps_summary_clear(&s[0]);
+  ps_summary_clear(&s[1]);
+}
+
 static void bad(const char *const *ov, const char *key)
 {
   GError *error = NULL;
@@ -258,6 +295,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);
   g_test_add_func("/shard/bad-input", test_bad_input);
+  g_test_add_func("/shard/numerics/data-only", test_data_only_numerics);
   g_test_add_func("/shard/collectives/allreduce-closed-form", test_allreduce_closed_form);
   return g_test_run();
 }

@@ -47,7 +47,6 @@ static gboolean parse_mesh(json_object *o, const char *file, PsShardConfig *c, G
       !ps_json_check_keys(m, file, "strategy.mesh", mesh_keys, error))
     return FALSE;
   c->mesh_given = TRUE;
-  c->size[PS_AXIS_DATA] = 0; /* absent: what the other axes leave */
   for (int i = 0; i < PS_SHARD_AXES; i++)
     if (!ps_json_get_int32(m, file, "strategy.mesh", mesh_keys[i], FALSE, 1, 1 << 20,
                            &c->size[mesh_axes[i]], error))
@@ -115,6 +114,7 @@ static gboolean shard_parse(json_object *obj, const PsTopology *topo, const char
   PsShardConfig *c = g_new0(PsShardConfig, 1);
   for (int a = 0; a < PS_N_AXES; a++)
     c->size[a] = 1;
+  c->size[PS_AXIS_DATA] = 0; /* absent: what the other axes leave */
   memcpy(c->order, mesh_axes, sizeof c->order);
   c->order[2] = PS_AXIS_SEQUENCE; /* data, fsdp, sequence, tensor */
   c->order[3] = PS_AXIS_TENSOR;
