@@ -12,14 +12,18 @@
  * as there are first, then one fewer, down to one, each size's subsets in
  * lexicographic order of their indices (itertools.combinations), so a
  * heavy axis spreads over as many links as it can; an axis of size 1
- * takes none.  Along a logical axis the coordinate is mixed-radix over its
- * physical axes, the last of them fastest, in boustrophedon order (the
- * faster digit runs backwards when the slower one is odd), so consecutive
- * coordinates are torus neighbours and a ring over the axis takes one hop
- * a step (JAX reshapes row-major; the members of each group are the same).  When some axis finds no such
- * subset (JAX refuses these meshes), the mesh is laid out row-major over
- * the device numbering instead (x fastest), the heaviest axis fastest, so
- * its members are still consecutive devices.
+ * takes none.  When no subset fits, the first free physical axis whose
+ * extent the size divides is cut: the logical axis takes its inner part
+ * (size consecutive positions) and the outer part stays free as an axis
+ * of its own (JAX refuses such meshes; this keeps each group on
+ * neighbouring chips).  Along a logical axis the coordinate is
+ * mixed-radix over its physical axes, the last of them fastest, in
+ * boustrophedon order (the faster digit runs backwards when the slower
+ * one is odd), so consecutive coordinates are torus neighbours and a ring
+ * over the axis takes one hop a step (JAX reshapes row-major: the members
+ * of each group are the same, only their order differs).  Only when no
+ * cut fits either is the mesh laid out row-major over the device
+ * numbering (x fastest), the heaviest axis fastest.
  * Invariant: the mapping is a bijection from devices to mesh coordinates,
  * and the members of a group along an axis differ only along the
  * physical axes that axis took. */
@@ -27,11 +31,14 @@
 
 #include "hw/topology.h"
 
-/* Physical axes: geometry axis ids (topology.h) with extent > 1. */
+/* Physical axes: geometry axis ids (topology.h) with extent > 1, each
+ * possibly a part of one: positions (pos / stride) % extent of it. */
+#define MAX_PHYS (PS_GEOMETRY_MAX_AXES + PS_SHARD_AXES)
 typedef struct {
   int n;
-  int geo[PS_GEOMETRY_MAX_AXES];
-  int extent[PS_GEOMETRY_MAX_AXES];
+  int geo[MAX_PHYS];
+  int extent[MAX_PHYS];
+  int stride[MAX_PHYS];
 } Physical;
 
 static void physical_axes(const PsGeometry *g, Physical *p)
@@ -47,6 +54,7 @@ static void physical_axes(const PsGeometry *g, Physical *p)
     int e = ps_geometry_axis_extent(g, order[i]);
     if (e > 1) {
       p->geo[p->n] = order[i];
+      p->stride[p->n] = 1;
       p->extent[p->n++] = e;
     }
   }
@@ -81,6 +89,23 @@ static unsigned find_subset(const Physical *p, unsigned used, int k, int size)
   }
 }
 
+/* No set fits: the first free axis that size divides is cut in two, the
+ * inner part (consecutive positions, size of them) taken, the outer part
+ * left free as an axis of its own. */
+static unsigned split_axis(Physical *p, unsigned used, int size)
+{
+  for (int j = 0; j < p->n && p->n < MAX_PHYS; j++) {
+    if ((used & (1u << j)) || p->extent[j] % size != 0 || p->extent[j] == size)
+      continue;
+    p->geo[p->n] = p->geo[j];
+    p->extent[p->n] = p->extent[j] / size;
+    p->stride[p->n++] = p->stride[j] * size;
+    p->extent[j] = size;
+    return 1u << j;
+  }
+  return 0;
+}
+
 /* Row-major fallback: device d's coordinates, heaviest axis fastest. */
 static void fallback(const PsShardConfig *c, int n, int *coord)
 {
@@ -110,6 +135,8 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
       continue;
     for (int k = p.n; k >= 1 && !took[a]; k--)
       took[a] = find_subset(&p, used, k, c->size[a]);
+    if (!took[a])
+      took[a] = split_axis(&p, used, c->size[a]);
     used |= took[a];
     ok = took[a] != 0;
   }
@@ -128,7 +155,10 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
       int x = 0;
       for (int j = 0; j < p.n; j++)
         if (took[a] & (1u << j)) /* boustrophedon: odd rows run back */
-          x = x * p.extent[j] + (x % 2 ? p.extent[j] - 1 - pos[p.geo[j]] : pos[p.geo[j]]);
+        {
+          int at = pos[p.geo[j]] / p.stride[j] % p.extent[j];
+          x = x * p.extent[j] + (x % 2 ? p.extent[j] - 1 - at : at);
+        }
       coord[d * PS_N_AXES + a] = x;
     }
   }
@@ -137,7 +167,9 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
     g_string_append_printf(how, "  %-8s %3d:", ps_axis_name(a), c->size[a]);
     for (int j = 0; j < p.n; j++)
       if (took[a] & (1u << j))
-        g_string_append_printf(how, " %s(%d)", ps_geometry_axis_name(p.geo[j]), p.extent[j]);
+        g_string_append_printf(how, " %s(%d%s)", ps_geometry_axis_name(p.geo[j]), p.extent[j],
+                               p.stride[j] > 1 ? ", outer" : p.extent[j] <
+                               ps_geometry_axis_extent(g, p.geo[j]) ? ", inner" : "");
     g_string_append(how, took[a] ? "\n" : " -\n");
   }
   return coord;
