@@ -25,7 +25,8 @@
  *   numerics those of the replicate strategy up to the order of float sums;
  * - /shard/bad-input: mesh product, heads, sequence without tensor,
  *   collective matmul without tensor, unknown axis, numerics on a tensor
- *   mesh: each a PS_INPUT_ERROR naming the key. */
+ *   mesh, a layout that does not fit (the advice computed: the fsdp that
+ *   fits): each a PS_INPUT_ERROR naming the key. */
 #include "hw/topology.h"
 #include "io/config.h"
 #include "program/program.h"
@@ -285,6 +286,12 @@ static void test_bad_input(void)
   bad(num, "numerics.enabled=false");
   const char *batch[] = {"global_batch=10", NULL};
   bad(batch, "global_batch");
+  /* data 16 on 4 GiB devices: 2.5 GiB of weights and gradients, 2.5 GiB of
+   * Adam slots and 1.1 GiB of activations; fsdp 2 halves the first two */
+  const char *fit[] = {"strategy.mesh.tensor=1", "strategy.mesh.fsdp=1",
+                       "topology.chip.hbm_bytes=4GiB", NULL};
+  bad(fit, "4.0 GiB per device; raise strategy.mesh.fsdp to 2 (and lower strategy.mesh.data "
+           "to 8)");
 }
 
 int main(int argc, char **argv)

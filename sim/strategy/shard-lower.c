@@ -34,8 +34,10 @@
  * Collective matmul (Wang et al., ASPLOS 2023): a forward op whose output
  * an all-reduce or reduce-scatter completes runs as T partial ops with
  * T - 1 ring steps of collective-permute (SEND/RECV) between them, the
- * all-reduce keeping only its all-gather half; a gather of rows before a
- * matmul likewise.
+ * all-reduce keeping only its all-gather half; in backward likewise the
+ * op whose input gradient an all-reduce (or with sequence parallelism a
+ * reduce-scatter) completes.  The all-gathers of rows before a matmul are
+ * not decomposed.
  *
  * Invariant: every device runs the same sequence of ops; each collective
  * request becomes one instance per group of devices that differ only
@@ -452,13 +454,26 @@ static void forward_comps(Lower *w, int i)
   }
 }
 
-static void backward_comps(Lower *w, int i)
+/* Whether layer i's backward runs as ring steps (collective matmul): the
+ * all-reduce of its input gradient (with sequence parallelism, the
+ * reduce-scatter) completes it. */
+static gboolean ring_backward(const Lower *w, int i)
+{
+  const LayerPlan *lp = &w->lp[i];
+  if (!w->c->collective_matmul || w->M == 1 || w->m->layers[i].input_from < 0)
+    return FALSE;
+  return lp->enter || (lp->comp[0].bwd == PS_COLL_REDUCE_SCATTER && lp->comp[0].producer >= 0);
+}
+
+static void backward_comps(Lower *w, int i, gboolean ring)
 {
   const LayerPlan *lp = &w->lp[i];
   for (int s = 0; s < 2; s++) {
     const Comp *c = &lp->comp[s];
     if (c->bwd == NO_COLL || c->producer < 0) /* no gradient for the net's input */
       continue;
+    if (ring && s == 0 && c->bwd == PS_COLL_REDUCE_SCATTER)
+      continue; /* the ring steps reduced and scattered it */
     char what[48];
     snprintf(what, sizeof what, "%.32s out-grad", lname(w, c->producer));
     coll_now(w, add_req(w, c->bwd, G_MODEL, model_axis(w, c->bwd), out_elems(w, c->producer),
@@ -468,8 +483,9 @@ static void backward_comps(Lower *w, int i)
     char what[48];
     snprintf(what, sizeof what, "%.34s in-grad", w->m->layers[i].name);
     int p = w->m->layers[i].input_from;
-    coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, G_MODEL, PS_AXIS_TENSOR, out_elems(w, p),
-                        PS_BUFFER_ACTIVATIONS, p, what));
+    int op = ring ? PS_COLL_ALL_GATHER : PS_COLL_ALL_REDUCE;
+    coll_now(w, add_req(w, op, G_MODEL, PS_AXIS_TENSOR, out_elems(w, p), PS_BUFFER_ACTIVATIONS,
+                        p, what));
   }
 }
 
@@ -682,8 +698,14 @@ static void shard_backward(Lower *w, int *pending)
       r.act_bytes = score_bytes(w, g);
       emit(w, &r);
     }
-    emit(w, &bw);
-    backward_comps(w, group_first(w, g));
+    int first = group_first(w, g);
+    gboolean ring = ring_backward(w, first);
+    if (ring)
+      emit_decomposed(w, &bw, (double)out_elems(w, w->m->layers[first].input_from) * w->act_b /
+                                  w->M);
+    else
+      emit(w, &bw);
+    backward_comps(w, first, ring);
     gradients(w, &b, g, g == 0);
   }
   for (guint j = 0; j < b.rs->len; j++)
