@@ -17,6 +17,9 @@
  * - /shard/collectives/megatron: with tensor T, per transformer layer one
  *   activation all-reduce after attention and one after the MLP forward,
  *   two of input gradients backward, each of B S D elements;
+ * - /shard/collectives/sequence: with a sequence axis, per layer two
+ *   reduce-scatters and two all-gathers forward and their conjugates
+ *   backward, no all-reduce;
  * - /shard/fsdp/gathers: fsdp all-gathers per step = 2 x ops with weights,
  *   1 x with regather false;
  * - /shard/memory/static: static HBM per device = sharded weights,
@@ -153,6 +156,28 @@ static void test_megatron(void)
 }
 
 /* FWD ops of device 0 whose layers hold weights. */
+/* Sequence parallelism (tensor 4 x sequence 2): each all-reduce becomes a
+ * reduce-scatter onto rows and an all-gather before the next split layer,
+ * so per layer 2 of each forward and their conjugates backward, and no
+ * tensor all-reduce is left. */
+static void test_sequence(void)
+{
+  const char *ov[] = {"strategy.mesh.sequence=2", "strategy.mesh.fsdp=1", NULL};
+  PsExperiment *e;
+  PsPlan *p = compile(ov, &e);
+  int layers = 24;
+  /* plus the span head (2 units, left whole): its input gathered, the
+   * gradient scattered back; and the embedding (30522 rows, left whole):
+   * its output's gradient gathered from rows */
+  g_assert_cmpint(count_colls(p, PS_AXIS_SEQUENCE, PS_COLL_REDUCE_SCATTER, NULL), ==,
+                  4 * layers + 1);
+  g_assert_cmpint(count_colls(p, PS_AXIS_SEQUENCE, PS_COLL_ALL_GATHER, NULL), ==,
+                  4 * layers + 2);
+  g_assert_cmpint(count_colls(p, PS_AXIS_TENSOR, PS_COLL_ALL_REDUCE, NULL), ==, 0);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
 static int ops_with_weights(const PsPlan *p, const PsModel *m)
 {
   const PsProgram *pr = ps_plan_program(p, 0);
@@ -301,6 +326,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/flops/tensor-split", test_flops_tensor);
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);
+  g_test_add_func("/shard/collectives/sequence", test_sequence);
   g_test_add_func("/shard/bad-input", test_bad_input);
   g_test_add_func("/shard/numerics/data-only", test_data_only_numerics);
   g_test_add_func("/shard/collectives/allreduce-closed-form", test_allreduce_closed_form);

@@ -92,6 +92,7 @@ typedef struct {
   int64_t batch;
   int act_b;
   LayerPlan *lp;
+  gboolean *rows_kept; /* a layer's output, gathered, still held in rows */
   GArray *starts;     /* op groups */
   GArray *reqs;       /* Req */
   GArray *ops;        /* the template */
@@ -118,8 +119,10 @@ static void need(Lower *w, Layout *cur, int i, int slot, int p, Layout target)
   Layout x = p < 0 ? L_WHOLE : cur[p];
   c->producer = p;
   c->fwd = c->bwd = NO_COLL;
-  if (x == target)
-    return;
+  if (x == target || (target == L_ROWS && p >= 0 && w->rows_kept[p]))
+    return; /* (a gathered residual still has its rows: Megatron-SP keeps both) */
+  if (x == L_ROWS && p >= 0)
+    w->rows_kept[p] = TRUE;
   if (x == L_PARTIAL) {
     c->fwd = target == L_ROWS ? PS_COLL_REDUCE_SCATTER : PS_COLL_ALL_REDUCE;
     c->bwd = target == L_ROWS ? PS_COLL_ALL_GATHER : NO_COLL;
@@ -207,6 +210,7 @@ static void plan_layouts(Lower *w)
   int n = w->m->n_layers;
   w->lp = g_new0(LayerPlan, n);
   Layout *cur = g_new0(Layout, n);
+  w->rows_kept = g_new0(gboolean, n);
   for (int i = 0; i < n; i++) {
     w->lp[i].comp[0].producer = w->lp[i].comp[1].producer = -2;
     w->lp[i].comp[0].fwd = w->lp[i].comp[0].bwd = NO_COLL;
@@ -216,6 +220,8 @@ static void plan_layouts(Lower *w)
   for (int i = 0; i < n && w->M > 1; i++)
     cur[i] = plan_layer(w, cur, i);
   g_free(cur);
+  g_free(w->rows_kept);
+  w->rows_kept = NULL;
 }
 
 /* ---- the local model -------------------------------------------------- */
