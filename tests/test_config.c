@@ -809,7 +809,7 @@ static const BadCase bad_cases[] = {
       "cycle of extends (topo-cycle-a.json -> topo-cycle-b.json -> topo-cycle-a.json)"}},
     {"bad-enum", BAD("bad-enum.json"), {NULL}, PS_INPUT_ERROR_VALUE,
      {"bad/bad-enum.json: ", "strategy.kind: ",
-      "must be one of: replicate, pipeline; got 'data-parallel'"}},
+      "must be one of: replicate, pipeline, shard; got 'data-parallel'"}},
     {"bad-range/momentum", BAD("bad-momentum.json"), {NULL}, PS_INPUT_ERROR_VALUE,
      {"bad/bad-momentum.json: ", "optimizer.momentum: ", "must be >= 0 and < 1, got 1.5"}},
     {"bad-unit", BAD("bad-unit.json"), {NULL}, PS_INPUT_ERROR_SYNTAX,

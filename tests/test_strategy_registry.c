@@ -326,8 +326,8 @@ static void test_isolated_errors(void)
   } cases[] = {
       {"strategy.replicas=2", "strategy: unknown key 'replicas'"},
       {"global_batch=63", "global_batch: 63 examples do not split over 8 devices"},
-      {"strategy.kind=alone", "strategy.kind: must be one of: replicate, pipeline, isolated; "
-                              "got 'alone'"},
+      {"strategy.kind=alone", "strategy.kind: must be one of: replicate, pipeline, shard, "
+                              "isolated; got 'alone'"},
   };
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const char *const ov[] = {cases[i].set, NULL};
@@ -352,8 +352,8 @@ static void test_builtin_does_not_know_it(void)
   PsExperiment *e = ps_experiment_load(path, NULL, &error);
   g_assert_null(e);
   g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE);
-  g_assert_nonnull(strstr(error->message, "strategy.kind: must be one of: replicate, pipeline; "
-                                          "got 'isolated'"));
+  g_assert_nonnull(strstr(error->message, "strategy.kind: must be one of: replicate, "
+                                          "pipeline, shard; got 'isolated'"));
   g_error_free(error);
 }
 

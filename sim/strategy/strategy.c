@@ -6,12 +6,14 @@
  * entry's parse returned (freed with the experiment). */
 #include "strategy/strategy.h"
 
+#include "strategy/shard-private.h"
 #include "strategy/strategy-private.h"
 
 #include <string.h>
 
 static const PsStrategy *const builtin_entries[] = {&ps_strategy_replicate,
-                                                    &ps_strategy_pipeline, NULL};
+                                                    &ps_strategy_pipeline, &ps_strategy_shard,
+                                                    NULL};
 static const PsStrategyRegistry builtin = {builtin_entries};
 
 const PsStrategyRegistry *ps_strategy_builtin(void)

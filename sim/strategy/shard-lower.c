@@ -1,0 +1,945 @@
+/* shard-lower.c: a training step sharded over the mesh of shard.c, per
+ * layer, as GSPMD and Megatron-LM lay it out.
+ *
+ * Layouts.  Between layers an activation is whole on every device of the
+ * tensor x sequence group, split along its last dimension, a partial sum,
+ * or (with a sequence axis) split along its rows.  Walking the layers in
+ * order, each kind's tensor role (PsTensorRole, model/layers.h) says what
+ * layout it needs and what it leaves, never its kind: a matmul on a whole
+ * input is column-parallel (split output), on a split one row-parallel
+ * (partial output); attention is split by heads (partial output); a
+ * token embedding by vocabulary (partial); norms need completed rows;
+ * element-wise work keeps its layout; the loss over split logits reduces
+ * its max and sum across the group (Shoeybi et al. 2019).  Completing a
+ * partial sum is an all-reduce, or with sequence parallelism a
+ * reduce-scatter onto rows, and rows become whole by an all-gather
+ * (Korthikanti et al. 2022); backward runs the conjugates (an all-reduce
+ * of the input gradient where forward entered a split region from a whole
+ * input, an all-gather where forward reduce-scattered, a reduce-scatter
+ * where it gathered rows).
+ *
+ * The local model.  Each device's share of each layer is a PsModel of its
+ * own (same layers, divided by the layout: a column-parallel matmul's
+ * outputs, a row-parallel one's contraction, heads, vocabulary, rows), so
+ * ops are costed by hw/cost.h on the shard's shapes, MXU padding
+ * included, exactly as any other op; real numerics on shards can later
+ * build each device's net from the same local model.
+ *
+ * fsdp (ZeRO-3): each op's weights are all-gathered over the fsdp axis
+ * before its forward (the next op's gather started before this op runs
+ * when prefetching) and again before its backward unless kept; its
+ * gradients are reduce-scattered after its backward, and each device's
+ * shard is all-reduced over the data axis in buckets.
+ *
+ * Collective matmul (Wang et al., ASPLOS 2023): a forward op whose output
+ * an all-reduce or reduce-scatter completes runs as T partial ops with
+ * T - 1 ring steps of collective-permute (SEND/RECV) between them, the
+ * all-reduce keeping only its all-gather half; in backward likewise the
+ * op whose input gradient an all-reduce (or with sequence parallelism a
+ * reduce-scatter) completes.  The all-gathers of rows before a matmul are
+ * not decomposed.
+ *
+ * Invariant: every device runs the same sequence of ops; each collective
+ * request becomes one instance per group of devices that differ only
+ * along its axis, so every group's members start it in the same order. */
+#include "strategy/shard-private.h"
+
+#include "hw/cost.h"
+#include "strategy/cost-options.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef enum { L_WHOLE, L_SPLIT, L_PARTIAL, L_ROWS } Layout;
+typedef enum { LOC_NONE, LOC_COL, LOC_ROW, LOC_DIV, LOC_ROWS } LocalKind;
+typedef enum { G_MODEL, G_FSDP, G_DATA, G_N } GroupKind;
+#define NO_COLL (-1)
+
+/* A completion of producer's output before a layer, and its conjugate. */
+typedef struct {
+  int producer;       /* -2: none */
+  int fwd, bwd;       /* PsCollOp or NO_COLL */
+  gboolean fused;     /* done by the producer's collective matmul */
+} Comp;
+
+typedef struct {
+  Comp comp[2];       /* input_from, shortcut_from */
+  gboolean enter;     /* backward all-reduce of the input gradient */
+  gboolean vocab_loss;
+  LocalKind local;
+  int out_comp;       /* how a consumer completes this output (NO_COLL) */
+} LayerPlan;
+
+/* A collective the template refers to; one instance per group. */
+typedef struct {
+  PsCollOp op;
+  GroupKind group;
+  PsAxis axis;
+  int64_t count;
+  PsBufferKind buffer;
+  int64_t offset;
+  int layer;
+  char name[64];
+} Req;
+
+typedef struct {
+  const PsExperiment *exp;
+  const PsShardConfig *c;
+  const PsModel *m;
+  PsModel local;
+  int M, F, D;
+  gboolean sp;
+  int64_t batch;
+  int act_b;
+  LayerPlan *lp;
+  gboolean *rows_kept; /* a layer's output, gathered, still held in rows */
+  GArray *starts;     /* op groups */
+  GArray *reqs;       /* Req */
+  GArray *ops;        /* the template */
+  int tag;
+  int64_t shard_params;
+} Lower;
+
+static const char *const coll_word[PS_COLL_N_OPS] = {"all-reduce", "reduce-scatter",
+                                                     "all-gather", "broadcast", "permute"};
+
+static int64_t out_elems(const Lower *w, int p)
+{
+  const PsModel *m = w->m;
+  return (p < 0 ? ps_shape_elems(m->in_shape, m->in_rank)
+                : ps_shape_elems(m->layers[p].out_shape, m->layers[p].out_rank)) *
+         w->batch;
+}
+
+/* ---- layouts ---------------------------------------------------------- */
+
+static void need(Lower *w, Layout *cur, int i, int slot, int p, Layout target)
+{
+  Comp *c = &w->lp[i].comp[slot];
+  Layout x = p < 0 ? L_WHOLE : cur[p];
+  c->producer = p;
+  c->fwd = c->bwd = NO_COLL;
+  if (x == target || (target == L_ROWS && p >= 0 && w->rows_kept[p]))
+    return; /* (a gathered residual still has its rows: Megatron-SP keeps both) */
+  if (x == L_ROWS && p >= 0)
+    w->rows_kept[p] = TRUE;
+  if (x == L_PARTIAL) {
+    c->fwd = target == L_ROWS ? PS_COLL_REDUCE_SCATTER : PS_COLL_ALL_REDUCE;
+    c->bwd = target == L_ROWS ? PS_COLL_ALL_GATHER : NO_COLL;
+  } else if (x == L_SPLIT) {
+    c->fwd = PS_COLL_ALL_GATHER;
+  } else if (x == L_ROWS) {
+    c->fwd = PS_COLL_ALL_GATHER;
+    c->bwd = PS_COLL_REDUCE_SCATTER;
+  } else {
+    c->bwd = PS_COLL_ALL_GATHER; /* whole -> rows: a local slice forward */
+  }
+  if (p >= 0) {
+    cur[p] = target;
+    if (c->fwd != NO_COLL && w->lp[p].out_comp == NO_COLL)
+      w->lp[p].out_comp = c->fwd;
+  }
+}
+
+/* One layer's needs and output layout (see the file's comment). */
+static Layout plan_layer(Lower *w, Layout *cur, int i)
+{
+  const PsLayer *l = &w->m->layers[i];
+  LayerPlan *lp = &w->lp[i];
+  int p = l->input_from;
+  Layout in = p < 0 ? L_WHOLE : cur[p];
+  Layout done = w->sp ? L_ROWS : L_WHOLE;
+  switch (ps_layer_kind_lower(l->kind)->tensor) {
+  case PS_TP_ELEMENTWISE:
+    if (ps_layer_kind_lower(l->kind)->lowering == PS_LOWER_JOIN) {
+      Layout s = l->shortcut_from < 0 ? L_WHOLE : cur[l->shortcut_from];
+      if (s != in || in == L_PARTIAL) {
+        need(w, cur, i, 0, p, done);
+        need(w, cur, i, 1, l->shortcut_from, done);
+      }
+    } else if (in == L_PARTIAL) {
+      need(w, cur, i, 0, p, done);
+    }
+    in = p < 0 ? L_WHOLE : cur[p];
+    lp->local = in == L_SPLIT ? LOC_DIV : in == L_ROWS ? LOC_ROWS : LOC_NONE;
+    return in;
+  case PS_TP_NORM:
+    need(w, cur, i, 0, p, done);
+    lp->local = w->sp ? LOC_ROWS : LOC_NONE;
+    return done;
+  case PS_TP_MATMUL:
+    if (in == L_SPLIT) {
+      lp->local = LOC_ROW;
+      return L_PARTIAL;
+    }
+    need(w, cur, i, 0, p, L_WHOLE);
+    if (l->units % w->M != 0)
+      return L_WHOLE;
+    lp->local = LOC_COL;
+    lp->enter = lp->comp[0].bwd == NO_COLL;
+    return L_SPLIT;
+  case PS_TP_HEADS:
+    need(w, cur, i, 0, p, L_WHOLE);
+    lp->local = LOC_DIV;
+    lp->enter = lp->comp[0].bwd == NO_COLL;
+    return L_PARTIAL;
+  case PS_TP_VOCAB:
+    if (p >= 0)
+      need(w, cur, i, 0, p, L_WHOLE);
+    if (l->vocab % w->M != 0)
+      return L_WHOLE; /* a table the group does not divide stays whole */
+    lp->local = LOC_DIV;
+    return L_PARTIAL;
+  case PS_TP_LOSS:
+    if (in == L_SPLIT) {
+      lp->local = LOC_DIV;
+      lp->vocab_loss = TRUE;
+      return L_WHOLE;
+    }
+    need(w, cur, i, 0, p, L_WHOLE);
+    return L_WHOLE;
+  case PS_TP_REPLICATED:
+  default:
+    need(w, cur, i, 0, p, L_WHOLE);
+    return L_WHOLE;
+  }
+}
+
+static void plan_layouts(Lower *w)
+{
+  int n = w->m->n_layers;
+  w->lp = g_new0(LayerPlan, n);
+  Layout *cur = g_new0(Layout, n);
+  w->rows_kept = g_new0(gboolean, n);
+  for (int i = 0; i < n; i++) {
+    w->lp[i].comp[0].producer = w->lp[i].comp[1].producer = -2;
+    w->lp[i].comp[0].fwd = w->lp[i].comp[0].bwd = NO_COLL;
+    w->lp[i].comp[1].fwd = w->lp[i].comp[1].bwd = NO_COLL;
+    w->lp[i].out_comp = NO_COLL;
+  }
+  for (int i = 0; i < n && w->M > 1; i++)
+    cur[i] = plan_layer(w, cur, i);
+  g_free(cur);
+  g_free(w->rows_kept);
+  w->rows_kept = NULL;
+}
+
+/* ---- the local model -------------------------------------------------- */
+
+static void divide(PsLayer *L, int64_t k)
+{
+  L->fwd_flops /= (double)k;
+  L->bwd_flops /= (double)k;
+  L->fwd_bytes /= (double)k;
+  L->bwd_bytes /= (double)k;
+  L->act_elems /= k;
+  L->params /= k;
+}
+
+/* Layer l's share on one device of a group of k. */
+static void local_layer(PsLayer *L, LocalKind how, int64_t k)
+{
+  if (how == LOC_NONE || k == 1)
+    return;
+  divide(L, k);
+  for (int j = 0; j < L->n_mm; j++) {
+    PsMatmul *mm = &L->mm[j];
+    if (how == LOC_ROWS)
+      mm->rows = MAX(1, mm->rows / k);
+    else if (how == LOC_ROW)
+      mm->k = MAX(1, mm->k / k);
+    else if (how == LOC_COL || (how == LOC_DIV && j == 0 && mm->count == 1))
+      mm->n = MAX(1, mm->n / k);
+    else if (mm->count % k == 0)
+      mm->count /= k; /* per head */
+    else
+      mm->k = MAX(1, mm->k / k);
+  }
+  if (how == LOC_ROWS) {
+    L->in_shape[0] = MAX(1, L->in_shape[0] / k);
+    L->out_shape[0] = MAX(1, L->out_shape[0] / k);
+  } else {
+    if (how != LOC_COL)
+      L->in_shape[L->in_rank - 1] = MAX(1, L->in_shape[L->in_rank - 1] / k);
+    if (how != LOC_ROW)
+      L->out_shape[L->out_rank - 1] = MAX(1, L->out_shape[L->out_rank - 1] / k);
+  }
+}
+
+static void build_local(Lower *w)
+{
+  w->local = *w->m;
+  w->local.layers = g_memdup2(w->m->layers, sizeof(PsLayer) * (size_t)w->m->n_layers);
+  w->local.params = 0;
+  for (int i = 0; i < w->m->n_layers; i++) {
+    local_layer(&w->local.layers[i], w->lp[i].local, w->M);
+    w->local.params += w->local.layers[i].params;
+  }
+}
+
+/* ---- the template ----------------------------------------------------- */
+
+static int add_req(Lower *w, PsCollOp op, GroupKind g, PsAxis axis, int64_t count,
+                   PsBufferKind buf, int layer, const char *what)
+{
+  Req r = {.op = op, .group = g, .axis = axis, .count = MAX(count, 1), .buffer = buf,
+           .layer = layer};
+  if (buf != PS_BUFFER_ACTIVATIONS && layer >= 0)
+    r.offset = ps_lower_param_offset(w->m, layer);
+  snprintf(r.name, sizeof r.name, "%s %s %s", ps_axis_name(axis), coll_word[op], what);
+  g_array_append_val(w->reqs, r);
+  return (int)w->reqs->len - 1;
+}
+
+static void emit(Lower *w, const PsOp *op)
+{
+  g_array_append_val(w->ops, *op);
+}
+
+static void coll(Lower *w, PsOpKind kind, int req)
+{
+  PsOp op = {.kind = kind, .coll = req};
+  snprintf(op.name, sizeof op.name, "%s %.57s", kind == PS_OP_COLL_START ? "start" : "done",
+           g_array_index(w->reqs, Req, req).name);
+  emit(w, &op);
+}
+
+static void coll_now(Lower *w, int req)
+{
+  coll(w, PS_OP_COLL_START, req);
+  coll(w, PS_OP_COLL_DONE, req);
+}
+
+static PsAxis model_axis(const Lower *w, int op)
+{
+  return w->sp && op != PS_COLL_ALL_REDUCE ? PS_AXIS_SEQUENCE : PS_AXIS_TENSOR;
+}
+
+static int group_first(const Lower *w, int g)
+{
+  return g_array_index(w->starts, int, g);
+}
+
+static int group_last(const Lower *w, int g)
+{
+  return g_array_index(w->starts, int, g + 1) - 1;
+}
+
+static int64_t group_params(const Lower *w, int g)
+{
+  int64_t p = 0;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++)
+    p += w->local.layers[l].params;
+  return p;
+}
+
+/* Groups of ps_lower_layer_groups, cut again before any layer that needs
+ * a collective at its input or after its backward. */
+static void cut_groups(Lower *w)
+{
+  GArray *base = ps_lower_layer_groups(w->exp, 0, w->m->n_layers);
+  w->starts = g_array_new(FALSE, FALSE, sizeof(int));
+  int b = 0;
+  for (int i = 0; i < w->m->n_layers; i++) {
+    const LayerPlan *lp = &w->lp[i];
+    gboolean cut = b < (int)base->len && g_array_index(base, int, b) == i;
+    if (cut)
+      b++;
+    if (i > 0 && lp[-1].vocab_loss)
+      cut = TRUE;
+    if (cut || lp->enter || lp->comp[0].producer != -2 || lp->comp[1].producer != -2 ||
+        (i > 0 && w->lp[i - 1].out_comp != NO_COLL))
+      g_array_append_val(w->starts, i);
+  }
+  g_array_append_val(w->starts, w->m->n_layers);
+  g_array_free(base, TRUE);
+}
+
+/* The op's name: "fwd layer3.attn [heads/4]". */
+static void name_op(const Lower *w, PsOp *op, int first)
+{
+  static const char *const tag[] = {"", "cols", "rows", "split", "seq"};
+  const LayerPlan *lp = &w->lp[first];
+  if (lp->local == LOC_NONE || w->M == 1)
+    return;
+  const char *what = tag[lp->local];
+  if (ps_layer_kind_lower(w->m->layers[first].kind)->tensor == PS_TP_HEADS)
+    what = "heads";
+  else if (ps_layer_kind_lower(w->m->layers[first].kind)->tensor == PS_TP_VOCAB ||
+           lp->vocab_loss)
+    what = "vocab";
+  char suffix[24];
+  int n = snprintf(suffix, sizeof suffix, " [%s/%d]", what, w->M);
+  size_t keep = MIN(strlen(op->name), sizeof op->name - 1 - (size_t)n);
+  memcpy(op->name + keep, suffix, (size_t)n + 1);
+}
+
+static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
+{
+  PsOp op = {.kind = kind, .batch = w->batch, .first = group_first(w, g),
+             .last = group_last(w, g)};
+  ps_lower_compute_op(w->exp, &op); /* the name and the whole op's activations */
+  PsOpCost cost;
+  PsCostOptions opt;
+  ps_strategy_cost_options(w->exp, &opt);
+  ps_cost_op(w->exp->topology, &w->local, op.first, op.last, op.batch, &opt,
+             kind == PS_OP_BWD, NULL, &cost);
+  op.time = cost.time;
+  op.flops = cost.flops;
+  op.mxu_flops = cost.mxu_flops;
+  op.hbm_bytes = cost.bytes;
+  op.memory_bound = cost.memory_bound;
+  op.kernels = cost.kernels;
+  op.mxu_s = cost.mxu_s;
+  op.memory_s = cost.memory_s;
+  op.overhead_s = cost.overhead_s;
+  int64_t act = 0;
+  for (int l = op.first; l <= op.last; l++)
+    act += w->local.layers[l].act_elems;
+  act *= w->batch * w->act_b;
+  op.act_bytes = kind == PS_OP_BWD ? -act : act;
+  name_op(w, &op, op.first);
+  return op;
+}
+
+/* op as M partial ops with M - 1 ring steps of `bytes` each between them
+ * (SEND to the next member, RECV from the previous). */
+static void emit_decomposed(Lower *w, const PsOp *op, double bytes)
+{
+  for (int s = 0; s < w->M; s++) {
+    PsOp part = *op;
+    part.time = op->time / w->M;
+    part.flops /= w->M;
+    part.mxu_flops /= w->M;
+    part.hbm_bytes /= w->M;
+    part.mxu_s /= w->M;
+    part.memory_s /= w->M;
+    part.overhead_s /= w->M;
+    part.act_bytes = s == 0 ? op->act_bytes : 0;
+    char suffix[16];
+    int n = snprintf(suffix, sizeof suffix, " %d/%d", s + 1, w->M);
+    size_t keep = MIN(strlen(part.name), sizeof part.name - 1 - (size_t)n);
+    memcpy(part.name + keep, suffix, (size_t)n + 1);
+    if (s + 1 < w->M) {
+      PsOp sd = {.kind = PS_OP_SEND, .peer = 1, .tag = w->tag, .bytes = bytes,
+                 .batch = w->batch};
+      snprintf(sd.name, sizeof sd.name, "tensor permute %d of %.20s", s + 1, op->name);
+      emit(w, &sd);
+    }
+    emit(w, &part);
+    if (s + 1 < w->M) {
+      PsOp rv = {.kind = PS_OP_RECV, .peer = -1, .tag = w->tag++, .batch = w->batch};
+      snprintf(rv.name, sizeof rv.name, "tensor permute %d of %.20s", s + 1, op->name);
+      emit(w, &rv);
+    }
+  }
+}
+
+static const char *lname(const Lower *w, int p)
+{
+  return p < 0 ? "input" : w->m->layers[p].name;
+}
+
+/* Forward completions at layer i's inputs. */
+static void forward_comps(Lower *w, int i)
+{
+  for (int s = 0; s < 2; s++) {
+    const Comp *c = &w->lp[i].comp[s];
+    if (c->fwd == NO_COLL)
+      continue;
+    int64_t n = out_elems(w, c->producer);
+    char what[48];
+    snprintf(what, sizeof what, "%.36s out", lname(w, c->producer));
+    gboolean decomposed = w->c->collective_matmul && c->producer >= 0 &&
+                          (c->fwd == PS_COLL_ALL_REDUCE || c->fwd == PS_COLL_REDUCE_SCATTER);
+    if (decomposed && c->fwd == PS_COLL_REDUCE_SCATTER)
+      continue; /* the producer's ring steps did it */
+    int op = decomposed ? PS_COLL_ALL_GATHER : c->fwd;
+    coll_now(w, add_req(w, op, G_MODEL, model_axis(w, op), n, PS_BUFFER_ACTIVATIONS,
+                        c->producer, what));
+  }
+}
+
+/* Whether layer i's backward runs as ring steps (collective matmul): the
+ * all-reduce of its input gradient (with sequence parallelism, the
+ * reduce-scatter) completes it. */
+static gboolean ring_backward(const Lower *w, int i)
+{
+  const LayerPlan *lp = &w->lp[i];
+  if (!w->c->collective_matmul || w->M == 1 || w->m->layers[i].input_from < 0)
+    return FALSE;
+  return lp->enter || (lp->comp[0].bwd == PS_COLL_REDUCE_SCATTER && lp->comp[0].producer >= 0);
+}
+
+static void backward_comps(Lower *w, int i, gboolean ring)
+{
+  const LayerPlan *lp = &w->lp[i];
+  for (int s = 0; s < 2; s++) {
+    const Comp *c = &lp->comp[s];
+    if (c->bwd == NO_COLL || c->producer < 0) /* no gradient for the net's input */
+      continue;
+    if (ring && s == 0 && c->bwd == PS_COLL_REDUCE_SCATTER)
+      continue; /* the ring steps reduced and scattered it */
+    char what[48];
+    snprintf(what, sizeof what, "%.32s out-grad", lname(w, c->producer));
+    coll_now(w, add_req(w, c->bwd, G_MODEL, model_axis(w, c->bwd), out_elems(w, c->producer),
+                        PS_BUFFER_ACTIVATIONS, c->producer, what));
+  }
+  if (lp->enter && w->m->layers[i].input_from >= 0) {
+    char what[48];
+    snprintf(what, sizeof what, "%.34s in-grad", w->m->layers[i].name);
+    int p = w->m->layers[i].input_from;
+    int op = ring ? PS_COLL_ALL_GATHER : PS_COLL_ALL_REDUCE;
+    coll_now(w, add_req(w, op, G_MODEL, PS_AXIS_TENSOR, out_elems(w, p), PS_BUFFER_ACTIVATIONS,
+                        p, what));
+  }
+}
+
+static gboolean has_heads(const Lower *w, int g)
+{
+  for (int l = group_first(w, g); l <= group_last(w, g); l++)
+    if (ps_layer_kind_lower(w->m->layers[l].kind)->tensor == PS_TP_HEADS)
+      return TRUE;
+  return FALSE;
+}
+
+/* Activation bytes of the scores of group g's attention (local). */
+static int64_t score_bytes(const Lower *w, int g)
+{
+  int64_t b = 0;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++) {
+    const PsLayer *L = &w->local.layers[l];
+    if (ps_layer_kind_lower(L->kind)->tensor == PS_TP_HEADS)
+      b += L->heads / w->M * L->in_shape[0] * L->in_shape[0];
+  }
+  return b * w->batch * w->act_b;
+}
+
+/* Bytes a full-remat forward keeps: the outputs of its layers that feed a
+ * residual join's shortcut (the blocks' inputs, from which backward
+ * recomputes the rest), at their local size. */
+static int64_t kept_bytes(const Lower *w, int g)
+{
+  int64_t b = 0;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++) {
+    gboolean block_input = FALSE;
+    for (int j = l + 1; j < w->m->n_layers && !block_input; j++)
+      block_input = ps_layer_kind_lower(w->m->layers[j].kind)->lowering == PS_LOWER_JOIN &&
+                    w->m->layers[j].shortcut_from == l;
+    if (block_input)
+      b += ps_shape_elems(w->local.layers[l].out_shape, w->local.layers[l].out_rank);
+  }
+  return b * w->batch * w->act_b;
+}
+
+/* The fsdp all-gather of group g's weights (a request), or -1. */
+static int gather_req(Lower *w, int g, const char *when)
+{
+  if (w->F == 1 || group_params(w, g) == 0)
+    return -1;
+  char what[48];
+  snprintf(what, sizeof what, "%.30s w %s", w->m->layers[group_first(w, g)].name, when);
+  return add_req(w, PS_COLL_ALL_GATHER, G_FSDP, PS_AXIS_FSDP, group_params(w, g),
+                 PS_BUFFER_PARAMS, group_first(w, g), what);
+}
+
+static int next_param_group(const Lower *w, int g, int dir, int n)
+{
+  for (g += dir; g >= 0 && g < n; g += dir)
+    if (group_params(w, g) > 0)
+      return g;
+  return -1;
+}
+
+static void shard_forward(Lower *w, int *pending)
+{
+  int n = (int)w->starts->len - 1;
+  int next = w->F > 1 ? next_param_group(w, -1, 1, n) : -1;
+  if (next >= 0 && w->c->prefetch) {
+    pending[next] = gather_req(w, next, "fwd");
+    coll(w, PS_OP_COLL_START, pending[next]);
+  }
+  for (int g = 0; g < n; g++) {
+    int first = group_first(w, g), last = group_last(w, g);
+    int64_t wbytes = group_params(w, g) * 4;
+    if (w->F > 1 && wbytes > 0) {
+      if (!w->c->prefetch) {
+        pending[g] = gather_req(w, g, "fwd");
+        coll(w, PS_OP_COLL_START, pending[g]);
+      }
+      int nx = next_param_group(w, g, 1, n);
+      if (w->c->prefetch && nx >= 0) {
+        pending[nx] = gather_req(w, nx, "fwd");
+        coll(w, PS_OP_COLL_START, pending[nx]);
+      }
+      coll(w, PS_OP_COLL_DONE, pending[g]);
+      g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes = wbytes;
+    }
+    forward_comps(w, first);
+    PsOp f = compute_op(w, PS_OP_FWD, g);
+    if (w->c->remat == PS_REMAT_FULL)
+      f.act_bytes = kept_bytes(w, g);
+    else if (w->c->remat == PS_REMAT_ATTENTION)
+      f.act_bytes -= score_bytes(w, g);
+    if (w->F > 1 && wbytes > 0) /* the gathered copy, live from its DONE */
+      f.act_bytes -= w->c->regather ? wbytes : 0;
+    const LayerPlan *lp = &w->lp[last];
+    gboolean ring = w->c->collective_matmul && w->M > 1 &&
+                    (lp->out_comp == PS_COLL_ALL_REDUCE || lp->out_comp == PS_COLL_REDUCE_SCATTER);
+    if (ring)
+      emit_decomposed(w, &f, (double)out_elems(w, last) * w->act_b / w->M);
+    else
+      emit(w, &f);
+    ps_lower_host_calls(w->exp, &f, w->ops);
+    if (lp->vocab_loss) {
+      int64_t rows = w->batch * MAX(w->m->labels_per_example, 1);
+      coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, G_MODEL, PS_AXIS_TENSOR, rows,
+                          PS_BUFFER_ACTIVATIONS, last, "loss max"));
+      coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, G_MODEL, PS_AXIS_TENSOR, rows,
+                          PS_BUFFER_ACTIVATIONS, last, "loss sum"));
+    }
+  }
+}
+
+/* ---- backward, gradients and the update -------------------------------- */
+
+typedef struct {
+  GArray *rs;       /* fsdp reduce-scatters of the open bucket (requests) */
+  GArray *ready;    /* of a closed bucket, flushed after the next op */
+  GArray *done;     /* requests whose DONE is still owed */
+  int64_t floats;
+  int first, last;
+  int k;
+} Buckets;
+
+static void flush_bucket(Lower *w, Buckets *b, GArray *rs, int first, int last,
+                         int64_t floats)
+{
+  for (guint j = 0; j < rs->len; j++)
+    coll(w, PS_OP_COLL_DONE, g_array_index(rs, int, j));
+  g_array_set_size(rs, 0);
+  if (w->D == 1)
+    return;
+  char what[48];
+  snprintf(what, sizeof what, "b%d %.16s..%.16s", b->k++, w->m->layers[first].name,
+           w->m->layers[last].name);
+  int r = add_req(w, PS_COLL_ALL_REDUCE, G_DATA, PS_AXIS_DATA, floats, PS_BUFFER_GRADS, first,
+                  what);
+  coll(w, PS_OP_COLL_START, r);
+  g_array_append_val(b->done, r);
+}
+
+static void gradients(Lower *w, Buckets *b, int g, gboolean closes)
+{
+  int64_t p = group_params(w, g);
+  if (b->ready->len > 0) {
+    flush_bucket(w, b, b->ready, b->first, b->last, b->floats);
+    b->floats = 0;
+    b->last = -1;
+  }
+  if (p == 0 && !closes)
+    return;
+  if (p > 0) {
+    int64_t shard = (p + w->F - 1) / w->F;
+    w->shard_params += shard;
+    if (w->F > 1) {
+      char what[48];
+      snprintf(what, sizeof what, "%.36s grad", w->m->layers[group_first(w, g)].name);
+      int r = add_req(w, PS_COLL_REDUCE_SCATTER, G_FSDP, PS_AXIS_FSDP, p, PS_BUFFER_GRADS,
+                      group_first(w, g), what);
+      coll(w, PS_OP_COLL_START, r);
+      g_array_append_val(b->rs, r);
+    }
+    if (b->last < 0)
+      b->last = group_last(w, g);
+    b->first = group_first(w, g);
+    b->floats += shard;
+  }
+  if (b->floats == 0 || (b->floats * 4 < w->c->bucket_bytes && !closes))
+    return;
+  if (w->F > 1 && !closes) { /* wait one op for the reduce-scatters */
+    g_array_append_vals(b->ready, b->rs->data, b->rs->len);
+    g_array_set_size(b->rs, 0);
+    return;
+  }
+  flush_bucket(w, b, b->rs, b->first, b->last, b->floats);
+  b->floats = 0;
+  b->last = -1;
+}
+
+static void shard_backward(Lower *w, int *pending)
+{
+  int n = (int)w->starts->len - 1;
+  gboolean gather = w->F > 1 && w->c->regather;
+  Buckets b = {.rs = g_array_new(FALSE, FALSE, sizeof(int)),
+               .ready = g_array_new(FALSE, FALSE, sizeof(int)),
+               .done = g_array_new(FALSE, FALSE, sizeof(int)), .last = -1};
+  int first_pg = gather ? next_param_group(w, n, -1, n) : -1;
+  if (first_pg >= 0 && w->c->prefetch) {
+    pending[first_pg] = gather_req(w, first_pg, "bwd");
+    coll(w, PS_OP_COLL_START, pending[first_pg]);
+  }
+  for (int g = n - 1; g >= 0; g--) {
+    if (gather && group_params(w, g) > 0) {
+      if (!w->c->prefetch) {
+        pending[g] = gather_req(w, g, "bwd");
+        coll(w, PS_OP_COLL_START, pending[g]);
+      }
+      int nx = next_param_group(w, g, -1, n);
+      if (w->c->prefetch && nx >= 0) {
+        pending[nx] = gather_req(w, nx, "bwd");
+        coll(w, PS_OP_COLL_START, pending[nx]);
+      }
+      coll(w, PS_OP_COLL_DONE, pending[g]);
+      g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes = group_params(w, g) * 4;
+    }
+    PsOp bw = compute_op(w, PS_OP_BWD, g);
+    bw.act_bytes -= w->F > 1 ? group_params(w, g) * 4 : 0;
+    if (w->c->remat == PS_REMAT_FULL) {
+      PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
+      emit(w, &r);
+      bw.act_bytes -= kept_bytes(w, g);
+    } else if (w->c->remat == PS_REMAT_ATTENTION && has_heads(w, g)) {
+      PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
+      r.act_bytes = score_bytes(w, g);
+      emit(w, &r);
+    }
+    int first = group_first(w, g);
+    gboolean ring = ring_backward(w, first);
+    if (ring)
+      emit_decomposed(w, &bw, (double)out_elems(w, w->m->layers[first].input_from) * w->act_b /
+                                  w->M);
+    else
+      emit(w, &bw);
+    backward_comps(w, first, ring);
+    gradients(w, &b, g, g == 0);
+  }
+  for (guint j = 0; j < b.rs->len; j++)
+    coll(w, PS_OP_COLL_DONE, g_array_index(b.rs, int, j));
+  for (guint j = 0; j < b.done->len; j++)
+    coll(w, PS_OP_COLL_DONE, g_array_index(b.done, int, j));
+  g_array_free(b.rs, TRUE);
+  g_array_free(b.ready, TRUE);
+  g_array_free(b.done, TRUE);
+}
+
+/* The template program of every device (colls are request indices). */
+static void build_template(Lower *w)
+{
+  int n = (int)w->starts->len - 1;
+  int *pending = g_new(int, n);
+  PsOp in = ps_lower_infeed(w->exp, w->batch);
+  emit(w, &in);
+  shard_forward(w, pending);
+  shard_backward(w, pending);
+  PsOp up = {.coll = -1, .param_off = 0, .param_len = w->m->params};
+  ps_lower_update_op(w->exp, &up, w->shard_params);
+  snprintf(up.name, sizeof up.name, w->F > 1 || w->M > 1 ? "apply update: shard" : "apply update");
+  emit(w, &up);
+  PsOp out = ps_lower_outfeed(w->exp, w->batch, 1.0 / ((double)w->D * w->F * w->M));
+  emit(w, &out);
+  g_free(pending);
+}
+
+static void lower_init(Lower *w, const PsExperiment *exp, const PsShardConfig *c)
+{
+  *w = (Lower){.exp = exp, .c = c, .m = exp->model, .M = ps_shard_model_ways(c),
+               .F = c->size[PS_AXIS_FSDP], .D = c->size[PS_AXIS_DATA],
+               .sp = c->size[PS_AXIS_SEQUENCE] > 1,
+               .act_b = ps_cost_act_bytes(exp->numerics.precision),
+               .reqs = g_array_new(FALSE, FALSE, sizeof(Req)),
+               .ops = g_array_new(FALSE, TRUE, sizeof(PsOp))};
+  w->batch = exp->global_batch / ((int64_t)w->D * w->F);
+  plan_layouts(w);
+  build_local(w);
+  cut_groups(w);
+  build_template(w);
+}
+
+static void lower_clear(Lower *w)
+{
+  g_free(w->lp);
+  g_free(w->local.layers);
+  g_array_free(w->starts, TRUE);
+  g_array_free(w->reqs, TRUE);
+  g_array_free(w->ops, TRUE);
+}
+
+
+/* ---- devices, groups and the plan --------------------------------------- */
+
+/* The groups of each kind: gid[k][d], pos[k][d] and members[k] (gid-major). */
+typedef struct {
+  int size[G_N];
+  int *gid[G_N], *pos[G_N], *members[G_N];
+} Groups;
+
+static void groups_init(Groups *gr, const PsShardConfig *c, const int *coord, int n)
+{
+  int D = c->size[PS_AXIS_DATA], F = c->size[PS_AXIS_FSDP], T = c->size[PS_AXIS_TENSOR],
+      S = c->size[PS_AXIS_SEQUENCE];
+  gr->size[G_MODEL] = T * S;
+  gr->size[G_FSDP] = F;
+  gr->size[G_DATA] = D;
+  for (int k = 0; k < G_N; k++) {
+    gr->gid[k] = g_new(int, n);
+    gr->pos[k] = g_new(int, n);
+    gr->members[k] = g_new(int, n);
+  }
+  for (int d = 0; d < n; d++) {
+    const int *x = coord + d * PS_N_AXES;
+    int dd = x[PS_AXIS_DATA], f = x[PS_AXIS_FSDP], t = x[PS_AXIS_TENSOR],
+        s = x[PS_AXIS_SEQUENCE];
+    gr->gid[G_MODEL][d] = dd * F + f;
+    gr->pos[G_MODEL][d] = s * T + t;
+    gr->gid[G_FSDP][d] = (dd * S + s) * T + t;
+    gr->pos[G_FSDP][d] = f;
+    gr->gid[G_DATA][d] = (f * S + s) * T + t;
+    gr->pos[G_DATA][d] = dd;
+    for (int k = 0; k < G_N; k++)
+      gr->members[k][gr->gid[k][d] * gr->size[k] + gr->pos[k][d]] = d;
+  }
+}
+
+static void groups_clear(Groups *gr)
+{
+  for (int k = 0; k < G_N; k++) {
+    g_free(gr->gid[k]);
+    g_free(gr->pos[k]);
+    g_free(gr->members[k]);
+  }
+}
+
+/* The instance of request r for device d's group, made on first use. */
+static int instance(const Lower *w, PsPlan *plan, const Groups *gr, int **inst, int r, int d)
+{
+  const Req *q = &g_array_index(w->reqs, Req, r);
+  int k = q->group, gid = gr->gid[k][d];
+  if (inst[r][gid] >= 0)
+    return inst[r][gid];
+  PsPlanColl c = {.op = q->op, .algo = w->exp->collective.algorithm,
+                  .n_members = gr->size[k], .members = gr->members[k] + gid * gr->size[k],
+                  .count = q->count, .buffer = q->buffer, .offset = q->offset,
+                  .layer = q->layer, .axis = q->axis,
+                  .elem_bytes = q->buffer == PS_BUFFER_ACTIVATIONS ? w->act_b : 4};
+  memcpy(c.name, q->name, sizeof c.name);
+  inst[r][gid] = ps_plan_add_coll(plan, &c);
+  return inst[r][gid];
+}
+
+static void device_program(const Lower *w, PsPlan *plan, const Groups *gr, int **inst, int d,
+                           PsOp *ops)
+{
+  int n = (int)w->ops->len, M = gr->size[G_MODEL];
+  const int *ring = gr->members[G_MODEL] + gr->gid[G_MODEL][d] * M;
+  int me = gr->pos[G_MODEL][d];
+  memcpy(ops, w->ops->data, sizeof(PsOp) * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    PsOp *op = &ops[i];
+    if (op->kind == PS_OP_COLL_START || op->kind == PS_OP_COLL_DONE)
+      op->coll = instance(w, plan, gr, inst, op->coll, d);
+    else if (op->kind == PS_OP_SEND || op->kind == PS_OP_RECV)
+      op->peer = ring[(me + op->peer + M) % M];
+  }
+  plan->program_of[d] = ps_plan_add_program(plan, ops, n);
+}
+
+static void set_mesh(PsPlan *plan, const PsShardConfig *c, const int *coord, int n,
+                     const PsModel *m)
+{
+  static const PsAxis axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR, PS_AXIS_SEQUENCE};
+  for (int i = 0; i < PS_SHARD_AXES; i++)
+    ps_plan_set_axis(plan, axes[i], c->size[axes[i]]);
+  for (int d = 0; d < n; d++) {
+    for (int i = 0; i < PS_SHARD_AXES; i++)
+      ps_plan_set_coord(plan, d, axes[i], coord[d * PS_N_AXES + axes[i]]);
+    ps_plan_add_params(plan, d, 0, m->params);
+  }
+}
+
+/* What to change when a device's share does not fit: the smallest fsdp
+ * (a power-of-two multiple, data shrinking to keep the devices) whose
+ * sharded weights, gradients and slots leave room for the activations. */
+static char *advice(const Lower *w, double activations)
+{
+  int slots = ps_lower_optimizer_slots(w->exp);
+  double have = (double)ps_topology_device_hbm_bytes(w->exp->topology);
+  double local = (double)w->shard_params * w->F;
+  for (int f = w->F * 2; f <= w->F * w->D; f *= 2)
+    if (w->D * w->F % f == 0 && local / f * 4 * (2 + slots) + activations <= have)
+      return g_strdup_printf("raise strategy.mesh.fsdp to %d (and lower strategy.mesh.data to "
+                             "%d)", f, w->D * w->F / f);
+  return g_strdup(w->c->remat == PS_REMAT_NONE
+                      ? "set strategy.rematerialize=\"full\", raise strategy.mesh.tensor, or "
+                        "lower global_batch"
+                      : "raise strategy.mesh.tensor or fsdp, or lower global_batch");
+}
+
+static gboolean template_fits(Lower *w, GError **error)
+{
+  int64_t live = 0, peak = 0;
+  for (guint i = 0; i < w->ops->len; i++) {
+    live += g_array_index(w->ops, PsOp, i).act_bytes;
+    peak = MAX(peak, live);
+  }
+  g_autofree char *adv = advice(w, (double)peak);
+  PsMemoryNeed need = {.path = "strategy.mesh", .what = " sharded", .batch = w->batch,
+                       .params = w->shard_params, .slot_params = w->shard_params,
+                       .activations = (double)peak, .advice = adv};
+  return ps_lower_fits(w->exp, &need, error);
+}
+
+gboolean ps_shard_check_memory(const PsExperiment *exp, const PsShardConfig *c,
+                               GError **error)
+{
+  Lower w;
+  lower_init(&w, exp, c);
+  gboolean ok = template_fits(&w, error);
+  lower_clear(&w);
+  return ok;
+}
+
+PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError **error)
+{
+  Lower w;
+  lower_init(&w, exp, c);
+  int n = ps_shard_devices(c);
+  int *coord = ps_shard_mesh_map(exp->topology, c, NULL);
+  PsPlan *plan = ps_plan_new(n);
+  plan->loss_scale = c->loss_reduction == PS_LOSS_MEAN ? 1.0f / (float)(w.D * w.F) : 1.0f;
+  set_mesh(plan, c, coord, n, exp->model);
+  Groups gr;
+  groups_init(&gr, c, coord, n);
+  int n_req = (int)w.reqs->len;
+  int **inst = g_new(int *, MAX(n_req, 1));
+  for (int r = 0; r < n_req; r++) {
+    int k = g_array_index(w.reqs, Req, r).group;
+    int ng = n / gr.size[k];
+    inst[r] = g_new(int, ng);
+    for (int j = 0; j < ng; j++)
+      inst[r][j] = -1;
+  }
+  PsOp *ops = g_new(PsOp, w.ops->len);
+  for (int d = 0; d < n; d++)
+    device_program(&w, plan, &gr, inst, d, ops);
+  g_free(ops);
+  for (int r = 0; r < n_req; r++)
+    g_free(inst[r]);
+  g_free(inst);
+  groups_clear(&gr);
+  g_free(coord);
+  gboolean ok = template_fits(&w, error);
+  if (ok) {
+    PsMemoryNeed need = {.path = "strategy.mesh", .what = " sharded", .batch = w.batch,
+                         .params = w.shard_params, .slot_params = w.shard_params,
+                         .advice = ""};
+    for (int p = 0; p < plan->n_programs; p++)
+      ps_lower_memory(exp, &plan->programs[p], &need, NULL);
+  }
+  lower_clear(&w);
+  if (!ok) {
+    ps_plan_free(plan);
+    return NULL;
+  }
+  return plan;
+}

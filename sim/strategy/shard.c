@@ -1,0 +1,296 @@
+/* shard.c: the shard strategy, SPMD sharding over a logical device mesh
+ * as GSPMD lays out a training step (Xu et al., "GSPMD", 2021; MaxText's
+ * data, fsdp, tensor and sequence axes): its keys with their defaults,
+ * their checks against the model, batch and slice, and the registry
+ * entry.  The mesh is mapped onto the torus by shard-mesh.c and each
+ * layer is lowered by shard-lower.c; docs/shard.md says what each key
+ * does.
+ *
+ * Invariant: a configuration that shard_check accepts uses every device
+ * of the slice, its tensor x sequence ways divide every split dimension of
+ * the model and its data x fsdp ways divide the global batch. */
+#include "strategy/shard-private.h"
+
+#include "common/json.h"
+#include "hw/cost.h"
+
+#include <string.h>
+
+static const char *const keys[] = {"kind",           "mesh",     "mesh_order",
+                                   "collective_matmul", "rematerialize", "prefetch",
+                                   "regather",       "bucket_bytes", "loss_reduction", NULL};
+static const char *const mesh_keys[] = {"data", "fsdp", "tensor", "sequence", NULL};
+static const PsAxis mesh_axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR,
+                                   PS_AXIS_SEQUENCE};
+static const char *const remats[] = {"none", "full", "attention_only", NULL};
+static const char *const loss_reductions[] = {"mean", "sum", NULL};
+
+int ps_shard_devices(const PsShardConfig *c)
+{
+  int n = 1;
+  for (int i = 0; i < PS_SHARD_AXES; i++)
+    n *= c->size[mesh_axes[i]];
+  return n;
+}
+
+int ps_shard_model_ways(const PsShardConfig *c)
+{
+  return c->size[PS_AXIS_TENSOR] * c->size[PS_AXIS_SEQUENCE];
+}
+
+static gboolean parse_mesh(json_object *o, const char *file, PsShardConfig *c, GError **error)
+{
+  json_object *m = NULL;
+  if (!json_object_object_get_ex(o, "mesh", &m) || !m)
+    return TRUE;
+  if (!ps_json_expect_object(m, file, "strategy.mesh", error) ||
+      !ps_json_check_keys(m, file, "strategy.mesh", mesh_keys, error))
+    return FALSE;
+  c->mesh_given = TRUE;
+  for (int i = 0; i < PS_SHARD_AXES; i++)
+    if (!ps_json_get_int32(m, file, "strategy.mesh", mesh_keys[i], FALSE, 1, 1 << 20,
+                           &c->size[mesh_axes[i]], error))
+      return FALSE;
+  return TRUE;
+}
+
+/* "mesh_order": the four axis names, outermost (least communication)
+ * first; each exactly once. */
+static gboolean parse_order(json_object *o, const char *file, PsShardConfig *c,
+                            GError **error)
+{
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, "mesh_order", &v) || !v)
+    return TRUE;
+  gboolean seen[PS_SHARD_AXES] = {FALSE};
+  if (!json_object_is_type(v, json_type_array) ||
+      json_object_array_length(v) != PS_SHARD_AXES)
+    goto bad;
+  for (int i = 0; i < PS_SHARD_AXES; i++) {
+    json_object *x = json_object_array_get_idx(v, i);
+    const char *s = json_object_is_type(x, json_type_string) ? json_object_get_string(x) : "";
+    int k = 0;
+    while (k < PS_SHARD_AXES && strcmp(mesh_keys[k], s) != 0)
+      k++;
+    if (k == PS_SHARD_AXES || seen[k])
+      goto bad;
+    seen[k] = TRUE;
+    c->order[i] = mesh_axes[k];
+  }
+  c->order_given = TRUE;
+  return TRUE;
+bad:
+  ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.mesh_order",
+                   "must list each of \"data\", \"fsdp\", \"sequence\", \"tensor\" once, "
+                   "outermost first (the default is [\"data\", \"fsdp\", \"sequence\", "
+                   "\"tensor\"]), got %s",
+                   json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
+  return FALSE;
+}
+
+static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, GError **error)
+{
+  const char *p = "strategy";
+  int remat = c->remat, red = c->loss_reduction;
+  if (!ps_json_check_keys(o, file, p, keys, error) || !parse_mesh(o, file, c, error) ||
+      !parse_order(o, file, c, error) ||
+      !ps_json_get_bool(o, file, p, "collective_matmul", FALSE, &c->collective_matmul,
+                        error) ||
+      !ps_json_get_enum(o, file, p, "rematerialize", FALSE, remats, &remat, error) ||
+      !ps_json_get_bool(o, file, p, "prefetch", FALSE, &c->prefetch, error) ||
+      !ps_json_get_bool(o, file, p, "regather", FALSE, &c->regather, error) ||
+      !ps_json_get_int(o, file, p, "bucket_bytes", FALSE, 1, INT64_C(1) << 40,
+                       &c->bucket_bytes, error) ||
+      !ps_json_get_enum(o, file, p, "loss_reduction", FALSE, loss_reductions, &red, error))
+    return FALSE;
+  c->remat = (PsRemat)remat;
+  c->loss_reduction = (PsLossReduction)red;
+  return TRUE;
+}
+
+static gboolean shard_parse(json_object *obj, const PsTopology *topo, const char *file,
+                            void **config, GError **error)
+{
+  PsShardConfig *c = g_new0(PsShardConfig, 1);
+  for (int a = 0; a < PS_N_AXES; a++)
+    c->size[a] = 1;
+  c->size[PS_AXIS_DATA] = 0; /* absent: what the other axes leave */
+  memcpy(c->order, mesh_axes, sizeof c->order);
+  c->order[2] = PS_AXIS_SEQUENCE; /* data, fsdp, sequence, tensor */
+  c->order[3] = PS_AXIS_TENSOR;
+  c->prefetch = TRUE;
+  c->regather = TRUE;
+  c->bucket_bytes = PS_DEFAULT_BUCKET_BYTES;
+  c->loss_reduction = PS_LOSS_MEAN;
+  if (obj && !parse_keys(obj, file, c, error)) {
+    g_free(c);
+    return FALSE;
+  }
+  if (c->size[PS_AXIS_DATA] == 0) {
+    /* mesh.data left out: every device the other axes leave (1 when they
+     * do not divide the slice, which the check then reports) */
+    int rest = ps_topology_devices(topo), others = c->size[PS_AXIS_FSDP] *
+                                                   c->size[PS_AXIS_TENSOR] *
+                                                   c->size[PS_AXIS_SEQUENCE];
+    c->size[PS_AXIS_DATA] = rest % others == 0 ? rest / others : 1;
+  }
+  *config = c;
+  return TRUE;
+}
+
+/* "strategy.mesh.tensor = 3 does not divide the 16 heads of layer 'x';
+ * use 1, 2, 4, 8 or 16". */
+static gboolean divides(const PsExperiment *e, const char *key, int ways, int64_t n,
+                        const char *what, const char *layer, GError **error)
+{
+  if (n % ways == 0)
+    return TRUE;
+  GString *fit = g_string_new(NULL);
+  for (int64_t k = 1; k <= n && k <= 4096; k++)
+    if (n % k == 0)
+      g_string_append_printf(fit, "%s%" G_GINT64_FORMAT, fit->len ? ", " : "", k);
+  ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, key,
+                   "%d does not divide the %" G_GINT64_FORMAT " %s%s%s%s; use one of %s", ways,
+                   n, what, layer ? " of layer '" : "", layer ? layer : "", layer ? "'" : "",
+                   fit->str);
+  g_string_free(fit, TRUE);
+  return FALSE;
+}
+
+/* The model's split dimensions against the tensor x sequence ways. */
+static gboolean check_model(const PsExperiment *e, const PsShardConfig *c, GError **error)
+{
+  const PsModel *m = e->model;
+  int ways = ps_shard_model_ways(c);
+  const char *key = c->size[PS_AXIS_SEQUENCE] > 1 ? "strategy.mesh.tensor x sequence"
+                                                   : "strategy.mesh.tensor";
+  if (ways == 1)
+    return TRUE;
+  for (int i = 0; i < m->n_layers; i++) {
+    const PsLayer *l = &m->layers[i];
+    PsTensorRole r = ps_layer_kind_lower(l->kind)->tensor;
+    if (r == PS_TP_HEADS &&
+        (!divides(e, key, ways, l->heads, "heads", l->name, error) ||
+         !divides(e, key, ways, l->in_shape[l->in_rank - 1], "hidden units", l->name, error)))
+      return FALSE;
+    if (c->size[PS_AXIS_SEQUENCE] > 1 && (r == PS_TP_NORM || r == PS_TP_ELEMENTWISE) &&
+        l->out_rank == 2 && !divides(e, key, ways, l->out_shape[0], "sequence positions",
+                                     l->name, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError **error)
+{
+  int devices = ps_topology_devices(e->topology), n = ps_shard_devices(c);
+  if (n != devices) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh",
+                     "data x fsdp x tensor x sequence = %d x %d x %d x %d = %d devices, but %s "
+                     "has %d; choose sizes whose product is %d (e.g. data = %d)",
+                     c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP], c->size[PS_AXIS_TENSOR],
+                     c->size[PS_AXIS_SEQUENCE], n, e->topology->name, devices, devices,
+                     devices % (n / c->size[PS_AXIS_DATA]) == 0
+                         ? devices / (n / c->size[PS_AXIS_DATA])
+                         : devices);
+    return FALSE;
+  }
+  if (c->size[PS_AXIS_SEQUENCE] > 1 && c->size[PS_AXIS_TENSOR] == 1) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh.sequence",
+                     "%d needs a tensor axis (sequence parallelism shards what tensor "
+                     "parallelism leaves whole); set strategy.mesh.tensor > 1, e.g. "
+                     "tensor = %d and sequence = 1",
+                     c->size[PS_AXIS_SEQUENCE], c->size[PS_AXIS_SEQUENCE]);
+    return FALSE;
+  }
+  if (c->collective_matmul && ps_shard_model_ways(c) == 1) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.collective_matmul",
+                     "true needs a tensor axis to decompose over; set strategy.mesh.tensor "
+                     "> 1 or collective_matmul = false");
+    return FALSE;
+  }
+  int64_t rows = (int64_t)c->size[PS_AXIS_DATA] * c->size[PS_AXIS_FSDP];
+  if (e->global_batch % rows != 0) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "global_batch",
+                     "%" G_GINT64_FORMAT " is not divisible by strategy.mesh.data x fsdp = %"
+                     G_GINT64_FORMAT "; use a multiple of %" G_GINT64_FORMAT,
+                     e->global_batch, rows, rows);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean shard_check(const PsExperiment *e, const void *config, GError **error)
+{
+  const PsShardConfig *c = config;
+  if (!check_mesh(e, c, error) || !check_model(e, c, error))
+    return FALSE;
+  /* Numerics on shards plug in here: each device's net built from the
+   * local model of shard-lower.c, the tensor collectives carrying its
+   * partial activations.  Until then only whole-net meshes run them. */
+  if (e->numerics.enabled && (ps_shard_model_ways(c) > 1 || c->size[PS_AXIS_FSDP] > 1)) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "numerics.enabled",
+                     "true is not yet supported with strategy.mesh.tensor, sequence or fsdp "
+                     "> 1 (each device would hold only its shard); numerics.enabled=false "
+                     "runs it (timing only), or use a data-only mesh");
+    return FALSE;
+  }
+  return ps_shard_check_memory(e, c, error);
+}
+
+static PsPlan *shard_compile(const PsExperiment *exp, const void *config, GError **error)
+{
+  return ps_shard_lower(exp, config, error);
+}
+
+static json_object *shard_to_json(const void *config)
+{
+  const PsShardConfig *c = config;
+  json_object *so = json_object_new_object();
+  json_object_object_add(so, "kind", json_object_new_string("shard"));
+  json_object *m = json_object_new_object();
+  for (int i = 0; i < PS_SHARD_AXES; i++)
+    json_object_object_add(m, mesh_keys[i], json_object_new_int(c->size[mesh_axes[i]]));
+  json_object_object_add(so, "mesh", m);
+  json_object *order = json_object_new_array();
+  for (int i = 0; i < PS_SHARD_AXES; i++)
+    json_object_array_add(order, json_object_new_string(ps_axis_name(c->order[i])));
+  json_object_object_add(so, "mesh_order", order);
+  json_object_object_add(so, "collective_matmul", json_object_new_boolean(c->collective_matmul));
+  json_object_object_add(so, "rematerialize", json_object_new_string(remats[c->remat]));
+  json_object_object_add(so, "prefetch", json_object_new_boolean(c->prefetch));
+  json_object_object_add(so, "regather", json_object_new_boolean(c->regather));
+  json_object_object_add(so, "bucket_bytes", json_object_new_int64(c->bucket_bytes));
+  json_object_object_add(so, "loss_reduction",
+                         json_object_new_string(loss_reductions[c->loss_reduction]));
+  return so;
+}
+
+static int shard_devices(const void *config)
+{
+  return ps_shard_devices(config);
+}
+
+/* What `describe --stages` adds: the mesh and where each axis lies. */
+static gboolean shard_describe(const PsExperiment *exp, const void *config, GString *out,
+                               GError **error)
+{
+  (void)error;
+  const PsShardConfig *c = config;
+  g_string_append_printf(out, "mesh: data %d x fsdp %d x tensor %d x sequence %d on %s\n",
+                         c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP], c->size[PS_AXIS_TENSOR],
+                         c->size[PS_AXIS_SEQUENCE], exp->topology->name);
+  g_free(ps_shard_mesh_map(exp->topology, c, out));
+  return TRUE;
+}
+
+const PsStrategy ps_strategy_shard = {
+    .name = "shard",
+    .summary = "SPMD sharding over a device mesh: data, fsdp, tensor and sequence axes",
+    .parse = shard_parse,
+    .check = shard_check,
+    .compile = shard_compile,
+    .to_json = shard_to_json,
+    .devices = shard_devices,
+    .describe = shard_describe,
+    .free = g_free};

@@ -1,0 +1,334 @@
+/* test_shard.c: the shard strategy (strategy/shard*.c) against closed
+ * forms: where the mesh lies on the torus, what each layer's sharding
+ * costs and which collectives it implies, HBM per device, and every bad
+ * input it refuses.
+ *
+ * - /shard/mesh/tensor-neighbours: on tpu-v4-32 (2x2x4) with tensor 4 x
+ *   fsdp 4, tensor takes x and y and fsdp z (JAX's rule); a tensor group's
+ *   members differ only in x and y, an fsdp group's only in z, and
+ *   consecutive members are torus neighbours;
+ * - /shard/collectives/allreduce-closed-form: the one tensor all-reduce
+ *   of a column- then row-parallel MLP on a 2x2 ring is exposed for
+ *   exactly the ring's alpha-beta time, and fc1's shard does 1/4 of its
+ *   FLOPs;
+ * - /shard/flops/tensor-split: a column-parallel dense's forward FLOPs on
+ *   one device are exactly 1/T of the unsharded op's (no padding at
+ *   BERT-large's shapes);
+ * - /shard/collectives/megatron: with tensor T, per transformer layer one
+ *   activation all-reduce after attention and one after the MLP forward,
+ *   two of input gradients backward, each of B S D elements;
+ * - /shard/collectives/sequence: with a sequence axis, per layer two
+ *   reduce-scatters and two all-gathers forward and their conjugates
+ *   backward, no all-reduce;
+ * - /shard/fsdp/gathers: fsdp all-gathers per step = 2 x ops with weights,
+ *   1 x with regather false;
+ * - /shard/memory/static: static HBM per device = sharded weights,
+ *   gradients and two Adam slots, (P / (F T) rounded per op) x 16 bytes;
+ * - /shard/numerics/data-only: no mesh is data parallelism, with real
+ *   numerics those of the replicate strategy up to the order of float sums;
+ * - /shard/bad-input: mesh product, heads, sequence without tensor,
+ *   collective matmul without tensor, unknown axis, numerics on a tensor
+ *   mesh, a layout that does not fit (the advice computed: the fsdp that
+ *   fits): each a PS_INPUT_ERROR naming the key. */
+#include "hw/topology.h"
+#include "io/config.h"
+#include "program/program.h"
+#include "run/experiment.h"
+#include "run/run.h"
+#include "strategy/strategy.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *exp_path = "experiments/shard-bert-large.json";
+
+static PsExperiment *load(const char *const *ov, GError **error)
+{
+  return ps_experiment_load(exp_path, ov, error);
+}
+
+static PsPlan *compile(const char *const *ov, PsExperiment **out)
+{
+  GError *error = NULL;
+  PsExperiment *e = load(ov, &error);
+  g_assert_no_error(error);
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  g_assert_true(ps_plan_validate(p, &error));
+  *out = e;
+  return p;
+}
+
+static void test_mesh_neighbours(void)
+{
+  const char *ov[] = {"strategy.mesh.fsdp=4", "strategy.mesh.tensor=4", NULL};
+  PsExperiment *e;
+  PsPlan *p = compile(ov, &e);
+  g_autoptr(PsGeometry) g = ps_geometry_new(e->topology);
+  int n_tensor = 0;
+  for (int c = 0; c < p->n_colls; c++) {
+    const PsPlanColl *pc = &p->colls[c];
+    if (pc->axis != PS_AXIS_TENSOR && pc->axis != PS_AXIS_FSDP)
+      continue;
+    n_tensor += pc->axis == PS_AXIS_TENSOR;
+    int a[PS_GEOMETRY_MAX_AXES], b[PS_GEOMETRY_MAX_AXES];
+    ps_geometry_device_axes(g, pc->members[0], a);
+    for (int m = 1; m < pc->n_members; m++) {
+      ps_geometry_device_axes(g, pc->members[m], b);
+      if (pc->axis == PS_AXIS_TENSOR)
+        g_assert_cmpint(a[3], ==, b[3]); /* same z */
+      else
+        g_assert_true(a[1] == b[1] && a[2] == b[2]); /* same x, y */
+    }
+    g_assert_cmpint(pc->n_members, ==, 4);
+    /* consecutive members (cyclically, for tensor's 2x2 ring) are one hop
+     * apart */
+    for (int m = 0; m < pc->n_members; m++) {
+      if (pc->axis == PS_AXIS_FSDP && m == pc->n_members - 1)
+        break; /* z has no wrap on a v4-32: a line */
+      ps_geometry_device_axes(g, pc->members[m], a);
+      ps_geometry_device_axes(g, pc->members[(m + 1) % pc->n_members], b);
+      int hops = 0;
+      for (int k = 1; k <= 3; k++)
+        hops += ABS(a[k] - b[k]);
+      g_assert_cmpint(hops, ==, 1);
+    }
+  }
+  g_assert_cmpint(n_tensor, >, 0);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
+static double op_flops(const PsPlan *p, const char *prefix)
+{
+  const PsProgram *pr = ps_plan_program(p, 0);
+  for (int i = 0; i < pr->n_ops; i++)
+    if (g_str_has_prefix(pr->ops[i].name, prefix))
+      return pr->ops[i].flops;
+  g_assert_not_reached();
+}
+
+static void test_flops_tensor(void)
+{
+  const char *one[] = {"strategy.mesh.tensor=1", NULL};
+  const char *four[] = {"strategy.mesh.tensor=4", NULL};
+  PsExperiment *e1, *e4;
+  PsPlan *p1 = compile(one, &e1), *p4 = compile(four, &e4);
+  double f1 = op_flops(p1, "fwd layer1.ffn.body.fc1"), f4 = op_flops(p4, "fwd layer1.ffn.body.fc1");
+  /* same examples per device: tensor 1 has data 8 x fsdp 2 (batch 2),
+   * tensor 4 data 2 x fsdp 2 (batch 8) */
+  g_assert_cmpfloat_with_epsilon(f4, f1 * (8.0 / 2.0) / 4.0, 1e-9 * f1);
+  ps_plan_free(p1);
+  ps_plan_free(p4);
+  ps_experiment_free(e1);
+  ps_experiment_free(e4);
+}
+
+static int count_colls(const PsPlan *p, PsAxis axis, PsCollOp op, const char *has)
+{
+  const PsProgram *pr = ps_plan_program(p, 0);
+  int n = 0;
+  for (int i = 0; i < pr->n_ops; i++) {
+    const PsOp *o = &pr->ops[i];
+    if (o->kind != PS_OP_COLL_START)
+      continue;
+    const PsPlanColl *c = &p->colls[o->coll];
+    n += c->axis == axis && c->op == op && (!has || strstr(c->name, has));
+  }
+  return n;
+}
+
+static void test_megatron(void)
+{
+  const char *ov[] = {"strategy.mesh.tensor=4", NULL};
+  PsExperiment *e;
+  PsPlan *p = compile(ov, &e);
+  int layers = 24;
+  g_assert_cmpint(count_colls(p, PS_AXIS_TENSOR, PS_COLL_ALL_REDUCE, " out"), ==, 2 * layers);
+  g_assert_cmpint(count_colls(p, PS_AXIS_TENSOR, PS_COLL_ALL_REDUCE, "in-grad"), ==,
+                  2 * layers);
+  int64_t bsd = e->global_batch / 4 * 512 * 1024;
+  for (int c = 0; c < p->n_colls; c++)
+    if (p->colls[c].axis == PS_AXIS_TENSOR)
+      g_assert_cmpint(p->colls[c].count, ==, bsd);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
+/* FWD ops of device 0 whose layers hold weights. */
+/* Sequence parallelism (tensor 4 x sequence 2): each all-reduce becomes a
+ * reduce-scatter onto rows and an all-gather before the next split layer,
+ * so per layer 2 of each forward and their conjugates backward, and no
+ * tensor all-reduce is left. */
+static void test_sequence(void)
+{
+  const char *ov[] = {"strategy.mesh.sequence=2", "strategy.mesh.fsdp=1", NULL};
+  PsExperiment *e;
+  PsPlan *p = compile(ov, &e);
+  int layers = 24;
+  /* plus the span head (2 units, left whole): its input gathered, the
+   * gradient scattered back; and the embedding (30522 rows, left whole):
+   * its output's gradient gathered from rows */
+  g_assert_cmpint(count_colls(p, PS_AXIS_SEQUENCE, PS_COLL_REDUCE_SCATTER, NULL), ==,
+                  4 * layers + 1);
+  g_assert_cmpint(count_colls(p, PS_AXIS_SEQUENCE, PS_COLL_ALL_GATHER, NULL), ==,
+                  4 * layers + 2);
+  g_assert_cmpint(count_colls(p, PS_AXIS_TENSOR, PS_COLL_ALL_REDUCE, NULL), ==, 0);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
+static int ops_with_weights(const PsPlan *p, const PsModel *m)
+{
+  const PsProgram *pr = ps_plan_program(p, 0);
+  int n = 0;
+  for (int i = 0; i < pr->n_ops; i++) {
+    const PsOp *o = &pr->ops[i];
+    int64_t w = 0;
+    for (int l = o->first; o->kind == PS_OP_FWD && l <= o->last; l++)
+      w += m->layers[l].params;
+    n += w > 0;
+  }
+  return n;
+}
+
+static void test_fsdp_gathers(void)
+{
+  const char *ov[] = {"strategy.mesh.tensor=1", "strategy.mesh.fsdp=16", NULL};
+  const char *keep[] = {"strategy.mesh.tensor=1", "strategy.mesh.fsdp=16",
+                        "strategy.regather=false", NULL};
+  PsExperiment *e, *k;
+  PsPlan *p = compile(ov, &e), *q = compile(keep, &k);
+  int w = ops_with_weights(p, e->model);
+  g_assert_cmpint(w, >=, 24 * 3); /* attention, fc1, fc2 (norms fused) per layer */
+  g_assert_cmpint(count_colls(p, PS_AXIS_FSDP, PS_COLL_ALL_GATHER, NULL), ==, 2 * w);
+  g_assert_cmpint(count_colls(q, PS_AXIS_FSDP, PS_COLL_ALL_GATHER, NULL), ==, w);
+  g_assert_cmpint(count_colls(p, PS_AXIS_FSDP, PS_COLL_REDUCE_SCATTER, NULL), ==, w);
+  /* static HBM: weights, gradients and 2 Adam slots of each op's shard */
+  int64_t shard = 0;
+  for (int c = 0; c < p->n_colls; c++)
+    if (p->colls[c].op == PS_COLL_REDUCE_SCATTER)
+      shard += (p->colls[c].count + 15) / 16;
+  g_assert_cmpint(ps_plan_program(p, 0)->hbm_static_bytes, ==, shard * 16);
+  ps_plan_free(p);
+  ps_plan_free(q);
+  ps_experiment_free(e);
+  ps_experiment_free(k);
+}
+
+/* tests/data/good/experiments/shard-mlp-v4-8.json: tensor 4 on a 2x2
+ * ring, one all-reduce of the row-parallel fc2's B x 8192 partial sums a
+ * step, nothing else to share the links: the step's exposed collective
+ * time is the ring's alpha-beta closed form, 2 (n - 1) steps of
+ * alpha + (m / n) / B. */
+static void test_allreduce_closed_form(void)
+{
+  GError *error = NULL;
+  PsExperiment *e =
+      ps_experiment_load("tests/data/good/experiments/shard-mlp-v4-8.json", NULL, &error);
+  g_assert_no_error(error);
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  g_assert_cmpint(p->n_colls, ==, 1); /* one group of 4 */
+  double m = (double)e->global_batch * 8192 * 2, n = 4;
+  double alpha = e->topology->ici_latency_s, bw = e->topology->ici_bandwidth_Bps;
+  double want = 2 * (n - 1) * (alpha + m / n / bw);
+  PsRunOptions opt = {0};
+  PsSummary s;
+  g_assert_true(ps_run(e, &opt, &s, &error));
+  g_assert_no_error(error);
+  g_assert_cmpfloat_with_epsilon(s.breakdown[PS_TIME_COLLECTIVE], want, want * 1e-3);
+  /* fc1's shard: a quarter of the whole layer's forward FLOPs (4096 / 4 =
+   * 1024 columns, a multiple of the MXU's 128: no padding) */
+  const PsProgram *pr = ps_plan_program(p, 0);
+  const PsModel *mod = e->model;
+  double whole = (mod->layers[0].fwd_flops + mod->layers[1].fwd_flops) * (double)e->global_batch;
+  g_assert_cmpfloat_with_epsilon(pr->ops[1].flops, whole / 4, whole * 1e-12);
+  ps_summary_clear(&s);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
+/* Without a mesh, shard is data parallelism over every device: with real
+ * numerics (the MLP on Fashion-MNIST, 6 steps) it matches the replicate
+ * strategy: the same step time, weights and loss. */
+static void test_data_only_numerics(void)
+{
+  const char *path = "tests/data/good/experiments/mlp-v3-8.json";
+  const char *rep[] = {"steps=6", NULL};
+  const char *sh[] = {"steps=6", "strategy={\"kind\": \"shard\"}", NULL};
+  PsSummary s[2];
+  for (int k = 0; k < 2; k++) {
+    GError *error = NULL;
+    PsExperiment *e = ps_experiment_load(path, k ? sh : rep, &error);
+    g_assert_no_error(error);
+    g_assert_true(e->numerics.enabled);
+    PsRunOptions opt = {.keep_params = TRUE};
+    g_assert_true(ps_run(e, &opt, &s[k], &error));
+    g_assert_no_error(error);
+    ps_experiment_free(e);
+  }
+  g_assert_cmpfloat(s[0].step_time_s, ==, s[1].step_time_s);
+  /* the mesh numbers replicas in torus order, not device order, so the
+   * gradients are summed in another order: equal up to float reordering
+   * (6 steps of lr-scaled sums of 8 terms: far inside 1e-5) */
+  g_assert_cmpfloat_with_epsilon(s[0].loss_last, s[1].loss_last, 1e-5 * s[0].loss_last);
+  g_assert_cmpuint(s[0].n_params, ==, s[1].n_params);
+  double worst = 0;
+  for (size_t i = 0; i < s[0].n_params; i++)
+    worst = MAX(worst, fabs((double)s[0].params[i] - s[1].params[i]) /
+                           (1e-3 + fabs((double)s[0].params[i])));
+  g_assert_cmpfloat(worst, <, 1e-5);
+  ps_summary_clear(&s[0]);
+  ps_summary_clear(&s[1]);
+}
+
+static void bad(const char *const *ov, const char *key)
+{
+  GError *error = NULL;
+  PsExperiment *e = load(ov, &error);
+  g_assert_null(e);
+  g_assert_error(error, PS_INPUT_ERROR, error->code);
+  if (!strstr(error->message, key))
+    g_error("'%s' does not name %s", error->message, key);
+  g_clear_error(&error);
+}
+
+static void test_bad_input(void)
+{
+  const char *product[] = {"strategy.mesh.data=3", NULL};
+  bad(product, "has 16");
+  const char *h2[] = {"topology=tpu-v4-64", "strategy.mesh.fsdp=1", "strategy.mesh.tensor=32",
+                      NULL};
+  bad(h2, "heads");
+  const char *seq[] = {"strategy.mesh.tensor=1", "strategy.mesh.sequence=2", NULL};
+  bad(seq, "strategy.mesh.sequence");
+  const char *cm[] = {"strategy.mesh.tensor=1", "strategy.collective_matmul=true", NULL};
+  bad(cm, "strategy.collective_matmul");
+  const char *axis[] = {"strategy.mesh.model=2", NULL};
+  bad(axis, "model");
+  const char *num[] = {"numerics.enabled=true", NULL};
+  bad(num, "numerics.enabled=false");
+  const char *batch[] = {"global_batch=10", NULL};
+  bad(batch, "global_batch");
+  /* data 16 on 4 GiB devices: 2.5 GiB of weights and gradients, 2.5 GiB of
+   * Adam slots and 1.1 GiB of activations; fsdp 2 halves the first two */
+  const char *fit[] = {"strategy.mesh.tensor=1", "strategy.mesh.fsdp=1",
+                       "topology.chip.hbm_bytes=4GiB", NULL};
+  bad(fit, "4.0 GiB per device; raise strategy.mesh.fsdp to 2 (and lower strategy.mesh.data "
+           "to 8)");
+}
+
+int main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/shard/mesh/tensor-neighbours", test_mesh_neighbours);
+  g_test_add_func("/shard/flops/tensor-split", test_flops_tensor);
+  g_test_add_func("/shard/collectives/megatron", test_megatron);
+  g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);
+  g_test_add_func("/shard/collectives/sequence", test_sequence);
+  g_test_add_func("/shard/bad-input", test_bad_input);
+  g_test_add_func("/shard/numerics/data-only", test_data_only_numerics);
+  g_test_add_func("/shard/collectives/allreduce-closed-form", test_allreduce_closed_form);
+  return g_test_run();
+}
