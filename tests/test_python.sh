@@ -25,7 +25,8 @@ if [ -n "${PODSIM_TEST_LIB:-}" ]; then
 else
   unset PODSIM_LIB
 fi
-out=$(cd "$root" && PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -p no:cacheprovider -rA -q python/tests 2>&1)
+out=$(cd "$root" && PYTHONDONTWRITEBYTECODE=1 \
+  /usr/bin/python3 -m pytest -p no:cacheprovider -rA -q python/tests 2>&1)
 status=$?
 tests=$(printf '%s\n' "$out" | grep -E '^(PASSED|FAILED|ERROR|SKIPPED) ')
 n=$(printf '%s\n' "$tests" | grep -c .)

@@ -11,9 +11,12 @@ Invariant: each comparison runs the command line and the package in the
 same working directory, so the file names in messages are spelt alike.
 """
 
+import contextlib
 import csv
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -148,3 +151,34 @@ def test_describe_is_the_cli_describe():
     assert status == 0 and podsim.describe("model", "cnn") == out
     with pytest.raises(podsim.InputError):
         podsim.describe("widget", "cnn")
+
+
+def doc_cells(path):
+    """The ```python blocks of a Markdown page, each with the ```text block
+    right after it (its output), or None."""
+    blocks = re.findall(r"```(\w+)\n(.*?)```\n(?:\s*\n)*", open(path).read(), re.S)
+    cells = []
+    for i, (lang, body) in enumerate(blocks):
+        if lang == "python":
+            after = blocks[i + 1] if i + 1 < len(blocks) else None
+            cells.append((body, after[1] if after and after[0] == "text" else None))
+    return cells
+
+
+def test_docs_python_md_runs_as_shown(monkeypatch):
+    """Every cell of docs/python.md, in one namespace, from the root of the
+    tree as the page says; each printed output as shown under the cell."""
+    pytest.importorskip("pandas")
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("PODSIM_DATA_DIR", raising=False)
+    cells = doc_cells(os.path.join(ROOT, "docs", "python.md"))
+    assert len(cells) >= 5
+    namespace = {}
+    for code, shown in cells:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "docs/python.md", "exec"), namespace)
+        if shown is not None:
+            assert out.getvalue() == shown, code
+    assert os.path.getsize(os.path.join(ROOT, "build", "ici-sweep.png")) > 10000
