@@ -8,7 +8,8 @@ PREFIX      ?= /usr/local
 CC          ?= cc
 PKGS        := glib-2.0 gio-2.0 json-c zlib
 DEB_PKGS    := libglib2.0-dev libjson-c-dev libopenblas-dev zlib1g-dev pkg-config \
-               gnuplot-nox dataset-fashion-mnist fortunes
+               gnuplot-nox dataset-fashion-mnist fortunes \
+               python3 python3-pytest python3-pandas python3-matplotlib
 VERSION     := 0.1.0
 # the shared library's ABI: libpodsim.so.$(SOVERSION) -> libpodsim.so.$(VERSION)
 SOVERSION   := 0
@@ -97,6 +98,7 @@ deps:
 	command -v prove >/dev/null 2>&1 || missing="yes"; \
 	[ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || missing="yes"; \
 	[ -e /usr/share/games/fortunes/fortunes ] || missing="yes"; \
+	/usr/bin/python3 -c 'import pytest, pandas, matplotlib' 2>/dev/null || missing="yes"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "deps: installing $(DEB_PKGS) perl"; \
@@ -210,10 +212,12 @@ run: deps all
 # program against it with $(LDFLAGS) (the sanitizers' under check-asan).
 # tests/test_examples.py runs every command README.md and docs/*.md show
 # with its output and compares (docs/design.md, "Examples that stay true", says how to mark one).
-TEST_SCRIPTS := tests/test_install.sh tests/test_examples.py
+# tests/test_python.sh runs the Python package's tests (python/tests, pytest
+# under Debian's python3) against this build's libpodsim.so and podsim.
+TEST_SCRIPTS := tests/test_install.sh tests/test_examples.py tests/test_python.sh
 
 TEST_ENV = PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
-  PODSIM_TEST_LDFLAGS="$(LDFLAGS)"
+  PODSIM_TEST_LDFLAGS="$(LDFLAGS)" PODSIM_TEST_LIB=$(abspath $(LIB_SO))
 
 # The suites are independent processes (each test's files in a scratch
 # directory of its own), so prove runs them on every core.

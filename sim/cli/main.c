@@ -83,110 +83,6 @@ static void ensure_parent(const char *path)
     return; /* ps_trace_open reports the real error */
 }
 
-/* ---- --set keys: the nearest valid one ------------------------------ */
-
-/* Levenshtein distance between a and b. */
-static size_t edit_distance(const char *a, const char *b)
-{
-  size_t n = strlen(b);
-  g_autofree size_t *row = g_new(size_t, n + 1);
-  for (size_t j = 0; j <= n; j++)
-    row[j] = j;
-  for (const char *p = a; *p; p++) {
-    size_t diag = row[0];
-    row[0]++;
-    for (size_t j = 1; j <= n; j++) {
-      size_t up = row[j];
-      row[j] = MIN(MIN(row[j] + 1, row[j - 1] + 1), diag + (*p != b[j - 1]));
-      diag = up;
-    }
-  }
-  return row[n];
-}
-
-/* Adds every dotted path of o's members, objects and leaves alike, to
- * out (the prose under "sources" and "description" is no key to set). */
-static void tree_paths(json_object *o, const char *prefix, GPtrArray *out)
-{
-  json_object_object_foreach(o, key, val) {
-    if (!strcmp(key, "sources") || !strcmp(key, "description"))
-      continue;
-    char *path = *prefix ? g_strconcat(prefix, ".", key, NULL) : g_strdup(key);
-    g_ptr_array_add(out, path);
-    if (json_object_is_type(val, json_type_object))
-      tree_paths(val, path, out);
-  }
-}
-
-static gboolean has_path(GPtrArray *paths, const char *key)
-{
-  for (guint i = 0; i < paths->len; i++)
-    if (!strcmp(g_ptr_array_index(paths, i), key))
-      return TRUE;
-  return FALSE;
-}
-
-/* The valid key nearest to `key`: key under the topology. or model.
- * prefix when it is there, else the path of least edit distance (to the
- * path or to it without that prefix), if close enough.  NULL if none. */
-static const char *nearest_key(GPtrArray *paths, const char *key)
-{
-  static const char *const prefixes[] = {"topology.", "model."};
-  for (size_t i = 0; i < G_N_ELEMENTS(prefixes); i++) {
-    g_autofree char *full = g_strconcat(prefixes[i], key, NULL);
-    for (guint j = 0; j < paths->len; j++)
-      if (!strcmp(g_ptr_array_index(paths, j), full))
-        return g_ptr_array_index(paths, j);
-  }
-  const char *best = NULL;
-  size_t best_d = MAX((size_t)2, strlen(key) / 4) + 1;
-  for (guint j = 0; j < paths->len; j++) {
-    const char *p = g_ptr_array_index(paths, j), *bare = p;
-    for (size_t i = 0; i < G_N_ELEMENTS(prefixes); i++)
-      if (g_str_has_prefix(p, prefixes[i]))
-        bare = p + strlen(prefixes[i]);
-    size_t d = MIN(edit_distance(key, p), edit_distance(key, bare));
-    if (d < best_d) {
-      best_d = d;
-      best = p;
-    }
-  }
-  return best;
-}
-
-/* When loading experiment `name` with `sets` failed on an unknown key,
- * appends to the error the --set that would work: the culprit is the
- * --set whose key is not in the resolved tree and names the unknown key. */
-static void suggest_set_key(const char *name, char *const *sets, GError *error)
-{
-  const char *k = error ? strstr(error->message, "unknown key '") : NULL;
-  if (!k || !sets)
-    return;
-  k += strlen("unknown key '");
-  g_autofree char *unknown = g_strndup(k, strcspn(k, "'"));
-  PsExperiment *plain = ps_experiment_load(name, NULL, NULL);
-  if (!plain)
-    return;
-  GPtrArray *paths = g_ptr_array_new_with_free_func(g_free);
-  tree_paths(plain->resolved, "", paths);
-  for (char *const *s = sets; *s; s++) {
-    g_autofree char *key = g_strndup(*s, strcspn(*s, "="));
-    g_auto(GStrv) parts = g_strsplit(key, ".", -1);
-    if (has_path(paths, key) || !g_strv_contains((const char *const *)parts, unknown))
-      continue;
-    const char *near = nearest_key(paths, key);
-    if (near) {
-      char *msg = g_strdup_printf("%s; did you mean --set %s%s?", error->message, near,
-                                  *s + strlen(key));
-      g_free(error->message);
-      error->message = msg;
-    }
-    break;
-  }
-  g_ptr_array_unref(paths);
-  ps_experiment_free(plain);
-}
-
 /* A word of the strategy's resolved keys ("gpipe"), or "". */
 static const char *strategy_word(const PsExperiment *e, const char *key)
 {
@@ -421,7 +317,7 @@ static PsExperiment *run_prepare(GOptionContext *ctx, RunArgs *a, char *name, in
   PsExperiment *exp = ps_experiment_load(name, (const char *const *)ov->pdata, &error);
   g_ptr_array_unref(ov);
   if (!exp) {
-    suggest_set_key(name, a->sets, error);
+    ps_experiment_suggest_key(name, (const char *const *)a->sets, error);
     *status = fail(error);
     return NULL;
   }
@@ -740,7 +636,7 @@ static int describe_experiment(GOptionContext *ctx, const DescribeArgs *a, const
   GError *error = NULL;
   PsExperiment *exp = ps_experiment_load(name, (const char *const *)a->sets, &error);
   if (!exp) {
-    suggest_set_key(name, a->sets, error);
+    ps_experiment_suggest_key(name, (const char *const *)a->sets, error);
     return fail(error);
   }
   int status = 0;

@@ -2,13 +2,16 @@
  * parse, then the strategy's parse, check and resolved keys, then the
  * faults against what the layers above io know (stragglers against the
  * devices the strategy occupies, link faults against the slice's geometry,
- * hw/topology.h), in the order io once checked them.
+ * hw/topology.h), in the order io once checked them; and the nearest
+ * valid key for an override the experiment does not know.
  *
  * Invariant: nothing here knows which strategies exist; the experiment's
  * strategy.kind is looked up in the registry the caller gives. */
 #include "run/experiment.h"
 
 #include "hw/topology.h"
+
+#include <string.h>
 
 /* A slice straggler names a slice the strategy occupies (some of its
  * devices, numbered slice-major, in use), and no device straggler lies in
@@ -90,4 +93,105 @@ int ps_experiment_devices_used(const PsExperiment *e)
 {
   g_return_val_if_fail(e != NULL && e->strategy.impl != NULL, 0);
   return e->strategy.impl->devices(e->strategy.config);
+}
+
+/* ---- --set keys: the nearest valid one ------------------------------ */
+
+/* Levenshtein distance between a and b. */
+static size_t edit_distance(const char *a, const char *b)
+{
+  size_t n = strlen(b);
+  g_autofree size_t *row = g_new(size_t, n + 1);
+  for (size_t j = 0; j <= n; j++)
+    row[j] = j;
+  for (const char *p = a; *p; p++) {
+    size_t diag = row[0];
+    row[0]++;
+    for (size_t j = 1; j <= n; j++) {
+      size_t up = row[j];
+      row[j] = MIN(MIN(row[j] + 1, row[j - 1] + 1), diag + (*p != b[j - 1]));
+      diag = up;
+    }
+  }
+  return row[n];
+}
+
+/* Adds every dotted path of o's members, objects and leaves alike, to
+ * out (the prose under "sources" and "description" is no key to set). */
+static void tree_paths(json_object *o, const char *prefix, GPtrArray *out)
+{
+  json_object_object_foreach(o, key, val) {
+    if (!strcmp(key, "sources") || !strcmp(key, "description"))
+      continue;
+    char *path = *prefix ? g_strconcat(prefix, ".", key, NULL) : g_strdup(key);
+    g_ptr_array_add(out, path);
+    if (json_object_is_type(val, json_type_object))
+      tree_paths(val, path, out);
+  }
+}
+
+static gboolean has_path(GPtrArray *paths, const char *key)
+{
+  for (guint i = 0; i < paths->len; i++)
+    if (!strcmp(g_ptr_array_index(paths, i), key))
+      return TRUE;
+  return FALSE;
+}
+
+/* The valid key nearest to `key`: key under the topology. or model.
+ * prefix when it is there, else the path of least edit distance (to the
+ * path or to it without that prefix), if close enough.  NULL if none. */
+static const char *nearest_key(GPtrArray *paths, const char *key)
+{
+  static const char *const prefixes[] = {"topology.", "model."};
+  for (size_t i = 0; i < G_N_ELEMENTS(prefixes); i++) {
+    g_autofree char *full = g_strconcat(prefixes[i], key, NULL);
+    for (guint j = 0; j < paths->len; j++)
+      if (!strcmp(g_ptr_array_index(paths, j), full))
+        return g_ptr_array_index(paths, j);
+  }
+  const char *best = NULL;
+  size_t best_d = MAX((size_t)2, strlen(key) / 4) + 1;
+  for (guint j = 0; j < paths->len; j++) {
+    const char *p = g_ptr_array_index(paths, j), *bare = p;
+    for (size_t i = 0; i < G_N_ELEMENTS(prefixes); i++)
+      if (g_str_has_prefix(p, prefixes[i]))
+        bare = p + strlen(prefixes[i]);
+    size_t d = MIN(edit_distance(key, p), edit_distance(key, bare));
+    if (d < best_d) {
+      best_d = d;
+      best = p;
+    }
+  }
+  return best;
+}
+
+void ps_experiment_suggest_key(const char *name, const char *const *sets, GError *error)
+{
+  const char *k = error ? strstr(error->message, "unknown key '") : NULL;
+  if (!k || !sets)
+    return;
+  k += strlen("unknown key '");
+  g_autofree char *unknown = g_strndup(k, strcspn(k, "'"));
+  PsExperiment *plain = ps_experiment_load(name, NULL, NULL);
+  if (!plain)
+    return;
+  GPtrArray *paths = g_ptr_array_new_with_free_func(g_free);
+  tree_paths(plain->resolved, "", paths);
+  for (const char *const *s = sets; *s; s++) {
+    g_autofree char *key = g_strndup(*s, strcspn(*s, "="));
+    g_auto(GStrv) parts = g_strsplit(key, ".", -1);
+    if (has_path(paths, key) || !g_strv_contains((const char *const *)parts, unknown))
+      continue;
+    const char *near = nearest_key(paths, key);
+    if (near) {
+      char *msg = g_strdup_printf("%s; did you mean --set %s%s?", error->message, near,
+                                  *s + strlen(key));
+      g_free(error->message);
+      error->message = msg;
+    }
+    break;
+  }
+  g_ptr_array_unref(paths);
+  ps_experiment_free(plain);
 }

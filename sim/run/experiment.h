@@ -29,4 +29,12 @@ PsExperiment *ps_experiment_load_with(const PsStrategyRegistry *reg, const char 
  * ps_topology_devices(e->topology); fewer leaves devices idle). */
 int ps_experiment_devices_used(const PsExperiment *e);
 
+/* When loading experiment `name` with overrides `sets` ("a.b=v",
+ * NULL-terminated, may be NULL) failed on an unknown key, appends to
+ * error's message the override that would work ("; did you mean --set
+ * KEY=VALUE?"): the culprit is the override whose key is not in the
+ * resolved tree and names the unknown key.  Leaves any other error as
+ * it is. */
+void ps_experiment_suggest_key(const char *name, const char *const *sets, GError *error);
+
 #endif
