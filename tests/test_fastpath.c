@@ -17,8 +17,15 @@
  *   exactly as alone (it holds its links), the second queues behind it and
  *   ends no later than the first's end plus its own time alone; every link
  *   carries the same bytes as on the event path; and the run is the same
- *   twice over. */
+ *   twice over;
+ * - /fastpath/experiment: collective.fast_path=true on a data-parallel
+ *   BERT-large step whose one gradient all-reduce starts after backward
+ *   (nothing overlaps it) gives the same step time as the event path with
+ *   fewer events; a fast_path that is not a boolean is refused, naming the
+ *   key. */
 #include "collectives/collective.h"
+#include "run/experiment.h"
+#include "run/run.h"
 #include "support/network.h"
 
 #include <string.h>
@@ -280,6 +287,43 @@ static void test_contended(void)
   g_assert_cmpint(bf2, ==, bf);
 }
 
+static void step_of(const char *fast, double *step_s, uint64_t *events)
+{
+  const char *ov[] = {"topology=tpu-v4-32", "strategy.replicas=16", "global_batch=64",
+                      "steps=1", "steps_per_run=1", "strategy.overlap=false",
+                      "strategy.bucket_bytes=1e12", fast, NULL};
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load("scaling-bert-large", ov, &error);
+  g_assert_no_error(error);
+  PsSummary s;
+  g_assert_true(ps_run(e, &(PsRunOptions){0}, &s, &error));
+  g_assert_no_error(error);
+  *step_s = s.step_time_s;
+  *events = s.events;
+  ps_summary_clear(&s);
+  ps_experiment_free(e);
+}
+
+static void test_experiment(void)
+{
+  double off_s, on_s;
+  uint64_t off_ev, on_ev;
+  step_of("collective.fast_path=false", &off_s, &off_ev);
+  step_of("collective.fast_path=true", &on_s, &on_ev);
+  if (g_test_verbose())
+    g_printerr("step %.6f ms, %" G_GUINT64_FORMAT " events; fast path %.6f ms, %" G_GUINT64_FORMAT
+               " events\n", off_s * 1e3, off_ev, on_s * 1e3, on_ev);
+  g_assert_cmpfloat(on_s, ==, off_s);
+  g_assert_cmpuint(on_ev, <, off_ev);
+  const char *ov[] = {"collective.fast_path=3", NULL};
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load("scaling-bert-large", ov, &error);
+  g_assert_null(e);
+  g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_TYPE);
+  g_assert_nonnull(strstr(error->message, "fast_path"));
+  g_error_free(error);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -287,5 +331,6 @@ int main(int argc, char **argv)
   g_test_add_func("/fastpath/staggered", test_staggered);
   g_test_add_func("/fastpath/events-only", test_events_only);
   g_test_add_func("/fastpath/contended", test_contended);
+  g_test_add_func("/fastpath/experiment", test_experiment);
   return g_test_run();
 }
