@@ -14,7 +14,8 @@
  * events, events per second and the process's peak resident memory.
  * Targets: the v4-8192 step in at most 2 s of wall time and 1 GiB; the
  * 16-slice v5e step in at most 5 s and 1 GiB.
- * Usage: bench_step (from the source tree).
+ * Usage: bench_step [KEY=VALUE...] (from the source tree): each KEY=VALUE
+ * is one more override of every run, e.g. collective.fast_path=true.
  * Invariant: every run starts from a fresh experiment, engine and pod. */
 #include "run/run.h"
 #include "run/experiment.h"
@@ -32,10 +33,25 @@ static double peak_rss_mib(void)
   return ru.ru_maxrss / 1024.0;
 }
 
-static int bench(const char *label, const char *file, const char *const *ov)
+/* overrides from the command line, appended to every run's */
+typedef struct {
+  int argc;
+  char **argv;
+} Extra;
+
+static int bench(const Extra *extra, const char *label, const char *file,
+                 const char *const *base)
 {
   GError *error = NULL;
+  GPtrArray *ovs = g_ptr_array_new();
+  for (const char *const *o = base; *o; o++)
+    g_ptr_array_add(ovs, (gpointer)*o);
+  for (int i = 1; i < extra->argc; i++)
+    g_ptr_array_add(ovs, extra->argv[i]);
+  g_ptr_array_add(ovs, NULL);
+  const char *const *ov = (const char *const *)ovs->pdata;
   PsExperiment *e = ps_experiment_load(file, ov, &error);
+  g_ptr_array_free(ovs, TRUE);
   if (!e) {
     fprintf(stderr, "bench_step: %s (run from the source tree)\n", error->message);
     g_error_free(error);
@@ -61,7 +77,8 @@ static int bench(const char *label, const char *file, const char *const *ov)
 }
 
 /* bench() in a child process: its peak RSS is not the parent's runs' */
-static int bench_apart(const char *label, const char *file, const char *const *ov)
+static int bench_apart(const Extra *extra, const char *label, const char *file,
+                       const char *const *ov)
 {
   fflush(stdout);
   pid_t pid = fork();
@@ -70,7 +87,7 @@ static int bench_apart(const char *label, const char *file, const char *const *o
     return 1;
   }
   if (pid == 0) {
-    int rc = bench(label, file, ov);
+    int rc = bench(extra, label, file, ov);
     fflush(stdout);
     _exit(rc);
   }
@@ -82,26 +99,27 @@ static int bench_apart(const char *label, const char *file, const char *const *o
   return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
   int rc = 0;
+  const Extra extra = {argc, argv};
   /* first, so the peak RSS printed is the pipeline's own */
-  rc |= bench("transformer-big 1f1b 32x16x64 v4-1024", "experiments/scaling-transformer-big.json",
-              (const char *const[]){
+  rc |= bench(&extra, "transformer-big 1f1b 32x16x64 v4-1024",
+              "experiments/scaling-transformer-big.json", (const char *const[]){
       "topology=tpu-v4-1024", "strategy.kind=pipeline", "strategy.stages=32",
       "strategy.replicas=16", "strategy.micro_batches=64", "strategy.schedule=1f1b",
       "global_batch=8192", "steps=1", "steps_per_run=1", NULL});
   const char *bert = "experiments/scaling-bert-large.json";
-  rc |= bench("bert-large v4-8192 overlap", bert, (const char *const[]){
+  rc |= bench(&extra, "bert-large v4-8192 overlap", bert, (const char *const[]){
       "topology=tpu-v4-8192", "strategy.replicas=4096", "global_batch=8192", "steps=1",
       "steps_per_run=1", NULL});
-  rc |= bench("bert-large v4-4096 b6144 no buckets", bert, (const char *const[]){
+  rc |= bench(&extra, "bert-large v4-4096 b6144 no buckets", bert, (const char *const[]){
       "topology=tpu-v4-4096", "strategy.replicas=2048", "global_batch=6144", "steps=2",
       "steps_per_run=1", "strategy.overlap=false", "strategy.bucket_bytes=1e12", NULL});
-  rc |= bench("bert-large v4-4096 b6144 overlap", bert, (const char *const[]){
+  rc |= bench(&extra, "bert-large v4-4096 b6144 overlap", bert, (const char *const[]){
       "topology=tpu-v4-4096", "strategy.replicas=2048", "global_batch=6144", "steps=2",
       "steps_per_run=1", NULL});
-  rc |= bench_apart("bert-large 16 x v5e-256 multislice", bert, (const char *const[]){
+  rc |= bench_apart(&extra, "bert-large 16 x v5e-256 multislice", bert, (const char *const[]){
       "topology=tpu-v5e-256", "topology.slices=16", "strategy.replicas=4096",
       "global_batch=65536", "steps=1", "steps_per_run=1", NULL});
   return rc;

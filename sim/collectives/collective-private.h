@@ -116,6 +116,22 @@ gboolean ps_coll_line_closes(const PsCollGroup *g, int L, const int *pos, const 
  * text), or NULL when it lies within one slice. */
 const char *ps_coll_spans_slices(const PsCollGroup *g);
 
+/* The fast path (fastpath.c): a round timed by a sweep over its steps,
+ * with no event, exactly as the events would time it when nothing else
+ * uses its links.  ps_coll_fast_usable: whether the sweep can stand for the
+ * events on this group (analysed once per routes version; *why_not, static
+ * text, says why not).  ps_coll_fast_quiet: every link the round uses is
+ * quiet from `since` on (hw/network.h).  ps_coll_fast_run: books the round
+ * on the network with member m arriving at t[m], and leaves in t[m] the
+ * time member m ends. */
+typedef struct PsCollFast PsCollFast;
+PsCollFast *ps_coll_fast_new(const PsCollGroup *g, const PsCollAlgo *algo,
+                             const PsCollPlan *plan, const PsCollParams *p);
+void ps_coll_fast_free(PsCollFast *f);
+gboolean ps_coll_fast_usable(PsCollFast *f, const char **why_not);
+gboolean ps_coll_fast_quiet(const PsCollFast *f, ps_time_t since);
+void ps_coll_fast_run(PsCollFast *f, ps_time_t *t);
+
 /* The all-reduce over every link of a torus at once (multiring.c). */
 extern const PsCollAlgo ps_coll_multiring_algo;
 

@@ -96,6 +96,17 @@ struct PsCollective {
   uint32_t ev_arrive;   /* a timing-only message of one hop has arrived */
   PsCollMessageFn msg_fn; /* ps_collective_set_message_observer */
   void *msg_ctx;
+  /* the fast path (fastpath.c; see fast_park) */
+  gboolean fast_on;
+  PsCollFast *fast;       /* NULL until first tried */
+  uint32_t ev_fast_done;
+  int64_t fast_round;     /* the last round decided, -1 before */
+  int fast_arrived;       /* members arrived for it */
+  gboolean fast_pending;  /* its members are parked, waiting for the last */
+  int64_t events_round;   /* rounds up to this one run as events */
+  ps_time_t fast_first;   /* the first arrival of the parked round */
+  ps_time_t *arrival;     /* per member: arrival of the parked round, then its end */
+  uint64_t fast_rounds;   /* rounds run by the fast path */
 };
 
 /* ---- names ---------------------------------------------------------- */
@@ -519,6 +530,86 @@ static void on_done(PsEngine *engine, const PsEvent *ev, void *ctx)
     m->done(m->ctx, (int)ev->target, ps_engine_now(engine));
 }
 
+/* ---- the fast path --------------------------------------------------- */
+
+/* A member of a round the fast path ran ends now. */
+static void on_fast_done(PsEngine *engine, const PsEvent *ev, void *ctx)
+{
+  PsCollective *c = ctx;
+  Member *m = &c->members[ev->target];
+  m->step = m->n_steps;
+  m->active = FALSE;
+  m->finished++;
+  if (m->done)
+    m->done(m->ctx, (int)ev->target, ps_engine_now(engine));
+}
+
+/* Whether round r may be tried on the fast path at all: timing only, no
+ * observer or trace that wants every message, the round after one whose
+ * members have all arrived, a group the sweep can time. */
+static gboolean fast_may_try(PsCollective *c, const Member *m)
+{
+  if (!c->fast_on || m->buf || c->msg_fn || ps_network_is_traced(c->net) ||
+      m->round <= c->events_round || (c->fast_round >= 0 && c->fast_arrived < c->g.n))
+    return FALSE;
+  if (!c->fast) {
+    c->fast = ps_coll_fast_new(&c->g, c->algo, c->plan, &c->p);
+    c->arrival = g_new(ps_time_t, c->g.n);
+  }
+  return ps_coll_fast_usable(c->fast, NULL);
+}
+
+/* Member mi has arrived for its round.  The round's first arrival decides:
+ * if every link the round will use is quiet then, its members are parked
+ * (nothing sent) until the last arrives; then, if the links are still
+ * quiet from the first arrival on, the sweep books the whole round and one
+ * event per member ends it; if something else has used them meanwhile,
+ * the parked members start now, as events (they waited for the group).
+ * TRUE when the member is parked or the round is done with. */
+static gboolean fast_park(PsCollective *c, int mi)
+{
+  Member *m = &c->members[mi];
+  ps_time_t now = ps_engine_now(c->engine);
+  if (m->round == c->fast_round) {
+    c->fast_arrived++;
+    if (!c->fast_pending)
+      return FALSE;
+  } else if (!fast_may_try(c, m)) {
+    c->events_round = MAX(c->events_round, m->round);
+    return FALSE;
+  } else {
+    c->fast_round = m->round;
+    c->fast_arrived = 1;
+    c->fast_pending = ps_coll_fast_quiet(c->fast, now);
+    if (!c->fast_pending)
+      return FALSE;
+    c->fast_first = now;
+  }
+  c->arrival[mi] = now;
+  if (c->fast_arrived < c->g.n)
+    return TRUE;
+  c->fast_pending = FALSE;
+  if (!ps_coll_fast_quiet(c->fast, c->fast_first)) {
+    for (int i = 0; i < c->g.n; i++)
+      member_run(c, i);
+    return TRUE;
+  }
+  ps_coll_fast_run(c->fast, c->arrival);
+  c->fast_rounds++;
+  for (int i = 0; i < c->g.n; i++)
+    ps_engine_at(c->engine, c->arrival[i], c->ev_fast_done, (uint32_t)i,
+                 (uint64_t)c->fast_round);
+  return TRUE;
+}
+
+void ps_collective_set_fast_path(PsCollective *c, gboolean on)
+{
+  g_return_if_fail(c != NULL);
+  c->fast_on = on;
+}
+
+uint64_t ps_collective_fast_rounds(const PsCollective *c) { return c->fast_rounds; }
+
 /* ---- construction and "auto" ---------------------------------------- */
 
 static char *format_s(double s)
@@ -697,6 +788,10 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
   }
   c->ev_done = ps_engine_register(c->engine, "collective-done", on_done, c);
   c->ev_arrive = ps_engine_register(c->engine, "collective-arrive", on_arrive, c);
+  c->ev_fast_done = ps_engine_register(c->engine, "collective-fast-done", on_fast_done, c);
+  c->fast_on = FALSE;
+  c->fast_round = -1;
+  c->events_round = -1;
   return c;
 fail:
   group_clear(&c->g);
@@ -721,6 +816,8 @@ void ps_collective_free(PsCollective *c)
     }
     g_ptr_array_free(c->all_xfers, TRUE);
   }
+  ps_coll_fast_free(c->fast);
+  g_free(c->arrival);
   c->algo->plan_free(c->plan);
   group_clear(&c->g);
   g_aligned_free(c->members);
@@ -767,6 +864,8 @@ void ps_collective_arrive(PsCollective *c, int member, float *buf, PsCollDoneFn 
   m->buf = buf;
   m->done = done;
   m->ctx = ctx;
+  if (fast_park(c, member))
+    return;
   member_run(c, member);
 }
 

@@ -177,6 +177,29 @@ typedef void (*PsCollMessageFn)(void *ctx, PsCollMsgEvent what, int src, int dst
  * observer draws its ends).  Timing is the same either way. */
 void ps_collective_set_message_observer(PsCollective *c, PsCollMessageFn fn, void *ctx);
 
+/* The fast path (off unless turned on).  A timing-only round (no buffers, no
+ * message observer, no trace on the network) of an algorithm whose steps
+ * each send only for the receiver's same step, over routes no two pairs of
+ * members share (every phase algorithm on a torus; not broadcast's
+ * trees), is timed without network events when every link it uses is
+ * quiet (nothing queued on it, nothing in flight towards it) from its
+ * first member's arrival to its last's: its members are parked as they
+ * arrive, and at the last arrival a sweep over the steps books every
+ * message on the links exactly as the events would (same chunks, lanes,
+ * rounding and link statistics) and schedules one event per member at
+ * the time the events would have ended it.  Uncontended, the times are
+ * the event path's to the picosecond.  Contention is resolved by who came
+ * first, never by overlapping silently: a round's links are taken from
+ * its last arrival to the end of its chunks there, so traffic that wants
+ * them later queues behind (FIFO per link, as a message sent earlier is
+ * queued ahead); a round whose links are busy at its first arrival runs
+ * as events; one whose links something else took while its members were
+ * parked starts them all at its last arrival, as events.  Every choice
+ * depends on the simulated state alone, so runs stay deterministic.
+ * ps_collective_fast_rounds: rounds timed this way so far. */
+void ps_collective_set_fast_path(PsCollective *c, gboolean on);
+uint64_t ps_collective_fast_rounds(const PsCollective *c);
+
 /* Rounds every member has finished. */
 int64_t ps_collective_rounds_done(const PsCollective *c);
 

@@ -699,6 +699,7 @@ static gboolean build_colls(PsPod *pod, GError **error)
     }
     if (pod->obs.coll_message)
       ps_collective_set_message_observer(pod->colls[c].coll, on_coll_message, &pod->colls[c]);
+    ps_collective_set_fast_path(pod->colls[c].coll, pod->cfg.collective->fast_path);
   }
   return TRUE;
 }

@@ -89,6 +89,7 @@ struct PsNetwork {
   uint64_t next_id;
   uint64_t chunk_hops;
   uint64_t in_flight;
+  int64_t *pending;     /* per link: chunk-hops of messages in flight still to join it */
   PsTrace *trace;
   int trace_pid;
   guint8 *named;        /* per link: thread name written */
@@ -199,6 +200,7 @@ PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chun
     link_init(net, id, bw, latency_s, n_lanes, &lanes);
   }
   net->lane_free = g_new0(ps_time_t, lanes > 0 ? lanes : 1);
+  net->pending = g_new0(int64_t, net->n_links > 0 ? net->n_links : 1);
   net->free_head = UINT32_MAX;
   uint32_t entries = 64;
   while (entries < (1u << ROUTE_CACHE_MAX_BITS) &&
@@ -227,6 +229,7 @@ void ps_network_free(PsNetwork *net)
   g_free(net->slabs);
   g_free(net->links);
   g_free(net->lane_free);
+  g_free(net->pending);
   g_free(net->failed);
   ps_geometry_free(net->geo);
   g_free(net->route_cache);
@@ -511,6 +514,7 @@ static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
   uint64_t chunk = ev->arg.u >> HOP_BITS;
   int done = (int)(ev->arg.u & HOP_MASK);
   if (done < m->hops) {
+    net->pending[m->route[done]]--;
     ps_time_t t = transmit(net, m, chunk, done);
     ps_engine_at(engine, t, net->ev_hop, idx, hop_arg(chunk, done + 1));
     return;
@@ -626,6 +630,8 @@ static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
   m->chained = chained;
   m->id = ++net->next_id;
   net->in_flight++;
+  for (int i = 1; i < m->hops; i++)
+    net->pending[m->route[i]] += m->n_chunks;
   for (int64_t j = 0; j < m->n_chunks; j++) {
     if (m->hops == 0) {
       ps_engine_at(net->engine, m->sent, net->ev_hop, idx, hop_arg((uint64_t)j, 0));
@@ -670,6 +676,48 @@ ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes)
       last = arrive;
   }
   net->next_id++;
+  return last;
+}
+
+gboolean ps_network_is_traced(const PsNetwork *net) { return net->trace != NULL; }
+
+gboolean ps_network_link_quiet(const PsNetwork *net, int link, ps_time_t t)
+{
+  g_return_val_if_fail(net != NULL && link >= 0 && link < net->n_links, FALSE);
+  const Link *l = &net->links[link];
+  if (net->pending[link] != 0)
+    return FALSE;
+  for (int i = 0; i < l->lanes; i++)
+    if (net->lane_free[l->first_lane + i] > t)
+      return FALSE;
+  return TRUE;
+}
+
+ps_time_t ps_network_book_message(PsNetwork *net, const int *route, int hops, int64_t bytes,
+                                  ps_time_t t)
+{
+  g_return_val_if_fail(net != NULL && bytes >= 0 && hops >= 0, PS_TIME_NEVER);
+  g_return_val_if_fail(net->trace == NULL, PS_TIME_NEVER);
+  net->next_id++;
+  if (hops == 0)
+    return t;
+  /* chunk by chunk down the route: each link sees the message's chunks in
+   * order, as the events would give them to it */
+  int64_t n_chunks = bytes == 0 ? 1 : (bytes + net->chunk - 1) / net->chunk;
+  ps_time_t last = 0;
+  for (int64_t j = 0; j < n_chunks; j++) {
+    int64_t left = bytes - j * net->chunk;
+    int64_t cb = left < net->chunk ? left : net->chunk;
+    ps_time_t at = t;
+    for (int i = 0; i < hops; i++) {
+      Link *l = &net->links[route[i]];
+      ps_time_t start, ser;
+      link_take(net, l, cb, at, &start, &ser);
+      at = ps_time_add(ps_time_add(start, ser), l->latency);
+    }
+    if (at > last)
+      last = at;
+  }
   return last;
 }
 

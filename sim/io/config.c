@@ -137,7 +137,7 @@ static const char *const experiment_keys[] = {
     "strategy",      "input",       "optimizer",        "numerics", "outside_compilation",
     "collective",    "faults",      NULL};
 static const char *const collective_keys[] = {"algorithm", "chunk_bytes", "max_in_flight",
-                                                 NULL};
+                                                 "fast_path", NULL};
 static const char *const collective_algorithms[] = {"auto",  "ring",      "bidir",
                                                      "torus", "multiring", "hierarchical",
                                                      NULL};
@@ -374,13 +374,14 @@ static gboolean parse_host_calls(json_object *root, const char *file, PsExperime
 }
 
 /* "collective": {"algorithm": "auto"|"ring"|"bidir"|"torus"|"multiring", "chunk_bytes",
- *                "max_in_flight"} */
+ *                "max_in_flight", "fast_path"} */
 static gboolean parse_collective(json_object *root, const char *file, PsCollectiveConfig *c,
                                  GError **error)
 {
   int algo = 0;
   c->chunk_bytes = INT64_C(1) << 20;
   c->max_in_flight = 0;
+  c->fast_path = FALSE;
   json_object *o;
   if (!ps_config__get_object(root, file, "", "collective", FALSE, &o, error))
     return FALSE;
@@ -390,7 +391,9 @@ static gboolean parse_collective(json_object *root, const char *file, PsCollecti
             !ps_json_get_int(o, file, "collective", "chunk_bytes", FALSE, 1, INT64_C(1) << 40,
                              &c->chunk_bytes, error) ||
             !ps_json_get_int(o, file, "collective", "max_in_flight", FALSE, 0, 1 << 20,
-                             &c->max_in_flight, error)))
+                             &c->max_in_flight, error) ||
+            !ps_json_get_bool(o, file, "collective", "fast_path", FALSE, &c->fast_path,
+                              error)))
     return FALSE;
   c->algorithm = g_strdup(collective_algorithms[algo]);
   return TRUE;
@@ -1012,6 +1015,7 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(co, "chunk_bytes", json_object_new_int64(e->collective.chunk_bytes));
   json_object_object_add(co, "max_in_flight",
                          json_object_new_int64(e->collective.max_in_flight));
+  json_object_object_add(co, "fast_path", json_object_new_boolean(e->collective.fast_path));
   json_object_object_add(o, "collective", co);
   if (e->n_host_calls > 0) {
     json_object *hc = json_object_new_array();

@@ -153,6 +153,13 @@ typedef struct {
    * it moves the BERT-large tpu-v4-4096 point of tests/measured from 40.3
    * ms (+17.5%) to 46.7 ms (+36%) against the measured 34.3 ms. */
   int64_t max_in_flight;
+  /* Rounds whose links nothing else uses are timed without network events
+   * (collectives/collective.h: ps_collective_set_fast_path), exactly when
+   * uncontended; a round that overlaps another keeps its links whole and
+   * the other queues behind, where the events interleave their chunks.
+   * Off by default: the overlapping gradient buckets of a data-parallel
+   * step are the common case, and there it moves predictions. */
+  gboolean fast_path;
 } PsCollectiveConfig;
 
 typedef struct {
