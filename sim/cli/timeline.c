@@ -3,17 +3,20 @@
  *
  * The trace names each device's thread "core C: device D, stage S, replica
  * R" (run/trace-observer.c) and gives each compute slice its kind as category (FWD, BWD,
- * RECOMPUTE) and its step and micro-batch in args.  Rows come out sorted
+ * RECOMPUTE) and its step and micro-batch in args.  A gzip-compressed
+ * trace (.json.gz, as `run` writes a large one) reads as the JSON does.  Rows come out sorted
  * by stage then start, times in microseconds from the step's first op:
  *   # stage  start_us  end_us  mb  kind */
 #include "cli/timeline.h"
 
 #include "common/json.h"
 
+#include <errno.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #define EXIT_INPUT 2
 
@@ -125,6 +128,45 @@ static GArray *step_rows(json_object *events, GHashTable *stage_of, int step)
   return rows;
 }
 
+/* The trace's JSON, gunzipped when it is gzip (zlib reads a plain file
+ * as it is).  (transfer full) NULL with an error naming the file. */
+static json_object *load_trace(const char *file, GError **error)
+{
+  gzFile gz = gzopen(file, "rb");
+  if (!gz) {
+    int e = errno ? errno : ENOMEM;
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s: cannot read: %s", file,
+                g_strerror(e));
+    return NULL;
+  }
+  gzbuffer(gz, 1 << 20);
+  GString *text = g_string_new(NULL);
+  char chunk[1 << 16];
+  int n;
+  while ((n = gzread(gz, chunk, sizeof chunk)) > 0)
+    g_string_append_len(text, chunk, n);
+  int zerr = Z_OK;
+  const char *why = gzerror(gz, &zerr); /* a cut-short stream may end with n == 0 */
+  if (zerr == Z_OK && n >= 0)
+    why = NULL;
+  /* (zlib's message starts with the file's name) */
+  if (why && g_str_has_prefix(why, file) && g_str_has_prefix(why + strlen(file), ": "))
+    why += strlen(file) + 2;
+  g_autofree char *reason = why ? g_strdup(zerr == Z_ERRNO ? g_strerror(errno) : why) : NULL;
+  gzclose(gz);
+  json_object *root = NULL;
+  if (reason)
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
+                "%s: cannot read: %s (a corrupt or cut-short gzip file?)", file, reason);
+  else if (memchr(text->str, '\0', text->len))
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
+                "%s: cannot read: contains a NUL byte (not a JSON trace)", file);
+  else
+    root = ps_json_parse(text->str, file, error);
+  g_string_free(text, TRUE);
+  return root;
+}
+
 /* The rows of one step and replica from file's events; the exit status. */
 static int print_timeline(const char *file, json_object *events, int step, int replica)
 {
@@ -166,7 +208,8 @@ int ps_cli_timeline(int argc, char **argv)
        "The pipeline replica to show, 0 or more (default 0)", "R"},
       {NULL}};
   g_autoptr(GOptionContext) ctx = g_option_context_new(
-      "TRACE - print one step of a pipeline's compute ops from a trace, for gnuplot");
+      "TRACE - print one step of a pipeline's compute ops from a trace (.json or .json.gz), "
+      "for gnuplot");
   g_option_context_set_description(
       ctx, "Rows: stage, start and end (us, from the step's first op), micro-batch, kind "
            "(FWD, BWD, RECOMPUTE).\nplots/pipeline-timeline.sh draws them.");
@@ -184,7 +227,7 @@ int ps_cli_timeline(int argc, char **argv)
     return EXIT_INPUT;
   }
   const char *file = argv[1];
-  json_object *root = ps_json_load_file(file, &error);
+  json_object *root = load_trace(file, &error);
   if (!root) {
     fprintf(stderr, "podsim: timeline: %s\n", error->message);
     g_error_free(error);
