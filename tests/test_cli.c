@@ -648,7 +648,8 @@ static gboolean is_gzip_file(const char *path)
 }
 
 /* --trace FILE.json.gz writes gzip that `podsim timeline` reads as it
- * reads the JSON (the same rows); a cut-short one is an error naming it.
+ * reads the JSON (the same rows, and from the JSON pretty-printed); a
+ * cut-short one, gzip or not, is an error naming it.
  * Without --trace, a trace whose JSON is estimated over 64 MB
  * (gpipe-amoebanet: 73 MB) is traces/NAME.json.gz, a smaller one
  * (resnet50-v3-8: 4 MB) traces/NAME.json. */
@@ -673,21 +674,34 @@ static void test_trace_gzip(void)
     g_assert_cmpint(podsim_run(&rows[k], &err, "timeline", paths[k], NULL), ==, 0);
     g_free(err);
   }
-  /* the same rows after the header, which names the file */
+  /* the same rows after the header, which names the file; and from the
+   * same trace pretty-printed (read whole, not a line at a time) */
+  g_autofree char *pretty = g_build_filename(dir, "pretty.json", NULL);
+  json_object *doc = json_object_from_file(plain);
+  g_assert_nonnull(doc);
+  g_assert_cmpint(json_object_to_file_ext(pretty, doc, JSON_C_TO_STRING_PRETTY), ==, 0);
+  json_object_put(doc);
+  char *out, *err;
+  g_assert_cmpint(podsim_run(&out, &err, "timeline", pretty, NULL), ==, 0);
   g_assert_nonnull(strstr(rows[0], "\tFWD\n"));
   g_assert_cmpstr(strstr(rows[0], "\n# stage"), ==, strstr(rows[1], "\n# stage"));
+  g_assert_cmpstr(strstr(rows[0], "\n# stage"), ==, strstr(out, "\n# stage"));
   g_free(rows[0]);
   g_free(rows[1]);
-  g_autofree char *text = NULL;
-  gsize len = 0;
-  g_assert_true(g_file_get_contents(gz, &text, &len, NULL));
-  g_assert_true(g_file_set_contents(gz, text, (gssize)(len / 2), NULL));
-  char *out, *err;
-  g_assert_cmpint(podsim_run(&out, &err, "timeline", gz, NULL), ==, 2);
-  g_assert_nonnull(strstr(err, gz));
-  g_assert_nonnull(strstr(err, "cut-short"));
   g_free(out);
   g_free(err);
+  /* cut short, gzip or not: an error naming the file, exit 2 */
+  for (int k = 0; k < 2; k++) {
+    g_autofree char *text = NULL;
+    gsize len = 0;
+    g_assert_true(g_file_get_contents(paths[k], &text, &len, NULL));
+    g_assert_true(g_file_set_contents(paths[k], text, (gssize)(len / 2), NULL));
+    g_assert_cmpint(podsim_run(&out, &err, "timeline", paths[k], NULL), ==, 2);
+    g_assert_nonnull(strstr(err, paths[k]));
+    g_assert_nonnull(strstr(err, k ? "cut-short gzip" : "cut short after line"));
+    g_free(out);
+    g_free(err);
+  }
 
   const char *big[] = {"run", "gpipe-amoebanet", "--set", "numerics.enabled=false", "-q", NULL};
   g_assert_cmpint(run_in(dir, &out, &err, big), ==, 0);
