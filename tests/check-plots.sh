@@ -3,7 +3,7 @@
 # and touches no tracked file (no docs/*.png, no plots/*.tsv rewritten, no
 # new file outside build/): `git status --porcelain` reads the same before
 # and after.  Run from the project root (`make check-plots`; CI runs it).
-# About five minutes on two cores (the multislice and scaling studies).
+# 25 minutes on a shared 2-core machine (the multislice and scaling studies).
 set -eu
 command -v git >/dev/null 2>&1 && git rev-parse --git-dir >/dev/null 2>&1 || {
   echo "check-plots: not a git checkout: nothing to compare" >&2
