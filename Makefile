@@ -83,7 +83,7 @@ TEST_SUPPORT := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/support/*.c))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps bench-deps mpi-deps run test test-slow golden regress bench plots install uninstall clean \
+.PHONY: all deps bench-deps mpi-deps run test test-slow golden regress bench plots docs-plots check-plots install uninstall clean \
         check-asan check-valgrind fuzz check-trace
 
 all: $(PODSIM_BIN) $(LIB_A) $(LIB_SO) $(LIB_LINKS) $(BUILD)/umbrella.txt
@@ -246,8 +246,17 @@ regress: all
 bench: deps bench-deps all $(BENCH_BIN)
 	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
 
+# `make plots` writes build/plots/ only; `make docs-plots` also copies the
+# figures over docs/*.png (tracked: the README shows them).
 plots: deps all
 	$(MAKE) -C plots
+
+docs-plots: deps all
+	$(MAKE) -C plots docs
+
+# make plots leaves every tracked file as it was (CI runs it)
+check-plots: deps all
+	tests/check-plots.sh
 
 # DESTDIR stages a package; PREFIX is only where the files go: the installed
 # podsim and libpodsim find PREFIX/share/podsim from their own path at run

@@ -8,9 +8,12 @@
 # figure has four panels, one per direction: the cell at (x, y) is the
 # link leaving chip (x, y) that way, coloured by its utilization, busy
 # time / (lanes x simulated time of the run) in %.  All four panels share
-# one colour scale, so a dimension that carries less looks paler.  A link
-# slower than the fastest ICI link of the run (degraded or failed by the
-# experiment's faults.links) is ringed in blue.  Rows and columns
+# one logarithmic colour scale from the least busy link that carried
+# anything to the busiest, so a dimension that carries 30 times less than
+# another is a colour of its own, not a blank panel (a link that carried
+# nothing takes the bottom colour).  A link slower than the fastest ICI
+# link of the run (degraded or failed by the experiment's faults.links) is
+# ringed in red.  Rows and columns
 # are read by name from the CSV header (hw/link-stats.h documents it);
 # `label` adds a line under the title.
 if (!exists("csv")) csv = "links.csv"
@@ -26,12 +29,17 @@ stats csv using (strcol("kind") eq "ici" ? column("x") : NaN):(strcol("kind") eq
 nx = STATS_max_x + 1; ny = STATS_max_y + 1
 stats csv using (strcol("kind") eq "ici" ? @pct : NaN) nooutput
 umax = STATS_max > 0 ? STATS_max : 1
+stats csv using (strcol("kind") eq "ici" && @pct > 0 ? @pct : NaN) nooutput
+umin = STATS_records > 0 && STATS_min < umax ? STATS_min : umax / 100
+lo = umin / 1.5; hi = umax * 1.05
+floored = '(@pct > lo ? @pct : lo)'
 stats csv using (strcol("kind") eq "ici" ? column("bandwidth_Bps") : NaN) nooutput
 bwmax = STATS_max
 
-set palette defined (0 "#ffffff", 0.15 "#fde0c5", 0.4 "#f59e72", 0.7 "#c2412b", 1 "#5c0a16")
-set cbrange [0:umax]
-set cblabel "link utilization (% of the run's simulated time)"
+set palette defined (0 "#440154", 0.25 "#3b528b", 0.5 "#21918c", 0.75 "#5ec962", 1 "#fde725")
+set logscale cb
+set cbrange [lo:hi]
+set cblabel "link utilization (% of the run's simulated time, log scale)"
 set colorbox user origin screen 0.915, screen 0.08 size screen 0.02, screen 0.78
 set xrange [-0.5:nx - 0.5]
 set yrange [-0.5:ny - 0.5]
@@ -57,9 +65,9 @@ do for [k = 1:4] {
     set tmargin at screen 0.86 - row * 0.45
     set bmargin at screen 0.86 - row * 0.45 - 0.33
     if (k > 1) { unset colorbox }
-    plot csv using (ici(d, s) ? column("x") : NaN):(column("y")):(0.52):(0.52):(@pct) \
+    plot csv using (ici(d, s) ? column("x") : NaN):(column("y")):(0.52):(0.52):(@floored) \
              with boxxyerror lc palette, \
          '' using (ici(d, s) && column("bandwidth_Bps") < bwmax ? column("x") : NaN):(column("y")) \
-             with points pt 6 ps 3.5 lw 2.5 lc rgb "#0050ff"
+             with points pt 6 ps 3.5 lw 2.5 lc rgb "#e8000b"
 }
 unset multiplot

@@ -4,8 +4,9 @@
 # multislice-generations.csv (the same models on 128 chips of v4, v5e, v5p,
 # v6e).  Left: scaling efficiency (examples/s per chip against one slice's);
 # middle: the exposed collective time per step; right: examples/s per chip by
-# generation, relative to v4.  Writes ../docs/multislice-study.png (.svg with
-# fmt='svg', terminal.gp); run from plots/.  csv and gen_csv may be given
+# generation, relative to v4.  Writes outfile (default multislice-study.png
+# in the working directory; .svg with fmt='svg', terminal.gp); run from
+# plots/ or with it on gnuplot's loadpath.  csv and gen_csv may be given
 # with -e; by default the files beside this script.
 stem = "multislice-study"; w = 1500; h = 560; termlw = 1.3
 load "terminal.gp"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# multislice-study.sh [OUT.csv [GEN.csv]]: data-parallel training across
+# multislice-study.sh [OUT.csv [GEN.csv [FIGURE]]]: data-parallel training across
 # slices of tpu-v5e-256 joined by the data-center network (DCN), and one
 # generation comparison at equal chip count.  For docs/multislice-study.md.
 #
@@ -25,14 +25,14 @@
 # TensorCores, v5e and v6e chips; see `podsim describe topology`), same
 # batch per chip.
 #
-# Writes OUT.csv (default plots/multislice-study.csv):
+# Writes OUT.csv (default build/plots/multislice-study.csv):
 #   model,slices,chips,nic_Gbps,global_batch,step_time_s,examples_per_s,
 #   examples_per_s_per_chip,compute_s,collective_s,collective_algorithm
-# and GEN.csv (default plots/multislice-generations.csv):
+# and GEN.csv (default build/plots/multislice-generations.csv):
 #   model,topology,generation,chips,global_batch,step_time_s,examples_per_s,
 #   compute_s,collective_s,mxu_utilization
-# each replaced only when every run succeeded, then draws
-# ../docs/multislice-study.png with multislice-study.gp (MULTISLICE_FORMAT=svg
+# each replaced only when every run succeeded, then draws FIGURE (default
+# multislice-study.png beside OUT.csv) with multislice-study.gp (MULTISLICE_FORMAT=svg
 # for .svg).  A run that fails stops the study with podsim's message and
 # status.  About 2.5 minutes on a shared 2-core machine (the 16-slice
 # BERT-large runs take most of it).  Uses sh, awk, sed and grep.
@@ -43,11 +43,13 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 podsim=${PODSIM:-$top/podsim}
-out=${1:-$here/multislice-study.csv}
-gen_out=${2:-$here/multislice-generations.csv}
+out=${1:-$top/build/plots/multislice-study.csv}
+gen_out=${2:-$top/build/plots/multislice-generations.csv}
 slices=${MULTISLICE_SLICES:-"1 2 4 8 16"}
 gbps=${MULTISLICE_GBPS:-"25 50 100 200"}
 fmt=${MULTISLICE_FORMAT:-png}
+figure=${3:-$(dirname "$out")/multislice-study.$fmt}
+mkdir -p "$(dirname "$out")" "$(dirname "$gen_out")" "$(dirname "$figure")"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/multislice.XXXXXX")
 trap 'rm -rf "$tmp" "$out.tmp" "$gen_out.tmp"' EXIT
@@ -116,4 +118,5 @@ done
 mv "$out.tmp" "$out"
 mv "$gen_out.tmp" "$gen_out"
 echo "multislice-study.sh: wrote $out and $gen_out" >&2
-(cd "$here" && gnuplot -e "fmt='$fmt'" -e "csv='$out'" -e "gen_csv='$gen_out'" multislice-study.gp)
+(cd "$here" && gnuplot -e "fmt='$fmt'" -e "csv='$out'" -e "gen_csv='$gen_out'" \
+   -e "outfile='$figure'" multislice-study.gp)

@@ -6,15 +6,20 @@
 # compute ops of the last step from each trace, and pipeline-timeline.gp
 # draws stages as rows and micro-batches as coloured boxes (forward solid,
 # backward hatched, recomputation hollow), GPipe above 1F1B, into OUT.png
-# (default docs/pipeline-timeline.png).  Extra podsim flags may be given in
-# PODSIM_FLAGS (e.g. "--set strategy.micro_batches=4").
+# (default build/plots/pipeline-timeline.png; .svg for an OUT ending so).
+# The rows go beside OUT as pipeline-timeline-gpipe.tsv and -1f1b.tsv;
+# nothing in the source tree is written.  Extra podsim flags may be given
+# in PODSIM_FLAGS (e.g. "--set strategy.micro_batches=4").
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 podsim=${PODSIM:-$top/podsim}
 exp=${1:-vit-pipeline}
-out=${2:-$top/docs/pipeline-timeline.png}
+out=${2:-$top/build/plots/pipeline-timeline.png}
+mkdir -p "$(dirname "$out")"
+outdir=$(cd "$(dirname "$out")" && pwd)
+out=$outdir/$(basename "$out")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
@@ -24,10 +29,12 @@ for sched in gpipe 1f1b; do
       --set numerics.enabled=false --set strategy.schedule=$sched \
       ${PODSIM_FLAGS:-} --trace "$tmp/$sched.json" > "$tmp/$sched.txt" 2> "$tmp/$sched.err" ||
     { cat "$tmp/$sched.err" >&2; exit 1; }
-  "$podsim" timeline "$tmp/$sched.json" > "$here/pipeline-timeline-$sched.tsv"
+  # run in $tmp so the rows' header names the trace, not a temporary path
+  (cd "$tmp" && "$podsim" timeline "$sched.json") > "$outdir/pipeline-timeline-$sched.tsv.tmp"
+  mv "$outdir/pipeline-timeline-$sched.tsv.tmp" "$outdir/pipeline-timeline-$sched.tsv"
 done
 title=$(sed -n 's/^podsim [^:]*: [^:]*: \(model .*\), global batch \([0-9]*\).*/\1, global batch \2/p' \
         "$tmp/gpipe.txt" | sed 's/, gpipe)/)/')
-cd "$here"
-gnuplot -e "outfile='$out'; subtitle='$title'" pipeline-timeline.gp
+cd "$outdir"
+gnuplot -e "outfile='$out'; subtitle='$title'" -e "set loadpath '$here'" "$here/pipeline-timeline.gp"
 echo "pipeline-timeline.sh: wrote $out"

@@ -2,8 +2,9 @@
 # examples/s against devices (log-log), one line per model setting and TPU
 # generation, each beside its ideal linear scaling from its smallest slice
 # (dashed, same colour); below, the scaling efficiency against that ideal.
-# Writes ../docs/scaling.png (.svg with fmt='svg', terminal.gp); run from
-# plots/ (make -C plots).
+# Writes scaling.png in the working directory (.svg with fmt='svg',
+# terminal.gp), where scaling.csv is; plots/ on gnuplot's loadpath
+# (make -C plots).
 stem = "scaling"; w = 1300; h = 860; termlw = 1.3
 load "terminal.gp"
 set datafile separator ","

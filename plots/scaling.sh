@@ -8,7 +8,7 @@
 #       --set strategy.replicas=DEVICES --set global_batch=PER_DEVICE*DEVICES
 #
 # where PER_DEVICE is the experiment file's global_batch / strategy.replicas,
-# and writes one CSV row per run to OUT.csv (default plots/scaling.csv,
+# and writes one CSV row per run to OUT.csv (default build/plots/scaling.csv,
 # replaced only when every run succeeded):
 #
 #   model,generation,topology,devices,global_batch,step_time_s,examples_per_s,
@@ -25,7 +25,8 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 podsim=${PODSIM:-$top/podsim}
-out=${1:-$here/scaling.csv}
+out=${1:-$top/build/plots/scaling.csv}
+mkdir -p "$(dirname "$out")"
 
 experiments=${SCALING_EXPERIMENTS:-"scaling-resnet50-32 scaling-resnet50-128 scaling-bert-large scaling-transformer-big"}
 v3=${SCALING_V3:-"tpu-v3-8 tpu-v3-32 tpu-v3-64 tpu-v3-128 tpu-v3-256 tpu-v3-512 tpu-v3-1024 tpu-v3-2048"}

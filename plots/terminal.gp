@@ -1,5 +1,5 @@
 # terminal.gp: the output of every figure script, loaded after it sets
-#   stem      the figure's name (default file ../docs/<stem>.<fmt>)
+#   stem      the figure's name (default file <stem>.<fmt>, in the working directory)
 #   w, h      its size in pixels
 # and optionally font (",11"), termlw (1, scales every line) and outfile.
 # fmt is "png" (the default) or "svg": `gnuplot -e "fmt='svg'" x.gp`, or
@@ -13,7 +13,7 @@ if (!exists("fmt")) {
 }
 if (!exists("font")) font = ",11"
 if (!exists("termlw")) termlw = 1
-if (!exists("outfile")) outfile = "../docs/" . stem . "." . fmt
+if (!exists("outfile")) outfile = stem . "." . fmt
 if (fmt eq "svg") {
     set terminal svg size w, h enhanced font "Sans".font linewidth termlw background rgb "white"
 } else {

@@ -12,8 +12,9 @@
 #                   chunk on every link, and the flows of every collective
 #                   message from its sender's slice through the links to
 #                   its receiver's;
-#   pipeline.json   the ViT pipeline (vit-pipeline), 3 steps, --trace-links:
-#                   SEND to RECV flows between stages.
+#   pipeline.json.gz the ViT pipeline (vit-pipeline), 3 steps, --trace-links:
+#                   SEND to RECV flows between stages, gzip-compressed as
+#                   `podsim run` writes a large trace (the viewers inflate it).
 # Passes when every viewer loads every trace with no error and no warning;
 # prints what each parsed.  Output in build/check-trace/.
 set -eu
@@ -47,12 +48,13 @@ mkdir -p "$out"
 ./podsim run default --quiet --trace "$out/default.json" > /dev/null
 ./podsim run resnet50-v3-8 --quiet --set steps=2 --set steps_per_run=2 --trace-links \
   --trace "$out/links.json" > /dev/null
-./podsim run vit-pipeline --quiet --set steps=3 --trace-links --trace "$out/pipeline.json" \
+./podsim run vit-pipeline --quiet --set steps=3 --trace-links --trace "$out/pipeline.json.gz" \
   > /dev/null
 status=0
-for t in default links pipeline; do
-  "$check" "$out/$t.json" "$out/$t" > "$out/$t.log" 2>&1 || true
-  python3 - "$out/$t/verdict.json" "$t" <<'PY' || status=1
+for f in default.json links.json pipeline.json.gz; do
+  t=${f%%.*}
+  "$check" "$out/$f" "$out/$t" > "$out/$t.log" 2>&1 || true
+  python3 - "$out/$t/verdict.json" "$f" <<'PY' || status=1
 import json, sys
 path, name = sys.argv[1], sys.argv[2]
 try:
@@ -62,7 +64,7 @@ except (OSError, ValueError) as e:
     sys.exit(1)
 s = v.get("summary", {})
 ok = v.get("loaded") and not v.get("errors") and not v.get("warnings")
-print(f"check-trace: {name}.json: {'ok' if ok else 'FAILED'}: {s.get('slices')} slices, "
+print(f"check-trace: {name}: {'ok' if ok else 'FAILED'}: {s.get('slices')} slices, "
       f"{s.get('flows')} flows, {len(s.get('threads', []))} threads, "
       f"{len(v.get('warnings', []))} warnings, {len(v.get('errors', []))} errors "
       f"(screenshot {v.get('screenshot')})")

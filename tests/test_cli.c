@@ -87,6 +87,50 @@ static void test_list(void)
   const char *want[] = {"tpu-v2-8", "tpu-v3-8", "tpu-v3-2048", "tpu-v4-8", "tpu-v4-8192"};
   for (guint i = 0; i < G_N_ELEMENTS(want); i++)
     g_assert_true(g_strv_contains((const char *const *)names, want[i]));
+  /* counting order, one heading per generation naming its base file, a
+   * blank line before each but the first, and the bases never among the
+   * slices */
+  const char *lines[] = {"# TPU v2: the slices of tpu-v2 (the generation's base file)",
+                         "tpu-v2-8", "tpu-v2-32", "tpu-v2-128", "tpu-v2-256", "tpu-v2-512", "",
+                         "# TPU v3: the slices of tpu-v3 (the generation's base file)",
+                         "tpu-v3-8"};
+  for (guint i = 0; i < G_N_ELEMENTS(lines); i++)
+    g_assert_cmpstr(names[i], ==, lines[i]);
+  const char *bases[] = {"tpu-v2", "tpu-v3", "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu7x"};
+  for (guint i = 0; i < G_N_ELEMENTS(bases); i++)
+    g_assert_false(g_strv_contains((const char *const *)names, bases[i]));
+  int headings = 0;
+  for (guint i = 0; names[i]; i++) {
+    headings += names[i][0] == '#';
+    if (names[i][0] == '#' && i > 0)
+      g_assert_cmpstr(names[i - 1], ==, "");
+  }
+  g_assert_cmpint(headings, ==, G_N_ELEMENTS(bases));
+}
+
+/* A topology directory of one's own: a file that extends nothing and has
+ * no slices is listed under "# other topologies", after the generations. */
+static void test_list_other(void)
+{
+  g_autofree char *dir = g_dir_make_tmp("podsim-list-XXXXXX", NULL);
+  g_autofree char *topo = g_build_filename(dir, "topologies", NULL);
+  g_assert_cmpint(g_mkdir(topo, 0755), ==, 0);
+  g_autofree char *file = g_build_filename(topo, "my-ring.json", NULL);
+  g_assert_true(g_file_set_contents(file, "{\"name\": \"my-ring\"}", -1, NULL));
+  g_autofree char *out = NULL, *err = NULL;
+  g_autofree char *saved = g_strdup(g_getenv("PODSIM_DATA_DIR"));
+  g_setenv("PODSIM_DATA_DIR", dir, TRUE);
+  int st = podsim_run(&out, &err, "list", "topologies", NULL);
+  if (saved)
+    g_setenv("PODSIM_DATA_DIR", saved, TRUE);
+  else
+    g_unsetenv("PODSIM_DATA_DIR");
+  g_assert_cmpint(st, ==, 0);
+  g_assert_nonnull(strstr(out, "\n\n# other topologies\nmy-ring\n"));
+  g_assert_true(g_str_has_suffix(out, "# other topologies\nmy-ring\n"));
+  g_unlink(file);
+  g_rmdir(topo);
+  g_rmdir(dir);
 }
 
 static void test_json_summary(void)
@@ -574,6 +618,138 @@ static void test_blas_pinned(void)
 #endif
 }
 
+/* Runs podsim in dir (as PODSIM_DATA_DIR and working directory, the
+ * shipped files still found beside the binary); the exit status. */
+static int run_in(const char *dir, char **out, char **err, const char *const *args)
+{
+  g_autofree char *saved = g_strdup(g_getenv("PODSIM_DATA_DIR"));
+  g_setenv("PODSIM_DATA_DIR", dir, TRUE);
+  GPtrArray *argv = g_ptr_array_new();
+  g_ptr_array_add(argv, (char *)podsim_path());
+  for (const char *const *a = args; *a; a++)
+    g_ptr_array_add(argv, (char *)*a);
+  g_ptr_array_add(argv, NULL);
+  int st = podsim_spawn((const char *const *)argv->pdata, out, err);
+  g_ptr_array_free(argv, TRUE);
+  if (saved)
+    g_setenv("PODSIM_DATA_DIR", saved, TRUE);
+  else
+    g_unsetenv("PODSIM_DATA_DIR");
+  return st;
+}
+
+/* Whether path starts with gzip's magic bytes. */
+static gboolean is_gzip_file(const char *path)
+{
+  g_autofree char *text = NULL;
+  gsize len = 0;
+  return g_file_get_contents(path, &text, &len, NULL) && len > 2 &&
+         (unsigned char)text[0] == 0x1f && (unsigned char)text[1] == 0x8b;
+}
+
+/* --trace FILE.json.gz writes gzip that `podsim timeline` reads as it
+ * reads the JSON (the same rows, and from the JSON pretty-printed); a
+ * cut-short one, gzip or not, is an error naming it.
+ * Without --trace, a trace whose JSON is estimated over 64 MB
+ * (gpipe-amoebanet: 73 MB) is traces/NAME.json.gz, a smaller one
+ * (resnet50-v3-8: 4 MB) traces/NAME.json. */
+static void test_trace_gzip(void)
+{
+  g_autofree char *dir = g_dir_make_tmp("podsim-gz-XXXXXX", NULL);
+  g_autofree char *plain = g_build_filename(dir, "p.json", NULL);
+  g_autofree char *gz = g_build_filename(dir, "p.json.gz", NULL);
+  const char *paths[2] = {plain, gz};
+  char *rows[2];
+  for (int k = 0; k < 2; k++) {
+    char *out, *err;
+    g_assert_cmpint(podsim_run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json",
+                        "--set", "strategy.kind=pipeline", "--set", "strategy.stages=2", "--set",
+                        "strategy.micro_batches=4", "--set", "numerics.enabled=false",
+                        "--steps", "3", "--trace", paths[k], NULL),
+                    ==, 0);
+    g_assert_nonnull(strstr(out, paths[k]));
+    g_free(out);
+    g_free(err);
+    g_assert_cmpint(is_gzip_file(paths[k]), ==, k == 1);
+    g_assert_cmpint(podsim_run(&rows[k], &err, "timeline", paths[k], NULL), ==, 0);
+    g_free(err);
+  }
+  /* the same rows after the header, which names the file; and from the
+   * same trace pretty-printed (read whole, not a line at a time) */
+  g_autofree char *pretty = g_build_filename(dir, "pretty.json", NULL);
+  json_object *doc = json_object_from_file(plain);
+  g_assert_nonnull(doc);
+  g_assert_cmpint(json_object_to_file_ext(pretty, doc, JSON_C_TO_STRING_PRETTY), ==, 0);
+  json_object_put(doc);
+  char *out, *err;
+  g_assert_cmpint(podsim_run(&out, &err, "timeline", pretty, NULL), ==, 0);
+  g_assert_nonnull(strstr(rows[0], "\tFWD\n"));
+  g_assert_cmpstr(strstr(rows[0], "\n# stage"), ==, strstr(rows[1], "\n# stage"));
+  g_assert_cmpstr(strstr(rows[0], "\n# stage"), ==, strstr(out, "\n# stage"));
+  g_free(rows[0]);
+  g_free(rows[1]);
+  g_free(out);
+  g_free(err);
+  /* cut short, gzip or not: an error naming the file, exit 2 */
+  for (int k = 0; k < 2; k++) {
+    g_autofree char *text = NULL;
+    gsize len = 0;
+    g_assert_true(g_file_get_contents(paths[k], &text, &len, NULL));
+    g_assert_true(g_file_set_contents(paths[k], text, (gssize)(len / 2), NULL));
+    g_assert_cmpint(podsim_run(&out, &err, "timeline", paths[k], NULL), ==, 2);
+    g_assert_nonnull(strstr(err, paths[k]));
+    g_assert_nonnull(strstr(err, k ? "cut-short gzip" : "cut short after line"));
+    g_free(out);
+    g_free(err);
+  }
+
+  const char *big[] = {"run", "gpipe-amoebanet", "--set", "numerics.enabled=false", "-q", NULL};
+  g_assert_cmpint(run_in(dir, &out, &err, big), ==, 0);
+  g_assert_nonnull(strstr(out, "trace            traces/gpipe-amoebanet.json.gz ("));
+  g_autofree char *big_trace = g_build_filename(dir, "traces", "gpipe-amoebanet.json.gz", NULL);
+  g_assert_true(is_gzip_file(big_trace));
+  g_free(out);
+  g_free(err);
+  const char *small[] = {"run", "resnet50-v3-8", "--set", "numerics.enabled=false", "-q", NULL};
+  g_assert_cmpint(run_in(dir, &out, &err, small), ==, 0);
+  g_assert_nonnull(strstr(out, "trace            traces/resnet50-v3-8.json ("));
+  g_autofree char *small_trace = g_build_filename(dir, "traces", "resnet50-v3-8.json", NULL);
+  g_assert_false(is_gzip_file(small_trace));
+  g_assert_true(g_file_test(small_trace, G_FILE_TEST_IS_REGULAR));
+  g_free(out);
+  g_free(err);
+  scratch_remove(dir);
+}
+
+/* Every shipped experiment writes its trace under the default --trace-max
+ * (vit-pipeline's JSON is estimated at 389 MB: it goes out as gzip, about
+ * 65 MB by the estimate, 25 MB written).  Slow: every experiment runs. */
+static void test_trace_every_experiment(void)
+{
+  if (!g_test_thorough()) {
+    g_test_skip("slow: make test-slow");
+    return;
+  }
+  g_autofree char *dir = g_dir_make_tmp("podsim-every-XXXXXX", NULL);
+  g_autofree char *listing = NULL, *err = NULL;
+  const char *list[] = {"list", "experiments", NULL};
+  g_assert_cmpint(run_in(dir, &listing, &err, list), ==, 0);
+  g_auto(GStrv) names = g_strsplit(g_strstrip(listing), "\n", -1);
+  for (int i = 0; names[i]; i++) {
+    char *out, *errs;
+    const char *run[] = {"run", names[i], "--set", "numerics.enabled=false", "-q", NULL};
+    g_assert_cmpint(run_in(dir, &out, &errs, run), ==, 0);
+    if (strstr(errs, "no trace written"))
+      g_error("%s: %s", names[i], errs);
+    g_assert_nonnull(strstr(out, "open it at"));
+    g_free(out);
+    g_free(errs);
+  }
+  g_autofree char *vit = g_build_filename(dir, "traces", "vit-pipeline.json.gz", NULL);
+  g_assert_true(is_gzip_file(vit));
+  scratch_remove(dir);
+}
+
 /* A trace estimated over --trace-max is not written, with a warning that
  * says so and how to get it; the run itself succeeds.  --trace-max 0 has no
  * limit. */
@@ -735,6 +911,7 @@ int main(int argc, char **argv)
   g_test_add_func("/cli/version-and-help", test_version_and_help);
   g_test_add_func("/cli/usage-errors", test_usage_errors);
   g_test_add_func("/cli/list", test_list);
+  g_test_add_func("/cli/list/other", test_list_other);
   g_test_add_func("/cli/clock-overflow", test_clock_overflow);
   g_test_add_func("/cli/json-summary", test_json_summary);
   g_test_add_func("/cli/describe-roundtrip", test_describe_roundtrip);
@@ -750,6 +927,8 @@ int main(int argc, char **argv)
   if (g_test_thorough())
     g_test_add_func("/cli/blas-pinned", test_blas_pinned);
   g_test_add_func("/cli/trace-max", test_trace_max);
+  g_test_add_func("/cli/trace-gzip", test_trace_gzip);
+  g_test_add_func("/cli/trace-every-experiment", test_trace_every_experiment);
   g_test_add_func("/cli/max-events", test_max_events);
   g_test_add_func("/cli/set-hints", test_set_hints);
   g_test_add_func("/cli/summary-words", test_summary_words);

@@ -5,7 +5,9 @@
  * integers by string surgery, not by the writer's arithmetic.  Checks:
  * every field of every kind of event, JSON escaping, the temporary name
  * and the rename, abort, errors that name the path, write errors at
- * close, byte-identical output for identical calls. */
+ * close, byte-identical output for identical calls; a ".gz" path written
+ * as gzip that zlib inflates to the very bytes of the plain file, with its
+ * temporary name and its write errors handled alike. */
 #include "io/trace.h"
 
 #include "support/cli.h"
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 typedef ScratchFile Fixture;
 
@@ -478,29 +481,37 @@ static void test_rename_fails(Fixture *fx, gconstpointer data)
   g_rmdir(fx->path);
 }
 
+/* In a subprocess limited to limit bytes per file: writing path fails
+ * part-way with EFBIG; close must report it, name the path and leave
+ * nothing in dir.  Counter samples that all differ, so gzip cannot shrink
+ * them below the limit. */
+static void write_error_child(const char *path, const char *dir, rlim_t limit)
+{
+  struct rlimit lim;
+  g_assert_cmpint(getrlimit(RLIMIT_FSIZE, &lim), ==, 0);
+  lim.rlim_cur = limit;
+  g_assert_cmpint(setrlimit(RLIMIT_FSIZE, &lim), ==, 0);
+  signal(SIGXFSZ, SIG_IGN);
+  GError *error = NULL;
+  PsTrace *t = ps_trace_open(path, &error);
+  g_assert_no_error(error);
+  for (int i = 0; i < 200000; i++)
+    ps_trace_counter(t, 1, "hbm", (int64_t)i * 1000, 1.0 / (i + 1));
+  g_assert_false(ps_trace_close(t, &error));
+  g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE);
+  g_assert_nonnull(strstr(error->message, path));
+  g_assert_nonnull(strstr(error->message, g_strerror(EFBIG)));
+  g_clear_error(&error);
+  g_autofree char *listing = scratch_list(dir);
+  g_assert_cmpstr(listing, ==, "");
+}
+
 static void test_write_error(Fixture *fx, gconstpointer data)
 {
-  /* A file-size limit makes write(2) fail with EFBIG part-way through;
-   * close must report it, name the path and leave nothing behind.  Run in
-   * a subprocess so the limit does not outlive the test. */
+  /* A file-size limit makes write(2) fail with EFBIG part-way through.
+   * Run in a subprocess so the limit does not outlive the test. */
   if (g_test_subprocess()) {
-    struct rlimit lim = {.rlim_cur = 64 * 1024, .rlim_max = RLIM_INFINITY};
-    g_assert_cmpint(getrlimit(RLIMIT_FSIZE, &lim), ==, 0);
-    lim.rlim_cur = 64 * 1024;
-    g_assert_cmpint(setrlimit(RLIMIT_FSIZE, &lim), ==, 0);
-    signal(SIGXFSZ, SIG_IGN);
-    GError *error = NULL;
-    PsTrace *t = ps_trace_open(fx->path, &error);
-    g_assert_no_error(error);
-    for (int i = 0; i < 20000; i++)
-      ps_trace_complete(t, 1, 1, "op", "c", (int64_t)i * 1000000, 1000000, NULL);
-    g_assert_false(ps_trace_close(t, &error));
-    g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE);
-    g_assert_nonnull(strstr(error->message, fx->path));
-    g_assert_nonnull(strstr(error->message, g_strerror(EFBIG)));
-    g_clear_error(&error);
-    g_autofree char *listing = scratch_list(fx->dir);
-    g_assert_cmpstr(listing, ==, "");
+    write_error_child(fx->path, fx->dir, 64 * 1024);
     return;
   }
   g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_INHERIT_STDERR);
@@ -563,6 +574,94 @@ static void test_deterministic(Fixture *fx, gconstpointer data)
   json_object_put(root);
 }
 
+/* The whole of a gzip file inflated by zlib, and whether it is gzip at
+ * all (its magic bytes).  (transfer full) */
+static char *gunzip_file(const char *path, gsize *len, gboolean *is_gzip)
+{
+  g_autofree char *raw = NULL;
+  gsize raw_len = 0;
+  g_assert_true(g_file_get_contents(path, &raw, &raw_len, NULL));
+  *is_gzip = raw_len >= 2 && (unsigned char)raw[0] == 0x1f && (unsigned char)raw[1] == 0x8b;
+  z_stream z = {0};
+  g_assert_cmpint(inflateInit2(&z, 15 + 16), ==, Z_OK);
+  GString *out = g_string_new(NULL);
+  z.next_in = (Bytef *)raw;
+  z.avail_in = (uInt)raw_len;
+  int rc;
+  do {
+    unsigned char buf[4096];
+    z.next_out = buf;
+    z.avail_out = sizeof buf;
+    rc = inflate(&z, Z_NO_FLUSH);
+    g_assert_true(rc == Z_OK || rc == Z_STREAM_END);
+    g_string_append_len(out, (const char *)buf, (gssize)(sizeof buf - z.avail_out));
+  } while (rc != Z_STREAM_END);
+  g_assert_cmpuint(z.avail_in, ==, 0); /* one member, nothing after its trailer */
+  inflateEnd(&z);
+  *len = out->len;
+  return g_string_free(out, FALSE);
+}
+
+/* Equal calls to "run.json" and "run.json.gz": the second is gzip, far
+ * smaller, and inflates (zlib checks its CRC and length) to the bytes of
+ * the first; while written, only its temporary name is on disk. */
+static void test_gzip(Fixture *fx, gconstpointer data)
+{
+  g_autofree char *gz = g_strconcat(fx->path, ".gz", NULL);
+  g_assert_true(ps_trace_path_is_gzip(gz));
+  g_assert_false(ps_trace_path_is_gzip(fx->path));
+  const char *paths[2] = {fx->path, gz};
+  GError *error = NULL;
+  for (int k = 0; k < 2; k++) {
+    PsTrace *t = ps_trace_open(paths[k], &error);
+    g_assert_no_error(error);
+    write_sample(t);
+    for (int i = 0; i < 100000; i++) /* past stdio's and zlib's buffers */
+      ps_trace_complete(t, 1, 2, "matmul", "FWD", (int64_t)i * 1000000, 700000,
+                        "{\"layer\":\"dense1\"}");
+    if (k == 1) {
+      g_autofree char *during = scratch_list(fx->dir);
+      g_assert_true(g_str_has_prefix(during, "run.json,run.json.gz.tmp-"));
+      g_assert_false(g_file_test(gz, G_FILE_TEST_EXISTS));
+    }
+    g_assert_true(ps_trace_close(t, &error));
+    g_assert_no_error(error);
+  }
+  g_autofree char *plain = NULL;
+  gsize plain_len = 0, inflated_len = 0;
+  gboolean is_gzip = FALSE;
+  g_assert_true(g_file_get_contents(fx->path, &plain, &plain_len, NULL));
+  g_autofree char *inflated = gunzip_file(gz, &inflated_len, &is_gzip);
+  g_assert_true(is_gzip);
+  g_assert_cmpmem(inflated, inflated_len, plain, plain_len);
+  GStatBuf st;
+  g_assert_cmpint(g_stat(gz, &st), ==, 0);
+  g_test_message("JSON %" G_GSIZE_FORMAT " bytes, gzip %lld", plain_len, (long long)st.st_size);
+  g_assert_cmpint(st.st_size * PS_TRACE_GZIP_RATIO, <, (gint64)plain_len);
+  g_assert_cmpint(ps_trace_written_bytes(gz, 6000000), ==, 6000000 / PS_TRACE_GZIP_RATIO);
+  g_assert_cmpint(ps_trace_written_bytes(fx->path, 6000000), ==, 6000000);
+  g_unlink(gz);
+}
+
+/* A gzip trace that cannot be written (a file-size limit part-way) fails
+ * at close naming the path and the cause, and leaves nothing behind; an
+ * aborted one leaves nothing either. */
+static void test_gzip_errors(Fixture *fx, gconstpointer data)
+{
+  g_autofree char *gz = g_strconcat(fx->path, ".gz", NULL);
+  if (g_test_subprocess()) {
+    write_error_child(gz, fx->dir, 16 * 1024);
+    return;
+  }
+  g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_INHERIT_STDERR);
+  g_test_trap_assert_passed();
+  PsTrace *t = ps_trace_open(gz, NULL);
+  write_sample(t);
+  ps_trace_abort(t);
+  g_autofree char *listing = scratch_list(fx->dir);
+  g_assert_cmpstr(listing, ==, "");
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -580,6 +679,8 @@ int main(int argc, char **argv)
   ADD("/trace/negative-time", test_negative_time);
   ADD("/trace/negative-duration", test_negative_duration);
   ADD("/trace/deterministic", test_deterministic);
+  ADD("/trace/gzip", test_gzip);
+  ADD("/trace/gzip-errors", test_gzip_errors);
 #undef ADD
   return g_test_run();
 }

@@ -10,6 +10,7 @@
  * 1 internal failure.  Errors go to stderr as "podsim: <message>". */
 #include "cli/collective.h"
 #include "cli/compare.h"
+#include "cli/list.h"
 #include "cli/regress.h"
 #include "cli/sweep.h"
 #include "cli/timeline.h"
@@ -81,6 +82,22 @@ static void ensure_parent(const char *path)
   g_autofree char *dir = g_path_get_dirname(path);
   if (g_mkdir_with_parents(dir, 0755) != 0)
     return; /* ps_trace_open reports the real error */
+}
+
+/* A trace whose JSON is estimated over this is written gzip-compressed
+ * when no --trace names it: below it, the JSON opens as fast in a viewer
+ * and stays greppable (the default experiment's is 37 MB). */
+#define DEFAULT_TRACE_GZIP_BYTES (64 * 1000 * 1000)
+
+/* traces/EXPERIMENT.json, or .json.gz when its JSON would be over
+ * DEFAULT_TRACE_GZIP_BYTES.  (transfer full) */
+static char *default_trace_path(const PsExperiment *exp, gboolean links)
+{
+  PsPlan *plan = ps_run_compile(exp, NULL); /* a failure is reported by the run */
+  gboolean large = plan && ps_run_trace_estimate(exp, plan, links) > DEFAULT_TRACE_GZIP_BYTES;
+  if (plan)
+    ps_plan_free(plan);
+  return g_strdup_printf("traces/%s.json%s", exp->name, large ? ".gz" : "");
 }
 
 /* A word of the strategy's resolved keys ("gpipe"), or "". */
@@ -241,7 +258,8 @@ static GOptionContext *run_context(RunArgs *a)
       {"seed", 0, 0, G_OPTION_ARG_INT64, &a->seed,
        "Seed for data order and weights (numerics on only)", "N"},
       {"trace", 't', 0, G_OPTION_ARG_FILENAME, &a->trace,
-       "Write a Chrome/Perfetto trace here (default traces/EXPERIMENT.json)", "FILE"},
+       "Write a Chrome/Perfetto trace here, gzip-compressed if FILE ends in .gz (default "
+       "traces/EXPERIMENT.json, or .json.gz when the JSON would be over 64 MB)", "FILE"},
       {"no-trace", 0, 0, G_OPTION_ARG_NONE, &a->no_trace, "Do not write a trace", NULL},
       {"trace-links", 0, 0, G_OPTION_ARG_NONE, &a->trace_links,
        "Also trace every chunk on every interconnect link (large on big slices)", NULL},
@@ -249,8 +267,9 @@ static GOptionContext *run_context(RunArgs *a)
        "At the end, write what every link direction carried (bytes, busy time, "
        "utilization) here as CSV", "FILE"},
       {"trace-max", 0, 0, G_OPTION_ARG_INT64, &a->trace_max_mb,
-       "Write no trace when it would exceed this many MB (estimated before the run; "
-       "default " G_STRINGIFY(TRACE_MAX_MB_DEFAULT) ", 0 for no limit)", "MB"},
+       "Write no trace when it would take more than this many MB on disk (estimated before "
+       "the run, compressed for a .gz trace; default " G_STRINGIFY(TRACE_MAX_MB_DEFAULT)
+       ", 0 for no limit)", "MB"},
       {"max-events", 0, 0, G_OPTION_ARG_INT64, &a->max_events,
        "Stop with an error after N simulator events, N at least 1 (default: no limit; the "
        "summary's last line counts a run's events)", "N"},
@@ -328,7 +347,7 @@ static PsExperiment *run_prepare(GOptionContext *ctx, RunArgs *a, char *name, in
     return NULL;
   }
   if (!a->trace && !a->no_trace) {
-    a->trace = g_strdup_printf("traces/%s.json", exp->name);
+    a->trace = default_trace_path(exp, a->trace_links);
     ensure_parent(a->trace);
   }
   PsRunOptions opt = {.trace_path = a->no_trace ? NULL : a->trace, .links_csv = a->links_csv};
@@ -381,52 +400,6 @@ static int cmd_run(int argc, char **argv)
   ps_experiment_free(exp);
   run_args_clear(&a);
   return status;
-}
-
-/* Orders names as people count: digit runs by their value, so tpu-v4-8
- * comes before tpu-v4-16 and a generation's base before its slices. */
-static int compare_natural(const void *pa, const void *pb)
-{
-  const char *a = *(char *const *)pa, *b = *(char *const *)pb;
-  while (*a && *b) {
-    if (g_ascii_isdigit(*a) && g_ascii_isdigit(*b)) {
-      char *ea, *eb;
-      guint64 x = g_ascii_strtoull(a, &ea, 10), y = g_ascii_strtoull(b, &eb, 10);
-      if (x != y)
-        return x < y ? -1 : 1;
-      a = ea;
-      b = eb;
-    } else if (*a != *b) {
-      return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
-    } else {
-      a++;
-      b++;
-    }
-  }
-  return (unsigned char)*a - (unsigned char)*b;
-}
-
-static int cmd_list(int argc, char **argv)
-{
-  static const char *const kinds[] = {"topologies", "models", "experiments"};
-  if (argc != 2 || (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    fprintf(argc == 2 ? stdout : stderr,
-            "Usage: podsim list topologies|models|experiments\n\n"
-            "Prints the names `podsim run` and `podsim describe` take, one a line.\n");
-    return argc == 2 ? 0 : EXIT_INPUT;
-  }
-  for (guint i = 0; i < G_N_ELEMENTS(kinds); i++) {
-    if (strcmp(argv[1], kinds[i]) != 0)
-      continue;
-    g_auto(GStrv) names = ps_config_list(kinds[i]);
-    qsort(names, g_strv_length(names), sizeof *names, compare_natural);
-    for (char **n = names; n && *n; n++)
-      printf("%s\n", *n);
-    return 0;
-  }
-  fprintf(stderr, "podsim: list: unknown kind '%s' (expected topologies, models or experiments)\n",
-          argv[1]);
-  return EXIT_INPUT;
 }
 
 static void print_json(json_object *o)
@@ -747,7 +720,7 @@ static int dispatch(int argc, char **argv)
     return cmd_run(argc - 1, argv + 1);
   }
   if (argc >= 2 && strcmp(argv[1], "list") == 0)
-    return cmd_list(argc - 1, argv + 1);
+    return ps_cli_list(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "describe") == 0) {
     g_set_prgname("podsim describe");
     return cmd_describe(argc - 1, argv + 1);

@@ -1,6 +1,9 @@
 /* trace.c: the Chrome Trace Event JSON writer, one event per line,
  * streamed through a large stdio buffer into "<path>.tmp-XXXXXX" and
- * renamed onto <path> when closed.  A <path> that exists and is not a
+ * renamed onto <path> when closed.  A <path> ending in ".gz" is written
+ * gzip-compressed: the stdio stream is a glibc cookie stream whose writes
+ * go through zlib's deflate to the file, so nothing is held in memory
+ * beyond the buffers.  A <path> that exists and is not a
  * regular file (/dev/null, /dev/full, a FIFO) is written in place instead:
  * renaming onto it would replace the device or pipe with a regular file.
  *
@@ -23,11 +26,19 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define TRACE_BUFFER_BYTES (1 << 20)
+/* zlib level 1: gzip -1 takes 0.5 s on the default experiment's 37 MB
+ * trace here, for a file 12.6x smaller; -6 takes 1.15 s for 17.8x, more
+ * than the run itself. */
+#define TRACE_GZIP_LEVEL 1
+#define GZ_OUT_BYTES (1 << 16)
 
 struct PsTrace {
   FILE *f;
+  int fd;         /* under f; for a gzip trace, closed by f's cookie */
+  gboolean gzip;
   char *path;     /* final name */
   char *tmp_path; /* what is being written, or NULL when path is written in place */
   char *buf;      /* stdio's buffer, freed after fclose */
@@ -79,6 +90,116 @@ void ps_trace_remove_unfinished(void)
       unlink(tmp_slots[i]);
 }
 
+/* ------------------------------------------------------- gzip stream */
+
+/* A cookie stream's state: deflate into out, out written to fd. */
+typedef struct {
+  int fd;
+  z_stream z;
+  unsigned char out[GZ_OUT_BYTES];
+} GzSink;
+
+/* Writes all of buf to fd; -1 with errno set on failure. */
+static int write_all(int fd, const unsigned char *buf, size_t n)
+{
+  while (n > 0) {
+    ssize_t w = write(fd, buf, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      if (w == 0)
+        errno = EIO;
+      return -1;
+    }
+    buf += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Deflates the pending input with `flush`, writing what comes out. */
+static int gz_pump(GzSink *g, int flush)
+{
+  do {
+    g->z.next_out = g->out;
+    g->z.avail_out = sizeof g->out;
+    int rc = deflate(&g->z, flush);
+    if (rc == Z_STREAM_ERROR) {
+      errno = EIO;
+      return -1;
+    }
+    if (write_all(g->fd, g->out, sizeof g->out - g->z.avail_out) != 0)
+      return -1;
+  } while (g->z.avail_out == 0);
+  return 0;
+}
+
+static ssize_t gz_write(void *cookie, const char *buf, size_t size)
+{
+  GzSink *g = cookie;
+  g->z.next_in = (Bytef *)buf;
+  g->z.avail_in = (uInt)size; /* stdio hands over at most its buffer */
+  return gz_pump(g, Z_NO_FLUSH) == 0 ? (ssize_t)size : -1;
+}
+
+/* Ends the gzip member (trailer with CRC and length), syncs and closes
+ * the file; -1 with errno of the first failure. */
+static int gz_close(void *cookie)
+{
+  GzSink *g = cookie;
+  int rc = gz_pump(g, Z_FINISH);
+  int err = rc ? errno : 0;
+  if (!rc && fsync(g->fd) != 0 && errno != EINVAL && errno != EROFS) {
+    rc = -1;
+    err = errno;
+  }
+  if (close(g->fd) != 0 && !rc) {
+    rc = -1;
+    err = errno;
+  }
+  deflateEnd(&g->z);
+  g_free(g);
+  errno = err;
+  return rc;
+}
+
+/* A write-only stream that gzips into fd, closing fd when closed; NULL
+ * (fd left open) when zlib or stdio cannot set it up. */
+static FILE *gz_stream(int fd)
+{
+  GzSink *g = g_new0(GzSink, 1);
+  g->fd = fd;
+  /* windowBits 15 + 16: a gzip header and trailer, not zlib's */
+  if (deflateInit2(&g->z, TRACE_GZIP_LEVEL, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
+      Z_OK) {
+    g_free(g);
+    errno = ENOMEM;
+    return NULL;
+  }
+  cookie_io_functions_t io = {.write = gz_write, .close = gz_close};
+  FILE *f = fopencookie(g, "w", io);
+  if (!f) {
+    deflateEnd(&g->z);
+    g_free(g);
+  }
+  return f;
+}
+
+gboolean ps_trace_path_is_gzip(const char *path)
+{
+  g_return_val_if_fail(path != NULL, FALSE);
+  return g_str_has_suffix(path, ".gz");
+}
+
+int64_t ps_trace_written_bytes(const char *path, int64_t json_bytes)
+{
+  g_return_val_if_fail(path != NULL, json_bytes);
+  /* (PS_TRACE_GZIP_RATIO: the smallest measured, so an upper side) */
+  return ps_trace_path_is_gzip(path) ? json_bytes / PS_TRACE_GZIP_RATIO : json_bytes;
+}
+
+/* ------------------------------------------------------------- writer */
+
 /* Remembers the first write failure; stdio's error flag is sticky, so
  * checking it once per event is enough to catch any failed write. */
 static void note_error(PsTrace *t)
@@ -128,7 +249,8 @@ PsTrace *ps_trace_open(const char *path, GError **error)
     g_free(tmp_path);
     return NULL;
   }
-  FILE *f = fdopen(fd, "w");
+  gboolean gzip = ps_trace_path_is_gzip(path);
+  FILE *f = gzip ? gz_stream(fd) : fdopen(fd, "w");
   if (!f) {
     int err = errno;
     close(fd);
@@ -142,6 +264,8 @@ PsTrace *ps_trace_open(const char *path, GError **error)
   }
   PsTrace *t = g_new0(PsTrace, 1);
   t->f = f;
+  t->fd = fd;
+  t->gzip = gzip;
   t->path = g_strdup(path);
   t->tmp_path = tmp_path;
   t->slot = slot;
@@ -425,7 +549,8 @@ gboolean ps_trace_close(PsTrace *t, GError **error)
     err = errno ? errno : EIO;
   if (!err && ferror(t->f))
     err = EIO;
-  if (!err && fsync(fileno(t->f)) != 0 && errno != EINVAL && errno != EROFS)
+  /* (a gzip stream syncs when closed, after its last bytes) */
+  if (!err && !t->gzip && fsync(t->fd) != 0 && errno != EINVAL && errno != EROFS)
     err = errno;
   if (fclose(t->f) != 0 && !err)
     err = errno ? errno : EIO;

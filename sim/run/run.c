@@ -205,7 +205,8 @@ static gboolean trace_wanted(const Run *r, const PsRunOptions *opt, PsSummary *o
 {
   if (!opt || !opt->trace_path)
     return FALSE;
-  out->trace_estimate_bytes = ps_run_trace_estimate(r->exp, r->plan, opt->trace_links);
+  out->trace_estimate_bytes = ps_trace_written_bytes(
+      opt->trace_path, ps_run_trace_estimate(r->exp, r->plan, opt->trace_links));
   if (opt->trace_max_bytes > 0 && out->trace_estimate_bytes > opt->trace_max_bytes) {
     out->trace_skipped = TRUE;
     return FALSE;

@@ -26,7 +26,8 @@ typedef struct {
    * NULL: the run reads the files itself. */
   const PsDataset *fashion_train, *fashion_test;
   /* With a trace_path: when the trace would take more than this many bytes
-   * (ps_run_trace_estimate), none is written and the summary says so
+   * on disk (ps_run_trace_estimate, over PS_TRACE_GZIP_RATIO for a ".gz"
+   * path), none is written and the summary says so
    * (trace_skipped).  0: no limit. */
   int64_t trace_max_bytes;
   /* Stop with an input error after this many events (0: no limit). */
@@ -90,7 +91,7 @@ typedef struct {
   double events_per_s;
   uint64_t trace_events;
   gboolean trace_skipped;   /* over trace_max_bytes: no trace was written */
-  int64_t trace_estimate_bytes; /* the estimate, when a trace was asked for */
+  int64_t trace_estimate_bytes; /* the estimate on disk, when a trace was asked for */
   /* outside compilation: a JSON array, one object per call site, with the
    * calls made and (numerics on, histogram) replica 0's last histogram;
    * NULL without host calls.  Owned: ps_summary_clear() frees it. */
