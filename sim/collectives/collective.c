@@ -15,6 +15,7 @@
  * Invariant: member.pending counts the messages of its current step not yet
  * wholly applied; the member advances exactly when it reaches zero. */
 #include "collectives/collective-private.h"
+#include "model/kernels.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -265,16 +266,22 @@ static void xfer_free(PsCollective *c, Xfer *x)
 }
 
 /* Applies the elements whose last byte is in [offset, offset + bytes) of
- * the message. */
+ * the message (an element takes elem_bytes on the wire).  A bf16 wire
+ * (elem_bytes 2) rounds every sum it writes to bf16, as a bf16 reduction
+ * on the TPU does; its copies carry values that are bf16 already. */
 static void apply_chunk(PsCollective *c, Member *m, const Xfer *x, int64_t offset, int64_t bytes)
 {
   if (!x->data)
     return;
   g_assert(m->buf != NULL);
-  int64_t e0 = offset / 4, e1 = (offset + bytes) / 4;
+  int eb = c->p.elem_bytes;
+  int64_t e0 = offset / eb, e1 = (offset + bytes) / eb;
   float *dst = m->buf + x->off;
   const float *src = x->data;
-  if (x->op == PS_XFER_ADD) {
+  if (x->op == PS_XFER_ADD && eb == 2) {
+    for (int64_t e = e0; e < e1; e++)
+      dst[e] = ps_bf16_round(dst[e] + src[e]);
+  } else if (x->op == PS_XFER_ADD) {
     for (int64_t e = e0; e < e1; e++)
       dst[e] += src[e];
   } else {
@@ -857,7 +864,10 @@ void ps_collective_arrive(PsCollective *c, int member, float *buf, PsCollDoneFn 
   g_return_if_fail(c != NULL && member >= 0 && member < c->g.n);
   Member *m = &c->members[member];
   g_assert(!m->active);
-  g_assert(buf == NULL || c->p.elem_bytes == (int)sizeof(float));
+  g_assert(buf == NULL || c->p.elem_bytes == 4 || c->p.elem_bytes == 2);
+  /* a bf16 wire: the member's contribution is rounded before it is sent */
+  if (buf && c->p.elem_bytes == 2)
+    ps_bf16_round_array(buf, buf, (size_t)c->p.count);
   m->round++;
   m->step = 0;
   m->active = TRUE;

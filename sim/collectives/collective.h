@@ -23,12 +23,14 @@
  * round k-1 (their data cannot be confused: every message carries its
  * round and step).
  *
- * Numerics.  When a member arrives with a float buffer (elem_bytes must be
- * 4), every message carries a copy of the elements it sends, taken when it
- * is sent, and every chunk is added (reduce phases) or copied (gather
- * phases) into the receiver's buffer when the chunk arrives, in the order
- * the algorithm delivers chunks; so the result has that algorithm's
- * rounding.  Gather phases copy, so every member ends bit-identical.  All
+ * Numerics.  When a member arrives with a float buffer (elem_bytes 4, f32
+ * on the wire, or 2, bf16), every message carries a copy of the elements
+ * it sends, taken when it is sent, and every chunk is added (reduce
+ * phases) or copied (gather phases) into the receiver's buffer when the
+ * chunk arrives, in the order the algorithm delivers chunks; so the result
+ * has that algorithm's rounding.  On a bf16 wire the member's buffer is
+ * rounded to bf16 when it arrives and every sum a chunk writes is rounded
+ * to bf16, so buffers hold bf16 values throughout (floats in memory).  Gather phases copy, so every member ends bit-identical.  All
  * members of a round pass buffers, or none (timing only).
  *
  * Semantics per operation, for buffers of `count` elements:
@@ -102,7 +104,7 @@ typedef struct {
   const int *devices;  /* the group: network device ids, distinct (copied) */
   int n_members;
   int64_t count;       /* elements in each member's buffer */
-  int elem_bytes;      /* 4 when members pass float buffers; any >= 1 for timing */
+  int elem_bytes;      /* with float buffers 4 (f32) or 2 (bf16); any >= 1 for timing */
   int root;            /* broadcast: the root member; send-recv: the sender */
 } PsCollSpec;
 

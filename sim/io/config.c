@@ -380,7 +380,7 @@ static gboolean parse_collective(json_object *root, const char *file, PsCollecti
 {
   int algo = 0;
   c->chunk_bytes = INT64_C(1) << 20;
-  c->max_in_flight = 0;
+  c->max_in_flight = 1; /* XLA's all_reduce_overlap_limit (config.h) */
   c->fast_path = FALSE;
   json_object *o;
   if (!ps_config__get_object(root, file, "", "collective", FALSE, &o, error))

@@ -145,13 +145,11 @@ typedef struct {
   /* Asynchronous collectives of one kind (all-reduce, reduce-scatter...) a
    * device runs at once; a start beyond it waits, in program order, for the
    * device's earlier one of that kind to finish, while the core goes on.
-   * 0 (the default): no limit, every bucket's collective starts when its
-   * COLL_START runs and shares the links with those still running.  1 is
-   * what XLA's latency-hiding scheduler allows by default
-   * (SchedulerConfig::all_reduce_overlap_limit and its siblings, in
-   * xla/service/latency_hiding_scheduler.h); it is not the default because
-   * it moves the BERT-large tpu-v4-4096 point of tests/measured from 40.3
-   * ms (+17.5%) to 46.7 ms (+36%) against the measured 34.3 ms. */
+   * 1 (the default) is what XLA's latency-hiding scheduler allows by
+   * default (SchedulerConfig::all_reduce_overlap_limit = 1 and its
+   * siblings, in xla/service/latency_hiding_scheduler.h); 0: no limit,
+   * every bucket's collective starts when its COLL_START runs and shares
+   * the links with those still running. */
   int64_t max_in_flight;
   /* Rounds whose links nothing else uses are timed without network events
    * (collectives/collective.h: ps_collective_set_fast_path), exactly when

@@ -206,11 +206,14 @@ static int bucket_coll(PsBuckets *b, PsCollOp kind, const PsBucket *bk, int k,
   static const char *const what[PS_COLL_N_OPS] = {"all-reduce", "reduce-scatter", "all-gather",
                                                   "broadcast", "send-recv"};
   const PsModel *m = b->exp->model;
+  /* gradients travel in the reduce precision; the all-gathered weights
+   * of weight-update sharding are the f32 master copy */
+  int eb = buf == PS_BUFFER_GRADS ? ps_strategy_reduce_bytes(b->rep->reduce_precision) : 4;
   PsPlanColl c = {.op = kind, .algo = b->exp->collective.algorithm, .n_members = b->n,
-                  .members = (int *)b->members, .count = bk->count, .elem_bytes = 4,
+                  .members = (int *)b->members, .count = bk->count, .elem_bytes = eb,
                   .buffer = buf, .offset = bk->off};
   snprintf(c.name, sizeof c.name, "%s %sb%d %s..%s (%.1f MB)", what[kind], b->prefix, k,
-           m->layers[bk->first].name, m->layers[bk->last].name, (double)bk->count * 4 / 1e6);
+           m->layers[bk->first].name, m->layers[bk->last].name, (double)bk->count * eb / 1e6);
   return ps_plan_add_coll(b->plan, &c);
 }
 
@@ -238,7 +241,10 @@ void ps_lower_buckets_add(PsBuckets *b, GArray *ops, const PsOp *bwd, gboolean c
     b->cur_last = bwd->last;
   b->cur_first = bwd->first;
   b->cur_count += p;
-  if (b->cur_count * 4 < b->rep->bucket_bytes && !closes)
+  /* a bucket holds bucket_bytes on the wire, as XLA's all-reduce
+   * combiner counts the combined operands' bytes */
+  if (b->cur_count * ps_strategy_reduce_bytes(b->rep->reduce_precision) <
+          b->rep->bucket_bytes && !closes)
     return;
   PsBucket bk = {b->cur_first, b->cur_last, ps_lower_param_offset(m, b->cur_first),
                  b->cur_count};

@@ -23,10 +23,33 @@
 static const char *const keys[] = {"kind",          "replicas",      "loss_reduction",
                                    "stages",        "micro_batches", "schedule",
                                    "rematerialize", "bucket_bytes",  "overlap",
-                                   "weight_update_sharding", "partition", NULL};
+                                   "weight_update_sharding", "partition",
+                                   "reduce_precision", NULL};
 static const char *const loss_reductions[] = {"mean", "sum", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", NULL};
 static const char *const partitions[] = {"optimal", "seed", NULL};
+static const char *const reduce_precisions[] = {"f32", "bf16", NULL};
+
+gboolean ps_strategy_parse_reduce_precision(json_object *o, const char *file,
+                                            PsPrecision *out, GError **error)
+{
+  int prec = *out;
+  if (!ps_json_get_enum(o, file, "strategy", "reduce_precision", FALSE, reduce_precisions,
+                        &prec, error))
+    return FALSE;
+  *out = (PsPrecision)prec;
+  return TRUE;
+}
+
+const char *ps_strategy_reduce_precision_name(PsPrecision p)
+{
+  return reduce_precisions[p == PS_PRECISION_BF16 ? 1 : 0];
+}
+
+int ps_strategy_reduce_bytes(PsPrecision p)
+{
+  return p == PS_PRECISION_BF16 ? 2 : 4;
+}
 
 void ps_strategy_fail(GError **error, int code, const char *file, const char *path,
                       const char *fmt, ...)
@@ -125,7 +148,8 @@ static gboolean parse_keys(json_object *o, const char *file, PsReplicaConfig *c,
                        error) ||
       !ps_json_get_bool(o, file, p, "overlap", FALSE, &r->overlap, error) ||
       !ps_json_get_bool(o, file, p, "weight_update_sharding", FALSE,
-                        &r->weight_update_sharding, error))
+                        &r->weight_update_sharding, error) ||
+      !ps_strategy_parse_reduce_precision(o, file, &r->reduce_precision, error))
     return FALSE;
   r->loss_reduction = (PsLossReduction)red;
   s->schedule = (PsSchedule)sched;
@@ -266,6 +290,9 @@ json_object *ps_replica_to_json(const char *kind, const PsReplicaConfig *c)
   json_object_object_add(so, "overlap", json_object_new_boolean(r->overlap));
   json_object_object_add(so, "weight_update_sharding",
                          json_object_new_boolean(r->weight_update_sharding));
+  json_object_object_add(
+      so, "reduce_precision",
+      json_object_new_string(ps_strategy_reduce_precision_name(r->reduce_precision)));
   return so;
 }
 

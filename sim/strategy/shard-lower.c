@@ -655,7 +655,9 @@ static void gradients(Lower *w, Buckets *b, int g, gboolean closes)
     b->first = group_first(w, g);
     b->floats += shard;
   }
-  if (b->floats == 0 || (b->floats * 4 < w->c->bucket_bytes && !closes))
+  if (b->floats == 0 ||
+      (b->floats * ps_strategy_reduce_bytes(w->c->reduce_precision) < w->c->bucket_bytes &&
+       !closes))
     return;
   if (w->F > 1 && !closes) { /* wait one op for the reduce-scatters */
     g_array_append_vals(b->ready, b->rs->data, b->rs->len);
@@ -810,6 +812,17 @@ static void groups_clear(Groups *gr)
   }
 }
 
+/* Bytes per element on the wire: activations in the step's precision,
+ * reduced gradients in strategy.reduce_precision, weights in f32. */
+static int req_elem_bytes(const Lower *w, const Req *q)
+{
+  if (q->buffer == PS_BUFFER_ACTIVATIONS)
+    return w->act_b;
+  if (q->buffer == PS_BUFFER_GRADS && q->op != PS_COLL_ALL_GATHER)
+    return ps_strategy_reduce_bytes(w->c->reduce_precision);
+  return 4;
+}
+
 /* The instance of request r for device d's group, made on first use. */
 static int instance(const Lower *w, PsPlan *plan, const Groups *gr, int **inst, int r, int d)
 {
@@ -821,7 +834,7 @@ static int instance(const Lower *w, PsPlan *plan, const Groups *gr, int **inst, 
                   .n_members = gr->size[k], .members = gr->members[k] + gid * gr->size[k],
                   .count = q->count, .buffer = q->buffer, .offset = q->offset,
                   .layer = q->layer, .axis = q->axis,
-                  .elem_bytes = q->buffer == PS_BUFFER_ACTIVATIONS ? w->act_b : 4};
+                  .elem_bytes = req_elem_bytes(w, q)};
   memcpy(c.name, q->name, sizeof c.name);
   inst[r][gid] = ps_plan_add_coll(plan, &c);
   return inst[r][gid];

@@ -28,6 +28,7 @@ typedef struct {
   gboolean regather;            /* fsdp: gather again before backward */
   int64_t bucket_bytes;
   PsLossReduction loss_reduction;
+  PsPrecision reduce_precision; /* of the gradients' reductions */
 } PsShardConfig;
 
 /* Devices the mesh occupies: the product of its sizes. */

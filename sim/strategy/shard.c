@@ -18,7 +18,8 @@
 
 static const char *const keys[] = {"kind",           "mesh",     "mesh_order",
                                    "collective_matmul", "rematerialize", "prefetch",
-                                   "regather",       "bucket_bytes", "loss_reduction", NULL};
+                                   "regather",       "bucket_bytes", "loss_reduction",
+                                   "reduce_precision", NULL};
 static const char *const mesh_keys[] = {"data", "fsdp", "tensor", "sequence", NULL};
 static const PsAxis mesh_axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR,
                                    PS_AXIS_SEQUENCE};
@@ -101,7 +102,8 @@ static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, G
       !ps_json_get_bool(o, file, p, "regather", FALSE, &c->regather, error) ||
       !ps_json_get_int(o, file, p, "bucket_bytes", FALSE, 1, INT64_C(1) << 40,
                        &c->bucket_bytes, error) ||
-      !ps_json_get_enum(o, file, p, "loss_reduction", FALSE, loss_reductions, &red, error))
+      !ps_json_get_enum(o, file, p, "loss_reduction", FALSE, loss_reductions, &red, error) ||
+      !ps_strategy_parse_reduce_precision(o, file, &c->reduce_precision, error))
     return FALSE;
   c->remat = (PsRemat)remat;
   c->loss_reduction = (PsLossReduction)red;
@@ -263,6 +265,9 @@ static json_object *shard_to_json(const void *config)
   json_object_object_add(so, "bucket_bytes", json_object_new_int64(c->bucket_bytes));
   json_object_object_add(so, "loss_reduction",
                          json_object_new_string(loss_reductions[c->loss_reduction]));
+  json_object_object_add(
+      so, "reduce_precision",
+      json_object_new_string(ps_strategy_reduce_precision_name(c->reduce_precision)));
   return so;
 }
 

@@ -36,6 +36,7 @@ typedef struct {
   int64_t bucket_bytes;    /* gradients are all-reduced in buckets of this size */
   gboolean overlap;        /* buckets all-reduce while the backward pass runs */
   gboolean weight_update_sharding; /* reduce-scatter, sharded update, all-gather */
+  PsPrecision reduce_precision;    /* of the gradients on the wire */
 } PsReplication;
 
 /* A pipeline's shape (stages 1: none). */
@@ -70,6 +71,18 @@ void ps_replica_free(void *config);
  * reduction, 1 for "sum", over the micro-batches whose gradients
  * accumulate into one update. */
 float ps_replica_loss_scale(const PsReplication *rep, int micro_batches);
+
+/* strategy.reduce_precision, a key replicate, pipeline and shard share:
+ * the type gradients are reduced in ("f32", the default: a mixed-precision
+ * step's gradients are f32; or "bf16"), which sets the bytes per element
+ * of their all-reduces and reduce-scatters (ps_strategy_reduce_bytes) and,
+ * with numerics, their rounding.  Left alone when the key is absent. */
+gboolean ps_strategy_parse_reduce_precision(json_object *o, const char *file,
+                                            PsPrecision *out, GError **error);
+/* "f32" or "bf16".  (transfer none) */
+const char *ps_strategy_reduce_precision_name(PsPrecision p);
+/* Bytes a reduced gradient element takes on the wire: 4 or 2. */
+int ps_strategy_reduce_bytes(PsPrecision p);
 
 /* A PS_INPUT_ERROR "FILE: PATH: reason", as io's messages read. */
 void ps_strategy_fail(GError **error, int code, const char *file, const char *path,
