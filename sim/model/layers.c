@@ -602,6 +602,16 @@ static gboolean recomputed(const PsModel *m, int t)
          how == PS_LOWER_NORM_STATS;
 }
 
+/* The tensor layer i's backward reads besides its own, or PS_NO_TENSOR. */
+#define PS_NO_TENSOR (-2)
+static int needed(const PsModel *m, int i)
+{
+  const PsLayer *L = &m->layers[i];
+  if (L->saves == PS_SAVES_NONE)
+    return PS_NO_TENSOR;
+  return tensor_of(m, L->saves == PS_SAVES_INPUT ? L->input_from : i);
+}
+
 /* Adds to act_elems the tensors between layers that backward reads, each
  * once, to the first layer (in forward order) that needs it. */
 static void share_kept(PsModel *m)
@@ -609,16 +619,39 @@ static void share_kept(PsModel *m)
   gboolean *counted = g_new0(gboolean, m->n_layers + 1); /* [t + 1] */
   for (int i = 0; i < m->n_layers; i++) {
     PsLayer *L = &m->layers[i];
-    if (L->saves == PS_SAVES_NONE)
-      continue;
-    int t = tensor_of(m, L->saves == PS_SAVES_INPUT ? L->input_from : i);
-    if (counted[t + 1] || recomputed(m, t))
+    int t = needed(m, i);
+    if (t == PS_NO_TENSOR || counted[t + 1] || recomputed(m, t))
       continue;
     counted[t + 1] = TRUE;
     L->act_elems += t < 0 ? ps_shape_elems(m->in_shape, m->in_rank)
                           : ps_shape_elems(m->layers[t].out_shape, m->layers[t].out_rank);
   }
   g_free(counted);
+}
+
+int64_t ps_model_boundary_elems(const PsModel *model, int first, int last)
+{
+  g_return_val_if_fail(model != NULL && first >= 0 && first <= last &&
+                           last <= model->n_layers, 0);
+  if (first == 0)
+    return 0;
+  /* for each tensor made before `first` ([t + 1]): whether a layer before
+   * `first` keeps it, whether one in the range needs it */
+  gboolean *before = g_new0(gboolean, first + 1), *inside = g_new0(gboolean, first + 1);
+  for (int i = 0; i < last; i++) {
+    int t = needed(model, i);
+    if (t != PS_NO_TENSOR && t < first)
+      (i < first ? before : inside)[t + 1] = TRUE;
+  }
+  int64_t elems = 0;
+  for (int t = -1; t < first; t++)
+    /* kept by an earlier layer, or never written: this range holds it */
+    if (inside[t + 1] && (before[t + 1] || recomputed(model, t)))
+      elems += t < 0 ? ps_shape_elems(model->in_shape, model->in_rank)
+                     : ps_shape_elems(model->layers[t].out_shape, model->layers[t].out_rank);
+  g_free(before);
+  g_free(inside);
+  return elems;
 }
 
 int64_t ps_layer_kept_bytes(const PsLayer *L, int64_t batch, int act_bytes)
@@ -754,6 +787,7 @@ int64_t ps_model_memory_bytes(const PsModel *model, int first, int last, int64_t
     params += model->layers[i].params;
     act += ps_layer_kept_bytes(&model->layers[i], 1, act_bytes);
   }
+  act += ps_model_boundary_elems(model, first, last) * act_bytes;
   /* In doubles, saturating at INT64_MAX: a huge batch must read as "does
    * not fit", not wrap around to a small number. */
   double need = (double)params * 4 * (2 + optimizer_slots) + (double)act * (double)batch;

@@ -202,6 +202,12 @@ int64_t ps_shape_elems(const int64_t *shape, int rank);
  * act_bytes each and its statistics in float32. */
 int64_t ps_layer_kept_bytes(const PsLayer *L, int64_t batch, int act_bytes);
 
+/* Elements per example that layers [first, last) need for backward but
+ * that act_elems counts before `first` (or nowhere: a tensor no kernel
+ * writes, recomputed from a tensor made before `first`): what a pipeline
+ * stage starting at `first` holds of its received input.  0 for first 0. */
+int64_t ps_model_boundary_elems(const PsModel *model, int first, int last);
+
 /* Bytes a device needs for training with `batch` examples: weights,
  * gradients and `optimizer_slots` copies (4 bytes each), plus activations
  * kept for backward at `act_bytes` per element (all layers, or the layer
