@@ -153,6 +153,29 @@ static void test_view_shares(void)
   ps_model_free(m);
 }
 
+/* Pipeline stages of dense -> relu -> dense -> relu -> dense: a stage
+ * that starts at the second dense needs relu1's output, which the model
+ * never writes (relu1 keeps its input on the stage before): the stage
+ * holds the received tensor itself.  A stage that starts at relu1 keeps
+ * relu1's input, counted by relu1 already. */
+static void test_stage_boundary(void)
+{
+  PsModel *m = model_text("{'input': {'shape': [8], 'classes': 3}, 'layers': ["
+                          "{'type': 'dense', 'units': 16}, {'type': 'relu'},"
+                          "{'type': 'dense', 'units': 16}, {'type': 'relu'},"
+                          "{'type': 'dense', 'units': 3}, {'type': 'softmax_xent'}]}");
+  g_assert_cmpint(ps_model_boundary_elems(m, 0, 6), ==, 0);
+  g_assert_cmpint(ps_model_boundary_elems(m, 2, 4), ==, 16);
+  g_assert_cmpint(ps_model_boundary_elems(m, 1, 3), ==, 0);
+  g_assert_cmpint(ps_model_boundary_elems(m, 4, 6), ==, 16);
+  int64_t w2 = 16 * 16 + 16;
+  g_assert_cmpint(ps_model_memory_bytes(m, 2, 4, 5, 0, 4), ==, w2 * 4 * 2 + (16 + 16) * 5 * 4);
+  /* the whole model: the input, the relus' inputs, the probabilities */
+  g_assert_cmpint(ps_model_memory_bytes(m, 0, 6, 5, 0, 2), ==,
+                  (8 * 16 + 16 + w2 + 16 * 3 + 3) * 4 * 2 + (8 + 16 + 16 + 3) * 5 * 2);
+  ps_model_free(m);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -160,5 +183,6 @@ int main(int argc, char **argv)
   g_test_add_func("/memory/dense-gelu-dense/hand-count", test_dense_gelu_dense);
   g_test_add_func("/memory/conv-bn-relu/hand-count", test_conv_bn_relu);
   g_test_add_func("/memory/view/shared", test_view_shares);
+  g_test_add_func("/memory/stage-boundary", test_stage_boundary);
   return g_test_run();
 }

@@ -52,8 +52,14 @@
  *   it.  A tensor the cost model never writes is not kept: the output of
  *   an element-wise kind fused into its producer (relu, gelu) and of
  *   batch normalization (deferred into its consumer) is recomputed from
- *   their kept input by each kernel that reads it, as XLA fuses a cheap
- *   element-wise producer into every consumer, backward's included.
+ *   their kept input by each kernel that reads it: XLA's instruction
+ *   fusion duplicates a cheap producer (relu's maximum, batch norm's
+ *   scale and shift) into every consumer, backward's included
+ *   (xla/service/instruction_fusion.cc, IsExpensive and
+ *   FusionWouldDuplicate), and its rematerialization under the HBM limit
+ *   recomputes an instruction whose operands stay live anyway, as gelu's
+ *   (kept for gelu's own backward), for the whole of its output
+ *   (xla/service/hlo_rematerialization.cc, MemoryReducedIfRematerialized).
  *   For a transformer layer this is Korthikanti et al. 2022's count
  *   (section 4.1) without dropout and with gelu's output recomputed.
  */
