@@ -635,13 +635,15 @@ static void test_replicate_memory(void)
   g_assert_no_error(err);
   ps_experiment_free(e);
 
-  /* 3.8 GiB of weights, gradients and momentum, plus 16384 examples of
-   * about 68 K activations: 2.1 GiB in bf16 fits in 8 GiB, 4.3 in f32 not. */
-  const char *const bf16[] = {"global_batch=16384", "numerics.precision=bf16", NULL};
+  /* 3.8 GiB of weights, gradients and momentum, plus 32768 examples of
+   * 36,874 activations kept (the input 4096, the relus' inputs 2 x 16384
+   * with their outputs recomputed, the probabilities 10): 2.3 GiB in bf16
+   * fits in 8 GiB, 4.5 in f32 not. */
+  const char *const bf16[] = {"global_batch=32768", "numerics.precision=bf16", NULL};
   e = ps_experiment_load(f, bf16, &err);
   g_assert_no_error(err);
   ps_experiment_free(e);
-  const char *const f32[] = {"global_batch=16384", NULL};
+  const char *const f32[] = {"global_batch=32768", NULL};
   e = ps_experiment_load(f, f32, &err);
   g_assert_null(e);
   g_assert_error(err, PS_INPUT_ERROR, PS_INPUT_ERROR_DOES_NOT_FIT);
@@ -788,7 +790,7 @@ static const BadCase bad_cases[] = {
      {"bad/extends-unknown.json: ", "topology.extends: ", "unknown topology 'tpu-v7-8'"}},
     {"does-not-fit", BAD("does-not-fit.json"), {NULL}, PS_INPUT_ERROR_DOES_NOT_FIT,
      {"bad/does-not-fit.json: ", "global_batch: ",
-      "model 'fixture-wide' needs 20.8 GiB per device at batch 65536",
+      "model 'fixture-wide' needs 12.8 GiB per device at batch 65536",
       "tpu-v2-8 has 8.0 GiB per device"}},
     {"too-many-replicas", BAD("too-many-replicas.json"), {NULL}, PS_INPUT_ERROR_VALUE,
      {"bad/too-many-replicas.json: ", "strategy.replicas: ", "needs 64 devices, tpu-v3-8 has 8"}},

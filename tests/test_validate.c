@@ -367,6 +367,27 @@ static void test_shipped(void)
   json_object_put(o);
 }
 
+/* BERT-large at 48 sequences per 32 GiB v4 chip trained in the MLPerf v0.7
+ * run: with activations kept as XLA keeps them (bf16, one buffer per
+ * tensor, GELU's output recomputed) the point is simulated, and validate
+ * exits 0. */
+static void test_bert_v4_fits(void)
+{
+  g_autofree char *out = NULL, *err = NULL;
+  int st = podsim_run(&out, &err, "validate", "--json", "--only",
+                      "mlperf-v0.7-google-bert-tpu-v4-128", NULL);
+  g_test_message("validate: %d: %s", st, err);
+  g_assert_cmpint(st, ==, 0);
+  json_object *o = json_tokener_parse(out);
+  g_assert_nonnull(o);
+  json_object *rows = json_object_object_get(o, "rows");
+  g_assert_cmpint(json_object_array_length(rows), ==, 1);
+  json_object *r = row_named(rows, "mlperf-v0.7-google-bert-tpu-v4-128");
+  g_assert_cmpfloat(num(r, "predicted_s"), >, 0);
+  g_assert_cmpint(json_object_get_int(json_object_object_get(o, "failed")), ==, 0);
+  json_object_put(o);
+}
+
 /* A point whose "settings" give the real run's steps_per_run L has its
  * host round trip spread over L steps: the prediction is the simulated
  * step less host_loop_s x (1 - 2 / L), host_loop_s from `podsim run` of the
@@ -449,6 +470,7 @@ int main(int argc, char **argv)
   g_test_add_func("/validate/missing-field", test_missing_field);
   g_test_add_func("/validate/bad-values", test_bad_values);
   g_test_add_func("/validate/shipped", test_shipped);
+  g_test_add_func("/validate/bert-v4-128-fits", test_bert_v4_fits);
   g_test_add_func("/validate/real-loop", test_real_loop);
   g_test_add_func("/validate/exit-documented", test_exit_documented);
   return g_test_run();

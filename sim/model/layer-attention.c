@@ -103,8 +103,11 @@ static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
    * read by the context product: 4 h S^2 */
   L->fwd_bytes = 2.0 * sd + 4.0 * si + 4.0 * skv + 4.0 * scores + (double)L->params;
   L->bwd_bytes = 2 * L->fwd_bytes;
-  /* x, q, k, v, context, probabilities */
-  L->act_elems = s * d + 2 * s * inner + 2 * s * kvw + h * s * s;
+  /* backward reads x (saved as the input), q, k, v, the context and the
+   * softmax probabilities; the scores before the softmax are dead once
+   * the probabilities are written */
+  L->saves = PS_SAVES_INPUT;
+  L->act_elems = 2 * s * inner + 2 * s * kvw + h * s * s;
   return TRUE;
 }
 

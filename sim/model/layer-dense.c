@@ -43,7 +43,7 @@ static gboolean dense_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   L->bwd_flops = 2 * mm + nb;
   L->fwd_bytes = (double)in->elems + (double)L->params + (double)(rows * L->units);
   L->bwd_bytes = 2 * L->fwd_bytes;
-  L->act_elems = in->elems;
+  L->saves = PS_SAVES_INPUT;
   return TRUE;
 }
 
@@ -148,7 +148,7 @@ static gboolean conv_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   L->bwd_flops = 2 * mm + nb;
   L->fwd_bytes = (double)in->elems + (double)L->params + (double)(oh * ow * L->filters);
   L->bwd_bytes = 2 * L->fwd_bytes;
-  L->act_elems = in->elems;
+  L->saves = PS_SAVES_INPUT;
   return TRUE;
 }
 

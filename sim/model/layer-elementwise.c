@@ -5,8 +5,9 @@
  *
  * Costs, FLOPs per element forward / backward: relu 1 / 1, tanh 4 / 3, gelu
  * 10 / 16, add 1 / 1 (the backward one is the sum of the two gradients at
- * the fork); an activation keeps its output (its input for relu and gelu's
- * numerics), flatten is a view and moves nothing.
+ * the fork); relu and gelu keep their input for backward (their output,
+ * never written, is recomputed by the kernel that reads it), tanh its
+ * output; flatten is a view and moves nothing.
  * Invariant: the output has the input's elements in the input's order. */
 #include "model/layer-private.h"
 
@@ -15,18 +16,21 @@
 static gboolean relu_shape(PsLayer *L, const PsLayerIn *in, GError **error)
 {
   ps_layer_elementwise(L, in, 1, 1);
+  L->saves = PS_SAVES_INPUT;
   return TRUE;
 }
 
 static gboolean gelu_shape(PsLayer *L, const PsLayerIn *in, GError **error)
 {
   ps_layer_elementwise(L, in, 10, 16);
+  L->saves = PS_SAVES_INPUT;
   return TRUE;
 }
 
 static gboolean tanh_shape(PsLayer *L, const PsLayerIn *in, GError **error)
 {
   ps_layer_elementwise(L, in, 4, 3);
+  L->saves = PS_SAVES_OUTPUT;
   return TRUE;
 }
 

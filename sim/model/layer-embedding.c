@@ -159,7 +159,7 @@ static gboolean patch_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   L->bwd_flops = 2 * mm + adds;
   L->fwd_bytes = (double)in->elems + (double)L->params + (double)sd;
   L->bwd_bytes = 2 * L->fwd_bytes;
-  L->act_elems = in->elems;
+  L->saves = PS_SAVES_INPUT;
   return TRUE;
 }
 

@@ -52,7 +52,8 @@ static gboolean swiglu_shape(PsLayer *L, const PsLayerIn *in, GError **error)
    * written */
   L->fwd_bytes = (double)in->elems + (double)L->params + 5.0 * out;
   L->bwd_bytes = 2 * L->fwd_bytes;
-  L->act_elems = in->elems + 2 * rows * f;
+  L->saves = PS_SAVES_INPUT;
+  L->act_elems = 2 * rows * f; /* both projections */
   return TRUE;
 }
 

@@ -31,7 +31,8 @@ static void norm_shape(PsLayer *L, const PsLayerIn *in)
 static gboolean batchnorm_shape(PsLayer *L, const PsLayerIn *in, GError **error)
 {
   norm_shape(L, in);
-  L->act_elems = in->elems + 2 * in->shape[in->rank - 1];
+  L->saves = PS_SAVES_INPUT;
+  L->stat_elems = 2 * in->shape[in->rank - 1];
   return TRUE;
 }
 
@@ -49,7 +50,8 @@ const PsLayerOps ps_layer_batchnorm = {
 static gboolean layernorm_shape(PsLayer *L, const PsLayerIn *in, GError **error)
 {
   norm_shape(L, in);
-  L->act_elems = in->elems + 2 * (in->elems / in->shape[in->rank - 1]);
+  L->saves = PS_SAVES_INPUT;
+  L->stat_elems = 2 * (in->elems / in->shape[in->rank - 1]);
   return TRUE;
 }
 
@@ -116,7 +118,8 @@ static gboolean rmsnorm_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   L->bwd_flops = PS_RMSNORM_BWD * (double)in->elems;
   L->fwd_bytes = 3.0 * (double)in->elems + (double)L->params;
   L->bwd_bytes = 5.0 * (double)in->elems + 2.0 * (double)L->params;
-  L->act_elems = in->elems + in->elems / c;
+  L->saves = PS_SAVES_INPUT;
+  L->stat_elems = in->elems / c;
   return TRUE;
 }
 

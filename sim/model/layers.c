@@ -39,10 +39,29 @@
  * - HBM traffic in elements, unfused: each op reads its inputs (and
  *   weights) and writes its outputs; normalizations read the input twice
  *   (statistics, then normalize); flatten is a view and moves nothing.
- * - act_elems: what backward needs: matmul layers keep their input
- *   (attention also q, k, v, the probabilities and the context),
- *   activations their output, max pool its argmax, normalizations their
- *   input plus per-channel statistics, softmax_xent its probabilities.
+ * - kept for backward, as XLA's buffer assignment lays out a training
+ *   step (one buffer per tensor, however many backward kernels read it):
+ *   each kind says which tensor between layers its backward reads
+ *   (`saves`: matmul layers and normalizations their input, relu and gelu
+ *   their input, tanh its output) and what it keeps of its own
+ *   (attention's q, k, v, context and softmax probabilities, never the
+ *   scores before the softmax; max pool's argmax; softmax_xent's
+ *   probabilities; a norm's float32 statistics).  share_kept() then
+ *   counts each tensor once, with the first layer that needs it, so it
+ *   is live from that layer's forward to its backward, the last to read
+ *   it.  A tensor the cost model never writes is not kept: the output of
+ *   an element-wise kind fused into its producer (relu, gelu) and of
+ *   batch normalization (deferred into its consumer) is recomputed from
+ *   their kept input by each kernel that reads it: XLA's instruction
+ *   fusion duplicates a cheap producer (relu's maximum, batch norm's
+ *   scale and shift) into every consumer, backward's included
+ *   (xla/service/instruction_fusion.cc, IsExpensive and
+ *   FusionWouldDuplicate), and its rematerialization under the HBM limit
+ *   recomputes an instruction whose operands stay live anyway, as gelu's
+ *   (kept for gelu's own backward), for the whole of its output
+ *   (xla/service/hlo_rematerialization.cc, MemoryReducedIfRematerialized).
+ *   For a transformer layer this is Korthikanti et al. 2022's count
+ *   (section 4.1) without dropout and with gelu's output recomputed.
  */
 #include "model/layer-private.h"
 
@@ -230,7 +249,6 @@ void ps_layer_elementwise(PsLayer *L, const PsLayerIn *in, double fwd, double bw
   L->bwd_flops = bwd * (double)e;
   L->fwd_bytes = 2.0 * (double)e;       /* read x, write y */
   L->bwd_bytes = 3.0 * (double)e;       /* read dy and the saved tensor, write dx */
-  L->act_elems = e;
 }
 
 /* Fills shapes and costs of a plain layer whose hyper-parameters are set.
@@ -568,15 +586,98 @@ static gboolean check_loss(const PsModel *m, GHashTable *names, const char *file
  * many of its layers have kernels. */
 #define PS_NUMERICS_MAX_PARAMS (INT64_C(1) << 28)
 
+/* The tensor layer i's output is: a view's output is its input's buffer.
+ * -1 is the model input. */
+static int tensor_of(const PsModel *m, int i)
+{
+  while (i >= 0 && ps_layer_ops(m->layers[i].kind)->view)
+    i = m->layers[i].input_from;
+  return i;
+}
+
+/* A tensor no kernel writes: the output of relu or gelu (fused into its
+ * producer, keeping its input) or of batch normalization (deferred into
+ * its consumer); whoever reads it recomputes it from the kept input. */
+static gboolean recomputed(const PsModel *m, int t)
+{
+  if (t < 0)
+    return FALSE;
+  const PsLayer *L = &m->layers[t];
+  PsLayerLowering how = ps_layer_kind_lower(L->kind)->lowering;
+  return (how == PS_LOWER_UNARY && L->saves == PS_SAVES_INPUT) ||
+         how == PS_LOWER_NORM_STATS;
+}
+
+/* The tensor layer i's backward reads besides its own, or PS_NO_TENSOR. */
+#define PS_NO_TENSOR (-2)
+static int needed(const PsModel *m, int i)
+{
+  const PsLayer *L = &m->layers[i];
+  if (L->saves == PS_SAVES_NONE)
+    return PS_NO_TENSOR;
+  return tensor_of(m, L->saves == PS_SAVES_INPUT ? L->input_from : i);
+}
+
+/* Adds to act_elems the tensors between layers that backward reads, each
+ * once, to the first layer (in forward order) that needs it. */
+static void share_kept(PsModel *m)
+{
+  gboolean *counted = g_new0(gboolean, m->n_layers + 1); /* [t + 1] */
+  for (int i = 0; i < m->n_layers; i++) {
+    PsLayer *L = &m->layers[i];
+    int t = needed(m, i);
+    if (t == PS_NO_TENSOR || counted[t + 1] || recomputed(m, t))
+      continue;
+    counted[t + 1] = TRUE;
+    L->act_elems += t < 0 ? ps_shape_elems(m->in_shape, m->in_rank)
+                          : ps_shape_elems(m->layers[t].out_shape, m->layers[t].out_rank);
+  }
+  g_free(counted);
+}
+
+int64_t ps_model_boundary_elems(const PsModel *model, int first, int last)
+{
+  g_return_val_if_fail(model != NULL && first >= 0 && first <= last &&
+                           last <= model->n_layers, 0);
+  if (first == 0)
+    return 0;
+  /* for each tensor made before `first` ([t + 1]): whether a layer before
+   * `first` keeps it, whether one in the range needs it */
+  gboolean *before = g_new0(gboolean, first + 1), *inside = g_new0(gboolean, first + 1);
+  for (int i = 0; i < last; i++) {
+    int t = needed(model, i);
+    if (t != PS_NO_TENSOR && t < first)
+      (i < first ? before : inside)[t + 1] = TRUE;
+  }
+  int64_t elems = 0;
+  for (int t = -1; t < first; t++)
+    /* kept by an earlier layer, or never written: this range holds it */
+    if (inside[t + 1] && (before[t + 1] || recomputed(model, t)))
+      elems += t < 0 ? ps_shape_elems(model->in_shape, model->in_rank)
+                     : ps_shape_elems(model->layers[t].out_shape, model->layers[t].out_rank);
+  g_free(before);
+  g_free(inside);
+  return elems;
+}
+
+int64_t ps_layer_kept_bytes(const PsLayer *L, int64_t batch, int act_bytes)
+{
+  g_return_val_if_fail(L != NULL && batch >= 0 && act_bytes >= 0, 0);
+  return (L->act_elems * act_bytes + L->stat_elems * 4) * batch;
+}
+
 /* The model's totals per example, and whether numerics support it. */
 static gboolean sum_totals(PsModel *m, const char *file, const char *lpath, GError **error)
 {
   /* Each layer is within MAX_ELEMS, but many of them can sum past int64:
    * the totals are checked in doubles first. */
+  /* one layer gains at most one tensor (each within MAX_ELEMS): no
+   * overflow before the check */
+  share_kept(m);
   double total_params = 0, total_act = 0;
   for (int i = 0; i < m->n_layers; i++) {
     total_params += (double)m->layers[i].params;
-    total_act += (double)m->layers[i].act_elems;
+    total_act += (double)m->layers[i].act_elems + (double)m->layers[i].stat_elems;
   }
   if (!check_size(total_params, "the model's parameter count", file, lpath, error) ||
       !check_size(total_act, "the model's activation count per example", file, lpath, error))
@@ -690,15 +791,15 @@ int64_t ps_model_memory_bytes(const PsModel *model, int first, int last, int64_t
   int64_t params = 0, act = 0;
   for (int i = first; i < last; i++) {
     params += model->layers[i].params;
-    act += model->layers[i].act_elems;
+    act += ps_layer_kept_bytes(&model->layers[i], 1, act_bytes);
   }
+  act += ps_model_boundary_elems(model, first, last) * act_bytes;
   /* In doubles, saturating at INT64_MAX: a huge batch must read as "does
    * not fit", not wrap around to a small number. */
-  double need = (double)params * 4 * (2 + optimizer_slots) +
-                (double)act * (double)batch * act_bytes;
+  double need = (double)params * 4 * (2 + optimizer_slots) + (double)act * (double)batch;
   if (need >= 9.2e18)
     return INT64_MAX;
-  return params * 4 * (2 + optimizer_slots) + act * batch * act_bytes;
+  return params * 4 * (2 + optimizer_slots) + act * batch;
 }
 
 /* Model FLOPs as PaLM counts them (Chowdhery et al. 2022, appendix B):

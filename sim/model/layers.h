@@ -111,6 +111,17 @@ typedef struct {
 #define PS_MAX_RANK 3
 #define PS_MAX_MATMULS 4
 
+/* Which tensor between layers a kind's backward reads, besides what it
+ * keeps of its own (act_elems as its shape function sets it): its input
+ * (a matmul's operand, a normalization's input, gelu's and relu's
+ * argument), its output (tanh's), or neither.  Layers that need the same
+ * tensor share one buffer (layers.c counts it once). */
+typedef enum {
+  PS_SAVES_NONE,
+  PS_SAVES_INPUT,
+  PS_SAVES_OUTPUT,
+} PsLayerSaves;
+
 typedef struct {
   PsLayerKind kind;
   char *name;                  /* unique, e.g. "stage2.block1.conv_a" */
@@ -132,7 +143,14 @@ typedef struct {
   int64_t params;              /* trainable parameters */
   double fwd_flops, bwd_flops; /* all FLOPs, matmul and element-wise */
   double fwd_bytes, bwd_bytes; /* HBM traffic unfused, in elements */
-  int64_t act_elems;           /* elements kept for the backward pass */
+  int64_t act_elems;           /* elements kept for the backward pass at the
+                                  activation precision: the layer's own
+                                  (attention's q, k, v, context and
+                                  probabilities, an argmax) plus the tensors
+                                  between layers it is the first to need */
+  int64_t stat_elems;          /* float32 statistics kept (a norm's mean and
+                                  reciprocal deviation per row or channel) */
+  PsLayerSaves saves;          /* the tensor between layers backward reads */
   int n_mm;
   PsMatmul mm[PS_MAX_MATMULS]; /* forward matmuls; backward does each twice */
   /* data flow (added with layers.c): the layer whose output is this
@@ -179,6 +197,16 @@ const char *ps_layer_kind_name(PsLayerKind kind);
 /* (transfer none) */
 const PsLayerLowerInfo *ps_layer_kind_lower(PsLayerKind kind);
 int64_t ps_shape_elems(const int64_t *shape, int rank);
+
+/* Bytes layer L keeps for backward over `batch` examples: act_elems at
+ * act_bytes each and its statistics in float32. */
+int64_t ps_layer_kept_bytes(const PsLayer *L, int64_t batch, int act_bytes);
+
+/* Elements per example that layers [first, last) need for backward but
+ * that act_elems counts before `first` (or nowhere: a tensor no kernel
+ * writes, recomputed from a tensor made before `first`): what a pipeline
+ * stage starting at `first` holds of its received input.  0 for first 0. */
+int64_t ps_model_boundary_elems(const PsModel *model, int first, int last);
 
 /* Bytes a device needs for training with `batch` examples: weights,
  * gradients and `optimizer_slots` copies (4 bytes each), plus activations

@@ -142,6 +142,9 @@ static void stage_figures(PsPartition *p, const PsExperiment *exp)
   for (int s = 0; s < p->stages; s++) {
     p->time_s[s] = span_time(exp, p->first[s], p->first[s + 1], p->micro_batch,
                              &p->act_bytes[s]);
+    /* what it holds of its received input that no layer of it counts */
+    p->act_bytes[s] += ps_model_boundary_elems(m, p->first[s], p->first[s + 1]) *
+                       p->micro_batch * ps_cost_act_bytes(exp->numerics.precision);
     for (int l = p->first[s]; l < p->first[s + 1]; l++) {
       p->fwd_flops[s] += m->layers[l].fwd_flops;
       p->params[s] += m->layers[l].params;

@@ -77,6 +77,8 @@ typedef struct {
   GArray *ops;
   PsBuckets *bk;
   int64_t in_bytes;      /* the stage's input activation, one micro-batch */
+  int64_t held_bytes;    /* what backward needs of it that no layer of the
+                            stage counts (ps_model_boundary_elems) */
   int64_t out_bytes;     /* its output */
 } Stage;
 
@@ -127,6 +129,8 @@ static void forward(Stage *st, int mb)
     PsOp f = group_op(st, PS_OP_FWD, g, mb);
     if (remat) /* only the stage's input stays, for the recomputation */
       f.act_bytes = g == 0 ? st->in_bytes : 0;
+    else if (g == 0)
+      f.act_bytes += st->held_bytes;
     append(st->ops, &f);
     ps_lower_host_calls(exp, &f, st->ops);
   }
@@ -160,8 +164,8 @@ static void backward(Stage *st, int mb, gboolean final)
   }
   for (int g = n_groups(st) - 1; g >= 0; g--) {
     PsOp b = group_op(st, PS_OP_BWD, g, mb);
-    if (remat && g == 0)
-      b.act_bytes -= st->in_bytes;
+    if (g == 0)
+      b.act_bytes -= remat ? st->in_bytes : st->held_bytes;
     append(st->ops, &b);
     if (final)
       ps_lower_buckets_add(st->bk, st->ops, &b, g == 0);
@@ -258,6 +262,7 @@ static PsPlan *pipeline_compile(const PsExperiment *exp, const void *config, GEr
     Stage st = {.exp = exp, .staging = sc, .part = part, .s = s, .K = K, .M = M, .b = b,
                 .groups = ps_lower_layer_groups(exp, first, last + 1), .ops = ops, .bk = &bk,
                 .in_bytes = ps_shape_elems(lf->in_shape, lf->in_rank) * b * act,
+                .held_bytes = ps_model_boundary_elems(m, first, last + 1) * b * act,
                 .out_bytes = ps_shape_elems(ll->out_shape, ll->out_rank) * b * act};
     schedule(&st);
     plan->n_buckets += ps_lower_buckets_count(&bk);

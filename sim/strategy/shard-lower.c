@@ -233,6 +233,7 @@ static void divide(PsLayer *L, int64_t k)
   L->fwd_bytes /= (double)k;
   L->bwd_bytes /= (double)k;
   L->act_elems /= k;
+  L->stat_elems /= k;
   L->params /= k;
 }
 
@@ -395,8 +396,7 @@ static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
   op.overhead_s = cost.overhead_s;
   int64_t act = 0;
   for (int l = op.first; l <= op.last; l++)
-    act += w->local.layers[l].act_elems;
-  act *= w->batch * w->act_b;
+    act += ps_layer_kept_bytes(&w->local.layers[l], w->batch, w->act_b);
   op.act_bytes = kind == PS_OP_BWD ? -act : act;
   name_op(w, &op, op.first);
   return op;
