@@ -120,6 +120,27 @@ void ps_optimizer_step(PsOptimizer *opt, float *params, const float *grads);
 void ps_optimizer_step_range(PsOptimizer *opt, float *params, const float *grads, size_t off,
                              size_t len, int64_t t);
 void ps_optimizer_free(PsOptimizer *opt);
+
+/* A layer-wise optimizer's unit: a range of the parameters with one trust
+ * ratio, or none (`adapt` FALSE: no ratio, no weight decay). */
+typedef struct {
+  size_t off, len;
+  gboolean adapt;
+} PsOptSegment;
+/* Each layer's weights and bias as segments, in order, tiling the
+ * parameters; normalization gains and biases not adapted.  (transfer full) */
+PsOptSegment *ps_net_opt_segments(const PsNet *net, int *n);
+/* LARS (momentum, eta, weight_decay) or LAMB (beta1, beta2, eps,
+ * weight_decay). */
+typedef struct {
+  gboolean lamb;
+  float lr, momentum, eta, beta1, beta2, eps, weight_decay;
+} PsLayerwiseConfig;
+/* LARS or LAMB over n parameters cut into segments that tile them.  A
+ * step over a range that cuts a segment takes the norms of the piece in
+ * the range.  (transfer full) */
+PsOptimizer *ps_optimizer_new_layerwise(const PsLayerwiseConfig *c, size_t n,
+                                        const PsOptSegment *segs, int n_segs);
 /* Sets the learning rate of the following steps. */
 void ps_optimizer_set_lr(PsOptimizer *opt, float lr);
 
