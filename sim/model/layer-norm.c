@@ -49,14 +49,21 @@ static gboolean batchnorm_plan(const NetPlan *p, NetLayer *nl, GError **error)
   return TRUE;
 }
 
-/* Statistics of this device's batch alone (a group of one replica); the
- * kernels' phases take a group's reduced moments in between. */
+/* Statistics of this device's batch alone (a group of one replica), or
+ * with nl->bn_group > 1 the group's moments, which
+ * ps_net_batchnorm_moments computed and the caller reduced. */
+static gboolean own_moments(const NetStep *st)
+{
+  return st->nl->bn_group <= 1 || st->net->bn_local;
+}
+
 static void batchnorm_forward(const NetStep *st)
 {
   const NetLayer *nl = st->nl;
   int rows = st->batch * nl->groups, C = nl->in_dim;
   float *moments = st->sl->cache + 2 * (size_t)C;
-  ps_batchnorm_moments(st->x, rows, C, 1, moments);
+  if (own_moments(st))
+    ps_batchnorm_moments(st->x, rows, C, 1, moments);
   ps_batchnorm_normalize(st->x, st->w, st->b, moments, st->sl->out, st->sl->cache, rows, C);
 }
 
@@ -65,7 +72,9 @@ static gboolean batchnorm_backward(const NetStep *st)
   const NetLayer *nl = st->nl;
   int rows = st->batch * nl->groups, C = nl->in_dim;
   float *moments = st->sl->cache + 2 * (size_t)C;
-  ps_batchnorm_grad_moments(st->x, st->sl->cache, st->dy, rows, C, 1, st->dw, st->db, moments);
+  if (own_moments(st))
+    ps_batchnorm_grad_moments(st->x, st->sl->cache, st->dy, rows, C, 1, st->dw, st->db,
+                              moments);
   if (st->dx)
     ps_batchnorm_input_grad(st->x, st->w, st->sl->cache, moments, st->dy, st->dx, rows, C);
   return st->dx != NULL;

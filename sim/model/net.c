@@ -591,6 +591,7 @@ double ps_net_evaluate(PsNet *net, const float *x, const int32_t *labels, size_t
   g_return_val_if_fail(x != NULL && labels != NULL, 0.0);
   size_t right = 0, per = (size_t)net->labels_per;
   double loss = 0.0;
+  net->bn_local = TRUE;
   for (size_t start = 0; start < n; start += (size_t)net->max_batch) {
     int batch = (int)MIN((size_t)net->max_batch, n - start);
     ps_net_set_input(net, x + start * net->in_elems, labels + start * per, batch);
@@ -598,6 +599,7 @@ double ps_net_evaluate(PsNet *net, const float *x, const int32_t *labels, size_t
     right += (size_t)net->cur->correct;
     loss += net->cur->loss_sum;
   }
+  net->bn_local = FALSE;
   if (mean_loss)
     *mean_loss = loss / ((double)n * (double)per);
   return (double)right / ((double)n * (double)per);
@@ -606,6 +608,35 @@ double ps_net_evaluate(PsNet *net, const float *x, const int32_t *labels, size_t
 double ps_net_accuracy(PsNet *net, const float *x, const int32_t *labels, size_t n)
 {
   return ps_net_evaluate(net, x, labels, n, NULL);
+}
+
+/* ---- batch normalization across replicas -------------------------------- */
+
+void ps_net_set_batchnorm_group(PsNet *net, int layer, int group)
+{
+  g_return_if_fail(net != NULL && layer >= 0 && layer < net->n_layers && group >= 1);
+  g_return_if_fail(net->layers[layer].kind == PS_LAYER_BATCHNORM);
+  net->layers[layer].bn_group = group;
+}
+
+float *ps_net_batchnorm_moments(PsNet *net, int layer, gboolean backward, size_t *n)
+{
+  g_return_val_if_fail(net != NULL && layer >= 0 && layer < net->n_layers, NULL);
+  const NetLayer *nl = &net->layers[layer];
+  g_return_val_if_fail(nl->kind == PS_LAYER_BATCHNORM && nl->bn_group >= 1, NULL);
+  Slot *s = net->cur;
+  SlotLayer *sl = &s->layers[layer];
+  int rows = s->batch * nl->groups, C = nl->in_dim;
+  float *moments = sl->cache + 2 * (size_t)C;
+  const float *x = ps_net_slot_output(s, nl->input_from);
+  if (backward)
+    ps_batchnorm_grad_moments(x, sl->cache, sl->dout, rows, C, nl->bn_group,
+                              net->grads + nl->w_off, net->grads + nl->b_off, moments);
+  else
+    ps_batchnorm_moments(x, rows, C, nl->bn_group, moments);
+  if (n)
+    *n = 2 * (size_t)C;
+  return moments;
 }
 
 /* ---- optimizers -------------------------------------------------------- */

@@ -108,6 +108,18 @@ double ps_net_evaluate(PsNet *net, const float *x, const int32_t *labels, size_t
 /* ps_net_evaluate's accuracy alone. */
 double ps_net_accuracy(PsNet *net, const float *x, const int32_t *labels, size_t n);
 
+/* Batch-norm layer `layer` normalizes with the moments of a group of
+ * `group` replicas with equal batches (1: its own batch's): before its
+ * forward (and its backward), ps_net_batchnorm_moments writes this net's
+ * share of the group's moments, which the caller sums over the group in
+ * place.  Evaluation uses each batch's own statistics. */
+void ps_net_set_batchnorm_group(PsNet *net, int layer, int group);
+/* The share, in the current slot: forward, the mean and mean square of the
+ * layer's input per channel divided by the group; backward, those of dy
+ * and dy xhat (adding its dgamma and dbeta).  2 C floats in *n.
+ * (transfer none) */
+float *ps_net_batchnorm_moments(PsNet *net, int layer, gboolean backward, size_t *n);
+
 /* An optimizer owning its slot buffers.  (transfer full) */
 typedef struct PsOptimizer PsOptimizer;
 PsOptimizer *ps_optimizer_new_sgd(size_t n, float lr, float momentum);

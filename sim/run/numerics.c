@@ -86,6 +86,9 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
     if (!r->nets[d])
       return FALSE;
     r->opts[d] = new_optimizer(&exp->optimizer, r->nets[d]);
+    for (int c = 0; c < plan->n_colls; c++) /* statistics all-reduced in groups */
+      if (plan->colls[c].buffer == PS_BUFFER_BN_STATS && ps_plan_coll_member(plan, c, d) >= 0)
+        ps_net_set_batchnorm_group(r->nets[d], plan->colls[c].layer, plan->colls[c].n_members);
     /* replica r of R takes examples [r B/R, (r+1) B/R) of the global batch */
     r->example_base[d] = (int64_t)ps_plan_coord(plan, d, PS_AXIS_DATA) *
                          (exp->global_batch / ps_plan_axis_size(plan, PS_AXIS_DATA));
@@ -325,6 +328,9 @@ float *ps_run_numerics_coll_buffer(void *ctx, int device, int c)
   Run *r = ctx;
   const PsPlanColl *pc = &r->plan->colls[c];
   PsNet *net = r->nets[device];
+  if (pc->buffer == PS_BUFFER_BN_STATS || pc->buffer == PS_BUFFER_BN_GRAD_STATS)
+    return ps_net_batchnorm_moments(net, pc->layer, pc->buffer == PS_BUFFER_BN_GRAD_STATS,
+                                    NULL);
   float *base = pc->buffer == PS_BUFFER_GRADS    ? ps_net_grads(net)
                 : pc->buffer == PS_BUFFER_PARAMS ? ps_net_params(net)
                                                  : ps_net_activation(net, pc->layer, NULL);
