@@ -294,6 +294,50 @@ static void test_bn_group(void)
   check_group(8);
 }
 
+/* ---- a run with statistics all-reduced in groups ------------------------ */
+
+static PsSummary run_resnet(const char *replicas, const char *group)
+{
+  const char *const ov[] = {replicas, group, "global_batch=16", "steps=2", "steps_per_run=2",
+                            "input.source=synthetic", "numerics.evaluate=false",
+                            "optimizer.kind=lamb", "optimizer.learning_rate=0.01", NULL};
+  PsExperiment *e = experiment_load("experiments/resnet-small-bn.json", ov);
+  PsSummary s = experiment_run(e);
+  ps_experiment_free(e);
+  return s;
+}
+
+static double max_diff(const PsSummary *a, const PsSummary *b)
+{
+  g_assert_cmpuint(a->n_params, ==, b->n_params);
+  double worst = 0;
+  for (size_t i = 0; i < a->n_params; i++)
+    worst = fmax(worst, fabs((double)a->params[i] - b->params[i]));
+  return worst;
+}
+
+/* Two replicas of 8 examples whose batch norms all-reduce their moments
+ * train as one device with the 16: the same first loss and, after two
+ * steps, the same weights up to float rounding (the moments are summed in
+ * another order, LAMB's steps are about 1e-2); with each replica's own
+ * statistics they do not. */
+static void test_bn_group_run(void)
+{
+  PsSummary one = run_resnet("strategy.replicas=1", "strategy.batch_norm_group_size=1");
+  PsSummary grouped = run_resnet("strategy.replicas=2", "strategy.batch_norm_group_size=2");
+  PsSummary local = run_resnet("strategy.replicas=2", "strategy.batch_norm_group_size=1");
+  g_assert_cmpfloat(fabs(grouped.loss_first - one.loss_first), <, 1e-5 * one.loss_first);
+  double d_grouped = max_diff(&grouped, &one), d_local = max_diff(&local, &one);
+  g_test_message("weights after 2 steps: grouped %.3g, local %.3g from one device", d_grouped,
+                 d_local);
+  g_assert_cmpfloat(d_grouped, <, 1e-4);
+  g_assert_cmpfloat(d_local, >, 10 * d_grouped);
+  g_assert_cmpfloat(grouped.replica_divergence, ==, 0.0);
+  ps_summary_clear(&one);
+  ps_summary_clear(&grouped);
+  ps_summary_clear(&local);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -303,5 +347,6 @@ int main(int argc, char **argv)
   g_test_add_func("/optim/cost/closed-form", test_update_cost);
   g_test_add_func("/batchnorm/finite-differences", test_bn_finite_differences);
   g_test_add_func("/batchnorm/group-statistics", test_bn_group);
+  g_test_add_func("/batchnorm/group-run", test_bn_group_run);
   return g_test_run();
 }
