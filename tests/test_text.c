@@ -450,7 +450,7 @@ static void runfix_teardown(RunFix *f, gconstpointer data)
 /* The run's first loss is the net's on the sampler's first batch (same
  * seed); 60 steps of 16 windows of 16 tokens (15,360 tokens, about a third
  * of the docs' 42 K) bring the loss per token from about ln 128 = 4.85 to
- * below 3.55 (measured 3.08, 3.37 with docs/optimizers.md in the text) and the held-out loss below 3.4 (3.15, a
+ * below 3.55 (measured 3.08 to 3.37 as docs/ changed) and the held-out loss below 3.4 (3.15, a
  * perplexity of 23). */
 static void test_run_trains(RunFix *f, gconstpointer data)
 {
