@@ -517,6 +517,48 @@ void ps_cost_update(const PsTopology *topo, int64_t params, int slots, PsOpCost 
   *out = c;
 }
 
+/* Adds a pass of `launches` like kernels with that traffic and work. */
+static void update_pass(const PsTopology *topo, double bytes, double flops, int launches,
+                        PsOpCost *c)
+{
+  if (launches <= 0)
+    return;
+  PsKernel k = {.layer = -1, .what = "optimizer", .bytes = bytes, .vpu_flops = flops};
+  kernel_finish(topo, &k);
+  double launch = k.launch_s * launches;
+  c->flops += flops;
+  c->bytes += bytes;
+  c->kernels += launches;
+  c->overhead_s += launch;
+  if (k.bound == PS_BOUND_MXU)
+    c->mxu_s += k.busy_s;
+  else
+    c->memory_s += k.busy_s;
+  c->time += ps_time_from_s(k.busy_s + launch);
+}
+
+void ps_cost_optimizer(const PsTopology *topo, const PsUpdateShape *u, PsOpCost *out)
+{
+  g_return_if_fail(topo != NULL && u != NULL && out != NULL);
+  g_return_if_fail(u->params >= 0 && u->adapted >= 0 && u->adapted <= u->params);
+  if (u->kind == PS_OPT_SGD || u->kind == PS_OPT_ADAM) {
+    ps_cost_update(topo, u->params, u->kind == PS_OPT_ADAM ? 2 : 1, out);
+    return;
+  }
+  PsOpCost c = {0};
+  double p = (double)u->params, a = (double)u->adapted;
+  int layers = u->adapted > 0 ? MAX(u->layers, 1) : 0;
+  if (u->kind == PS_OPT_LARS) {
+    update_pass(topo, 8.0 * a, 4.0 * a, layers, &c);
+    update_pass(topo, 20.0 * p, 5.0 * p + 2.0 * a, 1, &c);
+  } else {
+    update_pass(topo, 24.0 * p, 12.0 * p, layers + (u->params > u->adapted), &c);
+    update_pass(topo, 16.0 * p, 6.0 * p, 1, &c);
+  }
+  c.memory_bound = c.memory_s >= c.mxu_s;
+  *out = c;
+}
+
 ps_time_t ps_cost_pcie(const PsTopology *topo, double bytes)
 {
   return ps_time_from_s(bytes / topo->pcie_bandwidth_Bps);

@@ -115,6 +115,28 @@ void ps_cost_layers(const PsTopology *topo, const PsModel *model, int first, int
 void ps_cost_update(const PsTopology *topo, int64_t params, int slots, PsOpCost *out);
 void ps_cost_update_kernel(const PsTopology *topo, int64_t params, int slots, PsKernel *out);
 
+/* What an update touches: `params` weights, `adapted` of them in `layers`
+ * ranges with a trust ratio of their own (LARS, LAMB). */
+typedef struct {
+  PsOptimizerKind kind;
+  int64_t params, adapted;
+  int layers;
+} PsUpdateShape;
+
+/* The update's kernels (float32):
+ * - SGD, Adam: ps_cost_update's one kernel (1 and 2 slots);
+ * - LARS: a reduction per adapted layer reading its weights and gradients
+ *   (||w||, ||g||: 8 bytes and 4 FLOPs per adapted weight, one launch per
+ *   layer), then the momentum update as SGD's with weight decay (20
+ *   bytes, 5 FLOPs per weight and 2 per adapted weight);
+ * - LAMB: pass one, a kernel per adapted layer and one for the rest,
+ *   reading w, g, m, v and writing m, v while reducing ||w|| and ||u||
+ *   (24 bytes, 12 FLOPs per weight); pass two, one kernel reading w, m, v
+ *   and writing w with the ratio (16 bytes, 6 FLOPs per weight).
+ * A pass's kernels are alike (memory-bound at one intensity), so the pass
+ * costs its summed traffic's time plus a launch per kernel. */
+void ps_cost_optimizer(const PsTopology *topo, const PsUpdateShape *u, PsOpCost *out);
+
 const char *ps_cost_bound_name(PsBound bound);
 
 /* A host <-> device transfer of `bytes` over PCIe. */

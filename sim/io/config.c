@@ -147,8 +147,10 @@ static const char *const input_keys[] = {"source",   "data_dir",        "host_co
                                          "workers",  "prefetch",        "infeed_capacity",
                                          "synthetic_examples", "shuffle", "outfeed_capacity",
                                          "file", "sequence", "stride", "test_fraction", NULL};
-static const char *const optimizer_keys[] = {"kind",  "learning_rate", "momentum", "beta1",
-                                             "beta2", "epsilon",       "schedule", NULL};
+static const char *const optimizer_keys[] = {"kind",         "learning_rate",     "momentum",
+                                             "beta1",        "beta2",             "epsilon",
+                                             "schedule",     "weight_decay",      "trust_coefficient",
+                                             NULL};
 static const char *const lr_schedules[] = {"constant", "cosine", NULL};
 static const char *const numerics_keys[] = {"enabled", "precision", "seed", "evaluate",
                                             "matmul_precision", NULL};
@@ -160,7 +162,7 @@ static const int matmul_precision_passes[] = {1, 3, 6};
 static const char *const fusions[] = {"xla", "none", "ideal", NULL};
 
 static const char *const sources[] = {"fashion-mnist", "synthetic", "text", NULL};
-static const char *const optimizer_kinds[] = {"sgd", "adam", NULL};
+static const char *const optimizer_kinds[] = {"sgd", "adam", "lars", "lamb", NULL};
 static const char *const precisions[] = {"f32", "bf16", NULL};
 
 /* Where each part of the resolved tree came from, for messages. */
@@ -837,6 +839,8 @@ static gboolean parse_optimizer(json_object *root, const char *file, PsOptimizer
   opt->beta1 = 0.9;
   opt->beta2 = 0.999;
   opt->epsilon = 1e-7;
+  opt->weight_decay = 0.0;
+  opt->trust_coefficient = 0.001; /* You et al. 2017, section 4: eta = 0.001 */
   json_object *o;
   if (!ps_config__get_object(root, file, "", "optimizer", FALSE, &o, error))
     return FALSE;
@@ -853,7 +857,11 @@ static gboolean parse_optimizer(json_object *root, const char *file, PsOptimizer
       !get_unit_interval(o, file, p, "beta2", &opt->beta2, error) ||
       !ps_json_get_double(o, file, p, "epsilon", FALSE, 0, TRUE, INFINITY, &opt->epsilon,
                           error) ||
-      !ps_json_get_enum(o, file, p, "schedule", FALSE, lr_schedules, &sched, error))
+      !ps_json_get_enum(o, file, p, "schedule", FALSE, lr_schedules, &sched, error) ||
+      !ps_json_get_double(o, file, p, "weight_decay", FALSE, 0, FALSE, INFINITY,
+                          &opt->weight_decay, error) ||
+      !ps_json_get_double(o, file, p, "trust_coefficient", FALSE, 0, TRUE, INFINITY,
+                          &opt->trust_coefficient, error))
     return FALSE;
   opt->kind = (PsOptimizerKind)kind;
   opt->schedule = (PsLrSchedule)sched;
@@ -997,6 +1005,8 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(oo, "beta2", ps_config__new_double(opt->beta2));
   json_object_object_add(oo, "epsilon", ps_config__new_double(opt->epsilon));
   json_object_object_add(oo, "schedule", json_object_new_string(lr_schedules[opt->schedule]));
+  json_object_object_add(oo, "weight_decay", ps_config__new_double(opt->weight_decay));
+  json_object_object_add(oo, "trust_coefficient", ps_config__new_double(opt->trust_coefficient));
   json_object_object_add(o, "optimizer", oo);
 
   const PsNumericsConfig *n = &e->numerics;

@@ -89,7 +89,11 @@ double ps_topology_device_hbm_bandwidth(const PsTopology *t);
 int64_t ps_topology_device_hbm_bytes(const PsTopology *t);
 
 typedef enum { PS_SOURCE_FASHION_MNIST, PS_SOURCE_SYNTHETIC, PS_SOURCE_TEXT } PsSourceKind;
-typedef enum { PS_OPT_SGD, PS_OPT_ADAM } PsOptimizerKind;
+/* SGD with momentum; Adam; LARS (You, Gitman and Ginsburg, "Large Batch
+ * Training of Convolutional Networks", arXiv:1708.03888, 2017) and LAMB
+ * (You et al., "Large Batch Optimization for Deep Learning: Training BERT
+ * in 76 minutes", ICLR 2020): a trust ratio per layer. */
+typedef enum { PS_OPT_SGD, PS_OPT_ADAM, PS_OPT_LARS, PS_OPT_LAMB } PsOptimizerKind;
 
 /* The "strategy" section.  io keeps the object and its kind; the strategy
  * it names (strategy/strategy.h) reads the rest, found in a registry by
@@ -136,6 +140,8 @@ typedef struct {
   double learning_rate;
   double momentum;
   double beta1, beta2, epsilon;
+  double weight_decay;      /* LARS, LAMB: decoupled into the trust ratio */
+  double trust_coefficient; /* LARS's eta */
 } PsOptimizerConfig;
 
 /* How replicas' gradients cross the interconnect. */

@@ -206,4 +206,30 @@ void ps_sgd_momentum_update(float *w, const float *g, float *velocity, size_t n,
 void ps_adam_update(float *w, const float *g, float *m, float *v, size_t n, float lr,
                     float beta1, float beta2, float epsilon, int64_t t);
 
+/* kernels-optim.c.  Sum of squares of x, accumulated in double. */
+double ps_sum_squares(const float *x, size_t n);
+/* One layer's LARS step (its velocity); `adapt` FALSE: plain momentum,
+ * no weight decay (a bias or a normalization's parameters). */
+void ps_lars_update(float *w, const float *g, float *velocity, size_t n, float lr,
+                    float momentum, float eta, float weight_decay, gboolean adapt);
+/* One layer's LAMB step, t from 1; `adapt` FALSE: Adam without decay. */
+void ps_lamb_update(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                    float beta1, float beta2, float epsilon, float weight_decay,
+                    gboolean adapt, int64_t t);
+
+/* Training batch normalization of rows x C (channels last), in two
+ * phases around an optional all-reduce of 2C floats over `group` replicas
+ * with equal rows: moments (2C: mean and mean square, this device's share
+ * of the group's), then normalize into y keeping stats (2C: mean, rstd).
+ * Backward: grad_moments adds dgamma and dbeta and writes the share of the
+ * means of dy and dy xhat (2C), then input_grad writes dx. */
+#define PS_BATCHNORM_EPS 1e-5f
+void ps_batchnorm_moments(const float *x, int rows, int C, int group, float *moments);
+void ps_batchnorm_normalize(const float *x, const float *gamma, const float *beta,
+                            const float *moments, float *y, float *stats, int rows, int C);
+void ps_batchnorm_grad_moments(const float *x, const float *stats, const float *dy, int rows,
+                               int C, int group, float *dgamma, float *dbeta, float *moments);
+void ps_batchnorm_input_grad(const float *x, const float *gamma, const float *stats,
+                             const float *moments, const float *dy, float *dx, int rows, int C);
+
 #endif

@@ -9,6 +9,8 @@
  * mean and variance (per channel for batchnorm, per row for layernorm).
  * rmsnorm: 4 FLOPs forward (square, sum, scale, gain), 8 backward, the
  * same passes, its input and one figure per row kept.
+ * batchnorm's numerics: kernels-optim.c's two phases, with the statistics
+ * of the device's own batch.
  * Invariant: the parameters are a gain and a shift per feature (rmsnorm:
  * a gain only). */
 #include "model/layer-private.h"
@@ -36,13 +38,63 @@ static gboolean batchnorm_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   return TRUE;
 }
 
-/* No numeric kernel: a model with a batchnorm is timed only. */
+static gboolean batchnorm_plan(const NetPlan *p, NetLayer *nl, GError **error)
+{
+  nl->in_dim = (int)p->shape[p->rank - 1]; /* channels */
+  nl->groups = (int)(p->elems / nl->in_dim); /* rows per example */
+  nl->w_len = (size_t)nl->in_dim;           /* gamma */
+  nl->b_len = (size_t)nl->in_dim;           /* beta */
+  /* the batch's mean and rstd, then the moments of the last phase one
+   * (forward or backward); per channel, whatever the batch */
+  nl->cache_elems = 4 * (size_t)nl->in_dim;
+  return TRUE;
+}
+
+/* Statistics of this device's batch alone (a group of one replica), or
+ * with nl->bn_group > 1 the group's moments, which
+ * ps_net_batchnorm_moments computed and the caller reduced. */
+static gboolean own_moments(const NetStep *st)
+{
+  return st->nl->bn_group <= 1 || st->net->bn_local;
+}
+
+static void batchnorm_forward(const NetStep *st)
+{
+  const NetLayer *nl = st->nl;
+  int rows = st->batch * nl->groups, C = nl->in_dim;
+  float *moments = st->sl->cache + 2 * (size_t)C;
+  if (own_moments(st))
+    ps_batchnorm_moments(st->x, rows, C, 1, moments);
+  ps_batchnorm_normalize(st->x, st->w, st->b, moments, st->sl->out, st->sl->cache, rows, C);
+}
+
+static gboolean batchnorm_backward(const NetStep *st)
+{
+  const NetLayer *nl = st->nl;
+  int rows = st->batch * nl->groups, C = nl->in_dim;
+  float *moments = st->sl->cache + 2 * (size_t)C;
+  if (own_moments(st))
+    ps_batchnorm_grad_moments(st->x, st->sl->cache, st->dy, rows, C, 1, st->dw, st->db,
+                              moments);
+  if (st->dx)
+    ps_batchnorm_input_grad(st->x, st->w, st->sl->cache, moments, st->dy, st->dx, rows, C);
+  return st->dx != NULL;
+}
+
+static void layernorm_init(PsNet *net, int i, GRand *rng);
+
+/* Ioffe and Szegedy, "Batch Normalization", ICML 2015: training mode,
+ * the statistics of the batch; gains start at one. */
 const PsLayerOps ps_layer_batchnorm = {
   .kind = PS_LAYER_BATCHNORM,
   .name = "batchnorm",
   .keys = ps_layer_keys_plain,
   .parse = ps_layer_parse_plain,
   .shape = batchnorm_shape,
+  .plan = batchnorm_plan,
+  .init = layernorm_init,
+  .forward = batchnorm_forward,
+  .backward = batchnorm_backward,
   .lower = {.lowering = PS_LOWER_NORM_STATS, .fuses_into_producer = TRUE,
             .kernel = "batchnorm"},
 };

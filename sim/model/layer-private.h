@@ -102,6 +102,8 @@ typedef struct {
   /* backward's write into the gradient of input_from / shortcut_from is
    * the first of the pass into that buffer (overwrite) or not (add) */
   gboolean in_first, sc_first;
+  int bn_group;                 /* BATCHNORM: > 1, its moments are a group's,
+                                   reduced between the phases by the caller */
 } NetLayer;
 
 typedef struct {
@@ -135,6 +137,7 @@ struct PsNet {
   int n_slots;
   Slot *slots;
   Slot *cur;
+  gboolean bn_local;            /* evaluating: every batch norm its own batch's */
 };
 
 /* What plan sees of layer i: its input (the output of the layer feeding

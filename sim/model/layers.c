@@ -813,6 +813,23 @@ int64_t ps_model_memory_bytes(const PsModel *model, int first, int last, int64_t
  * lookups are no matmul and count nothing; PaLM's N holds its embedding
  * because its output layer reuses that table, which here is the output
  * dense layer's matmul. */
+int64_t ps_layer_adapted_params(const PsLayer *L)
+{
+  g_return_val_if_fail(L != NULL, 0);
+  switch (L->kind) {
+  case PS_LAYER_BATCHNORM:
+  case PS_LAYER_LAYERNORM:
+  case PS_LAYER_RMSNORM:
+    return 0;
+  case PS_LAYER_DENSE:
+    return L->bias ? L->params - L->units : L->params;
+  case PS_LAYER_CONV2D:
+    return L->bias ? L->params - L->filters : L->params;
+  default:
+    return L->params;
+  }
+}
+
 double ps_model_flops_per_example(const PsModel *model)
 {
   g_return_val_if_fail(model != NULL, 0);

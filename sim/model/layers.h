@@ -221,6 +221,11 @@ int64_t ps_model_memory_bytes(const PsModel *model, int first, int last, int64_t
  * element-wise work, no re-materialization). */
 double ps_model_flops_per_example(const PsModel *model);
 
+/* Parameters of a layer that a layer-wise optimizer (LARS, LAMB) adapts
+ * with a trust ratio: its weights but the bias, none of a normalization's
+ * gains and shifts (as net.c's ps_net_opt_segments). */
+int64_t ps_layer_adapted_params(const PsLayer *L);
+
 /* Prints a table of layers with shapes, params and FLOPs. */
 void ps_model_describe(const PsModel *model, GString *out);
 

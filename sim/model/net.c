@@ -591,6 +591,7 @@ double ps_net_evaluate(PsNet *net, const float *x, const int32_t *labels, size_t
   g_return_val_if_fail(x != NULL && labels != NULL, 0.0);
   size_t right = 0, per = (size_t)net->labels_per;
   double loss = 0.0;
+  net->bn_local = TRUE;
   for (size_t start = 0; start < n; start += (size_t)net->max_batch) {
     int batch = (int)MIN((size_t)net->max_batch, n - start);
     ps_net_set_input(net, x + start * net->in_elems, labels + start * per, batch);
@@ -598,6 +599,7 @@ double ps_net_evaluate(PsNet *net, const float *x, const int32_t *labels, size_t
     right += (size_t)net->cur->correct;
     loss += net->cur->loss_sum;
   }
+  net->bn_local = FALSE;
   if (mean_loss)
     *mean_loss = loss / ((double)n * (double)per);
   return (double)right / ((double)n * (double)per);
@@ -608,41 +610,141 @@ double ps_net_accuracy(PsNet *net, const float *x, const int32_t *labels, size_t
   return ps_net_evaluate(net, x, labels, n, NULL);
 }
 
+/* ---- batch normalization across replicas -------------------------------- */
+
+void ps_net_set_batchnorm_group(PsNet *net, int layer, int group)
+{
+  g_return_if_fail(net != NULL && layer >= 0 && layer < net->n_layers && group >= 1);
+  g_return_if_fail(net->layers[layer].kind == PS_LAYER_BATCHNORM);
+  net->layers[layer].bn_group = group;
+}
+
+float *ps_net_batchnorm_moments(PsNet *net, int layer, gboolean backward, size_t *n)
+{
+  g_return_val_if_fail(net != NULL && layer >= 0 && layer < net->n_layers, NULL);
+  const NetLayer *nl = &net->layers[layer];
+  g_return_val_if_fail(nl->kind == PS_LAYER_BATCHNORM && nl->bn_group >= 1, NULL);
+  Slot *s = net->cur;
+  SlotLayer *sl = &s->layers[layer];
+  int rows = s->batch * nl->groups, C = nl->in_dim;
+  float *moments = sl->cache + 2 * (size_t)C;
+  const float *x = ps_net_slot_output(s, nl->input_from);
+  if (backward)
+    ps_batchnorm_grad_moments(x, sl->cache, sl->dout, rows, C, nl->bn_group,
+                              net->grads + nl->w_off, net->grads + nl->b_off, moments);
+  else
+    ps_batchnorm_moments(x, rows, C, nl->bn_group, moments);
+  if (n)
+    *n = 2 * (size_t)C;
+  return moments;
+}
+
 /* ---- optimizers -------------------------------------------------------- */
 
-typedef enum { OPT_SGD, OPT_ADAM } OptKind;
+PsOptSegment *ps_net_opt_segments(const PsNet *net, int *n)
+{
+  g_return_val_if_fail(net != NULL && n != NULL, NULL);
+  GArray *a = g_array_new(FALSE, FALSE, sizeof(PsOptSegment));
+  for (int i = 0; i < net->n_layers; i++) {
+    const NetLayer *nl = &net->layers[i];
+    /* the MLPerf ResNet reference leaves batch normalization's parameters
+     * and biases out of LARS's adaptation and weight decay, BERT's LAMB
+     * the layer norms' and biases (exclude_from_layer_adaptation) */
+    gboolean norm = nl->kind == PS_LAYER_BATCHNORM || nl->kind == PS_LAYER_LAYERNORM ||
+                    nl->kind == PS_LAYER_RMSNORM;
+    PsOptSegment w = {nl->w_off, nl->w_len, !norm}, b = {nl->b_off, nl->b_len, FALSE};
+    if (w.len > 0)
+      g_array_append_val(a, w);
+    if (b.len > 0)
+      g_array_append_val(a, b);
+  }
+  *n = (int)a->len;
+  return (PsOptSegment *)g_array_free(a, FALSE);
+}
+
+typedef enum { OPT_SGD, OPT_ADAM, OPT_LARS, OPT_LAMB } OptKind;
 
 struct PsOptimizer {
   OptKind kind;
   size_t n;
-  float lr, momentum, beta1, beta2, eps;
+  float lr, momentum, beta1, beta2, eps, eta, wd;
   int64_t t;            /* Adam steps taken */
-  float *slot1, *slot2; /* SGD: velocity; Adam: m and v */
+  float *slot1, *slot2; /* SGD, LARS: velocity; Adam, LAMB: m and v */
+  PsOptSegment *segs;   /* LARS, LAMB: the layers, in order */
+  int n_segs;
 };
+
+static PsOptimizer *optimizer_new(OptKind kind, size_t n, float lr, int slots)
+{
+  PsOptimizer *opt = g_new0(PsOptimizer, 1);
+  opt->kind = kind;
+  opt->n = n;
+  opt->lr = lr;
+  opt->slot1 = g_new0(float, MAX(n, 1));
+  if (slots > 1)
+    opt->slot2 = g_new0(float, MAX(n, 1));
+  return opt;
+}
 
 PsOptimizer *ps_optimizer_new_sgd(size_t n, float lr, float momentum)
 {
-  PsOptimizer *opt = g_new0(PsOptimizer, 1);
-  opt->kind = OPT_SGD;
-  opt->n = n;
-  opt->lr = lr;
+  PsOptimizer *opt = optimizer_new(OPT_SGD, n, lr, 1);
   opt->momentum = momentum;
-  opt->slot1 = g_new0(float, MAX(n, 1));
   return opt;
 }
 
 PsOptimizer *ps_optimizer_new_adam(size_t n, float lr, float beta1, float beta2, float eps)
 {
-  PsOptimizer *opt = g_new0(PsOptimizer, 1);
-  opt->kind = OPT_ADAM;
-  opt->n = n;
-  opt->lr = lr;
+  PsOptimizer *opt = optimizer_new(OPT_ADAM, n, lr, 2);
   opt->beta1 = beta1;
   opt->beta2 = beta2;
   opt->eps = eps;
-  opt->slot1 = g_new0(float, MAX(n, 1));
-  opt->slot2 = g_new0(float, MAX(n, 1));
   return opt;
+}
+
+static gboolean segments_tile(const PsOptSegment *segs, int n_segs, size_t n)
+{
+  size_t end = 0;
+  for (int i = 0; i < n_segs; i++) {
+    if (segs[i].off != end)
+      return FALSE;
+    end += segs[i].len;
+  }
+  return end == n;
+}
+
+PsOptimizer *ps_optimizer_new_layerwise(const PsLayerwiseConfig *c, size_t n,
+                                        const PsOptSegment *segs, int n_segs)
+{
+  g_return_val_if_fail(c != NULL && n_segs >= 0 && segments_tile(segs, n_segs, n), NULL);
+  PsOptimizer *opt = optimizer_new(c->lamb ? OPT_LAMB : OPT_LARS, n, c->lr, c->lamb ? 2 : 1);
+  opt->momentum = c->momentum;
+  opt->beta1 = c->beta1;
+  opt->beta2 = c->beta2;
+  opt->eps = c->eps;
+  opt->eta = c->eta;
+  opt->wd = c->weight_decay;
+  opt->segs = g_memdup2(segs, sizeof *segs * (size_t)MAX(n_segs, 1));
+  opt->n_segs = n_segs;
+  return opt;
+}
+
+/* LARS or LAMB over [off, off + len): each layer's piece in it. */
+static void layerwise_step(PsOptimizer *opt, float *params, const float *grads, size_t off,
+                           size_t len, int64_t t)
+{
+  for (int i = 0; i < opt->n_segs; i++) {
+    const PsOptSegment *sg = &opt->segs[i];
+    size_t a = MAX(sg->off, off), b = MIN(sg->off + sg->len, off + len);
+    if (a >= b)
+      continue;
+    if (opt->kind == OPT_LARS)
+      ps_lars_update(params + a, grads + a, opt->slot1 + a, b - a, opt->lr, opt->momentum,
+                     opt->eta, opt->wd, sg->adapt);
+    else
+      ps_lamb_update(params + a, grads + a, opt->slot1 + a, opt->slot2 + a, b - a, opt->lr,
+                     opt->beta1, opt->beta2, opt->eps, opt->wd, sg->adapt, t);
+  }
 }
 
 void ps_optimizer_step_range(PsOptimizer *opt, float *params, const float *grads, size_t off,
@@ -659,6 +761,10 @@ void ps_optimizer_step_range(PsOptimizer *opt, float *params, const float *grads
   case OPT_ADAM:
     ps_adam_update(params + off, grads + off, opt->slot1 + off, opt->slot2 + off, len, opt->lr,
                    opt->beta1, opt->beta2, opt->eps, t);
+    break;
+  case OPT_LARS:
+  case OPT_LAMB:
+    layerwise_step(opt, params, grads, off, len, t);
     break;
   }
 }
@@ -682,5 +788,6 @@ void ps_optimizer_free(PsOptimizer *opt)
     return;
   g_free(opt->slot1);
   g_free(opt->slot2);
+  g_free(opt->segs);
   g_free(opt);
 }

@@ -108,6 +108,18 @@ double ps_net_evaluate(PsNet *net, const float *x, const int32_t *labels, size_t
 /* ps_net_evaluate's accuracy alone. */
 double ps_net_accuracy(PsNet *net, const float *x, const int32_t *labels, size_t n);
 
+/* Batch-norm layer `layer` normalizes with the moments of a group of
+ * `group` replicas with equal batches (1: its own batch's): before its
+ * forward (and its backward), ps_net_batchnorm_moments writes this net's
+ * share of the group's moments, which the caller sums over the group in
+ * place.  Evaluation uses each batch's own statistics. */
+void ps_net_set_batchnorm_group(PsNet *net, int layer, int group);
+/* The share, in the current slot: forward, the mean and mean square of the
+ * layer's input per channel divided by the group; backward, those of dy
+ * and dy xhat (adding its dgamma and dbeta).  2 C floats in *n.
+ * (transfer none) */
+float *ps_net_batchnorm_moments(PsNet *net, int layer, gboolean backward, size_t *n);
+
 /* An optimizer owning its slot buffers.  (transfer full) */
 typedef struct PsOptimizer PsOptimizer;
 PsOptimizer *ps_optimizer_new_sgd(size_t n, float lr, float momentum);
@@ -120,6 +132,27 @@ void ps_optimizer_step(PsOptimizer *opt, float *params, const float *grads);
 void ps_optimizer_step_range(PsOptimizer *opt, float *params, const float *grads, size_t off,
                              size_t len, int64_t t);
 void ps_optimizer_free(PsOptimizer *opt);
+
+/* A layer-wise optimizer's unit: a range of the parameters with one trust
+ * ratio, or none (`adapt` FALSE: no ratio, no weight decay). */
+typedef struct {
+  size_t off, len;
+  gboolean adapt;
+} PsOptSegment;
+/* Each layer's weights and bias as segments, in order, tiling the
+ * parameters; normalization gains and biases not adapted.  (transfer full) */
+PsOptSegment *ps_net_opt_segments(const PsNet *net, int *n);
+/* LARS (momentum, eta, weight_decay) or LAMB (beta1, beta2, eps,
+ * weight_decay). */
+typedef struct {
+  gboolean lamb;
+  float lr, momentum, eta, beta1, beta2, eps, weight_decay;
+} PsLayerwiseConfig;
+/* LARS or LAMB over n parameters cut into segments that tile them.  A
+ * step over a range that cuts a segment takes the norms of the piece in
+ * the range.  (transfer full) */
+PsOptimizer *ps_optimizer_new_layerwise(const PsLayerwiseConfig *c, size_t n,
+                                        const PsOptSegment *segs, int n_segs);
 /* Sets the learning rate of the following steps. */
 void ps_optimizer_set_lr(PsOptimizer *opt, float lr);
 

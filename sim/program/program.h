@@ -80,7 +80,16 @@ typedef struct {
  * gradients or parameters (offsets in the flat layout of model/net.h), or
  * activations (offsets in the floats of the device's activations, layer
  * after layer, of the examples it holds). */
-typedef enum { PS_BUFFER_GRADS, PS_BUFFER_PARAMS, PS_BUFFER_ACTIVATIONS } PsBufferKind;
+/* BN_STATS, BN_GRAD_STATS: a batch-normalization layer's (`layer`)
+ * per-channel moments of the device's share of its group's batch, forward
+ * (mean, mean square) and backward (means of dy and dy xhat). */
+typedef enum {
+  PS_BUFFER_GRADS,
+  PS_BUFFER_PARAMS,
+  PS_BUFFER_ACTIVATIONS,
+  PS_BUFFER_BN_STATS,
+  PS_BUFFER_BN_GRAD_STATS,
+} PsBufferKind;
 
 /* The axes a plan lays its devices out along (GSPMD's device mesh): data
  * (replicas), stage (pipeline stages), and room for fsdp, tensor and

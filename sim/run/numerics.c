@@ -23,6 +23,23 @@ static gint64 message_key(int src, int dst, int tag)
   return ((gint64)src << 40) | ((gint64)dst << 20) | tag;
 }
 
+static PsOptimizer *new_optimizer(const PsOptimizerConfig *o, const PsNet *net)
+{
+  size_t n = ps_net_n_params(net);
+  if (o->kind == PS_OPT_SGD)
+    return ps_optimizer_new_sgd(n, (float)o->learning_rate, (float)o->momentum);
+  if (o->kind == PS_OPT_ADAM)
+    return ps_optimizer_new_adam(n, (float)o->learning_rate, (float)o->beta1, (float)o->beta2,
+                                 (float)o->epsilon);
+  PsLayerwiseConfig c = {.lamb = o->kind == PS_OPT_LAMB, .lr = (float)o->learning_rate,
+                         .momentum = (float)o->momentum, .eta = (float)o->trust_coefficient,
+                         .beta1 = (float)o->beta1, .beta2 = (float)o->beta2,
+                         .eps = (float)o->epsilon, .weight_decay = (float)o->weight_decay};
+  int n_segs = 0;
+  g_autofree PsOptSegment *segs = ps_net_opt_segments(net, &n_segs);
+  return ps_optimizer_new_layerwise(&c, n, segs, n_segs);
+}
+
 gboolean ps_run_numerics_init(Run *r, GError **error)
 {
   const PsExperiment *exp = r->exp;
@@ -68,12 +85,10 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
                                   exp->numerics.seed, error);
     if (!r->nets[d])
       return FALSE;
-    size_t n = ps_net_n_params(r->nets[d]);
-    const PsOptimizerConfig *o = &exp->optimizer;
-    r->opts[d] = o->kind == PS_OPT_ADAM
-                     ? ps_optimizer_new_adam(n, (float)o->learning_rate, (float)o->beta1,
-                                             (float)o->beta2, (float)o->epsilon)
-                     : ps_optimizer_new_sgd(n, (float)o->learning_rate, (float)o->momentum);
+    r->opts[d] = new_optimizer(&exp->optimizer, r->nets[d]);
+    for (int c = 0; c < plan->n_colls; c++) /* statistics all-reduced in groups */
+      if (plan->colls[c].buffer == PS_BUFFER_BN_STATS && ps_plan_coll_member(plan, c, d) >= 0)
+        ps_net_set_batchnorm_group(r->nets[d], plan->colls[c].layer, plan->colls[c].n_members);
     /* replica r of R takes examples [r B/R, (r+1) B/R) of the global batch */
     r->example_base[d] = (int64_t)ps_plan_coord(plan, d, PS_AXIS_DATA) *
                          (exp->global_batch / ps_plan_axis_size(plan, PS_AXIS_DATA));
@@ -313,6 +328,9 @@ float *ps_run_numerics_coll_buffer(void *ctx, int device, int c)
   Run *r = ctx;
   const PsPlanColl *pc = &r->plan->colls[c];
   PsNet *net = r->nets[device];
+  if (pc->buffer == PS_BUFFER_BN_STATS || pc->buffer == PS_BUFFER_BN_GRAD_STATS)
+    return ps_net_batchnorm_moments(net, pc->layer, pc->buffer == PS_BUFFER_BN_GRAD_STATS,
+                                    NULL);
   float *base = pc->buffer == PS_BUFFER_GRADS    ? ps_net_grads(net)
                 : pc->buffer == PS_BUFFER_PARAMS ? ps_net_params(net)
                                                  : ps_net_activation(net, pc->layer, NULL);

@@ -9,6 +9,7 @@
 #include "hw/cost.h"
 #include "strategy/cost-options.h"
 
+#include <math.h>
 #include <stdio.h>
 
 static gboolean host_call_after(const PsExperiment *exp, int layer)
@@ -81,13 +82,40 @@ void ps_lower_compute_op(const PsExperiment *exp, PsOp *op)
 
 int ps_lower_optimizer_slots(const PsExperiment *exp)
 {
-  return exp->optimizer.kind == PS_OPT_ADAM ? 2 : 1;
+  PsOptimizerKind k = exp->optimizer.kind;
+  return k == PS_OPT_ADAM || k == PS_OPT_LAMB ? 2 : 1;
+}
+
+/* The weights the op's range [param_off, +param_len) holds that a
+ * layer-wise optimizer adapts, and the layers they are in; a device
+ * updating a shard of `params` of the range takes its share of them and
+ * of the layers (plus one cut at its ends). */
+static PsUpdateShape update_shape(const PsExperiment *exp, const PsOp *op, int64_t params)
+{
+  const PsModel *m = exp->model;
+  PsUpdateShape u = {.kind = exp->optimizer.kind, .params = params};
+  int64_t off = 0, end = op->param_off + op->param_len, adapted = 0;
+  for (int l = 0; l < m->n_layers; off += m->layers[l].params, l++) {
+    int64_t a = ps_layer_adapted_params(&m->layers[l]);
+    if (a == 0 || off + m->layers[l].params <= op->param_off || off >= end)
+      continue;
+    adapted += a; /* layers lie whole in a range (buckets, stages) */
+    u.layers++;
+  }
+  if (op->param_len > params && op->param_len > 0) {
+    double share = (double)params / (double)op->param_len;
+    adapted = (int64_t)((double)adapted * share);
+    u.layers = MIN(u.layers, (int)ceil(u.layers * share) + 1);
+  }
+  u.adapted = MIN(adapted, params);
+  return u;
 }
 
 void ps_lower_update_op(const PsExperiment *exp, PsOp *op, int64_t params)
 {
   PsOpCost c;
-  ps_cost_update(exp->topology, params, ps_lower_optimizer_slots(exp), &c);
+  PsUpdateShape u = update_shape(exp, op, params);
+  ps_cost_optimizer(exp->topology, &u, &c);
   op->kind = PS_OP_UPDATE;
   set_cost(op, &c);
 }

@@ -15,7 +15,9 @@
  * arXiv:2004.13336) each bucket is reduce-scattered instead, each replica
  * updates its 1/replicas shard of the bucket's weights (and keeps optimizer
  * slots for it only), and the weights are all-gathered before the step
- * ends.
+ * ends.  With strategy.batch_norm_group_size G > 1, batch-norm statistics
+ * are all-reduced within groups of G replicas (batchnorm.c), each group
+ * running its own copy of the program.
  * Invariant: all replicas run one shared program, so their collectives line
  * up; buckets cover the parameters exactly once, in contiguous ranges. */
 #include "strategy/strategy.h"
@@ -106,18 +108,14 @@ static PsPlan *replicate_compile(const PsExperiment *exp, const void *config, GE
   for (int g = 0; g < n_groups; g++) {
     PsOp f = {.kind = PS_OP_FWD, .batch = batch, .first = g_array_index(groups, int, g),
               .last = g_array_index(groups, int, g + 1) - 1};
-    ps_lower_compute_op(exp, &f);
-    append(ops, &f);
-    ps_lower_host_calls(exp, &f, ops);
+    ps_lower_bn_fwd(plan, exp, s, &f, ops);
   }
   PsBuckets bk;
   ps_lower_buckets_init(&bk, exp, s, plan, "", members, R);
   for (int g = n_groups - 1; g >= 0; g--) {
     PsOp b = {.kind = PS_OP_BWD, .batch = batch, .first = g_array_index(groups, int, g),
               .last = g_array_index(groups, int, g + 1) - 1};
-    ps_lower_compute_op(exp, &b);
-    append(ops, &b);
-    ps_lower_buckets_add(&bk, ops, &b, g == 0);
+    ps_lower_bn_bwd(plan, exp, s, &b, &bk, g == 0, ops);
   }
   plan->n_buckets = ps_lower_buckets_count(&bk);
   int64_t slot_params = ps_lower_buckets_finish(&bk, ops, 0, m->params);
@@ -130,12 +128,14 @@ static PsPlan *replicate_compile(const PsExperiment *exp, const void *config, GE
   g_array_free(ops, TRUE);
   g_array_free(groups, TRUE);
   g_free(members);
+  ps_lower_bn_programs(plan, s);
   PsMemoryNeed need = memory_need(exp, s);
   need.slot_params = slot_params;
-  if (!ps_lower_memory(exp, &plan->programs[0], &need, error)) {
-    ps_plan_free(plan);
-    return NULL;
-  }
+  for (int p = 0; p < plan->n_programs; p++)
+    if (!ps_lower_memory(exp, &plan->programs[p], &need, error)) {
+      ps_plan_free(plan);
+      return NULL;
+    }
   return plan;
 }
 

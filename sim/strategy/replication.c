@@ -24,7 +24,7 @@ static const char *const keys[] = {"kind",          "replicas",      "loss_reduc
                                    "stages",        "micro_batches", "schedule",
                                    "rematerialize", "bucket_bytes",  "overlap",
                                    "weight_update_sharding", "partition",
-                                   "reduce_precision", NULL};
+                                   "reduce_precision", "batch_norm_group_size", NULL};
 static const char *const loss_reductions[] = {"mean", "sum", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", NULL};
 static const char *const partitions[] = {"optimal", "seed", NULL};
@@ -149,7 +149,9 @@ static gboolean parse_keys(json_object *o, const char *file, PsReplicaConfig *c,
       !ps_json_get_bool(o, file, p, "overlap", FALSE, &r->overlap, error) ||
       !ps_json_get_bool(o, file, p, "weight_update_sharding", FALSE,
                         &r->weight_update_sharding, error) ||
-      !ps_strategy_parse_reduce_precision(o, file, &r->reduce_precision, error))
+      !ps_strategy_parse_reduce_precision(o, file, &r->reduce_precision, error) ||
+      !ps_json_get_int32(o, file, p, "batch_norm_group_size", FALSE, 1, MAX_REPLICAS,
+                         &r->bn_group, error))
     return FALSE;
   r->loss_reduction = (PsLossReduction)red;
   s->schedule = (PsSchedule)sched;
@@ -173,7 +175,7 @@ gboolean ps_replica_parse(json_object *obj, const PsTopology *topo, const char *
   c->rep = (PsReplication){.replicas = 0, /* absent until read */
                            .loss_reduction = PS_LOSS_MEAN,
                            .bucket_bytes = PS_DEFAULT_BUCKET_BYTES,
-                           .overlap = TRUE};
+                           .overlap = TRUE, .bn_group = 1};
   c->staging = (PsStaging){.stages = 1, .micro_batches = 1, .schedule = PS_SCHEDULE_GPIPE,
                            .partition = PS_PARTITION_OPTIMAL};
   if (obj && !parse_keys(obj, file, c, error))
@@ -262,6 +264,16 @@ gboolean ps_replica_check(const PsExperiment *e, const PsReplicaConfig *c, GErro
                      s->stages > 1 ? " or strategy.stages" : "");
     return FALSE;
   }
+  /* MLPerf ResNet's distributed_group_size: groups of whole replicas */
+  if (r->bn_group > 1 && (s->stages > 1 || r->replicas % r->bn_group != 0)) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.batch_norm_group_size",
+                     s->stages > 1 ? "groups batch-norm statistics of replicas without a "
+                                     "pipeline; got %d with %d stages"
+                                   : "must divide strategy.replicas (%d), got %d",
+                     s->stages > 1 ? r->bn_group : r->replicas,
+                     s->stages > 1 ? s->stages : r->bn_group);
+    return FALSE;
+  }
   return check_stages(e, c, error);
 }
 
@@ -293,6 +305,8 @@ json_object *ps_replica_to_json(const char *kind, const PsReplicaConfig *c)
   json_object_object_add(
       so, "reduce_precision",
       json_object_new_string(ps_strategy_reduce_precision_name(r->reduce_precision)));
+  if (r->bn_group > 1) /* absent: each replica its own statistics */
+    json_object_object_add(so, "batch_norm_group_size", json_object_new_int(r->bn_group));
   return so;
 }
 

@@ -37,6 +37,8 @@ typedef struct {
   gboolean overlap;        /* buckets all-reduce while the backward pass runs */
   gboolean weight_update_sharding; /* reduce-scatter, sharded update, all-gather */
   PsPrecision reduce_precision;    /* of the gradients on the wire */
+  int bn_group;            /* batch_norm_group_size: replicas whose batch-norm
+                              statistics are all-reduced (1: each its own) */
 } PsReplication;
 
 /* A pipeline's shape (stages 1: none). */
@@ -145,6 +147,7 @@ gboolean ps_lower_memory(const PsExperiment *exp, PsProgram *p, const PsMemoryNe
  * (Adam's two moments; SGD's momentum, costed even at momentum 0). */
 int ps_lower_optimizer_slots(const PsExperiment *exp);
 
+
 /* The HOST_CALL ops (outside compilation) that follow a FWD op of `batch`
  * examples ending at layer fwd->last, appended to ops. */
 void ps_lower_host_calls(const PsExperiment *exp, const PsOp *fwd, GArray *ops);
@@ -191,5 +194,19 @@ void ps_lower_buckets_clear(PsBuckets *b);
 /* The strategies of the built-in registry (strategy.c). */
 extern const PsStrategy ps_strategy_replicate;
 extern const PsStrategy ps_strategy_pipeline;
+
+/* Cross-replica batch normalization (batchnorm.c): with rep->bn_group > 1,
+ * a FWD or BWD op of layers that hold batch-norm layers is cut at each of
+ * them around the all-reduce of its statistics (2 C floats) over the
+ * replica's group; appended to ops, each BWD piece through the buckets.
+ * Collectives are group 0's; ps_lower_bn_programs gives the other groups
+ * programs of their own. */
+void ps_lower_bn_fwd(PsPlan *plan, const PsExperiment *exp, const PsReplication *rep,
+                     const PsOp *fwd, GArray *ops);
+void ps_lower_bn_bwd(PsPlan *plan, const PsExperiment *exp, const PsReplication *rep,
+                     const PsOp *bwd, PsBuckets *bk, gboolean closes, GArray *ops);
+/* Adds programs for groups 1.. (their batch-norm collectives) after
+ * program 0, and maps devices to them; replicas are devices 0..R-1. */
+void ps_lower_bn_programs(PsPlan *plan, const PsReplication *rep);
 
 #endif
