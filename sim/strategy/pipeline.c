@@ -31,8 +31,9 @@
  * a snake through the slice (the cores of a chip, then chips along x, every
  * other row reversed, every other plane reversed in y), so neighbouring
  * stages are on one chip or on neighbouring chips; replica r takes
- * positions [rK, (r+1)K).  The devices used are
- * always 0 .. KR - 1.  With R > 1, stage s of every replica forms a group
+ * positions [rK, (r+1)K).  On S > 1 slices the stages go in S equal runs,
+ * run j on slice j (see place()), and the pipeline fills every slice.
+ * The devices used are always 0 .. KR - 1.  With R > 1, stage s of every replica forms a group
  * whose gradients are all-reduced in buckets, overlapped with the last
  * micro-batch's backward, as in the replicate strategy.
  * Invariant: every SEND has its RECV (tag 2 mb forward, 2 mb + 1
