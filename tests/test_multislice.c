@@ -36,7 +36,9 @@
  * - /multislice/replicate: the data-parallel strategy on 2 x tpu-v5e-8
  *   (16 replicas, numerics on, hierarchical and auto) runs to the end and
  *   ends with identical replicas; its trace names each slice's chips and
- *   hosts and has the DCN's links as tracks;
+ *   hosts and labels them with it, sorts each slice's processes together
+ *   below the links, and has the DCN's links as tracks of a process of
+ *   their own ("dcn links");
  * - /multislice/pipeline: two stages on two one-chip slices: the
  *   activations (with their labels) go up host 0's NIC and their
  *   gradients up host 1's, once a step each (the link statistics), and
@@ -60,6 +62,7 @@
 #include "support/cli.h"
 
 #include <float.h>
+#include <json-c/json.h>
 #include <glib/gstdio.h>
 #include <math.h>
 #include <string.h>
@@ -468,6 +471,53 @@ static char *write_experiment(void)
   return write_json(exp_json);
 }
 
+/* A process metadata event's value in a trace's events (-1 or NULL when
+ * missing). */
+static json_object *process_meta(json_object *events, int pid, const char *what)
+{
+  for (size_t i = 0; i < json_object_array_length(events); i++) {
+    json_object *e = json_object_array_get_idx(events, i), *v, *args;
+    if (json_object_object_get_ex(e, "name", &v) &&
+        strcmp(json_object_get_string(v), what) == 0 &&
+        json_object_object_get_ex(e, "pid", &v) && json_object_get_int(v) == pid &&
+        json_object_object_get_ex(e, "args", &args))
+      return args;
+  }
+  return NULL;
+}
+
+static int sort_of(json_object *events, int pid)
+{
+  json_object *args = process_meta(events, pid, "process_sort_index"), *v;
+  g_assert_nonnull(args);
+  g_assert_true(json_object_object_get_ex(args, "sort_index", &v));
+  return json_object_get_int(v);
+}
+
+/* 2 x tpu-v5e-8 (chips 0..7 on host 0, 8..15 on host 1; chip c is pid
+ * c + 1, host h pid 100000 + h): the DCN's links, then the other links,
+ * then slice 0's chips and host, then slice 1's; each slice's processes
+ * labelled with it. */
+static void check_trace_order(const char *path)
+{
+  json_object *root = json_object_from_file(path), *events;
+  g_assert_nonnull(root);
+  g_assert_true(json_object_object_get_ex(root, "traceEvents", &events));
+  int order[] = {99998, 99999, 1, 8, 100000, 9, 16, 100001};
+  for (size_t i = 0; i + 1 < G_N_ELEMENTS(order); i++)
+    g_assert_cmpint(sort_of(events, order[i]), <, sort_of(events, order[i + 1]));
+  json_object *args = process_meta(events, 99998, "process_name"), *v;
+  g_assert_true(args && json_object_object_get_ex(args, "name", &v));
+  g_assert_cmpstr(json_object_get_string(v), ==, "dcn links");
+  static const int pids[] = {9, 100001};
+  for (int i = 0; i < 2; i++) {
+    args = process_meta(events, pids[i], "process_labels");
+    g_assert_true(args && json_object_object_get_ex(args, "labels", &v));
+    g_assert_cmpstr(json_object_get_string(v), ==, "slice 1");
+  }
+  json_object_put(root);
+}
+
 static void test_replicate(void)
 {
   g_autofree char *path = write_experiment();
@@ -490,6 +540,7 @@ static void test_replicate(void)
       g_assert_nonnull(strstr(text, "\"slice 1 chip 8 (tpu-v5e-8, host 1)\""));
       g_assert_nonnull(strstr(text, "\"slice 1 host 1\""));
       g_assert_nonnull(strstr(text, "\"dcn nic host 0 up\""));
+      check_trace_order(trace);
       g_unlink(trace);
     }
     g_assert_no_error(error);
