@@ -7,6 +7,8 @@
  *   slices is PCIe up, NIC up, (leaf up, leaf down when the hosts' leaves
  *   differ), NIC down, PCIe down, with the links' names; one slice keeps
  *   its zones and link ids (the same count as without the keys);
+ * - /multislice/named-slices: a topology file's "slices" as a list naming
+ *   each slice (all one topology) is that many copies of it;
  * - /multislice/closed-form: hierarchical all-reduce of S bytes over P
  *   slices of a ring of four single-chip hosts (no link shared: every
  *   device has its own host, NIC and PCIe) takes the slice's own
@@ -53,7 +55,9 @@
  * - /multislice/errors: slices 0, a DCN bandwidth of 0 and an
  *   oversubscription below 1, pipeline stages that do not divide over the
  *   slices or do not fill them, a shard mesh with no axis the slices
- *   divide: exit 2 naming the key (`podsim collective`, `podsim run`). */
+ *   divide, a topology file naming slices that disagree (shape,
+ *   generation: the first entry that differs and the key where): exit 2
+ *   naming the key (`podsim collective`, `podsim run`). */
 #include "collectives/collective.h"
 #include "run/experiment.h"
 #include "hw/topology.h"
@@ -122,6 +126,18 @@ static int *range(int n)
   return d;
 }
 
+/* A temporary file holding json (transfer full: the caller unlinks it). */
+static char *write_json(const char *json)
+{
+  GError *error = NULL;
+  char *path = NULL;
+  int fd = g_file_open_tmp("multislice-XXXXXX.json", &path, &error);
+  g_assert_no_error(error);
+  close(fd);
+  g_assert_true(g_file_set_contents(path, json, -1, &error));
+  return path;
+}
+
 /* ---- topology ------------------------------------------------------- */
 
 static void expect_route(Net *n, int src, int dst, const char *const *names)
@@ -136,6 +152,22 @@ static void expect_route(Net *n, int src, int dst, const char *const *names)
     g_autofree char *name = ps_network_link_name(n->net, route[i]);
     g_assert_cmpstr(name, ==, names[i]);
   }
+}
+
+/* "slices" as a list naming each slice: the count of copies of it. */
+static void test_named_slices(void)
+{
+  g_autofree char *path = write_json("{\"name\": \"two\", \"slices\": [\"tpu-v5e-8\","
+                                     " \"tpu-v5e-8\"], \"dcn\": {\"hosts_per_leaf\": 4}}");
+  GError *error = NULL;
+  PsTopology *t = ps_topology_load(path, NULL, &error);
+  g_assert_no_error(error);
+  g_assert_cmpint(t->slices, ==, 2);
+  g_assert_cmpint(ps_topology_devices(t), ==, 16);
+  g_assert_cmpint(t->dcn.hosts_per_leaf, ==, 4);
+  g_assert_cmpstr(t->name, ==, "two");
+  ps_topology_free(t);
+  g_unlink(path);
 }
 
 static void test_topology(void)
@@ -455,17 +487,6 @@ static const char *exp_json =
     " \"numerics\": {\"enabled\": true, \"precision\": \"f32\", \"seed\": 7,"
     "                \"evaluate\": false}}";
 
-static char *write_json(const char *json)
-{
-  GError *error = NULL;
-  char *path = NULL;
-  int fd = g_file_open_tmp("multislice-XXXXXX.json", &path, &error);
-  g_assert_no_error(error);
-  close(fd);
-  g_assert_true(g_file_set_contents(path, json, -1, &error));
-  return path;
-}
-
 static char *write_experiment(void)
 {
   return write_json(exp_json);
@@ -744,6 +765,21 @@ static void test_errors(void)
                                      "strategy.replicas=1", NULL},
                "strategy.replicas: a pipeline across 2 slices fills them");
   g_unlink(pipe);
+  /* a topology file naming its slices: copies of one, else the first
+   * that differs and where */
+  static const char *const disagree[][2] = {
+      {"[\"tpu-v5e-8\", \"tpu-v5e-8\", \"tpu-v5e-16\"]",
+       "slices[2]: 'tpu-v5e-16' is not the slice 'tpu-v5e-8' is (they differ at torus.dims)"},
+      {"[\"tpu-v5e-16\", \"tpu-v6e-16\"]",
+       "slices[1]: 'tpu-v6e-16' is not the slice 'tpu-v5e-16' is (they differ at generation)"}};
+  for (size_t i = 0; i < G_N_ELEMENTS(disagree); i++) {
+    g_autofree char *json = g_strdup_printf("{\"name\": \"mixed\", \"slices\": %s}",
+                                            disagree[i][0]);
+    g_autofree char *topo = write_json(json);
+    expect_exit2((const char *const[]){"collective", "-t", topo, "-b", "1M", NULL},
+                 disagree[i][1]);
+    g_unlink(topo);
+  }
   /* a shard mesh none of whose axes the slices divide */
   expect_exit2((const char *const[]){"run", "tests/data/good/experiments/shard-mlp-v4-8.json",
                                      "--set", "topology=tpu-v5e-4", "--set", "topology.slices=4",
@@ -758,6 +794,7 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   podsim_init();
   g_test_add_func("/multislice/topology", test_topology);
+  g_test_add_func("/multislice/named-slices", test_named_slices);
   g_test_add_func("/multislice/closed-form", test_closed_form);
   g_test_add_func("/multislice/dcn-bandwidth", test_dcn_bandwidth);
   g_test_add_func("/multislice/degraded-nic", test_degraded_nic);
