@@ -7,6 +7,8 @@
  *   slices is PCIe up, NIC up, (leaf up, leaf down when the hosts' leaves
  *   differ), NIC down, PCIe down, with the links' names; one slice keeps
  *   its zones and link ids (the same count as without the keys);
+ * - /multislice/named-slices: a topology file's "slices" as a list naming
+ *   each slice (all one topology) is that many copies of it;
  * - /multislice/closed-form: hierarchical all-reduce of S bytes over P
  *   slices of a ring of four single-chip hosts (no link shared: every
  *   device has its own host, NIC and PCIe) takes the slice's own
@@ -36,16 +38,35 @@
  * - /multislice/replicate: the data-parallel strategy on 2 x tpu-v5e-8
  *   (16 replicas, numerics on, hierarchical and auto) runs to the end and
  *   ends with identical replicas; its trace names each slice's chips and
- *   hosts and has the DCN's links as tracks;
+ *   hosts and labels them with it, sorts each slice's processes together
+ *   below the links, and has the DCN's links as tracks of a process of
+ *   their own ("dcn links");
+ * - /multislice/pipeline: two stages on two one-chip slices: the
+ *   activations (with their labels) go up host 0's NIC and their
+ *   gradients up host 1's, once a step each (the link statistics), and
+ *   the step exceeds the same pipeline on two neighbouring chips of one
+ *   slice by the DCN messages' closed-form time less the ICI ones', within
+ *   0.5%;
+ * - /multislice/shard: the shard strategy's data axis on 2 x tpu-v5e-4
+ *   (tensor 4 in each slice) takes the slices: every data all-reduce
+ *   joins one device of each slice, the tensor groups stay within one,
+ *   and the all-reduce (auto, and hierarchical) takes the closed form's
+ *   two DCN messages of half the bucket within 0.5%;
  * - /multislice/errors: slices 0, a DCN bandwidth of 0 and an
- *   oversubscription below 1 exit 2 naming the key (`podsim collective`,
- *   `podsim run`). */
+ *   oversubscription below 1, pipeline stages that do not divide over the
+ *   slices or do not fill them, a shard mesh with no axis the slices
+ *   divide, a topology file naming slices that disagree (shape,
+ *   generation: the first entry that differs and the key where): exit 2
+ *   naming the key (`podsim collective`, `podsim run`). */
 #include "collectives/collective.h"
 #include "run/experiment.h"
+#include "hw/topology.h"
 #include "run/run.h"
+#include "strategy/strategy.h"
 #include "support/cli.h"
 
 #include <float.h>
+#include <json-c/json.h>
 #include <glib/gstdio.h>
 #include <math.h>
 #include <string.h>
@@ -105,6 +126,18 @@ static int *range(int n)
   return d;
 }
 
+/* A temporary file holding json (transfer full: the caller unlinks it). */
+static char *write_json(const char *json)
+{
+  GError *error = NULL;
+  char *path = NULL;
+  int fd = g_file_open_tmp("multislice-XXXXXX.json", &path, &error);
+  g_assert_no_error(error);
+  close(fd);
+  g_assert_true(g_file_set_contents(path, json, -1, &error));
+  return path;
+}
+
 /* ---- topology ------------------------------------------------------- */
 
 static void expect_route(Net *n, int src, int dst, const char *const *names)
@@ -119,6 +152,22 @@ static void expect_route(Net *n, int src, int dst, const char *const *names)
     g_autofree char *name = ps_network_link_name(n->net, route[i]);
     g_assert_cmpstr(name, ==, names[i]);
   }
+}
+
+/* "slices" as a list naming each slice: the count of copies of it. */
+static void test_named_slices(void)
+{
+  g_autofree char *path = write_json("{\"name\": \"two\", \"slices\": [\"tpu-v5e-8\","
+                                     " \"tpu-v5e-8\"], \"dcn\": {\"hosts_per_leaf\": 4}}");
+  GError *error = NULL;
+  PsTopology *t = ps_topology_load(path, NULL, &error);
+  g_assert_no_error(error);
+  g_assert_cmpint(t->slices, ==, 2);
+  g_assert_cmpint(ps_topology_devices(t), ==, 16);
+  g_assert_cmpint(t->dcn.hosts_per_leaf, ==, 4);
+  g_assert_cmpstr(t->name, ==, "two");
+  ps_topology_free(t);
+  g_unlink(path);
 }
 
 static void test_topology(void)
@@ -440,13 +489,54 @@ static const char *exp_json =
 
 static char *write_experiment(void)
 {
-  GError *error = NULL;
-  char *path = NULL;
-  int fd = g_file_open_tmp("multislice-XXXXXX.json", &path, &error);
-  g_assert_no_error(error);
-  close(fd);
-  g_assert_true(g_file_set_contents(path, exp_json, -1, &error));
-  return path;
+  return write_json(exp_json);
+}
+
+/* A process metadata event's value in a trace's events (-1 or NULL when
+ * missing). */
+static json_object *process_meta(json_object *events, int pid, const char *what)
+{
+  for (size_t i = 0; i < json_object_array_length(events); i++) {
+    json_object *e = json_object_array_get_idx(events, i), *v, *args;
+    if (json_object_object_get_ex(e, "name", &v) &&
+        strcmp(json_object_get_string(v), what) == 0 &&
+        json_object_object_get_ex(e, "pid", &v) && json_object_get_int(v) == pid &&
+        json_object_object_get_ex(e, "args", &args))
+      return args;
+  }
+  return NULL;
+}
+
+static int sort_of(json_object *events, int pid)
+{
+  json_object *args = process_meta(events, pid, "process_sort_index"), *v;
+  g_assert_nonnull(args);
+  g_assert_true(json_object_object_get_ex(args, "sort_index", &v));
+  return json_object_get_int(v);
+}
+
+/* 2 x tpu-v5e-8 (chips 0..7 on host 0, 8..15 on host 1; chip c is pid
+ * c + 1, host h pid 100000 + h): the DCN's links, then the other links,
+ * then slice 0's chips and host, then slice 1's; each slice's processes
+ * labelled with it. */
+static void check_trace_order(const char *path)
+{
+  json_object *root = json_object_from_file(path), *events;
+  g_assert_nonnull(root);
+  g_assert_true(json_object_object_get_ex(root, "traceEvents", &events));
+  int order[] = {99998, 99999, 1, 8, 100000, 9, 16, 100001};
+  for (size_t i = 0; i + 1 < G_N_ELEMENTS(order); i++)
+    g_assert_cmpint(sort_of(events, order[i]), <, sort_of(events, order[i + 1]));
+  json_object *args = process_meta(events, 99998, "process_name"), *v;
+  g_assert_true(args && json_object_object_get_ex(args, "name", &v));
+  g_assert_cmpstr(json_object_get_string(v), ==, "dcn links");
+  static const int pids[] = {9, 100001};
+  for (int i = 0; i < 2; i++) {
+    args = process_meta(events, pids[i], "process_labels");
+    g_assert_true(args && json_object_object_get_ex(args, "labels", &v));
+    g_assert_cmpstr(json_object_get_string(v), ==, "slice 1");
+  }
+  json_object_put(root);
 }
 
 static void test_replicate(void)
@@ -471,6 +561,7 @@ static void test_replicate(void)
       g_assert_nonnull(strstr(text, "\"slice 1 chip 8 (tpu-v5e-8, host 1)\""));
       g_assert_nonnull(strstr(text, "\"slice 1 host 1\""));
       g_assert_nonnull(strstr(text, "\"dcn nic host 0 up\""));
+      check_trace_order(trace);
       g_unlink(trace);
     }
     g_assert_no_error(error);
@@ -482,6 +573,153 @@ static void test_replicate(void)
     ps_experiment_free(e);
   }
   g_unlink(path);
+}
+
+/* ---- pipeline stages and shard axes across slices ---------------------- */
+
+static const char *pipe_json =
+    "{\"name\": \"pipe\", \"topology\": \"tpu-v5e-4\", \"model\": \"mlp\","
+    " \"global_batch\": 64, \"steps\": 3, \"steps_per_run\": 1,"
+    " \"strategy\": {\"kind\": \"pipeline\", \"stages\": 2, \"micro_batches\": 1},"
+    " \"input\": {\"source\": \"synthetic\", \"synthetic_examples\": 1024,"
+    "             \"host_cost_per_example_s\": 0},"
+    " \"numerics\": {\"enabled\": false, \"precision\": \"bf16\"}}";
+
+/* The bytes column of the link named `name` in a links CSV. */
+static double csv_bytes(const char *csv, const char *name)
+{
+  g_autofree char *text = slurp(csv);
+  g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+  g_autofree char *quoted = g_strdup_printf(",\"%s\"", name);
+  for (int i = 0; lines[i]; i++)
+    if (g_str_has_suffix(lines[i], quoted)) {
+      g_auto(GStrv) f = g_strsplit(lines[i], ",", -1);
+      return g_ascii_strtod(f[14], NULL);
+    }
+  g_error("no link '%s' in %s", name, csv);
+  return 0;
+}
+
+/* Runs the 2-stage pipeline (one micro-batch) with overrides; its step
+ * time, and the sum over its sends (each once a step) of their
+ * uncontended message times on its own topology. */
+static double pipe_run(const char *path, const char *const *ov, const char *csv, double *msgs,
+                       double *act_bytes)
+{
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load(path, ov, &error);
+  g_assert_no_error(error);
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  Net n = {.engine = ps_engine_new()};
+  n.net = ps_network_new(n.engine, e->topology, PS_NETWORK_DEFAULT_CHUNK);
+  *msgs = 0;
+  for (int d = 0; d < p->n_devices; d++) {
+    const PsProgram *pr = ps_plan_program(p, d);
+    for (int i = 0; i < pr->n_ops; i++)
+      if (pr->ops[i].kind == PS_OP_SEND) {
+        *msgs += message_s(&n, d, pr->ops[i].peer, (int64_t)pr->ops[i].bytes);
+        if (d == 0)
+          *act_bytes = pr->ops[i].bytes;
+      }
+  }
+  ps_network_free(n.net);
+  ps_engine_free(n.engine);
+  PsRunOptions opt = {.links_csv = csv};
+  PsSummary s;
+  g_assert_true(ps_run(e, &opt, &s, &error));
+  g_assert_no_error(error);
+  double t = s.step_time_s;
+  ps_summary_clear(&s);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+  return t;
+}
+
+/* Two stages on two one-chip slices against the same two stages on
+ * neighbouring chips of one slice: the activations cross the DCN (host
+ * 0's NIC up carries them, host 1's their gradients), and the step grows
+ * by exactly the DCN messages' closed-form time over the ICI ones'
+ * (uncontended: one message on the route at a time). */
+static void test_pipeline(void)
+{
+  g_autofree char *path = write_json(pipe_json);
+  g_autofree char *csv = g_strconcat(path, ".links.csv", NULL);
+  const char *one[] = {"topology.torus.dims=[2,1]", NULL};
+  const char *two[] = {"topology.torus.dims=[1,1]", "topology.slices=2", NULL};
+  double m1, m2, act = 0;
+  double t1 = pipe_run(path, one, NULL, &m1, &act);
+  double t2 = pipe_run(path, two, csv, &m2, &act);
+  if (g_test_verbose())
+    g_printerr("one slice %.3f us, two %.3f us: grew %.3f us, closed form %.3f us\n", t1 * 1e6,
+               t2 * 1e6, (t2 - t1) * 1e6, (m2 - m1) * 1e6);
+  g_assert_cmpfloat(m2 - m1, >, 0);
+  g_assert_cmpfloat(fabs((t2 - t1) - (m2 - m1)), <=, 0.005 * (m2 - m1));
+  /* 3 steps, one micro-batch each: the activations (and labels) once a
+   * step up host 0's NIC, the gradients of the same tensor (no labels)
+   * up host 1's */
+  g_assert_cmpfloat(csv_bytes(csv, "dcn nic host 0 up"), ==, 3 * act);
+  g_assert_cmpfloat(csv_bytes(csv, "dcn nic host 1 up"), ==, 3 * (act - 4.0 * 64));
+  g_unlink(csv);
+  g_unlink(path);
+}
+
+/* The shard strategy's data axis on two slices (tensor 4 in each of two
+ * tpu-v5e-4): data takes the slices, so each data all-reduce joins one
+ * device of each slice over the DCN; auto picks hierarchical, whose
+ * round with one member per slice is 2(P-1) messages of a half each. */
+static void test_shard(void)
+{
+  const char *ov[] = {"topology=tpu-v5e-4", "topology.slices=2", "strategy.mesh.data=2",
+                      "collective.algorithm=auto", NULL};
+  GError *error = NULL;
+  PsExperiment *e =
+      ps_experiment_load("tests/data/good/experiments/shard-mlp-v4-8.json", ov, &error);
+  g_assert_no_error(error);
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  g_autoptr(PsGeometry) g = ps_geometry_new(e->topology);
+  Net n = {.engine = ps_engine_new()};
+  n.net = ps_network_new(n.engine, e->topology, PS_NETWORK_DEFAULT_CHUNK);
+  int data = 0;
+  for (int c = 0; c < p->n_colls; c++) {
+    const PsPlanColl *pc = &p->colls[c];
+    if (pc->axis != PS_AXIS_DATA) {
+      /* the tensor axis stays within a slice */
+      for (int m = 1; m < pc->n_members; m++)
+        g_assert_cmpint(ps_geometry_endpoint_slice(g, pc->members[m]), ==,
+                        ps_geometry_endpoint_slice(g, pc->members[0]));
+      continue;
+    }
+    data++;
+    g_assert_cmpint(pc->n_members, ==, 2);
+    g_assert_cmpint(ps_geometry_endpoint_slice(g, pc->members[0]), !=,
+                    ps_geometry_endpoint_slice(g, pc->members[1]));
+    /* the bucket's size in whole chunks a half (message_s's closed form) */
+    int64_t unit = 2 * ps_network_chunk_bytes(n.net);
+    int64_t bytes = MAX(pc->count * pc->elem_bytes / unit, 1) * unit;
+    double form = message_s(&n, pc->members[0], pc->members[1], bytes / 2) +
+                  message_s(&n, pc->members[1], pc->members[0], bytes / 2);
+    /* one member a slice: hierarchical's cross-slice ring of two (auto
+     * names it the ring, its equal), the closed form's two messages */
+    for (int k = 0; k < 2; k++) {
+      PsCollective *cl = coll(&n, k ? "hierarchical" : "auto", pc->members, 2, bytes, 1);
+      const char *algo = ps_collective_algo(cl);
+      ps_time_t t0 = ps_engine_now(n.engine);
+      double t = ps_time_to_s(ps_collective_run_round(cl) - t0);
+      if (g_test_verbose())
+        g_printerr("%s (%s): %" G_GINT64_FORMAT " bytes, %.3f us, closed form %.3f us\n",
+                   pc->name, algo, bytes, t * 1e6, form * 1e6);
+      g_assert_cmpstr(algo, ==, k ? "hierarchical" : "ring");
+      g_assert_cmpfloat(fabs(t - form), <=, 0.005 * form);
+      ps_collective_free(cl);
+    }
+  }
+  g_assert_cmpint(data, >, 0);
+  ps_network_free(n.net);
+  ps_engine_free(n.engine);
+  ps_plan_free(p);
+  ps_experiment_free(e);
 }
 
 /* ---- bad input ------------------------------------------------------- */
@@ -519,6 +757,36 @@ static void test_errors(void)
   expect_exit2((const char *const[]){"run", path, "--set", "topology.slices=0", NULL},
                "slices: must be between 1");
   g_unlink(path);
+  /* a pipeline's stages in equal runs over the slices, filling them */
+  g_autofree char *pipe = write_json(pipe_json);
+  expect_exit2((const char *const[]){"run", pipe, "--set", "topology.slices=4", NULL},
+               "strategy.stages: 2 stages do not divide over the 4 slices");
+  expect_exit2((const char *const[]){"run", pipe, "--set", "topology.slices=2", "--set",
+                                     "strategy.replicas=1", NULL},
+               "strategy.replicas: a pipeline across 2 slices fills them");
+  g_unlink(pipe);
+  /* a topology file naming its slices: copies of one, else the first
+   * that differs and where */
+  static const char *const disagree[][2] = {
+      {"[\"tpu-v5e-8\", \"tpu-v5e-8\", \"tpu-v5e-16\"]",
+       "slices[2]: 'tpu-v5e-16' is not the slice 'tpu-v5e-8' is (they differ at torus.dims)"},
+      {"[\"tpu-v5e-16\", \"tpu-v6e-16\"]",
+       "slices[1]: 'tpu-v6e-16' is not the slice 'tpu-v5e-16' is (they differ at generation)"}};
+  for (size_t i = 0; i < G_N_ELEMENTS(disagree); i++) {
+    g_autofree char *json = g_strdup_printf("{\"name\": \"mixed\", \"slices\": %s}",
+                                            disagree[i][0]);
+    g_autofree char *topo = write_json(json);
+    expect_exit2((const char *const[]){"collective", "-t", topo, "-b", "1M", NULL},
+                 disagree[i][1]);
+    g_unlink(topo);
+  }
+  /* a shard mesh none of whose axes the slices divide */
+  expect_exit2((const char *const[]){"run", "tests/data/good/experiments/shard-mlp-v4-8.json",
+                                     "--set", "topology=tpu-v5e-4", "--set", "topology.slices=4",
+                                     "--set", "strategy.mesh.data=2", "--set",
+                                     "strategy.mesh.fsdp=2", "--set", "strategy.mesh.tensor=2",
+                                     "--set", "strategy.mesh.sequence=2", NULL},
+               "strategy.mesh: no axis divides over the 4 slices");
 }
 
 int main(int argc, char **argv)
@@ -526,6 +794,7 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   podsim_init();
   g_test_add_func("/multislice/topology", test_topology);
+  g_test_add_func("/multislice/named-slices", test_named_slices);
   g_test_add_func("/multislice/closed-form", test_closed_form);
   g_test_add_func("/multislice/dcn-bandwidth", test_dcn_bandwidth);
   g_test_add_func("/multislice/degraded-nic", test_degraded_nic);
@@ -533,6 +802,8 @@ int main(int argc, char **argv)
   g_test_add_func("/multislice/auto", test_auto);
   g_test_add_func("/multislice/numerics", test_numerics);
   g_test_add_func("/multislice/replicate", test_replicate);
+  g_test_add_func("/multislice/pipeline", test_pipeline);
+  g_test_add_func("/multislice/shard", test_shard);
   g_test_add_func("/multislice/errors", test_errors);
   return g_test_run();
 }

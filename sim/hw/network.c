@@ -426,6 +426,14 @@ static inline int64_t chunk_size(const PsNetwork *net, const Message *m, uint64_
   return left < net->chunk ? left : net->chunk;
 }
 
+/* The trace process of a link's track: the DCN's links have their own
+ * ("dcn links", pid - 1), the other links share "links". */
+static int link_pid(const PsNetwork *net, int link)
+{
+  const PsZone *z = ps_geometry_zone(net->geo, ps_geometry_link_zone(net->geo, link));
+  return z->kind == PS_ZONE_DCN ? net->trace_pid - 1 : net->trace_pid;
+}
+
 static const char *const link_cat[] = {"ici", "on-chip", "pcie", "pcie", "dcn", "dcn", "dcn", "dcn"};
 
 /* FALSE when the chunk is too short for the trace to draw (trace.h). */
@@ -435,7 +443,7 @@ static gboolean trace_chunk(PsNetwork *net, const Message *m, int link, uint64_t
   if (!net->named[link]) {
     net->named[link] = 1;
     g_autofree char *name = ps_network_link_name(net, link);
-    ps_trace_thread(net->trace, net->trace_pid, link + 1, name, link);
+    ps_trace_thread(net->trace, link_pid(net, link), link + 1, name, link);
   }
   PsLinkInfo info;
   ps_network_link_info(net, link, &info);
@@ -444,7 +452,7 @@ static gboolean trace_chunk(PsNetwork *net, const Message *m, int link, uint64_t
              "{\"message\":%" G_GUINT64_FORMAT ",\"chunk\":%" G_GUINT64_FORMAT
              ",\"bytes\":%" G_GINT64_FORMAT ",\"src\":%d,\"dst\":%d}",
              m->id, chunk, bytes, m->src, m->dst);
-  return ps_trace_complete(net->trace, net->trace_pid, link + 1, "chunk", link_cat[info.ends.kind],
+  return ps_trace_complete(net->trace, link_pid(net, link), link + 1, "chunk", link_cat[info.ends.kind],
                            start, ser, args);
 }
 
@@ -486,10 +494,10 @@ static ps_time_t transmit(PsNetwork *net, Message *m, uint64_t chunk, int hop)
         /* mid-chunk, a nanosecond or more inside: after the flow's start
          * on the sender's track, before its end on the receiver's */
         if (ser >= 2000)
-          ps_trace_flow_step(net->trace, net->trace_pid, li + 1, "message", m->id,
+          ps_trace_flow_step(net->trace, link_pid(net, li), li + 1, "message", m->id,
                              start + ser / 2);
       } else if (hop == 0 && chunk == 0 && !m->chained) {
-        ps_trace_flow_start(net->trace, net->trace_pid, li + 1, "message", m->id, start);
+        ps_trace_flow_start(net->trace, link_pid(net, li), li + 1, "message", m->id, start);
         m->flow_started = TRUE;
       }
       if (m->last_link < 0 || start >= m->last_start) {
@@ -532,7 +540,8 @@ static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
   void *fctx = m->ctx;
   if (d.last) {
     if (net->trace && m->flow_started)
-      ps_trace_flow_end(net->trace, net->trace_pid, m->last_link + 1, "message", m->id,
+      ps_trace_flow_end(net->trace, link_pid(net, m->last_link), m->last_link + 1, "message",
+                        m->id,
                         m->last_start);
     msg_release(net, idx);
     net->in_flight--;
@@ -730,6 +739,8 @@ void ps_network_set_trace(PsNetwork *net, PsTrace *trace, int pid)
   g_free(net->named);
   net->named = g_new0(guint8, net->n_links);
   ps_trace_process(trace, pid, "links", pid);
+  if (ps_geometry_slices(net->geo) > 1)
+    ps_trace_process(trace, pid - 1, "dcn links", pid - 1);
 }
 
 /* ---- shorthand topologies ------------------------------------------- */

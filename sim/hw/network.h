@@ -216,7 +216,9 @@ PsTopology *ps_network_shorthand(const char *spec, const char *const *overrides,
 /* Optional trace hook (trace may be NULL to stop).  Writes process `pid`
  * named "links", a thread per link direction that carries something
  * (tid = link + 1, named by ps_network_link_name), a complete event per
- * chunk and hop (cat "ici", "on-chip" or "pcie"), and a flow from each
+ * chunk and hop (cat "ici", "on-chip", "pcie" or "dcn"; on several slices
+ * the DCN's links are threads of their own process, pid - 1, named "dcn
+ * links", so a message's flow crosses from process to process), and a flow from each
  * message's first chunk on its first link to its last chunk on its last
  * link (ps_network_send_chained: steps of the sender's flow instead, in
  * the middle of each first chunk of 2 ns or more).  (transfer none) trace must outlive its use. */

@@ -1,4 +1,5 @@
-/* topology.c: topology files: "extends" inheritance between them, the
+/* topology.c: topology files: "extends" inheritance between them (and
+ * "slices" as a list naming each slice, which must all resolve to one), the
  * chip, host, torus and ICI sections with their checks, the slices and
  * the DCN between them, the derived figures (chips, hosts, devices of all
  * slices, per-device peak and HBM), and the resolved form that `podsim
@@ -63,10 +64,110 @@ json_object *ps_config__topology_tree_load(const char *file, GPtrArray *chain, G
   return merged;
 }
 
+/* The first path below `at` where the trees a and b differ, into `diff`
+ * ("" when equal); the keys of a first, then those only b has. */
+static gboolean first_diff(json_object *a, json_object *b, const char *at, GString *diff)
+{
+  if (json_object_equal(a, b))
+    return FALSE;
+  if (json_object_is_type(a, json_type_object) && json_object_is_type(b, json_type_object)) {
+    json_object *pair[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+      json_object_object_foreach(pair[k], key, va) {
+        json_object *vb = NULL;
+        json_object_object_get_ex(pair[1 - k], key, &vb);
+        g_autofree char *sub = ps_json_path_join(at, key);
+        if ((!vb || k == 0) && first_diff(va, vb, sub, diff))
+          return TRUE;
+      }
+    }
+  }
+  g_string_assign(diff, at);
+  return TRUE;
+}
+
+/* The named slice's resolved tree without the keys that only name or
+ * describe it (transfer full), or NULL. */
+static json_object *slice_tree(const char *name, const char *file, const char *path,
+                               GPtrArray *chain, GError **error)
+{
+  g_autofree char *found = ps_config__find_config("topologies", name, file, path, TRUE, error);
+  if (!found)
+    return NULL;
+  json_object *tree = ps_config__topology_tree_load(found, chain, error);
+  static const char *const naming[] = {"name", "description", "sources", NULL};
+  for (int i = 0; tree && naming[i]; i++)
+    json_object_object_del(tree, naming[i]);
+  return tree;
+}
+
+/* "slices": ["tpu-v5e-256", "tpu-v5e-256"], a list naming each slice: they
+ * must be one slice (the same figures once resolved), and the object
+ * becomes {"extends": that slice, "slices": their count, ...}
+ * (transfer full), or NULL naming the first slice that disagrees and the
+ * first key where it does. */
+static json_object *slices_list(json_object *obj, json_object *list, const char *file,
+                                const char *path, GPtrArray *chain, GError **error)
+{
+  g_autofree char *sp = ps_json_path_join(path, "slices");
+  size_t n = json_object_array_length(list);
+  if (n < 1 || json_object_object_get_ex(obj, "extends", NULL)) {
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, sp,
+                    n < 1 ? "an empty list names no slice; name at least one topology"
+                          : "a list of slices names the slice itself: drop \"extends\", or "
+                            "give \"slices\" as a count");
+    return NULL;
+  }
+  json_object *first = NULL;
+  const char *first_name = NULL;
+  for (size_t i = 0; i < n; i++) {
+    json_object *e = json_object_array_get_idx(list, i);
+    g_autofree char *ep = g_strdup_printf("%s[%zu]", sp, i);
+    if (!json_object_is_type(e, json_type_string)) {
+      ps_config__fail(error, PS_INPUT_ERROR_TYPE, file, ep, "must be a topology name");
+      json_object_put(first);
+      return NULL;
+    }
+    json_object *t = slice_tree(json_object_get_string(e), file, ep, chain, error);
+    GString *diff = g_string_new(NULL);
+    if (t && first && first_diff(first, t, "", diff))
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, ep,
+                      "'%s' is not the slice '%s' is (they differ at %s): the slices of a "
+                      "multislice topology are copies of one; name one topology for every slice",
+                      json_object_get_string(e), first_name, diff->str);
+    gboolean ok = t && diff->len == 0;
+    g_string_free(diff, TRUE);
+    if (!ok || first) {
+      json_object_put(t);
+      if (!ok) {
+        json_object_put(first);
+        return NULL;
+      }
+      continue;
+    }
+    first = t;
+    first_name = json_object_get_string(e);
+  }
+  json_object_put(first);
+  json_object *copy = ps_config__deep_copy(obj);
+  json_object_object_add(copy, "extends", json_object_new_string(first_name));
+  json_object_object_add(copy, "slices", json_object_new_int((int)n));
+  return copy;
+}
+
 json_object *ps_config__topology_merge_extends(json_object *obj, const char *file, const char *path,
                                            GPtrArray *chain, GError **error)
 {
-  json_object *ext = NULL;
+  json_object *ext = NULL, *list = NULL;
+  if (json_object_object_get_ex(obj, "slices", &list) &&
+      json_object_is_type(list, json_type_array)) {
+    json_object *named = slices_list(obj, list, file, path, chain, error);
+    if (!named)
+      return NULL;
+    json_object *merged = ps_config__topology_merge_extends(named, file, path, chain, error);
+    json_object_put(named);
+    return merged;
+  }
   if (!json_object_object_get_ex(obj, "extends", &ext) || ext == NULL)
     return ps_config__deep_copy(obj);
   const char *base_name = NULL;

@@ -428,6 +428,16 @@ void ps_trace_thread(PsTrace *t, int pid, int tid, const char *name, int sort_in
   put_metadata(t, pid, &tid, "thread_sort_index", NULL, &sort_index);
 }
 
+void ps_trace_process_labels(PsTrace *t, int pid, const char *labels)
+{
+  g_return_if_fail(t != NULL && labels != NULL);
+  begin_event(t, 'M', pid);
+  fputs(",\"name\":\"process_labels\",\"args\":{\"labels\":", t->f);
+  put_string(t, labels);
+  fputs("}", t->f);
+  end_event(t);
+}
+
 gboolean ps_trace_complete(PsTrace *t, int pid, int tid, const char *name, const char *cat,
                            ps_time_t start, ps_time_t dur, const char *args_json)
 {

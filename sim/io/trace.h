@@ -43,6 +43,9 @@ PsTrace *ps_trace_open(const char *path, GError **error);
 /* Metadata: names and ordering of processes (pid) and threads (tid). */
 void ps_trace_process(PsTrace *t, int pid, const char *name, int sort_index);
 void ps_trace_thread(PsTrace *t, int pid, int tid, const char *name, int sort_index);
+/* A process's labels (the format's "process_labels"), shown beside its
+ * name, e.g. "slice 1". */
+void ps_trace_process_labels(PsTrace *t, int pid, const char *labels);
 
 /* A complete event (ph "X").  args_json is NULL or the text of a JSON
  * object, e.g. "{\"layer\":\"dense1\"}", copied as is.  FALSE when it is

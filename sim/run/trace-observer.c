@@ -9,7 +9,10 @@
 #include "run-private.h"
 
 #define HOST_PID_BASE 100000
-#define LINKS_PID 99999
+#define LINKS_PID 99999 /* and LINKS_PID - 1, the DCN's links (hw/network.h) */
+/* several slices: the sort indices of slice s's processes start here,
+ * after the links' (its chips first, then its hosts from half way) */
+#define SLICE_SORT(s) (LINKS_PID + 1 + (s) * 100000)
 /* trace threads of a chip: core c is tid c; its collective lanes follow */
 #define COLL_TID(core, lane) (100 + (core) * 64 + (lane))
 /* and its steps, one slice per step, on a track above the core's ops */
@@ -291,15 +294,24 @@ static void trace_metadata(Run *r)
     int chip = ps_pod_device_chip(r->pod, d);
     int host = ps_pod_chip_host(r->pod, chip);
     if (chip != last_chip) {
-      char name[96], slice[32] = "";
-      /* several slices: each a run of processes whose names say which */
-      if (t->slices > 1)
-        g_snprintf(slice, sizeof slice, "slice %d ", chip / ps_topology_slice_chips(t));
-      g_snprintf(name, sizeof name, "%schip %d (%s, host %d)", slice, chip, t->name, host);
-      ps_trace_process(r->trace, chip + 1, name, chip + 1);
+      char name[96], label[32] = "";
+      int sl = chip / ps_topology_slice_chips(t), multi = t->slices > 1;
+      /* several slices: each a run of processes, its chips then its hosts,
+       * below the links, whose names and labels say which */
+      if (multi)
+        g_snprintf(label, sizeof label, "slice %d", sl);
+      int chip_sort = multi ? SLICE_SORT(sl) + chip - sl * ps_topology_slice_chips(t) : chip;
+      g_snprintf(name, sizeof name, "%s%schip %d (%s, host %d)", label, multi ? " " : "", chip,
+                 t->name, host);
+      ps_trace_process(r->trace, chip + 1, name, chip_sort + 1);
+      if (multi)
+        ps_trace_process_labels(r->trace, chip + 1, label);
       if (chip == 0 || ps_pod_chip_host(r->pod, last_chip) != host) {
-        g_snprintf(name, sizeof name, "%shost %d", slice, host);
-        ps_trace_process(r->trace, HOST_PID_BASE + host, name, HOST_PID_BASE + host);
+        g_snprintf(name, sizeof name, "%s%shost %d", label, multi ? " " : "", host);
+        ps_trace_process(r->trace, HOST_PID_BASE + host, name,
+                         multi ? SLICE_SORT(sl) + SLICE_SORT(0) / 2 + host : HOST_PID_BASE + host);
+        if (multi)
+          ps_trace_process_labels(r->trace, HOST_PID_BASE + host, label);
         for (int lane = 0; lane < PS_HOST_N_LANES; lane++)
           ps_trace_thread(r->trace, HOST_PID_BASE + host, lane, ps_host_lane_name(lane), lane);
       }

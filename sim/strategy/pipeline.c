@@ -31,8 +31,9 @@
  * a snake through the slice (the cores of a chip, then chips along x, every
  * other row reversed, every other plane reversed in y), so neighbouring
  * stages are on one chip or on neighbouring chips; replica r takes
- * positions [rK, (r+1)K).  The devices used are
- * always 0 .. KR - 1.  With R > 1, stage s of every replica forms a group
+ * positions [rK, (r+1)K).  On S > 1 slices the stages go in S equal runs,
+ * run j on slice j (see place()), and the pipeline fills every slice.
+ * The devices used are always 0 .. KR - 1.  With R > 1, stage s of every replica forms a group
  * whose gradients are all-reduced in buckets, overlapped with the last
  * micro-batch's backward, as in the replicate strategy.
  * Invariant: every SEND has its RECV (tag 2 mb forward, 2 mb + 1
@@ -42,6 +43,7 @@
 
 #include "hw/cost.h"
 #include "hw/topology.h"
+#include "io/config.h"
 #include "strategy/partition.h"
 #include "strategy/strategy-private.h"
 
@@ -65,6 +67,24 @@ static int snake_device(const PsGeometry *g, int p, int used)
   int x = seq_row % 2 == 1 && (seq_row + 1) * X <= used_chips ? X - 1 - xi : xi;
   int c[PS_MAX_DIMS] = {x, y, z};
   return ps_geometry_device_at(g, ps_geometry_chip_at(g, c), core);
+}
+
+/* Replica r's stage s -> dev[r K + s]: on one slice the snake's
+ * position r K + s; on S > 1 slices (S divides K, and the pipeline fills
+ * every slice: pipeline_check) the stages in consecutive runs of K / S,
+ * run j on slice j, so a replica crosses the DCN at S - 1 stage
+ * boundaries, one SEND/RECV each way per micro-batch, and in each slice
+ * the replicas' runs lie along its snake. */
+static void place(const PsTopology *topo, int K, int R, int *dev)
+{
+  g_autoptr(PsGeometry) geo = ps_geometry_new(topo);
+  int S = ps_geometry_slices(geo), per = K / S;
+  int slice_devices = ps_geometry_devices(geo) / S;
+  for (int r = 0; r < R; r++)
+    for (int s = 0; s < K; s++) {
+      int j = s / per, q = r * per + s % per;
+      dev[r * K + s] = j * slice_devices + snake_device(geo, q, R * per);
+    }
 }
 
 typedef struct {
@@ -231,17 +251,14 @@ static PsPlan *pipeline_compile(const PsExperiment *exp, const void *config, GEr
   if (!part)
     return NULL;
   const int N = K * R;
+  int *dev = g_new(int, N);
+  place(exp->topology, K, R, dev);
   PsPlan *plan = ps_plan_new(N);
   plan->micro_batches = M;
   plan->loss_scale = ps_replica_loss_scale(&c->rep, M);
   ps_plan_set_axis(plan, PS_AXIS_DATA, R);
   ps_plan_set_axis(plan, PS_AXIS_STAGE, K);
   plan->stage_first = g_memdup2(part->first, sizeof(int) * (size_t)(K + 1));
-  int *dev = g_new(int, N);
-  PsGeometry *geo = ps_geometry_new(exp->topology);
-  for (int p = 0; p < N; p++)
-    dev[p] = snake_device(geo, p, N);
-  ps_geometry_free(geo);
   int *members = g_new(int, R);
   gboolean ok = TRUE;
   GArray *ops = g_array_new(FALSE, TRUE, sizeof(PsOp));
@@ -320,6 +337,25 @@ static gboolean pipeline_parse(json_object *obj, const PsTopology *topo, const c
  * the partition and the schedule's micro-batches in flight. */
 static gboolean pipeline_check(const PsExperiment *exp, const void *config, GError **error)
 {
+  const PsReplicaConfig *c = config;
+  int S = exp->topology->slices, K = c->staging.stages;
+  if (S > 1 && K % S != 0) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, exp->file, "strategy.stages",
+                     "%d stages do not divide over the %d slices of the topology "
+                     "(topology.slices): the stages go to the slices in equal runs; use a "
+                     "multiple of %d, e.g. %d",
+                     K, S, S, (K + S - 1) / S * S);
+    return FALSE;
+  }
+  int devices = ps_topology_devices(exp->topology), R = c->rep.replicas;
+  if (S > 1 && (int64_t)R * K != devices) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, exp->file, "strategy.replicas",
+                     "a pipeline across %d slices fills them: replicas x stages must be their "
+                     "%d devices, not %d x %d; leave strategy.replicas out (%d) or use fewer "
+                     "slices",
+                     S, devices, R, K, devices / K);
+    return FALSE;
+  }
   return ps_replica_check(exp, config, error);
 }
 

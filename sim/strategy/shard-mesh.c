@@ -106,6 +106,34 @@ static unsigned split_axis(Physical *p, unsigned used, int size)
   return 0;
 }
 
+/* The slices go first, whole, to the outermost axis (first in c->order)
+ * whose size they divide, as MaxText's dcn_data_parallelism puts data
+ * across slices: only that axis's collectives cross the DCN; the axis
+ * keeps size / slices to find on the torus.  Returns the physical axes
+ * taken (none in one slice, or when no axis fits: the check refuses
+ * that, ps_shard_dcn_axis). */
+static unsigned dcn_axis(const Physical *p, const PsShardConfig *c, unsigned took[PS_N_AXES],
+                         int need[PS_N_AXES])
+{
+  int j = p->n - 1;
+  if (j < 0 || p->geo[j] != PS_GEOMETRY_SLICE_AXIS)
+    return 0;
+  int a = ps_shard_dcn_axis(c, p->extent[j]);
+  if (a < 0)
+    return 0;
+  took[a] = 1u << j;
+  need[a] /= p->extent[j];
+  return took[a];
+}
+
+int ps_shard_dcn_axis(const PsShardConfig *c, int slices)
+{
+  for (int i = 0; slices > 1 && i < PS_SHARD_AXES; i++)
+    if (c->size[c->order[i]] % slices == 0)
+      return c->order[i];
+  return -1;
+}
+
 /* Row-major fallback: device d's coordinates, heaviest axis fastest. */
 static void fallback(const PsShardConfig *c, int n, int *coord)
 {
@@ -128,17 +156,23 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
   Physical p;
   physical_axes(g, &p);
   unsigned used = 0, took[PS_N_AXES] = {0};
+  int need[PS_N_AXES];
+  for (int a = 0; a < PS_N_AXES; a++)
+    need[a] = c->size[a];
+  used = dcn_axis(&p, c, took, need);
   gboolean ok = TRUE;
   for (int i = PS_SHARD_AXES - 1; i >= 0 && ok; i--) {
     PsAxis a = c->order[i];
-    if (c->size[a] == 1)
+    if (need[a] == 1)
       continue;
-    for (int k = p.n; k >= 1 && !took[a]; k--)
-      took[a] = find_subset(&p, used, k, c->size[a]);
-    if (!took[a])
-      took[a] = split_axis(&p, used, c->size[a]);
-    used |= took[a];
-    ok = took[a] != 0;
+    unsigned m = 0;
+    for (int k = p.n; k >= 1 && !m; k--)
+      m = find_subset(&p, used, k, need[a]);
+    if (!m)
+      m = split_axis(&p, used, need[a]);
+    took[a] |= m;
+    used |= m;
+    ok = m != 0;
   }
   if (!ok) {
     fallback(c, n, coord);

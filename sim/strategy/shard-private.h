@@ -36,6 +36,10 @@ int ps_shard_devices(const PsShardConfig *c);
 /* The tensor x sequence group's size: the ways a layer's work is split. */
 int ps_shard_model_ways(const PsShardConfig *c);
 
+/* The axis the slices of a multislice topology go to: the outermost (first
+ * in c->order) whose size `slices` divides; -1 when none does or slices
+ * is 1. */
+int ps_shard_dcn_axis(const PsShardConfig *c, int slices);
 /* Each device's coordinate along each axis, coord[d * PS_N_AXES + a]
  * (transfer full): the rule of shard-mesh.c.  `how` (may be NULL) gets a
  * line per axis saying which physical axes it took. */

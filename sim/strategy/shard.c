@@ -197,6 +197,15 @@ static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError
                          : devices);
     return FALSE;
   }
+  int slices = e->topology->slices;
+  if (slices > 1 && ps_shard_dcn_axis(c, slices) < 0) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh",
+                     "no axis divides over the %d slices of the topology (topology.slices): "
+                     "the slices go to the outermost axis of strategy.mesh_order whose size "
+                     "is a multiple of %d; make one, e.g. data, a multiple of %d",
+                     slices, slices, slices);
+    return FALSE;
+  }
   if (c->size[PS_AXIS_SEQUENCE] > 1 && c->size[PS_AXIS_TENSOR] == 1) {
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh.sequence",
                      "%d needs a tensor axis (sequence parallelism shards what tensor "
