@@ -82,8 +82,9 @@ int ps_plan_coord(const PsPlan *plan, int device, PsAxis axis)
 
 const char *ps_buffer_name(PsBufferKind kind)
 {
-  static const char *const names[] = {"gradients", "parameters", "activations"};
-  g_return_val_if_fail(kind <= PS_BUFFER_ACTIVATIONS, "?");
+  static const char *const names[] = {"gradients", "parameters", "activations",
+                                      "activation gradients", "gradient shards"};
+  g_return_val_if_fail(kind <= PS_BUFFER_GRAD_SHARDS, "?");
   return names[kind];
 }
 
