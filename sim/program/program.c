@@ -83,8 +83,9 @@ int ps_plan_coord(const PsPlan *plan, int device, PsAxis axis)
 const char *ps_buffer_name(PsBufferKind kind)
 {
   static const char *const names[] = {"gradients", "parameters", "activations",
-                                      "batch-norm statistics", "batch-norm gradient statistics"};
-  g_return_val_if_fail(kind <= PS_BUFFER_BN_GRAD_STATS, "?");
+                                      "batch-norm statistics", "batch-norm gradient statistics",
+                                      "activation gradients", "gradient shards"};
+  g_return_val_if_fail(kind <= PS_BUFFER_GRAD_SHARDS, "?");
   return names[kind];
 }
 

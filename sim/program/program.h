@@ -77,10 +77,13 @@ typedef struct {
 } PsProgram;
 
 /* Which per-device buffer a collective reads and writes with numerics on:
- * gradients or parameters (offsets in the flat layout of model/net.h), or
- * activations (offsets in the floats of the device's activations, layer
- * after layer, of the examples it holds). */
-/* BN_STATS, BN_GRAD_STATS: a batch-normalization layer's (`layer`)
+ * gradients or parameters (offsets in the flat layout of model/net.h),
+ * activations or their gradients (a layer's output in the device's
+ * current slot, of the examples it holds), or the gradient shards: the
+ * device's own blocks of the fsdp reduce-scatters of GRADS, in the order
+ * of their starts, each taking ceil(count / fsdp) floats (what a data
+ * all-reduce of an fsdp mesh reduces).
+ * BN_STATS, BN_GRAD_STATS: a batch-normalization layer's (`layer`)
  * per-channel moments of the device's share of its group's batch, forward
  * (mean, mean square) and backward (means of dy and dy xhat). */
 typedef enum {
@@ -89,6 +92,8 @@ typedef enum {
   PS_BUFFER_ACTIVATIONS,
   PS_BUFFER_BN_STATS,
   PS_BUFFER_BN_GRAD_STATS,
+  PS_BUFFER_ACT_GRADS,
+  PS_BUFFER_GRAD_SHARDS
 } PsBufferKind;
 
 /* The axes a plan lays its devices out along (GSPMD's device mesh): data

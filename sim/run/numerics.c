@@ -89,14 +89,19 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
     for (int c = 0; c < plan->n_colls; c++) /* statistics all-reduced in groups */
       if (plan->colls[c].buffer == PS_BUFFER_BN_STATS && ps_plan_coll_member(plan, c, d) >= 0)
         ps_net_set_batchnorm_group(r->nets[d], plan->colls[c].layer, plan->colls[c].n_members);
-    /* replica r of R takes examples [r B/R, (r+1) B/R) of the global batch */
-    r->example_base[d] = (int64_t)ps_plan_coord(plan, d, PS_AXIS_DATA) *
-                         (exp->global_batch / ps_plan_axis_size(plan, PS_AXIS_DATA));
+    /* replica r of R takes examples [r B/R, (r+1) B/R) of the global batch;
+     * the fsdp axis splits the batch as the data axis does (data-major) */
+    int F = ps_plan_axis_size(plan, PS_AXIS_FSDP);
+    int64_t replica = (int64_t)ps_plan_coord(plan, d, PS_AXIS_DATA) * F +
+                      ps_plan_coord(plan, d, PS_AXIS_FSDP);
+    r->example_base[d] =
+        replica * (exp->global_batch / ((int64_t)ps_plan_axis_size(plan, PS_AXIS_DATA) * F));
   }
   size_t elems = ps_dataset_example_elems(r->train);
   r->batch_x = g_new(float, (size_t)exp->global_batch * elems);
   r->batch_y = g_new(int32_t, (size_t)exp->global_batch * ps_dataset_labels_per_example(r->train));
   r->drawn_step = -1;
+  ps_run_fsdp_init(r);
   return TRUE;
 }
 
@@ -120,6 +125,7 @@ void ps_run_numerics_free(Run *r)
   ps_dataset_free(r->own_train);
   g_free(r->batch_x);
   g_free(r->batch_y);
+  ps_run_fsdp_free(r);
 }
 
 static void log_step(Run *r, int64_t step, double loss, ps_time_t t)
@@ -243,6 +249,8 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
     ps_optimizer_set_lr(r->opts[device],
                         (float)(oc->learning_rate * 0.5 *
                                 (1.0 + cos(G_PI * (double)step / (double)r->exp->steps))));
+  if (ps_run_fsdp_update(r, device, step)) /* an fsdp mesh: the blocks it owns */
+    return;
   /* a reduce-scattered bucket: this device's shard, in one piece or
    * several (multiring) */
   int pieces = 1;
@@ -315,40 +323,57 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
   case PS_OP_HOST_CALL:
     host_call_numerics(r, device, op);
     break;
+  case PS_OP_COLL_DONE:
+    ps_run_fsdp_coll_done(r, device, op->coll);
+    break;
   default: /* collectives reduce into coll_buffer() */
     break;
   }
 }
 
 /* The buffer a device hands to a collective: its gradients, its weights,
- * or a layer's output in its current slot, from the collective's offset.  The collective adds (or copies) the
- * members' elements into it in the order its algorithm delivers them. */
+ * a layer's output or its gradient in its current slot, or its gradient
+ * shards, from the collective's offset.  The collective adds (or copies)
+ * the members' elements into it in the order its algorithm delivers them. */
 float *ps_run_numerics_coll_buffer(void *ctx, int device, int c)
 {
   Run *r = ctx;
   const PsPlanColl *pc = &r->plan->colls[c];
   PsNet *net = r->nets[device];
-  if (pc->buffer == PS_BUFFER_BN_STATS || pc->buffer == PS_BUFFER_BN_GRAD_STATS)
+  switch (pc->buffer) {
+  case PS_BUFFER_GRADS:
+    return ps_net_grads(net) + pc->offset;
+  case PS_BUFFER_PARAMS:
+    return ps_net_params(net) + pc->offset;
+  case PS_BUFFER_BN_STATS:
+  case PS_BUFFER_BN_GRAD_STATS:
     return ps_net_batchnorm_moments(net, pc->layer, pc->buffer == PS_BUFFER_BN_GRAD_STATS,
                                     NULL);
-  float *base = pc->buffer == PS_BUFFER_GRADS    ? ps_net_grads(net)
-                : pc->buffer == PS_BUFFER_PARAMS ? ps_net_params(net)
-                                                 : ps_net_activation(net, pc->layer, NULL);
-  return base + pc->offset;
+  case PS_BUFFER_ACT_GRADS:
+    return ps_net_activation_grad(net, pc->layer, NULL) + pc->offset;
+  case PS_BUFFER_GRAD_SHARDS:
+    return ps_run_fsdp_shards(r, device, pc->offset);
+  default:
+    return ps_net_activation(net, pc->layer, NULL) + pc->offset;
+  }
 }
 
-/* The parameter ranges device owns (the plan's mesh); a device the plan
- * gives none holds them all. */
-static int param_ranges(Run *r, int device, PsParamRange *all, const PsParamRange **ranges)
+/* The parameter ranges device owns (transfer full): its fsdp blocks, or
+ * the plan's mesh; a device the plan gives none holds them all. */
+static GArray *param_ranges(Run *r, int device)
 {
+  GArray *out = ps_run_fsdp_ranges(r, device);
+  if (out)
+    return out;
   const PsMesh *mesh = &r->plan->mesh;
+  out = g_array_new(FALSE, FALSE, sizeof(PsParamRange));
   if (mesh->n_ranges[device] > 0) {
-    *ranges = mesh->ranges[device];
-    return mesh->n_ranges[device];
+    g_array_append_vals(out, mesh->ranges[device], (guint)mesh->n_ranges[device]);
+    return out;
   }
-  *all = (PsParamRange){0, (int64_t)ps_net_n_params(r->nets[device])};
-  *ranges = all;
-  return 1;
+  PsParamRange all = {0, (int64_t)ps_net_n_params(r->nets[device])};
+  g_array_append_val(out, all);
+  return out;
 }
 
 /* The device of replica 0 (data coordinate 0) at the same place as device
@@ -376,13 +401,12 @@ static double replica_divergence(Run *r)
     if (ps_plan_coord(r->plan, i, PS_AXIS_DATA) == 0)
       continue;
     int d0 = replica0_peer(r, i);
-    PsParamRange all;
-    const PsParamRange *rg;
-    int n = param_ranges(r, i, &all, &rg);
-    for (int k = 0; k < n; k++) {
-      const float *pi = ps_net_params(r->nets[i]) + rg[k].off;
-      const float *p0 = ps_net_params(r->nets[d0]) + rg[k].off;
-      for (int64_t j = 0; j < rg[k].len; j++)
+    g_autoptr(GArray) rgs = param_ranges(r, i);
+    for (guint k = 0; k < rgs->len; k++) {
+      const PsParamRange *rg = &g_array_index(rgs, PsParamRange, k);
+      const float *pi = ps_net_params(r->nets[i]) + rg->off;
+      const float *p0 = ps_net_params(r->nets[d0]) + rg->off;
+      for (int64_t j = 0; j < rg->len; j++)
         worst = fmax(worst, fabs((double)pi[j] - p0[j]));
     }
   }
@@ -391,18 +415,18 @@ static double replica_divergence(Run *r)
 
 /* Copies the weights every other device of replica 0 owns into device 0's
  * net, which then holds the trained model whole (a no-op without a
- * pipeline). */
+ * pipeline or fsdp). */
 static void gather_params(Run *r)
 {
   for (int d = 1; d < r->n_dev; d++) {
     if (ps_plan_coord(r->plan, d, PS_AXIS_DATA) != 0)
       continue;
-    PsParamRange all;
-    const PsParamRange *rg;
-    int n = param_ranges(r, d, &all, &rg);
-    for (int k = 0; k < n; k++)
-      memcpy(ps_net_params(r->nets[0]) + rg[k].off, ps_net_params(r->nets[d]) + rg[k].off,
-             (size_t)rg[k].len * sizeof(float));
+    g_autoptr(GArray) rgs = param_ranges(r, d);
+    for (guint k = 0; k < rgs->len; k++) {
+      const PsParamRange *rg = &g_array_index(rgs, PsParamRange, k);
+      memcpy(ps_net_params(r->nets[0]) + rg->off, ps_net_params(r->nets[d]) + rg->off,
+             (size_t)rg->len * sizeof(float));
+    }
   }
 }
 

@@ -64,6 +64,9 @@ typedef struct {
   float *batch_x;       /* one global batch */
   int32_t *batch_y;
   int64_t drawn_step;   /* global batch currently in batch_x */
+  /* fsdp (numerics-fsdp.c): NULL without an fsdp axis */
+  int64_t *shard_off;   /* per collective: its block's place in the shards, or -1 */
+  float **shards;       /* per device: its gradient shards (PS_BUFFER_GRAD_SHARDS) */
   GHashTable *open_steps; /* int64 step -> StepState, while devices are in it (run.c) */
   int outfeeders;       /* devices with an OUTFEED op */
   PsHistogram *histograms; /* per host call, device 0's last result (run.c allocates) */
@@ -95,6 +98,22 @@ typedef struct {
   guint8 *host_named;   /* per host: bit per (lane, sub) named */
   int64_t *host_batches; /* per host: batches prepared so far (names slices) */
 } Run;
+
+/* numerics-fsdp.c: an fsdp mesh's numerics.  Each device holds the whole
+ * net, but owns only its blocks of the fsdp reduce-scatters of its
+ * gradients: their sums are copied into its shards when the reduce-scatter
+ * is done (where the data all-reduce finds them), back when it updates,
+ * and the optimizer updates those blocks only; the other weights are
+ * stale until the next all-gather overwrites them. */
+void ps_run_fsdp_init(Run *r);
+void ps_run_fsdp_free(Run *r);
+void ps_run_fsdp_coll_done(Run *r, int device, int c);
+/* TRUE if it updated device's blocks (an fsdp mesh), else FALSE. */
+gboolean ps_run_fsdp_update(Run *r, int device, int64_t step);
+float *ps_run_fsdp_shards(Run *r, int device, int64_t off);
+/* The parameter ranges device owns, in an array (transfer full), or NULL
+ * without an fsdp axis. */
+GArray *ps_run_fsdp_ranges(Run *r, int device);
 
 /* run.c: the step's state, made when first asked for.  (transfer none) */
 StepState *ps_run_step_state(Run *r, int64_t step);

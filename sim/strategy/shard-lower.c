@@ -285,7 +285,7 @@ static int add_req(Lower *w, PsCollOp op, GroupKind g, PsAxis axis, int64_t coun
 {
   Req r = {.op = op, .group = g, .axis = axis, .count = MAX(count, 1), .buffer = buf,
            .layer = layer};
-  if (buf != PS_BUFFER_ACTIVATIONS && layer >= 0)
+  if ((buf == PS_BUFFER_GRADS || buf == PS_BUFFER_PARAMS) && layer >= 0)
     r.offset = ps_lower_param_offset(w->m, layer);
   snprintf(r.name, sizeof r.name, "%s %s %s", ps_axis_name(axis), coll_word[op], what);
   g_array_append_val(w->reqs, r);
@@ -483,14 +483,14 @@ static void backward_comps(Lower *w, int i, gboolean ring)
     char what[48];
     snprintf(what, sizeof what, "%.32s out-grad", lname(w, c->producer));
     coll_now(w, add_req(w, c->bwd, G_MODEL, model_axis(w, c->bwd), out_elems(w, c->producer),
-                        PS_BUFFER_ACTIVATIONS, c->producer, what));
+                        PS_BUFFER_ACT_GRADS, c->producer, what));
   }
   if (lp->enter && w->m->layers[i].input_from >= 0) {
     char what[48];
     snprintf(what, sizeof what, "%.34s in-grad", w->m->layers[i].name);
     int p = w->m->layers[i].input_from;
     int op = ring ? PS_COLL_ALL_GATHER : PS_COLL_ALL_REDUCE;
-    coll_now(w, add_req(w, op, G_MODEL, PS_AXIS_TENSOR, out_elems(w, p), PS_BUFFER_ACTIVATIONS,
+    coll_now(w, add_req(w, op, G_MODEL, PS_AXIS_TENSOR, out_elems(w, p), PS_BUFFER_ACT_GRADS,
                         p, what));
   }
 }
@@ -623,8 +623,11 @@ static void flush_bucket(Lower *w, Buckets *b, GArray *rs, int first, int last,
   char what[48];
   snprintf(what, sizeof what, "b%d %.16s..%.16s", b->k++, w->m->layers[first].name,
            w->m->layers[last].name);
-  int r = add_req(w, PS_COLL_ALL_REDUCE, G_DATA, PS_AXIS_DATA, floats, PS_BUFFER_GRADS, first,
-                  what);
+  /* with fsdp the bucket is the device's shards of its ops' gradients */
+  int r = add_req(w, PS_COLL_ALL_REDUCE, G_DATA, PS_AXIS_DATA, floats,
+                  w->F > 1 ? PS_BUFFER_GRAD_SHARDS : PS_BUFFER_GRADS, first, what);
+  if (w->F > 1)
+    g_array_index(w->reqs, Req, r).offset = w->shard_params - floats;
   coll(w, PS_OP_COLL_START, r);
   g_array_append_val(b->done, r);
 }
@@ -816,9 +819,10 @@ static void groups_clear(Groups *gr)
  * reduced gradients in strategy.reduce_precision, weights in f32. */
 static int req_elem_bytes(const Lower *w, const Req *q)
 {
-  if (q->buffer == PS_BUFFER_ACTIVATIONS)
+  if (q->buffer == PS_BUFFER_ACTIVATIONS || q->buffer == PS_BUFFER_ACT_GRADS)
     return w->act_b;
-  if (q->buffer == PS_BUFFER_GRADS && q->op != PS_COLL_ALL_GATHER)
+  if ((q->buffer == PS_BUFFER_GRADS || q->buffer == PS_BUFFER_GRAD_SHARDS) &&
+      q->op != PS_COLL_ALL_GATHER)
     return ps_strategy_reduce_bytes(w->c->reduce_precision);
   return 4;
 }

@@ -236,14 +236,15 @@ static gboolean shard_check(const PsExperiment *e, const void *config, GError **
   const PsShardConfig *c = config;
   if (!check_mesh(e, c, error) || !check_model(e, c, error))
     return FALSE;
-  /* Numerics on shards plug in here: each device's net built from the
+  /* Numerics run on data x fsdp meshes (run/numerics-fsdp.c).  Tensor and
+   * sequence numerics would plug in here: each device's net built from the
    * local model of shard-lower.c, the tensor collectives carrying its
-   * partial activations.  Until then only whole-net meshes run them. */
-  if (e->numerics.enabled && (ps_shard_model_ways(c) > 1 || c->size[PS_AXIS_FSDP] > 1)) {
+   * partial activations and (PS_BUFFER_ACT_GRADS) their gradients. */
+  if (e->numerics.enabled && ps_shard_model_ways(c) > 1) {
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "numerics.enabled",
-                     "true is not yet supported with strategy.mesh.tensor, sequence or fsdp "
-                     "> 1 (each device would hold only its shard); numerics.enabled=false "
-                     "runs it (timing only), or use a data-only mesh");
+                     "true is not yet supported with strategy.mesh.tensor or sequence > 1 "
+                     "(each device would hold only its shard); numerics.enabled=false "
+                     "runs it (timing only), or use a data x fsdp mesh");
     return FALSE;
   }
   return ps_shard_check_memory(e, c, error);

@@ -1,0 +1,140 @@
+/* numerics-fsdp.c: real arithmetic on an fsdp mesh (ZeRO-3).  Every
+ * device's net holds the whole flat parameter and gradient buffers, but a
+ * device owns only its blocks of each fsdp reduce-scatter of gradients
+ * (the collective's ps_pod_coll_block pieces, the same as the pieces it
+ * contributes to the all-gather of those weights).  When the reduce-scatter
+ * is done its blocks hold the fsdp group's sum; they are copied into the
+ * device's gradient shards, a flat buffer laid out as the lowering lays
+ * out its data all-reduce buckets (each reduce-scatter in the order of its
+ * start, ceil(count / fsdp) floats), so the data axis reduces exactly the
+ * shards.  The update copies them back and steps only the owned blocks.
+ *
+ * Invariant: after a step, every device's owned blocks hold the weights a
+ * one-device run on the global batch would (up to the order of float
+ * sums); the weights it does not own are stale until the next all-gather
+ * of them, and nothing reads them before it. */
+#include "run-private.h"
+
+#include <string.h>
+
+static gboolean is_shard_rs(const PsPlanColl *pc)
+{
+  return pc->op == PS_COLL_REDUCE_SCATTER && pc->buffer == PS_BUFFER_GRADS &&
+         pc->axis == PS_AXIS_FSDP;
+}
+
+void ps_run_fsdp_init(Run *r)
+{
+  const PsPlan *plan = r->plan;
+  int F = ps_plan_axis_size(plan, PS_AXIS_FSDP);
+  if (F <= 1)
+    return;
+  r->shard_off = g_new(int64_t, MAX(plan->n_colls, 1));
+  for (int c = 0; c < plan->n_colls; c++)
+    r->shard_off[c] = -1;
+  int64_t most = 1;
+  for (int p = 0; p < plan->n_programs; p++) {
+    const PsProgram *pr = &plan->programs[p];
+    int64_t off = 0;
+    for (int i = 0; i < pr->n_ops; i++) {
+      const PsOp *op = &pr->ops[i];
+      if (op->kind != PS_OP_COLL_START || !is_shard_rs(&plan->colls[op->coll]))
+        continue;
+      r->shard_off[op->coll] = off;
+      off += (plan->colls[op->coll].count + F - 1) / F;
+    }
+    most = MAX(most, off);
+  }
+  r->shards = g_new(float *, r->n_dev);
+  for (int d = 0; d < r->n_dev; d++)
+    r->shards[d] = g_new0(float, (size_t)most);
+}
+
+void ps_run_fsdp_free(Run *r)
+{
+  if (r->shards)
+    for (int d = 0; d < r->n_dev; d++)
+      g_free(r->shards[d]);
+  g_free(r->shards);
+  g_free(r->shard_off);
+  r->shards = NULL;
+  r->shard_off = NULL;
+}
+
+/* Copies device's pieces of reduce-scatter c between its gradients and
+ * its shards (to_shards: gradients -> shards). */
+static void move_blocks(Run *r, int device, int c, gboolean to_shards)
+{
+  const PsPlanColl *pc = &r->plan->colls[c];
+  float *grads = ps_net_grads(r->nets[device]) + pc->offset;
+  float *shard = r->shards[device] + r->shard_off[c];
+  int pieces = 1;
+  for (int k = 0; k < pieces; k++) {
+    int64_t off = 0, len = 0;
+    pieces = ps_pod_coll_block(r->pod, c, device, k, &off, &len);
+    if (to_shards)
+      memcpy(shard, grads + off, (size_t)len * sizeof *shard);
+    else
+      memcpy(grads + off, shard, (size_t)len * sizeof *shard);
+    shard += len;
+  }
+}
+
+void ps_run_fsdp_coll_done(Run *r, int device, int c)
+{
+  if (r->shard_off && r->shard_off[c] >= 0)
+    move_blocks(r, device, c, TRUE);
+}
+
+float *ps_run_fsdp_shards(Run *r, int device, int64_t off)
+{
+  g_return_val_if_fail(r->shards != NULL, NULL);
+  return r->shards[device] + off;
+}
+
+/* The fsdp reduce-scatters device starts, in program order (transfer full). */
+static GArray *device_rs(Run *r, int device)
+{
+  GArray *cs = g_array_new(FALSE, FALSE, sizeof(int));
+  const PsProgram *pr = ps_plan_program(r->plan, device);
+  for (int i = 0; i < pr->n_ops; i++)
+    if (pr->ops[i].kind == PS_OP_COLL_START && r->shard_off[pr->ops[i].coll] >= 0)
+      g_array_append_val(cs, pr->ops[i].coll);
+  return cs;
+}
+
+GArray *ps_run_fsdp_ranges(Run *r, int device)
+{
+  if (!r->shard_off)
+    return NULL;
+  GArray *out = g_array_new(FALSE, FALSE, sizeof(PsParamRange));
+  g_autoptr(GArray) cs = device_rs(r, device);
+  for (guint j = 0; j < cs->len; j++) {
+    int c = g_array_index(cs, int, j);
+    int pieces = 1;
+    for (int k = 0; k < pieces; k++) {
+      PsParamRange rg = {0, 0};
+      pieces = ps_pod_coll_block(r->pod, c, device, k, &rg.off, &rg.len);
+      rg.off += r->plan->colls[c].offset;
+      g_array_append_val(out, rg);
+    }
+  }
+  return out;
+}
+
+gboolean ps_run_fsdp_update(Run *r, int device, int64_t step)
+{
+  if (!r->shard_off)
+    return FALSE;
+  g_autoptr(GArray) cs = device_rs(r, device);
+  for (guint j = 0; j < cs->len; j++)
+    move_blocks(r, device, g_array_index(cs, int, j), FALSE);
+  g_autoptr(GArray) rgs = ps_run_fsdp_ranges(r, device);
+  for (guint j = 0; j < rgs->len; j++) {
+    const PsParamRange *rg = &g_array_index(rgs, PsParamRange, j);
+    ps_optimizer_step_range(r->opts[device], ps_net_params(r->nets[device]),
+                            ps_net_grads(r->nets[device]), (size_t)rg->off, (size_t)rg->len,
+                            step + 1);
+  }
+  return TRUE;
+}
