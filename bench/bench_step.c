@@ -12,8 +12,15 @@
  * collective (ICI within each slice, DCN across), in a child process of its
  * own so that its peak resident memory is its own.  Reports wall seconds,
  * events, events per second and the process's peak resident memory.
+ * Then GPT-3 175B (models/gpt3-175b.json) under the shard strategy at
+ * tensor 8 x fsdp 64 on tpu-v4-1024 (512 devices), full rematerialization,
+ * 2 sequences per device (global batch 128: at 4 a device's saved layer
+ * inputs and recompute peak exceed its 32 GiB), in a child process; with
+ * PODSIM_BENCH_FULL=1 in the environment also at tensor 8 x fsdp 512 on
+ * tpu-v4-8192 (4,096 devices, global batch 1024), which needs several GiB.
  * Targets: the v4-8192 step in at most 2 s of wall time and 1 GiB; the
- * 16-slice v5e step in at most 5 s and 1 GiB.
+ * 16-slice v5e step in at most 5 s and 1 GiB; the GPT-3 step on v4-8192
+ * in at most 10 s and 2 GiB.
  * Usage: bench_step [KEY=VALUE...] (from the source tree): each KEY=VALUE
  * is one more override of every run, e.g. collective.fast_path=true.
  * Invariant: every run starts from a fresh experiment, engine and pod. */
@@ -122,5 +129,15 @@ int main(int argc, char **argv)
   rc |= bench_apart(&extra, "bert-large 16 x v5e-256 multislice", bert, (const char *const[]){
       "topology=tpu-v5e-256", "topology.slices=16", "strategy.replicas=4096",
       "global_batch=65536", "steps=1", "steps_per_run=1", NULL});
+  const char *shard = "experiments/shard-bert-large.json";
+  rc |= bench_apart(&extra, "gpt3-175b t8 x fsdp64 v4-1024", shard, (const char *const[]){
+      "model=gpt3-175b", "topology=tpu-v4-1024", "strategy.mesh.tensor=8",
+      "strategy.mesh.fsdp=64", "strategy.mesh.data=1", "strategy.rematerialize=full",
+      "global_batch=128", "steps=1", "steps_per_run=1", NULL});
+  if (g_strcmp0(g_getenv("PODSIM_BENCH_FULL"), "1") == 0)
+    rc |= bench_apart(&extra, "gpt3-175b t8 x fsdp512 v4-8192", shard, (const char *const[]){
+        "model=gpt3-175b", "topology=tpu-v4-8192", "strategy.mesh.tensor=8",
+        "strategy.mesh.fsdp=512", "strategy.mesh.data=1", "strategy.rematerialize=full",
+        "global_batch=1024", "steps=1", "steps_per_run=1", NULL});
   return rc;
 }

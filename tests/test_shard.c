@@ -26,10 +26,16 @@
  *   gradients and two Adam slots, (P / (F T) rounded per op) x 16 bytes;
  * - /shard/numerics/data-only: no mesh is data parallelism, with real
  *   numerics those of the replicate strategy up to the order of float sums;
+ * - /shard/programs/shared: the devices of a tensor x fsdp mesh share one
+ *   program (the distinct programs: one), each slot resolves to an
+ *   instance the device is a member of, and the plan times every device's
+ *   step exactly as the same plan with a program of its own per device
+ *   (instances named directly, no slots);
  * - /shard/bad-input: mesh product, heads, sequence without tensor,
  *   collective matmul without tensor, unknown axis, numerics on a tensor
  *   mesh, a layout that does not fit (the advice computed: the fsdp that
  *   fits): each a PS_INPUT_ERROR naming the key. */
+#include "exec/pod.h"
 #include "hw/topology.h"
 #include "io/config.h"
 #include "program/program.h"
@@ -57,6 +63,69 @@ static PsPlan *compile(const char *const *ov, PsExperiment **out)
   g_assert_true(ps_plan_validate(p, &error));
   *out = e;
   return p;
+}
+
+/* The same plan without slots: every device a program of its own, its
+ * COLL_START/DONE naming instances directly (as plans did before slots). */
+static PsPlan *own_programs(const PsPlan *p)
+{
+  PsPlan *q = ps_plan_new(p->n_devices);
+  for (int c = 0; c < p->n_colls; c++)
+    ps_plan_add_coll(q, &p->colls[c]);
+  for (int d = 0; d < p->n_devices; d++) {
+    const PsProgram *pr = ps_plan_program(p, d);
+    PsOp *ops = g_memdup2(pr->ops, sizeof(PsOp) * (size_t)pr->n_ops);
+    for (int i = 0; i < pr->n_ops; i++)
+      ops[i].coll = ps_plan_op_coll(p, d, &pr->ops[i]);
+    q->program_of[d] = ps_plan_add_program(q, ops, pr->n_ops);
+    g_free(ops);
+  }
+  return q;
+}
+
+/* When the last device finishes the experiment's steps under plan. */
+static double finish_s(const PsExperiment *e, const PsPlan *plan)
+{
+  GError *error = NULL;
+  PsEngine *engine = ps_engine_new();
+  PsPodConfig cfg = ps_run_pod_config(e);
+  PsPod *pod = ps_pod_new(engine, &cfg, plan, NULL, NULL, &error);
+  g_assert_no_error(error);
+  ps_pod_start(pod);
+  ps_engine_run(engine, PS_TIME_NEVER);
+  g_assert_true(ps_pod_check_finished(pod, &error));
+  double t = ps_time_to_s(ps_engine_now(engine));
+  ps_pod_free(pod);
+  ps_engine_free(engine);
+  return t;
+}
+
+static void test_shared_programs(void)
+{
+  const char *ov[] = {"strategy.mesh.fsdp=4", "strategy.mesh.tensor=4", "global_batch=16",
+                      "steps=2", NULL};
+  PsExperiment *e;
+  PsPlan *p = compile(ov, &e);
+  g_assert_cmpint(p->n_devices, ==, 16);
+  g_assert_cmpint(p->n_programs, ==, 1);
+  g_assert_cmpint(p->n_slots, >, 0);
+  g_assert_cmpint(p->n_colls, >, p->n_slots); /* 4 groups per slot */
+  for (int d = 0; d < p->n_devices; d++)
+    for (int s = 0; s < p->n_slots; s++) {
+      int c = p->coll_of[d * p->n_slots + s];
+      g_assert_cmpint(c, >=, 0);
+      g_assert_cmpint(ps_plan_coll_member(p, c, d), >=, 0);
+    }
+  PsPlan *q = own_programs(p);
+  GError *error = NULL;
+  g_assert_true(ps_plan_validate(q, &error));
+  g_assert_cmpint(q->n_programs, ==, 16);
+  double shared = finish_s(e, p), own = finish_s(e, q);
+  g_assert_cmpfloat(shared, >, 0);
+  g_assert_cmpfloat(shared, ==, own);
+  ps_plan_free(q);
+  ps_plan_free(p);
+  ps_experiment_free(e);
 }
 
 static void test_mesh_neighbours(void)
@@ -328,6 +397,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);
   g_test_add_func("/shard/collectives/sequence", test_sequence);
   g_test_add_func("/shard/bad-input", test_bad_input);
+  g_test_add_func("/shard/programs/shared", test_shared_programs);
   g_test_add_func("/shard/numerics/data-only", test_data_only_numerics);
   g_test_add_func("/shard/collectives/allreduce-closed-form", test_allreduce_closed_form);
   return g_test_run();

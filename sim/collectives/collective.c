@@ -639,13 +639,42 @@ typedef struct {
 } CacheEntry;
 
 struct PsCollCache {
-  GArray *entries; /* CacheEntry */
+  GHashTable *entries; /* CacheEntry -> itself, hashed on the spec and members */
 };
+
+static guint entry_hash(gconstpointer p)
+{
+  const CacheEntry *e = p;
+  guint h = (guint)e->spec.op * 31u + (guint)e->spec.n_members;
+  h = h * 31u + (guint)(e->spec.count ^ (e->spec.count >> 32));
+  h = h * 31u + (guint)e->spec.elem_bytes * 7u + (guint)e->spec.root;
+  h = h * 31u + (guint)(e->chunk ^ (e->chunk >> 32));
+  for (int i = 0; i < e->spec.n_members; i++)
+    h = h * 31u + (guint)e->members[i];
+  return h;
+}
+
+static gboolean entry_equal(gconstpointer pa, gconstpointer pb)
+{
+  const CacheEntry *a = pa, *b = pb;
+  return a->spec.op == b->spec.op && a->spec.count == b->spec.count &&
+         a->spec.elem_bytes == b->spec.elem_bytes && a->spec.root == b->spec.root &&
+         a->chunk == b->chunk && a->spec.n_members == b->spec.n_members &&
+         memcmp(a->members, b->members, sizeof(int) * (size_t)a->spec.n_members) == 0;
+}
+
+static void entry_free(gpointer p)
+{
+  CacheEntry *e = p;
+  g_free(e->members);
+  g_free(e->why);
+  g_free(e);
+}
 
 PsCollCache *ps_coll_cache_new(void)
 {
   PsCollCache *cache = g_new0(PsCollCache, 1);
-  cache->entries = g_array_new(FALSE, FALSE, sizeof(CacheEntry));
+  cache->entries = g_hash_table_new_full(entry_hash, entry_equal, entry_free, NULL);
   return cache;
 }
 
@@ -653,36 +682,27 @@ void ps_coll_cache_free(PsCollCache *cache)
 {
   if (!cache)
     return;
-  for (guint i = 0; i < cache->entries->len; i++) {
-    CacheEntry *e = &g_array_index(cache->entries, CacheEntry, i);
-    g_free(e->members);
-    g_free(e->why);
-  }
-  g_array_free(cache->entries, TRUE);
+  g_hash_table_destroy(cache->entries);
   g_free(cache);
 }
 
 static const CacheEntry *cache_find(const PsCollCache *cache, const PsCollSpec *spec,
                                     int64_t chunk)
 {
-  for (guint i = 0; cache && i < cache->entries->len; i++) {
-    const CacheEntry *e = &g_array_index(cache->entries, CacheEntry, i);
-    if (e->spec.op == spec->op && e->spec.count == spec->count &&
-        e->spec.elem_bytes == spec->elem_bytes && e->spec.root == spec->root &&
-        e->chunk == chunk && e->spec.n_members == spec->n_members &&
-        memcmp(e->members, spec->devices, sizeof(int) * (size_t)spec->n_members) == 0)
-      return e;
-  }
-  return NULL;
+  if (!cache)
+    return NULL;
+  CacheEntry key = {*spec, (int *)spec->devices, chunk, NULL, NULL};
+  return g_hash_table_lookup(cache->entries, &key);
 }
 
 static void cache_add(PsCollCache *cache, const PsCollSpec *spec, const PsCollective *c)
 {
-  CacheEntry e = {*spec, g_memdup2(spec->devices, sizeof(int) * (size_t)spec->n_members),
-                  c->p.chunk_bytes, c->algo, g_strdup(c->why)};
-  e.spec.devices = NULL;
-  e.spec.algo = NULL;
-  g_array_append_val(cache->entries, e);
+  CacheEntry *e = g_new(CacheEntry, 1);
+  *e = (CacheEntry){*spec, g_memdup2(spec->devices, sizeof(int) * (size_t)spec->n_members),
+                    c->p.chunk_bytes, c->algo, g_strdup(c->why)};
+  e->spec.devices = NULL;
+  e->spec.algo = NULL;
+  g_hash_table_add(cache->entries, e);
 }
 
 /* "auto": predicts every algorithm of the table that can run op on the

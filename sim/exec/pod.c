@@ -118,7 +118,7 @@ struct PsPod {
   Coll *colls;
   GPtrArray *xfers;      /* every Xfer allocated (freed with the pod) */
   Xfer *free_xfers;
-  int **member_of;       /* per collective: device -> member, or -1 */
+  PsPlanMembers *members; /* each device's collectives and its index in each */
   uint32_t ev_op_done, ev_prep_done, ev_loop_start, ev_call_done, ev_delay_done;
 };
 
@@ -172,7 +172,7 @@ int ps_pod_coll_block(const PsPod *pod, int c, int device, int piece, int64_t *o
                       int64_t *len)
 {
   g_return_val_if_fail(c >= 0 && c < pod->plan->n_colls, 0);
-  int m = pod->member_of[c][device];
+  int m = ps_plan_members_find(pod->members, device, c);
   g_return_val_if_fail(m >= 0, 0);
   return ps_collective_block_piece(pod->colls[c].coll, m, piece, off, len);
 }
@@ -494,7 +494,7 @@ static void on_coll_done(void *ctx, int member, ps_time_t t)
     }
   }
   const PsOp *op = &d->prog->ops[d->pc];
-  if (d->waiting == WAIT_COLL && op->coll == m->c) {
+  if (d->waiting == WAIT_COLL && ps_plan_op_coll(pod->plan, d->index, op) == m->c) {
     end_wait(pod, d, PS_TIME_COLLECTIVE, pod->plan->colls[m->c].name);
     d->op_start = now(pod);
     finish_op_after(pod, d, 0);
@@ -505,7 +505,7 @@ static void on_coll_done(void *ctx, int member, ps_time_t t)
 static void coll_begin(PsPod *pod, Device *d, int c_index)
 {
   Coll *c = &pod->colls[c_index];
-  int mi = pod->member_of[c_index][d->index];
+  int mi = ps_plan_members_find(pod->members, d->index, c_index);
   Member *m = &c->members[mi];
   d->coll_busy[pod->plan->colls[c_index].op]++;
   m->started = now(pod);
@@ -526,11 +526,12 @@ static void coll_begin(PsPod *pod, Device *d, int c_index)
 static void coll_start(PsPod *pod, Device *d, const PsOp *op)
 {
   int64_t limit = pod->cfg.collective->max_in_flight;
-  if (limit > 0 && d->coll_busy[pod->plan->colls[op->coll].op] >= limit) {
-    g_array_append_val(d->coll_queue, op->coll);
+  int c = ps_plan_op_coll(pod->plan, d->index, op);
+  if (limit > 0 && d->coll_busy[pod->plan->colls[c].op] >= limit) {
+    g_array_append_val(d->coll_queue, c);
     return;
   }
-  coll_begin(pod, d, op->coll);
+  coll_begin(pod, d, c);
 }
 
 /* ---- devices -------------------------------------------------------- */
@@ -570,7 +571,8 @@ static gboolean start_op(PsPod *pod, Device *d)
     coll_start(pod, d, op);
     break;
   case PS_OP_COLL_DONE: {
-    const Member *m = &pod->colls[op->coll].members[pod->member_of[op->coll][d->index]];
+    int c = ps_plan_op_coll(pod->plan, d->index, op);
+    const Member *m = &pod->colls[c].members[ps_plan_members_find(pod->members, d->index, c)];
     if (m->rounds_done > d->step)
       break;
     start_wait(d, WAIT_COLL);
@@ -671,7 +673,7 @@ static gboolean build_colls(PsPod *pod, GError **error)
 {
   const PsPlan *plan = pod->plan;
   pod->colls = g_new0(Coll, plan->n_colls > 0 ? plan->n_colls : 1);
-  pod->member_of = g_new0(int *, plan->n_colls > 0 ? plan->n_colls : 1);
+  pod->members = ps_plan_members_new(plan);
   g_autoptr(PsCollCache) cache = ps_coll_cache_new();
   for (int c = 0; c < plan->n_colls; c++) {
     const PsPlanColl *pc = &plan->colls[c];
@@ -689,14 +691,9 @@ static gboolean build_colls(PsPod *pod, GError **error)
       g_error_free(err);
       return FALSE;
     }
-    pod->member_of[c] = g_new(int, pod->n_devices);
-    for (int i = 0; i < pod->n_devices; i++)
-      pod->member_of[c][i] = -1;
     pod->colls[c].members = g_new0(Member, pc->n_members);
-    for (int m = 0; m < pc->n_members; m++) {
-      pod->member_of[c][pc->members[m]] = m;
+    for (int m = 0; m < pc->n_members; m++)
       pod->colls[c].members[m] = (Member){pod, c, m, pc->members[m], 0, 0};
-    }
     if (pod->obs.coll_message)
       ps_collective_set_message_observer(pod->colls[c].coll, on_coll_message, &pod->colls[c]);
     ps_collective_set_fast_path(pod->colls[c].coll, pod->cfg.collective->fast_path);
@@ -870,10 +867,9 @@ void ps_pod_free(PsPod *pod)
       if (pod->colls[c].coll)
         ps_collective_free(pod->colls[c].coll);
       g_free(pod->colls[c].members);
-      g_free(pod->member_of[c]);
     }
   g_free(pod->colls);
-  g_free(pod->member_of);
+  ps_plan_members_free(pod->members);
   if (pod->net)
     ps_network_free(pod->net);
   ps_geometry_free(pod->geo);

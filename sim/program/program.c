@@ -31,6 +31,7 @@ void ps_plan_free(PsPlan *plan)
   }
   g_free(plan->programs);
   g_free(plan->colls);
+  g_free(plan->coll_of);
   g_free(plan->program_of);
   g_free(plan->stage_first);
   for (int d = 0; d < plan->n_devices; d++)
@@ -132,6 +133,91 @@ int ps_plan_coll_member(const PsPlan *plan, int c, int device)
   return -1;
 }
 
+void ps_plan_use_slots(PsPlan *plan, int n_slots)
+{
+  g_return_if_fail(n_slots >= 1 && plan->n_slots == 0);
+  plan->n_slots = n_slots;
+  size_t n = (size_t)plan->n_devices * (size_t)n_slots;
+  plan->coll_of = g_new(int, n);
+  for (size_t i = 0; i < n; i++)
+    plan->coll_of[i] = -1;
+}
+
+void ps_plan_set_slot(PsPlan *plan, int device, int slot, int c)
+{
+  g_return_if_fail(device >= 0 && device < plan->n_devices && slot >= 0 &&
+                   slot < plan->n_slots);
+  plan->coll_of[(size_t)device * (size_t)plan->n_slots + (size_t)slot] = c;
+}
+
+int ps_plan_op_coll(const PsPlan *plan, int device, const PsOp *op)
+{
+  if (op->coll < 0 || plan->n_slots == 0)
+    return op->coll;
+  g_return_val_if_fail(device >= 0 && device < plan->n_devices, -1);
+  if (op->coll >= plan->n_slots)
+    return plan->n_colls; /* out of range: validation names it */
+  return plan->coll_of[(size_t)device * (size_t)plan->n_slots + (size_t)op->coll];
+}
+
+PsPlanMembers *ps_plan_members_new(const PsPlan *plan)
+{
+  PsPlanMembers *pm = g_new0(PsPlanMembers, 1);
+  int nd = plan->n_devices;
+  pm->n_devices = nd;
+  pm->start = g_new0(int, nd + 1);
+  for (int c = 0; c < plan->n_colls; c++)
+    for (int m = 0; m < plan->colls[c].n_members; m++) {
+      int d = plan->colls[c].members[m];
+      if (d >= 0 && d < nd)
+        pm->start[d + 1]++;
+    }
+  for (int d = 0; d < nd; d++)
+    pm->start[d + 1] += pm->start[d];
+  int total = pm->start[nd];
+  pm->coll = g_new(int, total > 0 ? total : 1);
+  pm->member = g_new(int, total > 0 ? total : 1);
+  g_autofree int *fill = g_memdup2(pm->start, sizeof(int) * (size_t)nd);
+  for (int c = 0; c < plan->n_colls; c++) /* ascending c: each device's run sorted */
+    for (int m = 0; m < plan->colls[c].n_members; m++) {
+      int d = plan->colls[c].members[m];
+      if (d < 0 || d >= nd || (fill[d] > pm->start[d] && pm->coll[fill[d] - 1] == c))
+        continue; /* (a device listed twice: its first index) */
+      pm->coll[fill[d]] = c;
+      pm->member[fill[d]++] = m;
+    }
+  for (int d = 0; d < nd; d++) /* close up what duplicates left */
+    for (int i = fill[d]; i < pm->start[d + 1]; i++)
+      pm->coll[i] = -1;
+  return pm;
+}
+
+void ps_plan_members_free(PsPlanMembers *pm)
+{
+  if (!pm)
+    return;
+  g_free(pm->start);
+  g_free(pm->coll);
+  g_free(pm->member);
+  g_free(pm);
+}
+
+int ps_plan_members_find(const PsPlanMembers *pm, int device, int c)
+{
+  g_return_val_if_fail(device >= 0 && device < pm->n_devices, -1);
+  int lo = pm->start[device], hi = pm->start[device + 1];
+  while (hi > lo && pm->coll[hi - 1] < 0)
+    hi--;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (pm->coll[mid] < c)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < pm->start[device + 1] && pm->coll[lo] == c ? pm->member[lo] : -1;
+}
+
 static gboolean invalid(GError **error, int device, int op, const char *fmt, ...)
     G_GNUC_PRINTF(4, 5);
 
@@ -152,7 +238,7 @@ static gboolean invalid(GError **error, int device, int op, const char *fmt, ...
 /* What validation keeps while it walks the programs. */
 typedef struct {
   const PsPlan *plan;
-  guint8 *member;     /* one byte per (collective, device) */
+  PsPlanMembers *pm;  /* each device's collectives */
   int *open, *starts; /* per collective, for the device being walked */
   GHashTable *flow;   /* (src, dst, tag) -> SENDs minus RECVs per step */
   GArray *keys;       /* the flow's keys, in the order they appeared */
@@ -179,24 +265,26 @@ static gboolean check_coll_op(Check *ck, int d, int i, const PsOp *op, GError **
 {
   const PsPlan *plan = ck->plan;
   const int nc = plan->n_colls;
-  if (op->coll < 0 || op->coll >= nc)
-    return invalid(error, d, i, "%s of collective %d, but the plan has %d",
-                   ps_op_kind_name(op->kind), op->coll, nc);
-  if (!ck->member[(size_t)op->coll * plan->n_devices + d])
+  int c = ps_plan_op_coll(plan, d, op);
+  if (c < 0 || c >= nc)
+    return invalid(error, d, i, "%s of collective %d%s, but the plan has %d",
+                   ps_op_kind_name(op->kind), c,
+                   plan->n_slots ? " (through its slot table)" : "", nc);
+  if (ps_plan_members_find(ck->pm, d, c) < 0)
     return invalid(error, d, i, "%s of collective %d (%s), of which it is not a member",
-                   ps_op_kind_name(op->kind), op->coll, plan->colls[op->coll].name);
+                   ps_op_kind_name(op->kind), c, plan->colls[c].name);
   gboolean ok = TRUE;
   if (op->kind == PS_OP_COLL_START) {
-    if (ck->open[op->coll] || ck->starts[op->coll])
-      ok = invalid(error, d, i, "collective %d (%s) started twice in one step", op->coll,
-                   plan->colls[op->coll].name);
-    ck->open[op->coll] = 1;
-    ck->starts[op->coll]++;
+    if (ck->open[c] || ck->starts[c])
+      ok = invalid(error, d, i, "collective %d (%s) started twice in one step", c,
+                   plan->colls[c].name);
+    ck->open[c] = 1;
+    ck->starts[c]++;
   } else {
-    if (!ck->open[op->coll])
-      ok = invalid(error, d, i, "COLL_DONE of collective %d (%s) that is not started",
-                   op->coll, plan->colls[op->coll].name);
-    ck->open[op->coll] = 0;
+    if (!ck->open[c])
+      ok = invalid(error, d, i, "COLL_DONE of collective %d (%s) that is not started", c,
+                   plan->colls[c].name);
+    ck->open[c] = 0;
   }
   return ok;
 }
@@ -223,7 +311,8 @@ static gboolean check_message_op(Check *ck, int d, int i, const PsOp *op, GError
 }
 
 /* One device's program: its ops, then its collectives all done and all
- * started. */
+ * started.  Only its own collectives' counters are touched (an op of
+ * another's fails first), so they are cleared through its membership. */
 static gboolean check_program(Check *ck, int d, GError **error)
 {
   const PsPlan *plan = ck->plan;
@@ -232,8 +321,7 @@ static gboolean check_program(Check *ck, int d, GError **error)
   if (p->n_ops < 1)
     return invalid(error, d, -1, "has an empty program (a device that takes part runs at "
                    "least one op per step)");
-  memset(ck->open, 0, sizeof(int) * (size_t)(nc > 0 ? nc : 1));
-  memset(ck->starts, 0, sizeof(int) * (size_t)(nc > 0 ? nc : 1));
+  const PsPlanMembers *pm = ck->pm;
   gboolean ok = TRUE;
   for (int i = 0; i < p->n_ops && ok; i++) {
     const PsOp *op = &p->ops[i];
@@ -241,34 +329,44 @@ static gboolean check_program(Check *ck, int d, GError **error)
       ok = check_coll_op(ck, d, i, op, error);
     else if (op->kind == PS_OP_SEND || op->kind == PS_OP_RECV)
       ok = check_message_op(ck, d, i, op, error);
-    else if (op->kind == PS_OP_UPDATE && op->coll >= nc)
+    else if (op->kind == PS_OP_UPDATE && ps_plan_op_coll(plan, d, op) >= nc)
       ok = invalid(error, d, i, "UPDATE of the block of collective %d, but the plan has %d",
-                   op->coll, nc);
+                   ps_plan_op_coll(plan, d, op), nc);
   }
-  for (int c = 0; c < nc && ok; c++) {
+  for (int j = pm->start[d]; j < pm->start[d + 1] && ok; j++) {
+    int c = pm->coll[j];
+    if (c < 0)
+      continue;
     if (ck->open[c])
       ok = invalid(error, d, -1, "collective %d (%s) is started but never done", c,
                    plan->colls[c].name);
-    else if (!ck->starts[c] && ck->member[(size_t)c * plan->n_devices + d])
+    else if (!ck->starts[c])
       ok = invalid(error, d, -1, "is a member of collective %d (%s) but never starts it", c,
                    plan->colls[c].name);
   }
+  for (int j = pm->start[d]; j < pm->start[d + 1]; j++)
+    if (pm->coll[j] >= 0)
+      ck->open[pm->coll[j]] = ck->starts[pm->coll[j]] = 0;
   return ok;
+}
+
+static gboolean check_slots(const PsPlan *plan, GError **error)
+{
+  if (plan->n_slots > 0 && !plan->coll_of)
+    return invalid(error, -1, -1, "has %d slots but no table of them", plan->n_slots);
+  return TRUE;
 }
 
 gboolean ps_plan_validate(const PsPlan *plan, GError **error)
 {
   const int nc = plan->n_colls, nd = plan->n_devices;
-  if (!check_colls(plan, error))
+  if (!check_colls(plan, error) || !check_slots(plan, error))
     return FALSE;
-  g_autofree guint8 *member = g_new0(guint8, (size_t)(nc > 0 ? nc : 1) * (size_t)nd);
-  for (int c = 0; c < nc; c++)
-    for (int m = 0; m < plan->colls[c].n_members; m++)
-      member[(size_t)c * nd + plan->colls[c].members[m]] = 1;
-  g_autofree int *open = g_new(int, nc > 0 ? nc : 1);
-  g_autofree int *starts = g_new(int, nc > 0 ? nc : 1);
+  PsPlanMembers *pm = ps_plan_members_new(plan);
+  g_autofree int *open = g_new0(int, nc > 0 ? nc : 1);
+  g_autofree int *starts = g_new0(int, nc > 0 ? nc : 1);
   g_autoptr(GArray) keys = g_array_new(FALSE, FALSE, sizeof(gint64));
-  Check ck = {.plan = plan, .member = member, .open = open, .starts = starts,
+  Check ck = {.plan = plan, .pm = pm, .open = open, .starts = starts,
               .flow = g_hash_table_new(g_int64_hash, g_int64_equal), .keys = keys};
   gboolean ok = TRUE;
   for (int d = 0; d < nd && ok; d++)
@@ -288,6 +386,7 @@ gboolean ps_plan_validate(const PsPlan *plan, GError **error)
   while (g_hash_table_iter_next(&it, &kp, NULL))
     g_free(kp);
   g_hash_table_destroy(ck.flow);
+  ps_plan_members_free(pm);
   return ok;
 }
 
@@ -300,14 +399,15 @@ const char *ps_op_kind_name(PsOpKind kind)
   return names[kind];
 }
 
-static void describe_op(const PsPlan *plan, int i, const PsOp *op, GString *out)
+static void describe_op(const PsPlan *plan, int device, int i, const PsOp *op, GString *out)
 {
+  int c = ps_plan_op_coll(plan, device, op);
   g_string_append_printf(out, "  %4d  %-10s ", i, ps_op_kind_name(op->kind));
   switch (op->kind) {
   case PS_OP_COLL_START:
   case PS_OP_COLL_DONE:
-    g_string_append_printf(out, "c%-3d %-8s %s", op->coll, ps_axis_name(plan->colls[op->coll].axis),
-                           plan->colls[op->coll].name);
+    g_string_append_printf(out, "c%-3d %-8s %s", c, ps_axis_name(plan->colls[c].axis),
+                           plan->colls[c].name);
     break;
   case PS_OP_SEND:
     g_string_append_printf(out, "to %d tag %d  %s  (%.0f bytes)", op->peer, op->tag, op->name,
@@ -319,7 +419,7 @@ static void describe_op(const PsPlan *plan, int i, const PsOp *op, GString *out)
   case PS_OP_UPDATE:
     g_string_append_printf(out, "params [%" G_GINT64_FORMAT ", +%" G_GINT64_FORMAT ")%s %s",
                            op->param_off, op->param_len,
-                           op->coll >= 0 ? " (this device's shard)" : "", op->name);
+                           c >= 0 ? " (this device's shard)" : "", op->name);
     if (op->time > 0)
       g_string_append_printf(out, "  %.3f us%s", ps_time_to_s(op->time) * 1e6,
                              op->memory_bound ? " (HBM-bound)" : " (MXU-bound)");
@@ -352,7 +452,7 @@ void ps_plan_describe_device(const PsPlan *plan, int device, GString *out)
                          plan->n_programs, p->n_ops, p->hbm_static_bytes / 1048576.0,
                          p->hbm_peak_bytes / 1048576.0);
   for (int i = 0; i < p->n_ops; i++)
-    describe_op(plan, i, &p->ops[i], out);
+    describe_op(plan, device, i, &p->ops[i], out);
   gboolean any = FALSE;
   for (int c = 0; c < plan->n_colls; c++) {
     int m = ps_plan_coll_member(plan, c, device);

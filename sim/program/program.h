@@ -12,8 +12,16 @@
  * compute.  Fields that only numerics read (loss scale, example offsets,
  * loss weights) ride along; the executor ignores them.
  *
+ * Shared programs.  Devices whose programs differ only in which group's
+ * instance of a collective they join (every tensor group runs its own
+ * all-reduce of the same layer) share one program when the plan has
+ * *slots*: then an op's `coll` names a slot, and device d's instance for
+ * slot s is coll_of[d * n_slots + s] (ps_plan_op_coll resolves it; a plan
+ * without slots, n_slots 0, names instances directly).  A plan of 4,096
+ * devices then holds one program and a table of ints, not 4,096 programs.
+ *
  * Invariant (ps_plan_validate checks it): in every program, each
- * COLL_START c is followed by exactly one COLL_DONE c before the program
+ * COLL_START c (resolved through the slots, if any) is followed by exactly one COLL_DONE c before the program
  * ends, and the device is a member of c; every collective's members run
  * the same sequence of starts of it (once per step); SENDs from a to b with
  * tag t are as many per step as RECVs at b from a with tag t. */
@@ -146,6 +154,8 @@ typedef struct {
   PsProgram *programs;      /* devices with identical programs share one */
   int n_colls;
   PsPlanColl *colls;
+  int n_slots;              /* 0: ops name instances in colls directly */
+  int *coll_of;             /* device d, slot s: coll_of[d * n_slots + s], or -1 (owned) */
   /* what the compiler decided, for reports and numerics (the executor
    * never reads these) */
   PsMesh mesh;
@@ -182,6 +192,30 @@ const char *ps_buffer_name(PsBufferKind kind);
 
 /* The member index of device in collective c, or -1. */
 int ps_plan_coll_member(const PsPlan *plan, int c, int device);
+
+/* Gives the plan n_slots slots (>= 1), every device's unresolved (-1),
+ * and sets device's instance for slot s to collective c. */
+void ps_plan_use_slots(PsPlan *plan, int n_slots);
+void ps_plan_set_slot(PsPlan *plan, int device, int slot, int c);
+/* The collective instance that op (COLL_START/DONE, or UPDATE's block)
+ * names on device: op->coll itself without slots, else through the table;
+ * -1 stays -1. */
+int ps_plan_op_coll(const PsPlan *plan, int device, const PsOp *op);
+
+/* Each device's collectives with its member index in each, for lookups
+ * on plans of thousands of devices and collectives (memory: one pair of
+ * ints per membership). */
+typedef struct {
+  int n_devices;
+  int *start;   /* device d's entries are [start[d], start[d + 1]) */
+  int *coll;    /* ascending within a device */
+  int *member;
+} PsPlanMembers;
+
+PsPlanMembers *ps_plan_members_new(const PsPlan *plan);
+void ps_plan_members_free(PsPlanMembers *pm);
+/* device's member index in collective c, or -1. */
+int ps_plan_members_find(const PsPlanMembers *pm, int device, int c);
 
 /* Checks the invariant above; FALSE with a message naming the device, the
  * op and the problem.  (Strategies must produce valid plans; hand-written

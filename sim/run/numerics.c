@@ -256,8 +256,9 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
   int pieces = 1;
   for (int k = 0; k < pieces; k++) {
     int64_t boff = 0, blen = len;
-    if (op->coll >= 0)
-      pieces = ps_pod_coll_block(r->pod, op->coll, device, k, &boff, &blen);
+    int coll = ps_plan_op_coll(r->plan, device, op);
+    if (coll >= 0)
+      pieces = ps_pod_coll_block(r->pod, coll, device, k, &boff, &blen);
     ps_optimizer_step_range(r->opts[device], ps_net_params(net), ps_net_grads(net),
                             (size_t)(off + boff), (size_t)blen, step + 1);
   }

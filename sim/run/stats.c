@@ -68,8 +68,9 @@ void ps_run_stats_op_done(Run *r, int device, int64_t step, const PsOp *op, PsTi
   }
   /* a COLL_DONE's wait (reported just before the op ends) and the op's
    * own time go to its collective's axis */
-  if (step >= r->warm && c == PS_TIME_COLLECTIVE && op->coll >= 0) {
-    PsAxis a = r->plan->colls[op->coll].axis;
+  int coll = ps_plan_op_coll(r->plan, device, op);
+  if (step >= r->warm && c == PS_TIME_COLLECTIVE && coll >= 0) {
+    PsAxis a = r->plan->colls[coll].axis;
     r->axis_exposed[(size_t)device * PS_N_AXES + a] +=
         ps_time_to_s(end - start) + r->coll_wait[device];
     r->coll_wait[device] = 0;

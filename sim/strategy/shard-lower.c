@@ -41,7 +41,9 @@
  *
  * Invariant: every device runs the same sequence of ops; each collective
  * request becomes one instance per group of devices that differ only
- * along its axis, so every group's members start it in the same order. */
+ * along its axis, so every group's members start it in the same order.
+ * The programs name requests as plan slots (program.h), so the devices
+ * share one program unless collective matmul's ring steps name peers. */
 #include "strategy/shard-private.h"
 
 #include "hw/cost.h"
@@ -844,20 +846,34 @@ static int instance(const Lower *w, PsPlan *plan, const Groups *gr, int **inst, 
   return inst[r][gid];
 }
 
+/* Device d's slots (a slot per request: the template's COLL_START/DONE
+ * name requests), resolved to its groups' instances in the order its ops
+ * meet them; then its program: the template itself, shared by every
+ * device, unless ring steps (collective matmul) name peers of its own. */
 static void device_program(const Lower *w, PsPlan *plan, const Groups *gr, int **inst, int d,
-                           PsOp *ops)
+                           PsOp *ops, int *shared)
 {
   int n = (int)w->ops->len, M = gr->size[G_MODEL];
   const int *ring = gr->members[G_MODEL] + gr->gid[G_MODEL][d] * M;
   int me = gr->pos[G_MODEL][d];
-  memcpy(ops, w->ops->data, sizeof(PsOp) * (size_t)n);
+  const PsOp *tmpl = (const PsOp *)w->ops->data;
+  gboolean peers = FALSE;
   for (int i = 0; i < n; i++) {
-    PsOp *op = &ops[i];
-    if (op->kind == PS_OP_COLL_START || op->kind == PS_OP_COLL_DONE)
-      op->coll = instance(w, plan, gr, inst, op->coll, d);
-    else if (op->kind == PS_OP_SEND || op->kind == PS_OP_RECV)
-      op->peer = ring[(me + op->peer + M) % M];
+    const PsOp *op = &tmpl[i];
+    if (op->kind == PS_OP_COLL_START)
+      ps_plan_set_slot(plan, d, op->coll, instance(w, plan, gr, inst, op->coll, d));
+    peers = peers || op->kind == PS_OP_SEND || op->kind == PS_OP_RECV;
   }
+  if (!peers) {
+    if (*shared < 0)
+      *shared = ps_plan_add_program(plan, tmpl, n);
+    plan->program_of[d] = *shared;
+    return;
+  }
+  memcpy(ops, tmpl, sizeof(PsOp) * (size_t)n);
+  for (int i = 0; i < n; i++)
+    if (ops[i].kind == PS_OP_SEND || ops[i].kind == PS_OP_RECV)
+      ops[i].peer = ring[(me + ops[i].peer + M) % M];
   plan->program_of[d] = ps_plan_add_program(plan, ops, n);
 }
 
@@ -937,8 +953,11 @@ PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError *
       inst[r][j] = -1;
   }
   PsOp *ops = g_new(PsOp, w.ops->len);
+  int shared = -1;
+  if (n_req > 0)
+    ps_plan_use_slots(plan, n_req);
   for (int d = 0; d < n; d++)
-    device_program(&w, plan, &gr, inst, d, ops);
+    device_program(&w, plan, &gr, inst, d, ops, &shared);
   g_free(ops);
   for (int r = 0; r < n_req; r++)
     g_free(inst[r]);
