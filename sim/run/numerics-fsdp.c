@@ -33,15 +33,16 @@ void ps_run_fsdp_init(Run *r)
   for (int c = 0; c < plan->n_colls; c++)
     r->shard_off[c] = -1;
   int64_t most = 1;
-  for (int p = 0; p < plan->n_programs; p++) {
-    const PsProgram *pr = &plan->programs[p];
+  for (int d = 0; d < r->n_dev; d++) { /* by device: programs may be shared */
+    const PsProgram *pr = ps_plan_program(plan, d);
     int64_t off = 0;
     for (int i = 0; i < pr->n_ops; i++) {
       const PsOp *op = &pr->ops[i];
-      if (op->kind != PS_OP_COLL_START || !is_shard_rs(&plan->colls[op->coll]))
+      int c = op->kind == PS_OP_COLL_START ? ps_plan_op_coll(plan, d, op) : -1;
+      if (c < 0 || !is_shard_rs(&plan->colls[c]))
         continue;
-      r->shard_off[op->coll] = off;
-      off += (plan->colls[op->coll].count + F - 1) / F;
+      r->shard_off[c] = off;
+      off += (plan->colls[c].count + F - 1) / F;
     }
     most = MAX(most, off);
   }
@@ -97,9 +98,13 @@ static GArray *device_rs(Run *r, int device)
 {
   GArray *cs = g_array_new(FALSE, FALSE, sizeof(int));
   const PsProgram *pr = ps_plan_program(r->plan, device);
-  for (int i = 0; i < pr->n_ops; i++)
-    if (pr->ops[i].kind == PS_OP_COLL_START && r->shard_off[pr->ops[i].coll] >= 0)
-      g_array_append_val(cs, pr->ops[i].coll);
+  for (int i = 0; i < pr->n_ops; i++) {
+    if (pr->ops[i].kind != PS_OP_COLL_START)
+      continue;
+    int c = ps_plan_op_coll(r->plan, device, &pr->ops[i]);
+    if (r->shard_off[c] >= 0)
+      g_array_append_val(cs, c);
+  }
   return cs;
 }
 

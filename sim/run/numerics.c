@@ -325,7 +325,7 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
     host_call_numerics(r, device, op);
     break;
   case PS_OP_COLL_DONE:
-    ps_run_fsdp_coll_done(r, device, op->coll);
+    ps_run_fsdp_coll_done(r, device, ps_plan_op_coll(r->plan, device, op));
     break;
   default: /* collectives reduce into coll_buffer() */
     break;
