@@ -3,7 +3,8 @@
 # tensor x fsdp x data mesh of the slice's 2048 devices that fits HBM.  For
 # docs/gpt3-study.md.
 #
-# Grid: experiments/gpt3-175b-v4-4096.json (shard, bf16, Adam, global batch
+# Grid: plots/gpt3-175b-v4-4096.json (here, not in experiments/, every file
+# of which `make test` runs, since one step takes minutes; shard, bf16, Adam, global batch
 # 2048 sequences of 2048 tokens, full rematerialization, two steps: the first
 # warms up, the second is measured), tensor in 1, 2, 4, 8, 16 x fsdp in the
 # powers of two up to 2048; data is what the two leave (2048 / (tensor x
@@ -11,7 +12,7 @@
 # memory does not fit is found by `podsim describe` (which checks HBM without
 # simulating) and listed with its need; the others run through
 #
-#   podsim sweep gpt3-175b-v4-4096 --vary strategy.mesh.tensor=T
+#   podsim sweep plots/gpt3-175b-v4-4096.json --vary strategy.mesh.tensor=T
 #       --vary strategy.mesh.fsdp=F,... --out RAW
 #
 # one tensor size at a time.  RAW (OUT with .csv replaced by -sweep.csv)
@@ -47,7 +48,7 @@ fsdps=${GPT3_FSDP:-"1 2 4 8 16 32 64 128 256 512 1024 2048"}
 jobs=${GPT3_JOBS:-1}
 fmt=${GPT3_FORMAT:-png}
 figure=${2:-$(dirname "$out")/gpt3-study.$fmt}
-exp=gpt3-175b-v4-4096
+exp=plots/gpt3-175b-v4-4096.json
 devices=2048
 mkdir -p "$(dirname "$out")" "$(dirname "$figure")"
 
