@@ -87,6 +87,7 @@ for t in $tensors; do
     die "the sweep of tensor $t failed (see the error column of $raw)"
 done
 
+[ -s "$raw" ] || die "no mesh fits"
 # the sweep's columns by name; a row that ran has an empty error (last) column
 awk -F, -v devices=$devices '
   NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
