@@ -83,7 +83,7 @@ TEST_SUPPORT := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/support/*.c))
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps bench-deps mpi-deps run test test-slow golden regress bench plots docs-plots check-plots install uninstall clean \
+.PHONY: all deps bench-deps mpi-deps run test test-slow golden regress bench plots docs-plots plots-slow docs-plots-slow check-plots install uninstall clean \
         check-asan check-valgrind fuzz check-trace
 
 all: $(PODSIM_BIN) $(LIB_A) $(LIB_SO) $(LIB_LINKS) $(BUILD)/umbrella.txt
@@ -253,6 +253,13 @@ plots: deps all
 
 docs-plots: deps all
 	$(MAKE) -C plots docs
+
+# the studies of an hour or more (the GPT-3 layouts), apart from `make plots`
+plots-slow: deps all
+	$(MAKE) -C plots slow
+
+docs-plots-slow: deps all
+	$(MAKE) -C plots docs-slow
 
 # make plots leaves every tracked file as it was (CI runs it)
 check-plots: deps all
