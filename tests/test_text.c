@@ -203,7 +203,8 @@ static void test_windows(void)
  * input. */
 static void test_sampler_labels(void)
 {
-  g_autofree char *docs = g_build_filename(g_getenv("PODSIM_DATA_DIR"), "tests", "data", "text", NULL);
+  g_autofree char *docs =
+      g_build_filename(g_getenv("PODSIM_DATA_DIR"), "tests", "data", "text", NULL);
   PsDataset *ds = ps_dataset_open_text(docs, 16, 16, 0.05, TRUE, NULL);
   g_assert_nonnull(ds);
   size_t n = ps_dataset_size(ds);
@@ -369,13 +370,14 @@ static void test_decoder_fd(void)
   ps_model_free(m);
 }
 
-/* The decoder's loss on 4 windows of the docs equals the mean over their
+/* The decoder's loss on 4 windows of the text equals the mean over their
  * 64 tokens of log-sum-exp minus the label's logit, computed from its
  * logits in a plain loop with labels from the plain reading; so does the
  * count of tokens whose arg-max is the label. */
 static void test_decoder_loss_reference(void)
 {
-  g_autofree char *docs = g_build_filename(g_getenv("PODSIM_DATA_DIR"), "tests", "data", "text", NULL);
+  g_autofree char *docs =
+      g_build_filename(g_getenv("PODSIM_DATA_DIR"), "tests", "data", "text", NULL);
   GByteArray *text = plain_read_dir(docs);
   PsDataset *ds = ps_dataset_open_text(docs, 16, 5, 0.05, TRUE, NULL);
   g_assert_nonnull(ds);
@@ -427,7 +429,8 @@ static void runfix_setup(RunFix *f, gconstpointer data)
   g_autofree char *model = g_strdup(decoder_json);
   g_strdelimit(model, "'", '"');
   f->model = scratch_write(f->dir, "tiny-char.json", model);
-  g_autofree char *docs = g_build_filename(g_getenv("PODSIM_DATA_DIR"), "tests", "data", "text", NULL);
+  g_autofree char *docs =
+      g_build_filename(g_getenv("PODSIM_DATA_DIR"), "tests", "data", "text", NULL);
   g_autofree char *exp = g_strdup_printf(
       "{\"name\": \"tiny-char\", \"topology\": \"tpu-v4-8\", \"model\": \"%s\","
       " \"global_batch\": 16, \"steps\": 60, \"steps_per_run\": 10,"
