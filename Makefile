@@ -214,7 +214,10 @@ run: deps all
 # with its output and compares (docs/design.md, "Examples that stay true", says how to mark one).
 # tests/test_python.sh runs the Python package's tests (python/tests, pytest
 # under Debian's python3) against this build's libpodsim.so and podsim.
-TEST_SCRIPTS := tests/test_install.sh tests/test_examples.py tests/test_python.sh
+# tests/test_fidelity.py holds docs/fidelity.md to the topology files, the
+# loaders' keys, the cost code's constants and the calibration points.
+TEST_SCRIPTS := tests/test_install.sh tests/test_examples.py tests/test_python.sh \
+  tests/test_fidelity.py
 
 TEST_ENV = PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
   PODSIM_TEST_LDFLAGS="$(LDFLAGS)" PODSIM_TEST_LIB=$(abspath $(LIB_SO))
