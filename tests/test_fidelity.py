@@ -21,13 +21,17 @@ Checks, one TAP test each:
     point of tests/measured that exists and is marked "calibration": true;
     every point so marked is cited by the base file of its topology's
     generation; no generation has more than one; docs/fidelity.md names
-    each; and `podsim validate --only NAME` prints its row with `*`.
+    each; and `podsim validate --only NAME` prints its row with `*`;
+  - every row of a table with a `default` column (the collective and
+    bucket keys) gives the value `podsim describe` resolves for an
+    experiment that sets none of them.
 
 Usage: test_fidelity.py [ARGS...]; arguments (prove's --tap, -m thorough)
 are ignored.  Run from the project root or with PODSIM_DATA_DIR set to it;
 $PODSIM names the binary (default: the root's podsim).
 
-Invariant: reads files and runs `podsim validate` only; writes nothing.
+Invariant: writes nothing but one scratch experiment in a temporary
+directory, removed when the check ends.
 """
 import glob
 import json
@@ -36,6 +40,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.environ.get("PODSIM_DATA_DIR") or os.path.dirname(
     os.path.dirname(os.path.abspath(__file__)))
@@ -214,6 +219,38 @@ def validate_marks(names):
               f"exit {r.returncode}, row {row!r}, stderr {r.stderr.strip()[:300]!r}")
 
 
+def experiment_defaults(rows):
+    """Rows with a `default` column against `podsim describe` of an
+    experiment that sets none of their keys."""
+    podsim = os.environ.get("PODSIM") or os.path.join(ROOT, "podsim")
+    exp = {"name": "defaults", "topology": "tpu-v3-8", "model": "resnet50", "global_batch": 8,
+           "strategy": {"kind": "replicate"}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "defaults.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(exp, f)
+        r = subprocess.run([podsim, "describe", path], capture_output=True, text=True,
+                           env=dict(os.environ, PODSIM_DATA_DIR=ROOT))
+    try:
+        resolved = json.loads(r.stdout)
+    except ValueError:
+        check(False, "podsim describe resolves an experiment's defaults", r.stderr[:300])
+        return
+    bad, n = [], 0
+    for key, row in rows.items():
+        if "default" not in row:
+            continue
+        n += 1
+        node = resolved
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        cell = row["default"].split()[0] if row["default"] else ""
+        if node is None or not same_value(cell, node):
+            bad.append(f"{key}: '{cell}' but podsim describe gives {json.dumps(node)}")
+    check(n > 0 and not bad, f"fidelity.md's {n} experiment defaults are podsim's",
+          "; ".join(bad) or "no row with a default column")
+
+
 def main():
     try:
         doc = read("docs/fidelity.md")
@@ -231,6 +268,7 @@ def main():
     check(not missing, "fidelity.md names every numeric #define of the cost and network code",
           "missing: " + ", ".join(missing))
     validate_marks(calibration(doc, bases))
+    experiment_defaults(rows)
     print(f"1..{len(results)}")
     failed = 0
     for i, (ok, name, why) in enumerate(results, 1):
