@@ -10,7 +10,16 @@
  *   the first step's loss equals the one-device loss;
  * - /shard-numerics/fsdp/replicas: five Adam steps on data 2 x fsdp 2:
  *   the data replicas' weights are identical (replica divergence 0) and
- *   equal those of the replicate strategy on the same batches.
+ *   equal those of the replicate strategy on the same batches;
+ * - /shard-numerics/tensor/gradients: the same step on tensor 4, tensor 2 x
+ *   data 2 and (data innermost) data 2 x tensor 2 of the char decoder, and
+ *   on tensor 2 x data 2 of tiny-decoder (RMSNorm, SwiGLU, rotary,
+ *   grouped-query attention), within the bound (see the tensor note below);
+ * - /shard-numerics/tensor/replicas: as fsdp's, on data 2 x tensor 2, where
+ *   the divergence also compares the tensor group's copies of the norms;
+ * - /shard-numerics/tensor/partials: each partial-sum layer's T rank
+ *   outputs add up to the full output and one rank's alone (an all-reduce
+ *   that lost a member) is far from it; the ranks' ranges tile each layer.
  *
  * The bound.  Each gradient element is a sum over the K = B S token rows
  * of the global batch (B windows of S tokens) of per-row terms t_r.  The
@@ -176,12 +185,13 @@ static void test_fsdp_gradients(void)
   ps_experiment_free(e);
 }
 
-static void test_fsdp_replicas(void)
+/* Five Adam steps of the mesh against the replicate strategy on the same
+ * batches: replicas identical (replica divergence 0), weights close. */
+static void check_replicas(const char *mesh)
 {
+  g_autofree char *st = g_strdup_printf("strategy={\"kind\": \"shard\", \"mesh\": %s}", mesh);
   const char *rep[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false", NULL};
-  const char *sh[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false",
-                      "strategy={\"kind\": \"shard\", \"mesh\": {\"data\": 2, \"fsdp\": 2}}",
-                      NULL};
+  const char *sh[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false", st, NULL};
   PsSummary s[2];
   for (int k = 0; k < 2; k++) {
     PsExperiment *e = load(k ? sh : rep);
@@ -198,17 +208,30 @@ static void test_fsdp_replicas(void)
   }
   /* every data replica reduces the same shards in one all-reduce */
   g_assert_cmpfloat(s[1].replica_divergence, ==, 0);
-  /* five Adam steps of lr 0.003 from the same weights: the reassociated
-   * gradients move each weight by far less than 1e-4 */
+  /* five Adam steps of lr 0.003 from the same weights: a wrong gradient
+   * moves weights by up to 5 lr = 0.015; the reassociated ones by less
+   * than 2e-4.  The largest difference is an attention key bias, whose
+   * gradient is zero but for rounding (the softmax ignores a shift of a
+   * row's scores), which Adam turns into steps of about lr |g| / eps: 3.3e-5
+   * on data 2 x fsdp 2, 8.5e-5 on data 2 x tensor 2. */
   g_assert_cmpuint(s[0].n_params, ==, s[1].n_params);
   double worst = 0;
+  size_t wi = 0;
   for (size_t i = 0; i < s[0].n_params; i++)
-    worst = MAX(worst, fabs((double)s[0].params[i] - s[1].params[i]));
-  g_test_message("fsdp vs replicate after 5 steps: %.3g", worst);
-  g_assert_cmpfloat(worst, <, 1e-4);
+    if (fabs((double)s[0].params[i] - s[1].params[i]) > worst) {
+      worst = fabs((double)s[0].params[i] - s[1].params[i]);
+      wi = i;
+    }
+  g_test_message("%s vs replicate after 5 steps: %.3g at %zu", mesh, worst, wi);
+  g_assert_cmpfloat(worst, <, 2e-4);
   g_assert_cmpfloat_with_epsilon(s[0].loss_last, s[1].loss_last, 1e-4 * s[0].loss_last);
   ps_summary_clear(&s[0]);
   ps_summary_clear(&s[1]);
+}
+
+static void test_fsdp_replicas(void)
+{
+  check_replicas("{\"data\": 2, \"fsdp\": 2}");
 }
 
 /* Tensor meshes.  Beyond the batch split bounded above, a tensor mesh
@@ -244,39 +267,11 @@ static void test_tensor_gradients(void)
   }
 }
 
-/* Five Adam steps on tensor 2 x data 2: data replicas and the tensor
- * group's copies of replicated weights (the norms) are identical, and the
- * model is the replicate strategy's on the same batches. */
+/* On tensor 2 x data 2, the replica divergence covers the tensor group's
+ * copies of replicated weights (the norms) as well. */
 static void test_tensor_replicas(void)
 {
-  const char *rep[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false", NULL};
-  const char *sh[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false",
-                      "strategy={\"kind\": \"shard\", \"mesh\": {\"data\": 2, \"tensor\": 2}}",
-                      NULL};
-  PsSummary s[2];
-  for (int k = 0; k < 2; k++) {
-    PsExperiment *e = load(k ? sh : rep);
-    if (!g_file_test(e->input.text_file, G_FILE_TEST_EXISTS)) {
-      g_test_skip("no fortunes text");
-      ps_experiment_free(e);
-      return;
-    }
-    PsRunOptions opt = {.keep_params = TRUE};
-    GError *error = NULL;
-    g_assert_true(ps_run(e, &opt, &s[k], &error));
-    g_assert_no_error(error);
-    ps_experiment_free(e);
-  }
-  g_assert_cmpfloat(s[1].replica_divergence, ==, 0);
-  g_assert_cmpuint(s[0].n_params, ==, s[1].n_params);
-  double worst = 0;
-  for (size_t i = 0; i < s[0].n_params; i++)
-    worst = MAX(worst, fabs((double)s[0].params[i] - s[1].params[i]));
-  g_test_message("tensor vs replicate after 5 steps: %.3g", worst);
-  g_assert_cmpfloat(worst, <, 1e-4);
-  g_assert_cmpfloat_with_epsilon(s[0].loss_last, s[1].loss_last, 1e-4 * s[0].loss_last);
-  ps_summary_clear(&s[0]);
-  ps_summary_clear(&s[1]);
+  check_replicas("{\"data\": 2, \"tensor\": 2}");
 }
 
 /* Net n's weights zero outside what rank t of T owns in every layer. */
