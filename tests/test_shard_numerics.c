@@ -394,6 +394,14 @@ static void check_partials(const char *model, int T)
   }
   g_assert_cmpint(checked, >=, 4); /* embedding, 2 x (attention, down projection) */
   check_tiling(full, plan->layer_split, md->n_layers, T);
+  for (int l = 0; l < md->n_layers; l++) /* 3 ways do not divide the heads */
+    if (plan->layer_split[l] == PS_SPLIT_HEADS) {
+      g_autoptr(GArray) rgs = g_array_new(FALSE, FALSE, sizeof(PsNetRange));
+      g_assert_false(ps_net_tensor_ranges(full, l, PS_SPLIT_HEADS, 0, 3, rgs, &error));
+      g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE);
+      g_assert_nonnull(strstr(error->message, "heads"));
+      g_clear_error(&error);
+    }
   for (int t = 0; t < T; t++)
     ps_net_free(rank[t]);
   g_free(rank);

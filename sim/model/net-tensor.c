@@ -25,11 +25,10 @@ static void add_cols(GArray *out, size_t base, size_t rows, size_t width, size_t
 static gboolean split_fails(const PsNet *net, int layer, const char *what, int64_t n, int T,
                             GError **error)
 {
-  (void)net;
   g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-              "layer %d: its %s (%" G_GINT64_FORMAT ") is not divisible by the tensor group "
-              "of %d, which its numerics split",
-              layer, what, n, T);
+              "the %s's %s (%" G_GINT64_FORMAT ") is not divisible by the tensor group of %d, "
+              "which its numerics split",
+              ps_layer_ops(net->layers[layer].kind)->name, what, n, T);
   return FALSE;
 }
 
@@ -121,8 +120,8 @@ gboolean ps_net_tensor_ranges(const PsNet *net, int layer, PsTensorSplit how, in
   if (nl->kind == PS_LAYER_EMBEDDING && how == PS_SPLIT_VOCAB)
     return embedding_ranges(nl, layer, t, T, out, net, error);
   g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-              "layer %d: a %s layer has no numerics split over a tensor group",
-              layer, ps_layer_ops(nl->kind)->name);
+              "a %s layer has no numerics split over a tensor group",
+              ps_layer_ops(nl->kind)->name);
   return FALSE;
 }
 
