@@ -12,8 +12,9 @@
  *   the data replicas' weights are identical (replica divergence 0) and
  *   equal those of the replicate strategy on the same batches;
  * - /shard-numerics/tensor/gradients: the same step on tensor 4, tensor 2 x
- *   data 2 and (data innermost) data 2 x tensor 2 of the char decoder, and
- *   on tensor 2 x data 2 of tiny-decoder (RMSNorm, SwiGLU, rotary,
+ *   data 2, (data innermost) data 2 x tensor 2, tensor 2 x fsdp 2 (also
+ *   without prefetch or regather) of the char decoder, and on tensor 2 x
+ *   data 2 and tensor 2 x fsdp 2 of tiny-decoder (RMSNorm, SwiGLU, rotary,
  *   grouped-query attention), within the bound (see the tensor note below);
  * - /shard-numerics/tensor/replicas: as fsdp's, on data 2 x tensor 2, where
  *   the divergence also compares the tensor group's copies of the norms;
@@ -259,9 +260,13 @@ static void test_tensor_gradients(void)
     if (k == 0)
       check_model_mesh(&ref, models[k], "{\"tensor\": 4}", "");
     check_model_mesh(&ref, models[k], "{\"tensor\": 2, \"data\": 2}", "");
-    if (k == 0) /* data innermost: other groups, other devices */
+    check_model_mesh(&ref, models[k], "{\"tensor\": 2, \"fsdp\": 2}", "");
+    if (k == 0) { /* data innermost: other groups, other devices */
       check_model_mesh(&ref, models[k], "{\"tensor\": 2, \"data\": 2}",
                        ", \"mesh_order\": [\"tensor\", \"fsdp\", \"sequence\", \"data\"]");
+      check_model_mesh(&ref, models[k], "{\"fsdp\": 2, \"tensor\": 2}",
+                       ", \"prefetch\": false, \"regather\": false");
+    }
     reference_clear(&ref);
     ps_experiment_free(e);
   }

@@ -1,5 +1,5 @@
-/* numerics-tensor.c: real arithmetic on a tensor x data mesh (Megatron-LM's
- * layouts, Shoeybi et al. 2019).  Each device's net keeps full-size weight
+/* numerics-tensor.c: real arithmetic on a tensor (x fsdp x data) mesh
+ * (Megatron-LM's layouts, Shoeybi et al. 2019).  Each device's net keeps full-size weight
  * blocks, but a device owns only its rank's part of each split layer
  * (model/net-tensor.h: attention's heads, column- and row-parallel
  * matmuls, the vocabulary of the embedding and of the head's logits); the
@@ -16,6 +16,10 @@
  *    packed in layer order (the lowering counts each layer's local
  *    parameters, weights / T): packed into a buffer when the device joins
  *    the all-reduce, copied back when it is done;
+ *  - with an fsdp axis too, the fsdp collectives and update (numerics-
+ *    fsdp.c) work on the packed weights and gradients: an fsdp all-gather
+ *    of weights is unpacked into the net when done, an fsdp
+ *    reduce-scatter packs the net's gradients when the device joins it;
  *  - the update steps only the owned ranges, and backward zeroes the
  *    gradients of the rest (an embedding's scatter-add or a bias's sum
  *    would otherwise write them).
@@ -30,19 +34,21 @@
 #include <math.h>
 #include <string.h>
 
-typedef enum { ROLE_NONE, ROLE_SHIFT, ROLE_SUMS, ROLE_BUCKET } Role;
+typedef enum { ROLE_NONE, ROLE_SHIFT, ROLE_SUMS, ROLE_BUCKET, ROLE_GATHER, ROLE_SCATTER } Role;
 
 typedef struct {
   GArray *ranges;    /* PsNetRange it owns, sorted */
   int *first;        /* per layer (n_layers + 1 entries): its first range */
   int64_t *pack_off; /* per layer (n_layers + 1): its place in pack */
-  float *pack;       /* owned gradients, packed (the data buckets) */
+  float *pack;       /* owned gradients, packed (the data buckets, fsdp) */
+  float *packp;      /* with fsdp: owned weights, packed (NULL without) */
   float *shift, *sums; /* the loss's per-row all-reduced scratch */
   int lo, hi;        /* the loss's owned logit columns */
 } TensorDev;
 
 struct PsTensorNum {
   int T, n_layers;
+  gboolean fsdp;     /* tensor x fsdp: the fsdp module works on the packs */
   gboolean vocab_loss;
   guint8 *role;      /* per collective */
   TensorDev *dev;    /* per device */
@@ -59,6 +65,25 @@ static void zero_unowned(const TensorDev *td, const PsNet *net, float *buf, int 
     at = rg->off + rg->len;
   }
   memset(buf + at, 0, (off + len - at) * sizeof *buf);
+}
+
+/* Copies the owned elements of the layers a collective covers (from
+ * pc->layer, pc->count of them) between a net buffer and its pack. */
+static void move_bucket(const TensorDev *td, float *net, float *pack, const PsPlanColl *pc,
+                        gboolean to_pack)
+{
+  int64_t end = td->pack_off[pc->layer] + pc->count;
+  float *p = pack + td->pack_off[pc->layer];
+  for (int k = td->first[pc->layer]; k < (int)td->ranges->len; k++) {
+    const PsNetRange *rg = &g_array_index(td->ranges, PsNetRange, k);
+    if (p - pack >= end)
+      break;
+    if (to_pack)
+      memcpy(p, net + rg->off, rg->len * sizeof *p);
+    else
+      memcpy(net + rg->off, p, rg->len * sizeof *p);
+    p += rg->len;
+  }
 }
 
 static gboolean dev_init(Run *r, int d, GError **error)
@@ -126,16 +151,19 @@ static gboolean set_roles(Run *r, GError **error)
       if (tn->vocab_loss && pc->buffer == PS_BUFFER_ACTIVATIONS &&
           pc->layer == tn->n_layers - 1) {
         tn->role[c] = loss_seen++ == 0 ? ROLE_SHIFT : ROLE_SUMS;
-      } else if (pc->buffer == PS_BUFFER_GRADS && pc->axis == PS_AXIS_DATA) {
+      } else if ((pc->buffer == PS_BUFFER_GRADS || pc->buffer == PS_BUFFER_PARAMS) &&
+                 pc->layer >= 0) {
         if (!bucket_fits(&tn->dev[d], tn->n_layers, pc->layer, pc->count)) {
           g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                      "%s: numerics.enabled=true on strategy.mesh.tensor = %d: the data "
-                      "all-reduce '%s' of %" G_GINT64_FORMAT " floats does not cover whole "
+                      "%s: numerics.enabled=true on strategy.mesh.tensor = %d: the "
+                      "collective '%s' of %" G_GINT64_FORMAT " floats does not cover whole "
                       "layers of a device's shard",
                       r->exp->file, tn->T, pc->name, pc->count);
           return FALSE;
         }
-        tn->role[c] = ROLE_BUCKET;
+        tn->role[c] = pc->axis == PS_AXIS_DATA ? ROLE_BUCKET
+                      : pc->buffer == PS_BUFFER_PARAMS ? ROLE_GATHER
+                                                       : ROLE_SCATTER;
       }
     }
   }
@@ -151,10 +179,18 @@ gboolean ps_run_tensor_init(Run *r, GError **error)
   tn->T = T;
   tn->n_layers = r->exp->model->n_layers;
   tn->vocab_loss = r->plan->layer_split[tn->n_layers - 1] == PS_SPLIT_VOCAB;
+  tn->fsdp = ps_plan_axis_size(r->plan, PS_AXIS_FSDP) > 1;
   tn->dev = g_new0(TensorDev, r->n_dev);
-  for (int d = 0; d < r->n_dev; d++)
+  for (int d = 0; d < r->n_dev; d++) {
     if (!dev_init(r, d, error))
       return FALSE;
+    TensorDev *td = &tn->dev[d];
+    if (tn->fsdp) { /* the weights' pack starts as the net's */
+      PsPlanColl all = {.layer = 0, .count = td->pack_off[tn->n_layers]};
+      td->packp = g_new0(float, (size_t)MAX(all.count, 1));
+      move_bucket(td, ps_net_params(r->nets[d]), td->packp, &all, TRUE);
+    }
+  }
   return set_roles(r, error);
 }
 
@@ -170,6 +206,7 @@ void ps_run_tensor_free(Run *r)
     g_free(td->first);
     g_free(td->pack_off);
     g_free(td->pack);
+    g_free(td->packp);
     g_free(td->shift);
     g_free(td->sums);
   }
@@ -182,25 +219,6 @@ void ps_run_tensor_free(Run *r)
 gboolean ps_run_tensor_skips(const Run *r, int layer)
 {
   return r->tensor && r->tensor->vocab_loss && layer == r->tensor->n_layers - 1;
-}
-
-/* Copies the owned gradients of the layers a bucket covers between the
- * net (from) and the pack. */
-static void move_bucket(const TensorDev *td, float *grads, const PsPlanColl *pc,
-                        gboolean to_pack)
-{
-  int64_t end = td->pack_off[pc->layer] + pc->count;
-  float *p = td->pack + td->pack_off[pc->layer];
-  for (int k = td->first[pc->layer]; k < (int)td->ranges->len; k++) {
-    const PsNetRange *rg = &g_array_index(td->ranges, PsNetRange, k);
-    if (p - td->pack >= end)
-      break;
-    if (to_pack)
-      memcpy(p, grads + rg->off, rg->len * sizeof *p);
-    else
-      memcpy(grads + rg->off, p, rg->len * sizeof *p);
-    p += rg->len;
-  }
 }
 
 float *ps_run_tensor_coll_buffer(Run *r, int device, int c)
@@ -218,8 +236,10 @@ float *ps_run_tensor_coll_buffer(Run *r, int device, int c)
   case ROLE_SUMS: /* the shift is the group's by now */
     ps_net_vocab_loss_sums(net, td->lo, td->hi, td->shift, td->sums);
     return td->sums;
-  default:
-    move_bucket(td, ps_net_grads(net), pc, TRUE);
+  case ROLE_GATHER: /* the owned blocks are the pack's, unpacked when done */
+    return td->packp + td->pack_off[pc->layer];
+  default: /* a data bucket or an fsdp reduce-scatter */
+    move_bucket(td, ps_net_grads(net), td->pack, pc, TRUE);
     return td->pack + td->pack_off[pc->layer];
   }
 }
@@ -236,7 +256,9 @@ void ps_run_tensor_coll_done(Run *r, int device, int c)
     r->loss_acc[device] += ps_net_loss(net);
     r->loss_n[device]++;
   } else if (tn->role[c] == ROLE_BUCKET) {
-    move_bucket(td, ps_net_grads(net), &r->plan->colls[c], FALSE);
+    move_bucket(td, ps_net_grads(net), td->pack, &r->plan->colls[c], FALSE);
+  } else if (tn->role[c] == ROLE_GATHER) {
+    move_bucket(td, ps_net_params(net), td->packp, &r->plan->colls[c], FALSE);
   }
 }
 
@@ -296,4 +318,52 @@ double ps_run_tensor_divergence(Run *r)
     }
   }
   return worst;
+}
+
+float *ps_run_tensor_packed(Run *r, int device, gboolean grads)
+{
+  if (!r->tensor || !r->tensor->fsdp)
+    return NULL;
+  return grads ? r->tensor->dev[device].pack : r->tensor->dev[device].packp;
+}
+
+int64_t ps_run_tensor_packed_off(Run *r, int c)
+{
+  if (!r->tensor || !r->tensor->fsdp || r->tensor->role[c] == ROLE_NONE)
+    return -1;
+  return r->tensor->dev[0].pack_off[r->plan->colls[c].layer]; /* equal on every rank */
+}
+
+void ps_run_tensor_sync(Run *r)
+{
+  if (!r->tensor || !r->tensor->fsdp)
+    return;
+  for (int d = 0; d < r->n_dev; d++) {
+    TensorDev *td = &r->tensor->dev[d];
+    PsPlanColl all = {.layer = 0, .count = td->pack_off[r->tensor->n_layers]};
+    move_bucket(td, ps_net_params(r->nets[d]), td->packp, &all, FALSE);
+  }
+}
+
+GArray *ps_run_tensor_net_ranges(Run *r, int device, GArray *packed)
+{
+  if (!r->tensor || !r->tensor->fsdp)
+    return packed;
+  const TensorDev *td = &r->tensor->dev[device];
+  GArray *out = g_array_new(FALSE, FALSE, sizeof(PsParamRange));
+  for (guint j = 0; j < packed->len; j++) {
+    const PsParamRange *pr = &g_array_index(packed, PsParamRange, j);
+    int64_t at = 0; /* the pack offset of range k */
+    for (guint k = 0; k < td->ranges->len; k++) {
+      const PsNetRange *rg = &g_array_index(td->ranges, PsNetRange, k);
+      int64_t lo = MAX(at, pr->off), hi = MIN(at + (int64_t)rg->len, pr->off + pr->len);
+      if (lo < hi) {
+        PsParamRange n = {(int64_t)rg->off + (lo - at), hi - lo};
+        g_array_append_val(out, n);
+      }
+      at += (int64_t)rg->len;
+    }
+  }
+  g_array_free(packed, TRUE);
+  return out;
 }

@@ -374,7 +374,9 @@ float *ps_run_numerics_coll_buffer(void *ctx, int device, int c)
 static GArray *param_ranges(Run *r, int device)
 {
   GArray *out = ps_run_fsdp_ranges(r, device);
-  if (!out)
+  if (out)
+    out = ps_run_tensor_net_ranges(r, device, out);
+  else
     out = ps_run_tensor_ranges(r, device);
   if (out)
     return out;
@@ -472,6 +474,7 @@ static gboolean evaluate(Run *r, PsSummary *s, GError **error)
 
 void ps_run_numerics_summarise(Run *r, PsSummary *s)
 {
+  ps_run_tensor_sync(r);
   s->has_numerics = TRUE;
   s->loss_first = r->loss_first;
   s->loss_last = r->loss_last;

@@ -118,7 +118,7 @@ float *ps_run_fsdp_shards(Run *r, int device, int64_t off);
  * without an fsdp axis. */
 GArray *ps_run_fsdp_ranges(Run *r, int device);
 
-/* numerics-tensor.c: a tensor x data mesh's numerics.  Each device keeps
+/* numerics-tensor.c: the numerics of a mesh with a tensor axis.  Each device keeps
  * full-size weights, zero outside its rank's shard of each split layer;
  * the loss's forward is vocab-parallel around the plan's two loss
  * all-reduces (coll_buffer hands them per-row scratch), the data buckets
@@ -138,6 +138,17 @@ gboolean ps_run_tensor_update(Run *r, int device, int64_t step);
 GArray *ps_run_tensor_ranges(Run *r, int device);
 /* The largest difference of a replicated weight from tensor rank 0's. */
 double ps_run_tensor_divergence(Run *r);
+/* Tensor x fsdp: the device's packed weights or gradients, which the fsdp
+ * module cuts into blocks, and collective c's place in them; NULL and -1
+ * otherwise. */
+float *ps_run_tensor_packed(Run *r, int device, gboolean grads);
+int64_t ps_run_tensor_packed_off(Run *r, int c);
+/* Tensor x fsdp: every device's packed weights into its net (the owned
+ * blocks current, the rest as last gathered), before the run's end. */
+void ps_run_tensor_sync(Run *r);
+/* Tensor x fsdp: packed ranges (consumed) as the net's ranges (transfer
+ * full); otherwise packed itself. */
+GArray *ps_run_tensor_net_ranges(Run *r, int device, GArray *packed);
 
 /* run.c: the step's state, made when first asked for.  (transfer none) */
 StepState *ps_run_step_state(Run *r, int64_t step);

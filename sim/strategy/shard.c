@@ -232,15 +232,14 @@ static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError
 }
 
 /* Real numerics run on data x fsdp meshes (run/numerics-fsdp.c) and on
- * tensor x data meshes (run/numerics-tensor.c); the rest is timing only. */
+ * tensor x fsdp x data meshes (run/numerics-tensor.c); the rest is timing
+ * only. */
 static gboolean check_numerics(const PsExperiment *e, const PsShardConfig *c, GError **error)
 {
   int T = c->size[PS_AXIS_TENSOR];
   const char *why = NULL;
   if (c->size[PS_AXIS_SEQUENCE] > 1)
     why = "strategy.mesh.sequence > 1";
-  else if (T > 1 && c->size[PS_AXIS_FSDP] > 1)
-    why = "strategy.mesh.tensor > 1 together with strategy.mesh.fsdp > 1";
   else if (T > 1 && c->collective_matmul)
     why = "strategy.collective_matmul = true";
   else if (T > 1 && (e->optimizer.kind == PS_OPT_LARS || e->optimizer.kind == PS_OPT_LAMB))
@@ -250,7 +249,7 @@ static gboolean check_numerics(const PsExperiment *e, const PsShardConfig *c, GE
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "numerics.enabled",
                      "true is not yet supported with %s (strategy.mesh is data %d x fsdp %d x "
                      "tensor %d x sequence %d); numerics.enabled=false runs it (timing only), "
-                     "or use a data x fsdp or a data x tensor mesh",
+                     "or use a data x fsdp x tensor mesh",
                      why, c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP], T,
                      c->size[PS_AXIS_SEQUENCE]);
     return FALSE;
