@@ -32,8 +32,9 @@
  *   step exactly as the same plan with a program of its own per device
  *   (instances named directly, no slots);
  * - /shard/bad-input: mesh product, heads, sequence without tensor,
- *   collective matmul without tensor, unknown axis, numerics on a tensor
- *   mesh, a layout that does not fit (the advice computed: the fsdp that
+ *   collective matmul without tensor, unknown axis, numerics on a bert
+ *   (timing-only) model, on a sequence mesh or with collective matmul, a
+ *   layout that does not fit (the advice computed: the fsdp that
  *   fits): each a PS_INPUT_ERROR naming the key. */
 #include "exec/pod.h"
 #include "hw/topology.h"
@@ -376,8 +377,19 @@ static void test_bad_input(void)
   bad(cm, "strategy.collective_matmul");
   const char *axis[] = {"strategy.mesh.model=2", NULL};
   bad(axis, "model");
-  const char *num[] = {"numerics.enabled=true", NULL};
+  const char *num[] = {"numerics.enabled=true", NULL}; /* bert-large */
   bad(num, "numerics.enabled=false");
+  /* a model with numerics: what the shard strategy itself refuses */
+#define TEXT "input={\"source\": \"text\", \"file\": \"/usr/share/games/fortunes\"}"
+  const char *numseq[] = {"model=char-decoder", "numerics.enabled=true", TEXT, "strategy.mesh.fsdp=1",
+                          "strategy.mesh.tensor=2", "strategy.mesh.sequence=2",
+                          "strategy.mesh.data=4", NULL};
+  bad(numseq, "strategy.mesh.sequence > 1");
+  const char *numcm[] = {"model=char-decoder", "numerics.enabled=true", TEXT,
+                         "strategy.mesh.fsdp=2", "strategy.mesh.tensor=2",
+                         "strategy.mesh.data=4", "strategy.collective_matmul=true", NULL};
+  bad(numcm, "strategy.collective_matmul = true");
+#undef TEXT
   const char *batch[] = {"global_batch=10", NULL};
   bad(batch, "global_batch");
   /* data 16 on 4 GiB devices: 2.5 GiB of weights and gradients, 2.5 GiB of

@@ -10,7 +10,17 @@
  *   the first step's loss equals the one-device loss;
  * - /shard-numerics/fsdp/replicas: five Adam steps on data 2 x fsdp 2:
  *   the data replicas' weights are identical (replica divergence 0) and
- *   equal those of the replicate strategy on the same batches.
+ *   equal those of the replicate strategy on the same batches;
+ * - /shard-numerics/tensor/gradients: the same step on tensor 4, tensor 2 x
+ *   data 2, (data innermost) data 2 x tensor 2, tensor 2 x fsdp 2 (also
+ *   without prefetch or regather) of the char decoder, and on tensor 2 x
+ *   data 2 and tensor 2 x fsdp 2 of tiny-decoder (RMSNorm, SwiGLU, rotary,
+ *   grouped-query attention), within the bound (see the tensor note below);
+ * - /shard-numerics/tensor/replicas: as fsdp's, on data 2 x tensor 2, where
+ *   the divergence also compares the tensor group's copies of the norms;
+ * - /shard-numerics/tensor/partials: each partial-sum layer's T rank
+ *   outputs add up to the full output and one rank's alone (an all-reduce
+ *   that lost a member) is far from it; the ranks' ranges tile each layer.
  *
  * The bound.  Each gradient element is a sum over the K = B S token rows
  * of the global batch (B windows of S tokens) of per-row terms t_r.  The
@@ -27,6 +37,7 @@
  * computed here).  Reading g back from p0 - p1 adds at most
  * u (|p0| + |p1|). */
 #include "io/dataset.h"
+#include "model/net-tensor.h"
 #include "model/net.h"
 #include "run/experiment.h"
 #include "run/run.h"
@@ -118,14 +129,17 @@ static PsExperiment *load(const char *const *ov)
   return e;
 }
 
-/* One SGD step of the mesh; its gradient against ref. */
-static void check_mesh(const Reference *ref, const char *mesh, const char *extra)
+/* One SGD step of the mesh (of model, NULL: the experiment's); its
+ * gradient against ref. */
+static void check_model_mesh(const Reference *ref, const char *model, const char *mesh,
+                             const char *extra)
 {
   g_autofree char *strategy = g_strdup_printf("strategy={\"kind\": \"shard\", \"mesh\": %s%s}",
                                               mesh, extra);
+  g_autofree char *m = g_strdup_printf("model=%s", model ? model : "char-decoder");
   const char *ov[] = {"steps=1", "steps_per_run=1", "numerics.evaluate=false",
                       "optimizer={\"kind\": \"sgd\", \"learning_rate\": 1, \"momentum\": 0}",
-                      strategy, NULL};
+                      strategy, m, NULL};
   PsExperiment *e = load(ov);
   PsRunOptions opt = {.keep_params = TRUE};
   PsSummary s;
@@ -151,6 +165,11 @@ static void check_mesh(const Reference *ref, const char *mesh, const char *extra
   ps_experiment_free(e);
 }
 
+static void check_mesh(const Reference *ref, const char *mesh, const char *extra)
+{
+  check_model_mesh(ref, NULL, mesh, extra);
+}
+
 static void test_fsdp_gradients(void)
 {
   const char *ov[] = {NULL};
@@ -167,12 +186,13 @@ static void test_fsdp_gradients(void)
   ps_experiment_free(e);
 }
 
-static void test_fsdp_replicas(void)
+/* Five Adam steps of the mesh against the replicate strategy on the same
+ * batches: replicas identical (replica divergence 0), weights close. */
+static void check_replicas(const char *mesh)
 {
+  g_autofree char *st = g_strdup_printf("strategy={\"kind\": \"shard\", \"mesh\": %s}", mesh);
   const char *rep[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false", NULL};
-  const char *sh[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false",
-                      "strategy={\"kind\": \"shard\", \"mesh\": {\"data\": 2, \"fsdp\": 2}}",
-                      NULL};
+  const char *sh[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false", st, NULL};
   PsSummary s[2];
   for (int k = 0; k < 2; k++) {
     PsExperiment *e = load(k ? sh : rep);
@@ -189,17 +209,217 @@ static void test_fsdp_replicas(void)
   }
   /* every data replica reduces the same shards in one all-reduce */
   g_assert_cmpfloat(s[1].replica_divergence, ==, 0);
-  /* five Adam steps of lr 0.003 from the same weights: the reassociated
-   * gradients move each weight by far less than 1e-4 */
+  /* five Adam steps of lr 0.003 from the same weights: a wrong gradient
+   * moves weights by up to 5 lr = 0.015; the reassociated ones by less
+   * than 2e-4.  The largest difference is an attention key bias, whose
+   * gradient is zero but for rounding (the softmax ignores a shift of a
+   * row's scores), which Adam turns into steps of about lr |g| / eps: 3.3e-5
+   * on data 2 x fsdp 2, 8.5e-5 on data 2 x tensor 2. */
   g_assert_cmpuint(s[0].n_params, ==, s[1].n_params);
   double worst = 0;
+  size_t wi = 0;
   for (size_t i = 0; i < s[0].n_params; i++)
-    worst = MAX(worst, fabs((double)s[0].params[i] - s[1].params[i]));
-  g_test_message("fsdp vs replicate after 5 steps: %.3g", worst);
-  g_assert_cmpfloat(worst, <, 1e-4);
+    if (fabs((double)s[0].params[i] - s[1].params[i]) > worst) {
+      worst = fabs((double)s[0].params[i] - s[1].params[i]);
+      wi = i;
+    }
+  g_test_message("%s vs replicate after 5 steps: %.3g at %zu", mesh, worst, wi);
+  g_assert_cmpfloat(worst, <, 2e-4);
   g_assert_cmpfloat_with_epsilon(s[0].loss_last, s[1].loss_last, 1e-4 * s[0].loss_last);
   ps_summary_clear(&s[0]);
   ps_summary_clear(&s[1]);
+}
+
+static void test_fsdp_replicas(void)
+{
+  check_replicas("{\"data\": 2, \"fsdp\": 2}");
+}
+
+/* Tensor meshes.  Beyond the batch split bounded above, a tensor mesh
+ * reassociates two kinds of sums: each partial-sum layer's contraction
+ * (the heads' output projection, the row-parallel matmul, the embedding's
+ * rows and positions) is summed by rank and then across the group, and
+ * the vocab-parallel loss shifts its exponentials by the ranks' mean
+ * maximum instead of the row's maximum.  Each perturbs a per-row term t_r
+ * by a relative O(n u), n at most the longest contraction (256), against
+ * the batch's 2 gamma_K with K = 1024 token rows: the same bound holds,
+ * with room (the tests print how much of it each weight uses). */
+static void test_tensor_gradients(void)
+{
+  const char *models[] = {"char-decoder", "tiny-decoder"};
+  for (int k = 0; k < 2; k++) {
+    g_autofree char *m = g_strdup_printf("model=%s", models[k]);
+    const char *ov[] = {m, NULL};
+    PsExperiment *e = load(ov);
+    Reference ref;
+    if (!reference(e, &ref)) {
+      ps_experiment_free(e);
+      return;
+    }
+    /* tiny-decoder's 2 key/value heads do not split 4 ways */
+    if (k == 0)
+      check_model_mesh(&ref, models[k], "{\"tensor\": 4}", "");
+    check_model_mesh(&ref, models[k], "{\"tensor\": 2, \"data\": 2}", "");
+    check_model_mesh(&ref, models[k], "{\"tensor\": 2, \"fsdp\": 2}", "");
+    if (k == 0) { /* data innermost: other groups, other devices */
+      check_model_mesh(&ref, models[k], "{\"tensor\": 2, \"data\": 2}",
+                       ", \"mesh_order\": [\"tensor\", \"fsdp\", \"sequence\", \"data\"]");
+      check_model_mesh(&ref, models[k], "{\"fsdp\": 2, \"tensor\": 2}",
+                       ", \"prefetch\": false, \"regather\": false");
+    }
+    reference_clear(&ref);
+    ps_experiment_free(e);
+  }
+}
+
+/* On tensor 2 x data 2, the replica divergence covers the tensor group's
+ * copies of replicated weights (the norms) as well. */
+static void test_tensor_replicas(void)
+{
+  check_replicas("{\"data\": 2, \"tensor\": 2}");
+}
+
+/* Net n's weights zero outside what rank t of T owns in every layer. */
+static void keep_shard(PsNet *n, const int *split, int n_layers, int t, int T)
+{
+  g_autoptr(GArray) rgs = g_array_new(FALSE, FALSE, sizeof(PsNetRange));
+  for (int l = 0; l < n_layers; l++) {
+    GError *error = NULL;
+    g_assert_true(ps_net_tensor_ranges(n, l, (PsTensorSplit)split[l], t, T, rgs, &error));
+    g_assert_no_error(error);
+  }
+  size_t np = ps_net_n_params(n);
+  float *keep = g_new0(float, np);
+  for (guint k = 0; k < rgs->len; k++) {
+    const PsNetRange *rg = &g_array_index(rgs, PsNetRange, k);
+    for (size_t j = rg->off; j < rg->off + rg->len; j++) {
+      g_assert_cmpfloat(keep[j], ==, 0); /* disjoint */
+      keep[j] = 1;
+    }
+  }
+  float *p = ps_net_params(n);
+  for (size_t j = 0; j < np; j++)
+    p[j] *= keep[j];
+  g_free(keep);
+}
+
+/* The ranks' ranges tile each split layer's weights (every element owned
+ * by exactly one rank) and every rank owns all of a replicated one. */
+static void check_tiling(const PsNet *n, const int *split, int n_layers, int T)
+{
+  g_autofree int *cover = g_new0(int, ps_net_n_params(n));
+  for (int t = 0; t < T; t++) {
+    g_autoptr(GArray) rgs = g_array_new(FALSE, FALSE, sizeof(PsNetRange));
+    for (int l = 0; l < n_layers; l++)
+      g_assert_true(ps_net_tensor_ranges(n, l, (PsTensorSplit)split[l], t, T, rgs, NULL));
+    for (guint k = 0; k < rgs->len; k++) {
+      const PsNetRange *rg = &g_array_index(rgs, PsNetRange, k);
+      for (size_t j = rg->off; j < rg->off + rg->len; j++)
+        cover[j]++;
+    }
+  }
+  for (int l = 0; l < n_layers; l++) {
+    size_t off = 0, len = 0;
+    ps_net_layer_params(n, l, &off, &len);
+    for (size_t j = off; j < off + len; j++)
+      g_assert_cmpint(cover[j], ==, split[l] == PS_SPLIT_NONE ? T : 1);
+  }
+}
+
+/* Each layer the lowering leaves as a partial sum (heads, row-parallel,
+ * vocabulary embedding): the T ranks' outputs, each from its shard on the
+ * full net's input to the layer, sum to the full output (to rounding: a
+ * contraction regrouped, within 1e-5 of the output's largest magnitude),
+ * and any one rank's alone, a tensor all-reduce that lost a member, is
+ * far from it.  Also the ranks' ranges tile every layer's weights. */
+static void check_partials(const char *model, int T)
+{
+  g_autofree char *m = g_strdup_printf("model=%s", model);
+  g_autofree char *st = g_strdup_printf(
+      "strategy={\"kind\": \"shard\", \"mesh\": {\"tensor\": %d, \"data\": %d}}", T, 4 / T);
+  const char *ov[] = {m, st, NULL};
+  PsExperiment *e = load(ov);
+  GError *error = NULL;
+  PsPlan *plan = ps_run_compile(e, &error);
+  g_assert_no_error(error);
+  const PsModel *md = e->model;
+  enum { B = 2 };
+  int S = (int)md->in_shape[0];
+  float x[B * 64];
+  int32_t y[B * 64];
+  g_assert_cmpint(S, <=, 64);
+  for (int i = 0; i < B * S; i++) {
+    x[i] = (float)((i * 37 + 11) % 128);
+    y[i] = (i * 53 + 7) % 128;
+  }
+  PsNet *full = ps_net_new(md, B, PS_PRECISION_F32, 1, &error);
+  g_assert_no_error(error);
+  ps_net_set_input(full, x, y, B);
+  ps_net_forward(full);
+  PsNet **rank = g_new(PsNet *, T);
+  for (int t = 0; t < T; t++) {
+    rank[t] = ps_net_new(md, B, PS_PRECISION_F32, 1, &error);
+    keep_shard(rank[t], plan->layer_split, md->n_layers, t, T);
+    ps_net_set_input(rank[t], x, y, B);
+  }
+  int checked = 0;
+  for (int l = 0; l < md->n_layers; l++) {
+    int sp = plan->layer_split[l];
+    if (sp != PS_SPLIT_HEADS && sp != PS_SPLIT_ROWS &&
+        !(sp == PS_SPLIT_VOCAB && l < md->n_layers - 1))
+      continue;
+    size_t n = 0;
+    const float *want = ps_net_activation(full, l, &n);
+    double big = 0, sum_err = 0, alone_err = 0;
+    g_autofree double *sum = g_new0(double, n);
+    for (int t = 0; t < T; t++) {
+      int p = md->layers[l].input_from;
+      if (p >= 0) {
+        size_t np = 0;
+        const float *src = ps_net_activation(full, p, &np);
+        memcpy(ps_net_activation(rank[t], p, NULL), src, np * sizeof(float));
+      }
+      ps_net_forward_layer(rank[t], l);
+      const float *got = ps_net_activation(rank[t], l, NULL);
+      for (size_t j = 0; j < n; j++) {
+        sum[j] += got[j];
+        if (t == 0)
+          alone_err = MAX(alone_err, fabs((double)got[j] - want[j]));
+      }
+    }
+    for (size_t j = 0; j < n; j++) {
+      big = MAX(big, fabs(want[j]));
+      sum_err = MAX(sum_err, fabs(sum[j] - want[j]));
+    }
+    g_test_message("%s T=%d layer %s: sum off by %.3g, one rank alone by %.3g (max %.3g)",
+                   model, T, md->layers[l].name, sum_err, alone_err, big);
+    g_assert_cmpfloat(sum_err, <=, 1e-5 * big);
+    g_assert_cmpfloat(alone_err, >, 0.05 * big);
+    checked++;
+  }
+  g_assert_cmpint(checked, >=, 4); /* embedding, 2 x (attention, down projection) */
+  check_tiling(full, plan->layer_split, md->n_layers, T);
+  for (int l = 0; l < md->n_layers; l++) /* 3 ways do not divide the heads */
+    if (plan->layer_split[l] == PS_SPLIT_HEADS) {
+      g_autoptr(GArray) rgs = g_array_new(FALSE, FALSE, sizeof(PsNetRange));
+      g_assert_false(ps_net_tensor_ranges(full, l, PS_SPLIT_HEADS, 0, 3, rgs, &error));
+      g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE);
+      g_assert_nonnull(strstr(error->message, "heads"));
+      g_clear_error(&error);
+    }
+  for (int t = 0; t < T; t++)
+    ps_net_free(rank[t]);
+  g_free(rank);
+  ps_net_free(full);
+  ps_plan_free(plan);
+  ps_experiment_free(e);
+}
+
+static void test_tensor_partials(void)
+{
+  check_partials("char-decoder", 2);
+  check_partials("char-decoder", 4);
+  check_partials("tiny-decoder", 2);
 }
 
 int main(int argc, char **argv)
@@ -207,5 +427,8 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/shard-numerics/fsdp/gradients", test_fsdp_gradients);
   g_test_add_func("/shard-numerics/fsdp/replicas", test_fsdp_replicas);
+  g_test_add_func("/shard-numerics/tensor/gradients", test_tensor_gradients);
+  g_test_add_func("/shard-numerics/tensor/replicas", test_tensor_replicas);
+  g_test_add_func("/shard-numerics/tensor/partials", test_tensor_partials);
   return g_test_run();
 }

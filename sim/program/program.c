@@ -34,6 +34,7 @@ void ps_plan_free(PsPlan *plan)
   g_free(plan->coll_of);
   g_free(plan->program_of);
   g_free(plan->stage_first);
+  g_free(plan->layer_split);
   for (int d = 0; d < plan->n_devices; d++)
     g_free(plan->mesh.ranges[d]);
   g_free(plan->mesh.ranges);

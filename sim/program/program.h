@@ -162,6 +162,9 @@ typedef struct {
   int micro_batches;
   int *stage_first;         /* stages + 1 entries: stage s runs layers
                                [stage_first[s], stage_first[s + 1]) (owned) */
+  int *layer_split;         /* per model layer: how the tensor group splits its
+                               weights (PsTensorSplit, model/net-tensor.h);
+                               NULL without a tensor axis (owned) */
   float loss_scale;         /* applied to d(loss)/d(logits): 1/replicas for "mean",
                                1/(replicas x micro_batches) in a pipeline */
   int n_buckets;

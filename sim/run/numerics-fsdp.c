@@ -9,6 +9,10 @@
  * start, ceil(count / fsdp) floats), so the data axis reduces exactly the
  * shards.  The update copies them back and steps only the owned blocks.
  *
+ * On a tensor x fsdp mesh the flat buffers are the device's packed tensor
+ * shard (numerics-tensor.c): its owned weights and gradients in layer
+ * order, where the lowering's fsdp collectives count them.
+ *
  * Invariant: after a step, every device's owned blocks hold the weights a
  * one-device run on the global batch would (up to the order of float
  * sums); the weights it does not own are stale until the next all-gather
@@ -16,6 +20,22 @@
 #include "run-private.h"
 
 #include <string.h>
+
+/* The flat weights or gradients the fsdp collectives cut into blocks, and
+ * collective c's place in them. */
+static float *flat(Run *r, int device, gboolean grads)
+{
+  float *packed = ps_run_tensor_packed(r, device, grads);
+  if (packed)
+    return packed;
+  return grads ? ps_net_grads(r->nets[device]) : ps_net_params(r->nets[device]);
+}
+
+static int64_t flat_off(Run *r, int c)
+{
+  int64_t off = ps_run_tensor_packed_off(r, c);
+  return off >= 0 ? off : r->plan->colls[c].offset;
+}
 
 static gboolean is_shard_rs(const PsPlanColl *pc)
 {
@@ -66,8 +86,7 @@ void ps_run_fsdp_free(Run *r)
  * its shards (to_shards: gradients -> shards). */
 static void move_blocks(Run *r, int device, int c, gboolean to_shards)
 {
-  const PsPlanColl *pc = &r->plan->colls[c];
-  float *grads = ps_net_grads(r->nets[device]) + pc->offset;
+  float *grads = flat(r, device, TRUE) + flat_off(r, c);
   float *shard = r->shards[device] + r->shard_off[c];
   int pieces = 1;
   for (int k = 0; k < pieces; k++) {
@@ -120,7 +139,7 @@ GArray *ps_run_fsdp_ranges(Run *r, int device)
     for (int k = 0; k < pieces; k++) {
       PsParamRange rg = {0, 0};
       pieces = ps_pod_coll_block(r->pod, c, device, k, &rg.off, &rg.len);
-      rg.off += r->plan->colls[c].offset;
+      rg.off += flat_off(r, c);
       g_array_append_val(out, rg);
     }
   }
@@ -137,8 +156,8 @@ gboolean ps_run_fsdp_update(Run *r, int device, int64_t step)
   g_autoptr(GArray) rgs = ps_run_fsdp_ranges(r, device);
   for (guint j = 0; j < rgs->len; j++) {
     const PsParamRange *rg = &g_array_index(rgs, PsParamRange, j);
-    ps_optimizer_step_range(r->opts[device], ps_net_params(r->nets[device]),
-                            ps_net_grads(r->nets[device]), (size_t)rg->off, (size_t)rg->len,
+    ps_optimizer_step_range(r->opts[device], flat(r, device, FALSE), flat(r, device, TRUE),
+                            (size_t)rg->off, (size_t)rg->len,
                             step + 1);
   }
   return TRUE;

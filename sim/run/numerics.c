@@ -102,7 +102,7 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
   r->batch_y = g_new(int32_t, (size_t)exp->global_batch * ps_dataset_labels_per_example(r->train));
   r->drawn_step = -1;
   ps_run_fsdp_init(r);
-  return TRUE;
+  return ps_run_tensor_init(r, error);
 }
 
 void ps_run_numerics_free(Run *r)
@@ -126,6 +126,7 @@ void ps_run_numerics_free(Run *r)
   g_free(r->batch_x);
   g_free(r->batch_y);
   ps_run_fsdp_free(r);
+  ps_run_tensor_free(r);
 }
 
 static void log_step(Run *r, int64_t step, double loss, ps_time_t t)
@@ -249,7 +250,8 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
     ps_optimizer_set_lr(r->opts[device],
                         (float)(oc->learning_rate * 0.5 *
                                 (1.0 + cos(G_PI * (double)step / (double)r->exp->steps))));
-  if (ps_run_fsdp_update(r, device, step)) /* an fsdp mesh: the blocks it owns */
+  if (ps_run_fsdp_update(r, device, step) || /* an fsdp mesh: the blocks it owns */
+      ps_run_tensor_update(r, device, step))  /* a tensor mesh: its shard */
     return;
   /* a reduce-scattered bucket: this device's shard, in one piece or
    * several (multiring) */
@@ -298,8 +300,10 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
   case PS_OP_RECOMPUTE:
     ps_net_select_slot(net, op->mb);
     for (int i = op->first; i <= op->last; i++)
-      ps_net_forward_layer(net, i);
-    if (op->kind == PS_OP_FWD && op->last == r->exp->model->n_layers - 1) {
+      if (!ps_run_tensor_skips(r, i))
+        ps_net_forward_layer(net, i);
+    if (op->kind == PS_OP_FWD && op->last == r->exp->model->n_layers - 1 &&
+        !ps_run_tensor_skips(r, op->last)) {
       r->loss_acc[device] += ps_net_loss(net);
       r->loss_n[device]++;
     }
@@ -308,6 +312,7 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
     ps_net_select_slot(net, op->mb);
     for (int i = op->last; i >= op->first; i--)
       ps_net_backward_layer(net, i, r->plan->loss_scale);
+    ps_run_tensor_bwd_done(r, device, op);
     break;
   case PS_OP_SEND:
     send_message(r, net, device, op);
@@ -326,6 +331,7 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
     break;
   case PS_OP_COLL_DONE:
     ps_run_fsdp_coll_done(r, device, ps_plan_op_coll(r->plan, device, op));
+    ps_run_tensor_coll_done(r, device, ps_plan_op_coll(r->plan, device, op));
     break;
   default: /* collectives reduce into coll_buffer() */
     break;
@@ -341,6 +347,9 @@ float *ps_run_numerics_coll_buffer(void *ctx, int device, int c)
   Run *r = ctx;
   const PsPlanColl *pc = &r->plan->colls[c];
   PsNet *net = r->nets[device];
+  float *own = ps_run_tensor_coll_buffer(r, device, c);
+  if (own) /* the vocab-parallel loss's rows, a packed gradient bucket */
+    return own;
   switch (pc->buffer) {
   case PS_BUFFER_GRADS:
     return ps_net_grads(net) + pc->offset;
@@ -359,11 +368,16 @@ float *ps_run_numerics_coll_buffer(void *ctx, int device, int c)
   }
 }
 
-/* The parameter ranges device owns (transfer full): its fsdp blocks, or
- * the plan's mesh; a device the plan gives none holds them all. */
+/* The parameter ranges device owns (transfer full): its fsdp blocks, its
+ * tensor shard, or the plan's mesh; a device the plan gives none holds
+ * them all. */
 static GArray *param_ranges(Run *r, int device)
 {
   GArray *out = ps_run_fsdp_ranges(r, device);
+  if (out)
+    out = ps_run_tensor_net_ranges(r, device, out);
+  else
+    out = ps_run_tensor_ranges(r, device);
   if (out)
     return out;
   const PsMesh *mesh = &r->plan->mesh;
@@ -377,15 +391,12 @@ static GArray *param_ranges(Run *r, int device)
   return out;
 }
 
-/* The device of replica 0 (data coordinate 0) at the same place as device
- * along every other axis (its stage, its shard...). */
-static int replica0_peer(Run *r, int device)
+int ps_run_peer0(const Run *r, int device, PsAxis axis)
 {
   for (int d = 0; d < r->n_dev; d++) {
-    gboolean same = ps_plan_coord(r->plan, d, PS_AXIS_DATA) == 0;
+    gboolean same = ps_plan_coord(r->plan, d, axis) == 0;
     for (int a = 0; a < PS_N_AXES && same; a++)
-      same = a == PS_AXIS_DATA ||
-             ps_plan_coord(r->plan, d, a) == ps_plan_coord(r->plan, device, a);
+      same = a == (int)axis || ps_plan_coord(r->plan, d, a) == ps_plan_coord(r->plan, device, a);
     if (same)
       return d;
   }
@@ -394,14 +405,15 @@ static int replica0_peer(Run *r, int device)
 }
 
 /* Replicas must end with identical weights: the largest difference of the
- * weights a device owns from replica 0's. */
+ * weights a device owns from replica 0's, and of a tensor group's copies
+ * of a replicated weight from rank 0's. */
 static double replica_divergence(Run *r)
 {
-  double worst = 0;
+  double worst = ps_run_tensor_divergence(r);
   for (int i = 0; i < r->n_dev; i++) {
     if (ps_plan_coord(r->plan, i, PS_AXIS_DATA) == 0)
       continue;
-    int d0 = replica0_peer(r, i);
+    int d0 = ps_run_peer0(r, i, PS_AXIS_DATA);
     g_autoptr(GArray) rgs = param_ranges(r, i);
     for (guint k = 0; k < rgs->len; k++) {
       const PsParamRange *rg = &g_array_index(rgs, PsParamRange, k);
@@ -462,6 +474,7 @@ static gboolean evaluate(Run *r, PsSummary *s, GError **error)
 
 void ps_run_numerics_summarise(Run *r, PsSummary *s)
 {
+  ps_run_tensor_sync(r);
   s->has_numerics = TRUE;
   s->loss_first = r->loss_first;
   s->loss_last = r->loss_last;

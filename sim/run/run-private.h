@@ -18,6 +18,8 @@
 #include "io/trace.h"
 #include "model/net.h"
 
+typedef struct PsTensorNum PsTensorNum;
+
 typedef struct {
   float lo, hi;
   int64_t calls;
@@ -67,6 +69,7 @@ typedef struct {
   /* fsdp (numerics-fsdp.c): NULL without an fsdp axis */
   int64_t *shard_off;   /* per collective: its block's place in the shards, or -1 */
   float **shards;       /* per device: its gradient shards (PS_BUFFER_GRAD_SHARDS) */
+  PsTensorNum *tensor;  /* numerics-tensor.c: NULL without a tensor axis */
   GHashTable *open_steps; /* int64 step -> StepState, while devices are in it (run.c) */
   int outfeeders;       /* devices with an OUTFEED op */
   PsHistogram *histograms; /* per host call, device 0's last result (run.c allocates) */
@@ -115,6 +118,38 @@ float *ps_run_fsdp_shards(Run *r, int device, int64_t off);
  * without an fsdp axis. */
 GArray *ps_run_fsdp_ranges(Run *r, int device);
 
+/* numerics-tensor.c: the numerics of a mesh with a tensor axis.  Each device keeps
+ * full-size weights, zero outside its rank's shard of each split layer;
+ * the loss's forward is vocab-parallel around the plan's two loss
+ * all-reduces (coll_buffer hands them per-row scratch), the data buckets
+ * reduce the owned gradients packed, and the update steps the owned
+ * ranges only.  Every entry is a no-op (NULL, FALSE) without a tensor
+ * axis.  init fails (PS_INPUT_ERROR) when a layer cannot be split. */
+gboolean ps_run_tensor_init(Run *r, GError **error);
+void ps_run_tensor_free(Run *r);
+/* TRUE for the loss layer when its forward is the vocab-parallel one. */
+gboolean ps_run_tensor_skips(const Run *r, int layer);
+float *ps_run_tensor_coll_buffer(Run *r, int device, int c);
+void ps_run_tensor_coll_done(Run *r, int device, int c);
+/* After a BWD op: zeroes the gradients device does not own. */
+void ps_run_tensor_bwd_done(Run *r, int device, const PsOp *op);
+gboolean ps_run_tensor_update(Run *r, int device, int64_t step);
+/* The parameter ranges device owns (transfer full), or NULL. */
+GArray *ps_run_tensor_ranges(Run *r, int device);
+/* The largest difference of a replicated weight from tensor rank 0's. */
+double ps_run_tensor_divergence(Run *r);
+/* Tensor x fsdp: the device's packed weights or gradients, which the fsdp
+ * module cuts into blocks, and collective c's place in them; NULL and -1
+ * otherwise. */
+float *ps_run_tensor_packed(Run *r, int device, gboolean grads);
+int64_t ps_run_tensor_packed_off(Run *r, int c);
+/* Tensor x fsdp: every device's packed weights into its net (the owned
+ * blocks current, the rest as last gathered), before the run's end. */
+void ps_run_tensor_sync(Run *r);
+/* Tensor x fsdp: packed ranges (consumed) as the net's ranges (transfer
+ * full); otherwise packed itself. */
+GArray *ps_run_tensor_net_ranges(Run *r, int device, GArray *packed);
+
 /* run.c: the step's state, made when first asked for.  (transfer none) */
 StepState *ps_run_step_state(Run *r, int64_t step);
 
@@ -124,6 +159,9 @@ gboolean ps_run_numerics_init(Run *r, GError **error);
 void ps_run_numerics_free(Run *r);
 void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op);
 float *ps_run_numerics_coll_buffer(void *ctx, int device, int c);
+/* The device at coordinate 0 along axis and at device's place along every
+ * other axis (replica 0's, tensor rank 0's). */
+int ps_run_peer0(const Run *r, int device, PsAxis axis);
 /* After the run: the losses and the replicas' divergence into s. */
 void ps_run_numerics_summarise(Run *r, PsSummary *s);
 /* After the run: gathers the trained model into device 0, evaluates it

@@ -22,8 +22,8 @@
  * own (same layers, divided by the layout: a column-parallel matmul's
  * outputs, a row-parallel one's contraction, heads, vocabulary, rows), so
  * ops are costed by hw/cost.h on the shard's shapes, MXU padding
- * included, exactly as any other op; real numerics on shards can later
- * build each device's net from the same local model.
+ * included, exactly as any other op.  The plan's layer_split tells real
+ * numerics (run/numerics-tensor.c) how each layer's weights are split.
  *
  * fsdp (ZeRO-3): each op's weights are all-gathered over the fsdp axis
  * before its forward (the next op's gather started before this op runs
@@ -47,6 +47,7 @@
 #include "strategy/shard-private.h"
 
 #include "hw/cost.h"
+#include "model/net-tensor.h"
 #include "strategy/cost-options.h"
 
 #include <stdio.h>
@@ -877,6 +878,24 @@ static void device_program(const Lower *w, PsPlan *plan, const Groups *gr, int *
   plan->program_of[d] = ps_plan_add_program(plan, ops, n);
 }
 
+/* Each layer's split of its weights over the tensor group, for numerics:
+ * what its local kind and tensor role make of it. */
+static int *layer_splits(const Lower *w)
+{
+  int *split = g_new0(int, MAX(w->m->n_layers, 1));
+  for (int i = 0; i < w->m->n_layers; i++) {
+    PsTensorRole role = ps_layer_kind_lower(w->m->layers[i].kind)->tensor;
+    LocalKind k = w->lp[i].local;
+    split[i] = k == LOC_COL    ? PS_SPLIT_COLS
+               : k == LOC_ROW  ? PS_SPLIT_ROWS
+               : k != LOC_DIV  ? PS_SPLIT_NONE
+               : role == PS_TP_HEADS ? PS_SPLIT_HEADS
+               : role == PS_TP_VOCAB || w->lp[i].vocab_loss ? PS_SPLIT_VOCAB
+                                                            : PS_SPLIT_NONE;
+  }
+  return split;
+}
+
 static void set_mesh(PsPlan *plan, const PsShardConfig *c, const int *coord, int n,
                      const PsModel *m)
 {
@@ -941,6 +960,8 @@ PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError *
   PsPlan *plan = ps_plan_new(n);
   plan->loss_scale = c->loss_reduction == PS_LOSS_MEAN ? 1.0f / (float)(w.D * w.F) : 1.0f;
   set_mesh(plan, c, coord, n, exp->model);
+  if (w.M > 1)
+    plan->layer_split = layer_splits(&w);
   Groups gr;
   groups_init(&gr, c, coord, n);
   int n_req = (int)w.reqs->len;

@@ -231,22 +231,50 @@ static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError
   return TRUE;
 }
 
+/* Real numerics run on data x fsdp meshes (run/numerics-fsdp.c) and on
+ * tensor x fsdp x data meshes (run/numerics-tensor.c); the rest is timing
+ * only. */
+static gboolean check_numerics(const PsExperiment *e, const PsShardConfig *c, GError **error)
+{
+  int T = c->size[PS_AXIS_TENSOR];
+  const char *why = NULL;
+  if (c->size[PS_AXIS_SEQUENCE] > 1)
+    why = "strategy.mesh.sequence > 1";
+  else if (T > 1 && c->collective_matmul)
+    why = "strategy.collective_matmul = true";
+  else if (T > 1 && (e->optimizer.kind == PS_OPT_LARS || e->optimizer.kind == PS_OPT_LAMB))
+    why = "a layer-wise optimizer (optimizer.kind lars or lamb: its trust ratios would "
+          "need norms over the whole tensor group)";
+  if (why) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "numerics.enabled",
+                     "true is not yet supported with %s (strategy.mesh is data %d x fsdp %d x "
+                     "tensor %d x sequence %d); numerics.enabled=false runs it (timing only), "
+                     "or use a data x fsdp x tensor mesh",
+                     why, c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP], T,
+                     c->size[PS_AXIS_SEQUENCE]);
+    return FALSE;
+  }
+  for (int i = 0; i < e->model->n_layers && T > 1; i++) {
+    const PsLayer *l = &e->model->layers[i];
+    if (ps_layer_kind_lower(l->kind)->tensor == PS_TP_HEADS && l->kv_heads % T != 0) {
+      ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh.tensor",
+                       "%d does not divide the %" G_GINT64_FORMAT " key/value heads of layer "
+                       "'%s', which numerics.enabled=true splits by heads; use a tensor axis "
+                       "dividing %" G_GINT64_FORMAT " or numerics.enabled=false",
+                       T, l->kv_heads, l->name, l->kv_heads);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
 static gboolean shard_check(const PsExperiment *e, const void *config, GError **error)
 {
   const PsShardConfig *c = config;
   if (!check_mesh(e, c, error) || !check_model(e, c, error))
     return FALSE;
-  /* Numerics run on data x fsdp meshes (run/numerics-fsdp.c).  Tensor and
-   * sequence numerics would plug in here: each device's net built from the
-   * local model of shard-lower.c, the tensor collectives carrying its
-   * partial activations and (PS_BUFFER_ACT_GRADS) their gradients. */
-  if (e->numerics.enabled && ps_shard_model_ways(c) > 1) {
-    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "numerics.enabled",
-                     "true is not yet supported with strategy.mesh.tensor or sequence > 1 "
-                     "(each device would hold only its shard); numerics.enabled=false "
-                     "runs it (timing only), or use a data x fsdp mesh");
+  if (e->numerics.enabled && !check_numerics(e, c, error))
     return FALSE;
-  }
   return ps_shard_check_memory(e, c, error);
 }
 
