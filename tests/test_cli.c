@@ -544,9 +544,11 @@ static void test_interrupted_trace(void)
                                     G_SPAWN_STDERR_TO_DEV_NULL,
                                 NULL, NULL, &pid, &error));
     g_assert_no_error(error);
-    /* wait until the temporary trace exists (the run is under way) */
+    /* wait until the temporary trace exists (the run is under way); up to
+     * two minutes, as a loaded machine (CI's sanitizer builds beside it)
+     * can take seconds to load the dataset before the trace is opened */
     gboolean seen = FALSE;
-    for (int i = 0; i < 400 && !seen; i++) {
+    for (int i = 0; i < 4800 && !seen; i++) {
       GDir *d = g_dir_open(dir, 0, NULL);
       for (const char *n; d && (n = g_dir_read_name(d));)
         seen |= g_str_has_prefix(n, "t.json.tmp-");
