@@ -70,9 +70,46 @@ typedef struct {
   int *pos, *next, *prev; /* member -> ..., as ps_coll_grid_line */
 } Line;
 
+/* A region [lo, lo + len) that will be cut into L parts, len = q L + r
+ * (L = 1 for a stream's last region), so that part j, [lo + q j +
+ * floor(r j / L), ...), needs no 64-bit division. */
 typedef struct {
-  int64_t lo, len;
+  int64_t lo, q;
+  int32_t r, L;
 } Region;
+
+/* A member's place on the line of one ring dimension. */
+typedef struct {
+  int pos, next, prev;
+} Place;
+
+/* What a member's steps read of it: its outer region's index (its
+ * positions on the outer axes, mixed radix) and its places on the rings. */
+typedef struct {
+  int oc;
+  Place at[PS_MAX_DIMS];
+} Where;
+
+static inline void region_set(Region *g, int64_t lo, int64_t len, int L)
+{
+  *g = (Region){lo, len / L, (int32_t)(len % L), L};
+}
+
+/* Part j of the region (ps_coll_part_of's): r j < L^2, in 32 bits on any
+ * line shorter than 65536. */
+static inline void region_part(const Region *g, int j, int64_t *off, int64_t *len)
+{
+  int64_t a, b;
+  if (G_LIKELY(g->L < 65536)) {
+    a = (uint32_t)g->r * (uint32_t)j / (uint32_t)g->L;
+    b = (uint32_t)g->r * (uint32_t)(j + 1) / (uint32_t)g->L;
+  } else {
+    a = (int64_t)g->r * j / g->L;
+    b = (int64_t)g->r * (j + 1) / g->L;
+  }
+  *off = g->lo + g->q * j + a;
+  *len = g->q + (b - a);
+}
 
 typedef struct {
   const PsCollGroup *g;
@@ -90,14 +127,28 @@ typedef struct {
   int total_steps;
   /* region before outer phase o (o = n_outer: after them): [o * n + m] */
   int64_t *olo, *olen;
-  /* stream k's region before stream phase i: sreg[sidx(p, m, k, i)], a
-   * member's streams of one phase side by side (a step reads them all) */
-  Region *sreg;
+  Where *where; /* [m] */
+  /* Stream k's region before stream phase i depends on the member only
+   * through its outer region (Where.oc) and its positions on the
+   * dimensions of the phases before i, so the regions are a table of
+   * n_oc * per_oc entries, not one per member (on a v4 pod, 1,638
+   * instead of 98,304: a step's reads stay in cache).  Stream k's phase
+   * i block of outer region oc starts at oc * per_oc + tab_at[k][i] and
+   * is indexed by those positions, mixed radix, the first phase's
+   * slowest. */
+  int n_oc, per_oc;
+  int tab_at[2 * PS_MAX_DIMS][PS_MAX_DIMS];
+  Region *tab;
 } MultiPlan;
 
-static inline size_t sidx(const MultiPlan *p, int m, int k, int i)
+/* Stream k's region before stream phase i on member m. */
+static inline Region *stream_region(const MultiPlan *p, int m, int k, int i)
 {
-  return ((size_t)m * (p->nd + 1) + i) * p->K + k;
+  const Where *w = &p->where[m];
+  int nd = p->nd, d = k < nd ? k : k - nd, x = 0;
+  for (int a = 0; a < i; a++, d = d + 1 == nd ? 0 : d + 1)
+    x = x * p->ring[d].L + w->at[d].pos;
+  return &p->tab[(size_t)w->oc * p->per_oc + p->tab_at[k][i] + x];
 }
 
 /* ---- layout --------------------------------------------------------- */
@@ -138,6 +189,25 @@ static void sort_axes(const PsCollGroup *g, MultiPlan *p)
   }
 }
 
+/* The table of stream regions (MultiPlan.tab): its shape. */
+static void table_shape(MultiPlan *p)
+{
+  int nd = p->nd;
+  p->n_oc = 1;
+  for (int o = 0; o < p->n_outer; o++)
+    p->n_oc *= p->outer[o].L;
+  p->per_oc = 0;
+  for (int k = 0; k < p->K; k++) {
+    int size = 1, d = k % nd;
+    for (int i = 0; i < nd; i++, d = (d + 1) % nd) {
+      p->tab_at[k][i] = p->per_oc;
+      p->per_oc += size;
+      size *= p->ring[d].L;
+    }
+  }
+  p->tab = g_new0(Region, (size_t)p->n_oc * p->per_oc);
+}
+
 static void layout(MultiPlan *p)
 {
   const PsCollGroup *g = p->g;
@@ -147,21 +217,28 @@ static void layout(MultiPlan *p)
   int K = p->K = p->split >= 0 ? nd : 2 * nd;
   p->olo = g_new(int64_t, (size_t)(no + 1) * n);
   p->olen = g_new(int64_t, (size_t)(no + 1) * n);
-  p->sreg = g_new(Region, (size_t)K * (nd + 1) * n);
+  p->where = g_new(Where, (size_t)n);
+  table_shape(p);
   for (int m = 0; m < n; m++) {
+    Where *w = &p->where[m];
+    w->oc = 0;
     p->olo[m] = 0;
     p->olen[m] = p->p.count;
-    for (int o = 0; o < no; o++)
+    for (int o = 0; o < no; o++) {
+      w->oc = w->oc * p->outer[o].L + p->outer[o].pos[m];
       ps_coll_part_of(p->olo[o * n + m], p->olen[o * n + m], p->outer[o].L,
                       p->outer[o].pos[m], &p->olo[(o + 1) * n + m], &p->olen[(o + 1) * n + m]);
+    }
+    for (int d = 0; d < nd; d++)
+      w->at[d] = (Place){p->ring[d].pos[m], p->ring[d].next[m], p->ring[d].prev[m]};
+    /* members sharing an entry write the same region into it */
     for (int k = 0; k < K; k++) {
-      Region *r = &p->sreg[sidx(p, m, k, 0)];
-      ps_coll_part_of(p->olo[no * n + m], p->olen[no * n + m], K, k, &r->lo, &r->len);
+      int64_t lo, len;
+      ps_coll_part_of(p->olo[no * n + m], p->olen[no * n + m], K, k, &lo, &len);
       for (int i = 0; i < nd; i++) {
         const Line *x = &p->ring[(k % nd + i) % nd];
-        const Region *a = &p->sreg[sidx(p, m, k, i)];
-        Region *b = &p->sreg[sidx(p, m, k, i + 1)];
-        ps_coll_part_of(a->lo, a->len, x->L, x->pos[m], &b->lo, &b->len);
+        region_set(stream_region(p, m, k, i), lo, len, x->L);
+        ps_coll_part_of(lo, len, x->L, x->pos[m], &lo, &len);
       }
     }
   }
@@ -238,15 +315,15 @@ static gboolean stream_send(const MultiPlan *p, int m, int k, int i, int t, gboo
   int nd = p->nd, dir = stream_dir(p, m, k);
   int d = (k < nd ? k : k - nd) + i; /* (k mod nd + i) mod nd */
   *dim = d >= nd ? d - nd : d;
-  const Line *x = &p->ring[*dim];
-  if (t >= x->L - 1)
+  const Region *r = stream_region(p, m, k, i);
+  int L = r->L;
+  if (t >= L - 1)
     return FALSE;
-  int pos = x->pos[m];
-  int j = gather ? pos - dir * t : pos - dir * (1 + t);
-  j = j < 0 ? j + x->L : j >= x->L ? j - x->L : j; /* -L < j < 2L */
-  const Region *r = &p->sreg[sidx(p, m, k, i)];
-  ps_coll_part_of(r->lo, r->len, x->L, j, &out->off, &out->len);
-  out->peer = dir > 0 ? x->next[m] : x->prev[m];
+  const Place *at = &p->where[m].at[*dim];
+  int j = gather ? at->pos - dir * t : at->pos - dir * (1 + t);
+  j = j < 0 ? j + L : j >= L ? j - L : j; /* -L < j < 2L */
+  region_part(r, j, &out->off, &out->len);
+  out->peer = dir > 0 ? at->next : at->prev;
   out->op = gather ? PS_XFER_COPY : PS_XFER_ADD;
   return TRUE;
 }
@@ -303,9 +380,9 @@ static int multi_block(const PsCollPlan *plan, int m, int piece, int64_t *off, i
     return 1;
   }
   g_return_val_if_fail(piece < p->K, p->K);
-  const Region *r = &p->sreg[sidx(p, m, piece, p->nd)];
-  *off = r->lo;
-  *len = r->len;
+  /* part (its position on the last dimension) of its last phase's region */
+  int nd = p->nd, last = (piece % nd + nd - 1) % nd;
+  region_part(stream_region(p, m, piece, nd - 1), p->where[m].at[last].pos, off, len);
   return p->K;
 }
 
@@ -480,7 +557,8 @@ static void stream_phase(const MultiPlan *p, const Routes *R, int i, double *V, 
     for (int k = 0; k < K; k++) {
       int d = (k % nd + i) % nd, dir = stream_dir(p, m, k);
       const Line *x = &p->ring[d];
-      int64_t part = (p->sreg[sidx(p, m, k, i)].len + x->L - 1) / x->L;
+      const Region *g = stream_region(p, m, k, i);
+      int64_t part = g->q + (g->r > 0);
       const Route *r = &R->ring[(d * 2 + (dir > 0 ? 0 : 1)) * n + m];
       T[m * K + k] = route_time(p, r, part * p->p.elem_bytes);
       peer[m * K + k] = dir > 0 ? x->next[m] : x->prev[m];
@@ -543,7 +621,8 @@ static void multi_free(PsCollPlan *plan)
     line_clear(&p->ring[d]);
   g_free(p->olo);
   g_free(p->olen);
-  g_free(p->sreg);
+  g_free(p->where);
+  g_free(p->tab);
   g_free(p);
 }
 
