@@ -50,11 +50,18 @@
  * that share its busiest link (both streams of a dimension of two
  * members); member r ends step s when it has ended step s-1 and each message
  * it receives in step s, sent when its sender ended step s-1, has arrived.
+ * Every step of a phase is timed with the phase's largest part, so the
+ * events never run past the prediction; a phase whose members start
+ * together and whose streams take the same time on every member (a
+ * uniform torus) costs one pass over the members, not one per step.
  * On an X^n torus with wrap-around, one device per chip, an all-reduce of
  * S bytes costs
  *   2 sum_{i=1..n} (X - 1)(alpha + S / (2 n X^i B)),
  * a bandwidth term of S (1 - 1/X^n) / (n B): the torus algorithm's divided
- * by n.
+ * by n, for as many latency terms as torus's where the dimensions are
+ * equal.  So "auto" takes it for large collectives on any torus whose
+ * dimensions close (on a cube for all sizes; on 4x4x8, whose phases last
+ * 7 steps each, torus keeps the smallest).
  *
  * Invariant: in every stream phase step, the parts a line's members send
  * for one stream are a permutation of that stream's parts on the line, so
