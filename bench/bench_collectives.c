@@ -5,7 +5,7 @@
  * pod (tpu-v4-8192: 16x16x16 chips, 4096 megacore devices), with the
  * algorithm "auto" picks, then with the plain ring on the v3 pod and, on
  * the v4 pod, the dimension-by-dimension torus and multiring (every link
- * at once; run only when named, see multiring.c), and
+ * at once, what auto picks there; see multiring.c), and
  * reports the simulated time beside its prediction, events, events per
  * second and wall seconds (network and collective set-up included).
  * Issue 3's target: the full v4 pod all-reduce in under 5 s of wall time.

@@ -50,11 +50,18 @@
  * that share its busiest link (both streams of a dimension of two
  * members); member r ends step s when it has ended step s-1 and each message
  * it receives in step s, sent when its sender ended step s-1, has arrived.
+ * Every step of a phase is timed with the phase's largest part, so the
+ * events never run past the prediction; a phase whose members start
+ * together and whose streams take the same time on every member (a
+ * uniform torus) costs one pass over the members, not one per step.
  * On an X^n torus with wrap-around, one device per chip, an all-reduce of
  * S bytes costs
  *   2 sum_{i=1..n} (X - 1)(alpha + S / (2 n X^i B)),
  * a bandwidth term of S (1 - 1/X^n) / (n B): the torus algorithm's divided
- * by n.
+ * by n, for as many latency terms as torus's where the dimensions are
+ * equal.  So "auto" takes it for large collectives on any torus whose
+ * dimensions close (on a cube for all sizes; on 4x4x8, whose phases last
+ * 7 steps each, torus keeps the smallest).
  *
  * Invariant: in every stream phase step, the parts a line's members send
  * for one stream are a permutation of that stream's parts on the line, so
@@ -65,21 +72,51 @@
 #include <math.h>
 #include <string.h>
 
-/* A member's route to its neighbour on one line, one direction, with what
- * its message time needs. */
-typedef struct {
-  int h;
-  int *links;
-  int share;        /* messages of one step on its busiest link */
-  gboolean used;    /* some stream of the member takes it */
-  gboolean uniform; /* every link one lane, one bandwidth, one latency */
-  double lat, bmin;
-} Route;
-
 typedef struct {
   int L;
   int *pos, *next, *prev; /* member -> ..., as ps_coll_grid_line */
 } Line;
+
+/* A region [lo, lo + len) that will be cut into L parts, len = q L + r
+ * (L = 1 for a stream's last region), so that part j, [lo + q j +
+ * floor(r j / L), ...), needs no 64-bit division. */
+typedef struct {
+  int64_t lo, q;
+  int32_t r, L;
+} Region;
+
+/* A member's place on the line of one ring dimension. */
+typedef struct {
+  int pos, next, prev;
+} Place;
+
+/* What a member's steps read of it: its outer region's index (its
+ * positions on the outer axes, mixed radix) and its places on the rings. */
+typedef struct {
+  int oc;
+  Place at[PS_MAX_DIMS];
+} Where;
+
+static inline void region_set(Region *g, int64_t lo, int64_t len, int L)
+{
+  *g = (Region){lo, len / L, (int32_t)(len % L), L};
+}
+
+/* Part j of the region (ps_coll_part_of's): r j < L^2, in 32 bits on any
+ * line shorter than 65536. */
+static inline void region_part(const Region *g, int j, int64_t *off, int64_t *len)
+{
+  int64_t a, b;
+  if (G_LIKELY(g->L < 65536)) {
+    a = (uint32_t)g->r * (uint32_t)j / (uint32_t)g->L;
+    b = (uint32_t)g->r * (uint32_t)(j + 1) / (uint32_t)g->L;
+  } else {
+    a = (int64_t)g->r * j / g->L;
+    b = (int64_t)g->r * (j + 1) / g->L;
+  }
+  *off = g->lo + g->q * j + a;
+  *len = g->q + (b - a);
+}
 
 typedef struct {
   const PsCollGroup *g;
@@ -97,11 +134,29 @@ typedef struct {
   int total_steps;
   /* region before outer phase o (o = n_outer: after them): [o * n + m] */
   int64_t *olo, *olen;
-  /* stream k's region before stream phase i: [(k * (nd + 1) + i) * n + m] */
-  int64_t *slo, *slen;
-  Route *oroute; /* [o * n + m]: to the next member on outer axis o */
-  Route *sroute; /* [(d * 2 + dir) * n + m]: along ring dimension d */
+  Where *where; /* [m] */
+  /* Stream k's region before stream phase i depends on the member only
+   * through its outer region (Where.oc) and its positions on the
+   * dimensions of the phases before i, so the regions are a table of
+   * n_oc * per_oc entries, not one per member (on a v4 pod, 1,638
+   * instead of 98,304: a step's reads stay in cache).  Stream k's phase
+   * i block of outer region oc starts at oc * per_oc + tab_at[k][i] and
+   * is indexed by those positions, mixed radix, the first phase's
+   * slowest. */
+  int n_oc, per_oc;
+  int tab_at[2 * PS_MAX_DIMS][PS_MAX_DIMS];
+  Region *tab;
 } MultiPlan;
+
+/* Stream k's region before stream phase i on member m. */
+static inline Region *stream_region(const MultiPlan *p, int m, int k, int i)
+{
+  const Where *w = &p->where[m];
+  int nd = p->nd, d = k < nd ? k : k - nd, x = 0;
+  for (int a = 0; a < i; a++, d = d + 1 == nd ? 0 : d + 1)
+    x = x * p->ring[d].L + w->at[d].pos;
+  return &p->tab[(size_t)w->oc * p->per_oc + p->tab_at[k][i] + x];
+}
 
 /* ---- layout --------------------------------------------------------- */
 
@@ -141,6 +196,25 @@ static void sort_axes(const PsCollGroup *g, MultiPlan *p)
   }
 }
 
+/* The table of stream regions (MultiPlan.tab): its shape. */
+static void table_shape(MultiPlan *p)
+{
+  int nd = p->nd;
+  p->n_oc = 1;
+  for (int o = 0; o < p->n_outer; o++)
+    p->n_oc *= p->outer[o].L;
+  p->per_oc = 0;
+  for (int k = 0; k < p->K; k++) {
+    int size = 1, d = k % nd;
+    for (int i = 0; i < nd; i++, d = (d + 1) % nd) {
+      p->tab_at[k][i] = p->per_oc;
+      p->per_oc += size;
+      size *= p->ring[d].L;
+    }
+  }
+  p->tab = g_new0(Region, (size_t)p->n_oc * p->per_oc);
+}
+
 static void layout(MultiPlan *p)
 {
   const PsCollGroup *g = p->g;
@@ -150,21 +224,28 @@ static void layout(MultiPlan *p)
   int K = p->K = p->split >= 0 ? nd : 2 * nd;
   p->olo = g_new(int64_t, (size_t)(no + 1) * n);
   p->olen = g_new(int64_t, (size_t)(no + 1) * n);
-  p->slo = g_new(int64_t, (size_t)K * (nd + 1) * n);
-  p->slen = g_new(int64_t, (size_t)K * (nd + 1) * n);
+  p->where = g_new(Where, (size_t)n);
+  table_shape(p);
   for (int m = 0; m < n; m++) {
+    Where *w = &p->where[m];
+    w->oc = 0;
     p->olo[m] = 0;
     p->olen[m] = p->p.count;
-    for (int o = 0; o < no; o++)
+    for (int o = 0; o < no; o++) {
+      w->oc = w->oc * p->outer[o].L + p->outer[o].pos[m];
       ps_coll_part_of(p->olo[o * n + m], p->olen[o * n + m], p->outer[o].L,
                       p->outer[o].pos[m], &p->olo[(o + 1) * n + m], &p->olen[(o + 1) * n + m]);
+    }
+    for (int d = 0; d < nd; d++)
+      w->at[d] = (Place){p->ring[d].pos[m], p->ring[d].next[m], p->ring[d].prev[m]};
+    /* members sharing an entry write the same region into it */
     for (int k = 0; k < K; k++) {
-      int64_t *lo = &p->slo[(size_t)k * (nd + 1) * n], *len = &p->slen[(size_t)k * (nd + 1) * n];
-      ps_coll_part_of(p->olo[no * n + m], p->olen[no * n + m], K, k, &lo[m], &len[m]);
+      int64_t lo, len;
+      ps_coll_part_of(p->olo[no * n + m], p->olen[no * n + m], K, k, &lo, &len);
       for (int i = 0; i < nd; i++) {
         const Line *x = &p->ring[(k % nd + i) % nd];
-        ps_coll_part_of(lo[i * n + m], len[i * n + m], x->L, x->pos[m], &lo[(i + 1) * n + m],
-                        &len[(i + 1) * n + m]);
+        region_set(stream_region(p, m, k, i), lo, len, x->L);
+        ps_coll_part_of(lo, len, x->L, x->pos[m], &lo, &len);
       }
     }
   }
@@ -238,18 +319,18 @@ static inline int stream_dir(const MultiPlan *p, int m, int k)
 static gboolean stream_send(const MultiPlan *p, int m, int k, int i, int t, gboolean gather,
                             PsCollSend *out, int *dim)
 {
-  int nd = p->nd, n = p->g->n, dir = stream_dir(p, m, k);
+  int nd = p->nd, dir = stream_dir(p, m, k);
   int d = (k < nd ? k : k - nd) + i; /* (k mod nd + i) mod nd */
   *dim = d >= nd ? d - nd : d;
-  const Line *x = &p->ring[*dim];
-  if (t >= x->L - 1)
+  const Region *r = stream_region(p, m, k, i);
+  int L = r->L;
+  if (t >= L - 1)
     return FALSE;
-  int pos = x->pos[m];
-  int j = gather ? pos - dir * t : pos - dir * (1 + t);
-  j = j < 0 ? j + x->L : j >= x->L ? j - x->L : j; /* -L < j < 2L */
-  size_t r = ((size_t)k * (nd + 1) + i) * n + m;
-  ps_coll_part_of(p->slo[r], p->slen[r], x->L, j, &out->off, &out->len);
-  out->peer = dir > 0 ? x->next[m] : x->prev[m];
+  const Place *at = &p->where[m].at[*dim];
+  int j = gather ? at->pos - dir * t : at->pos - dir * (1 + t);
+  j = j < 0 ? j + L : j >= L ? j - L : j; /* -L < j < 2L */
+  region_part(r, j, &out->off, &out->len);
+  out->peer = dir > 0 ? at->next : at->prev;
   out->op = gather ? PS_XFER_COPY : PS_XFER_ADD;
   return TRUE;
 }
@@ -306,13 +387,32 @@ static int multi_block(const PsCollPlan *plan, int m, int piece, int64_t *off, i
     return 1;
   }
   g_return_val_if_fail(piece < p->K, p->K);
-  size_t r = ((size_t)piece * (p->nd + 1) + p->nd) * p->g->n + m;
-  *off = p->slo[r];
-  *len = p->slen[r];
+  /* part (its position on the last dimension) of its last phase's region */
+  int nd = p->nd, last = (piece % nd + nd - 1) % nd;
+  region_part(stream_region(p, m, piece, nd - 1), p->where[m].at[last].pos, off, len);
   return p->K;
 }
 
 /* ---- closed form ---------------------------------------------------- */
+
+/* A member's route to its neighbour on one line, one direction, with what
+ * its message time needs. */
+typedef struct {
+  int h;
+  int *links;
+  int share;        /* messages of one step on its busiest link */
+  gboolean used;    /* some stream of the member takes it */
+  gboolean uniform; /* every link one lane, one bandwidth, one latency */
+  double lat, bmin;
+} Route;
+
+/* The routes the prediction times, found for it alone (the steps never
+ * need them): to the next member on each outer axis, both ways along
+ * each ring dimension. */
+typedef struct {
+  Route *outer; /* [o * n + m] */
+  Route *ring;  /* [(d * 2 + dir) * n + m], dir 0 going +, 1 going - */
+} Routes;
 
 static void route_init(const PsCollGroup *g, int a, int b, Route *r)
 {
@@ -349,28 +449,39 @@ static void routes_share(const PsCollGroup *g, Route *r, int n_routes)
   }
 }
 
-static void routes_find(MultiPlan *p)
+static void routes_find(const MultiPlan *p, Routes *R)
 {
   const PsCollGroup *g = p->g;
   int n = g->n;
-  p->oroute = g_new0(Route, (size_t)MAX(1, p->n_outer) * n);
+  R->outer = g_new0(Route, (size_t)MAX(1, p->n_outer) * n);
   for (int o = 0; o < p->n_outer; o++) {
     for (int m = 0; m < n; m++) {
-      route_init(g, m, p->outer[o].next[m], &p->oroute[o * n + m]);
-      p->oroute[o * n + m].used = TRUE;
+      route_init(g, m, p->outer[o].next[m], &R->outer[o * n + m]);
+      R->outer[o * n + m].used = TRUE;
     }
-    routes_share(g, &p->oroute[o * n], n);
+    routes_share(g, &R->outer[o * n], n);
   }
-  p->sroute = g_new0(Route, (size_t)2 * p->nd * n);
+  R->ring = g_new0(Route, (size_t)2 * p->nd * n);
   for (int d = 0; d < p->nd; d++)
     for (int m = 0; m < n; m++) {
-      route_init(g, m, p->ring[d].next[m], &p->sroute[(d * 2) * n + m]);
-      route_init(g, m, p->ring[d].prev[m], &p->sroute[(d * 2 + 1) * n + m]);
-      p->sroute[(d * 2) * n + m].used = stream_dir(p, m, 0) > 0 || p->split < 0;
-      p->sroute[(d * 2 + 1) * n + m].used = stream_dir(p, m, 0) < 0 || p->split < 0;
+      route_init(g, m, p->ring[d].next[m], &R->ring[(d * 2) * n + m]);
+      route_init(g, m, p->ring[d].prev[m], &R->ring[(d * 2 + 1) * n + m]);
+      R->ring[(d * 2) * n + m].used = stream_dir(p, m, 0) > 0 || p->split < 0;
+      R->ring[(d * 2 + 1) * n + m].used = stream_dir(p, m, 0) < 0 || p->split < 0;
     }
   /* every stream phase uses every dimension both ways at once */
-  routes_share(g, p->sroute, 2 * p->nd * n);
+  routes_share(g, R->ring, 2 * p->nd * n);
+}
+
+static void routes_free(const MultiPlan *p, Routes *R)
+{
+  int n = p->g->n;
+  for (int i = 0; i < p->n_outer * n; i++)
+    g_free(R->outer[i].links);
+  for (int i = 0; i < 2 * p->nd * n; i++)
+    g_free(R->ring[i].links);
+  g_free(R->outer);
+  g_free(R->ring);
 }
 
 /* ps_coll_route_message_s for the route's message of `bytes` times its
@@ -386,42 +497,110 @@ static double route_time(const MultiPlan *p, const Route *r, int64_t bytes)
   return r->lat + (double)b / r->bmin + (r->h - 1) * (double)first / r->bmin;
 }
 
+/* One phase of the critical path: member m's message of slot s (an outer
+ * axis' one, or a stream's) takes T[m * S + s] to reach peer[m * S + s]
+ * and is sent in the phase's steps t < act[s]; member m ends step t when
+ * it has ended step t - 1 and its step t's messages have arrived.  When
+ * every member ends the previous phase together and each slot's time is
+ * the same for every member, every member receives one message of each
+ * active slot per step, so they all end each step together: the phase
+ * costs the sum over its steps of the slowest active slot. */
+static void sweep_phase(int n, int S, const double *T, const int *peer, const int *act,
+                        int steps, double *V, double *W)
+{
+  gboolean uniform = TRUE;
+  for (int m = 1; m < n && uniform; m++) {
+    uniform = V[m] == V[0];
+    for (int s = 0; s < S && uniform; s++)
+      uniform = T[m * S + s] == T[s];
+  }
+  if (uniform) {
+    double add = 0;
+    for (int t = 0; t < steps; t++) {
+      double step = 0;
+      for (int s = 0; s < S; s++)
+        if (t < act[s])
+          step = MAX(step, T[s]);
+      add += step;
+    }
+    for (int m = 0; m < n; m++)
+      V[m] += add;
+    return;
+  }
+  for (int t = 0; t < steps; t++) {
+    memcpy(W, V, sizeof(double) * (size_t)n);
+    for (int m = 0; m < n; m++)
+      for (int s = 0; s < S; s++)
+        if (t < act[s])
+          W[peer[m * S + s]] = MAX(W[peer[m * S + s]], V[m] + T[m * S + s]);
+    memcpy(V, W, sizeof(double) * (size_t)n);
+  }
+}
+
+/* Outer phase o: one message a step to the next member, a part of the
+ * member's region (its largest, so the events never outrun it). */
+static void outer_phase(const MultiPlan *p, const Routes *R, int o, double *V, double *W,
+                        double *T, int *peer)
+{
+  int n = p->g->n, L = p->outer[o].L, act = L - 1;
+  for (int m = 0; m < n; m++) {
+    int64_t part = (p->olen[o * n + m] + L - 1) / L;
+    T[m] = route_time(p, &R->outer[o * n + m], part * p->p.elem_bytes);
+    peer[m] = p->outer[o].next[m];
+  }
+  sweep_phase(n, 1, T, peer, &act, act, V, W);
+}
+
+/* Stream phase i: each stream's message along its dimension of the
+ * phase, for the first L - 1 steps of the phase's span. */
+static void stream_phase(const MultiPlan *p, const Routes *R, int i, double *V, double *W,
+                         double *T, int *peer)
+{
+  int n = p->g->n, K = p->K, nd = p->nd;
+  int act[2 * PS_MAX_DIMS];
+  for (int k = 0; k < K; k++)
+    act[k] = p->ring[(k % nd + i) % nd].L - 1;
+  for (int m = 0; m < n; m++)
+    for (int k = 0; k < K; k++) {
+      int d = (k % nd + i) % nd, dir = stream_dir(p, m, k);
+      const Line *x = &p->ring[d];
+      const Region *g = stream_region(p, m, k, i);
+      int64_t part = g->q + (g->r > 0);
+      const Route *r = &R->ring[(d * 2 + (dir > 0 ? 0 : 1)) * n + m];
+      T[m * K + k] = route_time(p, r, part * p->p.elem_bytes);
+      peer[m * K + k] = dir > 0 ? x->next[m] : x->prev[m];
+    }
+  sweep_phase(n, K, T, peer, act, p->span, V, W);
+}
+
+/* The phases in order: outer reduce-scatter, stream reduce-scatter,
+ * stream gather (backwards), outer gather (backwards); reduce-scatter
+ * runs the first half, all-gather the second. */
 static double multi_predict(const PsCollPlan *plan)
 {
   const MultiPlan *p = (const MultiPlan *)plan;
-  int n = p->g->n;
-  double *V = g_new0(double, n), *W = g_new0(double, n);
-  for (int s = 0; s < p->total_steps; s++) {
-    int o, i, t;
-    gboolean gather;
-    locate(p, s, &o, &i, &t, &gather);
-    memcpy(W, V, sizeof(double) * (size_t)n);
-    for (int m = 0; m < n; m++) {
-      PsCollStep st = {0};
-      if (o >= 0) {
-        outer_step(p, m, s, o, t, gather, &st);
-        const PsCollSend *x = &st.send[0];
-        double at = V[m] + route_time(p, &p->oroute[o * n + m], x->len * p->p.elem_bytes);
-        W[x->peer] = MAX(W[x->peer], at);
-        continue;
-      }
-      for (int k = 0; k < p->K; k++) {
-        PsCollSend x;
-        int d;
-        if (!stream_send(p, m, k, i, t, gather, &x, &d))
-          continue;
-        const Route *r = &p->sroute[(d * 2 + (stream_dir(p, m, k) > 0 ? 0 : 1)) * n + m];
-        double at = V[m] + route_time(p, r, x.len * p->p.elem_bytes);
-        W[x.peer] = MAX(W[x.peer], at);
-      }
-    }
-    memcpy(V, W, sizeof(double) * (size_t)n);
-  }
+  int n = p->g->n, no = p->n_outer, nd = p->nd, K = p->K;
+  Routes R;
+  routes_find(p, &R);
+  double *V = g_new0(double, n), *W = g_new(double, n), *T = g_new(double, (size_t)n * K);
+  int *peer = g_new(int, (size_t)n * K);
+  gboolean scatter = p->p.op != PS_COLL_ALL_GATHER, gather = p->p.op != PS_COLL_REDUCE_SCATTER;
+  for (int o = 0; o < no && scatter; o++)
+    outer_phase(p, &R, o, V, W, T, peer);
+  for (int i = 0; i < nd && scatter; i++)
+    stream_phase(p, &R, i, V, W, T, peer);
+  for (int i = nd - 1; i >= 0 && gather; i--)
+    stream_phase(p, &R, i, V, W, T, peer);
+  for (int o = no - 1; o >= 0 && gather; o--)
+    outer_phase(p, &R, o, V, W, T, peer);
   double total = 0;
   for (int m = 0; m < n; m++)
-    total = MAX(total, W[m]);
+    total = MAX(total, V[m]);
   g_free(V);
   g_free(W);
+  g_free(T);
+  g_free(peer);
+  routes_free(p, &R);
   return total;
 }
 
@@ -435,7 +614,6 @@ static PsCollPlan *multi_plan(const PsCollGroup *g, const PsCollParams *prm)
   sort_axes(g, p);
   g_assert(p->nd > 0);
   layout(p);
-  routes_find(p);
   return (PsCollPlan *)p;
 }
 
@@ -444,22 +622,14 @@ static void multi_free(PsCollPlan *plan)
   MultiPlan *p = (MultiPlan *)plan;
   if (!p)
     return;
-  int n = p->g->n;
-  for (int o = 0; o < p->n_outer; o++) {
-    for (int m = 0; m < n; m++)
-      g_free(p->oroute[o * n + m].links);
+  for (int o = 0; o < p->n_outer; o++)
     line_clear(&p->outer[o]);
-  }
-  for (int i = 0; i < 2 * p->nd * n; i++)
-    g_free(p->sroute[i].links);
   for (int d = 0; d < p->nd; d++)
     line_clear(&p->ring[d]);
-  g_free(p->oroute);
-  g_free(p->sroute);
   g_free(p->olo);
   g_free(p->olen);
-  g_free(p->slo);
-  g_free(p->slen);
+  g_free(p->where);
+  g_free(p->tab);
   g_free(p);
 }
 
@@ -493,9 +663,4 @@ const PsCollAlgo ps_coll_multiring_algo = {
     "rotation, one each way per dimension (lines without wrap-around and the core axis run "
     "first, as in torus)",
     multi_unsupported, multi_plan, multi_free, multi_n_steps, multi_step, multi_n_recv,
-    multi_block, multi_predict,
-    /* Not yet auto's: its 2n streams per member make a full-pod step's
-     * events three times as many (bench_step's BERT-large on tpu-v4-8192,
-     * 2.1 s -> 6.3 s of wall time), past make bench's 2 s; auto takes it
-     * once uncontended collectives have a faster path than chunk events. */
-    TRUE};
+    multi_block, multi_predict, FALSE};
