@@ -77,6 +77,7 @@ struct PsNetwork {
   int n_failed;         /* failed ICI link directions */
   guint8 *failed;       /* per link: failed (routes go round it) */
   Link *links;
+  PsLinkEnds *ends;     /* per link: its geometry, looked up once */
   ps_time_t *lane_free;
   CachedRoute *route_cache;
   uint32_t route_mask;  /* entries - 1 */
@@ -187,6 +188,7 @@ PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chun
   net->hosts = ps_geometry_hosts(net->geo);
   net->n_links = ps_geometry_n_links(net->geo);
   net->links = g_new0(Link, net->n_links);
+  net->ends = g_new0(PsLinkEnds, net->n_links > 0 ? net->n_links : 1);
   net->failed = g_new0(guint8, net->n_links > 0 ? net->n_links : 1);
   int lanes = 0;
   /* zone by zone, in link-id order */
@@ -194,6 +196,7 @@ PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chun
     PsLinkEnds e;
     if (!ps_geometry_link_ends(net->geo, id, &e))
       continue;
+    net->ends[id] = e;
     double bw, latency_s;
     int n_lanes;
     link_figures(topo, e.kind, &bw, &latency_s, &n_lanes);
@@ -228,6 +231,7 @@ void ps_network_free(PsNetwork *net)
   }
   g_free(net->slabs);
   g_free(net->links);
+  g_free(net->ends);
   g_free(net->lane_free);
   g_free(net->pending);
   g_free(net->failed);
@@ -286,12 +290,10 @@ int ps_network_chip_at(const PsNetwork *net, const int coords[PS_MAX_DIMS])
 gboolean ps_network_link_info(const PsNetwork *net, int link, PsLinkInfo *out)
 {
   g_return_val_if_fail(out != NULL, FALSE);
-  PsLinkEnds e;
-  if (link < 0 || link >= net->n_links || !net->links[link].present ||
-      !ps_geometry_link_ends(net->geo, link, &e))
+  if (link < 0 || link >= net->n_links || !net->links[link].present)
     return FALSE;
   const Link *l = &net->links[link];
-  *out = (PsLinkInfo){.ends = e, .lanes = l->lanes,
+  *out = (PsLinkInfo){.ends = net->ends[link], .lanes = l->lanes,
                       .bandwidth_Bps = (double)PS_PS_PER_S / l->ps_per_byte,
                       .latency = l->latency, .bytes = l->bytes, .chunks = l->chunks,
                       .busy = l->busy, .bandwidth_factor = l->factor, .failed = l->failed};
