@@ -892,9 +892,16 @@ static PsCollPlan *hier_candidate(const PsCollGroup *g, const PsCollParams *prm,
 }
 
 /* The candidate whose closed form is fastest (the first of equals: torus
- * axes, ring, bidir), as "auto" would pick the slice's algorithm. */
+ * axes, ring, bidir), as "auto" would pick the slice's algorithm; the
+ * candidate prm->variant names when it is set (hier_variant). */
 static PsCollPlan *hier_plan(const PsCollGroup *g, const PsCollParams *prm)
 {
+  if (prm->variant > 0) {
+    g_return_val_if_fail(prm->variant <= INTRA_N, NULL);
+    PsCollPlan *p = hier_candidate(g, prm, (IntraKind)(prm->variant - 1));
+    p->p.variant = prm->variant;
+    return p;
+  }
   PsCollPlan *best = NULL;
   double best_s = INFINITY;
   for (IntraKind k = 0; k < INTRA_N; k++) {
@@ -903,12 +910,18 @@ static PsCollPlan *hier_plan(const PsCollGroup *g, const PsCollParams *prm)
     if (t < best_s) {
       plan_free(best);
       best = p;
+      best->p.variant = (int)k + 1;
       best_s = t;
     } else {
       plan_free(p);
     }
   }
   return best;
+}
+
+static int hier_variant(const PsCollPlan *p)
+{
+  return p->p.variant;
 }
 
 static PsCollPlan *p2p_plan(const PsCollGroup *g, const PsCollParams *prm)
@@ -1030,22 +1043,25 @@ static const char *p2p_unsupported(const PsCollGroup *g, PsCollOp op)
 
 static const PsCollAlgo ring_algo = {
     "ring", "unidirectional ring over the group (snake order on a grid)", ring_unsupported,
-    ring_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE};
+    ring_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE,
+    NULL};
 
 static const PsCollAlgo bidir_algo = {
     "bidir", "two rings, one each way, each carrying half the data", ring_unsupported,
-    bidir_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE};
+    bidir_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE,
+    NULL};
 
 static const PsCollAlgo torus_algo = {
     "torus",
     "dimension by dimension: reduce-scatter along each torus axis in turn, all-gather back "
     "(bidirectional rings on wrapped axes)",
     torus_unsupported, torus_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block,
-    plan_predict, FALSE};
+    plan_predict, FALSE, NULL};
 
 static const PsCollAlgo p2p_algo = {"p2p", "one message from the sender to the receiver",
                                     p2p_unsupported, p2p_plan, plan_free, plan_n_steps,
-                                    plan_step, plan_n_recv, plan_block, plan_predict, FALSE};
+                                    plan_step, plan_n_recv, plan_block, plan_predict, FALSE,
+                                    NULL};
 
 static const PsCollAlgo hier_algo = {
     "hierarchical",
@@ -1053,7 +1069,7 @@ static const PsCollAlgo hier_algo = {
     "predicted fastest), all-reduce of each shard across slices over the DCN (a ring among "
     "the members holding it), all-gather within each slice",
     hier_unsupported, hier_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block,
-    plan_predict, FALSE};
+    plan_predict, FALSE, hier_variant};
 
 /* auto keeps the first of equal predictions: multiring, which equals torus
  * on a group with one ring dimension, after it */

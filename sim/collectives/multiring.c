@@ -498,4 +498,4 @@ const PsCollAlgo ps_coll_multiring_algo = {
      * events three times as many (bench_step's BERT-large on tpu-v4-8192,
      * 2.1 s -> 6.3 s of wall time), past make bench's 2 s; auto takes it
      * once uncontended collectives have a faster path than chunk events. */
-    TRUE};
+    TRUE, NULL};
