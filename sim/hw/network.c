@@ -58,11 +58,20 @@ typedef struct {
   double factor;        /* bandwidth multiplier (ps_network_degrade_link), 1 by default */
 } LinkCold;
 
+/* A cached route, one cache line; its (src, dst) key is in route_keys, the
+ * keys of a set in one line. */
 typedef struct {
-  int32_t src, dst; /* src = -1: empty */
   int32_t hops;
   int32_t links[INLINE_ROUTE];
+  int32_t pad;
 } CachedRoute;
+G_STATIC_ASSERT(sizeof(CachedRoute) == 64);
+#define ROUTE_EMPTY UINT64_MAX
+
+static inline uint64_t route_key(int src, int dst)
+{
+  return (uint64_t)(uint32_t)src << 32 | (uint32_t)dst;
+}
 
 typedef struct {
   /* what every hop reads */
@@ -104,6 +113,7 @@ struct PsNetwork {
   PsLinkEnds *ends;     /* per link: its geometry, looked up once */
   ps_time_t *lane_free;  /* lanes past the first of every link */
   CachedRoute *route_cache;
+  uint64_t *route_keys; /* per entry: route_key, ROUTE_EMPTY when empty */
   uint32_t route_mask;  /* entries - 1 */
   uint32_t route_victim; /* the way a miss in a full set replaces, mod ROUTE_WAYS */
   uint64_t routes_version; /* bumped whenever routes may have changed */
@@ -233,9 +243,10 @@ PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chun
          entries < ROUTE_CACHE_PER_ENDPOINT * (uint32_t)ps_network_endpoints(net))
     entries *= 2;
   net->route_mask = entries - 1;
-  net->route_cache = g_new(CachedRoute, entries);
+  net->route_cache = g_aligned_alloc(entries, sizeof(CachedRoute), 64);
+  net->route_keys = g_aligned_alloc(entries, sizeof(uint64_t), 64);
   for (uint32_t i = 0; i < entries; i++)
-    net->route_cache[i].src = -1;
+    net->route_keys[i] = ROUTE_EMPTY;
   net->ev_hop = ps_engine_register(engine, "net-chunk-hop", on_hop, net);
   return net;
 }
@@ -256,7 +267,8 @@ void ps_network_free(PsNetwork *net)
   g_free(net->lane_free);
   g_free(net->failed);
   ps_geometry_free(net->geo);
-  g_free(net->route_cache);
+  g_aligned_free(net->route_cache);
+  g_aligned_free(net->route_keys);
   g_free(net->named);
   g_free(net);
 }
@@ -403,7 +415,7 @@ gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError
   /* routes change; messages in flight keep the route they were sent on */
   net->routes_version++;
   for (uint32_t i = 0; i <= net->route_mask; i++)
-    net->route_cache[i].src = -1;
+    net->route_keys[i] = ROUTE_EMPTY;
   return TRUE;
 }
 
@@ -577,26 +589,27 @@ static const CachedRoute *route_cached(PsNetwork *net, int src, int dst)
   /* a multiply mixes only upwards: take the product's top bits (a
    * product's low bits would depend on the ids' low bits alone, and the
    * pairs of a torus collective collide there) */
-  uint64_t h = ((uint64_t)(uint32_t)src << 32 | (uint32_t)dst) * UINT64_C(0x9E3779B97F4A7C15);
+  uint64_t key = route_key(src, dst);
+  uint64_t h = key * UINT64_C(0x9E3779B97F4A7C15);
   uint32_t set = (uint32_t)(h >> 40) & net->route_mask & ~(uint32_t)(ROUTE_WAYS - 1);
-  CachedRoute *ways = &net->route_cache[set];
+  uint64_t *keys = &net->route_keys[set];
   for (int w = 0; w < ROUTE_WAYS; w++)
-    if (ways[w].src == src && ways[w].dst == dst)
-      return &ways[w];
+    if (keys[w] == key)
+      return &net->route_cache[set + (uint32_t)w];
   /* a miss: an empty way, else the next in turn */
-  CachedRoute *cr = NULL;
-  for (int w = 0; w < ROUTE_WAYS && !cr; w++)
-    if (ways[w].src < 0)
-      cr = &ways[w];
-  if (!cr)
-    cr = &ways[net->route_victim++ % ROUTE_WAYS];
+  int way = -1;
+  for (int w = 0; w < ROUTE_WAYS && way < 0; w++)
+    if (keys[w] == ROUTE_EMPTY)
+      way = w;
+  if (way < 0)
+    way = (int)(net->route_victim++ % ROUTE_WAYS);
   int rbuf[INLINE_ROUTE];
   RouteBuf r = {rbuf, INLINE_ROUTE, 0, NULL};
   route_into(net, src, dst, &r);
   if (r.n > INLINE_ROUTE)
     return NULL;
-  cr->src = src;
-  cr->dst = dst;
+  CachedRoute *cr = &net->route_cache[set + (uint32_t)way];
+  keys[way] = key;
   cr->hops = r.n;
   for (int i = 0; i < r.n; i++)
     cr->links[i] = rbuf[i];
