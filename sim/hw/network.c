@@ -78,22 +78,23 @@ typedef struct {
   _Alignas(64) int64_t bytes;
   int32_t hops;
   int32_t inline_route[MSG_ROUTE]; /* the route when hops <= MSG_ROUTE */
-  /* the rest */
+  /* what a delivery reads */
   int32_t *heap_route;  /* the route when longer */
-  int src, dst;
+  uint64_t id;
   int64_t n_chunks;
   int64_t delivered;
   PsNetDeliverFn fn;
   void *ctx;
   ps_time_t sent;
+  int src, dst;
+  /* the rest */
   ps_time_t last_start; /* traced: latest start of a drawn chunk (its flow's end) */
   int last_link;        /* traced: that chunk's link, or -1 before one is drawn */
   gboolean flow_started; /* traced, not chained: the flow's start is drawn */
   gboolean chained;     /* traced: the sender's flow runs through it (send_chained) */
-  uint64_t id;
   uint32_t next_free;
 } Message;
-G_STATIC_ASSERT(offsetof(Message, heap_route) == 128);
+G_STATIC_ASSERT(offsetof(Message, heap_route) == 128 && offsetof(Message, dst) < 192);
 
 static inline const int32_t *msg_route(const Message *m)
 {
@@ -162,6 +163,7 @@ int ps_network_hops(const PsNetwork *net, int src, int dst)
 /* ---- construction --------------------------------------------------- */
 
 static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx);
+static void hop_prefetch(const PsEvent *ev, int stage, void *ctx);
 
 static void link_init(PsNetwork *net, int id, double bw, double latency_s, int lanes,
                       int *next_lane)
@@ -248,6 +250,7 @@ PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chun
   for (uint32_t i = 0; i < entries; i++)
     net->route_keys[i] = ROUTE_EMPTY;
   net->ev_hop = ps_engine_register(engine, "net-chunk-hop", on_hop, net);
+  ps_engine_set_prefetch(engine, net->ev_hop, hop_prefetch);
   return net;
 }
 
@@ -579,6 +582,25 @@ static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
     net->in_flight--;
   }
   fn(fctx, &d);
+}
+
+/* The engine's hint for a hop event ahead (engine.h): its message's first
+ * line (and what a delivery reads), then the link it will take or the
+ * context it will deliver to. */
+static void hop_prefetch(const PsEvent *ev, int stage, void *ctx)
+{
+  const PsNetwork *net = ctx;
+  const Message *m = msg_at(net, ev->target);
+  if (stage == 0) {
+    __builtin_prefetch(m);
+    __builtin_prefetch(&m->heap_route);
+    return;
+  }
+  int done = (int)(ev->arg.u & HOP_MASK);
+  if (done < m->hops)
+    __builtin_prefetch(&net->links[msg_route(m)[done]]);
+  else
+    __builtin_prefetch(m->ctx);
 }
 
 /* The cached route of (src, dst), computing and caching it on a miss:
