@@ -12,8 +12,8 @@ typedef struct {
 } HandlerEntry;
 
 /* How far ahead of the running event the hints look (events). */
-#define AHEAD_FAR 6
-#define AHEAD_NEAR 3
+#define AHEAD_FAR 10
+#define AHEAD_NEAR 5
 
 struct PsEngine {
   PsQueue queue;
