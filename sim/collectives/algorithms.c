@@ -525,6 +525,44 @@ static int *phase_loads(const PsCollPlan *p, const Axis *x, int **route[2], int 
   return load;
 }
 
+/* phase_steps' inner loops, two members at a time so that a compiler can
+ * pair them in vector registers (the same sums and maxima as one at a
+ * time).  Leaving: each member's messages start at the later of its end v
+ * and its link's free time f, which moves on by its serialization s; they
+ * arrive at start + t, in a. */
+static void steps_leave(int n, const double *restrict v, double *restrict f,
+                        const double *restrict s, const double *restrict t, double *restrict a)
+{
+  int i = 0;
+  for (; i + 2 <= n; i += 2) {
+    double s0 = MAX(v[i], f[i]), s1 = MAX(v[i + 1], f[i + 1]);
+    f[i] = s0 + s[i];
+    f[i + 1] = s1 + s[i + 1];
+    a[i] = s0 + t[i];
+    a[i + 1] = s1 + t[i + 1];
+  }
+  for (; i < n; i++) {
+    double s0 = MAX(v[i], f[i]);
+    f[i] = s0 + s[i];
+    a[i] = s0 + t[i];
+  }
+}
+
+/* Hearing: w = max(v, a), or with v NULL w = max(w, a). */
+static void steps_hear(int n, double *restrict w, const double *restrict v,
+                       const double *restrict a)
+{
+  const double *x = v ? v : w;
+  int i = 0;
+  for (; i + 2 <= n; i += 2) {
+    double w0 = MAX(x[i], a[i]), w1 = MAX(x[i + 1], a[i + 1]);
+    w[i] = w0;
+    w[i + 1] = w1;
+  }
+  for (; i < n; i++)
+    w[i] = MAX(x[i], a[i]);
+}
+
 /* The L - 1 steps of one phase along axis x (phases_predict's recurrence),
  * advancing each member's end V[m], from each member's message time
  * T[k][m] and serialization ser[k][m] (k = 0: to its next member, 1: to
@@ -557,24 +595,17 @@ static void phase_steps(const Axis *x, int n, double *V, double *const T[2],
   for (int i = 0; i < n; i++)
     v[i] = V[ord[i]];
   for (int step = 0; step < L - 1; step++) {
-    /* each message leaves at pa - pt and arrives at pa */
     for (int k = 0; k < ndir; k++)
-      for (int i = 0; i < n; i++) {
-        double start = MAX(v[i], pf[k][i]);
-        pf[k][i] = start + ps[k][i];
-        pa[k][i] = start + pt[k][i];
-      }
+      steps_leave(n, v, pf[k], ps[k], pt[k], pa[k]);
     for (int b = 0; b < n; b += L) {
       /* the line's first and last members wrap round */
       w[b] = MAX(v[b], pa[0][b + L - 1]);
       w[b + L - 1] = MAX(v[b + L - 1], pa[0][b + L - 2]);
-      for (int j = b + 1; j < b + L - 1; j++)
-        w[j] = MAX(v[j], pa[0][j - 1]);
+      steps_hear(L - 2, w + b + 1, v + b + 1, pa[0] + b);
       if (ndir == 2) {
         w[b] = MAX(w[b], pa[1][b + 1]);
         w[b + L - 1] = MAX(w[b + L - 1], pa[1][b]);
-        for (int j = b + 1; j < b + L - 1; j++)
-          w[j] = MAX(w[j], pa[1][j + 1]);
+        steps_hear(L - 2, w + b + 1, NULL, pa[1] + b + 2);
       }
     }
     double *tmp = v;
