@@ -6,7 +6,8 @@
  * workloads that stress a ladder queue: equal times in bulk, far-future
  * outliers, growing and shrinking, pushes at the current time while the
  * front is drained, extreme times, out-of-order sequence numbers.  The
- * invariant checker runs after every mutation of the small cases. */
+ * invariant checker runs after every mutation of the small cases.  A
+ * prefetch hint leaves the events and their order as they were. */
 #include "engine/engine.h"
 
 /* The same cases run against both queue implementations. */
@@ -664,6 +665,72 @@ static void test_engine_against_heap(void)
   g_array_free(h.log, TRUE);
 }
 
+/* The hold model with and without a prefetch hint: the same events in the
+ * same order, and every event a hint named is one that ran (engine.h: a
+ * hint changes nothing). */
+typedef struct {
+  EngineHold h;  /* first: the handler's context is the hint's */
+  int calls[2];  /* per stage */
+  GArray *seqs;  /* uint64_t: the seq of every event hinted */
+} HintedHold;
+
+static void hold_prefetch(const PsEvent *ev, int stage, void *ctx)
+{
+  HintedHold *hh = ctx;
+  g_assert_true(stage == 0 || stage == 1);
+  hh->calls[stage]++;
+  g_array_append_val(hh->seqs, ev->seq);
+}
+
+static void hold_run(gboolean hint, HintedHold *hh)
+{
+  const int pending = 2000;
+  PsEngine *e = ps_engine_new();
+  hh->h = (EngineHold){0, 50000, 7, g_array_new(FALSE, FALSE, sizeof(PsEvent))};
+  hh->seqs = g_array_new(FALSE, FALSE, sizeof(uint64_t));
+  hh->h.type = ps_engine_register(e, "hold", engine_hold_handler, hh);
+  if (hint)
+    ps_engine_set_prefetch(e, hh->h.type, hold_prefetch);
+  for (int i = 0; i < pending; i++)
+    ps_engine_at(e, hold_delay(&hh->h.rng), hh->h.type, (uint32_t)i, 0);
+  ps_engine_run(e, PS_TIME_NEVER);
+  ps_engine_free(e);
+}
+
+static int cmp_u64(gconstpointer a, gconstpointer b)
+{
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void test_engine_prefetch(void)
+{
+  HintedHold plain = {0}, hinted = {0};
+  hold_run(FALSE, &plain);
+  hold_run(TRUE, &hinted);
+  g_assert_cmpint(plain.calls[0] + plain.calls[1], ==, 0);
+  g_assert_cmpint(hinted.calls[0], >, 1000);
+  g_assert_cmpint(hinted.calls[1], >, 1000);
+  g_assert_cmpuint(hinted.h.log->len, ==, plain.h.log->len);
+  g_assert_cmpmem(hinted.h.log->data, hinted.h.log->len * sizeof(PsEvent), plain.h.log->data,
+                  plain.h.log->len * sizeof(PsEvent));
+  /* every seq hinted is the seq of an event that ran */
+  GArray *ran = g_array_new(FALSE, FALSE, sizeof(uint64_t));
+  for (guint i = 0; i < plain.h.log->len; i++)
+    g_array_append_val(ran, g_array_index(plain.h.log, PsEvent, i).seq);
+  g_array_sort(ran, cmp_u64);
+  for (guint i = 0; i < hinted.seqs->len; i++) {
+    uint64_t seq = g_array_index(hinted.seqs, uint64_t, i);
+    g_assert_nonnull(bsearch(&seq, ran->data, ran->len, sizeof(uint64_t), cmp_u64));
+  }
+  g_array_free(ran, TRUE);
+  for (int k = 0; k < 2; k++) {
+    HintedHold *hh = k ? &hinted : &plain;
+    g_array_free(hh->h.log, TRUE);
+    g_array_free(hh->seqs, TRUE);
+  }
+}
+
 /* Events at now scheduled by handlers run in the same call, after the
  * ones already pending at now; `until` stops before later ones. */
 static void at_now_handler(PsEngine *engine, const PsEvent *ev, void *ctx)
@@ -752,6 +819,7 @@ int main(int argc, char **argv)
   g_test_add_func("/engine/loop/cancel-and-until", test_engine_cancel_and_until);
   g_test_add_func("/engine/loop/self-scheduling", test_engine_self_scheduling);
   g_test_add_func("/engine/loop/against-heap", test_engine_against_heap);
+  g_test_add_func("/engine/loop/prefetch", test_engine_prefetch);
   g_test_add_func("/engine/loop/until-and-now", test_engine_until_and_now);
   return g_test_run();
 }

@@ -525,6 +525,99 @@ static int *phase_loads(const PsCollPlan *p, const Axis *x, int **route[2], int 
   return load;
 }
 
+/* phase_steps' inner loops, two members at a time so that a compiler can
+ * pair them in vector registers (the same sums and maxima as one at a
+ * time).  Leaving: each member's messages start at the later of its end v
+ * and its link's free time f, which moves on by its serialization s; they
+ * arrive at start + t, in a. */
+static void steps_leave(int n, const double *restrict v, double *restrict f,
+                        const double *restrict s, const double *restrict t, double *restrict a)
+{
+  int i = 0;
+  for (; i + 2 <= n; i += 2) {
+    double s0 = MAX(v[i], f[i]), s1 = MAX(v[i + 1], f[i + 1]);
+    f[i] = s0 + s[i];
+    f[i + 1] = s1 + s[i + 1];
+    a[i] = s0 + t[i];
+    a[i + 1] = s1 + t[i + 1];
+  }
+  for (; i < n; i++) {
+    double s0 = MAX(v[i], f[i]);
+    f[i] = s0 + s[i];
+    a[i] = s0 + t[i];
+  }
+}
+
+/* Hearing: w = max(v, a), or with v NULL w = max(w, a). */
+static void steps_hear(int n, double *restrict w, const double *restrict v,
+                       const double *restrict a)
+{
+  const double *x = v ? v : w;
+  int i = 0;
+  for (; i + 2 <= n; i += 2) {
+    double w0 = MAX(x[i], a[i]), w1 = MAX(x[i + 1], a[i + 1]);
+    w[i] = w0;
+    w[i + 1] = w1;
+  }
+  for (; i < n; i++)
+    w[i] = MAX(x[i], a[i]);
+}
+
+/* The L - 1 steps of one phase along axis x (phases_predict's recurrence),
+ * advancing each member's end V[m], from each member's message time
+ * T[k][m] and serialization ser[k][m] (k = 0: to its next member, 1: to
+ * its previous, when bidirectional).  The members are laid out line by
+ * line in position order, so that a member's previous and next are its
+ * neighbours in memory: the same sums and maxima as member by member,
+ * in loops a compiler can vectorize. */
+static void phase_steps(const Axis *x, int n, double *V, double *const T[2],
+                        double *const ser[2])
+{
+  int L = x->L, ndir = x->bidir ? 2 : 1, *ord = g_new(int, n), len = 0;
+  for (int m = 0; m < n; m++)
+    if (x->pos[m] == 0)
+      for (int i = 0, a = m; i < L; i++, a = x->next[a])
+        ord[len++] = a;
+  g_assert(len == n);
+  double *buf = g_new(double, (size_t)n * (2 + 4 * (size_t)ndir));
+  double *v = buf, *w = buf + n, *pt[2], *ps[2], *pf[2], *pa[2];
+  for (int k = 0; k < ndir; k++) {
+    pt[k] = buf + (size_t)n * (2 + 4 * k);
+    ps[k] = pt[k] + n;
+    pf[k] = ps[k] + n;
+    pa[k] = pf[k] + n;
+    for (int i = 0; i < n; i++) {
+      pt[k][i] = T[k][ord[i]];
+      ps[k][i] = ser[k][ord[i]];
+      pf[k][i] = 0;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    v[i] = V[ord[i]];
+  for (int step = 0; step < L - 1; step++) {
+    for (int k = 0; k < ndir; k++)
+      steps_leave(n, v, pf[k], ps[k], pt[k], pa[k]);
+    for (int b = 0; b < n; b += L) {
+      /* the line's first and last members wrap round */
+      w[b] = MAX(v[b], pa[0][b + L - 1]);
+      w[b + L - 1] = MAX(v[b + L - 1], pa[0][b + L - 2]);
+      steps_hear(L - 2, w + b + 1, v + b + 1, pa[0] + b);
+      if (ndir == 2) {
+        w[b] = MAX(w[b], pa[1][b + 1]);
+        w[b + L - 1] = MAX(w[b + L - 1], pa[1][b]);
+        steps_hear(L - 2, w + b + 1, NULL, pa[1] + b + 2);
+      }
+    }
+    double *tmp = v;
+    v = w;
+    w = tmp;
+  }
+  for (int i = 0; i < n; i++)
+    V[ord[i]] = v[i];
+  g_free(buf);
+  g_free(ord);
+}
+
 /* The alpha-beta critical path of the step graph: member m ends step s
  * when it has ended step s-1 and the step-s message from each neighbour it
  * hears from has arrived.  A message leaves when its sender has ended step
@@ -541,14 +634,12 @@ static double phases_predict(const PsCollPlan *p)
 {
   const PsCollGroup *g = p->g;
   int n = g->n;
-  double *V = g_new0(double, n), *W = g_new(double, n);
-  double *T[2], *ser[2], *free_at[2], *start[2];
+  double *V = g_new0(double, n);
+  double *T[2], *ser[2];
   int **route[2], *hops[2];
   for (int k = 0; k < 2; k++) {
     T[k] = g_new(double, n);
     ser[k] = g_new(double, n);
-    free_at[k] = g_new(double, n);
-    start[k] = g_new(double, n);
     route[k] = g_new0(int *, n);
     hops[k] = g_new0(int, n);
   }
@@ -583,7 +674,6 @@ static double phases_predict(const PsCollPlan *p)
           T[k][m] = ps_coll_route_message_s(g, r, h, own, p->p.chunk_bytes) + (share - 1) * own / bw;
           ser[k][m] = share * own / bw;
         }
-        free_at[k][m] = 0;
       }
     }
     g_free(load);
@@ -596,34 +686,15 @@ static double phases_predict(const PsCollPlan *p)
         V[m] += (x->L - 1) * T[0][0];
       continue;
     }
-    for (int step = 0; step < x->L - 1; step++) {
-      for (int k = 0; k < ndir; k++)
-        for (int m = 0; m < n; m++) {
-          start[k][m] = MAX(V[m], free_at[k][m]);
-          free_at[k][m] = start[k][m] + ser[k][m];
-        }
-      for (int m = 0; m < n; m++) {
-        int a = x->prev[m], b = x->next[m];
-        double v = MAX(V[m], start[0][a] + T[0][a]);
-        if (x->bidir)
-          v = MAX(v, start[1][b] + T[1][b]);
-        W[m] = v;
-      }
-      double *tmp = V;
-      V = W;
-      W = tmp;
-    }
+    phase_steps(x, n, V, T, ser);
   }
   double total = 0;
   for (int m = 0; m < n; m++)
     total = MAX(total, V[m]);
   g_free(V);
-  g_free(W);
   for (int k = 0; k < 2; k++) {
     g_free(T[k]);
     g_free(ser[k]);
-    g_free(free_at[k]);
-    g_free(start[k]);
     for (int m = 0; m < n; m++)
       g_free(route[k][m]);
     g_free(route[k]);
@@ -892,9 +963,16 @@ static PsCollPlan *hier_candidate(const PsCollGroup *g, const PsCollParams *prm,
 }
 
 /* The candidate whose closed form is fastest (the first of equals: torus
- * axes, ring, bidir), as "auto" would pick the slice's algorithm. */
+ * axes, ring, bidir), as "auto" would pick the slice's algorithm; the
+ * candidate prm->variant names when it is set (hier_variant). */
 static PsCollPlan *hier_plan(const PsCollGroup *g, const PsCollParams *prm)
 {
+  if (prm->variant > 0) {
+    g_return_val_if_fail(prm->variant <= INTRA_N, NULL);
+    PsCollPlan *p = hier_candidate(g, prm, (IntraKind)(prm->variant - 1));
+    p->p.variant = prm->variant;
+    return p;
+  }
   PsCollPlan *best = NULL;
   double best_s = INFINITY;
   for (IntraKind k = 0; k < INTRA_N; k++) {
@@ -903,12 +981,18 @@ static PsCollPlan *hier_plan(const PsCollGroup *g, const PsCollParams *prm)
     if (t < best_s) {
       plan_free(best);
       best = p;
+      best->p.variant = (int)k + 1;
       best_s = t;
     } else {
       plan_free(p);
     }
   }
   return best;
+}
+
+static int hier_variant(const PsCollPlan *p)
+{
+  return p->p.variant;
 }
 
 static PsCollPlan *p2p_plan(const PsCollGroup *g, const PsCollParams *prm)
@@ -1030,22 +1114,25 @@ static const char *p2p_unsupported(const PsCollGroup *g, PsCollOp op)
 
 static const PsCollAlgo ring_algo = {
     "ring", "unidirectional ring over the group (snake order on a grid)", ring_unsupported,
-    ring_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE};
+    ring_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE,
+    NULL};
 
 static const PsCollAlgo bidir_algo = {
     "bidir", "two rings, one each way, each carrying half the data", ring_unsupported,
-    bidir_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE};
+    bidir_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE,
+    NULL};
 
 static const PsCollAlgo torus_algo = {
     "torus",
     "dimension by dimension: reduce-scatter along each torus axis in turn, all-gather back "
     "(bidirectional rings on wrapped axes)",
     torus_unsupported, torus_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block,
-    plan_predict, FALSE};
+    plan_predict, FALSE, NULL};
 
 static const PsCollAlgo p2p_algo = {"p2p", "one message from the sender to the receiver",
                                     p2p_unsupported, p2p_plan, plan_free, plan_n_steps,
-                                    plan_step, plan_n_recv, plan_block, plan_predict, FALSE};
+                                    plan_step, plan_n_recv, plan_block, plan_predict, FALSE,
+                                    NULL};
 
 static const PsCollAlgo hier_algo = {
     "hierarchical",
@@ -1053,7 +1140,7 @@ static const PsCollAlgo hier_algo = {
     "predicted fastest), all-reduce of each shard across slices over the DCN (a ring among "
     "the members holding it), all-gather within each slice",
     hier_unsupported, hier_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block,
-    plan_predict, FALSE};
+    plan_predict, FALSE, hier_variant};
 
 /* auto keeps the first of equal predictions: multiring, which equals torus
  * on a group with one ring dimension, after it */

@@ -59,6 +59,10 @@ typedef struct {
   int elem_bytes;
   int root;
   int64_t chunk_bytes;
+  /* 0: the algorithm chooses among its own plans (hierarchical: how it
+   * crosses each slice) by prediction; k + 1: it takes its plan k, as
+   * PsCollAlgo.variant said it chose for the same group and parameters */
+  int variant;
 } PsCollParams;
 
 /* A collective algorithm: a table entry, chosen by name. */
@@ -80,6 +84,10 @@ typedef struct {
   double (*predict_s)(const PsCollPlan *plan);
   /* Run only when named, never chosen by "auto". */
   gboolean explicit_only;
+  /* The PsCollParams.variant that makes plan_new build this plan again
+   * without choosing (the choice is a function of the group and the
+   * parameters); NULL when plan_new never chooses. */
+  int (*variant)(const PsCollPlan *plan);
 } PsCollAlgo;
 
 /* The table (NULL-terminated) and lookup by name. */

@@ -461,6 +461,15 @@ static void on_arrive(PsEngine *engine, const PsEvent *ev, void *ctx)
   early_insert(m, &e);
 }
 
+/* The engine's hint for an arrival ahead (engine.h): the member's first
+ * line. */
+static void arrive_prefetch(const PsEvent *ev, int stage, void *ctx)
+{
+  const PsCollective *c = ctx;
+  if (stage == 0)
+    __builtin_prefetch(&c->members[ev->target]);
+}
+
 static void on_deliver(void *ctx, const PsNetDelivery *d)
 {
   Xfer *x = ctx;
@@ -635,6 +644,7 @@ typedef struct {
   int *members;
   int64_t chunk;
   const PsCollAlgo *algo;
+  int variant;    /* of algo's plan (PsCollParams.variant), 0 if none */
   char *why;
 } CacheEntry;
 
@@ -691,7 +701,7 @@ static const CacheEntry *cache_find(const PsCollCache *cache, const PsCollSpec *
 {
   if (!cache)
     return NULL;
-  CacheEntry key = {*spec, (int *)spec->devices, chunk, NULL, NULL};
+  CacheEntry key = {*spec, (int *)spec->devices, chunk, NULL, 0, NULL};
   return g_hash_table_lookup(cache->entries, &key);
 }
 
@@ -699,7 +709,8 @@ static void cache_add(PsCollCache *cache, const PsCollSpec *spec, const PsCollec
 {
   CacheEntry *e = g_new(CacheEntry, 1);
   *e = (CacheEntry){*spec, g_memdup2(spec->devices, sizeof(int) * (size_t)spec->n_members),
-                    c->p.chunk_bytes, c->algo, g_strdup(c->why)};
+                    c->p.chunk_bytes, c->algo,
+                    c->algo->variant ? c->algo->variant(c->plan) : 0, g_strdup(c->why)};
   e->spec.devices = NULL;
   e->spec.algo = NULL;
   g_hash_table_add(cache->entries, e);
@@ -786,7 +797,7 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
     goto fail;
   }
   c->p = (PsCollParams){spec->op, spec->count, spec->elem_bytes, spec->root,
-                        ps_network_chunk_bytes(net)};
+                        ps_network_chunk_bytes(net), 0};
   if (chosen) {
     const char *why = chosen->unsupported(&c->g, spec->op);
     if (why) {
@@ -799,9 +810,12 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
     c->plan = chosen->plan_new(&c->g, &c->p);
     c->why = g_strdup(chosen->summary);
   } else if ((hit = cache_find(cache, spec, c->p.chunk_bytes))) {
-    /* the same group, operation and size as an earlier collective */
+    /* the same group, operation and size as an earlier collective: the
+     * same plan, without choosing it again */
     c->algo = hit->algo;
+    c->p.variant = hit->variant;
     c->plan = hit->algo->plan_new(&c->g, &c->p);
+    c->p.variant = 0;
     c->why = g_strdup(hit->why);
   } else {
     pick_fastest(c, spec->op);
@@ -815,6 +829,7 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
   }
   c->ev_done = ps_engine_register(c->engine, "collective-done", on_done, c);
   c->ev_arrive = ps_engine_register(c->engine, "collective-arrive", on_arrive, c);
+  ps_engine_set_prefetch(c->engine, c->ev_arrive, arrive_prefetch);
   c->ev_fast_done = ps_engine_register(c->engine, "collective-fast-done", on_fast_done, c);
   c->fast_on = FALSE;
   c->fast_round = -1;

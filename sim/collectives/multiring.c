@@ -663,4 +663,4 @@ const PsCollAlgo ps_coll_multiring_algo = {
     "rotation, one each way per dimension (lines without wrap-around and the core axis run "
     "first, as in torus)",
     multi_unsupported, multi_plan, multi_free, multi_n_steps, multi_step, multi_n_recv,
-    multi_block, multi_predict, FALSE};
+    multi_block, multi_predict, FALSE, NULL};

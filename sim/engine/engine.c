@@ -8,7 +8,12 @@ typedef struct {
   char *name;           /* as registered, for a debugger to show */
   PsHandler handler;
   void *ctx;
+  PsPrefetch prefetch;  /* NULL: none */
 } HandlerEntry;
+
+/* How far ahead of the running event the hints look (events). */
+#define AHEAD_FAR 10
+#define AHEAD_NEAR 5
 
 struct PsEngine {
   PsQueue queue;
@@ -20,6 +25,7 @@ struct PsEngine {
   gboolean stop;
   gboolean overflowed;  /* an event fell at or past PS_TIME_NEVER */
   uint64_t max_events;  /* 0: no limit */
+  gboolean prefetching; /* some type has a hint */
   gboolean limited;     /* stopped at max_events */
 };
 
@@ -47,9 +53,28 @@ void ps_engine_free(PsEngine *engine)
 uint32_t ps_engine_register(PsEngine *engine, const char *name, PsHandler handler, void *ctx)
 {
   g_return_val_if_fail(engine && handler, 0);
-  HandlerEntry h = {g_strdup(name), handler, ctx};
+  HandlerEntry h = {g_strdup(name), handler, ctx, NULL};
   g_array_append_val(engine->handlers, h);
   return engine->handlers->len - 1;
+}
+
+void ps_engine_set_prefetch(PsEngine *engine, uint32_t type, PsPrefetch prefetch)
+{
+  g_return_if_fail(engine && type < engine->handlers->len);
+  g_array_index(engine->handlers, HandlerEntry, type).prefetch = prefetch;
+  engine->prefetching = TRUE;
+}
+
+/* The hints of the events AHEAD_FAR and AHEAD_NEAR places ahead. */
+static inline void prefetch_ahead(const PsEngine *engine)
+{
+  const PsEvent *ev = ps_queue_ahead(&engine->queue, AHEAD_FAR);
+  const HandlerEntry *hs = (const HandlerEntry *)(void *)engine->handlers->data;
+  if (ev && hs[ev->type].prefetch)
+    hs[ev->type].prefetch(ev, 0, hs[ev->type].ctx);
+  ev = ps_queue_ahead(&engine->queue, AHEAD_NEAR);
+  if (ev && hs[ev->type].prefetch)
+    hs[ev->type].prefetch(ev, 1, hs[ev->type].ctx);
 }
 
 /* Every way of scheduling ends here, with the queue's fast path inline:
@@ -136,6 +161,8 @@ uint64_t ps_engine_run(PsEngine *engine, ps_time_t until)
     if (G_UNLIKELY(engine->cancelled != NULL) && take_cancelled(engine, ev.seq))
       continue;
     engine->now = ev.time;
+    if (engine->prefetching)
+      prefetch_ahead(engine);
     const HandlerEntry *h = &g_array_index(engine->handlers, HandlerEntry, ev.type);
     h->handler(engine, &ev, h->ctx);
     ran++;

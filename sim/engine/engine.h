@@ -33,6 +33,15 @@ void ps_engine_free(PsEngine *engine);
 /* Registers a handler and returns the event type to schedule it with. */
 uint32_t ps_engine_register(PsEngine *engine, const char *name, PsHandler handler, void *ctx);
 
+/* A hint, never a change: called with an event a few places ahead of the
+ * one about to run (stage 0 farther ahead, stage 1 nearer), so that the
+ * handler's state for it can be fetched into the cache by the time it
+ * runs (stage 1 may read what stage 0 fetched).  It must not change any
+ * state: the events and their order are the same with or without it. */
+typedef void (*PsPrefetch)(const PsEvent *event, int stage, void *ctx);
+/* Sets the hint of an event type (ctx: the handler's). */
+void ps_engine_set_prefetch(PsEngine *engine, uint32_t type, PsPrefetch prefetch);
+
 /* Schedules an event at absolute time `time` (>= now).  Returns its seq,
  * usable with ps_engine_cancel(). */
 uint64_t ps_engine_at(PsEngine *engine, ps_time_t time, uint32_t type, uint32_t target,
@@ -168,6 +177,14 @@ static inline void ps_queue_push_inline(PsQueue *q, const PsEvent *event)
     }
   }
   ps_queue_push_slow(q, event);
+}
+
+/* The event k places after the next one in the sorted front, or NULL: the
+ * one that will most likely run then (a hint; it ignores the side heap and
+ * events pushed meanwhile). */
+static inline const PsEvent *ps_queue_ahead(const PsQueue *q, size_t k)
+{
+  return q->bpos + k < q->blen ? &q->bottom[q->bpos + k] : NULL;
 }
 
 static inline gboolean ps_queue_pop_inline(PsQueue *q, PsEvent *out)

@@ -6,14 +6,18 @@
  * free, never before it arrives); the event fires when the chunk has crossed
  * the link and its latency, at the next chip.  Messages live in fixed-size
  * slabs so their addresses never move while callbacks send more.
- * Invariant: lane_free[l] is the time lane l finishes the last chunk given
- * to it, and no chunk is given to a lane before that time; a message is
- * freed exactly when its last chunk is delivered. */
+ * What a hop touches is laid out to be one cache line each: a link's
+ * figures, its lanes' times (lane 0 inline) and its counters in one, a
+ * message's size and route in one.
+ * Invariant: a lane's free time is the time it finishes the last chunk
+ * given to it, and no chunk is given to a lane before that time; a message
+ * is freed exactly when its last chunk is delivered. */
 #include "hw/network.h"
 
 #include "common/json.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #define HOP_BITS 20
@@ -21,6 +25,9 @@
 #define SLAB_SHIFT 10
 #define SLAB_SIZE (1u << SLAB_SHIFT)
 #define INLINE_ROUTE 14
+/* A message's route links kept in the message itself: the first 13 share
+ * the message's first cache line with its size and hop count. */
+#define MSG_ROUTE 29
 /* Routes of recent (src, dst) pairs, in sets of ROUTE_WAYS entries:
  * collectives send to the same few neighbours over and over (a member of a
  * torus all-reduce to six).  At most 2^16 entries, about 16 per endpoint.
@@ -30,43 +37,69 @@
 #define ROUTE_CACHE_PER_ENDPOINT 16u
 #define ROUTE_WAYS 4
 
+/* What every chunk-hop reads and writes, one cache line per link. */
 typedef struct {
+  ps_time_t free0;      /* lane 0's free time */
   double ps_per_byte;
   ps_time_t latency;
-  int lanes;
-  int first_lane;
-  gboolean present;
-  gboolean failed;      /* ICI only: bandwidth factor 0, no route crosses it */
-  double factor;        /* bandwidth multiplier (ps_network_degrade_link), 1 by default */
+  int64_t pending;      /* chunk-hops of messages in flight still to join it */
   int64_t bytes;
   int64_t chunks;
   ps_time_t busy;
+  int lanes;
+  int first_lane;       /* lanes 1.. are lane_free[first_lane ..] */
 } Link;
+G_STATIC_ASSERT(sizeof(Link) == 64);
 
+/* The rest of a link. */
 typedef struct {
-  int32_t src, dst; /* src = -1: empty */
+  gboolean present;
+  gboolean failed;      /* ICI only: bandwidth factor 0, no route crosses it */
+  double factor;        /* bandwidth multiplier (ps_network_degrade_link), 1 by default */
+} LinkCold;
+
+/* A cached route, one cache line; its (src, dst) key is in route_keys, the
+ * keys of a set in one line. */
+typedef struct {
   int32_t hops;
   int32_t links[INLINE_ROUTE];
+  int32_t pad;
 } CachedRoute;
+G_STATIC_ASSERT(sizeof(CachedRoute) == 64);
+#define ROUTE_EMPTY UINT64_MAX
+
+static inline uint64_t route_key(int src, int dst)
+{
+  return (uint64_t)(uint32_t)src << 32 | (uint32_t)dst;
+}
 
 typedef struct {
-  int src, dst;
-  int hops;
-  int64_t bytes;
+  /* what every hop reads */
+  _Alignas(64) int64_t bytes;
+  int32_t hops;
+  int32_t inline_route[MSG_ROUTE]; /* the route when hops <= MSG_ROUTE */
+  /* what a delivery reads */
+  int32_t *heap_route;  /* the route when longer */
+  uint64_t id;
   int64_t n_chunks;
   int64_t delivered;
   PsNetDeliverFn fn;
   void *ctx;
   ps_time_t sent;
+  int src, dst;
+  /* the rest */
   ps_time_t last_start; /* traced: latest start of a drawn chunk (its flow's end) */
   int last_link;        /* traced: that chunk's link, or -1 before one is drawn */
   gboolean flow_started; /* traced, not chained: the flow's start is drawn */
   gboolean chained;     /* traced: the sender's flow runs through it (send_chained) */
-  uint64_t id;
-  int32_t *route;       /* inline_route or heap */
-  int32_t inline_route[INLINE_ROUTE];
   uint32_t next_free;
 } Message;
+G_STATIC_ASSERT(offsetof(Message, heap_route) == 128 && offsetof(Message, dst) < 192);
+
+static inline const int32_t *msg_route(const Message *m)
+{
+  return m->hops <= MSG_ROUTE ? m->inline_route : m->heap_route;
+}
 
 struct PsNetwork {
   PsEngine *engine;
@@ -77,8 +110,11 @@ struct PsNetwork {
   int n_failed;         /* failed ICI link directions */
   guint8 *failed;       /* per link: failed (routes go round it) */
   Link *links;
-  ps_time_t *lane_free;
+  LinkCold *cold;
+  PsLinkEnds *ends;     /* per link: its geometry, looked up once */
+  ps_time_t *lane_free;  /* lanes past the first of every link */
   CachedRoute *route_cache;
+  uint64_t *route_keys; /* per entry: route_key, ROUTE_EMPTY when empty */
   uint32_t route_mask;  /* entries - 1 */
   uint32_t route_victim; /* the way a miss in a full set replaces, mod ROUTE_WAYS */
   uint64_t routes_version; /* bumped whenever routes may have changed */
@@ -89,7 +125,6 @@ struct PsNetwork {
   uint64_t next_id;
   uint64_t chunk_hops;
   uint64_t in_flight;
-  int64_t *pending;     /* per link: chunk-hops of messages in flight still to join it */
   PsTrace *trace;
   int trace_pid;
   guint8 *named;        /* per link: thread name written */
@@ -128,18 +163,19 @@ int ps_network_hops(const PsNetwork *net, int src, int dst)
 /* ---- construction --------------------------------------------------- */
 
 static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx);
+static void hop_prefetch(const PsEvent *ev, int stage, void *ctx);
 
 static void link_init(PsNetwork *net, int id, double bw, double latency_s, int lanes,
                       int *next_lane)
 {
   Link *l = &net->links[id];
-  l->present = TRUE;
-  l->factor = 1.0;
+  net->cold[id].present = TRUE;
+  net->cold[id].factor = 1.0;
   l->ps_per_byte = (double)PS_PS_PER_S / bw;
   l->latency = ps_time_from_s(latency_s);
   l->lanes = lanes;
   l->first_lane = *next_lane;
-  *next_lane += lanes;
+  *next_lane += lanes > 1 ? lanes - 1 : 0;
 }
 
 /* A link's bandwidth, latency and lanes, from the figures of its kind. */
@@ -186,7 +222,9 @@ PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chun
   net->devices = ps_geometry_devices(net->geo);
   net->hosts = ps_geometry_hosts(net->geo);
   net->n_links = ps_geometry_n_links(net->geo);
-  net->links = g_new0(Link, net->n_links);
+  net->links = g_aligned_alloc0(net->n_links > 0 ? (gsize)net->n_links : 1, sizeof(Link), 64);
+  net->cold = g_new0(LinkCold, net->n_links > 0 ? net->n_links : 1);
+  net->ends = g_new0(PsLinkEnds, net->n_links > 0 ? net->n_links : 1);
   net->failed = g_new0(guint8, net->n_links > 0 ? net->n_links : 1);
   int lanes = 0;
   /* zone by zone, in link-id order */
@@ -194,23 +232,25 @@ PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chun
     PsLinkEnds e;
     if (!ps_geometry_link_ends(net->geo, id, &e))
       continue;
+    net->ends[id] = e;
     double bw, latency_s;
     int n_lanes;
     link_figures(topo, e.kind, &bw, &latency_s, &n_lanes);
     link_init(net, id, bw, latency_s, n_lanes, &lanes);
   }
   net->lane_free = g_new0(ps_time_t, lanes > 0 ? lanes : 1);
-  net->pending = g_new0(int64_t, net->n_links > 0 ? net->n_links : 1);
   net->free_head = UINT32_MAX;
   uint32_t entries = 64;
   while (entries < (1u << ROUTE_CACHE_MAX_BITS) &&
          entries < ROUTE_CACHE_PER_ENDPOINT * (uint32_t)ps_network_endpoints(net))
     entries *= 2;
   net->route_mask = entries - 1;
-  net->route_cache = g_new(CachedRoute, entries);
+  net->route_cache = g_aligned_alloc(entries, sizeof(CachedRoute), 64);
+  net->route_keys = g_aligned_alloc(entries, sizeof(uint64_t), 64);
   for (uint32_t i = 0; i < entries; i++)
-    net->route_cache[i].src = -1;
+    net->route_keys[i] = ROUTE_EMPTY;
   net->ev_hop = ps_engine_register(engine, "net-chunk-hop", on_hop, net);
+  ps_engine_set_prefetch(engine, net->ev_hop, hop_prefetch);
   return net;
 }
 
@@ -219,20 +259,19 @@ void ps_network_free(PsNetwork *net)
   if (!net)
     return;
   for (uint32_t s = 0; s < net->n_slabs; s++) {
-    for (uint32_t i = 0; i < SLAB_SIZE; i++) {
-      Message *m = &net->slabs[s][i];
-      if (m->route && m->route != m->inline_route)
-        g_free(m->route);
-    }
-    g_free(net->slabs[s]);
+    for (uint32_t i = 0; i < SLAB_SIZE; i++)
+      g_free(net->slabs[s][i].heap_route);
+    g_aligned_free(net->slabs[s]);
   }
   g_free(net->slabs);
-  g_free(net->links);
+  g_aligned_free(net->links);
+  g_free(net->cold);
+  g_free(net->ends);
   g_free(net->lane_free);
-  g_free(net->pending);
   g_free(net->failed);
   ps_geometry_free(net->geo);
-  g_free(net->route_cache);
+  g_aligned_free(net->route_cache);
+  g_aligned_free(net->route_keys);
   g_free(net->named);
   g_free(net);
 }
@@ -286,15 +325,14 @@ int ps_network_chip_at(const PsNetwork *net, const int coords[PS_MAX_DIMS])
 gboolean ps_network_link_info(const PsNetwork *net, int link, PsLinkInfo *out)
 {
   g_return_val_if_fail(out != NULL, FALSE);
-  PsLinkEnds e;
-  if (link < 0 || link >= net->n_links || !net->links[link].present ||
-      !ps_geometry_link_ends(net->geo, link, &e))
+  if (link < 0 || link >= net->n_links || !net->cold[link].present)
     return FALSE;
   const Link *l = &net->links[link];
-  *out = (PsLinkInfo){.ends = e, .lanes = l->lanes,
+  const LinkCold *lc = &net->cold[link];
+  *out = (PsLinkInfo){.ends = net->ends[link], .lanes = l->lanes,
                       .bandwidth_Bps = (double)PS_PS_PER_S / l->ps_per_byte,
                       .latency = l->latency, .bytes = l->bytes, .chunks = l->chunks,
-                      .busy = l->busy, .bandwidth_factor = l->factor, .failed = l->failed};
+                      .busy = l->busy, .bandwidth_factor = lc->factor, .failed = lc->failed};
   return TRUE;
 }
 
@@ -324,9 +362,8 @@ static gboolean degrade_dcn_link(PsNetwork *net, int link, PsLinkKind kind, doub
   double bw, latency_s;
   int lanes;
   link_figures(net->topo, kind, &bw, &latency_s, &lanes);
-  Link *l = &net->links[link];
-  l->factor = factor;
-  l->ps_per_byte = (double)PS_PS_PER_S / (bw * factor);
+  net->cold[link].factor = factor;
+  net->links[link].ps_per_byte = (double)PS_PS_PER_S / (bw * factor);
   return TRUE;
 }
 
@@ -334,14 +371,15 @@ gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError
 {
   g_return_val_if_fail(net != NULL && factor >= 0 && factor < G_MAXDOUBLE, FALSE);
   PsLinkEnds e;
-  g_return_val_if_fail(link >= 0 && link < net->n_links && net->links[link].present, FALSE);
+  g_return_val_if_fail(link >= 0 && link < net->n_links && net->cold[link].present, FALSE);
   g_return_val_if_fail(ps_geometry_link_ends(net->geo, link, &e), FALSE);
   if (e.kind != PS_LINK_ICI)
     return degrade_dcn_link(net, link, e.kind, factor, error);
   Link *l = &net->links[link];
+  LinkCold *lc = &net->cold[link];
   int dim = e.dim;
   const PsTopology *t = net->topo;
-  if (factor == 0 && !l->failed) {
+  if (factor == 0 && !lc->failed) {
     g_autofree char *name = ps_network_link_name(net, link);
     if (t->twisted || !t->wrap[dim]) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
@@ -354,11 +392,11 @@ gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError
                   name, "xyz"[dim]);
       return FALSE;
     }
-    l->failed = TRUE;
+    lc->failed = TRUE;
     net->failed[link] = 1;
     int plus, minus;
     if (!ps_geometry_ring_connected(net->geo, net->failed, e.chip, dim, &plus, &minus)) {
-      l->failed = FALSE;
+      lc->failed = FALSE;
       net->failed[link] = 0;
       g_autofree char *pn = ps_network_link_name(net, plus);
       g_autofree char *mn = ps_network_link_name(net, minus);
@@ -370,17 +408,17 @@ gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError
       return FALSE;
     }
     net->n_failed++;
-  } else if (factor > 0 && l->failed) {
-    l->failed = FALSE;
+  } else if (factor > 0 && lc->failed) {
+    lc->failed = FALSE;
     net->failed[link] = 0;
     net->n_failed--;
   }
-  l->factor = factor;
+  lc->factor = factor;
   l->ps_per_byte = factor > 0 ? (double)PS_PS_PER_S / (t->ici_bandwidth_Bps * factor) : INFINITY;
   /* routes change; messages in flight keep the route they were sent on */
   net->routes_version++;
   for (uint32_t i = 0; i <= net->route_mask; i++)
-    net->route_cache[i].src = -1;
+    net->route_keys[i] = ROUTE_EMPTY;
   return TRUE;
 }
 
@@ -396,7 +434,7 @@ static uint32_t msg_alloc(PsNetwork *net)
   if (net->free_head == UINT32_MAX) {
     g_assert(net->n_slabs < (UINT32_MAX >> SLAB_SHIFT));
     net->slabs = g_renew(Message *, net->slabs, net->n_slabs + 1);
-    net->slabs[net->n_slabs] = g_new0(Message, SLAB_SIZE);
+    net->slabs[net->n_slabs] = g_aligned_alloc0(SLAB_SIZE, sizeof(Message), 64);
     uint32_t base = net->n_slabs << SLAB_SHIFT;
     for (uint32_t i = SLAB_SIZE; i-- > 0;) {
       net->slabs[net->n_slabs][i].next_free = net->free_head;
@@ -412,9 +450,7 @@ static uint32_t msg_alloc(PsNetwork *net)
 static void msg_release(PsNetwork *net, uint32_t idx)
 {
   Message *m = msg_at(net, idx);
-  if (m->route != m->inline_route)
-    g_free(m->route);
-  m->route = NULL;
+  g_clear_pointer(&m->heap_route, g_free);
   m->next_free = net->free_head;
   net->free_head = idx;
 }
@@ -461,15 +497,14 @@ static gboolean trace_chunk(PsNetwork *net, const Message *m, int link, uint64_t
 static inline void link_take(PsNetwork *net, Link *l, int64_t bytes, ps_time_t now,
                              ps_time_t *start_out, ps_time_t *ser_out)
 {
-  ps_time_t *lane = net->lane_free + l->first_lane;
-  int best = 0;
+  ps_time_t *best = &l->free0;
   for (int i = 1; i < l->lanes; i++)
-    if (lane[i] < lane[best])
-      best = i;
-  ps_time_t start = lane[best] > now ? lane[best] : now;
+    if (net->lane_free[l->first_lane + i - 1] < *best)
+      best = &net->lane_free[l->first_lane + i - 1];
+  ps_time_t start = *best > now ? *best : now;
   double ser_d = (double)bytes * l->ps_per_byte + 0.5;
   ps_time_t ser = ser_d >= (double)PS_TIME_NEVER ? PS_TIME_NEVER : (ps_time_t)ser_d;
-  lane[best] = ps_time_add(start, ser);
+  *best = ps_time_add(start, ser);
   l->bytes += bytes;
   l->chunks++;
   l->busy = ps_time_add(l->busy, ser);
@@ -482,7 +517,7 @@ static inline void link_take(PsNetwork *net, Link *l, int64_t bytes, ps_time_t n
  * reaches the far end. */
 static ps_time_t transmit(PsNetwork *net, Message *m, uint64_t chunk, int hop)
 {
-  int li = m->route[hop];
+  int li = msg_route(m)[hop];
   Link *l = &net->links[li];
   int64_t bytes = chunk_size(net, m, chunk);
   ps_time_t start, ser;
@@ -522,7 +557,7 @@ static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
   uint64_t chunk = ev->arg.u >> HOP_BITS;
   int done = (int)(ev->arg.u & HOP_MASK);
   if (done < m->hops) {
-    net->pending[m->route[done]]--;
+    net->links[msg_route(m)[done]].pending--;
     ps_time_t t = transmit(net, m, chunk, done);
     ps_engine_at(engine, t, net->ev_hop, idx, hop_arg(chunk, done + 1));
     return;
@@ -549,6 +584,25 @@ static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
   fn(fctx, &d);
 }
 
+/* The engine's hint for a hop event ahead (engine.h): its message's first
+ * line (and what a delivery reads), then the link it will take or the
+ * context it will deliver to. */
+static void hop_prefetch(const PsEvent *ev, int stage, void *ctx)
+{
+  const PsNetwork *net = ctx;
+  const Message *m = msg_at(net, ev->target);
+  if (stage == 0) {
+    __builtin_prefetch(m);
+    __builtin_prefetch(&m->heap_route);
+    return;
+  }
+  int done = (int)(ev->arg.u & HOP_MASK);
+  if (done < m->hops)
+    __builtin_prefetch(&net->links[msg_route(m)[done]]);
+  else
+    __builtin_prefetch(m->ctx);
+}
+
 /* The cached route of (src, dst), computing and caching it on a miss:
  * NULL when it is longer than INLINE_ROUTE (not cached; the caller
  * computes it). */
@@ -557,26 +611,27 @@ static const CachedRoute *route_cached(PsNetwork *net, int src, int dst)
   /* a multiply mixes only upwards: take the product's top bits (a
    * product's low bits would depend on the ids' low bits alone, and the
    * pairs of a torus collective collide there) */
-  uint64_t h = ((uint64_t)(uint32_t)src << 32 | (uint32_t)dst) * UINT64_C(0x9E3779B97F4A7C15);
+  uint64_t key = route_key(src, dst);
+  uint64_t h = key * UINT64_C(0x9E3779B97F4A7C15);
   uint32_t set = (uint32_t)(h >> 40) & net->route_mask & ~(uint32_t)(ROUTE_WAYS - 1);
-  CachedRoute *ways = &net->route_cache[set];
+  uint64_t *keys = &net->route_keys[set];
   for (int w = 0; w < ROUTE_WAYS; w++)
-    if (ways[w].src == src && ways[w].dst == dst)
-      return &ways[w];
+    if (keys[w] == key)
+      return &net->route_cache[set + (uint32_t)w];
   /* a miss: an empty way, else the next in turn */
-  CachedRoute *cr = NULL;
-  for (int w = 0; w < ROUTE_WAYS && !cr; w++)
-    if (ways[w].src < 0)
-      cr = &ways[w];
-  if (!cr)
-    cr = &ways[net->route_victim++ % ROUTE_WAYS];
+  int way = -1;
+  for (int w = 0; w < ROUTE_WAYS && way < 0; w++)
+    if (keys[w] == ROUTE_EMPTY)
+      way = w;
+  if (way < 0)
+    way = (int)(net->route_victim++ % ROUTE_WAYS);
   int rbuf[INLINE_ROUTE];
   RouteBuf r = {rbuf, INLINE_ROUTE, 0, NULL};
   route_into(net, src, dst, &r);
   if (r.n > INLINE_ROUTE)
     return NULL;
-  cr->src = src;
-  cr->dst = dst;
+  CachedRoute *cr = &net->route_cache[set + (uint32_t)way];
+  keys[way] = key;
   cr->hops = r.n;
   for (int i = 0; i < r.n; i++)
     cr->links[i] = rbuf[i];
@@ -608,18 +663,20 @@ static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
   Message *m = msg_at(net, idx);
   const CachedRoute *cr = route_cached(net, src, dst);
   int hops;
+  int32_t *route;
   if (cr) {
-    m->route = m->inline_route;
-    memcpy(m->route, cr->links, sizeof(int32_t) * (size_t)cr->hops);
+    G_STATIC_ASSERT(INLINE_ROUTE <= MSG_ROUTE);
     hops = cr->hops;
+    route = m->inline_route;
+    memcpy(route, cr->links, sizeof(int32_t) * (size_t)hops);
   } else {
     hops = ps_network_route(net, src, dst, NULL, 0);
     int *big = g_new(int, hops);
     RouteBuf r2 = {big, hops, 0, NULL};
     route_into(net, src, dst, &r2);
-    m->route = g_new(int32_t, hops);
+    route = hops <= MSG_ROUTE ? m->inline_route : (m->heap_route = g_new(int32_t, hops));
     for (int i = 0; i < hops; i++)
-      m->route[i] = big[i];
+      route[i] = big[i];
     g_free(big);
   }
   g_assert(hops <= (int)HOP_MASK);
@@ -640,7 +697,7 @@ static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
   m->id = ++net->next_id;
   net->in_flight++;
   for (int i = 1; i < m->hops; i++)
-    net->pending[m->route[i]] += m->n_chunks;
+    net->links[route[i]].pending += m->n_chunks;
   for (int64_t j = 0; j < m->n_chunks; j++) {
     if (m->hops == 0) {
       ps_engine_at(net->engine, m->sent, net->ev_hop, idx, hop_arg((uint64_t)j, 0));
@@ -694,10 +751,10 @@ gboolean ps_network_link_quiet(const PsNetwork *net, int link, ps_time_t t)
 {
   g_return_val_if_fail(net != NULL && link >= 0 && link < net->n_links, FALSE);
   const Link *l = &net->links[link];
-  if (net->pending[link] != 0)
+  if (l->pending != 0 || l->free0 > t)
     return FALSE;
-  for (int i = 0; i < l->lanes; i++)
-    if (net->lane_free[l->first_lane + i] > t)
+  for (int i = 1; i < l->lanes; i++)
+    if (net->lane_free[l->first_lane + i - 1] > t)
       return FALSE;
   return TRUE;
 }
