@@ -24,10 +24,13 @@
 #define HOP_MASK ((UINT64_C(1) << HOP_BITS) - 1)
 #define SLAB_SHIFT 10
 #define SLAB_SIZE (1u << SLAB_SHIFT)
-#define INLINE_ROUTE 14
 /* A message's route links kept in the message itself: the first 13 share
  * the message's first cache line with its size and hop count. */
 #define MSG_ROUTE 29
+/* The links a cached route keeps: a multislice route (torus, PCIe, NIC,
+ * DCN and back) is often longer than the 14 one line would hold, and such
+ * routes were found again for every message. */
+#define INLINE_ROUTE MSG_ROUTE
 /* Routes of recent (src, dst) pairs, in sets of ROUTE_WAYS entries:
  * collectives send to the same few neighbours over and over (a member of a
  * torus all-reduce to six).  At most 2^16 entries, about 16 per endpoint.
@@ -58,14 +61,15 @@ typedef struct {
   double factor;        /* bandwidth multiplier (ps_network_degrade_link), 1 by default */
 } LinkCold;
 
-/* A cached route, one cache line; its (src, dst) key is in route_keys, the
- * keys of a set in one line. */
+/* A cached route, two cache lines (a route of up to 15 links reads only
+ * the first); its (src, dst) key is in route_keys, the keys of a set in one
+ * line. */
 typedef struct {
   int32_t hops;
   int32_t links[INLINE_ROUTE];
-  int32_t pad;
+  int32_t pad[2];
 } CachedRoute;
-G_STATIC_ASSERT(sizeof(CachedRoute) == 64);
+G_STATIC_ASSERT(sizeof(CachedRoute) == 128);
 #define ROUTE_EMPTY UINT64_MAX
 
 static inline uint64_t route_key(int src, int dst)
