@@ -622,6 +622,8 @@ void ps_collective_set_fast_path(PsCollective *c, gboolean on)
 {
   g_return_if_fail(c != NULL);
   c->fast_on = on;
+  if (on)
+    ps_network_count_pending(c->net);
 }
 
 uint64_t ps_collective_fast_rounds(const PsCollective *c) { return c->fast_rounds; }

@@ -129,6 +129,10 @@ struct PsNetwork {
   uint64_t next_id;
   uint64_t chunk_hops;
   uint64_t in_flight;
+  /* per link pending counts kept (only ps_network_link_quiet reads them):
+   * from the first moment nothing is in flight after ps_network_count_pending */
+  gboolean count_pending;
+  gboolean want_pending;
   PsTrace *trace;
   int trace_pid;
   guint8 *named;        /* per link: thread name written */
@@ -561,7 +565,8 @@ static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
   uint64_t chunk = ev->arg.u >> HOP_BITS;
   int done = (int)(ev->arg.u & HOP_MASK);
   if (done < m->hops) {
-    net->links[msg_route(m)[done]].pending--;
+    if (net->count_pending)
+      net->links[msg_route(m)[done]].pending--;
     ps_time_t t = transmit(net, m, chunk, done);
     ps_engine_at(engine, t, net->ev_hop, idx, hop_arg(chunk, done + 1));
     return;
@@ -584,6 +589,8 @@ static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
                         m->last_start);
     msg_release(net, idx);
     net->in_flight--;
+    if (net->want_pending && net->in_flight == 0)
+      net->count_pending = TRUE;
   }
   fn(fctx, &d);
 }
@@ -700,8 +707,9 @@ static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
   m->chained = chained;
   m->id = ++net->next_id;
   net->in_flight++;
-  for (int i = 1; i < m->hops; i++)
-    net->links[route[i]].pending += m->n_chunks;
+  if (net->count_pending)
+    for (int i = 1; i < m->hops; i++)
+      net->links[route[i]].pending += m->n_chunks;
   for (int64_t j = 0; j < m->n_chunks; j++) {
     if (m->hops == 0) {
       ps_engine_at(net->engine, m->sent, net->ev_hop, idx, hop_arg((uint64_t)j, 0));
@@ -751,11 +759,19 @@ ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes)
 
 gboolean ps_network_is_traced(const PsNetwork *net) { return net->trace != NULL; }
 
+void ps_network_count_pending(PsNetwork *net)
+{
+  g_return_if_fail(net != NULL);
+  net->want_pending = TRUE;
+  if (net->in_flight == 0)
+    net->count_pending = TRUE;
+}
+
 gboolean ps_network_link_quiet(const PsNetwork *net, int link, ps_time_t t)
 {
   g_return_val_if_fail(net != NULL && link >= 0 && link < net->n_links, FALSE);
   const Link *l = &net->links[link];
-  if (l->pending != 0 || l->free0 > t)
+  if (!net->count_pending || l->pending != 0 || l->free0 > t)
     return FALSE;
   for (int i = 1; i < l->lanes; i++)
     if (net->lane_free[l->first_lane + i - 1] > t)

@@ -149,16 +149,20 @@ uint64_t ps_network_routes_version(const PsNetwork *net);
 ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes);
 
 /* The closed-form path of a sender that knows nothing else uses these
- * links (collectives' fast path, collective.h).  ps_network_link_quiet:
- * no chunk of a message in flight is still to join `link` and every lane
- * of it is free by t.  ps_network_book_message: a message of `bytes` sent
- * at t (t may lie ahead of the engine's clock) down `route` (h links),
- * chunk by chunk, each link taking its chunks as the events would (same
+ * links (collectives' fast path, collective.h).  ps_network_count_pending:
+ * the network counts, from the next moment no message is in flight, the
+ * chunks still to join each link (not counted before: each message would
+ * touch every link of its route when sent).  ps_network_link_quiet:
+ * counting, no chunk of a message in flight is still to join `link` and
+ * every lane of it is free by t (FALSE while not counting).
+ * ps_network_book_message: a message of `bytes` sent at t (t may lie
+ * ahead of the engine's clock) down `route` (h links), chunk by chunk, each link taking its chunks as the events would (same
  * lanes, rounding and link statistics), with no event; returns when the
  * last chunk arrives.  Exact when nothing else joins those links before
  * its chunks have left them; otherwise the message has gone first there.
  * Not on a traced network (PS_TIME_NEVER). */
 gboolean ps_network_is_traced(const PsNetwork *net);
+void ps_network_count_pending(PsNetwork *net);
 gboolean ps_network_link_quiet(const PsNetwork *net, int link, ps_time_t t);
 ps_time_t ps_network_book_message(PsNetwork *net, const int *route, int hops, int64_t bytes,
                                   ps_time_t t);
