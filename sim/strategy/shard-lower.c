@@ -269,7 +269,8 @@ static int64_t vocab_of(const PsLayer *L)
                                                                    : L->in_shape[L->in_rank - 1];
 }
 
-/* GSPMD's uneven sharding (Xu et al. 2021, section 3.3): a dimension of V
+/* GSPMD's uneven sharding (Xu et al. 2021, arXiv:2105.04663, pads a dimension
+ * the mesh does not divide to static equal shards): a dimension of V
  * that k does not divide is padded to k ceil(V / k), each device holding
  * ceil(V / k).  A table grows by its padded rows alone (a lookup costs the
  * same); a head's weights, FLOPs and traffic and the loss's logits grow in
