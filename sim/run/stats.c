@@ -314,9 +314,14 @@ static json_object *strategy_key(const PsExperiment *exp, const char *key)
   return v;
 }
 
+/* A boolean key, or a word other than "none" (the shard strategy's
+ * "rematerialize"). */
 static gboolean strategy_flag(const PsExperiment *exp, const char *key)
 {
-  return json_object_get_boolean(strategy_key(exp, key));
+  json_object *v = strategy_key(exp, key);
+  if (json_object_is_type(v, json_type_string))
+    return strcmp(json_object_get_string(v), "none") != 0;
+  return json_object_get_boolean(v);
 }
 
 static const char *strategy_word(const PsExperiment *exp, const char *key)

@@ -199,25 +199,40 @@ static void backward(Stage *st, int mb, gboolean final)
   }
 }
 
-static void schedule(Stage *st)
+void ps_pipeline_walk(PsSchedule schedule, int K, int s, int M, PsPipelineFwd fwd,
+                      PsPipelineBwd bwd, void *data)
 {
-  const int M = st->M;
-  if (st->staging->schedule == PS_SCHEDULE_GPIPE) {
+  if (schedule == PS_SCHEDULE_GPIPE) {
     for (int mb = 0; mb < M; mb++)
-      forward(st, mb);
+      fwd(data, mb);
     for (int mb = M - 1; mb >= 0; mb--)
-      backward(st, mb, mb == 0);
+      bwd(data, mb, mb == 0);
     return;
   }
-  int warm = MIN(st->K - st->s - 1, M);
+  int warm = MIN(K - s - 1, M);
   for (int mb = 0; mb < warm; mb++)
-    forward(st, mb);
+    fwd(data, mb);
   for (int i = 0; i < M - warm; i++) {
-    forward(st, warm + i);
-    backward(st, i, i == M - 1);
+    fwd(data, warm + i);
+    bwd(data, i, i == M - 1);
   }
   for (int mb = M - warm; mb < M; mb++)
-    backward(st, mb, mb == M - 1);
+    bwd(data, mb, mb == M - 1);
+}
+
+static void forward_cb(void *st, int mb)
+{
+  forward(st, mb);
+}
+
+static void backward_cb(void *st, int mb, gboolean final)
+{
+  backward(st, mb, final);
+}
+
+static void schedule(Stage *st)
+{
+  ps_pipeline_walk(st->staging->schedule, st->K, st->s, st->M, forward_cb, backward_cb, st);
 }
 
 static const char *memory_advice(const PsStaging *sc)

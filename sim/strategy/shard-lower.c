@@ -39,7 +39,12 @@
  * reduce-scatter) completes.  The all-gathers of rows before a matmul are
  * not decomposed.
  *
- * Invariant: every device runs the same sequence of ops; each collective
+ * Pipeline stages (shard-pipe.c): a stage lowers its layers [lo, hi) alone
+ * for each micro-batch in its schedule's order, between the RECV and SEND
+ * of the boundary activations (and of their gradients in backward); only
+ * the last backward reduces the gradients.
+ *
+ * Invariant: every device of a stage runs the same sequence of ops; each collective
  * request becomes one instance per group of devices that differ only
  * along its axis, so every group's members start it in the same order.
  * The programs name requests as plan slots (program.h), so the devices
@@ -102,6 +107,12 @@ typedef struct {
   GArray *ops;        /* the template */
   int tag;
   int64_t shard_params;
+  int stage, P, mbs;  /* this stage of P, micro-batches per step */
+  int lo, hi;         /* the stage's layers [lo, hi) */
+  int mb;             /* the micro-batch being lowered */
+  gboolean final;     /* its backward completes the gradients */
+  int *pending;       /* per op group: its fsdp gather's request */
+  GArray *xfer;       /* indices of the stage SEND/RECV ops in the template */
 } Lower;
 
 static const char *const coll_word[PS_COLL_N_OPS] = {"all-reduce", "reduce-scatter",
@@ -403,10 +414,10 @@ static int64_t group_params(const Lower *w, int g)
  * a collective at its input or after its backward. */
 static void cut_groups(Lower *w)
 {
-  GArray *base = ps_lower_layer_groups(w->exp, 0, w->m->n_layers);
+  GArray *base = ps_lower_layer_groups(w->exp, w->lo, w->hi);
   w->starts = g_array_new(FALSE, FALSE, sizeof(int));
   int b = 0;
-  for (int i = 0; i < w->m->n_layers; i++) {
+  for (int i = w->lo; i < w->hi; i++) {
     const LayerPlan *lp = &w->lp[i];
     gboolean cut = b < (int)base->len && g_array_index(base, int, b) == i;
     if (cut)
@@ -417,7 +428,7 @@ static void cut_groups(Lower *w)
         (i > 0 && w->lp[i - 1].out_comp != NO_COLL))
       g_array_append_val(w->starts, i);
   }
-  g_array_append_val(w->starts, w->m->n_layers);
+  g_array_append_val(w->starts, w->hi);
   g_array_free(base, TRUE);
 }
 
@@ -442,7 +453,7 @@ static void name_op(const Lower *w, PsOp *op, int first)
 
 static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
 {
-  PsOp op = {.kind = kind, .batch = w->batch, .first = group_first(w, g),
+  PsOp op = {.kind = kind, .batch = w->batch, .mb = w->mb, .first = group_first(w, g),
              .last = group_last(w, g)};
   ps_lower_compute_op(w->exp, &op); /* the name and the whole op's activations */
   PsOpCost cost;
@@ -782,7 +793,8 @@ static void shard_backward(Lower *w, int *pending)
     else
       emit(w, &bw);
     backward_comps(w, first, ring);
-    gradients(w, &b, g, g == 0);
+    if (w->final)
+      gradients(w, &b, g, g == 0);
   }
   for (guint j = 0; j < b.rs->len; j++)
     coll(w, PS_OP_COLL_DONE, g_array_index(b.rs, int, j));
@@ -793,33 +805,89 @@ static void shard_backward(Lower *w, int *pending)
   g_array_free(b.done, TRUE);
 }
 
-/* The template program of every device (colls are request indices). */
+/* A stage transfer of the current micro-batch (shard-pipe.c): forward the
+ * device's share of the stage's output, backward the gradient of its
+ * input; the labels ride with the activations, as in the pipeline
+ * strategy. */
+static void xfer(Lower *w, PsOpKind kind, gboolean backward)
+{
+  const PsLayer *in = &w->local.layers[w->lo], *out = &w->local.layers[w->hi - 1];
+  double elems = backward ? (double)ps_shape_elems(in->in_shape, in->in_rank)
+                          : (double)ps_shape_elems(out->out_shape, out->out_rank);
+  double bytes = elems * (double)w->batch * w->act_b + (backward ? 0 : 4.0 * w->batch);
+  int peer = (kind == PS_OP_SEND) != backward ? 1 : -1;
+  PsOp op = ps_shard_pipe_xfer(kind, w->mb, backward, peer, w->batch,
+                               backward ? w->lo - 1 : w->hi - 1, bytes);
+  int at = (int)w->ops->len;
+  g_array_append_val(w->xfer, at);
+  emit(w, &op);
+}
+
+static void pipe_forward(void *data, int mb)
+{
+  Lower *w = data;
+  w->mb = mb;
+  if (w->stage == 0) {
+    PsOp in = ps_lower_infeed(w->exp, w->batch);
+    in.mb = mb;
+    in.example_off += mb * w->batch;
+    emit(w, &in);
+  } else {
+    xfer(w, PS_OP_RECV, FALSE);
+  }
+  shard_forward(w, w->pending);
+  if (w->stage < w->P - 1)
+    xfer(w, PS_OP_SEND, FALSE);
+}
+
+static void pipe_backward(void *data, int mb, gboolean final)
+{
+  Lower *w = data;
+  w->mb = mb;
+  w->final = final;
+  if (w->stage < w->P - 1)
+    xfer(w, PS_OP_RECV, TRUE);
+  shard_backward(w, w->pending);
+  if (w->stage > 0)
+    xfer(w, PS_OP_SEND, TRUE);
+}
+
+/* The template program of every device of the stage (colls are request
+ * indices): its micro-batches in the schedule's order (one stage, one
+ * micro-batch: infeed, forward, backward), the update, the outfeed. */
 static void build_template(Lower *w)
 {
   int n = (int)w->starts->len - 1;
-  int *pending = g_new(int, n);
-  PsOp in = ps_lower_infeed(w->exp, w->batch);
-  emit(w, &in);
-  shard_forward(w, pending);
-  shard_backward(w, pending);
-  PsOp up = {.coll = -1, .param_off = 0, .param_len = w->m->params};
+  w->pending = g_new(int, n);
+  ps_pipeline_walk(w->c->schedule, w->P, w->stage, w->mbs, pipe_forward, pipe_backward, w);
+  int64_t off = ps_lower_param_offset(w->m, w->lo);
+  PsOp up = {.coll = -1, .param_off = off, .param_len = ps_lower_param_offset(w->m, w->hi) - off};
+  if (w->P == 1)
+    up.param_len = w->m->params;
   ps_lower_update_op(w->exp, &up, w->shard_params);
   snprintf(up.name, sizeof up.name, w->F > 1 || w->M > 1 ? "apply update: shard" : "apply update");
   emit(w, &up);
-  PsOp out = ps_lower_outfeed(w->exp, w->batch, 1.0 / ((double)w->D * w->F * w->M));
-  emit(w, &out);
-  g_free(pending);
+  if (w->stage == w->P - 1) {
+    PsOp out = ps_lower_outfeed(w->exp, w->batch * w->mbs, 1.0 / ((double)w->D * w->F * w->M));
+    emit(w, &out);
+  }
+  g_free(w->pending);
+  w->pending = NULL;
 }
 
-static void lower_init(Lower *w, const PsExperiment *exp, const PsShardConfig *c)
+/* Stage `stage` of the mesh, layers [lo, hi). */
+static void lower_init(Lower *w, const PsExperiment *exp, const PsShardConfig *c, int stage,
+                       int lo, int hi)
 {
   *w = (Lower){.exp = exp, .c = c, .m = exp->model, .M = ps_shard_model_ways(c),
                .F = c->size[PS_AXIS_FSDP], .D = c->size[PS_AXIS_DATA],
                .sp = c->size[PS_AXIS_SEQUENCE] > 1,
                .act_b = ps_cost_act_bytes(exp->numerics.precision),
                .reqs = g_array_new(FALSE, FALSE, sizeof(Req)),
-               .ops = g_array_new(FALSE, TRUE, sizeof(PsOp))};
-  w->batch = exp->global_batch / ((int64_t)w->D * w->F);
+               .ops = g_array_new(FALSE, TRUE, sizeof(PsOp)),
+               .stage = stage, .P = c->size[PS_AXIS_STAGE], .mbs = c->micro_batches,
+               .lo = lo, .hi = hi, .xfer = g_array_new(FALSE, FALSE, sizeof(int))};
+  w->batch = exp->global_batch / ((int64_t)w->D * w->F * w->mbs);
   plan_layouts(w);
   build_local(w);
   cut_groups(w);
@@ -833,6 +901,7 @@ static void lower_clear(Lower *w)
   g_array_free(w->starts, TRUE);
   g_array_free(w->reqs, TRUE);
   g_array_free(w->ops, TRUE);
+  g_array_free(w->xfer, TRUE);
 }
 
 
@@ -859,12 +928,12 @@ static void groups_init(Groups *gr, const PsShardConfig *c, const int *coord, in
   for (int d = 0; d < n; d++) {
     const int *x = coord + d * PS_N_AXES;
     int dd = x[PS_AXIS_DATA], f = x[PS_AXIS_FSDP], t = x[PS_AXIS_TENSOR],
-        s = x[PS_AXIS_SEQUENCE];
-    gr->gid[G_MODEL][d] = dd * F + f;
+        s = x[PS_AXIS_SEQUENCE], st = x[PS_AXIS_STAGE]; /* a group is one stage's */
+    gr->gid[G_MODEL][d] = (st * D + dd) * F + f;
     gr->pos[G_MODEL][d] = s * T + t;
-    gr->gid[G_FSDP][d] = (dd * S + s) * T + t;
+    gr->gid[G_FSDP][d] = ((st * D + dd) * S + s) * T + t;
     gr->pos[G_FSDP][d] = f;
-    gr->gid[G_DATA][d] = (f * S + s) * T + t;
+    gr->gid[G_DATA][d] = ((st * F + f) * S + s) * T + t;
     gr->pos[G_DATA][d] = dd;
     for (int k = 0; k < G_N; k++)
       gr->members[k][gr->gid[k][d] * gr->size[k] + gr->pos[k][d]] = d;
@@ -912,9 +981,10 @@ static int instance(const Lower *w, PsPlan *plan, const Groups *gr, int **inst, 
 /* Device d's slots (a slot per request: the template's COLL_START/DONE
  * name requests), resolved to its groups' instances in the order its ops
  * meet them; then its program: the template itself, shared by every
- * device, unless ring steps (collective matmul) name peers of its own. */
+ * device of the stage, unless ring steps (collective matmul) or stage
+ * transfers (peer: ps_shard_pipe_peers) name peers of its own. */
 static void device_program(const Lower *w, PsPlan *plan, const Groups *gr, int **inst, int d,
-                           PsOp *ops, int *shared)
+                           const int *peer, PsOp *ops, int *shared)
 {
   int n = (int)w->ops->len, M = gr->size[G_MODEL];
   const int *ring = gr->members[G_MODEL] + gr->gid[G_MODEL][d] * M;
@@ -937,6 +1007,10 @@ static void device_program(const Lower *w, PsPlan *plan, const Groups *gr, int *
   for (int i = 0; i < n; i++)
     if (ops[i].kind == PS_OP_SEND || ops[i].kind == PS_OP_RECV)
       ops[i].peer = ring[(me + ops[i].peer + M) % M];
+  for (guint j = 0; j < w->xfer->len; j++) {
+    int i = g_array_index(w->xfer, int, j);
+    ops[i].peer = peer[2 * d + (tmpl[i].peer > 0)];
+  }
   plan->program_of[d] = ps_plan_add_program(plan, ops, n);
 }
 
@@ -958,16 +1032,25 @@ static int *layer_splits(const Lower *w)
   return split;
 }
 
+/* The plan's axes (stage only when there are stages) and what each
+ * device owns: its stage's layers [first[s], first[s + 1]). */
 static void set_mesh(PsPlan *plan, const PsShardConfig *c, const int *coord, int n,
-                     const PsModel *m)
+                     const PsModel *m, const int *first)
 {
-  static const PsAxis axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR, PS_AXIS_SEQUENCE};
-  for (int i = 0; i < PS_SHARD_AXES; i++)
+  static const PsAxis axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR, PS_AXIS_SEQUENCE,
+                                PS_AXIS_STAGE};
+  int n_axes = PS_SHARD_AXES + (c->size[PS_AXIS_STAGE] > 1);
+  for (int i = 0; i < n_axes; i++)
     ps_plan_set_axis(plan, axes[i], c->size[axes[i]]);
   for (int d = 0; d < n; d++) {
-    for (int i = 0; i < PS_SHARD_AXES; i++)
+    for (int i = 0; i < n_axes; i++)
       ps_plan_set_coord(plan, d, axes[i], coord[d * PS_N_AXES + axes[i]]);
-    ps_plan_add_params(plan, d, 0, m->params);
+    int s = coord[d * PS_N_AXES + PS_AXIS_STAGE];
+    int64_t off = ps_lower_param_offset(m, first[s]);
+    if (n_axes == PS_SHARD_AXES)
+      ps_plan_add_params(plan, d, 0, m->params);
+    else
+      ps_plan_add_params(plan, d, off, ps_lower_param_offset(m, first[s + 1]) - off);
   }
 }
 
@@ -989,6 +1072,14 @@ static char *advice(const Lower *w, double activations)
                       : "raise strategy.mesh.tensor or fsdp, or lower global_batch");
 }
 
+/* " sharded" or " sharded, stage 1 (layers 24..47)".  (transfer full) */
+static char *stage_what(const Lower *w)
+{
+  if (w->P == 1)
+    return g_strdup(" sharded");
+  return g_strdup_printf(" sharded, stage %d (layers %d..%d)", w->stage, w->lo, w->hi - 1);
+}
+
 static gboolean template_fits(Lower *w, GError **error)
 {
   int64_t live = 0, peak = 0;
@@ -997,7 +1088,8 @@ static gboolean template_fits(Lower *w, GError **error)
     peak = MAX(peak, live);
   }
   g_autofree char *adv = advice(w, (double)peak);
-  PsMemoryNeed need = {.path = "strategy.mesh", .what = " sharded", .batch = w->batch,
+  g_autofree char *what = stage_what(w);
+  PsMemoryNeed need = {.path = "strategy.mesh", .what = what, .batch = w->batch * w->mbs,
                        .params = w->shard_params, .slot_params = w->shard_params,
                        .activations = (double)peak, .advice = adv};
   return ps_lower_fits(w->exp, &need, error);
@@ -1006,56 +1098,97 @@ static gboolean template_fits(Lower *w, GError **error)
 gboolean ps_shard_check_memory(const PsExperiment *exp, const PsShardConfig *c,
                                GError **error)
 {
-  Lower w;
-  lower_init(&w, exp, c);
-  gboolean ok = template_fits(&w, error);
-  lower_clear(&w);
+  int *first = ps_shard_pipe_bounds(exp, c, error);
+  gboolean ok = first != NULL;
+  for (int s = 0; ok && s < c->size[PS_AXIS_STAGE]; s++) {
+    Lower w;
+    lower_init(&w, exp, c, s, first[s], first[s + 1]);
+    ok = template_fits(&w, error);
+    lower_clear(&w);
+  }
+  g_free(first);
   return ok;
 }
 
-PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError **error)
+/* Stage w->stage's collective instances and its devices' programs, with
+ * their HBM (once the template fits). */
+static gboolean stage_programs(Lower *w, PsPlan *plan, const Groups *gr, const int *coord,
+                               const int *peer, GError **error)
 {
-  Lower w;
-  lower_init(&w, exp, c);
-  int n = ps_shard_devices(c);
-  int *coord = ps_shard_mesh_map(exp->topology, c, NULL);
-  PsPlan *plan = ps_plan_new(n);
-  plan->loss_scale = c->loss_reduction == PS_LOSS_MEAN ? 1.0f / (float)(w.D * w.F) : 1.0f;
-  set_mesh(plan, c, coord, n, exp->model);
-  if (w.M > 1)
-    plan->layer_split = layer_splits(&w);
-  Groups gr;
-  groups_init(&gr, c, coord, n);
-  int n_req = (int)w.reqs->len;
+  int n = plan->n_devices, n_req = (int)w->reqs->len, p0 = plan->n_programs;
   int **inst = g_new(int *, MAX(n_req, 1));
   for (int r = 0; r < n_req; r++) {
-    int k = g_array_index(w.reqs, Req, r).group;
-    int ng = n / gr.size[k];
+    int ng = n / gr->size[g_array_index(w->reqs, Req, r).group];
     inst[r] = g_new(int, ng);
     for (int j = 0; j < ng; j++)
       inst[r][j] = -1;
   }
-  PsOp *ops = g_new(PsOp, w.ops->len);
+  PsOp *ops = g_new(PsOp, w->ops->len);
   int shared = -1;
-  if (n_req > 0)
-    ps_plan_use_slots(plan, n_req);
   for (int d = 0; d < n; d++)
-    device_program(&w, plan, &gr, inst, d, ops, &shared);
+    if (coord[d * PS_N_AXES + PS_AXIS_STAGE] == w->stage)
+      device_program(w, plan, gr, inst, d, peer, ops, &shared);
   g_free(ops);
   for (int r = 0; r < n_req; r++)
     g_free(inst[r]);
   g_free(inst);
-  groups_clear(&gr);
-  g_free(coord);
-  gboolean ok = template_fits(&w, error);
-  if (ok) {
-    PsMemoryNeed need = {.path = "strategy.mesh", .what = " sharded", .batch = w.batch,
-                         .params = w.shard_params, .slot_params = w.shard_params,
-                         .advice = ""};
-    for (int p = 0; p < plan->n_programs; p++)
-      ps_lower_memory(exp, &plan->programs[p], &need, NULL);
+  if (!template_fits(w, error))
+    return FALSE;
+  g_autofree char *what = stage_what(w);
+  PsMemoryNeed need = {.path = "strategy.mesh", .what = what, .batch = w->batch * w->mbs,
+                       .params = w->shard_params, .slot_params = w->shard_params,
+                       .advice = ""};
+  for (int p = p0; p < plan->n_programs; p++)
+    ps_lower_memory(w->exp, &plan->programs[p], &need, NULL);
+  return TRUE;
+}
+
+/* The plan's tables beside the programs: loss scale, mesh, tensor splits
+ * and, with stages, the partition and micro-batches. */
+static void plan_tables(PsPlan *plan, const Lower *w, const int *coord, const int *first)
+{
+  const PsShardConfig *c = w->c;
+  int P = c->size[PS_AXIS_STAGE];
+  float rows = (float)(w->D * w->F) * (float)w->mbs;
+  plan->loss_scale = c->loss_reduction == PS_LOSS_MEAN ? 1.0f / rows : 1.0f;
+  set_mesh(plan, c, coord, plan->n_devices, w->m, first);
+  if (w->M > 1)
+    plan->layer_split = layer_splits(w);
+  if (P > 1 || w->mbs > 1)
+    plan->micro_batches = w->mbs;
+  if (P > 1)
+    plan->stage_first = g_memdup2(first, sizeof(int) * (size_t)(P + 1));
+}
+
+PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError **error)
+{
+  int P = c->size[PS_AXIS_STAGE], n = ps_shard_devices(c), n_slots = 0;
+  int *first = ps_shard_pipe_bounds(exp, c, error);
+  if (!first)
+    return NULL;
+  Lower *w = g_new(Lower, P);
+  for (int s = 0; s < P; s++) {
+    lower_init(&w[s], exp, c, s, first[s], first[s + 1]);
+    n_slots = MAX(n_slots, (int)w[s].reqs->len);
   }
-  lower_clear(&w);
+  int *coord = ps_shard_mesh_map(exp->topology, c, NULL);
+  int *peer = ps_shard_pipe_peers(c, coord, n);
+  PsPlan *plan = ps_plan_new(n);
+  plan_tables(plan, &w[0], coord, first);
+  Groups gr;
+  groups_init(&gr, c, coord, n);
+  if (n_slots > 0)
+    ps_plan_use_slots(plan, n_slots);
+  gboolean ok = TRUE;
+  for (int s = 0; s < P && ok; s++)
+    ok = stage_programs(&w[s], plan, &gr, coord, peer, error);
+  for (int s = 0; s < P; s++)
+    lower_clear(&w[s]);
+  groups_clear(&gr);
+  g_free(w);
+  g_free(peer);
+  g_free(coord);
+  g_free(first);
   if (!ok) {
     ps_plan_free(plan);
     return NULL;

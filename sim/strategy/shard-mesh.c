@@ -24,6 +24,10 @@
  * of each group are the same, only their order differs).  Only when no
  * cut fits either is the mesh laid out row-major over the device
  * numbering (x fastest), the heaviest axis fastest.
+ * A pipeline stage axis (shard-pipe.c) is outermost of all, after data:
+ * it takes what the others leave, so each stage is a block of neighbouring
+ * chips and consecutive stages neighbouring blocks, and the slices of a
+ * multislice topology go to it first (stages across the DCN).
  * Invariant: the mapping is a bijection from devices to mesh coordinates,
  * and the members of a group along an axis differ only along the
  * physical axes that axis took. */
@@ -31,9 +35,13 @@
 
 #include "hw/topology.h"
 
+#include <string.h>
+
 /* Physical axes: geometry axis ids (topology.h) with extent > 1, each
  * possibly a part of one: positions (pos / stride) % extent of it. */
-#define MAX_PHYS (PS_GEOMETRY_MAX_AXES + PS_SHARD_AXES)
+#define MAX_PHYS (PS_GEOMETRY_MAX_AXES + PS_SHARD_AXES + 1)
+/* The logical axes outermost first: the stage, then c->order. */
+#define N_ORDER (PS_SHARD_AXES + 1)
 typedef struct {
   int n;
   int geo[MAX_PHYS];
@@ -64,7 +72,7 @@ static void physical_axes(const PsGeometry *g, Physical *p)
  * extents multiply to size, in combinations order; 0 when none. */
 static unsigned find_subset(const Physical *p, unsigned used, int k, int size)
 {
-  int idx[PS_GEOMETRY_MAX_AXES];
+  int idx[MAX_PHYS];
   if (k > p->n)
     return 0;
   for (int i = 0; i < k; i++)
@@ -128,6 +136,8 @@ static unsigned dcn_axis(const Physical *p, const PsShardConfig *c, unsigned too
 
 int ps_shard_dcn_axis(const PsShardConfig *c, int slices)
 {
+  if (slices > 1 && c->size[PS_AXIS_STAGE] % slices == 0)
+    return PS_AXIS_STAGE;
   for (int i = 0; slices > 1 && i < PS_SHARD_AXES; i++)
     if (c->size[c->order[i]] % slices == 0)
       return c->order[i];
@@ -135,12 +145,12 @@ int ps_shard_dcn_axis(const PsShardConfig *c, int slices)
 }
 
 /* Row-major fallback: device d's coordinates, heaviest axis fastest. */
-static void fallback(const PsShardConfig *c, int n, int *coord)
+static void fallback(const PsShardConfig *c, const PsAxis *ord, int n, int *coord)
 {
   for (int d = 0; d < n; d++) {
     int rest = d;
-    for (int i = PS_SHARD_AXES - 1; i >= 0; i--) {
-      PsAxis a = c->order[i];
+    for (int i = N_ORDER - 1; i >= 0; i--) {
+      PsAxis a = ord[i];
       coord[d * PS_N_AXES + a] = rest % c->size[a];
       rest /= c->size[a];
     }
@@ -160,9 +170,11 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
   for (int a = 0; a < PS_N_AXES; a++)
     need[a] = c->size[a];
   used = dcn_axis(&p, c, took, need);
+  PsAxis ord[N_ORDER] = {PS_AXIS_STAGE};
+  memcpy(ord + 1, c->order, sizeof c->order);
   gboolean ok = TRUE;
-  for (int i = PS_SHARD_AXES - 1; i >= 0 && ok; i--) {
-    PsAxis a = c->order[i];
+  for (int i = N_ORDER - 1; i >= 0 && ok; i--) {
+    PsAxis a = ord[i];
     if (need[a] == 1)
       continue;
     unsigned m = 0;
@@ -175,7 +187,7 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
     ok = m != 0;
   }
   if (!ok) {
-    fallback(c, n, coord);
+    fallback(c, ord, n, coord);
     if (how)
       g_string_append(how, "  no axis-aligned layout: row-major over devices, "
                            "the heaviest axis fastest\n");
@@ -184,8 +196,8 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
   for (int d = 0; d < n; d++) {
     int pos[PS_GEOMETRY_MAX_AXES];
     ps_geometry_device_axes(g, d, pos);
-    for (int i = 0; i < PS_SHARD_AXES; i++) {
-      PsAxis a = c->order[i];
+    for (int i = 0; i < N_ORDER; i++) {
+      PsAxis a = ord[i];
       int x = 0;
       for (int j = 0; j < p.n; j++)
         if (took[a] & (1u << j)) /* boustrophedon: odd rows run back */
@@ -196,8 +208,10 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
       coord[d * PS_N_AXES + a] = x;
     }
   }
-  for (int i = PS_SHARD_AXES - 1; how && i >= 0; i--) {
-    PsAxis a = c->order[i];
+  for (int i = N_ORDER - 1; how && i >= 0; i--) {
+    PsAxis a = ord[i];
+    if (a == PS_AXIS_STAGE && c->size[a] == 1)
+      continue;
     g_string_append_printf(how, "  %-8s %3d:", ps_axis_name(a), c->size[a]);
     for (int j = 0; j < p.n; j++)
       if (took[a] & (1u << j))

@@ -1,7 +1,7 @@
 /* shard-private.h: what the files of the shard strategy share (shard.c:
  * keys, checks and the registry entry; shard-mesh.c: the logical mesh on
  * the torus; shard-lower.c: layouts, the per-device local model and the
- * programs).
+ * programs; shard-pipe.c: the pipeline stage axis, each stage a mesh).
  *
  * Invariant: a PsShardConfig that shard_parse returns has every default
  * filled in and its mesh sizes multiply to the devices it occupies; the
@@ -18,7 +18,7 @@ typedef enum { PS_REMAT_NONE, PS_REMAT_FULL, PS_REMAT_ATTENTION } PsRemat;
 #define PS_SHARD_AXES 4
 
 typedef struct {
-  int size[PS_N_AXES];          /* DATA, FSDP, TENSOR, SEQUENCE; STAGE 1 */
+  int size[PS_N_AXES];          /* DATA, FSDP, TENSOR, SEQUENCE, STAGE */
   gboolean mesh_given;          /* "mesh" in the file (else data = every device) */
   PsAxis order[PS_SHARD_AXES];  /* increasing communication: data .. tensor */
   gboolean order_given;
@@ -29,9 +29,11 @@ typedef struct {
   int64_t bucket_bytes;
   PsLossReduction loss_reduction;
   PsPrecision reduce_precision; /* of the gradients' reductions */
+  int micro_batches;            /* per data x fsdp row's batch, in a step */
+  PsSchedule schedule;          /* of the stages' micro-batches */
 } PsShardConfig;
 
-/* Devices the mesh occupies: the product of its sizes. */
+/* Devices the mesh occupies: the product of its sizes, stages included. */
 int ps_shard_devices(const PsShardConfig *c);
 /* The tensor x sequence group's size: the ways a layer's work is split. */
 int ps_shard_model_ways(const PsShardConfig *c);
@@ -51,6 +53,30 @@ PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError *
  * device: FALSE with PS_INPUT_ERROR_DOES_NOT_FIT and advice. */
 gboolean ps_shard_check_memory(const PsExperiment *exp, const PsShardConfig *c,
                                GError **error);
+
+/* ---- the stage axis (shard-pipe.c) ------------------------------------ */
+
+/* Stages, micro-batches and numerics against the model and the batch:
+ * FALSE with a PS_INPUT_ERROR naming strategy.mesh.stage or
+ * strategy.micro_batches and what would fit. */
+gboolean ps_shard_pipe_check(const PsExperiment *exp, const PsShardConfig *c, GError **error);
+/* Each stage's first layer, stages + 1 entries (the last n_layers), cut
+ * as the pipeline strategy cuts ("optimal", partition.h); {0, n_layers}
+ * with one stage.  NULL with a PS_INPUT_ERROR.  (transfer full) */
+int *ps_shard_pipe_bounds(const PsExperiment *exp, const PsShardConfig *c, GError **error);
+/* For each device d, the device with its data, fsdp, tensor and sequence
+ * coordinates in the stage before (peer[2 d]) and after (peer[2 d + 1]),
+ * -1 at the ends.  (transfer full) */
+int *ps_shard_pipe_peers(const PsShardConfig *c, const int *coord, int n);
+/* A stage transfer of micro-batch mb (the pipeline strategy's tags: 2 mb
+ * forward, 2 mb + 1 backward): a SEND or RECV of the boundary activations
+ * (forward) or of their gradients, peer -1 for the stage before and +1 for
+ * the stage after, resolved per device from ps_shard_pipe_peers. */
+PsOp ps_shard_pipe_xfer(PsOpKind kind, int mb, gboolean backward, int peer, int64_t batch,
+                        int layer, double bytes);
+/* What `describe --stages` adds with more than one stage: the partition. */
+gboolean ps_shard_pipe_describe(const PsExperiment *exp, const PsShardConfig *c, GString *out,
+                                GError **error);
 
 extern const PsStrategy ps_strategy_shard;
 

@@ -2,13 +2,15 @@
  * as GSPMD lays out a training step (Xu et al., "GSPMD", 2021; MaxText's
  * data, fsdp, tensor and sequence axes): its keys with their defaults,
  * their checks against the model, batch and slice, and the registry
- * entry.  The mesh is mapped onto the torus by shard-mesh.c and each
- * layer is lowered by shard-lower.c; docs/shard.md says what each key
- * does.
+ * entry.  The mesh is mapped onto the torus by shard-mesh.c, each
+ * layer is lowered by shard-lower.c, and a pipeline stage axis (each stage
+ * a mesh) is cut and joined by shard-pipe.c; docs/shard.md says what each
+ * key does.
  *
  * Invariant: a configuration that shard_check accepts uses every device
  * of the slice, its tensor x sequence ways divide every split dimension of
- * the model and its data x fsdp ways divide the global batch. */
+ * the model, its data x fsdp x micro-batches divide the global batch and
+ * its stages are at most the model's cuttable units. */
 #include "strategy/shard-private.h"
 
 #include "common/json.h"
@@ -19,16 +21,19 @@
 static const char *const keys[] = {"kind",           "mesh",     "mesh_order",
                                    "collective_matmul", "rematerialize", "prefetch",
                                    "regather",       "bucket_bytes", "loss_reduction",
-                                   "reduce_precision", NULL};
+                                   "reduce_precision", "micro_batches", "schedule", NULL};
 static const char *const mesh_keys[] = {"data", "fsdp", "tensor", "sequence", NULL};
 static const PsAxis mesh_axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR,
                                    PS_AXIS_SEQUENCE};
 static const char *const remats[] = {"none", "full", "attention_only", NULL};
 static const char *const loss_reductions[] = {"mean", "sum", NULL};
+static const char *const schedules[] = {"gpipe", "1f1b", NULL};
+static const char *const mesh_keys_all[] = {"data", "fsdp", "tensor", "sequence", "stage",
+                                            NULL};
 
 int ps_shard_devices(const PsShardConfig *c)
 {
-  int n = 1;
+  int n = c->size[PS_AXIS_STAGE];
   for (int i = 0; i < PS_SHARD_AXES; i++)
     n *= c->size[mesh_axes[i]];
   return n;
@@ -45,14 +50,15 @@ static gboolean parse_mesh(json_object *o, const char *file, PsShardConfig *c, G
   if (!json_object_object_get_ex(o, "mesh", &m) || !m)
     return TRUE;
   if (!ps_json_expect_object(m, file, "strategy.mesh", error) ||
-      !ps_json_check_keys(m, file, "strategy.mesh", mesh_keys, error))
+      !ps_json_check_keys(m, file, "strategy.mesh", mesh_keys_all, error))
     return FALSE;
   c->mesh_given = TRUE;
   for (int i = 0; i < PS_SHARD_AXES; i++)
     if (!ps_json_get_int32(m, file, "strategy.mesh", mesh_keys[i], FALSE, 1, 1 << 20,
                            &c->size[mesh_axes[i]], error))
       return FALSE;
-  return TRUE;
+  return ps_json_get_int32(m, file, "strategy.mesh", "stage", FALSE, 1, 1 << 20,
+                           &c->size[PS_AXIS_STAGE], error);
 }
 
 /* "mesh_order": the four axis names, outermost (least communication)
@@ -92,7 +98,7 @@ bad:
 static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, GError **error)
 {
   const char *p = "strategy";
-  int remat = c->remat, red = c->loss_reduction;
+  int remat = c->remat, red = c->loss_reduction, sched = c->schedule;
   if (!ps_json_check_keys(o, file, p, keys, error) || !parse_mesh(o, file, c, error) ||
       !parse_order(o, file, c, error) ||
       !ps_json_get_bool(o, file, p, "collective_matmul", FALSE, &c->collective_matmul,
@@ -103,8 +109,12 @@ static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, G
       !ps_json_get_int(o, file, p, "bucket_bytes", FALSE, 1, INT64_C(1) << 40,
                        &c->bucket_bytes, error) ||
       !ps_json_get_enum(o, file, p, "loss_reduction", FALSE, loss_reductions, &red, error) ||
-      !ps_strategy_parse_reduce_precision(o, file, &c->reduce_precision, error))
+      !ps_strategy_parse_reduce_precision(o, file, &c->reduce_precision, error) ||
+      !ps_json_get_int32(o, file, p, "micro_batches", FALSE, 1, 1 << 24, &c->micro_batches,
+                         error) ||
+      !ps_json_get_enum(o, file, p, "schedule", FALSE, schedules, &sched, error))
     return FALSE;
+  c->schedule = (PsSchedule)sched;
   c->remat = (PsRemat)remat;
   c->loss_reduction = (PsLossReduction)red;
   return TRUE;
@@ -124,6 +134,8 @@ static gboolean shard_parse(json_object *obj, const PsTopology *topo, const char
   c->regather = TRUE;
   c->bucket_bytes = PS_DEFAULT_BUCKET_BYTES;
   c->loss_reduction = PS_LOSS_MEAN;
+  c->micro_batches = 1;
+  c->schedule = PS_SCHEDULE_GPIPE;
   if (obj && !parse_keys(obj, file, c, error)) {
     g_free(c);
     return FALSE;
@@ -131,9 +143,9 @@ static gboolean shard_parse(json_object *obj, const PsTopology *topo, const char
   if (c->size[PS_AXIS_DATA] == 0) {
     /* mesh.data left out: every device the other axes leave (1 when they
      * do not divide the slice, which the check then reports) */
-    int rest = ps_topology_devices(topo), others = c->size[PS_AXIS_FSDP] *
-                                                   c->size[PS_AXIS_TENSOR] *
-                                                   c->size[PS_AXIS_SEQUENCE];
+    int rest = ps_topology_devices(topo),
+        others = c->size[PS_AXIS_FSDP] * c->size[PS_AXIS_TENSOR] *
+                 c->size[PS_AXIS_SEQUENCE] * c->size[PS_AXIS_STAGE];
     c->size[PS_AXIS_DATA] = rest % others == 0 ? rest / others : 1;
   }
   *config = c;
@@ -186,6 +198,22 @@ static gboolean check_model(const PsExperiment *e, const PsShardConfig *c, GErro
 static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError **error)
 {
   int devices = ps_topology_devices(e->topology), n = ps_shard_devices(c);
+  int P = c->size[PS_AXIS_STAGE];
+  if (P > 1 && n != devices) {
+    int rest = n / P;
+    g_autofree char *fit =
+        devices % rest == 0
+            ? g_strdup_printf("use strategy.mesh.stage = %d, or change the other axes",
+                              devices / rest)
+            : g_strdup_printf("no stage count fits a mesh of %d devices; choose sizes whose "
+                              "product with the stages is %d", rest, devices);
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh.stage",
+                     "%d stages x data %d x fsdp %d x tensor %d x sequence %d = %d devices, "
+                     "but %s has %d; %s",
+                     P, c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP], c->size[PS_AXIS_TENSOR],
+                     c->size[PS_AXIS_SEQUENCE], n, e->topology->name, devices, fit);
+    return FALSE;
+  }
   if (n != devices) {
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh",
                      "data x fsdp x tensor x sequence = %d x %d x %d x %d = %d devices, but %s "
@@ -271,7 +299,8 @@ static gboolean check_numerics(const PsExperiment *e, const PsShardConfig *c, GE
 static gboolean shard_check(const PsExperiment *e, const void *config, GError **error)
 {
   const PsShardConfig *c = config;
-  if (!check_mesh(e, c, error) || !check_model(e, c, error))
+  if (!check_mesh(e, c, error) || !check_model(e, c, error) ||
+      !ps_shard_pipe_check(e, c, error))
     return FALSE;
   if (e->numerics.enabled && !check_numerics(e, c, error))
     return FALSE;
@@ -291,6 +320,12 @@ static json_object *shard_to_json(const void *config)
   json_object *m = json_object_new_object();
   for (int i = 0; i < PS_SHARD_AXES; i++)
     json_object_object_add(m, mesh_keys[i], json_object_new_int(c->size[mesh_axes[i]]));
+  if (c->size[PS_AXIS_STAGE] > 1 || c->micro_batches > 1) {
+    /* the stage axis's keys, shown when they are used */
+    json_object_object_add(m, "stage", json_object_new_int(c->size[PS_AXIS_STAGE]));
+    json_object_object_add(so, "micro_batches", json_object_new_int(c->micro_batches));
+    json_object_object_add(so, "schedule", json_object_new_string(schedules[c->schedule]));
+  }
   json_object_object_add(so, "mesh", m);
   json_object *order = json_object_new_array();
   for (int i = 0; i < PS_SHARD_AXES; i++)
@@ -318,18 +353,22 @@ static int shard_devices(const void *config)
 static gboolean shard_describe(const PsExperiment *exp, const void *config, GString *out,
                                GError **error)
 {
-  (void)error;
   const PsShardConfig *c = config;
-  g_string_append_printf(out, "mesh: data %d x fsdp %d x tensor %d x sequence %d on %s\n",
-                         c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP], c->size[PS_AXIS_TENSOR],
-                         c->size[PS_AXIS_SEQUENCE], exp->topology->name);
+  g_autofree char *stages = c->size[PS_AXIS_STAGE] > 1
+                                ? g_strdup_printf("stage %d x ", c->size[PS_AXIS_STAGE])
+                                : g_strdup("");
+  g_string_append_printf(out, "mesh: %sdata %d x fsdp %d x tensor %d x sequence %d on %s\n",
+                         stages, c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP],
+                         c->size[PS_AXIS_TENSOR], c->size[PS_AXIS_SEQUENCE],
+                         exp->topology->name);
   g_free(ps_shard_mesh_map(exp->topology, c, out));
-  return TRUE;
+  return ps_shard_pipe_describe(exp, c, out, error);
 }
 
 const PsStrategy ps_strategy_shard = {
     .name = "shard",
-    .summary = "SPMD sharding over a device mesh: data, fsdp, tensor and sequence axes",
+    .summary = "SPMD sharding over a device mesh: data, fsdp, tensor and sequence axes, "
+               "optionally in pipeline stages",
     .parse = shard_parse,
     .check = shard_check,
     .compile = shard_compile,

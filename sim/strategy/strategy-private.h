@@ -74,6 +74,17 @@ void ps_replica_free(void *config);
  * accumulate into one update. */
 float ps_replica_loss_scale(const PsReplication *rep, int micro_batches);
 
+/* The order of a pipeline stage's micro-batches (pipeline.c): stage s of
+ * K under `schedule` calls fwd(data, mb) and bwd(data, mb, final) for each
+ * of the M micro-batches, gpipe all forwards then all backwards (last
+ * first), 1f1b K - s - 1 warm-up forwards then one forward and one
+ * backward alternately; `final` marks the step's last backward on the
+ * stage, whose gradients are complete. */
+typedef void (*PsPipelineFwd)(void *data, int mb);
+typedef void (*PsPipelineBwd)(void *data, int mb, gboolean final);
+void ps_pipeline_walk(PsSchedule schedule, int K, int s, int M, PsPipelineFwd fwd,
+                      PsPipelineBwd bwd, void *data);
+
 /* strategy.reduce_precision, a key replicate, pipeline and shard share:
  * the type gradients are reduced in ("f32", the default: a mixed-precision
  * step's gradients are f32; or "bf16"), which sets the bytes per element
