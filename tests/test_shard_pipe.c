@@ -14,7 +14,7 @@
  *   fsdp and tensor collectives, and every SEND has its RECV at a device
  *   of the next or previous stage with the same data, fsdp and tensor
  *   coordinates, the same tag and a micro-batch's share of the
- *   activations;
+ *   activations (with collective matmul's ring steps too);
  * - /shard/pipe/placement: stages are outermost on the torus: the devices
  *   of a stage are a block of neighbouring chips, and on two slices each
  *   stage is one slice;
@@ -136,8 +136,8 @@ static void check_transfers(const PsPlan *p)
     const PsProgram *pr = ps_plan_program(p, d);
     for (int i = 0; i < pr->n_ops; i++) {
       const PsOp *o = &pr->ops[i];
-      if (o->kind != PS_OP_SEND)
-        continue;
+      if (o->kind != PS_OP_SEND || !g_str_has_prefix(o->name, "stage "))
+        continue; /* (collective matmul's ring steps stay in the stage) */
       sends++;
       g_assert_true(same_inner(p, d, o->peer));
       g_assert_cmpint(abs(stage_of(p, o->peer) - stage_of(p, d)), ==, 1);
@@ -176,6 +176,14 @@ static void test_groups(void)
     g_assert_cmpint(per_stage[s][PS_AXIS_TENSOR], >, 0);
   }
   check_transfers(p);
+  /* collective matmul's ring steps beside the stage transfers */
+  const char *cm[] = {"strategy.mesh.stage=2", "strategy.micro_batches=4",
+                      "strategy.collective_matmul=true", "strategy.schedule=1f1b", NULL};
+  PsExperiment *e2;
+  PsPlan *p2 = compile(bert, cm, &e2);
+  check_transfers(p2);
+  ps_plan_free(p2);
+  ps_experiment_free(e2);
   /* stage 0's first SEND: a micro-batch's activations (4 sequences of 512
    * x 1024, bf16, whole on every tensor device) and its labels */
   const PsProgram *pr = ps_plan_program(p, 0);

@@ -866,6 +866,13 @@ static void build_template(Lower *w)
     up.param_len = w->m->params;
   ps_lower_update_op(w->exp, &up, w->shard_params);
   snprintf(up.name, sizeof up.name, w->F > 1 || w->M > 1 ? "apply update: shard" : "apply update");
+  if (w->mbs > 1 && w->F > 1) {
+    /* micro-batches accumulate whole gradients until the last one's
+     * reduce-scatter: held from the first op to the update */
+    int64_t whole = w->shard_params * (w->F - 1) * 4;
+    g_array_index(w->ops, PsOp, 0).act_bytes += whole;
+    up.act_bytes = -whole;
+  }
   emit(w, &up);
   if (w->stage == w->P - 1) {
     PsOp out = ps_lower_outfeed(w->exp, w->batch * w->mbs, 1.0 / ((double)w->D * w->F * w->M));
