@@ -13,8 +13,9 @@
  *   every collective's members are of one stage, each stage has its own
  *   fsdp and tensor collectives, and every SEND has its RECV at a device
  *   of the next or previous stage with the same data, fsdp and tensor
- *   coordinates, the same tag and a micro-batch's share of the
- *   activations (with collective matmul's ring steps too);
+ *   coordinates, the same tag and 1/T of a micro-batch's activations,
+ *   all-gathered over the receiving stage's tensor group (Megatron-LM's
+ *   scatter/gather) (with collective matmul's ring steps too);
  * - /shard/pipe/placement: stages are outermost on the torus: the devices
  *   of a stage are a block of neighbouring chips, and on two slices each
  *   stage is one slice;
@@ -184,14 +185,30 @@ static void test_groups(void)
   check_transfers(p2);
   ps_plan_free(p2);
   ps_experiment_free(e2);
-  /* stage 0's first SEND: a micro-batch's activations (4 sequences of 512
-   * x 1024, bf16, whole on every tensor device) and its labels */
+  /* stage 0's first SEND: a quarter of a micro-batch's activations (4
+   * sequences of 512 x 1024, bf16, whole on every tensor device: Megatron's
+   * scatter) and its labels; the receivers all-gather them over their
+   * tensor group, and the gradients back the same way */
   const PsProgram *pr = ps_plan_program(p, 0);
   for (int i = 0; i < pr->n_ops; i++)
     if (pr->ops[i].kind == PS_OP_SEND) {
-      g_assert_cmpfloat(pr->ops[i].bytes, ==, 4.0 * 512 * 1024 * 2 + 4 * 4);
+      g_assert_cmpfloat(pr->ops[i].bytes, ==, 4.0 * 512 * 1024 * 2 / 4 + 4 * 4);
       break;
     }
+  int gathers[2] = {0, 0};
+  for (int c = 0; c < p->n_colls; c++) {
+    const PsPlanColl *k = &p->colls[c];
+    if (strstr(k->name, "stage in") || strstr(k->name, "stage out-grad")) {
+      g_assert_cmpint(k->op, ==, PS_COLL_ALL_GATHER);
+      g_assert_cmpint(k->axis, ==, PS_AXIS_TENSOR);
+      g_assert_cmpint(k->count, ==, 4 * 512 * 1024);
+      gathers[stage_of(p, k->members[0])] += strstr(k->name, "stage in") ? 1 : 100;
+    }
+  }
+  /* 4 micro-batches x 2 tensor groups: stage 1 gathers the activations,
+   * stage 0 the gradients */
+  g_assert_cmpint(gathers[0], ==, 800);
+  g_assert_cmpint(gathers[1], ==, 8);
   ps_plan_free(p);
   ps_experiment_free(e);
 }

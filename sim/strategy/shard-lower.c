@@ -60,7 +60,6 @@
 
 typedef enum { L_WHOLE, L_SPLIT, L_PARTIAL, L_ROWS } Layout;
 typedef enum { LOC_NONE, LOC_COL, LOC_ROW, LOC_DIV, LOC_ROWS } LocalKind;
-typedef enum { G_MODEL, G_FSDP, G_DATA, G_N } GroupKind;
 #define NO_COLL (-1)
 
 /* A completion of producer's output before a layer, and its conjugate. */
@@ -77,12 +76,13 @@ typedef struct {
   gboolean padded;    /* a vocabulary T does not divide, padded to ceil(V/T) a device */
   LocalKind local;
   int out_comp;       /* how a consumer completes this output (NO_COLL) */
+  Layout out;         /* the layout the layer leaves its output in */
 } LayerPlan;
 
 /* A collective the template refers to; one instance per group. */
 typedef struct {
   PsCollOp op;
-  GroupKind group;
+  PsShardGroup group;
   PsAxis axis;
   int64_t count;
   PsBufferKind buffer;
@@ -253,7 +253,7 @@ static void plan_layouts(Lower *w)
     w->lp[i].out_comp = NO_COLL;
   }
   for (int i = 0; i < n && w->M > 1; i++)
-    cur[i] = plan_layer(w, cur, i);
+    cur[i] = w->lp[i].out = plan_layer(w, cur, i);
   g_free(cur);
   g_free(w->rows_kept);
   w->rows_kept = NULL;
@@ -356,7 +356,7 @@ static void build_local(Lower *w)
 
 /* ---- the template ----------------------------------------------------- */
 
-static int add_req(Lower *w, PsCollOp op, GroupKind g, PsAxis axis, int64_t count,
+static int add_req(Lower *w, PsCollOp op, PsShardGroup g, PsAxis axis, int64_t count,
                    PsBufferKind buf, int layer, const char *what)
 {
   Req r = {.op = op, .group = g, .axis = axis, .count = MAX(count, 1), .buffer = buf,
@@ -531,7 +531,7 @@ static void forward_comps(Lower *w, int i)
     if (decomposed && c->fwd == PS_COLL_REDUCE_SCATTER)
       continue; /* the producer's ring steps did it */
     int op = decomposed ? PS_COLL_ALL_GATHER : c->fwd;
-    coll_now(w, add_req(w, op, G_MODEL, model_axis(w, op), n, PS_BUFFER_ACTIVATIONS,
+    coll_now(w, add_req(w, op, PS_GROUP_MODEL, model_axis(w, op), n, PS_BUFFER_ACTIVATIONS,
                         c->producer, what));
   }
 }
@@ -558,7 +558,7 @@ static void backward_comps(Lower *w, int i, gboolean ring)
       continue; /* the ring steps reduced and scattered it */
     char what[48];
     snprintf(what, sizeof what, "%.32s out-grad", lname(w, c->producer));
-    coll_now(w, add_req(w, c->bwd, G_MODEL, model_axis(w, c->bwd), out_elems(w, c->producer),
+    coll_now(w, add_req(w, c->bwd, PS_GROUP_MODEL, model_axis(w, c->bwd), out_elems(w, c->producer),
                         PS_BUFFER_ACT_GRADS, c->producer, what));
   }
   if (lp->enter && w->m->layers[i].input_from >= 0) {
@@ -566,7 +566,7 @@ static void backward_comps(Lower *w, int i, gboolean ring)
     snprintf(what, sizeof what, "%.34s in-grad", w->m->layers[i].name);
     int p = w->m->layers[i].input_from;
     int op = ring ? PS_COLL_ALL_GATHER : PS_COLL_ALL_REDUCE;
-    coll_now(w, add_req(w, op, G_MODEL, PS_AXIS_TENSOR, out_elems(w, p), PS_BUFFER_ACT_GRADS,
+    coll_now(w, add_req(w, op, PS_GROUP_MODEL, PS_AXIS_TENSOR, out_elems(w, p), PS_BUFFER_ACT_GRADS,
                         p, what));
   }
 }
@@ -615,7 +615,7 @@ static int gather_req(Lower *w, int g, const char *when)
     return -1;
   char what[48];
   snprintf(what, sizeof what, "%.30s w %s", w->m->layers[group_first(w, g)].name, when);
-  return add_req(w, PS_COLL_ALL_GATHER, G_FSDP, PS_AXIS_FSDP, group_params(w, g),
+  return add_req(w, PS_COLL_ALL_GATHER, PS_GROUP_FSDP, PS_AXIS_FSDP, group_params(w, g),
                  PS_BUFFER_PARAMS, group_first(w, g), what);
 }
 
@@ -669,9 +669,9 @@ static void shard_forward(Lower *w, int *pending)
     ps_lower_host_calls(w->exp, &f, w->ops);
     if (lp->vocab_loss) {
       int64_t rows = w->batch * MAX(w->m->labels_per_example, 1);
-      coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, G_MODEL, PS_AXIS_TENSOR, rows,
+      coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_MODEL, PS_AXIS_TENSOR, rows,
                           PS_BUFFER_ACTIVATIONS, last, "loss max"));
-      coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, G_MODEL, PS_AXIS_TENSOR, rows,
+      coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_MODEL, PS_AXIS_TENSOR, rows,
                           PS_BUFFER_ACTIVATIONS, last, "loss sum"));
     }
   }
@@ -700,7 +700,7 @@ static void flush_bucket(Lower *w, Buckets *b, GArray *rs, int first, int last,
   snprintf(what, sizeof what, "b%d %.16s..%.16s", b->k++, w->m->layers[first].name,
            w->m->layers[last].name);
   /* with fsdp the bucket is the device's shards of its ops' gradients */
-  int r = add_req(w, PS_COLL_ALL_REDUCE, G_DATA, PS_AXIS_DATA, floats,
+  int r = add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_DATA, PS_AXIS_DATA, floats,
                   w->F > 1 ? PS_BUFFER_GRAD_SHARDS : PS_BUFFER_GRADS, first, what);
   if (w->F > 1)
     g_array_index(w->reqs, Req, r).offset = w->shard_params - floats;
@@ -724,7 +724,7 @@ static void gradients(Lower *w, Buckets *b, int g, gboolean closes)
     if (w->F > 1) {
       char what[48];
       snprintf(what, sizeof what, "%.36s grad", w->m->layers[group_first(w, g)].name);
-      int r = add_req(w, PS_COLL_REDUCE_SCATTER, G_FSDP, PS_AXIS_FSDP, p, PS_BUFFER_GRADS,
+      int r = add_req(w, PS_COLL_REDUCE_SCATTER, PS_GROUP_FSDP, PS_AXIS_FSDP, p, PS_BUFFER_GRADS,
                       group_first(w, g), what);
       coll(w, PS_OP_COLL_START, r);
       g_array_append_val(b->rs, r);
@@ -807,20 +807,26 @@ static void shard_backward(Lower *w, int *pending)
 
 /* A stage transfer of the current micro-batch (shard-pipe.c): forward the
  * device's share of the stage's output, backward the gradient of its
- * input; the labels ride with the activations, as in the pipeline
- * strategy. */
+ * input (the labels ride with the activations, as in the pipeline
+ * strategy).  A boundary whole on every device of the tensor group goes
+ * as Megatron-LM's scatter/gather does (Narayanan et al. 2021, section
+ * 4.1): each sends 1/T of it, and the receivers all-gather it over their
+ * group; rows or a split go as they are, partial sums whole. */
 static void xfer(Lower *w, PsOpKind kind, gboolean backward)
 {
-  const PsLayer *in = &w->local.layers[w->lo], *out = &w->local.layers[w->hi - 1];
-  double elems = backward ? (double)ps_shape_elems(in->in_shape, in->in_rank)
-                          : (double)ps_shape_elems(out->out_shape, out->out_rank);
-  double bytes = elems * (double)w->batch * w->act_b + (backward ? 0 : 4.0 * w->batch);
-  int peer = (kind == PS_OP_SEND) != backward ? 1 : -1;
-  PsOp op = ps_shard_pipe_xfer(kind, w->mb, backward, peer, w->batch,
-                               backward ? w->lo - 1 : w->hi - 1, bytes);
-  int at = (int)w->ops->len;
-  g_array_append_val(w->xfer, at);
+  gboolean send = kind == PS_OP_SEND;
+  int p = (send != backward) ? w->hi - 1 : w->lo - 1; /* the boundary's producer */
+  Layout at = w->lp[p].out;
+  double bytes = (double)out_elems(w, p) * w->act_b / (w->M > 1 && at != L_PARTIAL ? w->M : 1);
+  PsOp op = ps_shard_pipe_xfer(kind, w->mb, backward, send != backward ? 1 : -1, w->batch, p,
+                               bytes + (send && !backward ? 4.0 * w->batch : 0));
+  int i = (int)w->ops->len;
+  g_array_append_val(w->xfer, i);
   emit(w, &op);
+  if (!send && w->M > 1 && at == L_WHOLE)
+    coll_now(w, add_req(w, PS_COLL_ALL_GATHER, PS_GROUP_MODEL, PS_AXIS_TENSOR, out_elems(w, p),
+                        backward ? PS_BUFFER_ACT_GRADS : PS_BUFFER_ACTIVATIONS, p,
+                        backward ? "stage out-grad" : "stage in"));
 }
 
 static void pipe_forward(void *data, int mb)
@@ -914,48 +920,6 @@ static void lower_clear(Lower *w)
 
 /* ---- devices, groups and the plan --------------------------------------- */
 
-/* The groups of each kind: gid[k][d], pos[k][d] and members[k] (gid-major). */
-typedef struct {
-  int size[G_N];
-  int *gid[G_N], *pos[G_N], *members[G_N];
-} Groups;
-
-static void groups_init(Groups *gr, const PsShardConfig *c, const int *coord, int n)
-{
-  int D = c->size[PS_AXIS_DATA], F = c->size[PS_AXIS_FSDP], T = c->size[PS_AXIS_TENSOR],
-      S = c->size[PS_AXIS_SEQUENCE];
-  gr->size[G_MODEL] = T * S;
-  gr->size[G_FSDP] = F;
-  gr->size[G_DATA] = D;
-  for (int k = 0; k < G_N; k++) {
-    gr->gid[k] = g_new(int, n);
-    gr->pos[k] = g_new(int, n);
-    gr->members[k] = g_new(int, n);
-  }
-  for (int d = 0; d < n; d++) {
-    const int *x = coord + d * PS_N_AXES;
-    int dd = x[PS_AXIS_DATA], f = x[PS_AXIS_FSDP], t = x[PS_AXIS_TENSOR],
-        s = x[PS_AXIS_SEQUENCE], st = x[PS_AXIS_STAGE]; /* a group is one stage's */
-    gr->gid[G_MODEL][d] = (st * D + dd) * F + f;
-    gr->pos[G_MODEL][d] = s * T + t;
-    gr->gid[G_FSDP][d] = ((st * D + dd) * S + s) * T + t;
-    gr->pos[G_FSDP][d] = f;
-    gr->gid[G_DATA][d] = ((st * F + f) * S + s) * T + t;
-    gr->pos[G_DATA][d] = dd;
-    for (int k = 0; k < G_N; k++)
-      gr->members[k][gr->gid[k][d] * gr->size[k] + gr->pos[k][d]] = d;
-  }
-}
-
-static void groups_clear(Groups *gr)
-{
-  for (int k = 0; k < G_N; k++) {
-    g_free(gr->gid[k]);
-    g_free(gr->pos[k]);
-    g_free(gr->members[k]);
-  }
-}
-
 /* Bytes per element on the wire: activations in the step's precision,
  * reduced gradients in strategy.reduce_precision, weights in f32. */
 static int req_elem_bytes(const Lower *w, const Req *q)
@@ -969,7 +933,7 @@ static int req_elem_bytes(const Lower *w, const Req *q)
 }
 
 /* The instance of request r for device d's group, made on first use. */
-static int instance(const Lower *w, PsPlan *plan, const Groups *gr, int **inst, int r, int d)
+static int instance(const Lower *w, PsPlan *plan, const PsShardGroups *gr, int **inst, int r, int d)
 {
   const Req *q = &g_array_index(w->reqs, Req, r);
   int k = q->group, gid = gr->gid[k][d];
@@ -990,12 +954,12 @@ static int instance(const Lower *w, PsPlan *plan, const Groups *gr, int **inst, 
  * meet them; then its program: the template itself, shared by every
  * device of the stage, unless ring steps (collective matmul) or stage
  * transfers (peer: ps_shard_pipe_peers) name peers of its own. */
-static void device_program(const Lower *w, PsPlan *plan, const Groups *gr, int **inst, int d,
+static void device_program(const Lower *w, PsPlan *plan, const PsShardGroups *gr, int **inst, int d,
                            const int *peer, PsOp *ops, int *shared)
 {
-  int n = (int)w->ops->len, M = gr->size[G_MODEL];
-  const int *ring = gr->members[G_MODEL] + gr->gid[G_MODEL][d] * M;
-  int me = gr->pos[G_MODEL][d];
+  int n = (int)w->ops->len, M = gr->size[PS_GROUP_MODEL];
+  const int *ring = gr->members[PS_GROUP_MODEL] + gr->gid[PS_GROUP_MODEL][d] * M;
+  int me = gr->pos[PS_GROUP_MODEL][d];
   const PsOp *tmpl = (const PsOp *)w->ops->data;
   gboolean peers = FALSE;
   for (int i = 0; i < n; i++) {
@@ -1119,7 +1083,7 @@ gboolean ps_shard_check_memory(const PsExperiment *exp, const PsShardConfig *c,
 
 /* Stage w->stage's collective instances and its devices' programs, with
  * their HBM (once the template fits). */
-static gboolean stage_programs(Lower *w, PsPlan *plan, const Groups *gr, const int *coord,
+static gboolean stage_programs(Lower *w, PsPlan *plan, const PsShardGroups *gr, const int *coord,
                                const int *peer, GError **error)
 {
   int n = plan->n_devices, n_req = (int)w->reqs->len, p0 = plan->n_programs;
@@ -1182,8 +1146,8 @@ PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError *
   int *peer = ps_shard_pipe_peers(c, coord, n);
   PsPlan *plan = ps_plan_new(n);
   plan_tables(plan, &w[0], coord, first);
-  Groups gr;
-  groups_init(&gr, c, coord, n);
+  PsShardGroups gr;
+  ps_shard_groups_init(&gr, c, coord, n);
   if (n_slots > 0)
     ps_plan_use_slots(plan, n_slots);
   gboolean ok = TRUE;
@@ -1191,7 +1155,7 @@ PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError *
     ok = stage_programs(&w[s], plan, &gr, coord, peer, error);
   for (int s = 0; s < P; s++)
     lower_clear(&w[s]);
-  groups_clear(&gr);
+  ps_shard_groups_clear(&gr);
   g_free(w);
   g_free(peer);
   g_free(coord);

@@ -28,6 +28,8 @@
  * it takes what the others leave, so each stage is a block of neighbouring
  * chips and consecutive stages neighbouring blocks, and the slices of a
  * multislice topology go to it first (stages across the DCN).
+ * The groups of each kind (ps_shard_groups_init) are the devices that
+ * differ only along its axes.
  * Invariant: the mapping is a bijection from devices to mesh coordinates,
  * and the members of a group along an axis differ only along the
  * physical axes that axis took. */
@@ -221,4 +223,40 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
     g_string_append(how, took[a] ? "\n" : " -\n");
   }
   return coord;
+}
+
+void ps_shard_groups_init(PsShardGroups *gr, const PsShardConfig *c, const int *coord, int n)
+{
+  int D = c->size[PS_AXIS_DATA], F = c->size[PS_AXIS_FSDP], T = c->size[PS_AXIS_TENSOR],
+      S = c->size[PS_AXIS_SEQUENCE];
+  gr->size[PS_GROUP_MODEL] = T * S;
+  gr->size[PS_GROUP_FSDP] = F;
+  gr->size[PS_GROUP_DATA] = D;
+  for (int k = 0; k < PS_GROUP_N; k++) {
+    gr->gid[k] = g_new(int, n);
+    gr->pos[k] = g_new(int, n);
+    gr->members[k] = g_new(int, n);
+  }
+  for (int d = 0; d < n; d++) {
+    const int *x = coord + d * PS_N_AXES;
+    int dd = x[PS_AXIS_DATA], f = x[PS_AXIS_FSDP], t = x[PS_AXIS_TENSOR],
+        s = x[PS_AXIS_SEQUENCE], st = x[PS_AXIS_STAGE]; /* a group is one stage's */
+    gr->gid[PS_GROUP_MODEL][d] = (st * D + dd) * F + f;
+    gr->pos[PS_GROUP_MODEL][d] = s * T + t;
+    gr->gid[PS_GROUP_FSDP][d] = ((st * D + dd) * S + s) * T + t;
+    gr->pos[PS_GROUP_FSDP][d] = f;
+    gr->gid[PS_GROUP_DATA][d] = ((st * F + f) * S + s) * T + t;
+    gr->pos[PS_GROUP_DATA][d] = dd;
+    for (int k = 0; k < PS_GROUP_N; k++)
+      gr->members[k][gr->gid[k][d] * gr->size[k] + gr->pos[k][d]] = d;
+  }
+}
+
+void ps_shard_groups_clear(PsShardGroups *gr)
+{
+  for (int k = 0; k < PS_GROUP_N; k++) {
+    g_free(gr->gid[k]);
+    g_free(gr->pos[k]);
+    g_free(gr->members[k]);
+  }
 }

@@ -47,6 +47,22 @@ int ps_shard_dcn_axis(const PsShardConfig *c, int slices);
  * line per axis saying which physical axes it took. */
 int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *how);
 
+/* The groups a collective request runs over, one of each kind per
+ * device: the tensor x sequence group, the fsdp group, the data group,
+ * each within one pipeline stage. */
+typedef enum { PS_GROUP_MODEL, PS_GROUP_FSDP, PS_GROUP_DATA, PS_GROUP_N } PsShardGroup;
+
+/* Device d's group of kind k is gid[k][d] and its place in it pos[k][d];
+ * members[k] lists each group's devices in order, gid-major. */
+typedef struct {
+  int size[PS_GROUP_N];
+  int *gid[PS_GROUP_N], *pos[PS_GROUP_N], *members[PS_GROUP_N];
+} PsShardGroups;
+
+/* From the mesh coordinates of ps_shard_mesh_map (n devices). */
+void ps_shard_groups_init(PsShardGroups *gr, const PsShardConfig *c, const int *coord, int n);
+void ps_shard_groups_clear(PsShardGroups *gr);
+
 /* The plan (transfer full), or NULL with a PS_INPUT_ERROR (HBM). */
 PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError **error);
 /* Per-device HBM of the sharded step, without building programs for every
