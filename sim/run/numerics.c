@@ -102,7 +102,7 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
   r->batch_y = g_new(int32_t, (size_t)exp->global_batch * ps_dataset_labels_per_example(r->train));
   r->drawn_step = -1;
   ps_run_fsdp_init(r);
-  return ps_run_tensor_init(r, error);
+  return ps_run_tensor_init(r, error) && ps_run_sequence_init(r, error);
 }
 
 void ps_run_numerics_free(Run *r)
@@ -127,6 +127,7 @@ void ps_run_numerics_free(Run *r)
   g_free(r->batch_y);
   ps_run_fsdp_free(r);
   ps_run_tensor_free(r);
+  ps_run_sequence_free(r);
 }
 
 static void log_step(Run *r, int64_t step, double loss, ps_time_t t)
@@ -310,8 +311,10 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
     break;
   case PS_OP_BWD:
     ps_net_select_slot(net, op->mb);
-    for (int i = op->last; i >= op->first; i--)
+    for (int i = op->last; i >= op->first; i--) {
+      ps_run_sequence_bwd_layer(r, device, i);
       ps_net_backward_layer(net, i, r->plan->loss_scale);
+    }
     ps_run_tensor_bwd_done(r, device, op);
     break;
   case PS_OP_SEND:

@@ -19,6 +19,7 @@
 #include "model/net.h"
 
 typedef struct PsTensorNum PsTensorNum;
+typedef struct PsSequenceNum PsSequenceNum;
 
 typedef struct {
   float lo, hi;
@@ -70,6 +71,7 @@ typedef struct {
   int64_t *shard_off;   /* per collective: its block's place in the shards, or -1 */
   float **shards;       /* per device: its gradient shards (PS_BUFFER_GRAD_SHARDS) */
   PsTensorNum *tensor;  /* numerics-tensor.c: NULL without a tensor axis */
+  PsSequenceNum *sequence; /* numerics-sequence.c: NULL without a sequence axis */
   GHashTable *open_steps; /* int64 step -> StepState, while devices are in it (run.c) */
   int outfeeders;       /* devices with an OUTFEED op */
   PsHistogram *histograms; /* per host call, device 0's last result (run.c allocates) */
@@ -149,6 +151,16 @@ void ps_run_tensor_sync(Run *r);
 /* Tensor x fsdp: packed ranges (consumed) as the net's ranges (transfer
  * full); otherwise packed itself. */
 GArray *ps_run_tensor_net_ranges(Run *r, int device, GArray *packed);
+
+/* numerics-sequence.c: a sequence axis's rows.  init records which rows of
+ * a row layer's output each device holds (its blocks of the sequence
+ * reduce-scatters and all-gathers) and fails (PS_INPUT_ERROR) when they
+ * are not whole rows, the same for every such collective; bwd_layer,
+ * before a row layer's backward, zeroes the rows of its output gradient
+ * the device does not hold.  No-ops without a sequence axis. */
+gboolean ps_run_sequence_init(Run *r, GError **error);
+void ps_run_sequence_free(Run *r);
+void ps_run_sequence_bwd_layer(Run *r, int device, int layer);
 
 /* run.c: the step's state, made when first asked for.  (transfer none) */
 StepState *ps_run_step_state(Run *r, int64_t step);

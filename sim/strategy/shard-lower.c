@@ -229,7 +229,10 @@ static void plan_layouts(Lower *w)
 
 /* ---- the local model -------------------------------------------------- */
 
-static void divide(PsLayer *L, int64_t k)
+/* The work of a layer split k ways; its parameters too unless it only
+ * runs on a share of the rows (a norm's gains stay whole on every device:
+ * Korthikanti et al. 2022 replicate them across the group). */
+static void divide(PsLayer *L, int64_t k, gboolean rows)
 {
   L->fwd_flops /= (double)k;
   L->bwd_flops /= (double)k;
@@ -237,7 +240,8 @@ static void divide(PsLayer *L, int64_t k)
   L->bwd_bytes /= (double)k;
   L->act_elems /= k;
   L->stat_elems /= k;
-  L->params /= k;
+  if (!rows)
+    L->params /= k;
 }
 
 /* Layer l's share on one device of a group of k. */
@@ -245,7 +249,7 @@ static void local_layer(PsLayer *L, LocalKind how, int64_t k)
 {
   if (how == LOC_NONE || k == 1)
     return;
-  divide(L, k);
+  divide(L, k, how == LOC_ROWS);
   for (int j = 0; j < L->n_mm; j++) {
     PsMatmul *mm = &L->mm[j];
     if (how == LOC_ROWS)
@@ -610,14 +614,42 @@ typedef struct {
   GArray *rs;       /* fsdp reduce-scatters of the open bucket (requests) */
   GArray *ready;    /* of a closed bucket, flushed after the next op */
   GArray *done;     /* requests whose DONE is still owed */
+  GArray *norm;     /* sequence all-reduces of row layers' gradients, not yet done */
   int64_t floats;
   int first, last;
   int k;
 } Buckets;
 
+/* With a sequence axis each device runs a row layer (a norm) on its own
+ * rows, so its gradients of the layer's (replicated) weights are partial
+ * sums: an all-reduce over the tensor x sequence group completes them,
+ * started after the layer's backward and done before anything reads the
+ * gradients (norm_done). */
+static void norm_grads(Lower *w, Buckets *b, int g)
+{
+  for (int l = group_first(w, g); l <= group_last(w, g) && w->sp; l++) {
+    if (w->lp[l].local != LOC_ROWS || w->local.layers[l].params == 0)
+      continue;
+    char what[48];
+    snprintf(what, sizeof what, "%.38s grad", w->m->layers[l].name);
+    int r = add_req(w, PS_COLL_ALL_REDUCE, G_MODEL, PS_AXIS_SEQUENCE,
+                    w->local.layers[l].params, PS_BUFFER_GRADS, l, what);
+    coll(w, PS_OP_COLL_START, r);
+    g_array_append_val(b->norm, r);
+  }
+}
+
+static void norm_done(Lower *w, Buckets *b)
+{
+  for (guint j = 0; j < b->norm->len; j++)
+    coll(w, PS_OP_COLL_DONE, g_array_index(b->norm, int, j));
+  g_array_set_size(b->norm, 0);
+}
+
 static void flush_bucket(Lower *w, Buckets *b, GArray *rs, int first, int last,
                          int64_t floats)
 {
+  norm_done(w, b);
   for (guint j = 0; j < rs->len; j++)
     coll(w, PS_OP_COLL_DONE, g_array_index(rs, int, j));
   g_array_set_size(rs, 0);
@@ -649,6 +681,7 @@ static void gradients(Lower *w, Buckets *b, int g, gboolean closes)
     int64_t shard = (p + w->F - 1) / w->F;
     w->shard_params += shard;
     if (w->F > 1) {
+      norm_done(w, b);
       char what[48];
       snprintf(what, sizeof what, "%.36s grad", w->m->layers[group_first(w, g)].name);
       int r = add_req(w, PS_COLL_REDUCE_SCATTER, G_FSDP, PS_AXIS_FSDP, p, PS_BUFFER_GRADS,
@@ -681,7 +714,8 @@ static void shard_backward(Lower *w, int *pending)
   gboolean gather = w->F > 1 && w->c->regather;
   Buckets b = {.rs = g_array_new(FALSE, FALSE, sizeof(int)),
                .ready = g_array_new(FALSE, FALSE, sizeof(int)),
-               .done = g_array_new(FALSE, FALSE, sizeof(int)), .last = -1};
+               .done = g_array_new(FALSE, FALSE, sizeof(int)),
+               .norm = g_array_new(FALSE, FALSE, sizeof(int)), .last = -1};
   int first_pg = gather ? next_param_group(w, n, -1, n) : -1;
   if (first_pg >= 0 && w->c->prefetch) {
     pending[first_pg] = gather_req(w, first_pg, "bwd");
@@ -720,8 +754,10 @@ static void shard_backward(Lower *w, int *pending)
     else
       emit(w, &bw);
     backward_comps(w, first, ring);
+    norm_grads(w, &b, g);
     gradients(w, &b, g, g == 0);
   }
+  norm_done(w, &b);
   for (guint j = 0; j < b.rs->len; j++)
     coll(w, PS_OP_COLL_DONE, g_array_index(b.rs, int, j));
   for (guint j = 0; j < b.done->len; j++)
@@ -729,6 +765,7 @@ static void shard_backward(Lower *w, int *pending)
   g_array_free(b.rs, TRUE);
   g_array_free(b.ready, TRUE);
   g_array_free(b.done, TRUE);
+  g_array_free(b.norm, TRUE);
 }
 
 /* The template program of every device (colls are request indices). */
@@ -888,6 +925,7 @@ static int *layer_splits(const Lower *w)
     LocalKind k = w->lp[i].local;
     split[i] = k == LOC_COL    ? PS_SPLIT_COLS
                : k == LOC_ROW  ? PS_SPLIT_ROWS
+               : k == LOC_ROWS ? PS_SPLIT_SEQUENCE
                : k != LOC_DIV  ? PS_SPLIT_NONE
                : role == PS_TP_HEADS ? PS_SPLIT_HEADS
                : role == PS_TP_VOCAB || w->lp[i].vocab_loss ? PS_SPLIT_VOCAB
