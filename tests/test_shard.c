@@ -413,10 +413,11 @@ static void test_bad_input(void)
                           "strategy.mesh.fsdp=1", "strategy.mesh.tensor=2",
                           "strategy.mesh.sequence=2", "strategy.mesh.data=4", NULL};
   bad(numseq, "strategy.mesh.tensor x sequence");
-  const char *numcm[] = {"model=char-decoder", "numerics.enabled=true", TEXT,
-                         "strategy.mesh.fsdp=2", "strategy.mesh.tensor=2",
-                         "strategy.mesh.data=4", "strategy.collective_matmul=true", NULL};
-  bad(numcm, "strategy.collective_matmul = true");
+  const char *numlamb[] = {"model=char-decoder", "numerics.enabled=true", TEXT,
+                           "strategy.mesh.fsdp=2", "strategy.mesh.tensor=2",
+                           "strategy.mesh.data=4", "strategy.collective_matmul=true",
+                           "optimizer.kind=lamb", NULL};
+  bad(numlamb, "layer-wise optimizer");
 #undef TEXT
   const char *batch[] = {"global_batch=10", NULL};
   bad(batch, "global_batch");

@@ -25,7 +25,11 @@
  *   sequence 2 (also with full rematerialization) on tpu-v4-8, and with
  *   data 2 or fsdp 2 on tpu-v4-16, within the bound;
  * - /shard-numerics/sequence/replicas: as fsdp's, on data 2 x tensor 2 x
- *   sequence 2, the divergence also comparing the group's norm copies.
+ *   sequence 2 (with collective matmul too), the divergence also
+ *   comparing the group's norm copies;
+ * - /shard-numerics/collective-matmul/gradients: the step with
+ *   collective matmul on tensor 4, tensor 2 x data 2, tensor 2 x sequence
+ *   2 and (tpu-v4-16) tensor 2 x sequence 2 x fsdp 2, within the bound.
  *
  * The bound.  Each gradient element is a sum over the K = B S token rows
  * of the global batch (B windows of S tokens) of per-row terms t_r.  The
@@ -474,12 +478,33 @@ static void test_sequence_gradients(void)
   with_reference(sequence_meshes);
 }
 
+/* Collective matmul: each op an all-reduce or reduce-scatter completes is
+ * computed by every rank and its partial result reduce-scattered by the
+ * ring steps between its parts, the blocks summed in ring order rather
+ * than the collective's: one more association of the same terms, within
+ * the same bound. */
+static void ring_meshes(const Reference *ref)
+{
+  const char *cm = ", \"collective_matmul\": true";
+  check_mesh(ref, "{\"tensor\": 4}", cm);
+  check_mesh(ref, "{\"tensor\": 2, \"data\": 2}", cm);
+  check_mesh(ref, "{\"tensor\": 2, \"sequence\": 2}", cm);
+  check_mesh_on(ref, NULL, "tpu-v4-16", "{\"tensor\": 2, \"sequence\": 2, \"fsdp\": 2}", cm);
+}
+
+static void test_ring_gradients(void)
+{
+  with_reference(ring_meshes);
+}
+
 /* On data 2 x tensor 2 x sequence 2 the divergence covers the data
  * replicas and the group's copies of the norms (whose gradients each
  * device computed on its own rows). */
 static void test_sequence_replicas(void)
 {
   check_replicas_on("tpu-v4-16", "{\"data\": 2, \"tensor\": 2, \"sequence\": 2}");
+  check_replicas_on("tpu-v4-16", "{\"data\": 2, \"tensor\": 2, \"sequence\": 2}, "
+                                 "\"collective_matmul\": true");
 }
 
 int main(int argc, char **argv)
@@ -492,5 +517,6 @@ int main(int argc, char **argv)
   g_test_add_func("/shard-numerics/tensor/partials", test_tensor_partials);
   g_test_add_func("/shard-numerics/sequence/gradients", test_sequence_gradients);
   g_test_add_func("/shard-numerics/sequence/replicas", test_sequence_replicas);
+  g_test_add_func("/shard-numerics/collective-matmul/gradients", test_ring_gradients);
   return g_test_run();
 }

@@ -39,8 +39,13 @@ static gint range_cmp(gconstpointer a, gconstpointer b)
   return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* Device d's blocks of collective c, sorted (transfer full). */
-static GArray *blocks(Run *r, int c, int d)
+int ps_run_model_rank(const PsPlan *plan, int d)
+{
+  return ps_plan_coord(plan, d, PS_AXIS_SEQUENCE) * ps_plan_axis_size(plan, PS_AXIS_TENSOR) +
+         ps_plan_coord(plan, d, PS_AXIS_TENSOR);
+}
+
+GArray *ps_run_coll_blocks(Run *r, int c, int d)
 {
   GArray *out = g_array_new(FALSE, FALSE, sizeof(PsParamRange));
   int pieces = 1;
@@ -91,7 +96,7 @@ static gboolean check_coll(Run *r, int c, GError **error)
   int64_t width = row_width(r->exp->model, pc->layer);
   for (int m = 0; m < pc->n_members; m++) {
     int d = pc->members[m];
-    GArray *b = blocks(r, c, d);
+    GArray *b = ps_run_coll_blocks(r, c, d);
     for (guint k = 0; k < b->len; k++) {
       const PsParamRange *rg = &g_array_index(b, PsParamRange, k);
       if (rg->off % width != 0 || rg->len % width != 0) {

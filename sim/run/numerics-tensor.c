@@ -54,14 +54,6 @@ struct PsTensorNum {
   TensorDev *dev;    /* per device */
 };
 
-/* The device's rank in its tensor x sequence group, which splits each
- * layer T x S ways (the lowering's member order: sequence-major). */
-static int model_rank(const PsPlan *plan, int d)
-{
-  return ps_plan_coord(plan, d, PS_AXIS_SEQUENCE) * ps_plan_axis_size(plan, PS_AXIS_TENSOR) +
-         ps_plan_coord(plan, d, PS_AXIS_TENSOR);
-}
-
 static void zero_unowned(const TensorDev *td, const PsNet *net, float *buf, int layer)
 {
   size_t off = 0, len = 0;
@@ -99,7 +91,7 @@ static gboolean dev_init(Run *r, int d, GError **error)
   PsTensorNum *tn = r->tensor;
   TensorDev *td = &tn->dev[d];
   PsNet *net = r->nets[d];
-  int t = model_rank(r->plan, d), n = tn->n_layers;
+  int t = ps_run_model_rank(r->plan, d), n = tn->n_layers;
   td->ranges = g_array_new(FALSE, FALSE, sizeof(PsNetRange));
   td->first = g_new0(int, n + 1);
   td->pack_off = g_new0(int64_t, n + 1);
@@ -314,7 +306,7 @@ double ps_run_tensor_divergence(Run *r)
   if (!r->tensor)
     return 0;
   for (int d = 0; d < r->n_dev; d++) {
-    if (model_rank(r->plan, d) == 0)
+    if (ps_run_model_rank(r->plan, d) == 0)
       continue;
     int d0 = ps_run_peer0(r, ps_run_peer0(r, d, PS_AXIS_TENSOR), PS_AXIS_SEQUENCE);
     const float *p = ps_net_params(r->nets[d]);

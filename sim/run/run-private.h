@@ -20,6 +20,7 @@
 
 typedef struct PsTensorNum PsTensorNum;
 typedef struct PsSequenceNum PsSequenceNum;
+typedef struct PsRingNum PsRingNum;
 
 typedef struct {
   float lo, hi;
@@ -72,6 +73,7 @@ typedef struct {
   float **shards;       /* per device: its gradient shards (PS_BUFFER_GRAD_SHARDS) */
   PsTensorNum *tensor;  /* numerics-tensor.c: NULL without a tensor axis */
   PsSequenceNum *sequence; /* numerics-sequence.c: NULL without a sequence axis */
+  PsRingNum *ring;      /* numerics-ring.c: NULL without collective matmul */
   GHashTable *open_steps; /* int64 step -> StepState, while devices are in it (run.c) */
   int outfeeders;       /* devices with an OUTFEED op */
   PsHistogram *histograms; /* per host call, device 0's last result (run.c allocates) */
@@ -161,6 +163,25 @@ GArray *ps_run_tensor_net_ranges(Run *r, int device, GArray *packed);
 gboolean ps_run_sequence_init(Run *r, GError **error);
 void ps_run_sequence_free(Run *r);
 void ps_run_sequence_bwd_layer(Run *r, int device, int layer);
+/* Device d's blocks of collective c (its ps_pod_coll_block pieces), sorted
+ * by offset, empty ones left out (transfer full). */
+GArray *ps_run_coll_blocks(Run *r, int c, int d);
+/* The device's rank in its tensor x sequence group (sequence-major), which
+ * is its member index in the group's collectives and its ring position. */
+int ps_run_model_rank(const PsPlan *plan, int d);
+
+/* numerics-ring.c: collective matmul's ring steps (SEND/RECV ops with
+ * parts > 0) as a reduce-scatter of the decomposed op's real result: step
+ * s sends the block of ring position (rank - s) and adds the one received
+ * into the block of (rank - s - 1), so that after the last step a device
+ * holds its own block summed over the group, the block the group's
+ * all-gathers (and sequence rows) give it.  init fails (PS_INPUT_ERROR)
+ * when the group's collectives of a ring's buffer disagree on the blocks
+ * or there are none; no-ops without ring steps. */
+gboolean ps_run_ring_init(Run *r, GError **error);
+void ps_run_ring_free(Run *r);
+void ps_run_ring_send(Run *r, int device, const PsOp *op);
+void ps_run_ring_recv(Run *r, int device, const PsOp *op);
 
 /* run.c: the step's state, made when first asked for.  (transfer none) */
 StepState *ps_run_step_state(Run *r, int64_t step);

@@ -423,19 +423,24 @@ static void emit_decomposed(Lower *w, const PsOp *op, double bytes)
     part.memory_s /= w->M;
     part.overhead_s /= w->M;
     part.act_bytes = s == 0 ? op->act_bytes : 0;
+    part.part = s + 1;
+    part.parts = w->M;
     char suffix[16];
     int n = snprintf(suffix, sizeof suffix, " %d/%d", s + 1, w->M);
     size_t keep = MIN(strlen(part.name), sizeof part.name - 1 - (size_t)n);
     memcpy(part.name + keep, suffix, (size_t)n + 1);
     if (s + 1 < w->M) {
       PsOp sd = {.kind = PS_OP_SEND, .peer = 1, .tag = w->tag, .bytes = bytes,
-                 .batch = w->batch};
+                 .batch = w->batch, .first = op->first, .last = op->last, .part = s + 1,
+                 .parts = w->M, .ring_bwd = op->kind == PS_OP_BWD};
       snprintf(sd.name, sizeof sd.name, "tensor permute %d of %.20s", s + 1, op->name);
       emit(w, &sd);
     }
     emit(w, &part);
     if (s + 1 < w->M) {
-      PsOp rv = {.kind = PS_OP_RECV, .peer = -1, .tag = w->tag++, .batch = w->batch};
+      PsOp rv = {.kind = PS_OP_RECV, .peer = -1, .tag = w->tag++, .batch = w->batch,
+                 .first = op->first, .last = op->last, .part = s + 1, .parts = w->M,
+                 .ring_bwd = op->kind == PS_OP_BWD};
       snprintf(rv.name, sizeof rv.name, "tensor permute %d of %.20s", s + 1, op->name);
       emit(w, &rv);
     }

@@ -233,14 +233,13 @@ static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError
 
 /* Real numerics run on data x fsdp meshes (run/numerics-fsdp.c) and on
  * tensor (x sequence) x fsdp x data meshes (run/numerics-tensor.c,
- * numerics-sequence.c); the rest is timing only. */
+ * numerics-sequence.c), with collective matmul or without
+ * (numerics-ring.c); the rest is timing only. */
 static gboolean check_numerics(const PsExperiment *e, const PsShardConfig *c, GError **error)
 {
   int T = c->size[PS_AXIS_TENSOR], M = ps_shard_model_ways(c);
   const char *why = NULL;
-  if (T > 1 && c->collective_matmul)
-    why = "strategy.collective_matmul = true";
-  else if (T > 1 && (e->optimizer.kind == PS_OPT_LARS || e->optimizer.kind == PS_OPT_LAMB))
+  if (T > 1 && (e->optimizer.kind == PS_OPT_LARS || e->optimizer.kind == PS_OPT_LAMB))
     why = "a layer-wise optimizer (optimizer.kind lars or lamb: its trust ratios would "
           "need norms over the whole tensor group)";
   if (why) {
