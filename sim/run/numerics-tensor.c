@@ -1,6 +1,9 @@
-/* numerics-tensor.c: real arithmetic on a tensor (x fsdp x data) mesh
- * (Megatron-LM's layouts, Shoeybi et al. 2019).  Each device's net keeps full-size weight
- * blocks, but a device owns only its rank's part of each split layer
+/* numerics-tensor.c: real arithmetic on a tensor (x sequence x fsdp x data)
+ * mesh (Megatron-LM's layouts, Shoeybi et al. 2019).  The layers split
+ * over the whole tensor x sequence group, T below being its size and a
+ * device's rank ps_run_model_rank (numerics-sequence.c adds the rows).
+ * Each device's net keeps full-size weight blocks, but a device owns only
+ * its rank's part of each split layer
  * (model/net-tensor.h: attention's heads, column- and row-parallel
  * matmuls, the vocabulary of the embedding and of the head's logits); the
  * rest is held at exactly zero, so its kernels compute exactly its shard's

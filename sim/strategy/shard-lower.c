@@ -16,7 +16,9 @@
  * (Korthikanti et al. 2022); backward runs the conjugates (an all-reduce
  * of the input gradient where forward entered a split region from a whole
  * input, an all-gather where forward reduce-scattered, a reduce-scatter
- * where it gathered rows).
+ * where it gathered rows).  A layer run on rows keeps its weights whole
+ * (a norm's gains), so each device's gradient of them covers its rows
+ * only: a sequence all-reduce over the group completes it.
  *
  * The local model.  Each device's share of each layer is a PsModel of its
  * own (same layers, divided by the layout: a column-parallel matmul's
