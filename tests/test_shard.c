@@ -194,6 +194,34 @@ static void test_flops_tensor(void)
   ps_experiment_free(e4);
 }
 
+/* BERT's 30522-word vocabulary over tensor 4: padded to 30524 as GSPMD
+ * pads an uneven dimension, each device holding 7631 rows, where the table
+ * stayed whole before; its 2-way head ("span"), which 4 would leave two devices
+ * with nothing, stays whole. */
+static void test_vocab_padded(void)
+{
+  PsExperiment *e;
+  PsPlan *p = compile((const char *[]){"strategy.mesh.tensor=4", NULL}, &e);
+  const PsProgram *pr = ps_plan_program(p, 0);
+  gboolean embed = FALSE, head = FALSE;
+  for (int i = 0; i < pr->n_ops; i++) {
+    embed |= g_str_has_prefix(pr->ops[i].name, "fwd embed [vocab/4, padded]");
+    head |= g_str_has_prefix(pr->ops[i].name, "fwd span") &&
+            strstr(pr->ops[i].name, "[") == NULL;
+  }
+  g_assert_true(embed);
+  g_assert_true(head);
+  /* the fsdp gather of the table carries each device's padded share:
+   * (7631 x 4 rows + 512 positions) x 1024 over the tensor group of 4 */
+  int64_t want = (7631 * 4 + 512) * (int64_t)1024 / 4, got = -1;
+  for (int c = 0; c < p->n_colls; c++)
+    if (strcmp(p->colls[c].name, "fsdp all-gather embed w fwd") == 0)
+      got = p->colls[c].count;
+  g_assert_cmpint(got, ==, want);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
 static int count_colls(const PsPlan *p, PsAxis axis, PsCollOp op, const char *has)
 {
   const PsProgram *pr = ps_plan_program(p, 0);
@@ -214,7 +242,9 @@ static void test_megatron(void)
   PsExperiment *e;
   PsPlan *p = compile(ov, &e);
   int layers = 24;
-  g_assert_cmpint(count_colls(p, PS_AXIS_TENSOR, PS_COLL_ALL_REDUCE, " out"), ==, 2 * layers);
+  /* two per layer, and the vocab-parallel embedding's partial output
+   * (its 30522 rows padded over the 4, test_vocab_padded) */
+  g_assert_cmpint(count_colls(p, PS_AXIS_TENSOR, PS_COLL_ALL_REDUCE, " out"), ==, 2 * layers + 1);
   g_assert_cmpint(count_colls(p, PS_AXIS_TENSOR, PS_COLL_ALL_REDUCE, "in-grad"), ==,
                   2 * layers);
   int64_t bsd = e->global_batch / 4 * 512 * 1024;
@@ -237,10 +267,11 @@ static void test_sequence(void)
   PsPlan *p = compile(ov, &e);
   int layers = 24;
   /* plus the span head (2 units, left whole): its input gathered, the
-   * gradient scattered back; and the embedding (30522 rows, left whole):
-   * its output's gradient gathered from rows */
+   * gradient scattered back; and the vocab-parallel embedding (30522 rows
+   * padded over the 4): its partial output scattered onto rows, the
+   * gradient gathered back */
   g_assert_cmpint(count_colls(p, PS_AXIS_SEQUENCE, PS_COLL_REDUCE_SCATTER, NULL), ==,
-                  4 * layers + 1);
+                  4 * layers + 2);
   g_assert_cmpint(count_colls(p, PS_AXIS_SEQUENCE, PS_COLL_ALL_GATHER, NULL), ==,
                   4 * layers + 2);
   g_assert_cmpint(count_colls(p, PS_AXIS_TENSOR, PS_COLL_ALL_REDUCE, NULL), ==, 0);
@@ -434,6 +465,7 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/shard/mesh/tensor-neighbours", test_mesh_neighbours);
   g_test_add_func("/shard/flops/tensor-split", test_flops_tensor);
+  g_test_add_func("/shard/vocab/padded", test_vocab_padded);
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);
   g_test_add_func("/shard/collectives/sequence", test_sequence);

@@ -71,6 +71,7 @@ typedef struct {
   Comp comp[2];       /* input_from, shortcut_from */
   gboolean enter;     /* backward all-reduce of the input gradient */
   gboolean vocab_loss;
+  gboolean padded;    /* a vocabulary T does not divide, padded to ceil(V/T) a device */
   LocalKind local;
   int out_comp;       /* how a consumer completes this output (NO_COLL) */
 } LayerPlan;
@@ -146,6 +147,23 @@ static void need(Lower *w, Layout *cur, int i, int slot, int p, Layout target)
   }
 }
 
+/* Whether layer i's output is a language model's logits: the head, whose
+ * width is the vocabulary, of a model of tokens (a classifier's head that
+ * the group does not divide stays whole). */
+static gboolean feeds_loss(const PsModel *m, int i)
+{
+  return m->token_input && i + 1 < m->n_layers && m->layers[i + 1].input_from == i &&
+         ps_layer_kind_lower(m->layers[i + 1].kind)->tensor == PS_TP_LOSS;
+}
+
+/* Whether a vocabulary of v splits over k devices, padded where k does not
+ * divide it: so long as the last device holds a real row (a 2-way head over
+ * 4 stays whole). */
+static gboolean splits_padded(int64_t v, int64_t k)
+{
+  return (v + k - 1) / k * (k - 1) < v;
+}
+
 /* One layer's needs and output layout (see the file's comment). */
 static Layout plan_layer(Lower *w, Layout *cur, int i)
 {
@@ -178,8 +196,9 @@ static Layout plan_layer(Lower *w, Layout *cur, int i)
       return L_PARTIAL;
     }
     need(w, cur, i, 0, p, L_WHOLE);
-    if (l->units % w->M != 0)
+    if (l->units % w->M != 0 && !(feeds_loss(w->m, i) && splits_padded(l->units, w->M)))
       return L_WHOLE;
+    lp->padded = l->units % w->M != 0;
     lp->local = LOC_COL;
     lp->enter = lp->comp[0].bwd == NO_COLL;
     return L_SPLIT;
@@ -191,14 +210,16 @@ static Layout plan_layer(Lower *w, Layout *cur, int i)
   case PS_TP_VOCAB:
     if (p >= 0)
       need(w, cur, i, 0, p, L_WHOLE);
-    if (l->vocab % w->M != 0)
-      return L_WHOLE; /* a table the group does not divide stays whole */
+    if (!splits_padded(l->vocab, w->M))
+      return L_WHOLE;
+    lp->padded = l->vocab % w->M != 0;
     lp->local = LOC_DIV;
     return L_PARTIAL;
   case PS_TP_LOSS:
     if (in == L_SPLIT) {
       lp->local = LOC_DIV;
       lp->vocab_loss = TRUE;
+      lp->padded = i > 0 && lp[-1].padded;
       return L_WHOLE;
     }
     need(w, cur, i, 0, p, L_WHOLE);
@@ -246,11 +267,52 @@ static void divide(PsLayer *L, int64_t k, gboolean rows)
     L->params /= k;
 }
 
+/* The vocabulary of a padded layer: the table's rows, the head's outputs,
+ * the loss's logits. */
+static int64_t vocab_of(const PsLayer *L)
+{
+  return L->vocab > 0 ? L->vocab : L->out_rank > 0 && L->units > 0 ? L->units
+                                                                   : L->in_shape[L->in_rank - 1];
+}
+
+/* GSPMD's uneven sharding (Xu et al. 2021, arXiv:2105.04663, pads a dimension
+ * the mesh does not divide to static equal shards): a dimension of V
+ * that k does not divide is padded to k ceil(V / k), each device holding
+ * ceil(V / k).  A table grows by its padded rows alone (a lookup costs the
+ * same); a head's weights, FLOPs and traffic and the loss's logits grow in
+ * proportion (the input's share of the traffic with them, an excess of
+ * under k / V of it). */
+static void pad_layer(PsLayer *L, int64_t k)
+{
+  int64_t v = vocab_of(L), padded = (v + k - 1) / k * k;
+  if (L->vocab > 0) {
+    L->params += (padded - v) * L->dim;
+    return;
+  }
+  double r = (double)padded / (double)v;
+  L->fwd_flops *= r;
+  L->bwd_flops *= r;
+  L->fwd_bytes *= r;
+  L->bwd_bytes *= r;
+  L->act_elems = L->act_elems / v * padded;
+  L->stat_elems = L->stat_elems / v * padded;
+  L->params = L->params / v * padded; /* a head's weights are per output */
+  for (int j = 0; j < L->n_mm; j++)
+    if (L->mm[j].n == v)
+      L->mm[j].n = padded;
+  if (L->out_shape[L->out_rank - 1] == v)
+    L->out_shape[L->out_rank - 1] = padded;
+  if (L->in_shape[L->in_rank - 1] == v)
+    L->in_shape[L->in_rank - 1] = padded;
+}
+
 /* Layer l's share on one device of a group of k. */
-static void local_layer(PsLayer *L, LocalKind how, int64_t k)
+static void local_layer(PsLayer *L, LocalKind how, int64_t k, gboolean padded)
 {
   if (how == LOC_NONE || k == 1)
     return;
+  if (padded)
+    pad_layer(L, k);
   divide(L, k, how == LOC_ROWS);
   for (int j = 0; j < L->n_mm; j++) {
     PsMatmul *mm = &L->mm[j];
@@ -282,7 +344,7 @@ static void build_local(Lower *w)
   w->local.layers = g_memdup2(w->m->layers, sizeof(PsLayer) * (size_t)w->m->n_layers);
   w->local.params = 0;
   for (int i = 0; i < w->m->n_layers; i++) {
-    local_layer(&w->local.layers[i], w->lp[i].local, w->M);
+    local_layer(&w->local.layers[i], w->lp[i].local, w->M, w->lp[i].padded);
     w->local.params += w->local.layers[i].params;
   }
 }
@@ -378,8 +440,8 @@ static void name_op(const Lower *w, PsOp *op, int first)
   else if (ps_layer_kind_lower(w->m->layers[first].kind)->tensor == PS_TP_VOCAB ||
            lp->vocab_loss)
     what = "vocab";
-  char suffix[24];
-  int n = snprintf(suffix, sizeof suffix, " [%s/%d]", what, w->M);
+  char suffix[32];
+  int n = snprintf(suffix, sizeof suffix, " [%s/%d%s]", what, w->M, lp->padded ? ", padded" : "");
   size_t keep = MIN(strlen(op->name), sizeof op->name - 1 - (size_t)n);
   memcpy(op->name + keep, suffix, (size_t)n + 1);
 }
