@@ -21,6 +21,15 @@
  * - /shard-numerics/tensor/partials: each partial-sum layer's T rank
  *   outputs add up to the full output and one rank's alone (an all-reduce
  *   that lost a member) is far from it; the ranks' ranges tile each layer.
+ * - /shard-numerics/sequence/gradients: the same step on tensor 2 x
+ *   sequence 2 (also with full rematerialization) on tpu-v4-8, and with
+ *   data 2 or fsdp 2 on tpu-v4-16, within the bound;
+ * - /shard-numerics/sequence/replicas: as fsdp's, on data 2 x tensor 2 x
+ *   sequence 2 (with collective matmul too), the divergence also
+ *   comparing the group's norm copies;
+ * - /shard-numerics/collective-matmul/gradients: the step with
+ *   collective matmul on tensor 4, tensor 2 x data 2, tensor 2 x sequence
+ *   2 and (tpu-v4-16) tensor 2 x sequence 2 x fsdp 2, within the bound.
  *
  * The bound.  Each gradient element is a sum over the K = B S token rows
  * of the global batch (B windows of S tokens) of per-row terms t_r.  The
@@ -129,17 +138,18 @@ static PsExperiment *load(const char *const *ov)
   return e;
 }
 
-/* One SGD step of the mesh (of model, NULL: the experiment's); its
- * gradient against ref. */
-static void check_model_mesh(const Reference *ref, const char *model, const char *mesh,
-                             const char *extra)
+/* One SGD step of the mesh (of model, NULL: the experiment's) on topo
+ * (NULL: the experiment's); its gradient against ref. */
+static void check_mesh_on(const Reference *ref, const char *model, const char *topo,
+                          const char *mesh, const char *extra)
 {
   g_autofree char *strategy = g_strdup_printf("strategy={\"kind\": \"shard\", \"mesh\": %s%s}",
                                               mesh, extra);
   g_autofree char *m = g_strdup_printf("model=%s", model ? model : "char-decoder");
+  g_autofree char *t = g_strdup_printf("topology=%s", topo ? topo : "tpu-v4-8");
   const char *ov[] = {"steps=1", "steps_per_run=1", "numerics.evaluate=false",
                       "optimizer={\"kind\": \"sgd\", \"learning_rate\": 1, \"momentum\": 0}",
-                      strategy, m, NULL};
+                      strategy, m, t, NULL};
   PsExperiment *e = load(ov);
   PsRunOptions opt = {.keep_params = TRUE};
   PsSummary s;
@@ -165,12 +175,20 @@ static void check_model_mesh(const Reference *ref, const char *model, const char
   ps_experiment_free(e);
 }
 
+static void check_model_mesh(const Reference *ref, const char *model, const char *mesh,
+                             const char *extra)
+{
+  check_mesh_on(ref, model, NULL, mesh, extra);
+}
+
 static void check_mesh(const Reference *ref, const char *mesh, const char *extra)
 {
   check_model_mesh(ref, NULL, mesh, extra);
 }
 
-static void test_fsdp_gradients(void)
+/* checks(ref) with the char decoder's one-device reference (skipped
+ * without the text). */
+static void with_reference(void (*checks)(const Reference *ref))
 {
   const char *ov[] = {NULL};
   PsExperiment *e = load(ov);
@@ -179,20 +197,32 @@ static void test_fsdp_gradients(void)
     ps_experiment_free(e);
     return;
   }
-  check_mesh(&ref, "{\"fsdp\": 4}", "");
-  check_mesh(&ref, "{\"data\": 2, \"fsdp\": 2}", "");
-  check_mesh(&ref, "{\"fsdp\": 2, \"data\": 2}", ", \"prefetch\": false, \"regather\": false");
+  checks(&ref);
   reference_clear(&ref);
   ps_experiment_free(e);
 }
 
-/* Five Adam steps of the mesh against the replicate strategy on the same
- * batches: replicas identical (replica divergence 0), weights close. */
-static void check_replicas(const char *mesh)
+static void fsdp_meshes(const Reference *ref)
+{
+  check_mesh(ref, "{\"fsdp\": 4}", "");
+  check_mesh(ref, "{\"data\": 2, \"fsdp\": 2}", "");
+  check_mesh(ref, "{\"fsdp\": 2, \"data\": 2}", ", \"prefetch\": false, \"regather\": false");
+}
+
+static void test_fsdp_gradients(void)
+{
+  with_reference(fsdp_meshes);
+}
+
+/* Five Adam steps of the mesh (on topo, NULL: the experiment's) against
+ * the replicate strategy on the same batches: replicas identical (replica
+ * divergence 0), weights close. */
+static void check_replicas_on(const char *topo, const char *mesh)
 {
   g_autofree char *st = g_strdup_printf("strategy={\"kind\": \"shard\", \"mesh\": %s}", mesh);
+  g_autofree char *t = g_strdup_printf("topology=%s", topo ? topo : "tpu-v4-8");
   const char *rep[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false", NULL};
-  const char *sh[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false", st, NULL};
+  const char *sh[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false", st, t, NULL};
   PsSummary s[2];
   for (int k = 0; k < 2; k++) {
     PsExperiment *e = load(k ? sh : rep);
@@ -228,6 +258,11 @@ static void check_replicas(const char *mesh)
   g_assert_cmpfloat_with_epsilon(s[0].loss_last, s[1].loss_last, 1e-4 * s[0].loss_last);
   ps_summary_clear(&s[0]);
   ps_summary_clear(&s[1]);
+}
+
+static void check_replicas(const char *mesh)
+{
+  check_replicas_on(NULL, mesh);
 }
 
 static void test_fsdp_replicas(void)
@@ -322,7 +357,8 @@ static void check_tiling(const PsNet *n, const int *split, int n_layers, int T)
     size_t off = 0, len = 0;
     ps_net_layer_params(n, l, &off, &len);
     for (size_t j = off; j < off + len; j++)
-      g_assert_cmpint(cover[j], ==, split[l] == PS_SPLIT_NONE ? T : 1);
+      g_assert_cmpint(cover[j], ==,
+                      split[l] == PS_SPLIT_NONE || split[l] == PS_SPLIT_SEQUENCE ? T : 1);
   }
 }
 
@@ -422,6 +458,55 @@ static void test_tensor_partials(void)
   check_partials("tiny-decoder", 2);
 }
 
+/* Sequence meshes (Korthikanti et al. 2022): the layers split over the
+ * tensor x sequence group of 4, the norms and residual adds on a quarter
+ * of the rows each, their gains' gradients summed by the plan's sequence
+ * all-reduce.  The rows add no sum of their own (a row's norm is the
+ * one-device kernel on the same row), so the tensor bound above holds.
+ * On the 4 devices of tpu-v4-8 (also with full rematerialization), and
+ * with data 2 or fsdp 2 on the 8 devices of tpu-v4-16. */
+static void sequence_meshes(const Reference *ref)
+{
+  check_mesh(ref, "{\"tensor\": 2, \"sequence\": 2}", "");
+  check_mesh(ref, "{\"tensor\": 2, \"sequence\": 2}", ", \"rematerialize\": \"full\"");
+  check_mesh_on(ref, NULL, "tpu-v4-16", "{\"tensor\": 2, \"sequence\": 2, \"data\": 2}", "");
+  check_mesh_on(ref, NULL, "tpu-v4-16", "{\"tensor\": 2, \"sequence\": 2, \"fsdp\": 2}", "");
+}
+
+static void test_sequence_gradients(void)
+{
+  with_reference(sequence_meshes);
+}
+
+/* Collective matmul: each op an all-reduce or reduce-scatter completes is
+ * computed by every rank and its partial result reduce-scattered by the
+ * ring steps between its parts, the blocks summed in ring order rather
+ * than the collective's: one more association of the same terms, within
+ * the same bound. */
+static void ring_meshes(const Reference *ref)
+{
+  const char *cm = ", \"collective_matmul\": true";
+  check_mesh(ref, "{\"tensor\": 4}", cm);
+  check_mesh(ref, "{\"tensor\": 2, \"data\": 2}", cm);
+  check_mesh(ref, "{\"tensor\": 2, \"sequence\": 2}", cm);
+  check_mesh_on(ref, NULL, "tpu-v4-16", "{\"tensor\": 2, \"sequence\": 2, \"fsdp\": 2}", cm);
+}
+
+static void test_ring_gradients(void)
+{
+  with_reference(ring_meshes);
+}
+
+/* On data 2 x tensor 2 x sequence 2 the divergence covers the data
+ * replicas and the group's copies of the norms (whose gradients each
+ * device computed on its own rows). */
+static void test_sequence_replicas(void)
+{
+  check_replicas_on("tpu-v4-16", "{\"data\": 2, \"tensor\": 2, \"sequence\": 2}");
+  check_replicas_on("tpu-v4-16", "{\"data\": 2, \"tensor\": 2, \"sequence\": 2}, "
+                                 "\"collective_matmul\": true");
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -430,5 +515,8 @@ int main(int argc, char **argv)
   g_test_add_func("/shard-numerics/tensor/gradients", test_tensor_gradients);
   g_test_add_func("/shard-numerics/tensor/replicas", test_tensor_replicas);
   g_test_add_func("/shard-numerics/tensor/partials", test_tensor_partials);
+  g_test_add_func("/shard-numerics/sequence/gradients", test_sequence_gradients);
+  g_test_add_func("/shard-numerics/sequence/replicas", test_sequence_replicas);
+  g_test_add_func("/shard-numerics/collective-matmul/gradients", test_ring_gradients);
   return g_test_run();
 }

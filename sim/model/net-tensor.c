@@ -108,7 +108,7 @@ gboolean ps_net_tensor_ranges(const PsNet *net, int layer, PsTensorSplit how, in
   size_t n = nl->w_len + nl->b_len;
   if (n == 0)
     return TRUE;
-  if (how == PS_SPLIT_NONE || T == 1) {
+  if (how == PS_SPLIT_NONE || how == PS_SPLIT_SEQUENCE || T == 1) {
     add(out, nl->w_off, n);
     return TRUE;
   }

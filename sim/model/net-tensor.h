@@ -23,8 +23,11 @@ typedef enum {
   PS_SPLIT_ROWS,   /* dense: input rows; the bias in slices, added once */
   PS_SPLIT_HEADS,  /* attention: Q, K, V columns and W_o rows of the
                       rank's heads; W_o's bias in slices */
-  PS_SPLIT_VOCAB   /* embedding: table rows, positions in column slices;
+  PS_SPLIT_VOCAB,  /* embedding: table rows, positions in column slices;
                       softmax_xent: its logits' columns */
+  PS_SPLIT_SEQUENCE /* a norm or element-wise layer run on the rank's share
+                      of the sequence rows: its weights whole on every rank
+                      (as PS_SPLIT_NONE), their gradients partial sums */
 } PsTensorSplit;
 
 typedef struct {

@@ -63,6 +63,11 @@ typedef struct {
   double bytes_back;    /* HOST_CALL: result back down */
   double host_flops;    /* HOST_CALL: work on the host */
   double loss_weight;   /* OUTFEED: weight of this device's loss in the step's */
+  int part, parts;      /* collective matmul: part `part` (1-based) of an op run as
+                           `parts` partial ops (FWD/BWD), or the ring step between
+                           parts part and part + 1 (SEND/RECV, whose first/last are
+                           the op's layers); 0 when not decomposed */
+  gboolean ring_bwd;    /* a ring step of a decomposed BWD (else FWD) */
   /* cost on the core, from the compiler */
   ps_time_t time;       /* kernel time plus launch overhead; 0 for communication */
   double flops;         /* useful FLOPs */

@@ -1,6 +1,9 @@
-/* numerics-tensor.c: real arithmetic on a tensor (x fsdp x data) mesh
- * (Megatron-LM's layouts, Shoeybi et al. 2019).  Each device's net keeps full-size weight
- * blocks, but a device owns only its rank's part of each split layer
+/* numerics-tensor.c: real arithmetic on a tensor (x sequence x fsdp x data)
+ * mesh (Megatron-LM's layouts, Shoeybi et al. 2019).  The layers split
+ * over the whole tensor x sequence group, T below being its size and a
+ * device's rank ps_run_model_rank (numerics-sequence.c adds the rows).
+ * Each device's net keeps full-size weight blocks, but a device owns only
+ * its rank's part of each split layer
  * (model/net-tensor.h: attention's heads, column- and row-parallel
  * matmuls, the vocabulary of the embedding and of the head's logits); the
  * rest is held at exactly zero, so its kernels compute exactly its shard's
@@ -91,7 +94,7 @@ static gboolean dev_init(Run *r, int d, GError **error)
   PsTensorNum *tn = r->tensor;
   TensorDev *td = &tn->dev[d];
   PsNet *net = r->nets[d];
-  int t = ps_plan_coord(r->plan, d, PS_AXIS_TENSOR), n = tn->n_layers;
+  int t = ps_run_model_rank(r->plan, d), n = tn->n_layers;
   td->ranges = g_array_new(FALSE, FALSE, sizeof(PsNetRange));
   td->first = g_new0(int, n + 1);
   td->pack_off = g_new0(int64_t, n + 1);
@@ -101,7 +104,8 @@ static gboolean dev_init(Run *r, int d, GError **error)
     if (!ps_net_tensor_ranges(net, l, (PsTensorSplit)r->plan->layer_split[l], t, tn->T,
                               td->ranges, &e)) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                  "%s: numerics.enabled=true on strategy.mesh.tensor = %d: layer '%s': %s",
+                  "%s: numerics.enabled=true on a tensor x sequence group of %d "
+                  "(strategy.mesh.tensor x sequence): layer '%s': %s",
                   r->exp->file, tn->T, r->exp->model->layers[l].name, e->message);
       g_error_free(e);
       return FALSE;
@@ -152,10 +156,10 @@ static gboolean set_roles(Run *r, GError **error)
           pc->layer == tn->n_layers - 1) {
         tn->role[c] = loss_seen++ == 0 ? ROLE_SHIFT : ROLE_SUMS;
       } else if ((pc->buffer == PS_BUFFER_GRADS || pc->buffer == PS_BUFFER_PARAMS) &&
-                 pc->layer >= 0) {
+                 pc->layer >= 0 && (pc->axis == PS_AXIS_DATA || pc->axis == PS_AXIS_FSDP)) {
         if (!bucket_fits(&tn->dev[d], tn->n_layers, pc->layer, pc->count)) {
           g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                      "%s: numerics.enabled=true on strategy.mesh.tensor = %d: the "
+                      "%s: numerics.enabled=true on a tensor x sequence group of %d: the "
                       "collective '%s' of %" G_GINT64_FORMAT " floats does not cover whole "
                       "layers of a device's shard",
                       r->exp->file, tn->T, pc->name, pc->count);
@@ -172,7 +176,8 @@ static gboolean set_roles(Run *r, GError **error)
 
 gboolean ps_run_tensor_init(Run *r, GError **error)
 {
-  int T = ps_plan_axis_size(r->plan, PS_AXIS_TENSOR);
+  int T = ps_plan_axis_size(r->plan, PS_AXIS_TENSOR) *
+          ps_plan_axis_size(r->plan, PS_AXIS_SEQUENCE); /* the group's ways */
   if (T <= 1 || !r->plan->layer_split)
     return TRUE;
   PsTensorNum *tn = r->tensor = g_new0(PsTensorNum, 1);
@@ -304,12 +309,14 @@ double ps_run_tensor_divergence(Run *r)
   if (!r->tensor)
     return 0;
   for (int d = 0; d < r->n_dev; d++) {
-    if (ps_plan_coord(r->plan, d, PS_AXIS_TENSOR) == 0)
+    if (ps_run_model_rank(r->plan, d) == 0)
       continue;
+    int d0 = ps_run_peer0(r, ps_run_peer0(r, d, PS_AXIS_TENSOR), PS_AXIS_SEQUENCE);
     const float *p = ps_net_params(r->nets[d]);
-    const float *p0 = ps_net_params(r->nets[ps_run_peer0(r, d, PS_AXIS_TENSOR)]);
+    const float *p0 = ps_net_params(r->nets[d0]);
     for (int l = 0; l < r->tensor->n_layers; l++) {
-      if (r->plan->layer_split[l] != PS_SPLIT_NONE)
+      int split = r->plan->layer_split[l];
+      if (split != PS_SPLIT_NONE && split != PS_SPLIT_SEQUENCE)
         continue;
       size_t off = 0, len = 0;
       ps_net_layer_params(r->nets[d], l, &off, &len);

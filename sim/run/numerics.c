@@ -102,7 +102,8 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
   r->batch_y = g_new(int32_t, (size_t)exp->global_batch * ps_dataset_labels_per_example(r->train));
   r->drawn_step = -1;
   ps_run_fsdp_init(r);
-  return ps_run_tensor_init(r, error);
+  return ps_run_tensor_init(r, error) && ps_run_sequence_init(r, error) &&
+         ps_run_ring_init(r, error);
 }
 
 void ps_run_numerics_free(Run *r)
@@ -127,6 +128,8 @@ void ps_run_numerics_free(Run *r)
   g_free(r->batch_y);
   ps_run_fsdp_free(r);
   ps_run_tensor_free(r);
+  ps_run_sequence_free(r);
+  ps_run_ring_free(r);
 }
 
 static void log_step(Run *r, int64_t step, double loss, ps_time_t t)
@@ -284,6 +287,31 @@ static void outfeed_loss(Run *r, int device, int64_t step, const PsOp *op)
   log_step(r, step, loss, ps_engine_now(ps_network_engine(ps_pod_network(r->pod))));
 }
 
+/* The arithmetic of a FWD, RECOMPUTE or BWD (kind) of op's layers.  A
+ * decomposed op (collective matmul) computes whole at its first ring
+ * step, which comes before its first part: the ring then carries blocks
+ * of its real result. */
+static void compute(Run *r, PsNet *net, int device, const PsOp *op, PsOpKind kind)
+{
+  ps_net_select_slot(net, op->mb);
+  if (kind == PS_OP_BWD) {
+    for (int i = op->last; i >= op->first; i--) {
+      ps_run_sequence_bwd_layer(r, device, i);
+      ps_net_backward_layer(net, i, r->plan->loss_scale);
+    }
+    ps_run_tensor_bwd_done(r, device, op);
+    return;
+  }
+  for (int i = op->first; i <= op->last; i++)
+    if (!ps_run_tensor_skips(r, i))
+      ps_net_forward_layer(net, i);
+  if (kind == PS_OP_FWD && op->last == r->exp->model->n_layers - 1 &&
+      !ps_run_tensor_skips(r, op->last)) {
+    r->loss_acc[device] += ps_net_loss(net);
+    r->loss_n[device]++;
+  }
+}
+
 void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
 {
   Run *r = ctx;
@@ -298,27 +326,23 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
     break;
   case PS_OP_FWD:
   case PS_OP_RECOMPUTE:
-    ps_net_select_slot(net, op->mb);
-    for (int i = op->first; i <= op->last; i++)
-      if (!ps_run_tensor_skips(r, i))
-        ps_net_forward_layer(net, i);
-    if (op->kind == PS_OP_FWD && op->last == r->exp->model->n_layers - 1 &&
-        !ps_run_tensor_skips(r, op->last)) {
-      r->loss_acc[device] += ps_net_loss(net);
-      r->loss_n[device]++;
-    }
-    break;
   case PS_OP_BWD:
-    ps_net_select_slot(net, op->mb);
-    for (int i = op->last; i >= op->first; i--)
-      ps_net_backward_layer(net, i, r->plan->loss_scale);
-    ps_run_tensor_bwd_done(r, device, op);
+    if (op->parts == 0) /* a part of a decomposed op: its first ring step computed it */
+      compute(r, net, device, op, op->kind);
     break;
   case PS_OP_SEND:
-    send_message(r, net, device, op);
+    if (op->parts > 0 && op->part == 1)
+      compute(r, net, device, op, op->ring_bwd ? PS_OP_BWD : PS_OP_FWD);
+    if (op->parts > 0)
+      ps_run_ring_send(r, device, op);
+    else
+      send_message(r, net, device, op);
     break;
   case PS_OP_RECV:
-    recv_message(r, net, device, step, op);
+    if (op->parts > 0)
+      ps_run_ring_recv(r, device, op);
+    else
+      recv_message(r, net, device, step, op);
     break;
   case PS_OP_UPDATE:
     update_params(r, net, device, step, op);

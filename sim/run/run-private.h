@@ -19,6 +19,8 @@
 #include "model/net.h"
 
 typedef struct PsTensorNum PsTensorNum;
+typedef struct PsSequenceNum PsSequenceNum;
+typedef struct PsRingNum PsRingNum;
 
 typedef struct {
   float lo, hi;
@@ -70,6 +72,8 @@ typedef struct {
   int64_t *shard_off;   /* per collective: its block's place in the shards, or -1 */
   float **shards;       /* per device: its gradient shards (PS_BUFFER_GRAD_SHARDS) */
   PsTensorNum *tensor;  /* numerics-tensor.c: NULL without a tensor axis */
+  PsSequenceNum *sequence; /* numerics-sequence.c: NULL without a sequence axis */
+  PsRingNum *ring;      /* numerics-ring.c: NULL without collective matmul */
   GHashTable *open_steps; /* int64 step -> StepState, while devices are in it (run.c) */
   int outfeeders;       /* devices with an OUTFEED op */
   PsHistogram *histograms; /* per host call, device 0's last result (run.c allocates) */
@@ -149,6 +153,35 @@ void ps_run_tensor_sync(Run *r);
 /* Tensor x fsdp: packed ranges (consumed) as the net's ranges (transfer
  * full); otherwise packed itself. */
 GArray *ps_run_tensor_net_ranges(Run *r, int device, GArray *packed);
+
+/* numerics-sequence.c: a sequence axis's rows.  init records which rows of
+ * a row layer's output each device holds (its blocks of the sequence
+ * reduce-scatters and all-gathers) and fails (PS_INPUT_ERROR) when they
+ * are not whole rows, the same for every such collective; bwd_layer,
+ * before a row layer's backward, zeroes the rows of its output gradient
+ * the device does not hold.  No-ops without a sequence axis. */
+gboolean ps_run_sequence_init(Run *r, GError **error);
+void ps_run_sequence_free(Run *r);
+void ps_run_sequence_bwd_layer(Run *r, int device, int layer);
+/* Device d's blocks of collective c (its ps_pod_coll_block pieces), sorted
+ * by offset, empty ones left out (transfer full). */
+GArray *ps_run_coll_blocks(Run *r, int c, int d);
+/* The device's rank in its tensor x sequence group (sequence-major), which
+ * is its member index in the group's collectives and its ring position. */
+int ps_run_model_rank(const PsPlan *plan, int d);
+
+/* numerics-ring.c: collective matmul's ring steps (SEND/RECV ops with
+ * parts > 0) as a reduce-scatter of the decomposed op's real result: step
+ * s sends the block of ring position (rank - s) and adds the one received
+ * into the block of (rank - s - 1), so that after the last step a device
+ * holds its own block summed over the group, the block the group's
+ * all-gathers (and sequence rows) give it.  init fails (PS_INPUT_ERROR)
+ * when the group's collectives of a ring's buffer disagree on the blocks
+ * or there are none; no-ops without ring steps. */
+gboolean ps_run_ring_init(Run *r, GError **error);
+void ps_run_ring_free(Run *r);
+void ps_run_ring_send(Run *r, int device, const PsOp *op);
+void ps_run_ring_recv(Run *r, int device, const PsOp *op);
 
 /* run.c: the step's state, made when first asked for.  (transfer none) */
 StepState *ps_run_step_state(Run *r, int64_t step);

@@ -16,10 +16,12 @@
  * (Korthikanti et al. 2022); backward runs the conjugates (an all-reduce
  * of the input gradient where forward entered a split region from a whole
  * input, an all-gather where forward reduce-scattered, a reduce-scatter
- * where it gathered rows).
+ * where it gathered rows).  A layer run on rows keeps its weights whole
+ * (a norm's gains), so each device's gradient of them covers its rows
+ * only: a sequence all-reduce over the group completes it.
  *
- * The local model.  Each device's share of each layer is a PsModel of its
- * own (same layers, divided by the layout: a column-parallel matmul's
+ * The local model.  Each device's share of each layer (shard-local.c) is
+ * a PsModel of its own (same layers, divided by the layout: a column-parallel matmul's
  * outputs, a row-parallel one's contraction, heads, vocabulary, rows), so
  * ops are costed by hw/cost.h on the shard's shapes, MXU padding
  * included, exactly as any other op.  The plan's layer_split tells real
@@ -59,7 +61,6 @@
 #include <string.h>
 
 typedef enum { L_WHOLE, L_SPLIT, L_PARTIAL, L_ROWS } Layout;
-typedef enum { LOC_NONE, LOC_COL, LOC_ROW, LOC_DIV, LOC_ROWS } LocalKind;
 #define NO_COLL (-1)
 
 /* A completion of producer's output before a layer, and its conjugate. */
@@ -74,7 +75,7 @@ typedef struct {
   gboolean enter;     /* backward all-reduce of the input gradient */
   gboolean vocab_loss;
   gboolean padded;    /* a vocabulary T does not divide, padded to ceil(V/T) a device */
-  LocalKind local;
+  PsShardLocal local;
   int out_comp;       /* how a consumer completes this output (NO_COLL) */
   Layout out;         /* the layout the layer leaves its output in */
 } LayerPlan;
@@ -193,27 +194,27 @@ static Layout plan_layer(Lower *w, Layout *cur, int i)
       need(w, cur, i, 0, p, done);
     }
     in = p < 0 ? L_WHOLE : cur[p];
-    lp->local = in == L_SPLIT ? LOC_DIV : in == L_ROWS ? LOC_ROWS : LOC_NONE;
+    lp->local = in == L_SPLIT ? PS_LOC_DIV : in == L_ROWS ? PS_LOC_ROWS : PS_LOC_NONE;
     return in;
   case PS_TP_NORM:
     need(w, cur, i, 0, p, done);
-    lp->local = w->sp ? LOC_ROWS : LOC_NONE;
+    lp->local = w->sp ? PS_LOC_ROWS : PS_LOC_NONE;
     return done;
   case PS_TP_MATMUL:
     if (in == L_SPLIT) {
-      lp->local = LOC_ROW;
+      lp->local = PS_LOC_ROW;
       return L_PARTIAL;
     }
     need(w, cur, i, 0, p, L_WHOLE);
     if (l->units % w->M != 0 && !(feeds_loss(w->m, i) && splits_padded(l->units, w->M)))
       return L_WHOLE;
     lp->padded = l->units % w->M != 0;
-    lp->local = LOC_COL;
+    lp->local = PS_LOC_COL;
     lp->enter = lp->comp[0].bwd == NO_COLL;
     return L_SPLIT;
   case PS_TP_HEADS:
     need(w, cur, i, 0, p, L_WHOLE);
-    lp->local = LOC_DIV;
+    lp->local = PS_LOC_DIV;
     lp->enter = lp->comp[0].bwd == NO_COLL;
     return L_PARTIAL;
   case PS_TP_VOCAB:
@@ -222,11 +223,11 @@ static Layout plan_layer(Lower *w, Layout *cur, int i)
     if (!splits_padded(l->vocab, w->M))
       return L_WHOLE;
     lp->padded = l->vocab % w->M != 0;
-    lp->local = LOC_DIV;
+    lp->local = PS_LOC_DIV;
     return L_PARTIAL;
   case PS_TP_LOSS:
     if (in == L_SPLIT) {
-      lp->local = LOC_DIV;
+      lp->local = PS_LOC_DIV;
       lp->vocab_loss = TRUE;
       lp->padded = i > 0 && lp[-1].padded;
       return L_WHOLE;
@@ -261,95 +262,13 @@ static void plan_layouts(Lower *w)
 
 /* ---- the local model -------------------------------------------------- */
 
-static void divide(PsLayer *L, int64_t k)
-{
-  L->fwd_flops /= (double)k;
-  L->bwd_flops /= (double)k;
-  L->fwd_bytes /= (double)k;
-  L->bwd_bytes /= (double)k;
-  L->act_elems /= k;
-  L->stat_elems /= k;
-  L->params /= k;
-}
-
-/* The vocabulary of a padded layer: the table's rows, the head's outputs,
- * the loss's logits. */
-static int64_t vocab_of(const PsLayer *L)
-{
-  return L->vocab > 0 ? L->vocab : L->out_rank > 0 && L->units > 0 ? L->units
-                                                                   : L->in_shape[L->in_rank - 1];
-}
-
-/* GSPMD's uneven sharding (Xu et al. 2021, arXiv:2105.04663, pads a dimension
- * the mesh does not divide to static equal shards): a dimension of V
- * that k does not divide is padded to k ceil(V / k), each device holding
- * ceil(V / k).  A table grows by its padded rows alone (a lookup costs the
- * same); a head's weights, FLOPs and traffic and the loss's logits grow in
- * proportion (the input's share of the traffic with them, an excess of
- * under k / V of it). */
-static void pad_layer(PsLayer *L, int64_t k)
-{
-  int64_t v = vocab_of(L), padded = (v + k - 1) / k * k;
-  if (L->vocab > 0) {
-    L->params += (padded - v) * L->dim;
-    return;
-  }
-  double r = (double)padded / (double)v;
-  L->fwd_flops *= r;
-  L->bwd_flops *= r;
-  L->fwd_bytes *= r;
-  L->bwd_bytes *= r;
-  L->act_elems = L->act_elems / v * padded;
-  L->stat_elems = L->stat_elems / v * padded;
-  L->params = L->params / v * padded; /* a head's weights are per output */
-  for (int j = 0; j < L->n_mm; j++)
-    if (L->mm[j].n == v)
-      L->mm[j].n = padded;
-  if (L->out_shape[L->out_rank - 1] == v)
-    L->out_shape[L->out_rank - 1] = padded;
-  if (L->in_shape[L->in_rank - 1] == v)
-    L->in_shape[L->in_rank - 1] = padded;
-}
-
-/* Layer l's share on one device of a group of k. */
-static void local_layer(PsLayer *L, LocalKind how, int64_t k, gboolean padded)
-{
-  if (how == LOC_NONE || k == 1)
-    return;
-  if (padded)
-    pad_layer(L, k);
-  divide(L, k);
-  for (int j = 0; j < L->n_mm; j++) {
-    PsMatmul *mm = &L->mm[j];
-    if (how == LOC_ROWS)
-      mm->rows = MAX(1, mm->rows / k);
-    else if (how == LOC_ROW)
-      mm->k = MAX(1, mm->k / k);
-    else if (how == LOC_COL || (how == LOC_DIV && j == 0 && mm->count == 1))
-      mm->n = MAX(1, mm->n / k);
-    else if (mm->count % k == 0)
-      mm->count /= k; /* per head */
-    else
-      mm->k = MAX(1, mm->k / k);
-  }
-  if (how == LOC_ROWS) {
-    L->in_shape[0] = MAX(1, L->in_shape[0] / k);
-    L->out_shape[0] = MAX(1, L->out_shape[0] / k);
-  } else {
-    if (how != LOC_COL)
-      L->in_shape[L->in_rank - 1] = MAX(1, L->in_shape[L->in_rank - 1] / k);
-    if (how != LOC_ROW)
-      L->out_shape[L->out_rank - 1] = MAX(1, L->out_shape[L->out_rank - 1] / k);
-  }
-}
-
 static void build_local(Lower *w)
 {
   w->local = *w->m;
   w->local.layers = g_memdup2(w->m->layers, sizeof(PsLayer) * (size_t)w->m->n_layers);
   w->local.params = 0;
   for (int i = 0; i < w->m->n_layers; i++) {
-    local_layer(&w->local.layers[i], w->lp[i].local, w->M, w->lp[i].padded);
+    ps_shard_local_layer(&w->local.layers[i], w->lp[i].local, w->M, w->lp[i].padded);
     w->local.params += w->local.layers[i].params;
   }
 }
@@ -437,7 +356,7 @@ static void name_op(const Lower *w, PsOp *op, int first)
 {
   static const char *const tag[] = {"", "cols", "rows", "split", "seq"};
   const LayerPlan *lp = &w->lp[first];
-  if (lp->local == LOC_NONE || w->M == 1)
+  if (lp->local == PS_LOC_NONE || w->M == 1)
     return;
   const char *what = tag[lp->local];
   if (ps_layer_kind_lower(w->m->layers[first].kind)->tensor == PS_TP_HEADS)
@@ -492,19 +411,24 @@ static void emit_decomposed(Lower *w, const PsOp *op, double bytes)
     part.memory_s /= w->M;
     part.overhead_s /= w->M;
     part.act_bytes = s == 0 ? op->act_bytes : 0;
+    part.part = s + 1;
+    part.parts = w->M;
     char suffix[16];
     int n = snprintf(suffix, sizeof suffix, " %d/%d", s + 1, w->M);
     size_t keep = MIN(strlen(part.name), sizeof part.name - 1 - (size_t)n);
     memcpy(part.name + keep, suffix, (size_t)n + 1);
     if (s + 1 < w->M) {
       PsOp sd = {.kind = PS_OP_SEND, .peer = 1, .tag = w->tag, .bytes = bytes,
-                 .batch = w->batch};
+                 .batch = w->batch, .first = op->first, .last = op->last, .part = s + 1,
+                 .parts = w->M, .ring_bwd = op->kind == PS_OP_BWD};
       snprintf(sd.name, sizeof sd.name, "tensor permute %d of %.20s", s + 1, op->name);
       emit(w, &sd);
     }
     emit(w, &part);
     if (s + 1 < w->M) {
-      PsOp rv = {.kind = PS_OP_RECV, .peer = -1, .tag = w->tag++, .batch = w->batch};
+      PsOp rv = {.kind = PS_OP_RECV, .peer = -1, .tag = w->tag++, .batch = w->batch,
+                 .first = op->first, .last = op->last, .part = s + 1, .parts = w->M,
+                 .ring_bwd = op->kind == PS_OP_BWD};
       snprintf(rv.name, sizeof rv.name, "tensor permute %d of %.20s", s + 1, op->name);
       emit(w, &rv);
     }
@@ -683,14 +607,42 @@ typedef struct {
   GArray *rs;       /* fsdp reduce-scatters of the open bucket (requests) */
   GArray *ready;    /* of a closed bucket, flushed after the next op */
   GArray *done;     /* requests whose DONE is still owed */
+  GArray *norm;     /* sequence all-reduces of row layers' gradients, not yet done */
   int64_t floats;
   int first, last;
   int k;
 } Buckets;
 
+/* With a sequence axis each device runs a row layer (a norm) on its own
+ * rows, so its gradients of the layer's (replicated) weights are partial
+ * sums: an all-reduce over the tensor x sequence group completes them,
+ * started after the layer's backward and done before anything reads the
+ * gradients (norm_done). */
+static void norm_grads(Lower *w, Buckets *b, int g)
+{
+  for (int l = group_first(w, g); l <= group_last(w, g) && w->sp; l++) {
+    if (w->lp[l].local != PS_LOC_ROWS || w->local.layers[l].params == 0)
+      continue;
+    char what[48];
+    snprintf(what, sizeof what, "%.38s grad", w->m->layers[l].name);
+    int r = add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_MODEL, PS_AXIS_SEQUENCE,
+                    w->local.layers[l].params, PS_BUFFER_GRADS, l, what);
+    coll(w, PS_OP_COLL_START, r);
+    g_array_append_val(b->norm, r);
+  }
+}
+
+static void norm_done(Lower *w, Buckets *b)
+{
+  for (guint j = 0; j < b->norm->len; j++)
+    coll(w, PS_OP_COLL_DONE, g_array_index(b->norm, int, j));
+  g_array_set_size(b->norm, 0);
+}
+
 static void flush_bucket(Lower *w, Buckets *b, GArray *rs, int first, int last,
                          int64_t floats)
 {
+  norm_done(w, b);
   for (guint j = 0; j < rs->len; j++)
     coll(w, PS_OP_COLL_DONE, g_array_index(rs, int, j));
   g_array_set_size(rs, 0);
@@ -722,6 +674,7 @@ static void gradients(Lower *w, Buckets *b, int g, gboolean closes)
     int64_t shard = (p + w->F - 1) / w->F;
     w->shard_params += shard;
     if (w->F > 1) {
+      norm_done(w, b);
       char what[48];
       snprintf(what, sizeof what, "%.36s grad", w->m->layers[group_first(w, g)].name);
       int r = add_req(w, PS_COLL_REDUCE_SCATTER, PS_GROUP_FSDP, PS_AXIS_FSDP, p, PS_BUFFER_GRADS,
@@ -754,7 +707,8 @@ static void shard_backward(Lower *w, int *pending)
   gboolean gather = w->F > 1 && w->c->regather;
   Buckets b = {.rs = g_array_new(FALSE, FALSE, sizeof(int)),
                .ready = g_array_new(FALSE, FALSE, sizeof(int)),
-               .done = g_array_new(FALSE, FALSE, sizeof(int)), .last = -1};
+               .done = g_array_new(FALSE, FALSE, sizeof(int)),
+               .norm = g_array_new(FALSE, FALSE, sizeof(int)), .last = -1};
   int first_pg = gather ? next_param_group(w, n, -1, n) : -1;
   if (first_pg >= 0 && w->c->prefetch) {
     pending[first_pg] = gather_req(w, first_pg, "bwd");
@@ -793,9 +747,12 @@ static void shard_backward(Lower *w, int *pending)
     else
       emit(w, &bw);
     backward_comps(w, first, ring);
-    if (w->final)
+    if (w->final) { /* (the step's last micro-batch) */
+      norm_grads(w, &b, g);
       gradients(w, &b, g, g == 0);
+    }
   }
+  norm_done(w, &b);
   for (guint j = 0; j < b.rs->len; j++)
     coll(w, PS_OP_COLL_DONE, g_array_index(b.rs, int, j));
   for (guint j = 0; j < b.done->len; j++)
@@ -803,6 +760,7 @@ static void shard_backward(Lower *w, int *pending)
   g_array_free(b.rs, TRUE);
   g_array_free(b.ready, TRUE);
   g_array_free(b.done, TRUE);
+  g_array_free(b.norm, TRUE);
 }
 
 /* A stage transfer of the current micro-batch (shard-pipe.c): forward the
@@ -992,10 +950,11 @@ static int *layer_splits(const Lower *w)
   int *split = g_new0(int, MAX(w->m->n_layers, 1));
   for (int i = 0; i < w->m->n_layers; i++) {
     PsTensorRole role = ps_layer_kind_lower(w->m->layers[i].kind)->tensor;
-    LocalKind k = w->lp[i].local;
-    split[i] = k == LOC_COL    ? PS_SPLIT_COLS
-               : k == LOC_ROW  ? PS_SPLIT_ROWS
-               : k != LOC_DIV  ? PS_SPLIT_NONE
+    PsShardLocal k = w->lp[i].local;
+    split[i] = k == PS_LOC_COL    ? PS_SPLIT_COLS
+               : k == PS_LOC_ROW  ? PS_SPLIT_ROWS
+               : k == PS_LOC_ROWS ? PS_SPLIT_SEQUENCE
+               : k != PS_LOC_DIV  ? PS_SPLIT_NONE
                : role == PS_TP_HEADS ? PS_SPLIT_HEADS
                : role == PS_TP_VOCAB || w->lp[i].vocab_loss ? PS_SPLIT_VOCAB
                                                             : PS_SPLIT_NONE;

@@ -1,7 +1,7 @@
 /* shard-private.h: what the files of the shard strategy share (shard.c:
  * keys, checks and the registry entry; shard-mesh.c: the logical mesh on
- * the torus; shard-lower.c: layouts, the per-device local model and the
- * programs; shard-pipe.c: the pipeline stage axis, each stage a mesh).
+ * the torus; shard-lower.c: layouts and the programs; shard-local.c: a
+ * layer's share on one device; shard-pipe.c: the pipeline stage axis, each stage a mesh).
  *
  * Invariant: a PsShardConfig that shard_parse returns has every default
  * filled in and its mesh sizes multiply to the devices it occupies; the
@@ -62,6 +62,15 @@ typedef struct {
 /* From the mesh coordinates of ps_shard_mesh_map (n devices). */
 void ps_shard_groups_init(PsShardGroups *gr, const PsShardConfig *c, const int *coord, int n);
 void ps_shard_groups_clear(PsShardGroups *gr);
+
+/* How a device's share of a layer is cut from it (shard-local.c): not at
+ * all, by output columns, by the contraction (a row-parallel matmul), by
+ * heads or vocabulary, by sequence rows. */
+typedef enum { PS_LOC_NONE, PS_LOC_COL, PS_LOC_ROW, PS_LOC_DIV, PS_LOC_ROWS } PsShardLocal;
+
+/* Layer L as one device of a group of k holds it, a vocabulary padded to
+ * a multiple of k when `padded`. */
+void ps_shard_local_layer(PsLayer *L, PsShardLocal how, int64_t k, gboolean padded);
 
 /* The plan (transfer full), or NULL with a PS_INPUT_ERROR (HBM). */
 PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError **error);

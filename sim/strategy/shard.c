@@ -260,36 +260,35 @@ static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError
 }
 
 /* Real numerics run on data x fsdp meshes (run/numerics-fsdp.c) and on
- * tensor x fsdp x data meshes (run/numerics-tensor.c); the rest is timing
- * only. */
+ * tensor (x sequence) x fsdp x data meshes (run/numerics-tensor.c,
+ * numerics-sequence.c), with collective matmul or without
+ * (numerics-ring.c); the rest is timing only. */
 static gboolean check_numerics(const PsExperiment *e, const PsShardConfig *c, GError **error)
 {
-  int T = c->size[PS_AXIS_TENSOR];
+  int T = c->size[PS_AXIS_TENSOR], M = ps_shard_model_ways(c);
   const char *why = NULL;
-  if (c->size[PS_AXIS_SEQUENCE] > 1)
-    why = "strategy.mesh.sequence > 1";
-  else if (T > 1 && c->collective_matmul)
-    why = "strategy.collective_matmul = true";
-  else if (T > 1 && (e->optimizer.kind == PS_OPT_LARS || e->optimizer.kind == PS_OPT_LAMB))
+  if (T > 1 && (e->optimizer.kind == PS_OPT_LARS || e->optimizer.kind == PS_OPT_LAMB))
     why = "a layer-wise optimizer (optimizer.kind lars or lamb: its trust ratios would "
           "need norms over the whole tensor group)";
   if (why) {
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "numerics.enabled",
                      "true is not yet supported with %s (strategy.mesh is data %d x fsdp %d x "
                      "tensor %d x sequence %d); numerics.enabled=false runs it (timing only), "
-                     "or use a data x fsdp x tensor mesh",
+                     "or use a data x fsdp x tensor (x sequence) mesh",
                      why, c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP], T,
                      c->size[PS_AXIS_SEQUENCE]);
     return FALSE;
   }
-  for (int i = 0; i < e->model->n_layers && T > 1; i++) {
+  for (int i = 0; i < e->model->n_layers && M > 1; i++) {
     const PsLayer *l = &e->model->layers[i];
-    if (ps_layer_kind_lower(l->kind)->tensor == PS_TP_HEADS && l->kv_heads % T != 0) {
-      ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh.tensor",
+    if (ps_layer_kind_lower(l->kind)->tensor == PS_TP_HEADS && l->kv_heads % M != 0) {
+      ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file,
+                       c->size[PS_AXIS_SEQUENCE] > 1 ? "strategy.mesh.tensor x sequence"
+                                                     : "strategy.mesh.tensor",
                        "%d does not divide the %" G_GINT64_FORMAT " key/value heads of layer "
-                       "'%s', which numerics.enabled=true splits by heads; use a tensor axis "
+                       "'%s', which numerics.enabled=true splits by heads; use a group "
                        "dividing %" G_GINT64_FORMAT " or numerics.enabled=false",
-                       T, l->kv_heads, l->name, l->kv_heads);
+                       M, l->kv_heads, l->name, l->kv_heads);
       return FALSE;
     }
   }
