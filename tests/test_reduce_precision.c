@@ -243,8 +243,10 @@ static void test_bad_value(void)
 static void test_numeric_run(void)
 {
   const char *path = "experiments/default.json";
-  const char *f32[] = {"steps=3", "epochs=null", NULL};
-  const char *bf16[] = {"steps=3", "epochs=null", "strategy.reduce_precision=bf16", NULL};
+  const char *f32[] = {"steps=3", "epochs=null", "steps_per_run=1", "numerics.evaluate=false",
+                       NULL};
+  const char *bf16[] = {"steps=3", "epochs=null", "steps_per_run=1", "numerics.evaluate=false",
+                        "strategy.reduce_precision=bf16", NULL};
   PsExperiment *a = experiment_load(path, f32);
   PsExperiment *b = experiment_load(path, bf16);
   PsSummary sa = experiment_run(a), sb = experiment_run(b);

@@ -1,6 +1,6 @@
 /* test_regress.c: `podsim regress` and the MPI sweep, through the binary
- * named by $PODSIM (set by `make test`), on temporary copies of
- * tests/golden/step-times.txt: the copy passes; with one case's step time
+ * named by $PODSIM (set by `make test`), on temporary copies of the first
+ * cases of tests/golden/step-times.txt: the copy passes; with one case's step time
  * moved by 1% it exits 1 naming that case with old, new and diff;
  * --update rewrites it (by a rename: no file left beside it) and it passes
  * again; a case that cannot run exits 1 and --update then leaves the file
@@ -33,17 +33,30 @@ static guint scratch_files(const char *dir)
   return n;
 }
 
-/* The project's golden file.  (transfer full) */
+static gboolean is_case(const char *line)
+{
+  return *line && *line != '#';
+}
+
+/* The project's golden file, its comments and its first GOLDEN_CASES
+ * cases: enough for regress's mechanics, which these tests hold; every
+ * case is held to its prediction by test_golden.  (transfer full) */
+#define GOLDEN_CASES 8
 static char *golden_text(void)
 {
   g_autofree char *path =
       g_build_filename(g_getenv("PODSIM_DATA_DIR"), "tests", "golden", "step-times.txt", NULL);
-  return slurp(path);
-}
-
-static gboolean is_case(const char *line)
-{
-  return *line && *line != '#';
+  g_autofree char *all = slurp(path);
+  g_auto(GStrv) lines = g_strsplit(all, "\n", -1);
+  GString *out = g_string_new(NULL);
+  guint cases = 0;
+  for (char **l = lines; *l; l++) {
+    if (is_case(*l) && ++cases > GOLDEN_CASES)
+      continue;
+    if (**l)
+      g_string_append_printf(out, "%s\n", *l);
+  }
+  return g_string_free(out, FALSE);
 }
 
 static guint count_cases(const char *text)
