@@ -112,6 +112,7 @@ struct PsNetwork {
   int64_t chunk;
   int devices, hosts, n_links;
   int n_failed;         /* failed ICI link directions */
+  gboolean degraded;    /* some link's bandwidth was ever changed */
   guint8 *failed;       /* per link: failed (routes go round it) */
   Link *links;
   LinkCold *cold;
@@ -381,6 +382,7 @@ gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError
   PsLinkEnds e;
   g_return_val_if_fail(link >= 0 && link < net->n_links && net->cold[link].present, FALSE);
   g_return_val_if_fail(ps_geometry_link_ends(net->geo, link, &e), FALSE);
+  net->degraded = TRUE;
   if (e.kind != PS_LINK_ICI)
     return degrade_dcn_link(net, link, e.kind, factor, error);
   Link *l = &net->links[link];
@@ -733,6 +735,11 @@ int ps_network_direct_link(PsNetwork *net, int src, int dst)
 }
 
 uint64_t ps_network_routes_version(const PsNetwork *net) { return net->routes_version; }
+
+gboolean ps_network_translation_symmetric(const PsNetwork *net)
+{
+  return !net->degraded && !net->topo->twisted && ps_geometry_slices(net->geo) == 1;
+}
 
 ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes)
 {

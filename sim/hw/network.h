@@ -146,6 +146,13 @@ uint64_t ps_network_send_chained(PsNetwork *net, int src, int dst, int64_t bytes
  * the network is traced). */
 int ps_network_direct_link(PsNetwork *net, int src, int dst);
 uint64_t ps_network_routes_version(const PsNetwork *net);
+/* Whether moving every endpoint by the same even number of chips along
+ * each dimension maps routes onto routes of the same hops and link
+ * figures (so a collective's plan holds for every such translation of its
+ * group): one slice, a torus that is not twisted, no link ever degraded or
+ * failed.  Even, because a route exactly half-way round an even ring goes
+ * the way the source's parity says. */
+gboolean ps_network_translation_symmetric(const PsNetwork *net);
 ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes);
 
 /* The closed-form path of a sender that knows nothing else uses these
