@@ -773,6 +773,11 @@ void ps_coll_cache_free(PsCollCache *cache)
   g_free(cache);
 }
 
+guint ps_coll_cache_plans(const PsCollCache *cache)
+{
+  return g_hash_table_size(cache->shapes);
+}
+
 static const CacheEntry *cache_find(const PsCollCache *cache, const PsCollSpec *spec,
                                     int64_t chunk)
 {

@@ -56,10 +56,10 @@ typedef struct {
   GArray *coll_queue;    /* int: collectives started beyond max_in_flight, in order */
 } Device;
 
-/* A device's part in one collective. */
+/* A device's part in one collective (its device is the plan's member;
+ * a pod has one per membership, millions on a sharded pod, so two
+ * fields). */
 typedef struct {
-  PsPod *pod;
-  int c, member, device;
   int64_t rounds_done;
   ps_time_t started;
 } Member;
@@ -470,20 +470,22 @@ static void on_coll_message(void *ctx, PsCollMsgEvent what, int src, int dst, in
 {
   Coll *c = ctx;
   PsPod *pod = c->pod;
-  pod->obs.coll_message(pod->obs.ctx, c->index, what, c->members[src].device,
-                        c->members[dst].device, round, id, t);
+  const PsPlanColl *pc = &pod->plan->colls[c->index];
+  pod->obs.coll_message(pod->obs.ctx, c->index, what, pc->members[src], pc->members[dst],
+                        round, id, t);
 }
 
 static void on_coll_done(void *ctx, int member, ps_time_t t)
 {
-  Member *m = ctx;
-  PsPod *pod = m->pod;
-  Device *d = &pod->devices[m->device];
+  Coll *c = ctx;
+  PsPod *pod = c->pod;
+  Member *m = &c->members[member];
+  Device *d = &pod->devices[pod->plan->colls[c->index].members[member]];
   m->rounds_done++;
   if (pod->obs.coll_done)
-    pod->obs.coll_done(pod->obs.ctx, d->index, m->rounds_done - 1, m->c, m->started, t);
+    pod->obs.coll_done(pod->obs.ctx, d->index, m->rounds_done - 1, c->index, m->started, t);
   /* the device's next queued collective of this kind begins now */
-  PsCollOp kind = pod->plan->colls[m->c].op;
+  PsCollOp kind = pod->plan->colls[c->index].op;
   d->coll_busy[kind]--;
   for (guint i = 0; i < d->coll_queue->len; i++) {
     int next = g_array_index(d->coll_queue, int, i);
@@ -494,8 +496,8 @@ static void on_coll_done(void *ctx, int member, ps_time_t t)
     }
   }
   const PsOp *op = &d->prog->ops[d->pc];
-  if (d->waiting == WAIT_COLL && ps_plan_op_coll(pod->plan, d->index, op) == m->c) {
-    end_wait(pod, d, PS_TIME_COLLECTIVE, pod->plan->colls[m->c].name);
+  if (d->waiting == WAIT_COLL && ps_plan_op_coll(pod->plan, d->index, op) == c->index) {
+    end_wait(pod, d, PS_TIME_COLLECTIVE, pod->plan->colls[c->index].name);
     d->op_start = now(pod);
     finish_op_after(pod, d, 0);
   }
@@ -517,7 +519,7 @@ static void coll_begin(PsPod *pod, Device *d, int c_index)
   }
   float *buf = pod->num.coll_buffer ? pod->num.coll_buffer(pod->num.ctx, d->index, c_index)
                                     : NULL;
-  ps_collective_arrive(c->coll, mi, buf, on_coll_done, m);
+  ps_collective_arrive(c->coll, mi, buf, on_coll_done, c);
 }
 
 /* COLL_START: the collective begins now, or after the device's earlier
@@ -692,8 +694,6 @@ static gboolean build_colls(PsPod *pod, GError **error)
       return FALSE;
     }
     pod->colls[c].members = g_new0(Member, pc->n_members);
-    for (int m = 0; m < pc->n_members; m++)
-      pod->colls[c].members[m] = (Member){pod, c, m, pc->members[m], 0, 0};
     if (pod->obs.coll_message)
       ps_collective_set_message_observer(pod->colls[c].coll, on_coll_message, &pod->colls[c]);
     ps_collective_set_fast_path(pod->colls[c].coll, pod->cfg.collective->fast_path);
