@@ -271,6 +271,23 @@ static Xfer *xfer_new(PsCollective *c)
   return x;
 }
 
+/* Every Xfer ever allocated, live or not (a run stopped early leaves some
+ * in flight). */
+static void xfers_free_all(PsCollective *c)
+{
+  if (!c->all_xfers)
+    return;
+  for (guint i = 0; i < c->all_xfers->len; i++) {
+    Xfer *x = g_ptr_array_index(c->all_xfers, i);
+    g_free(x->data);
+    g_free(x);
+  }
+  g_ptr_array_free(c->all_xfers, TRUE);
+  c->all_xfers = NULL;
+  c->free_xfers = NULL;
+  c->live_xfers = 0;
+}
+
 static void xfer_free(PsCollective *c, Xfer *x)
 {
   g_free(x->data);
@@ -602,6 +619,7 @@ static void members_rest(PsCollective *c)
   c->rest_round = m0->round;
   c->rest_finished = m0->finished;
   members_free(c);
+  xfers_free_all(c);
 }
 
 static void on_done(PsEngine *engine, const PsEvent *ev, void *ctx)
@@ -976,14 +994,7 @@ void ps_collective_free(PsCollective *c)
   /* messages still in flight (a run stopped early) hold live Xfers too */
   if (c->members)
     members_free(c);
-  if (c->all_xfers) {
-    for (guint i = 0; i < c->all_xfers->len; i++) {
-      Xfer *x = g_ptr_array_index(c->all_xfers, i);
-      g_free(x->data);
-      g_free(x);
-    }
-    g_ptr_array_free(c->all_xfers, TRUE);
-  }
+  xfers_free_all(c);
   ps_coll_fast_free(c->fast);
   g_free(c->arrival);
   ps_coll_shared_unref(c->sh);
