@@ -17,7 +17,11 @@
  *   form, hw/network.h's ps_network_send_link) give two overlapping
  *   collectives the same done times and every link the same bytes, chunks
  *   and busy time as chunk-by-chunk events (a message observer sends every
- *   message the general way). */
+ *   message the general way).
+ * - Messages of several hops delivered whole (hw/network.h's
+ *   ps_network_send_whole) on rings of every other chip whose routes cross
+ *   the other ring's: the same done times and link statistics as every
+ *   chunk delivered, on one lane and on two. */
 #include "collectives/collective.h"
 #include "support/network.h"
 
@@ -196,31 +200,39 @@ static void message_seen(void *ctx, PsCollMsgEvent what, int src, int dst, int64
   (*(int64_t *)ctx)++;
 }
 
-/* Two all-reduces over a 4 x 4 torus whose members arrive staggered; done
- * times and every link's statistics into out (16 + 16, then 3 per link). */
-static void overlapping(gboolean general, int64_t *out)
+/* Two all-reduces (one over a[], one over b[], na and nb members) on the
+ * shorthand topology spec (one override ov, or NULL) whose members arrive
+ * staggered; done times and every link's statistics into out (32 done
+ * times, then 3 per link). */
+typedef struct {
+  const char *spec, *ov;
+  int a[16], na, b[16], nb;
+} Overlap;
+
+static void overlapping(const Overlap *o, gboolean general, int64_t *out)
 {
   NetFix f;
-  netfix_init(&f, shorthand_topology("torus:4x4", NULL), 3000);
-  int devs[16];
-  for (int i = 0; i < 16; i++)
-    devs[i] = i;
-  PsCollSpec s0 = {PS_COLL_ALL_REDUCE, "torus", devs, 16, 40000, 4, 0};
-  PsCollSpec s1 = {PS_COLL_ALL_REDUCE, "ring", devs, 16, 13333, 4, 0};
+  const char *ov[] = {o->ov, NULL};
+  netfix_init(&f, shorthand_topology(o->spec, ov), 3000);
+  PsCollSpec s0 = {PS_COLL_ALL_REDUCE, "ring", o->a, o->na, 40000, 4, 0};
+  PsCollSpec s1 = {PS_COLL_ALL_REDUCE, "ring", o->b, o->nb, 13333, 4, 0};
   PsCollective *c[2] = {ps_collective_new(f.net, &s0, NULL), ps_collective_new(f.net, &s1, NULL)};
+  g_assert_true(c[0] && c[1]);
   int64_t seen = 0;
   Round r[2] = {{.c = c[0]}, {.c = c[1]}};
   for (int k = 0; k < 2; k++)
     if (general)
       ps_collective_set_message_observer(c[k], message_seen, &seen);
-  for (int m = 0; m < 16; m++) {
+  for (int m = 0; m < MAX(o->na, o->nb); m++) {
     ps_engine_run(f.engine, ps_time_from_s((m % 5) * 1.3e-6));
-    ps_collective_arrive(c[0], m, NULL, on_done, &r[0]);
+    if (m < o->na)
+      ps_collective_arrive(c[0], m, NULL, on_done, &r[0]);
     ps_engine_run(f.engine, ps_time_from_s((m % 5) * 1.3e-6 + 0.7e-6));
-    ps_collective_arrive(c[1], (m * 7) % 16, NULL, on_done, &r[1]);
+    if (m < o->nb)
+      ps_collective_arrive(c[1], (m * 7) % o->nb, NULL, on_done, &r[1]);
   }
   ps_engine_run(f.engine, PS_TIME_NEVER);
-  g_assert_cmpint(r[0].n_done + r[1].n_done, ==, 32);
+  g_assert_cmpint(r[0].n_done + r[1].n_done, ==, o->na + o->nb);
   g_assert_true(general ? seen > 0 : seen == 0);
   for (int k = 0; k < 2; k++)
     for (int m = 0; m < 16; m++)
@@ -237,17 +249,41 @@ static void overlapping(gboolean general, int64_t *out)
   netfix_clear(&f);
 }
 
-static void test_send_link_closed(void)
+/* The same run timing only (one-hop messages booked in closed form, longer
+ * ones delivered whole) and with every message observed (chunk by chunk,
+ * every chunk delivered): the same to the picosecond. */
+static void same_as_events(const Overlap *o)
 {
   int64_t direct[32 + 3 * 256] = {0}, general[32 + 3 * 256] = {0};
-  overlapping(FALSE, direct);
-  overlapping(TRUE, general);
+  overlapping(o, FALSE, direct);
+  overlapping(o, TRUE, general);
   int64_t bytes = 0;
   for (guint i = 0; i < G_N_ELEMENTS(direct); i++)
     g_assert_cmpint(direct[i], ==, general[i]);
   for (int l = 0; l < 256; l++)
     bytes += direct[32 + 3 * l];
   g_assert_cmpint(bytes, >, 0);
+}
+
+static void test_send_link_closed(void)
+{
+  Overlap o = {"torus:4x4", NULL, {0}, 16, {0}, 16};
+  for (int i = 0; i < 16; i++)
+    o.a[i] = o.b[i] = i;
+  same_as_events(&o);
+}
+
+/* Rings of every other chip of an 8-ring, 2 hops a step, over links the
+ * other ring's messages cross too; one lane (delivered whole) and two
+ * (chunk by chunk, a shorter last chunk may overtake). */
+static void test_send_whole(void)
+{
+  Overlap o = {"ring:8", NULL, {0, 2, 4, 6}, 4, {1, 3, 5, 7}, 4};
+  same_as_events(&o);
+  o.ov = "ici.links_per_neighbor=2";
+  same_as_events(&o);
+  Overlap t = {"torus:4x4", NULL, {0, 2, 8, 10, 5, 7, 13, 15}, 8, {1, 3, 9, 11}, 4};
+  same_as_events(&t);
 }
 
 int main(int argc, char **argv)
@@ -257,5 +293,6 @@ int main(int argc, char **argv)
   g_test_add_func("/collectives/shape/degraded", test_degraded);
   g_test_add_func("/collectives/shape/rest-rounds", test_rest_rounds);
   g_test_add_func("/collectives/send-link/closed-form", test_send_link_closed);
+  g_test_add_func("/collectives/send-whole", test_send_whole);
   return g_test_run();
 }

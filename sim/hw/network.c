@@ -97,6 +97,8 @@ typedef struct {
   gboolean flow_started; /* traced, not chained: the flow's start is drawn */
   gboolean chained;     /* traced: the sender's flow runs through it (send_chained) */
   uint32_t next_free;
+  gboolean whole;       /* delivered once, whole (ps_network_send_whole) */
+  int64_t left_last;    /* whole: chunks that have left the last link */
 } Message;
 G_STATIC_ASSERT(offsetof(Message, heap_route) == 128 && offsetof(Message, dst) < 192);
 
@@ -565,6 +567,20 @@ static inline uint64_t hop_arg(uint64_t chunk, int done)
   return (chunk << HOP_BITS) | (uint64_t)done;
 }
 
+/* A chunk of m has left the last link of its route.  FALSE when its
+ * delivery needs no event: m is delivered whole and this is not its last
+ * chunk to leave, which, every link of the route having one lane, is the
+ * last to arrive, so its event is where the events of every chunk would
+ * have put the delivery with `last` set (the others deliver nothing the
+ * sender reads; they count as delivered now). */
+static inline gboolean last_hop_event(Message *m)
+{
+  if (!m->whole || ++m->left_last == m->n_chunks)
+    return TRUE;
+  m->delivered++;
+  return FALSE;
+}
+
 static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
 {
   PsNetwork *net = ctx;
@@ -576,7 +592,8 @@ static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
     if (net->count_pending)
       net->links[msg_route(m)[done]].pending--;
     ps_time_t t = transmit(net, m, chunk, done);
-    ps_engine_at(engine, t, net->ev_hop, idx, hop_arg(chunk, done + 1));
+    if (done + 1 < m->hops || last_hop_event(m))
+      ps_engine_at(engine, t, net->ev_hop, idx, hop_arg(chunk, done + 1));
     return;
   }
   m->delivered++;
@@ -657,23 +674,40 @@ static const CachedRoute *route_cached(PsNetwork *net, int src, int dst)
   return cr;
 }
 
+/* send_message's flags */
+#define SEND_CHAINED 1 /* ps_network_send_chained */
+#define SEND_WHOLE 2   /* ps_network_send_whole */
+
 static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
-                             PsNetDeliverFn fn, void *ctx, gboolean chained);
+                             PsNetDeliverFn fn, void *ctx, int flags);
 
 uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetDeliverFn fn,
                          void *ctx)
 {
-  return send_message(net, src, dst, bytes, fn, ctx, FALSE);
+  return send_message(net, src, dst, bytes, fn, ctx, 0);
 }
 
 uint64_t ps_network_send_chained(PsNetwork *net, int src, int dst, int64_t bytes,
                                  PsNetDeliverFn fn, void *ctx)
 {
-  return send_message(net, src, dst, bytes, fn, ctx, TRUE);
+  return send_message(net, src, dst, bytes, fn, ctx, SEND_CHAINED);
+}
+
+/* Whether a message down route may be delivered whole: not traced (a
+ * trace draws chunks), and one lane on every link, so that its chunks keep
+ * their order to the end (on two lanes a shorter last chunk may overtake). */
+static gboolean may_deliver_whole(const PsNetwork *net, const int32_t *route, int hops)
+{
+  if (net->trace)
+    return FALSE;
+  for (int i = 0; i < hops; i++)
+    if (net->links[route[i]].lanes != 1)
+      return FALSE;
+  return TRUE;
 }
 
 static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
-                             PsNetDeliverFn fn, void *ctx, gboolean chained)
+                             PsNetDeliverFn fn, void *ctx, int flags)
 {
   g_return_val_if_fail(net != NULL && fn != NULL && bytes >= 0, 0);
   g_return_val_if_fail(src >= 0 && src < ps_network_endpoints(net), 0);
@@ -712,7 +746,9 @@ static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
   m->last_start = 0;
   m->last_link = -1;
   m->flow_started = FALSE;
-  m->chained = chained;
+  m->chained = (flags & SEND_CHAINED) != 0;
+  m->whole = (flags & SEND_WHOLE) && may_deliver_whole(net, route, hops);
+  m->left_last = 0;
   m->id = ++net->next_id;
   net->in_flight++;
   if (net->count_pending)
@@ -723,10 +759,17 @@ static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
       ps_engine_at(net->engine, m->sent, net->ev_hop, idx, hop_arg((uint64_t)j, 0));
     } else {
       ps_time_t t = transmit(net, m, (uint64_t)j, 0);
-      ps_engine_at(net->engine, t, net->ev_hop, idx, hop_arg((uint64_t)j, 1));
+      if (m->hops > 1 || last_hop_event(m))
+        ps_engine_at(net->engine, t, net->ev_hop, idx, hop_arg((uint64_t)j, 1));
     }
   }
   return m->id;
+}
+
+uint64_t ps_network_send_whole(PsNetwork *net, int src, int dst, int64_t bytes,
+                               PsNetDeliverFn fn, void *ctx)
+{
+  return send_message(net, src, dst, bytes, fn, ctx, SEND_WHOLE);
 }
 
 int ps_network_direct_link(PsNetwork *net, int src, int dst)

@@ -134,6 +134,15 @@ uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetD
 uint64_t ps_network_send_chained(PsNetwork *net, int src, int dst, int64_t bytes,
                                  PsNetDeliverFn fn, void *ctx);
 
+/* ps_network_send for a sender that reads only the delivery with `last`
+ * set (a timing-only one): the chunks cross every link as ps_network_send's
+ * do, with the same link statistics, and fn runs once, with `last` set,
+ * exactly where and when (among the events of that time) ps_network_send's
+ * would.  Where the route has a link of several lanes, or the network is
+ * traced, it is ps_network_send. */
+uint64_t ps_network_send_whole(PsNetwork *net, int src, int dst, int64_t bytes,
+                               PsNetDeliverFn fn, void *ctx);
+
 /* The fast path of a timing-only sender, for messages of one hop.
  * ps_network_direct_link gives the link of the one-hop route from src to
  * dst, or -1 when the route is not one hop or the network is traced (every
