@@ -72,6 +72,8 @@ typedef struct {
   int arrived;           /* members that started the current round */
   int64_t round;         /* the round being gathered */
   int last;              /* device that started the round last */
+  gboolean by_coord;     /* member m is the device whose coordinate along
+                            the collective's axis is m (member_of) */
 } Coll;
 
 typedef struct {
@@ -168,16 +170,27 @@ const char *ps_pod_coll_algorithm(const PsPod *pod, int c)
   return ps_collective_algo(pod->colls[c].coll);
 }
 
+/* device's member index in collective c: its coordinate along c's axis
+ * when the plan lists every member so (a sharded plan does), else the
+ * plan's table of memberships (a search among the device's). */
+static inline int member_of(const PsPod *pod, int device, int c)
+{
+  if (pod->colls[c].by_coord)
+    return pod->plan->mesh.coord[(size_t)device * PS_N_AXES + pod->plan->colls[c].axis];
+  return ps_plan_members_find(pod->members, device, c);
+}
+
 int ps_pod_coll_block(const PsPod *pod, int c, int device, int piece, int64_t *off,
                       int64_t *len)
 {
   g_return_val_if_fail(c >= 0 && c < pod->plan->n_colls, 0);
-  int m = ps_plan_members_find(pod->members, device, c);
+  int m = member_of(pod, device, c);
   g_return_val_if_fail(m >= 0, 0);
   return ps_collective_block_piece(pod->colls[c].coll, m, piece, off, len);
 }
 
 static ps_time_t now(const PsPod *pod) { return ps_engine_now(pod->engine); }
+
 
 static void device_run(PsPod *pod, Device *d);
 static void host_try_transfer(PsPod *pod, Host *h);
@@ -507,7 +520,7 @@ static void on_coll_done(void *ctx, int member, ps_time_t t)
 static void coll_begin(PsPod *pod, Device *d, int c_index)
 {
   Coll *c = &pod->colls[c_index];
-  int mi = ps_plan_members_find(pod->members, d->index, c_index);
+  int mi = member_of(pod, d->index, c_index);
   Member *m = &c->members[mi];
   d->coll_busy[pod->plan->colls[c_index].op]++;
   m->started = now(pod);
@@ -574,7 +587,7 @@ static gboolean start_op(PsPod *pod, Device *d)
     break;
   case PS_OP_COLL_DONE: {
     int c = ps_plan_op_coll(pod->plan, d->index, op);
-    const Member *m = &pod->colls[c].members[ps_plan_members_find(pod->members, d->index, c)];
+    const Member *m = &pod->colls[c].members[member_of(pod, d->index, c)];
     if (m->rounds_done > d->step)
       break;
     start_wait(d, WAIT_COLL);
@@ -694,6 +707,10 @@ static gboolean build_colls(PsPod *pod, GError **error)
       return FALSE;
     }
     pod->colls[c].members = g_new0(Member, pc->n_members);
+    pod->colls[c].by_coord = TRUE;
+    for (int m = 0; m < pc->n_members && pod->colls[c].by_coord; m++)
+      pod->colls[c].by_coord =
+          pc->axis < PS_N_AXES && ps_plan_coord(plan, pc->members[m], pc->axis) == m;
     if (pod->obs.coll_message)
       ps_collective_set_message_observer(pod->colls[c].coll, on_coll_message, &pod->colls[c]);
     ps_collective_set_fast_path(pod->colls[c].coll, pod->cfg.collective->fast_path);
