@@ -120,7 +120,8 @@ struct PsPod {
   Coll *colls;
   GPtrArray *xfers;      /* every Xfer allocated (freed with the pod) */
   Xfer *free_xfers;
-  PsPlanMembers *members; /* each device's collectives and its index in each */
+  PsPlanMembers *members; /* each device's collectives and its index in each; NULL
+                             when every member index is a coordinate (member_of) */
   uint32_t ev_op_done, ev_prep_done, ev_loop_start, ev_call_done, ev_delay_done;
 };
 
@@ -688,8 +689,8 @@ static gboolean build_colls(PsPod *pod, GError **error)
 {
   const PsPlan *plan = pod->plan;
   pod->colls = g_new0(Coll, plan->n_colls > 0 ? plan->n_colls : 1);
-  pod->members = ps_plan_members_new(plan);
   g_autoptr(PsCollCache) cache = ps_coll_cache_new();
+  gboolean all_by_coord = TRUE;
   for (int c = 0; c < plan->n_colls; c++) {
     const PsPlanColl *pc = &plan->colls[c];
     PsCollSpec spec = {.op = pc->op, .algo = pc->algo, .devices = pc->members,
@@ -711,10 +712,14 @@ static gboolean build_colls(PsPod *pod, GError **error)
     for (int m = 0; m < pc->n_members && pod->colls[c].by_coord; m++)
       pod->colls[c].by_coord =
           pc->axis < PS_N_AXES && ps_plan_coord(plan, pc->members[m], pc->axis) == m;
+    all_by_coord &= pod->colls[c].by_coord;
     if (pod->obs.coll_message)
       ps_collective_set_message_observer(pod->colls[c].coll, on_coll_message, &pod->colls[c]);
     ps_collective_set_fast_path(pod->colls[c].coll, pod->cfg.collective->fast_path);
   }
+  /* the table of memberships only where some member index is not a coordinate */
+  if (!all_by_coord)
+    pod->members = ps_plan_members_new(plan);
   return TRUE;
 }
 
