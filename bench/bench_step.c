@@ -26,8 +26,8 @@
  * group's x phase sends half way round x, 8 hops over links that three
  * other tensor ranks' groups cross the same way at the same time (and each
  * tensor ring's closing edge runs 7 hops back along its line); chunks that
- * share a link need an event at every hop, and they are 96% of the events
- * (docs/shard.md).
+ * share a link need an event at every hop (96% of the events of the same
+ * layout on a 16x4x4 torus, docs/shard.md).
  * Targets: the v4-8192 step in at most 2 s of wall time and 1 GiB; the
  * 16-slice v5e step in at most 5 s and 1 GiB; the GPT-3 step on v4-8192
  * in at most 10 s and 2 GiB.
