@@ -31,6 +31,7 @@ typedef struct {
   int axis_coord[PS_COLL_MAX_AXES]; /* the geometry's axis: 0 = core, 1 + d = dimension d */
   int *grid_pos;     /* n * n_axes */
   int *at;           /* grid index (axis 0 fastest) -> member */
+  gboolean grid_borrowed; /* grid_pos and at belong to a shared plan's group */
 } PsCollGroup;
 
 typedef enum { PS_XFER_ADD, PS_XFER_COPY } PsXferOp;
@@ -139,6 +140,32 @@ void ps_coll_fast_free(PsCollFast *f);
 gboolean ps_coll_fast_usable(PsCollFast *f, const char **why_not);
 gboolean ps_coll_fast_quiet(const PsCollFast *f, ps_time_t since);
 void ps_coll_fast_run(PsCollFast *f, ps_time_t *t);
+
+/* Plans shared between groups that are translations of each other
+ * (shape.c).  A shape is the key: the spec, the chunk, the members' cores
+ * and chip coordinates relative to member 0's, and the parity of member
+ * 0's; on a translation-symmetric network (hw/network.h) groups of equal
+ * shape get equal plans.  A shared plan holds its own copy of the group it
+ * was made on (the plan points to it) and is freed with its last
+ * reference. */
+typedef struct PsCollShape PsCollShape;
+PsCollShape *ps_coll_shape_new(const PsCollGroup *g, const PsCollSpec *spec, int64_t chunk);
+void ps_coll_shape_free(gpointer shape);
+guint ps_coll_shape_hash(gconstpointer shape);
+gboolean ps_coll_shape_equal(gconstpointer a, gconstpointer b);
+
+typedef struct {
+  int refs;
+  PsCollGroup g;           /* the first group's (devices copied, grid tables owned) */
+  const PsCollAlgo *algo;
+  PsCollPlan *plan;        /* made on g */
+  char *why;
+} PsCollShared;
+/* A shared plan for group g, with no algorithm yet: takes g's grid tables,
+ * which g then borrows. */
+PsCollShared *ps_coll_shared_new(PsCollGroup *g);
+PsCollShared *ps_coll_shared_ref(PsCollShared *sh);
+void ps_coll_shared_unref(gpointer sh);
 
 /* The all-reduce over every link of a torus at once (multiring.c). */
 extern const PsCollAlgo ps_coll_multiring_algo;

@@ -18,6 +18,7 @@
 #include "model/kernels.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct Xfer Xfer;
@@ -86,10 +87,13 @@ struct PsCollective {
   PsEngine *engine;
   PsCollGroup g;
   PsCollParams p;
-  const PsCollAlgo *algo;
+  PsCollShared *sh;     /* the plan, perhaps shared with translated groups */
+  const PsCollAlgo *algo; /* sh's, for short */
   PsCollPlan *plan;
   char *why;
-  Member *members;
+  Member *members;      /* NULL while at rest (see members_get) */
+  int64_t rest_round, rest_finished; /* every member's, while at rest */
+  int64_t busy;         /* active members, early and inbox entries, events to run */
   Xfer *free_xfers;
   GPtrArray *all_xfers; /* every Xfer ever allocated, freed with the collective */
   int64_t live_xfers;
@@ -151,6 +155,12 @@ const char *ps_coll_algo_summary(const char *name)
 
 /* ---- the group ------------------------------------------------------ */
 
+static int cmp_int(const void *a, const void *b)
+{
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
 static gboolean group_init(PsCollGroup *g, PsNetwork *net, const int *devices, int n,
                            GError **error)
 {
@@ -162,20 +172,23 @@ static gboolean group_init(PsCollGroup *g, PsNetwork *net, const int *devices, i
                 "a collective needs at least one member, got %d", n);
     return FALSE;
   }
-  g_autofree guint8 *seen = g_new0(guint8, nd);
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n; i++)
     if (devices[i] < 0 || devices[i] >= nd) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                   "member %d is device %d, but the topology has devices 0..%d", i, devices[i],
                   nd - 1);
       return FALSE;
     }
-    if (seen[devices[i]]++) {
+  /* repeats, by sorting a copy (a group is often far smaller than the
+   * topology, and a pod builds one per collective) */
+  g_autofree int *sorted = g_memdup2(devices, sizeof(int) * (size_t)n);
+  qsort(sorted, (size_t)n, sizeof(int), cmp_int);
+  for (int i = 1; i < n; i++)
+    if (sorted[i] == sorted[i - 1]) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                  "device %d is listed twice in the group", devices[i]);
+                  "device %d is listed twice in the group", sorted[i]);
       return FALSE;
     }
-  }
   g->n = n;
   g->dev = g_memdup2(devices, sizeof(int) * (size_t)n);
 
@@ -235,8 +248,10 @@ static gboolean group_init(PsCollGroup *g, PsNetwork *net, const int *devices, i
 static void group_clear(PsCollGroup *g)
 {
   g_free(g->dev);
-  g_free(g->grid_pos);
-  g_free(g->at);
+  if (!g->grid_borrowed) {
+    g_free(g->grid_pos);
+    g_free(g->at);
+  }
 }
 
 /* ---- transfers ------------------------------------------------------ */
@@ -254,6 +269,23 @@ static Xfer *xfer_new(PsCollective *c)
   }
   c->live_xfers++;
   return x;
+}
+
+/* Every Xfer ever allocated, live or not (a run stopped early leaves some
+ * in flight). */
+static void xfers_free_all(PsCollective *c)
+{
+  if (!c->all_xfers)
+    return;
+  for (guint i = 0; i < c->all_xfers->len; i++) {
+    Xfer *x = g_ptr_array_index(c->all_xfers, i);
+    g_free(x->data);
+    g_free(x);
+  }
+  g_ptr_array_free(c->all_xfers, TRUE);
+  c->all_xfers = NULL;
+  c->free_xfers = NULL;
+  c->live_xfers = 0;
 }
 
 static void xfer_free(PsCollective *c, Xfer *x)
@@ -322,6 +354,7 @@ static Inbox *inbox_for(PsCollective *c, int peer, int64_t round, int step)
   }
   Inbox *in = &r->inbox[r->inbox_len++];
   *in = (Inbox){key, c->algo->n_recv(c->plan, peer, step), 0, 0, 0};
+  c->busy++;
   return in;
 }
 
@@ -334,10 +367,13 @@ static void inbox_close(PsCollective *c, int peer, Inbox *in)
    * may have arrived already: they count from now (the step still waits
    * for that last message) */
   ps_time_t now = ps_engine_now(c->engine);
-  if (in->direct > 0)
+  if (in->direct > 0) {
+    c->busy++;
     ps_engine_at(c->engine, MAX(in->last, now), c->ev_arrive, (uint32_t)peer,
                  (in->key >> 32) << (INBOX_COUNT_SHIFT + 8) |
                      (uint64_t)in->direct << INBOX_COUNT_SHIFT | (uint32_t)in->key);
+  }
+  c->busy--;
   *in = r->inbox[--r->inbox_len];
 }
 
@@ -394,8 +430,9 @@ static void post_send(PsCollective *c, int mi, const PsCollSend *s)
   x->op = s->op;
   x->data = m->buf ? g_memdup2(m->buf + s->off, (size_t)s->len * sizeof(float)) : NULL;
   if (!c->msg_fn) {
-    ps_network_send(c->net, c->g.dev[mi], c->g.dev[s->peer], s->len * c->p.elem_bytes,
-                    on_deliver, x);
+    /* timing only, a message's chunks apply nothing: only its arrival counts */
+    (x->data ? ps_network_send : ps_network_send_whole)(
+        c->net, c->g.dev[mi], c->g.dev[s->peer], s->len * c->p.elem_bytes, on_deliver, x);
     return;
   }
   /* the flow's start first: a traced network draws the first chunk at once */
@@ -416,8 +453,9 @@ void ps_collective_set_message_observer(PsCollective *c, PsCollMessageFn fn, voi
 
 /* Inserts e after every entry whose key is not above its own: arrivals
  * nearly always come in key order, so this is an append. */
-static void early_insert(Member *m, const Early *e)
+static void early_insert(PsCollective *c, Member *m, const Early *e)
 {
+  c->busy++;
   if (m->early_head == m->early_len)
     m->early_head = m->early_len = 0;
   if (m->early_len == m->early_cap) {
@@ -444,6 +482,7 @@ static void on_arrive(PsEngine *engine, const PsEvent *ev, void *ctx)
 {
   PsCollective *c = ctx;
   Member *m = &c->members[ev->target];
+  c->busy--;
   int n = (int)((ev->arg.u >> INBOX_COUNT_SHIFT) & 0xff);
   uint64_t key = early_key((int64_t)(ev->arg.u >> (INBOX_COUNT_SHIFT + 8)),
                            (int)(uint32_t)ev->arg.u);
@@ -458,7 +497,7 @@ static void on_arrive(PsEngine *engine, const PsEvent *ev, void *ctx)
   }
   g_assert(key > early_key(m->round, m->step) || !m->active);
   Early e = {NULL, key, 0, 0, TRUE, n};
-  early_insert(m, &e);
+  early_insert(c, m, &e);
 }
 
 /* The engine's hint for an arrival ahead (engine.h): the member's first
@@ -494,7 +533,7 @@ static void on_deliver(void *ctx, const PsNetDelivery *d)
   if (!x->data && !d->last)
     return;
   Early e = {x, early_key(x->round, x->step), d->offset, d->bytes, d->last, 0};
-  early_insert(m, &e);
+  early_insert(c, m, &e);
 }
 
 /* Applies what arrived early for the member's current step: the list's
@@ -504,6 +543,7 @@ static void drain_early(PsCollective *c, Member *m)
   uint64_t key = early_key(m->round, m->step);
   while (m->early_head < m->early_len && m->early[m->early_head].key == key) {
     Early *e = &m->early[m->early_head++];
+    c->busy--;
     if (!e->x) { /* timing-only messages (on_arrive) */
       m->pending -= e->n;
       continue;
@@ -532,18 +572,65 @@ static void member_run(PsCollective *c, int mi)
       return;
     m->step++;
   }
-  m->active = FALSE;
+  m->active = FALSE; /* busy: one active member less, one event more */
   m->finished++;
   ps_engine_at(c->engine, ps_engine_now(c->engine), c->ev_done, (uint32_t)mi,
                (uint64_t)m->round);
+}
+
+/* The members' state between rounds is two counts, so a collective at
+ * rest (no member in a round, nothing in flight, no event to run) keeps
+ * only those: a pod of thousands of devices has millions of memberships,
+ * of which a few hundred collectives' are running at any time. */
+static Member *members_get(PsCollective *c)
+{
+  if (c->members)
+    return c->members;
+  c->members = g_aligned_alloc0((gsize)c->g.n, sizeof(Member), 64);
+  for (int i = 0; i < c->g.n; i++) {
+    Member *m = &c->members[i];
+    m->round = c->rest_round;
+    m->finished = c->rest_finished;
+    m->n_steps = c->algo->n_steps(c->plan, i);
+    m->step = c->rest_round < 0 ? 0 : m->n_steps;
+  }
+  return c->members;
+}
+
+static void members_free(PsCollective *c)
+{
+  for (int i = 0; i < c->g.n; i++) {
+    g_free(c->members[i].early);
+    g_free(c->members[i].inbox);
+  }
+  g_aligned_free(c->members);
+  c->members = NULL;
+}
+
+/* Puts the collective at rest if nothing is left of its rounds and every
+ * member has run as many. */
+static void members_rest(PsCollective *c)
+{
+  if (!c->members || c->busy > 0 || c->live_xfers > 0 || c->fast_pending)
+    return;
+  const Member *m0 = &c->members[0];
+  for (int i = 1; i < c->g.n; i++)
+    if (c->members[i].round != m0->round || c->members[i].finished != m0->finished)
+      return;
+  c->rest_round = m0->round;
+  c->rest_finished = m0->finished;
+  members_free(c);
+  xfers_free_all(c);
 }
 
 static void on_done(PsEngine *engine, const PsEvent *ev, void *ctx)
 {
   PsCollective *c = ctx;
   Member *m = &c->members[ev->target];
+  c->busy--;
   if (m->done)
     m->done(m->ctx, (int)ev->target, ps_engine_now(engine));
+  members_rest(c);
 }
 
 /* ---- the fast path --------------------------------------------------- */
@@ -556,8 +643,10 @@ static void on_fast_done(PsEngine *engine, const PsEvent *ev, void *ctx)
   m->step = m->n_steps;
   m->active = FALSE;
   m->finished++;
+  c->busy -= 2; /* the member and its event */
   if (m->done)
     m->done(m->ctx, (int)ev->target, ps_engine_now(engine));
+  members_rest(c);
 }
 
 /* Whether round r may be tried on the fast path at all: timing only, no
@@ -612,6 +701,7 @@ static gboolean fast_park(PsCollective *c, int mi)
   }
   ps_coll_fast_run(c->fast, c->arrival);
   c->fast_rounds++;
+  c->busy += c->g.n;
   for (int i = 0; i < c->g.n; i++)
     ps_engine_at(c->engine, c->arrival[i], c->ev_fast_done, (uint32_t)i,
                  (uint64_t)c->fast_round);
@@ -652,6 +742,7 @@ typedef struct {
 
 struct PsCollCache {
   GHashTable *entries; /* CacheEntry -> itself, hashed on the spec and members */
+  GHashTable *shapes;  /* PsCollShape -> PsCollShared (a reference) */
 };
 
 static guint entry_hash(gconstpointer p)
@@ -687,6 +778,8 @@ PsCollCache *ps_coll_cache_new(void)
 {
   PsCollCache *cache = g_new0(PsCollCache, 1);
   cache->entries = g_hash_table_new_full(entry_hash, entry_equal, entry_free, NULL);
+  cache->shapes = g_hash_table_new_full(ps_coll_shape_hash, ps_coll_shape_equal,
+                                        ps_coll_shape_free, ps_coll_shared_unref);
   return cache;
 }
 
@@ -695,7 +788,13 @@ void ps_coll_cache_free(PsCollCache *cache)
   if (!cache)
     return;
   g_hash_table_destroy(cache->entries);
+  g_hash_table_destroy(cache->shapes);
   g_free(cache);
+}
+
+guint ps_coll_cache_plans(const PsCollCache *cache)
+{
+  return g_hash_table_size(cache->shapes);
 }
 
 static const CacheEntry *cache_find(const PsCollCache *cache, const PsCollSpec *spec,
@@ -727,9 +826,9 @@ static void pick_fastest(PsCollective *c, PsCollOp op)
   double best = 0;
   for (int i = 0; ps_coll_algos[i]; i++) {
     const PsCollAlgo *a = ps_coll_algos[i];
-    if (a->explicit_only || a->unsupported(&c->g, op))
+    if (a->explicit_only || a->unsupported(&c->sh->g, op))
       continue;
-    PsCollPlan *plan = a->plan_new(&c->g, &c->p);
+    PsCollPlan *plan = a->plan_new(&c->sh->g, &c->p);
     double t = a->predict_s(plan);
     g_autofree char *ts = format_s(t);
     g_string_append_printf(others, "%s%s %s", others->len ? ", " : "", a->name, ts);
@@ -754,10 +853,81 @@ PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError *
   return ps_collective_new_cached(net, spec, NULL, error);
 }
 
+/* The plan of a group no equal shape has made yet: the algorithm named,
+ * or the one an earlier collective of the same members picked, or "auto"'s
+ * pick; on c->sh's group. */
+static gboolean choose_plan(PsCollective *c, const PsCollSpec *spec, const PsCollAlgo *chosen,
+                            const char *name, PsCollCache *cache, GError **error)
+{
+  const CacheEntry *hit = NULL;
+  if (chosen) {
+    const char *why = chosen->unsupported(&c->sh->g, spec->op);
+    if (why) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "algorithm '%s' cannot run %s on this group: %s", name,
+                  ps_coll_op_name(spec->op), why);
+      return FALSE;
+    }
+    c->algo = chosen;
+    c->plan = chosen->plan_new(&c->sh->g, &c->p);
+    c->why = g_strdup(chosen->summary);
+  } else if ((hit = cache_find(cache, spec, c->p.chunk_bytes))) {
+    /* the same group, operation and size as an earlier collective: the
+     * same plan, without choosing it again */
+    c->algo = hit->algo;
+    c->p.variant = hit->variant;
+    c->plan = hit->algo->plan_new(&c->sh->g, &c->p);
+    c->p.variant = 0;
+    c->why = g_strdup(hit->why);
+  } else {
+    pick_fastest(c, spec->op);
+    if (cache)
+      cache_add(cache, spec, c);
+  }
+  c->sh->algo = c->algo;
+  c->sh->plan = c->plan;
+  c->sh->why = c->why;
+  return TRUE;
+}
+
+/* c's plan: a translated group's (same shape) when the cache has one on a
+ * translation-symmetric network, else its own, which the cache then
+ * offers to the groups of its shape. */
+static gboolean attach_plan(PsCollective *c, const PsCollSpec *spec, const PsCollAlgo *chosen,
+                            const char *name, PsCollCache *cache, GError **error)
+{
+  PsCollShape *shape = NULL;
+  PsCollShared *sh = NULL;
+  if (cache && ps_network_translation_symmetric(c->net)) {
+    shape = ps_coll_shape_new(&c->g, spec, c->p.chunk_bytes);
+    sh = g_hash_table_lookup(cache->shapes, shape);
+  }
+  if (sh) {
+    ps_coll_shape_free(shape);
+    c->sh = ps_coll_shared_ref(sh);
+    g_free(c->g.grid_pos);
+    g_free(c->g.at);
+    c->g.grid_pos = sh->g.grid_pos;
+    c->g.at = sh->g.at;
+    c->g.grid_borrowed = TRUE;
+    c->algo = sh->algo;
+    c->plan = sh->plan;
+    c->why = sh->why;
+    return TRUE;
+  }
+  c->sh = ps_coll_shared_new(&c->g);
+  if (!choose_plan(c, spec, chosen, name, cache, error)) {
+    ps_coll_shape_free(shape);
+    return FALSE;
+  }
+  if (shape)
+    g_hash_table_insert(cache->shapes, shape, ps_coll_shared_ref(c->sh));
+  return TRUE;
+}
+
 PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
                                        PsCollCache *cache, GError **error)
 {
-  const CacheEntry *hit = NULL;
   g_return_val_if_fail(net != NULL && spec != NULL, NULL);
   if (spec->op >= PS_COLL_N_OPS) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "unknown collective operation %d",
@@ -800,35 +970,9 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
   }
   c->p = (PsCollParams){spec->op, spec->count, spec->elem_bytes, spec->root,
                         ps_network_chunk_bytes(net), 0};
-  if (chosen) {
-    const char *why = chosen->unsupported(&c->g, spec->op);
-    if (why) {
-      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                  "algorithm '%s' cannot run %s on this group: %s", name,
-                  ps_coll_op_name(spec->op), why);
-      goto fail;
-    }
-    c->algo = chosen;
-    c->plan = chosen->plan_new(&c->g, &c->p);
-    c->why = g_strdup(chosen->summary);
-  } else if ((hit = cache_find(cache, spec, c->p.chunk_bytes))) {
-    /* the same group, operation and size as an earlier collective: the
-     * same plan, without choosing it again */
-    c->algo = hit->algo;
-    c->p.variant = hit->variant;
-    c->plan = hit->algo->plan_new(&c->g, &c->p);
-    c->p.variant = 0;
-    c->why = g_strdup(hit->why);
-  } else {
-    pick_fastest(c, spec->op);
-    if (cache)
-      cache_add(cache, spec, c);
-  }
-  c->members = g_aligned_alloc0((gsize)c->g.n, sizeof(Member), 64);
-  for (int i = 0; i < c->g.n; i++) {
-    c->members[i].round = -1;
-    c->members[i].n_steps = c->algo->n_steps(c->plan, i);
-  }
+  if (!attach_plan(c, spec, chosen, name, cache, error))
+    goto fail;
+  c->rest_round = -1;
   c->ev_done = ps_engine_register(c->engine, "collective-done", on_done, c);
   c->ev_arrive = ps_engine_register(c->engine, "collective-arrive", on_arrive, c);
   ps_engine_set_prefetch(c->engine, c->ev_arrive, arrive_prefetch);
@@ -838,6 +982,7 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
   c->events_round = -1;
   return c;
 fail:
+  ps_coll_shared_unref(c->sh);
   group_clear(&c->g);
   g_free(c);
   return NULL;
@@ -848,24 +993,13 @@ void ps_collective_free(PsCollective *c)
   if (!c)
     return;
   /* messages still in flight (a run stopped early) hold live Xfers too */
-  for (int i = 0; i < c->g.n; i++) {
-    g_free(c->members[i].early);
-    g_free(c->members[i].inbox);
-  }
-  if (c->all_xfers) {
-    for (guint i = 0; i < c->all_xfers->len; i++) {
-      Xfer *x = g_ptr_array_index(c->all_xfers, i);
-      g_free(x->data);
-      g_free(x);
-    }
-    g_ptr_array_free(c->all_xfers, TRUE);
-  }
+  if (c->members)
+    members_free(c);
+  xfers_free_all(c);
   ps_coll_fast_free(c->fast);
   g_free(c->arrival);
-  c->algo->plan_free(c->plan);
+  ps_coll_shared_unref(c->sh);
   group_clear(&c->g);
-  g_aligned_free(c->members);
-  g_free(c->why);
   g_free(c);
 }
 
@@ -890,6 +1024,8 @@ int ps_collective_block_piece(const PsCollective *c, int member, int piece, int6
 
 int64_t ps_collective_rounds_done(const PsCollective *c)
 {
+  if (!c->members)
+    return c->rest_finished;
   int64_t r = INT64_MAX;
   for (int i = 0; i < c->g.n; i++)
     r = MIN(r, c->members[i].finished);
@@ -899,7 +1035,7 @@ int64_t ps_collective_rounds_done(const PsCollective *c)
 void ps_collective_arrive(PsCollective *c, int member, float *buf, PsCollDoneFn done, void *ctx)
 {
   g_return_if_fail(c != NULL && member >= 0 && member < c->g.n);
-  Member *m = &c->members[member];
+  Member *m = &members_get(c)[member];
   g_assert(!m->active);
   g_assert(buf == NULL || c->p.elem_bytes == 4 || c->p.elem_bytes == 2);
   /* a bf16 wire: the member's contribution is rounded before it is sent */
@@ -908,6 +1044,7 @@ void ps_collective_arrive(PsCollective *c, int member, float *buf, PsCollDoneFn 
   m->round++;
   m->step = 0;
   m->active = TRUE;
+  c->busy++;
   m->buf = buf;
   m->done = done;
   m->ctx = ctx;

@@ -128,6 +128,14 @@ PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError *
 typedef struct PsCollCache PsCollCache;
 PsCollCache *ps_coll_cache_new(void);
 void ps_coll_cache_free(PsCollCache *cache);
+/* The plans the cache offers to groups of a shape it has seen: on a
+ * network where translations are symmetries (hw/network.h's
+ * ps_network_translation_symmetric), a collective whose group is an earlier
+ * one's moved by even chip offsets, asking for the same operation, size and
+ * algorithm, takes that collective's plan (its steps, algorithm and
+ * prediction are the same), so the groups of a sharded plan's request
+ * hold one plan between them. */
+guint ps_coll_cache_plans(const PsCollCache *cache);
 /* ps_collective_new, remembering in cache (may be NULL). */
 PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
                                        PsCollCache *cache, GError **error);

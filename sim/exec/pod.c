@@ -56,10 +56,10 @@ typedef struct {
   GArray *coll_queue;    /* int: collectives started beyond max_in_flight, in order */
 } Device;
 
-/* A device's part in one collective. */
+/* A device's part in one collective (its device is the plan's member;
+ * a pod has one per membership, millions on a sharded pod, so two
+ * fields). */
 typedef struct {
-  PsPod *pod;
-  int c, member, device;
   int64_t rounds_done;
   ps_time_t started;
 } Member;
@@ -72,6 +72,8 @@ typedef struct {
   int arrived;           /* members that started the current round */
   int64_t round;         /* the round being gathered */
   int last;              /* device that started the round last */
+  gboolean by_coord;     /* member m is the device whose coordinate along
+                            the collective's axis is m (member_of) */
 } Coll;
 
 typedef struct {
@@ -118,7 +120,8 @@ struct PsPod {
   Coll *colls;
   GPtrArray *xfers;      /* every Xfer allocated (freed with the pod) */
   Xfer *free_xfers;
-  PsPlanMembers *members; /* each device's collectives and its index in each */
+  PsPlanMembers *members; /* each device's collectives and its index in each; NULL
+                             when every member index is a coordinate (member_of) */
   uint32_t ev_op_done, ev_prep_done, ev_loop_start, ev_call_done, ev_delay_done;
 };
 
@@ -168,16 +171,27 @@ const char *ps_pod_coll_algorithm(const PsPod *pod, int c)
   return ps_collective_algo(pod->colls[c].coll);
 }
 
+/* device's member index in collective c: its coordinate along c's axis
+ * when the plan lists every member so (a sharded plan does), else the
+ * plan's table of memberships (a search among the device's). */
+static inline int member_of(const PsPod *pod, int device, int c)
+{
+  if (pod->colls[c].by_coord)
+    return pod->plan->mesh.coord[(size_t)device * PS_N_AXES + pod->plan->colls[c].axis];
+  return ps_plan_members_find(pod->members, device, c);
+}
+
 int ps_pod_coll_block(const PsPod *pod, int c, int device, int piece, int64_t *off,
                       int64_t *len)
 {
   g_return_val_if_fail(c >= 0 && c < pod->plan->n_colls, 0);
-  int m = ps_plan_members_find(pod->members, device, c);
+  int m = member_of(pod, device, c);
   g_return_val_if_fail(m >= 0, 0);
   return ps_collective_block_piece(pod->colls[c].coll, m, piece, off, len);
 }
 
 static ps_time_t now(const PsPod *pod) { return ps_engine_now(pod->engine); }
+
 
 static void device_run(PsPod *pod, Device *d);
 static void host_try_transfer(PsPod *pod, Host *h);
@@ -470,20 +484,22 @@ static void on_coll_message(void *ctx, PsCollMsgEvent what, int src, int dst, in
 {
   Coll *c = ctx;
   PsPod *pod = c->pod;
-  pod->obs.coll_message(pod->obs.ctx, c->index, what, c->members[src].device,
-                        c->members[dst].device, round, id, t);
+  const PsPlanColl *pc = &pod->plan->colls[c->index];
+  pod->obs.coll_message(pod->obs.ctx, c->index, what, pc->members[src], pc->members[dst],
+                        round, id, t);
 }
 
 static void on_coll_done(void *ctx, int member, ps_time_t t)
 {
-  Member *m = ctx;
-  PsPod *pod = m->pod;
-  Device *d = &pod->devices[m->device];
+  Coll *c = ctx;
+  PsPod *pod = c->pod;
+  Member *m = &c->members[member];
+  Device *d = &pod->devices[pod->plan->colls[c->index].members[member]];
   m->rounds_done++;
   if (pod->obs.coll_done)
-    pod->obs.coll_done(pod->obs.ctx, d->index, m->rounds_done - 1, m->c, m->started, t);
+    pod->obs.coll_done(pod->obs.ctx, d->index, m->rounds_done - 1, c->index, m->started, t);
   /* the device's next queued collective of this kind begins now */
-  PsCollOp kind = pod->plan->colls[m->c].op;
+  PsCollOp kind = pod->plan->colls[c->index].op;
   d->coll_busy[kind]--;
   for (guint i = 0; i < d->coll_queue->len; i++) {
     int next = g_array_index(d->coll_queue, int, i);
@@ -494,8 +510,8 @@ static void on_coll_done(void *ctx, int member, ps_time_t t)
     }
   }
   const PsOp *op = &d->prog->ops[d->pc];
-  if (d->waiting == WAIT_COLL && ps_plan_op_coll(pod->plan, d->index, op) == m->c) {
-    end_wait(pod, d, PS_TIME_COLLECTIVE, pod->plan->colls[m->c].name);
+  if (d->waiting == WAIT_COLL && ps_plan_op_coll(pod->plan, d->index, op) == c->index) {
+    end_wait(pod, d, PS_TIME_COLLECTIVE, pod->plan->colls[c->index].name);
     d->op_start = now(pod);
     finish_op_after(pod, d, 0);
   }
@@ -505,7 +521,7 @@ static void on_coll_done(void *ctx, int member, ps_time_t t)
 static void coll_begin(PsPod *pod, Device *d, int c_index)
 {
   Coll *c = &pod->colls[c_index];
-  int mi = ps_plan_members_find(pod->members, d->index, c_index);
+  int mi = member_of(pod, d->index, c_index);
   Member *m = &c->members[mi];
   d->coll_busy[pod->plan->colls[c_index].op]++;
   m->started = now(pod);
@@ -517,7 +533,7 @@ static void coll_begin(PsPod *pod, Device *d, int c_index)
   }
   float *buf = pod->num.coll_buffer ? pod->num.coll_buffer(pod->num.ctx, d->index, c_index)
                                     : NULL;
-  ps_collective_arrive(c->coll, mi, buf, on_coll_done, m);
+  ps_collective_arrive(c->coll, mi, buf, on_coll_done, c);
 }
 
 /* COLL_START: the collective begins now, or after the device's earlier
@@ -572,7 +588,7 @@ static gboolean start_op(PsPod *pod, Device *d)
     break;
   case PS_OP_COLL_DONE: {
     int c = ps_plan_op_coll(pod->plan, d->index, op);
-    const Member *m = &pod->colls[c].members[ps_plan_members_find(pod->members, d->index, c)];
+    const Member *m = &pod->colls[c].members[member_of(pod, d->index, c)];
     if (m->rounds_done > d->step)
       break;
     start_wait(d, WAIT_COLL);
@@ -673,8 +689,8 @@ static gboolean build_colls(PsPod *pod, GError **error)
 {
   const PsPlan *plan = pod->plan;
   pod->colls = g_new0(Coll, plan->n_colls > 0 ? plan->n_colls : 1);
-  pod->members = ps_plan_members_new(plan);
   g_autoptr(PsCollCache) cache = ps_coll_cache_new();
+  gboolean all_by_coord = TRUE;
   for (int c = 0; c < plan->n_colls; c++) {
     const PsPlanColl *pc = &plan->colls[c];
     PsCollSpec spec = {.op = pc->op, .algo = pc->algo, .devices = pc->members,
@@ -692,12 +708,18 @@ static gboolean build_colls(PsPod *pod, GError **error)
       return FALSE;
     }
     pod->colls[c].members = g_new0(Member, pc->n_members);
-    for (int m = 0; m < pc->n_members; m++)
-      pod->colls[c].members[m] = (Member){pod, c, m, pc->members[m], 0, 0};
+    pod->colls[c].by_coord = TRUE;
+    for (int m = 0; m < pc->n_members && pod->colls[c].by_coord; m++)
+      pod->colls[c].by_coord =
+          pc->axis < PS_N_AXES && ps_plan_coord(plan, pc->members[m], pc->axis) == m;
+    all_by_coord &= pod->colls[c].by_coord;
     if (pod->obs.coll_message)
       ps_collective_set_message_observer(pod->colls[c].coll, on_coll_message, &pod->colls[c]);
     ps_collective_set_fast_path(pod->colls[c].coll, pod->cfg.collective->fast_path);
   }
+  /* the table of memberships only where some member index is not a coordinate */
+  if (!all_by_coord)
+    pod->members = ps_plan_members_new(plan);
   return TRUE;
 }
 

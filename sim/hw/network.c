@@ -97,6 +97,8 @@ typedef struct {
   gboolean flow_started; /* traced, not chained: the flow's start is drawn */
   gboolean chained;     /* traced: the sender's flow runs through it (send_chained) */
   uint32_t next_free;
+  gboolean whole;       /* delivered once, whole (ps_network_send_whole) */
+  int64_t left_last;    /* whole: chunks that have left the last link */
 } Message;
 G_STATIC_ASSERT(offsetof(Message, heap_route) == 128 && offsetof(Message, dst) < 192);
 
@@ -112,6 +114,7 @@ struct PsNetwork {
   int64_t chunk;
   int devices, hosts, n_links;
   int n_failed;         /* failed ICI link directions */
+  gboolean degraded;    /* some link's bandwidth was ever changed */
   guint8 *failed;       /* per link: failed (routes go round it) */
   Link *links;
   LinkCold *cold;
@@ -381,6 +384,7 @@ gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError
   PsLinkEnds e;
   g_return_val_if_fail(link >= 0 && link < net->n_links && net->cold[link].present, FALSE);
   g_return_val_if_fail(ps_geometry_link_ends(net->geo, link, &e), FALSE);
+  net->degraded = TRUE;
   if (e.kind != PS_LINK_ICI)
     return degrade_dcn_link(net, link, e.kind, factor, error);
   Link *l = &net->links[link];
@@ -502,6 +506,13 @@ static gboolean trace_chunk(PsNetwork *net, const Message *m, int link, uint64_t
 
 /* A chunk of `bytes` joins link l's queue now: it takes the lane that
  * frees first.  Sets when it starts and its serialization. */
+/* A chunk's serialization on l, rounded to the picosecond. */
+static inline ps_time_t chunk_ser(const Link *l, int64_t bytes)
+{
+  double ser_d = (double)bytes * l->ps_per_byte + 0.5;
+  return ser_d >= (double)PS_TIME_NEVER ? PS_TIME_NEVER : (ps_time_t)ser_d;
+}
+
 static inline void link_take(PsNetwork *net, Link *l, int64_t bytes, ps_time_t now,
                              ps_time_t *start_out, ps_time_t *ser_out)
 {
@@ -510,8 +521,7 @@ static inline void link_take(PsNetwork *net, Link *l, int64_t bytes, ps_time_t n
     if (net->lane_free[l->first_lane + i - 1] < *best)
       best = &net->lane_free[l->first_lane + i - 1];
   ps_time_t start = *best > now ? *best : now;
-  double ser_d = (double)bytes * l->ps_per_byte + 0.5;
-  ps_time_t ser = ser_d >= (double)PS_TIME_NEVER ? PS_TIME_NEVER : (ps_time_t)ser_d;
+  ps_time_t ser = chunk_ser(l, bytes);
   *best = ps_time_add(start, ser);
   l->bytes += bytes;
   l->chunks++;
@@ -557,6 +567,20 @@ static inline uint64_t hop_arg(uint64_t chunk, int done)
   return (chunk << HOP_BITS) | (uint64_t)done;
 }
 
+/* A chunk of m has left the last link of its route.  FALSE when its
+ * delivery needs no event: m is delivered whole and this is not its last
+ * chunk to leave, which, every link of the route having one lane, is the
+ * last to arrive, so its event is where the events of every chunk would
+ * have put the delivery with `last` set (the others deliver nothing the
+ * sender reads; they count as delivered now). */
+static inline gboolean last_hop_event(Message *m)
+{
+  if (!m->whole || ++m->left_last == m->n_chunks)
+    return TRUE;
+  m->delivered++;
+  return FALSE;
+}
+
 static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
 {
   PsNetwork *net = ctx;
@@ -568,7 +592,8 @@ static void on_hop(PsEngine *engine, const PsEvent *ev, void *ctx)
     if (net->count_pending)
       net->links[msg_route(m)[done]].pending--;
     ps_time_t t = transmit(net, m, chunk, done);
-    ps_engine_at(engine, t, net->ev_hop, idx, hop_arg(chunk, done + 1));
+    if (done + 1 < m->hops || last_hop_event(m))
+      ps_engine_at(engine, t, net->ev_hop, idx, hop_arg(chunk, done + 1));
     return;
   }
   m->delivered++;
@@ -649,23 +674,40 @@ static const CachedRoute *route_cached(PsNetwork *net, int src, int dst)
   return cr;
 }
 
+/* send_message's flags */
+#define SEND_CHAINED 1 /* ps_network_send_chained */
+#define SEND_WHOLE 2   /* ps_network_send_whole */
+
 static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
-                             PsNetDeliverFn fn, void *ctx, gboolean chained);
+                             PsNetDeliverFn fn, void *ctx, int flags);
 
 uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetDeliverFn fn,
                          void *ctx)
 {
-  return send_message(net, src, dst, bytes, fn, ctx, FALSE);
+  return send_message(net, src, dst, bytes, fn, ctx, 0);
 }
 
 uint64_t ps_network_send_chained(PsNetwork *net, int src, int dst, int64_t bytes,
                                  PsNetDeliverFn fn, void *ctx)
 {
-  return send_message(net, src, dst, bytes, fn, ctx, TRUE);
+  return send_message(net, src, dst, bytes, fn, ctx, SEND_CHAINED);
+}
+
+/* Whether a message down route may be delivered whole: not traced (a
+ * trace draws chunks), and one lane on every link, so that its chunks keep
+ * their order to the end (on two lanes a shorter last chunk may overtake). */
+static gboolean may_deliver_whole(const PsNetwork *net, const int32_t *route, int hops)
+{
+  if (net->trace)
+    return FALSE;
+  for (int i = 0; i < hops; i++)
+    if (net->links[route[i]].lanes != 1)
+      return FALSE;
+  return TRUE;
 }
 
 static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
-                             PsNetDeliverFn fn, void *ctx, gboolean chained)
+                             PsNetDeliverFn fn, void *ctx, int flags)
 {
   g_return_val_if_fail(net != NULL && fn != NULL && bytes >= 0, 0);
   g_return_val_if_fail(src >= 0 && src < ps_network_endpoints(net), 0);
@@ -704,7 +746,9 @@ static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
   m->last_start = 0;
   m->last_link = -1;
   m->flow_started = FALSE;
-  m->chained = chained;
+  m->chained = (flags & SEND_CHAINED) != 0;
+  m->whole = (flags & SEND_WHOLE) && may_deliver_whole(net, route, hops);
+  m->left_last = 0;
   m->id = ++net->next_id;
   net->in_flight++;
   if (net->count_pending)
@@ -715,10 +759,17 @@ static uint64_t send_message(PsNetwork *net, int src, int dst, int64_t bytes,
       ps_engine_at(net->engine, m->sent, net->ev_hop, idx, hop_arg((uint64_t)j, 0));
     } else {
       ps_time_t t = transmit(net, m, (uint64_t)j, 0);
-      ps_engine_at(net->engine, t, net->ev_hop, idx, hop_arg((uint64_t)j, 1));
+      if (m->hops > 1 || last_hop_event(m))
+        ps_engine_at(net->engine, t, net->ev_hop, idx, hop_arg((uint64_t)j, 1));
     }
   }
   return m->id;
+}
+
+uint64_t ps_network_send_whole(PsNetwork *net, int src, int dst, int64_t bytes,
+                               PsNetDeliverFn fn, void *ctx)
+{
+  return send_message(net, src, dst, bytes, fn, ctx, SEND_WHOLE);
 }
 
 int ps_network_direct_link(PsNetwork *net, int src, int dst)
@@ -734,6 +785,40 @@ int ps_network_direct_link(PsNetwork *net, int src, int dst)
 
 uint64_t ps_network_routes_version(const PsNetwork *net) { return net->routes_version; }
 
+gboolean ps_network_translation_symmetric(const PsNetwork *net)
+{
+  return !net->degraded && !net->topo->twisted && ps_geometry_slices(net->geo) == 1;
+}
+
+/* ps_network_send_link's chunks on a one-lane link, in closed form: the
+ * first starts when the lane frees (or now), each of the others when the
+ * one before has left, so the last leaves after the sum of their rounded
+ * serializations and arrives a latency later, and the link's statistics
+ * add up the same.  FALSE (nothing booked) where a sum would saturate. */
+static gboolean send_link_closed(PsNetwork *net, Link *l, int64_t bytes, ps_time_t now,
+                                 ps_time_t *last)
+{
+  int64_t full = bytes / net->chunk, rest = bytes - full * net->chunk;
+  ps_time_t ser_full = chunk_ser(l, net->chunk), ser_rest = rest > 0 ? chunk_ser(l, rest) : 0;
+  ps_time_t sum;
+  if (ser_full >= PS_TIME_NEVER / 2 || ser_rest >= PS_TIME_NEVER / 2 ||
+      __builtin_mul_overflow(full, ser_full, &sum) ||
+      __builtin_add_overflow(sum, ser_rest, &sum))
+    return FALSE;
+  ps_time_t start = l->free0 > now ? l->free0 : now;
+  ps_time_t end = ps_time_add(start, sum);
+  if (end >= PS_TIME_NEVER / 2 || ps_time_add(l->busy, sum) >= PS_TIME_NEVER / 2)
+    return FALSE;
+  int64_t n = full + (rest > 0);
+  l->free0 = end;
+  l->bytes += bytes;
+  l->chunks += n;
+  l->busy += sum;
+  net->chunk_hops += (uint64_t)n;
+  *last = ps_time_add(end, l->latency);
+  return TRUE;
+}
+
 ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes)
 {
   g_return_val_if_fail(net != NULL && bytes >= 0, PS_TIME_NEVER);
@@ -745,6 +830,10 @@ ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes)
   ps_time_t now = ps_engine_now(net->engine);
   int64_t n_chunks = bytes == 0 ? 1 : (bytes + net->chunk - 1) / net->chunk;
   ps_time_t last = 0;
+  if (l->lanes == 1 && n_chunks > 1 && send_link_closed(net, l, bytes, now, &last)) {
+    net->next_id++;
+    return last;
+  }
   for (int64_t j = 0; j < n_chunks; j++) {
     int64_t left = bytes - j * net->chunk;
     ps_time_t start, ser;

@@ -134,6 +134,15 @@ uint64_t ps_network_send(PsNetwork *net, int src, int dst, int64_t bytes, PsNetD
 uint64_t ps_network_send_chained(PsNetwork *net, int src, int dst, int64_t bytes,
                                  PsNetDeliverFn fn, void *ctx);
 
+/* ps_network_send for a sender that reads only the delivery with `last`
+ * set (a timing-only one): the chunks cross every link as ps_network_send's
+ * do, with the same link statistics, and fn runs once, with `last` set,
+ * exactly where and when (among the events of that time) ps_network_send's
+ * would.  Where the route has a link of several lanes, or the network is
+ * traced, it is ps_network_send. */
+uint64_t ps_network_send_whole(PsNetwork *net, int src, int dst, int64_t bytes,
+                               PsNetDeliverFn fn, void *ctx);
+
 /* The fast path of a timing-only sender, for messages of one hop.
  * ps_network_direct_link gives the link of the one-hop route from src to
  * dst, or -1 when the route is not one hop or the network is traced (every
@@ -146,6 +155,13 @@ uint64_t ps_network_send_chained(PsNetwork *net, int src, int dst, int64_t bytes
  * the network is traced). */
 int ps_network_direct_link(PsNetwork *net, int src, int dst);
 uint64_t ps_network_routes_version(const PsNetwork *net);
+/* Whether moving every endpoint by the same even number of chips along
+ * each dimension maps routes onto routes of the same hops and link
+ * figures (so a collective's plan holds for every such translation of its
+ * group): one slice, a torus that is not twisted, no link ever degraded or
+ * failed.  Even, because a route exactly half-way round an even ring goes
+ * the way the source's parity says. */
+gboolean ps_network_translation_symmetric(const PsNetwork *net);
 ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes);
 
 /* The closed-form path of a sender that knows nothing else uses these
