@@ -28,10 +28,9 @@
 # device podsim says the mesh needs; the slice has 32 GiB), then draws
 # FIGURE (default gpt3-study.png beside OUT) with gpt3-study.gp
 # (GPT3_FORMAT=svg for .svg).  Each fitting point simulates 2048 devices
-# for two steps (about 140 million events for tensor 1): about 3 minutes on
-# a quiet core for tensor 1 and longer with a tensor axis (its per-layer
-# all-reduces), so the whole study takes about an hour on a shared 2-core
-# machine.  Uses sh, awk, sed, sort.
+# for two steps (120 million to 3.4 billion events): 20 s to 4 minutes a
+# point, 13 minutes for the eight on a shared 2-core machine.  Uses sh,
+# awk, sed, sort.
 # Environment: PODSIM (default ../podsim); GPT3_TENSOR, GPT3_FSDP to run a
 # subset; GPT3_JOBS (default 1) points at once (each needs about 2.2 GB);
 # GPT3_REMAT (default the experiment's "full") for strategy.rematerialize.
