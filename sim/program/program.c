@@ -104,9 +104,22 @@ const PsProgram *ps_plan_program(const PsPlan *plan, int device)
   return &plan->programs[plan->program_of[device]];
 }
 
+/* The capacity an array of n entries grows to before its next append, or
+ * 0 when it has room: 4, then doubling, so n appends copy O(n) entries
+ * (realloc by one entry each time copies O(n^2), which a sanitizer build,
+ * whose realloc always moves, pays in full). */
+static size_t grown(int n)
+{
+  if (n < 4)
+    return n == 0 ? 4 : 0;
+  return (n & (n - 1)) == 0 ? 2 * (size_t)n : 0;
+}
+
 int ps_plan_add_program(PsPlan *plan, const PsOp *ops, int n_ops)
 {
-  plan->programs = g_renew(PsProgram, plan->programs, plan->n_programs + 1);
+  size_t cap = grown(plan->n_programs);
+  if (cap)
+    plan->programs = g_renew(PsProgram, plan->programs, cap);
   PsProgram *p = &plan->programs[plan->n_programs];
   memset(p, 0, sizeof *p);
   p->n_ops = n_ops;
@@ -116,7 +129,9 @@ int ps_plan_add_program(PsPlan *plan, const PsOp *ops, int n_ops)
 
 int ps_plan_add_coll(PsPlan *plan, const PsPlanColl *coll)
 {
-  plan->colls = g_renew(PsPlanColl, plan->colls, plan->n_colls + 1);
+  size_t cap = grown(plan->n_colls);
+  if (cap)
+    plan->colls = g_renew(PsPlanColl, plan->colls, cap);
   PsPlanColl *c = &plan->colls[plan->n_colls];
   *c = *coll;
   c->members = g_memdup2(coll->members, sizeof(int) * (size_t)coll->n_members);
