@@ -192,7 +192,6 @@ int ps_pod_coll_block(const PsPod *pod, int c, int device, int piece, int64_t *o
 
 static ps_time_t now(const PsPod *pod) { return ps_engine_now(pod->engine); }
 
-
 static void device_run(PsPod *pod, Device *d);
 static void host_try_transfer(PsPod *pod, Host *h);
 static void on_deliver(void *ctx, const PsNetDelivery *dl);

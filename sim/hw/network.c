@@ -504,8 +504,6 @@ static gboolean trace_chunk(PsNetwork *net, const Message *m, int link, uint64_t
                            start, ser, args);
 }
 
-/* A chunk of `bytes` joins link l's queue now: it takes the lane that
- * frees first.  Sets when it starts and its serialization. */
 /* A chunk's serialization on l, rounded to the picosecond. */
 static inline ps_time_t chunk_ser(const Link *l, int64_t bytes)
 {
@@ -513,6 +511,8 @@ static inline ps_time_t chunk_ser(const Link *l, int64_t bytes)
   return ser_d >= (double)PS_TIME_NEVER ? PS_TIME_NEVER : (ps_time_t)ser_d;
 }
 
+/* A chunk of `bytes` joins link l's queue now: it takes the lane that
+ * frees first.  Sets when it starts and its serialization. */
 static inline void link_take(PsNetwork *net, Link *l, int64_t bytes, ps_time_t now,
                              ps_time_t *start_out, ps_time_t *ser_out)
 {
