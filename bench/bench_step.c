@@ -34,13 +34,16 @@
  * 16-slice v5e step in at most 5 s and 1 GiB; the GPT-3 step on v4-8192
  * in at most 10 s and 2 GiB.
  * Usage: bench_step [KEY=VALUE...] (from the source tree): each KEY=VALUE
- * is one more override of every run, e.g. collective.fast_path=true.
+ * is one more override of every run, e.g. collective.fast_path=true.  With
+ * PODSIM_BENCH_ONLY=TEXT in the environment only the runs whose label
+ * contains TEXT run, e.g. PODSIM_BENCH_ONLY="v4-8192 overlap".
  * Invariant: every run starts from a fresh experiment, engine and pod. */
 #include "run/run.h"
 #include "run/experiment.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -61,6 +64,9 @@ typedef struct {
 static int bench(const Extra *extra, const char *label, const char *file,
                  const char *const *base)
 {
+  const char *only = g_getenv("PODSIM_BENCH_ONLY");
+  if (only && !strstr(label, only))
+    return 0;
   GError *error = NULL;
   GPtrArray *ovs = g_ptr_array_new();
   for (const char *const *o = base; *o; o++)
@@ -99,6 +105,9 @@ static int bench(const Extra *extra, const char *label, const char *file,
 static int bench_apart(const Extra *extra, const char *label, const char *file,
                        const char *const *ov)
 {
+  const char *only = g_getenv("PODSIM_BENCH_ONLY");
+  if (only && !strstr(label, only))
+    return 0;
   fflush(stdout);
   pid_t pid = fork();
   if (pid < 0) {

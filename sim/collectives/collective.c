@@ -54,10 +54,15 @@ typedef struct {
 /* Peers whose link a member remembers: a member of a 3-D torus
  * all-reduce sends to six. */
 #define PEER_MEMO 6
+/* Inbox entries kept in the member itself, one cache line; more go to
+ * its `more` array, which is empty while either slot is free. */
+#define INBOX_SLOTS 2
+#define INBOX_FREE UINT64_MAX
 
 /* A member, laid out for the messages of a large group (thousands of
- * members, each touched at random): what every message reads first, in
- * one cache line; the peers' links in a second; the rest after. */
+ * members, each touched at random), one cache line each: what its own
+ * arrivals and steps read; the links to its peers; the inbox its senders
+ * write; the rest. */
 typedef struct {
   int64_t round;  /* -1 before the first arrival */
   int step;
@@ -65,22 +70,25 @@ typedef struct {
   int pending;
   gboolean active;
   float *buf;
-  Inbox *inbox;      /* steps some but not all of whose messages were sent */
-  guint inbox_len, inbox_cap;
   Early *early;      /* [early_head, early_len): sorted by key, then arrival */
-  guint early_head, early_len;
-  /* second line: the one-hop link to each of the first peers sent to (-1:
-   * not one hop) */
-  guint early_cap;
+  guint early_head, early_len, early_cap;
   int n_peers;
   uint64_t peers_version; /* ps_network_routes_version when they were found */
+  /* second line: the one-hop link to each of the first peers sent to (-1:
+   * not one hop) */
   int peer[PEER_MEMO], peer_link[PEER_MEMO];
+  Inbox *more;       /* inbox entries past the slots */
+  guint more_len, more_cap;
+  /* third line: steps some but not all of whose messages were sent (key
+   * INBOX_FREE: none) */
+  Inbox slot[INBOX_SLOTS];
   /* cold */
   PsCollDoneFn done;
   void *ctx;
   int64_t finished;
 } Member;
-G_STATIC_ASSERT(offsetof(Member, early_cap) == 64);
+G_STATIC_ASSERT(offsetof(Member, peer) == 64 && offsetof(Member, slot) == 128 &&
+                offsetof(Member, done) == 192);
 
 struct PsCollective {
   PsNetwork *net;
@@ -345,21 +353,30 @@ static Inbox *inbox_for(PsCollective *c, int peer, int64_t round, int step)
 {
   Member *r = &c->members[peer];
   uint64_t key = ((uint64_t)round << 32) | (uint32_t)step;
-  for (guint i = r->inbox_len; i-- > 0;)
-    if (r->inbox[i].key == key)
-      return &r->inbox[i];
-  if (r->inbox_len == r->inbox_cap) {
-    r->inbox_cap = r->inbox_cap ? 2 * r->inbox_cap : 4;
-    r->inbox = g_renew(Inbox, r->inbox, r->inbox_cap);
+  Inbox *in = NULL;
+  for (int i = 0; i < INBOX_SLOTS; i++) {
+    if (r->slot[i].key == key)
+      return &r->slot[i];
+    if (!in && r->slot[i].key == INBOX_FREE)
+      in = &r->slot[i];
   }
-  Inbox *in = &r->inbox[r->inbox_len++];
+  if (!in) {
+    for (guint i = 0; i < r->more_len; i++)
+      if (r->more[i].key == key)
+        return &r->more[i];
+    if (r->more_len == r->more_cap) {
+      r->more_cap = r->more_cap ? 2 * r->more_cap : 4;
+      r->more = g_renew(Inbox, r->more, r->more_cap);
+    }
+    in = &r->more[r->more_len++];
+  }
   *in = (Inbox){key, c->algo->n_recv(c->plan, peer, step), 0, 0, 0};
   c->busy++;
   return in;
 }
 
 /* The inbox entry is complete: its arrival event (if any direct message
- * went), and the entry goes. */
+ * went), and the entry goes (a slot takes the last of `more`, if any). */
 static void inbox_close(PsCollective *c, int peer, Inbox *in)
 {
   Member *r = &c->members[peer];
@@ -374,51 +391,85 @@ static void inbox_close(PsCollective *c, int peer, Inbox *in)
                      (uint64_t)in->direct << INBOX_COUNT_SHIFT | (uint32_t)in->key);
   }
   c->busy--;
-  *in = r->inbox[--r->inbox_len];
+  if (r->more_len > 0)
+    *in = r->more[--r->more_len];
+  else
+    in->key = INBOX_FREE;
 }
 
-/* ps_network_send_link from member mi to member peer, with the link
- * remembered per peer. */
-static ps_time_t send_direct(PsCollective *c, int mi, int peer, int64_t bytes)
+/* The one-hop link from member mi to member peer (-1: not one hop),
+ * remembered per peer; m's memo is current (peers_fresh). */
+static int peer_link(PsCollective *c, Member *m, int mi, int peer)
 {
-  Member *m = &c->members[mi];
-  uint64_t version = ps_network_routes_version(c->net);
-  if (m->peers_version != version) {
-    m->n_peers = 0;
-    m->peers_version = version;
-  }
-  for (int i = 0; i < m->n_peers; i++)
-    if (m->peer[i] == peer)
-      return m->peer_link[i] < 0 ? PS_TIME_NEVER
-                                 : ps_network_send_link(c->net, m->peer_link[i], bytes);
+  /* all PEER_MEMO entries, without a branch each: past n_peers, peer is
+   * -1 (members_get, peers_fresh) */
+  int hit = -1;
+  for (int i = 0; i < PEER_MEMO; i++)
+    hit = m->peer[i] == peer ? i : hit;
+  if (hit >= 0)
+    return m->peer_link[hit];
   int link = ps_network_direct_link(c->net, c->g.dev[mi], c->g.dev[peer]);
   if (m->n_peers < PEER_MEMO) {
     m->peer[m->n_peers] = peer;
     m->peer_link[m->n_peers++] = link;
   }
-  return link < 0 ? PS_TIME_NEVER : ps_network_send_link(c->net, link, bytes);
+  return link;
 }
 
-static void post_send(PsCollective *c, int mi, const PsCollSend *s)
+/* Forgets m's links if the routes may have changed since they were found. */
+static inline void peers_fresh(PsCollective *c, Member *m)
+{
+  uint64_t version = ps_network_routes_version(c->net);
+  if (m->peers_version != version) {
+    m->n_peers = 0;
+    for (int i = 0; i < PEER_MEMO; i++)
+      m->peer[i] = -1;
+    m->peers_version = version;
+  }
+}
+
+static void post_xfer(PsCollective *c, int mi, const PsCollSend *s);
+
+/* A send names another member and elements of the buffer (0 <= peer <
+ * n, 0 <= off, 0 <= len, off + len <= count), in unsigned compares. */
+static inline void send_check(const PsCollective *c, int mi, const PsCollSend *s)
+{
+  g_assert((unsigned)s->peer < (unsigned)c->g.n && s->peer != mi);
+  g_assert((uint64_t)s->off <= (uint64_t)c->p.count &&
+           (uint64_t)s->len <= (uint64_t)(c->p.count - s->off));
+}
+
+/* Posts a step's sends, timing only (no buffer, no observer): each is
+ * counted in its receiver's inbox, and goes by ps_network_send_link when
+ * its route is one hop, else the general way. */
+static void post_direct(PsCollective *c, int mi, const PsCollStep *st)
 {
   Member *m = &c->members[mi];
-  g_assert(s->peer >= 0 && s->peer < c->g.n && s->peer != mi);
-  g_assert(s->off >= 0 && s->len >= 0 && s->off + s->len <= c->p.count);
-  if (!m->buf && m->round < INBOX_MAX_ROUND && !c->msg_fn) {
+  peers_fresh(c, m);
+  for (int k = 0; k < st->n_send; k++) {
+    const PsCollSend *s = &st->send[k];
+    send_check(c, mi, s);
     Inbox *in = inbox_for(c, s->peer, m->round, s->peer_step);
     in->sent++;
-    ps_time_t t = send_direct(c, mi, s->peer, s->len * c->p.elem_bytes);
+    int link = peer_link(c, m, mi, s->peer);
+    ps_time_t t = link < 0 ? PS_TIME_NEVER
+                           : ps_network_send_link(c->net, link, s->len * c->p.elem_bytes);
     if (t != PS_TIME_NEVER) {
       in->direct++;
       if (t > in->last)
         in->last = t;
     }
-    gboolean sent = t != PS_TIME_NEVER;
     if (in->sent == in->expected)
       inbox_close(c, s->peer, in);
-    if (sent)
-      return;
+    if (t == PS_TIME_NEVER)
+      post_xfer(c, mi, s);
   }
+}
+
+/* A message of its own, delivered by the network to on_deliver. */
+static void post_xfer(PsCollective *c, int mi, const PsCollSend *s)
+{
+  Member *m = &c->members[mi];
   Xfer *x = xfer_new(c);
   x->c = c;
   x->src = mi;
@@ -501,12 +552,22 @@ static void on_arrive(PsEngine *engine, const PsEvent *ev, void *ctx)
 }
 
 /* The engine's hint for an arrival ahead (engine.h): the member's first
- * line. */
+ * two lines, then what its next step's sends will write, its peers'
+ * inboxes and its links to them (as remembered from its last steps). */
 static void arrive_prefetch(const PsEvent *ev, int stage, void *ctx)
 {
   const PsCollective *c = ctx;
-  if (stage == 0)
-    __builtin_prefetch(&c->members[ev->target]);
+  const Member *m = &c->members[ev->target];
+  if (stage == 0) {
+    __builtin_prefetch(m);
+    __builtin_prefetch((const char *)m + 64);
+    return;
+  }
+  if (m->peers_version != ps_network_routes_version(c->net))
+    return;
+  for (int i = 0; i < m->n_peers; i++)
+    __builtin_prefetch(c->members[m->peer[i]].slot, 1);
+  ps_network_prefetch_links(c->net, m->peer_link, m->n_peers);
 }
 
 static void on_deliver(void *ctx, const PsNetDelivery *d)
@@ -563,8 +624,14 @@ static void member_run(PsCollective *c, int mi)
   while (m->step < m->n_steps) {
     PsCollStep st;
     c->algo->step(c->plan, mi, m->step, &st);
-    for (int k = 0; k < st.n_send; k++)
-      post_send(c, mi, &st.send[k]);
+    if (!m->buf && m->round < INBOX_MAX_ROUND && !c->msg_fn) {
+      post_direct(c, mi, &st);
+    } else {
+      for (int k = 0; k < st.n_send; k++) {
+        send_check(c, mi, &st.send[k]);
+        post_xfer(c, mi, &st.send[k]);
+      }
+    }
     m->pending = st.n_recv;
     drain_early(c, m);
     g_assert(m->pending >= 0);
@@ -593,6 +660,10 @@ static Member *members_get(PsCollective *c)
     m->finished = c->rest_finished;
     m->n_steps = c->algo->n_steps(c->plan, i);
     m->step = c->rest_round < 0 ? 0 : m->n_steps;
+    for (int k = 0; k < INBOX_SLOTS; k++)
+      m->slot[k].key = INBOX_FREE;
+    for (int k = 0; k < PEER_MEMO; k++)
+      m->peer[k] = -1;
   }
   return c->members;
 }
@@ -601,7 +672,7 @@ static void members_free(PsCollective *c)
 {
   for (int i = 0; i < c->g.n; i++) {
     g_free(c->members[i].early);
-    g_free(c->members[i].inbox);
+    g_free(c->members[i].more);
   }
   g_aligned_free(c->members);
   c->members = NULL;

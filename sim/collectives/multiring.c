@@ -103,13 +103,16 @@ static inline void region_set(Region *g, int64_t lo, int64_t len, int L)
 }
 
 /* Part j of the region (ps_coll_part_of's): r j < L^2, in 32 bits on any
- * line shorter than 65536. */
+ * line shorter than 65536, and one division: with r j = a L + e (e < L)
+ * and r < L, r (j + 1) = a L + e + r is b L + ... for b = a + (e + r >= L). */
 static inline void region_part(const Region *g, int j, int64_t *off, int64_t *len)
 {
   int64_t a, b;
   if (G_LIKELY(g->L < 65536)) {
-    a = (uint32_t)g->r * (uint32_t)j / (uint32_t)g->L;
-    b = (uint32_t)g->r * (uint32_t)(j + 1) / (uint32_t)g->L;
+    uint32_t rj = (uint32_t)g->r * (uint32_t)j, L = (uint32_t)g->L;
+    uint32_t qa = rj / L, e = rj % L;
+    a = qa;
+    b = qa + (e + (uint32_t)g->r >= L);
   } else {
     a = (int64_t)g->r * j / g->L;
     b = (int64_t)g->r * (j + 1) / g->L;
@@ -117,6 +120,26 @@ static inline void region_part(const Region *g, int j, int64_t *off, int64_t *le
   *off = g->lo + g->q * j + a;
   *len = g->q + (b - a);
 }
+
+/* A stream active in a stream phase step: its phase's dimension d, its
+ * rotation kk (k mod nd), its direction when every member runs both ways,
+ * the part it sends, pos - dir u on the line, and its regions' offset in
+ * the table (tab_at). */
+typedef struct {
+  int8_t d, kk, dir;
+  int16_t u;
+  int32_t tab_at;
+} StreamAt;
+
+/* Where a step falls (locate), what it receives and, in a stream phase,
+ * its active streams: found once per plan, the same for every member. */
+typedef struct {
+  int outer, phase, t;
+  gboolean gather;
+  int n_recv;
+  int n_act;
+  StreamAt act[2 * PS_MAX_DIMS];
+} StepAt;
 
 typedef struct {
   const PsCollGroup *g;
@@ -146,6 +169,7 @@ typedef struct {
   int n_oc, per_oc;
   int tab_at[2 * PS_MAX_DIMS][PS_MAX_DIMS];
   Region *tab;
+  StepAt *at; /* [s]: locate's answer and the receives, for each step */
 } MultiPlan;
 
 /* Stream k's region before stream phase i on member m. */
@@ -292,6 +316,31 @@ static void locate(const MultiPlan *p, int s, int *outer, int *phase, int *t, gb
   *t = u % p->span;
 }
 
+/* The table of the steps (MultiPlan.at). */
+static void steps_index(MultiPlan *p)
+{
+  p->at = g_new(StepAt, MAX(1, p->total_steps));
+  for (int s = 0; s < p->total_steps; s++) {
+    StepAt *a = &p->at[s];
+    locate(p, s, &a->outer, &a->phase, &a->t, &a->gather);
+    a->n_recv = 0;
+    a->n_act = 0;
+    if (a->outer >= 0) {
+      a->n_recv = 1;
+      continue;
+    }
+    for (int d = 0; d < p->nd; d++)
+      a->n_recv += a->t < p->ring[d].L - 1 ? (p->split >= 0 ? 1 : 2) : 0;
+    for (int k = 0; k < p->K; k++) {
+      int nd = p->nd, kk = k < nd ? k : k - nd, d = (kk + a->phase) % nd;
+      if (a->t < p->ring[d].L - 1)
+        a->act[a->n_act++] = (StreamAt){(int8_t)d, (int8_t)kk, (int8_t)(k < nd ? 1 : -1),
+                                        (int16_t)(a->gather ? a->t : 1 + a->t),
+                                        p->tab_at[k][a->phase]};
+    }
+  }
+}
+
 static void outer_step(const MultiPlan *p, int m, int s, int o, int t, gboolean gather,
                        PsCollStep *out)
 {
@@ -315,60 +364,55 @@ static inline int stream_dir(const MultiPlan *p, int m, int k)
   return k < p->nd ? 1 : -1;
 }
 
-/* Stream k's send in step t of stream phase i, if the stream is active. */
-static gboolean stream_send(const MultiPlan *p, int m, int k, int i, int t, gboolean gather,
-                            PsCollSend *out, int *dim)
+/* The sends of stream phase step a: one per stream still active on the
+ * line of its phase.  Streams k and k + nd share a rotation, so their
+ * regions' offsets in the table (stream_region) are found once. */
+static void stream_step(const MultiPlan *p, int m, int s, const StepAt *a, PsCollStep *out)
 {
-  int nd = p->nd, dir = stream_dir(p, m, k);
-  int d = (k < nd ? k : k - nd) + i; /* (k mod nd + i) mod nd */
-  *dim = d >= nd ? d - nd : d;
-  const Region *r = stream_region(p, m, k, i);
-  int L = r->L;
-  if (t >= L - 1)
-    return FALSE;
-  const Place *at = &p->where[m].at[*dim];
-  int j = gather ? at->pos - dir * t : at->pos - dir * (1 + t);
-  j = j < 0 ? j + L : j >= L ? j - L : j; /* -L < j < 2L */
-  region_part(r, j, &out->off, &out->len);
-  out->peer = dir > 0 ? at->next : at->prev;
-  out->op = gather ? PS_XFER_COPY : PS_XFER_ADD;
-  return TRUE;
+  const Where *w = &p->where[m];
+  int nd = p->nd, i = a->phase;
+  const Region *tab = &p->tab[(size_t)w->oc * p->per_oc];
+  int x[PS_MAX_DIMS];
+  for (int kk = 0; kk < nd; kk++) {
+    int v = 0;
+    for (int b = 0, d = kk; b < i; b++, d = d + 1 == nd ? 0 : d + 1)
+      v = v * p->ring[d].L + w->at[d].pos;
+    x[kk] = v;
+  }
+  PsXferOp op = a->gather ? PS_XFER_COPY : PS_XFER_ADD;
+  int split_dir = p->split >= 0 ? stream_dir(p, m, 0) : 0;
+  for (int n = 0; n < a->n_act; n++) {
+    const StreamAt *sa = &a->act[n];
+    const Region *r = &tab[sa->tab_at + x[sa->kk]];
+    const Place *at = &w->at[sa->d];
+    int dir = split_dir ? split_dir : sa->dir, L = r->L;
+    int j = at->pos - dir * sa->u;
+    j = j < 0 ? j + L : j >= L ? j - L : j; /* -L < j < 2L */
+    PsCollSend *snd = &out->send[n];
+    region_part(r, j, &snd->off, &snd->len);
+    snd->peer = dir > 0 ? at->next : at->prev;
+    snd->peer_step = s;
+    snd->op = op;
+  }
+  out->n_send = a->n_act;
+  out->n_recv = a->n_act;
 }
 
 static void multi_step(const PsCollPlan *plan, int m, int s, PsCollStep *out)
 {
   const MultiPlan *p = (const MultiPlan *)plan;
-  int o, i, t;
-  gboolean gather;
-  out->n_send = 0;
-  out->n_recv = 0;
-  locate(p, s, &o, &i, &t, &gather);
-  if (o >= 0) {
-    outer_step(p, m, s, o, t, gather, out);
+  const StepAt *a = &p->at[s];
+  if (a->outer >= 0) {
+    out->n_send = 0;
+    outer_step(p, m, s, a->outer, a->t, a->gather, out);
     return;
   }
-  for (int k = 0; k < p->K; k++) {
-    int dim;
-    PsCollSend *snd = &out->send[out->n_send];
-    if (stream_send(p, m, k, i, t, gather, snd, &dim)) {
-      snd->peer_step = s;
-      out->n_send++;
-      out->n_recv++;
-    }
-  }
+  stream_step(p, m, s, a, out);
 }
 
 static int multi_n_recv(const PsCollPlan *plan, int m, int s)
 {
-  const MultiPlan *p = (const MultiPlan *)plan;
-  int o, i, t, n = 0;
-  gboolean gather;
-  locate(p, s, &o, &i, &t, &gather);
-  if (o >= 0)
-    return 1;
-  for (int d = 0; d < p->nd; d++)
-    n += t < p->ring[d].L - 1 ? (p->split >= 0 ? 1 : 2) : 0;
-  return n;
+  return ((const MultiPlan *)plan)->at[s].n_recv;
 }
 
 static int multi_n_steps(const PsCollPlan *plan, int m)
@@ -614,6 +658,7 @@ static PsCollPlan *multi_plan(const PsCollGroup *g, const PsCollParams *prm)
   sort_axes(g, p);
   g_assert(p->nd > 0);
   layout(p);
+  steps_index(p);
   return (PsCollPlan *)p;
 }
 
@@ -630,6 +675,7 @@ static void multi_free(PsCollPlan *plan)
   g_free(p->olen);
   g_free(p->where);
   g_free(p->tab);
+  g_free(p->at);
   g_free(p);
 }
 

@@ -828,7 +828,7 @@ ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes)
   /* every chunk joins the link now, as ps_network_send's first hop */
   Link *l = &net->links[link];
   ps_time_t now = ps_engine_now(net->engine);
-  int64_t n_chunks = bytes == 0 ? 1 : (bytes + net->chunk - 1) / net->chunk;
+  int64_t n_chunks = bytes <= net->chunk ? 1 : (bytes + net->chunk - 1) / net->chunk;
   ps_time_t last = 0;
   if (l->lanes == 1 && n_chunks > 1 && send_link_closed(net, l, bytes, now, &last)) {
     net->next_id++;
@@ -844,6 +844,13 @@ ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes)
   }
   net->next_id++;
   return last;
+}
+
+void ps_network_prefetch_links(const PsNetwork *net, const int *links, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (links[i] >= 0 && links[i] < net->n_links)
+      __builtin_prefetch(&net->links[links[i]], 1);
 }
 
 gboolean ps_network_is_traced(const PsNetwork *net) { return net->trace != NULL; }

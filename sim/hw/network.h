@@ -163,6 +163,10 @@ uint64_t ps_network_routes_version(const PsNetwork *net);
  * the way the source's parity says. */
 gboolean ps_network_translation_symmetric(const PsNetwork *net);
 ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes);
+/* A hint, never a change: fetches what ps_network_send_link will read of
+ * each of the n links into the cache (a caller that knows its next links
+ * ahead; entries that are no link, such as -1, are skipped). */
+void ps_network_prefetch_links(const PsNetwork *net, const int *links, int n);
 
 /* The closed-form path of a sender that knows nothing else uses these
  * links (collectives' fast path, collective.h).  ps_network_count_pending:
