@@ -36,7 +36,10 @@
  * Usage: bench_step [KEY=VALUE...] (from the source tree): each KEY=VALUE
  * is one more override of every run, e.g. collective.fast_path=true.  With
  * PODSIM_BENCH_ONLY=TEXT in the environment only the runs whose label
- * contains TEXT run, e.g. PODSIM_BENCH_ONLY="v4-8192 overlap".
+ * contains TEXT run, e.g. PODSIM_BENCH_ONLY="v4-8192 overlap"; with
+ * PODSIM_BENCH_SETUP=1 each run is first made up to its first event alone
+ * (experiment, plans, pod, network, collectives' choices), and that time
+ * printed.
  * Invariant: every run starts from a fresh experiment, engine and pod. */
 #include "run/run.h"
 #include "run/experiment.h"
@@ -83,6 +86,15 @@ static int bench(const Extra *extra, const char *label, const char *file,
     return 1;
   }
   PsSummary s;
+  if (g_getenv("PODSIM_BENCH_SETUP")) {
+    /* up to the first event: the run stops there, with an error */
+    gint64 t0 = g_get_monotonic_time();
+    if (ps_run(e, &(PsRunOptions){.max_events = 1}, &s, &error))
+      ps_summary_clear(&s);
+    g_clear_error(&error);
+    printf("%-38s setup (to the first event) %.2f s wall\n", label,
+           (double)(g_get_monotonic_time() - t0) / 1e6);
+  }
   gint64 t0 = g_get_monotonic_time();
   if (!ps_run(e, &(PsRunOptions){0}, &s, &error)) {
     fprintf(stderr, "bench_step: %s\n", error->message);

@@ -1115,24 +1115,24 @@ static const char *p2p_unsupported(const PsCollGroup *g, PsCollOp op)
 static const PsCollAlgo ring_algo = {
     "ring", "unidirectional ring over the group (snake order on a grid)", ring_unsupported,
     ring_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE,
-    NULL};
+    NULL, NULL};
 
 static const PsCollAlgo bidir_algo = {
     "bidir", "two rings, one each way, each carrying half the data", ring_unsupported,
     bidir_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE,
-    NULL};
+    NULL, NULL};
 
 static const PsCollAlgo torus_algo = {
     "torus",
     "dimension by dimension: reduce-scatter along each torus axis in turn, all-gather back "
     "(bidirectional rings on wrapped axes)",
     torus_unsupported, torus_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block,
-    plan_predict, FALSE, NULL};
+    plan_predict, FALSE, NULL, NULL};
 
 static const PsCollAlgo p2p_algo = {"p2p", "one message from the sender to the receiver",
                                     p2p_unsupported, p2p_plan, plan_free, plan_n_steps,
                                     plan_step, plan_n_recv, plan_block, plan_predict, FALSE,
-                                    NULL};
+                                    NULL, NULL};
 
 static const PsCollAlgo hier_algo = {
     "hierarchical",
@@ -1140,7 +1140,7 @@ static const PsCollAlgo hier_algo = {
     "predicted fastest), all-reduce of each shard across slices over the DCN (a ring among "
     "the members holding it), all-gather within each slice",
     hier_unsupported, hier_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block,
-    plan_predict, FALSE, hier_variant};
+    plan_predict, FALSE, hier_variant, NULL};
 
 /* auto keeps the first of equal predictions: multiring, which equals torus
  * on a group with one ring dimension, after it */

@@ -89,6 +89,9 @@ typedef struct {
    * without choosing (the choice is a function of the group and the
    * parameters); NULL when plan_new never chooses. */
   int (*variant)(const PsCollPlan *plan);
+  /* A hint, never a change (NULL: none): fetches what step() will read of
+   * the plan for member into the cache (called a few events ahead). */
+  void (*prefetch)(const PsCollPlan *plan, int member);
 } PsCollAlgo;
 
 /* The table (NULL-terminated) and lookup by name. */

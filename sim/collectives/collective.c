@@ -65,15 +65,18 @@ typedef struct {
  * write; the rest. */
 typedef struct {
   int64_t round;  /* -1 before the first arrival */
+  float *buf;
+  Early *early;      /* [early_head, early_len): sorted by key, then arrival */
+  uint64_t peers_version; /* ps_network_routes_version when they were found */
   int step;
   int n_steps;
   int pending;
-  gboolean active;
-  float *buf;
-  Early *early;      /* [early_head, early_len): sorted by key, then arrival */
   guint early_head, early_len, early_cap;
-  int n_peers;
-  uint64_t peers_version; /* ps_network_routes_version when they were found */
+  guint8 active;
+  guint8 n_peers;
+  /* per place in a step's sends, the peer memo entry that place sent to
+   * last (steps of a phase send to the same peers in the same order) */
+  guint8 hint[PEER_MEMO];
   /* second line: the one-hop link to each of the first peers sent to (-1:
    * not one hop) */
   int peer[PEER_MEMO], peer_link[PEER_MEMO];
@@ -398,18 +401,25 @@ static void inbox_close(PsCollective *c, int peer, Inbox *in)
 }
 
 /* The one-hop link from member mi to member peer (-1: not one hop),
- * remembered per peer; m's memo is current (peers_fresh). */
-static int peer_link(PsCollective *c, Member *m, int mi, int peer)
+ * remembered per peer, for the send in place k of its step; m's memo is
+ * current (peers_fresh). */
+static int peer_link(PsCollective *c, Member *m, int mi, int peer, int k)
 {
-  /* all PEER_MEMO entries, without a branch each: past n_peers, peer is
-   * -1 (members_get, peers_fresh) */
-  int hit = -1;
-  for (int i = 0; i < PEER_MEMO; i++)
-    hit = m->peer[i] == peer ? i : hit;
-  if (hit >= 0)
-    return m->peer_link[hit];
+  if (k < PEER_MEMO) {
+    int h = m->hint[k]; /* past n_peers, peer is -1 (members_get, peers_fresh) */
+    if (m->peer[h] == peer)
+      return m->peer_link[h];
+  }
+  for (int i = 0; i < m->n_peers; i++)
+    if (m->peer[i] == peer) {
+      if (k < PEER_MEMO)
+        m->hint[k] = (guint8)i;
+      return m->peer_link[i];
+    }
   int link = ps_network_direct_link(c->net, c->g.dev[mi], c->g.dev[peer]);
   if (m->n_peers < PEER_MEMO) {
+    if (k < PEER_MEMO)
+      m->hint[k] = m->n_peers;
     m->peer[m->n_peers] = peer;
     m->peer_link[m->n_peers++] = link;
   }
@@ -451,7 +461,7 @@ static void post_direct(PsCollective *c, int mi, const PsCollStep *st)
     send_check(c, mi, s);
     Inbox *in = inbox_for(c, s->peer, m->round, s->peer_step);
     in->sent++;
-    int link = peer_link(c, m, mi, s->peer);
+    int link = peer_link(c, m, mi, s->peer, k);
     ps_time_t t = link < 0 ? PS_TIME_NEVER
                            : ps_network_send_link(c->net, link, s->len * c->p.elem_bytes);
     if (t != PS_TIME_NEVER) {
@@ -561,6 +571,8 @@ static void arrive_prefetch(const PsEvent *ev, int stage, void *ctx)
   if (stage == 0) {
     __builtin_prefetch(m);
     __builtin_prefetch((const char *)m + 64);
+    if (c->algo->prefetch)
+      c->algo->prefetch(c->plan, (int)ev->target);
     return;
   }
   if (m->peers_version != ps_network_routes_version(c->net))

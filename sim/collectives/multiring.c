@@ -79,10 +79,14 @@ typedef struct {
 
 /* A region [lo, lo + len) that will be cut into L parts, len = q L + r
  * (L = 1 for a stream's last region), so that part j, [lo + q j +
- * floor(r j / L), ...), needs no 64-bit division. */
+ * floor(r j / L), ...), needs no division: inv = ceil(2^64 / L) gives
+ * floor(x / L) as the high 64 bits of inv x for every 32-bit x (Lemire,
+ * Kaser and Kurz, "Faster remainder by direct computation", Software:
+ * Practice and Experience 49(6), 2019, theorem 1). */
 typedef struct {
   int64_t lo, q;
   int32_t r, L;
+  uint64_t inv;
 } Region;
 
 /* A member's place on the line of one ring dimension. */
@@ -99,18 +103,20 @@ typedef struct {
 
 static inline void region_set(Region *g, int64_t lo, int64_t len, int L)
 {
-  *g = (Region){lo, len / L, (int32_t)(len % L), L};
+  *g = (Region){lo, len / L, (int32_t)(len % L), L, UINT64_MAX / (uint64_t)L + 1};
 }
 
 /* Part j of the region (ps_coll_part_of's): r j < L^2, in 32 bits on any
- * line shorter than 65536, and one division: with r j = a L + e (e < L)
- * and r < L, r (j + 1) = a L + e + r is b L + ... for b = a + (e + r >= L). */
+ * line shorter than 65536, and one quotient, by inv (L = 1 has r = 0, and
+ * inv 2^64 wrapped to 0): with r j = a L + e (e < L) and r < L, r (j + 1)
+ * = a L + e + r, whose quotient is b = a + (e + r >= L). */
 static inline void region_part(const Region *g, int j, int64_t *off, int64_t *len)
 {
   int64_t a, b;
   if (G_LIKELY(g->L < 65536)) {
     uint32_t rj = (uint32_t)g->r * (uint32_t)j, L = (uint32_t)g->L;
-    uint32_t qa = rj / L, e = rj % L;
+    uint32_t qa = (uint32_t)(((unsigned __int128)g->inv * rj) >> 64);
+    uint32_t e = rj - qa * L;
     a = qa;
     b = qa + (e + (uint32_t)g->r >= L);
   } else {
@@ -408,6 +414,11 @@ static void multi_step(const PsCollPlan *plan, int m, int s, PsCollStep *out)
     return;
   }
   stream_step(p, m, s, a, out);
+}
+
+static void multi_prefetch(const PsCollPlan *plan, int m)
+{
+  __builtin_prefetch(&((const MultiPlan *)plan)->where[m]);
 }
 
 static int multi_n_recv(const PsCollPlan *plan, int m, int s)
@@ -709,4 +720,4 @@ const PsCollAlgo ps_coll_multiring_algo = {
     "rotation, one each way per dimension (lines without wrap-around and the core axis run "
     "first, as in torus)",
     multi_unsupported, multi_plan, multi_free, multi_n_steps, multi_step, multi_n_recv,
-    multi_block, multi_predict, FALSE, NULL};
+    multi_block, multi_predict, FALSE, NULL, multi_prefetch};
