@@ -466,8 +466,7 @@ static void post_direct(PsCollective *c, int mi, const PsCollStep *st)
                            : ps_network_send_link(c->net, link, s->len * c->p.elem_bytes);
     if (t != PS_TIME_NEVER) {
       in->direct++;
-      if (t > in->last)
-        in->last = t;
+      in->last = MAX(in->last, t); /* unpredictable: a select, not a branch */
     }
     if (in->sent == in->expected)
       inbox_close(c, s->peer, in);

@@ -392,8 +392,9 @@ static void stream_step(const MultiPlan *p, int m, int s, const StepAt *a, PsCol
     const Region *r = &tab[sa->tab_at + x[sa->kk]];
     const Place *at = &w->at[sa->d];
     int dir = split_dir ? split_dir : sa->dir, L = r->L;
-    int j = at->pos - dir * sa->u;
-    j = j < 0 ? j + L : j >= L ? j - L : j; /* -L < j < 2L */
+    int j = at->pos - dir * sa->u; /* -L < j < 2L */
+    j += j < 0 ? L : 0;
+    j -= j >= L ? L : 0;
     PsCollSend *snd = &out->send[n];
     region_part(r, j, &snd->off, &snd->len);
     snd->peer = dir > 0 ? at->next : at->prev;
