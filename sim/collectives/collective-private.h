@@ -163,6 +163,10 @@ typedef struct {
   const PsCollAlgo *algo;
   PsCollPlan *plan;        /* made on g */
   char *why;
+  /* collective.c's: the one-hop links its members of g's own devices
+   * found, kept between their rounds (NULL until a round of them ended) */
+  int *links;
+  uint64_t links_version;  /* ps_network_routes_version they hold for */
 } PsCollShared;
 /* A shared plan for group g, with no algorithm yet: takes g's grid tables,
  * which g then borrows. */

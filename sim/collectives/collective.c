@@ -103,6 +103,7 @@ struct PsCollective {
   PsCollPlan *plan;
   char *why;
   Member *members;      /* NULL while at rest (see members_get) */
+  gboolean own_devices; /* the group's devices are sh's group's (sh->links) */
   int64_t rest_round, rest_finished; /* every member's, while at rest */
   int64_t busy;         /* active members, early and inbox entries, events to run */
   Xfer *free_xfers;
@@ -438,8 +439,6 @@ static inline void peers_fresh(PsCollective *c, Member *m)
   }
 }
 
-static void post_xfer(PsCollective *c, int mi, const PsCollSend *s);
-
 /* A send names another member and elements of the buffer (0 <= peer <
  * n, 0 <= off, 0 <= len, off + len <= count), in unsigned compares. */
 static inline void send_check(const PsCollective *c, int mi, const PsCollSend *s)
@@ -447,32 +446,6 @@ static inline void send_check(const PsCollective *c, int mi, const PsCollSend *s
   g_assert((unsigned)s->peer < (unsigned)c->g.n && s->peer != mi);
   g_assert((uint64_t)s->off <= (uint64_t)c->p.count &&
            (uint64_t)s->len <= (uint64_t)(c->p.count - s->off));
-}
-
-/* Posts a step's sends, timing only (no buffer, no observer): each is
- * counted in its receiver's inbox, and goes by ps_network_send_link when
- * its route is one hop, else the general way. */
-static void post_direct(PsCollective *c, int mi, const PsCollStep *st)
-{
-  Member *m = &c->members[mi];
-  peers_fresh(c, m);
-  for (int k = 0; k < st->n_send; k++) {
-    const PsCollSend *s = &st->send[k];
-    send_check(c, mi, s);
-    Inbox *in = inbox_for(c, s->peer, m->round, s->peer_step);
-    in->sent++;
-    int link = peer_link(c, m, mi, s->peer, k);
-    ps_time_t t = link < 0 ? PS_TIME_NEVER
-                           : ps_network_send_link(c->net, link, s->len * c->p.elem_bytes);
-    if (t != PS_TIME_NEVER) {
-      in->direct++;
-      in->last = MAX(in->last, t); /* unpredictable: a select, not a branch */
-    }
-    if (in->sent == in->expected)
-      inbox_close(c, s->peer, in);
-    if (t == PS_TIME_NEVER)
-      post_xfer(c, mi, s);
-  }
 }
 
 /* A message of its own, delivered by the network to on_deliver. */
@@ -502,6 +475,32 @@ static void post_xfer(PsCollective *c, int mi, const PsCollSend *s)
   uint64_t sent = ps_network_send_chained(c->net, c->g.dev[mi], c->g.dev[s->peer],
                                           s->len * c->p.elem_bytes, on_deliver, x);
   g_assert(sent == id);
+}
+
+/* Posts a step's sends, timing only (no buffer, no observer): each is
+ * counted in its receiver's inbox, and goes by ps_network_send_link when
+ * its route is one hop, else the general way. */
+static void post_direct(PsCollective *c, int mi, const PsCollStep *st)
+{
+  Member *m = &c->members[mi];
+  peers_fresh(c, m);
+  for (int k = 0; k < st->n_send; k++) {
+    const PsCollSend *s = &st->send[k];
+    send_check(c, mi, s);
+    Inbox *in = inbox_for(c, s->peer, m->round, s->peer_step);
+    in->sent++;
+    int link = peer_link(c, m, mi, s->peer, k);
+    ps_time_t t = link < 0 ? PS_TIME_NEVER
+                           : ps_network_send_link(c->net, link, s->len * c->p.elem_bytes);
+    if (t != PS_TIME_NEVER) {
+      in->direct++;
+      in->last = MAX(in->last, t); /* unpredictable: a select, not a branch */
+    }
+    if (in->sent == in->expected)
+      inbox_close(c, s->peer, in);
+    if (t == PS_TIME_NEVER)
+      post_xfer(c, mi, s);
+  }
 }
 
 void ps_collective_set_message_observer(PsCollective *c, PsCollMessageFn fn, void *ctx)
@@ -660,11 +659,40 @@ static void member_run(PsCollective *c, int mi)
  * rest (no member in a round, nothing in flight, no event to run) keeps
  * only those: a pod of thousands of devices has millions of memberships,
  * of which a few hundred collectives' are running at any time. */
+/* The members' peer links kept between rounds (PsCollShared.links):
+ * found once for the devices, not once per round (each a look-up in the
+ * network's route cache, a few cache misses).  Per member, its peer and
+ * peer_link arrays; members_get loads them. */
+#define MEMO_INTS (2 * PEER_MEMO)
+
+static void memo_save(PsCollective *c)
+{
+  uint64_t version = ps_network_routes_version(c->net);
+  if (!c->own_devices || (c->sh->links && c->sh->links_version == version))
+    return;
+  if (!c->sh->links)
+    c->sh->links = g_new(int, (size_t)c->g.n * MEMO_INTS);
+  c->sh->links_version = version;
+  for (int i = 0; i < c->g.n; i++) {
+    const Member *m = &c->members[i];
+    int *e = &c->sh->links[(size_t)i * MEMO_INTS];
+    for (int k = 0; k < PEER_MEMO; k++) {
+      gboolean ok = m->peers_version == version && k < m->n_peers;
+      e[k] = ok ? m->peer[k] : -1;
+      e[PEER_MEMO + k] = ok ? m->peer_link[k] : -1;
+    }
+  }
+}
+
 static Member *members_get(PsCollective *c)
 {
   if (c->members)
     return c->members;
   c->members = g_aligned_alloc0((gsize)c->g.n, sizeof(Member), 64);
+  uint64_t version = ps_network_routes_version(c->net);
+  const int *memo = c->own_devices && c->sh->links && c->sh->links_version == version
+                        ? c->sh->links
+                        : NULL;
   for (int i = 0; i < c->g.n; i++) {
     Member *m = &c->members[i];
     m->round = c->rest_round;
@@ -673,8 +701,12 @@ static Member *members_get(PsCollective *c)
     m->step = c->rest_round < 0 ? 0 : m->n_steps;
     for (int k = 0; k < INBOX_SLOTS; k++)
       m->slot[k].key = INBOX_FREE;
-    for (int k = 0; k < PEER_MEMO; k++)
-      m->peer[k] = -1;
+    for (int k = 0; k < PEER_MEMO; k++) {
+      m->peer[k] = memo ? memo[(size_t)i * MEMO_INTS + k] : -1;
+      m->peer_link[k] = memo ? memo[(size_t)i * MEMO_INTS + PEER_MEMO + k] : -1;
+      m->n_peers += m->peer[k] >= 0; /* a prefix */
+    }
+    m->peers_version = memo ? version : 0;
   }
   return c->members;
 }
@@ -701,6 +733,7 @@ static void members_rest(PsCollective *c)
       return;
   c->rest_round = m0->round;
   c->rest_finished = m0->finished;
+  memo_save(c);
   members_free(c);
   xfers_free_all(c);
 }
@@ -987,6 +1020,7 @@ static gboolean attach_plan(PsCollective *c, const PsCollSpec *spec, const PsCol
   if (sh) {
     ps_coll_shape_free(shape);
     c->sh = ps_coll_shared_ref(sh);
+    c->own_devices = memcmp(c->g.dev, sh->g.dev, sizeof(int) * (size_t)c->g.n) == 0;
     g_free(c->g.grid_pos);
     g_free(c->g.at);
     c->g.grid_pos = sh->g.grid_pos;
@@ -998,6 +1032,7 @@ static gboolean attach_plan(PsCollective *c, const PsCollSpec *spec, const PsCol
     return TRUE;
   }
   c->sh = ps_coll_shared_new(&c->g);
+  c->own_devices = TRUE;
   if (!choose_plan(c, spec, chosen, name, cache, error)) {
     ps_coll_shape_free(shape);
     return FALSE;

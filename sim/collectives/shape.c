@@ -108,6 +108,7 @@ void ps_coll_shared_unref(gpointer p)
   if (sh->plan)
     sh->algo->plan_free(sh->plan);
   g_free(sh->why);
+  g_free(sh->links);
   g_free(sh->g.dev);
   g_free(sh->g.grid_pos);
   g_free(sh->g.at);
