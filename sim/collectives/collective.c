@@ -61,25 +61,28 @@ typedef struct {
 
 /* A member, laid out for the messages of a large group (thousands of
  * members, each touched at random), one cache line each: what its own
- * arrivals and steps read; the links to its peers; the inbox its senders
- * write; the rest. */
+ * arrivals and steps read first, with the links to its peers; the rest of
+ * what its steps read; the inbox its senders write; the rest. */
 typedef struct {
   int64_t round;  /* -1 before the first arrival */
   float *buf;
-  Early *early;      /* [early_head, early_len): sorted by key, then arrival */
-  uint64_t peers_version; /* ps_network_routes_version when they were found */
   int step;
-  int n_steps;
   int pending;
-  guint early_head, early_len, early_cap;
+  guint early_head, early_len;
   guint8 active;
   guint8 n_peers;
   /* per place in a step's sends, the peer memo entry that place sent to
    * last (steps of a phase send to the same peers in the same order) */
   guint8 hint[PEER_MEMO];
-  /* second line: the one-hop link to each of the first peers sent to (-1:
-   * not one hop) */
-  int peer[PEER_MEMO], peer_link[PEER_MEMO];
+  /* the one-hop link to each of the first peers sent to (-1: not one hop),
+   * in the first line: an arrival ahead fetches them (arrive_prefetch) */
+  int peer_link[PEER_MEMO];
+  /* second line */
+  int peer[PEER_MEMO];
+  int n_steps;
+  guint early_cap;
+  Early *early;      /* [early_head, early_len): sorted by key, then arrival */
+  uint64_t peers_version; /* ps_network_routes_version when they were found */
   Inbox *more;       /* inbox entries past the slots */
   guint more_len, more_cap;
   /* third line: steps some but not all of whose messages were sent (key
@@ -574,8 +577,8 @@ static void arrive_prefetch(const PsEvent *ev, int stage, void *ctx)
       c->algo->prefetch(c->plan, (int)ev->target);
     return;
   }
-  if (m->peers_version != ps_network_routes_version(c->net))
-    return;
+  /* from the first line alone: links of an older routes version are only
+   * fetched in vain */
   ps_network_prefetch_links(c->net, m->peer_link, m->n_peers);
 }
 
