@@ -14,8 +14,8 @@
  * events, events per second and the process's peak resident memory.
  * The v4-8192 BERT-large step is 14,476,288 events (25.533 ms simulated):
  * 3.13 s of wall time and 71 MiB on a quiet machine with the code before;
- * beside another simulation (load 3.5-4.5 on two cores), best of five,
- * 3.15 s of CPU before and 2.20 s now (35 MiB alone, 71 MiB after the
+ * beside another simulation (load 3.4-4 on two cores), best of five,
+ * 3.18 s of CPU before and 2.18 s now (35 MiB alone, 71 MiB after the
  * pipeline run), 0.19 s of it (best of three) before the first event; with
  * collective.fast_path=true, 0.84 M events and 2.8-3.1 s of CPU there.
  * Then GPT-3 175B (models/gpt3-175b.json) under the shard strategy at
