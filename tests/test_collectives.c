@@ -11,6 +11,9 @@
  *   alpha' = h alpha holds within 0.5% iff (h-1) c/B <= 0.005 (h alpha + m/B):
  *   checked on both sides, and the exact expression on both;
  * - bidirectional ring 2(N-1)(alpha + S/(2 N B));
+ * - on a mesh without wrap-around (4x4, 3x4, 4x3, 2x6, 4x4x2, 3x3x2) the
+ *   ring and the bidirectional ring go round a Hamiltonian cycle and meet
+ *   the same two forms; on 3x3, which has none, the ring costs more;
  * - dimension-wise torus on X x Y (and X x Y x Z):
  *   2 sum_d (L_d - 1)(alpha + S_d/(2 L_d B)), S_d the data left before d;
  * - pipelined broadcast down a chain of D one-hop edges in P pieces of p
@@ -158,6 +161,55 @@ static void test_ring_alpha_beta(void)
   PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, "ring", devs, 16, S, 1, 0);
   double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
   g_assert_cmpfloat(rel(t, 2.0 * 15 * (alpha + (double)S / (16 * B))), <, 0.005);
+  ps_collective_free(c);
+  g_free(devs);
+  netfix_clear(&f);
+}
+
+/* A mesh (no wrap-around) with an even number of chips has a Hamiltonian
+ * cycle, so the ring and the bidirectional ring step one hop at a time
+ * and meet their closed forms exactly as on a ring; the snake order they
+ * used before closed across the whole grid (4x4: 3 hops back, 15% slower
+ * at 8 MiB).  A 3x3 mesh has no such cycle (odd), so its ring must cost
+ * more than the formula. */
+static void test_ring_mesh_cycle(void)
+{
+  const double alpha = 1e-6, B = 83e9;
+  const int64_t S = 8 << 20;
+  const struct {
+    const char *spec, *wrap;
+    int n;
+  } meshes[] = {
+      {"torus:4x4", "torus.wrap=[false,false]", 16},
+      {"torus:3x4", "torus.wrap=[false,false]", 12},
+      {"torus:4x3", "torus.wrap=[false,false]", 12},
+      {"torus:2x6", "torus.wrap=[false,false]", 12},
+      {"torus:4x4x2", "torus.wrap=[false,false,false]", 32},
+      {"torus:3x3x2", "torus.wrap=[false,false,false]", 18},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(meshes); i++)
+    for (int bidir = 0; bidir < 2; bidir++) {
+      int N = meshes[i].n;
+      NetFix f;
+      netfix_init(&f, topo(meshes[i].spec, meshes[i].wrap, NULL), 65536);
+      int *devs = all_devices(&f);
+      PsCollective *c =
+          coll_new(&f, PS_COLL_ALL_REDUCE, bidir ? "bidir" : "ring", devs, N, S, 1, 0);
+      double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
+      double want = 2.0 * (N - 1) * (alpha + (double)S / ((bidir ? 2.0 : 1.0) * N * B));
+      if (rel(t, want) > 0.005)
+        g_error("%s %s: %.9g s, one-hop formula %.9g s", meshes[i].spec,
+                bidir ? "bidir" : "ring", t, want);
+      ps_collective_free(c);
+      g_free(devs);
+      netfix_clear(&f);
+    }
+  NetFix f;
+  netfix_init(&f, topo("torus:3x3", "torus.wrap=[false,false]", NULL), 65536);
+  int *devs = all_devices(&f);
+  PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, "ring", devs, 9, S, 1, 0);
+  double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
+  g_assert_cmpfloat(t, >, 1.05 * 2.0 * 8 * (alpha + (double)S / (9 * B)));
   ps_collective_free(c);
   g_free(devs);
   netfix_clear(&f);
@@ -1159,6 +1211,7 @@ int main(int argc, char **argv)
   g_test_add_func("/collectives/run-round", test_run_round);
   g_test_add_func("/collectives/ring/alpha-beta", test_ring_alpha_beta);
   g_test_add_func("/collectives/ring/chunk-condition", test_ring_chunk_condition);
+  g_test_add_func("/collectives/ring/mesh-cycle", test_ring_mesh_cycle);
   g_test_add_func("/collectives/bidir/alpha-beta", test_bidir_alpha_beta);
   g_test_add_func("/collectives/torus/formula", test_torus_formula);
   g_test_add_func("/collectives/ring/reducescatter-allgather", test_rs_ag_timing);

@@ -117,6 +117,10 @@ static inline void ps_coll_part_of(int64_t lo, int64_t len, int L, int j, int64_
  * its line and the members one position after and before it (mod L), in
  * arrays of g->n. */
 void ps_coll_grid_line(const PsCollGroup *g, int a, int *pos, int *next, int *prev);
+/* The line through the grid's first k axes (lines.c): the snake, or the
+ * grid's Hamiltonian cycle where that crosses fewer links (a mesh).  Grid
+ * indices (axis 0 fastest); returns how many.  (transfer full) *out */
+int ps_coll_line_order(const PsCollGroup *g, int k, int **out);
 /* Whether a line closes in no more hops than it steps (judged on member
  * 0's line): a ring over a wrapped torus dimension does, a mesh line's
  * closing edge runs back across it. */
