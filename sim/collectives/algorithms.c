@@ -220,26 +220,9 @@ static void axis_clear(Axis *x)
   g_free(x->shape);
 }
 
-/* The group in ring order: the line through the whole grid, else as
- * listed. */
-static int *ring_order(const PsCollGroup *g)
-{
-  int *order;
-  if (!g->is_grid) {
-    order = g_new(int, g->n);
-    for (int i = 0; i < g->n; i++)
-      order[i] = i;
-    return order;
-  }
-  ps_coll_line_order(g, g->n_axes, &order);
-  for (int i = 0; i < g->n; i++)
-    order[i] = g->at[order[i]];
-  return order;
-}
-
 static void ring_axis(const PsCollGroup *g, Axis *x)
 {
-  int *order = ring_order(g);
+  int *order = ps_coll_ring_order(g);
   axis_alloc(x, g->n);
   x->L = g->n;
   for (int i = 0; i < g->n; i++) {
@@ -1116,8 +1099,8 @@ static const PsCollAlgo hier_algo = {
 /* auto keeps the first of equal predictions: multiring, which equals torus
  * on a group with one ring dimension, after it */
 const PsCollAlgo *const ps_coll_algos[] = {&ring_algo, &bidir_algo, &torus_algo,
-                                           &ps_coll_multiring_algo, &p2p_algo, &hier_algo,
-                                           NULL};
+                                           &ps_coll_multiring_algo, &ps_coll_butterfly_algo,
+                                           &p2p_algo, &hier_algo, NULL};
 
 const PsCollAlgo *ps_coll_algo_find(const char *name)
 {

@@ -121,6 +121,9 @@ void ps_coll_grid_line(const PsCollGroup *g, int a, int *pos, int *next, int *pr
  * grid's Hamiltonian cycle where that crosses fewer links (a mesh).  Grid
  * indices (axis 0 fastest); returns how many.  (transfer full) *out */
 int ps_coll_line_order(const PsCollGroup *g, int k, int **out);
+/* The group's members in ring order: the line through the whole grid,
+ * else as the caller listed them.  (transfer full) */
+int *ps_coll_ring_order(const PsCollGroup *g);
 /* Whether a line closes in no more hops than it steps (judged on member
  * 0's line): a ring over a wrapped torus dimension does, a mesh line's
  * closing edge runs back across it. */
@@ -173,5 +176,7 @@ void ps_coll_shared_unref(gpointer sh);
 
 /* The all-reduce over every link of a torus at once (multiring.c). */
 extern const PsCollAlgo ps_coll_multiring_algo;
+/* Recursive doubling, for small all-reduces (butterfly.c). */
+extern const PsCollAlgo ps_coll_butterfly_algo;
 
 #endif

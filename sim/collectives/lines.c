@@ -122,3 +122,18 @@ int ps_coll_line_order(const PsCollGroup *g, int k, int **out)
   }
   return L;
 }
+
+int *ps_coll_ring_order(const PsCollGroup *g)
+{
+  int *order;
+  if (!g->is_grid) {
+    order = g_new(int, g->n);
+    for (int i = 0; i < g->n; i++)
+      order[i] = i;
+    return order;
+  }
+  ps_coll_line_order(g, g->n_axes, &order);
+  for (int i = 0; i < g->n; i++)
+    order[i] = g->at[order[i]];
+  return order;
+}
