@@ -13,7 +13,8 @@
  * - bidirectional ring 2(N-1)(alpha + S/(2 N B));
  * - on a mesh without wrap-around (4x4, 3x4, 4x3, 2x6, 4x4x2, 3x3x2) the
  *   ring and the bidirectional ring go round a Hamiltonian cycle and meet
- *   the same two forms; on 3x3, which has none, the ring costs more;
+ *   the same two forms (bidir with two cores a chip too); on 3x3, which
+ *   has none, the ring costs more;
  * - butterfly (recursive doubling) on ring:N, N = 2, 4, 8, 16, one chunk:
  *   sum over s of h_s (alpha + S/B), h_s = min(2^s, N - 2^s) hops (each
  *   message's bytes cross h_s links one after another); its prediction
@@ -208,6 +209,19 @@ static void test_ring_mesh_cycle(void)
       g_free(devs);
       netfix_clear(&f);
     }
+  /* two cores a chip: a chip's cores in turn (one on-chip step), so the
+   * bidirectional ring still steps one ICI hop at most */
+  {
+    NetFix f;
+    netfix_init(&f, topo("torus:4x4", "torus.wrap=[false,false]", "chip.cores=2"), 65536);
+    int *devs = all_devices(&f);
+    PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, "bidir", devs, 32, S, 1, 0);
+    double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
+    g_assert_cmpfloat(rel(t, 2.0 * 31 * (alpha + (double)S / (2.0 * 32 * B))), <, 0.005);
+    ps_collective_free(c);
+    g_free(devs);
+    netfix_clear(&f);
+  }
   NetFix f;
   netfix_init(&f, topo("torus:3x3", "torus.wrap=[false,false]", NULL), 65536);
   int *devs = all_devices(&f);
