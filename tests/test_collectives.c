@@ -11,6 +11,14 @@
  *   alpha' = h alpha holds within 0.5% iff (h-1) c/B <= 0.005 (h alpha + m/B):
  *   checked on both sides, and the exact expression on both;
  * - bidirectional ring 2(N-1)(alpha + S/(2 N B));
+ * - on a mesh without wrap-around (4x4, 3x4, 4x3, 2x6, 4x4x2, 3x3x2) the
+ *   ring and the bidirectional ring go round a Hamiltonian cycle and meet
+ *   the same two forms (bidir with two cores a chip too); on 3x3, which
+ *   has none, the ring costs more;
+ * - butterfly (recursive doubling) on ring:N, N = 2, 4, 8, 16, one chunk:
+ *   sum over s of h_s (alpha + S/B), h_s = min(2^s, N - 2^s) hops (each
+ *   message's bytes cross h_s links one after another); its prediction
+ *   never below that;
  * - dimension-wise torus on X x Y (and X x Y x Z):
  *   2 sum_d (L_d - 1)(alpha + S_d/(2 L_d B)), S_d the data left before d;
  * - pipelined broadcast down a chain of D one-hop edges in P pieces of p
@@ -161,6 +169,109 @@ static void test_ring_alpha_beta(void)
   ps_collective_free(c);
   g_free(devs);
   netfix_clear(&f);
+}
+
+/* A mesh (no wrap-around) with an even number of chips has a Hamiltonian
+ * cycle, so the ring and the bidirectional ring step one hop at a time
+ * and meet their closed forms exactly as on a ring; the snake order they
+ * used before closed across the whole grid (4x4: 3 hops back, 15% slower
+ * at 8 MiB).  A 3x3 mesh has no such cycle (odd), so its ring must cost
+ * more than the formula. */
+static void test_ring_mesh_cycle(void)
+{
+  const double alpha = 1e-6, B = 83e9;
+  const int64_t S = 8 << 20;
+  const struct {
+    const char *spec, *wrap;
+    int n;
+  } meshes[] = {
+      {"torus:4x4", "torus.wrap=[false,false]", 16},
+      {"torus:3x4", "torus.wrap=[false,false]", 12},
+      {"torus:4x3", "torus.wrap=[false,false]", 12},
+      {"torus:2x6", "torus.wrap=[false,false]", 12},
+      {"torus:4x4x2", "torus.wrap=[false,false,false]", 32},
+      {"torus:3x3x2", "torus.wrap=[false,false,false]", 18},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(meshes); i++)
+    for (int bidir = 0; bidir < 2; bidir++) {
+      int N = meshes[i].n;
+      NetFix f;
+      netfix_init(&f, topo(meshes[i].spec, meshes[i].wrap, NULL), 65536);
+      int *devs = all_devices(&f);
+      PsCollective *c =
+          coll_new(&f, PS_COLL_ALL_REDUCE, bidir ? "bidir" : "ring", devs, N, S, 1, 0);
+      double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
+      double want = 2.0 * (N - 1) * (alpha + (double)S / ((bidir ? 2.0 : 1.0) * N * B));
+      if (rel(t, want) > 0.005)
+        g_error("%s %s: %.9g s, one-hop formula %.9g s", meshes[i].spec,
+                bidir ? "bidir" : "ring", t, want);
+      ps_collective_free(c);
+      g_free(devs);
+      netfix_clear(&f);
+    }
+  /* two cores a chip: a chip's cores in turn (one on-chip step), so the
+   * bidirectional ring still steps one ICI hop at most */
+  {
+    NetFix f;
+    netfix_init(&f, topo("torus:4x4", "torus.wrap=[false,false]", "chip.cores=2"), 65536);
+    int *devs = all_devices(&f);
+    PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, "bidir", devs, 32, S, 1, 0);
+    double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
+    g_assert_cmpfloat(rel(t, 2.0 * 31 * (alpha + (double)S / (2.0 * 32 * B))), <, 0.005);
+    ps_collective_free(c);
+    g_free(devs);
+    netfix_clear(&f);
+  }
+  NetFix f;
+  netfix_init(&f, topo("torus:3x3", "torus.wrap=[false,false]", NULL), 65536);
+  int *devs = all_devices(&f);
+  PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, "ring", devs, 9, S, 1, 0);
+  double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
+  g_assert_cmpfloat(t, >, 1.05 * 2.0 * 8 * (alpha + (double)S / (9 * B)));
+  ps_collective_free(c);
+  g_free(devs);
+  netfix_clear(&f);
+}
+
+/* Butterfly (recursive doubling) on ring:N, N = 2^k: step s exchanges
+ * whole buffers with the member 2^s away, h_s = min(2^s, N - 2^s) hops,
+ * so the step costs h_s alpha + S/B + (h_s - 1) c/B plus what waits on a
+ * shared link.  For S of one chunk no link is shared when it matters
+ * (step s's two messages through a link leave 2^s apart), so the total is
+ * sum_s [h_s alpha + h_s S/B]; the closed form counts the messages that
+ * share a link as one larger one, so it is never below the events; and it
+ * is at most N/4 of a ring's 2(N-1) latencies for 8 bytes. */
+static void test_butterfly_closed_form(void)
+{
+  const double alpha = 1e-6, B = 83e9;
+  const int Ns[] = {2, 4, 8, 16};
+  const int64_t sizes[] = {8, 4096};
+  for (guint i = 0; i < G_N_ELEMENTS(Ns); i++)
+    for (guint k = 0; k < G_N_ELEMENTS(sizes); k++) {
+      int N = Ns[i];
+      int64_t S = sizes[k];
+      char spec[32];
+      g_snprintf(spec, sizeof spec, "ring:%d", N);
+      NetFix f;
+      netfix_init(&f, topo(spec, NULL, NULL), 1 << 20);
+      int *devs = all_devices(&f);
+      PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, "butterfly", devs, N, S, 1, 0);
+      double t = ps_time_to_s(run_round(&f, c, NULL, NULL));
+      double want = 0;
+      for (int d = 1; d < N; d *= 2) {
+        int h = MIN(d, N - d);
+        want += h * alpha + h * (double)S / B;
+      }
+      if (rel(t, want) > 1e-4)
+        g_error("butterfly N=%d S=%" G_GINT64_FORMAT ": %.9g s, closed form %.9g s", N, S, t,
+                want);
+      g_assert_cmpfloat(ps_collective_predict_s(c), >=, t * (1 - 1e-9));
+      if (S == 8)
+        g_assert_cmpfloat(t, <, 2.0 * (N - 1) * alpha * (N > 2 ? 0.6 : 1.01));
+      ps_collective_free(c);
+      g_free(devs);
+      netfix_clear(&f);
+    }
 }
 
 /* Members 0,2,4,6 of ring:8: every ring edge is h = 2 hops, no two share
@@ -366,15 +477,17 @@ static void test_auto(void)
       PsCollective *a = coll_new(&f, PS_COLL_ALL_REDUCE, "auto", devs, n, sizes[k], 1, 0);
       double best = INFINITY;
       /* multiring runs on the tori alone */
-      const char *algos[] = {"ring", "bidir", "torus", "multiring"};
-      for (int j = 0; j < (i > 0 ? 4 : 3); j++) {
+      const char *algos[] = {"ring", "bidir", "torus", "butterfly", "multiring"};
+      for (int j = 0; j < (i > 0 ? 5 : 4); j++) {
         PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, algos[j], devs, n, sizes[k], 1, 0);
         best = MIN(best, ps_collective_predict_s(c));
         ps_collective_free(c);
       }
       g_assert_cmpfloat(ps_collective_predict_s(a), ==, best);
       g_assert_nonnull(strstr(ps_collective_why(a), ps_collective_algo(a)));
-      if (i > 0 && k == 2)
+      if (k == 0) /* 8 bytes: latency alone, log2 N steps against 2(N-1) */
+        g_assert_cmpstr(ps_collective_algo(a), ==, "butterfly");
+      else if (i > 0 && k == 2)
         g_assert_cmpstr(ps_collective_algo(a), ==, "multiring");
       else if (i > 0)
         g_assert_true(strcmp(ps_collective_algo(a), "torus") == 0 ||
@@ -414,14 +527,13 @@ static void test_auto_cache(void)
       ps_collective_free(cached);
       ps_collective_free(fresh);
     }
-  /* tiny messages pick the torus algorithm (multiring ties it on latency,
-   * and the first of equals stays), large ones multiring: the cache keeps
-   * them apart */
+  /* tiny messages pick butterfly (4 exchanges, 6 hops, against torus's 12
+   * steps), large ones multiring: the cache keeps them apart */
   PsCollSpec small = {PS_COLL_ALL_REDUCE, "auto", devs, n, 8, 1, 0};
   PsCollSpec large = {PS_COLL_ALL_REDUCE, "auto", devs, n, 64 << 20, 1, 0};
   PsCollective *a = ps_collective_new_cached(f.net, &small, cache, NULL);
   PsCollective *b = ps_collective_new_cached(f.net, &large, cache, NULL);
-  g_assert_cmpstr(ps_collective_algo(a), ==, "torus");
+  g_assert_cmpstr(ps_collective_algo(a), ==, "butterfly");
   g_assert_cmpstr(ps_collective_algo(b), ==, "multiring");
   g_assert_cmpfloat(ps_collective_predict_s(a), <, ps_collective_predict_s(b));
   ps_collective_free(a);
@@ -579,6 +691,11 @@ static void test_numerics_allreduce(void)
     allreduce_numerics("torus:4x4x8", "torus.twisted=true", algos[j], FALSE, NULL);
     allreduce_numerics("torus:3x3", "torus.wrap=[false,false]", algos[j], FALSE, NULL);
   }
+  /* butterfly: power-of-two groups, on adversarial inputs too */
+  allreduce_numerics("ring:8", NULL, "butterfly", FALSE, NULL);
+  allreduce_numerics("torus:4x4", "chip.cores=2", "butterfly", FALSE, NULL);
+  allreduce_numerics("torus:4x2x2", "torus.wrap=[false,false,false]", "butterfly", FALSE, NULL);
+  allreduce_numerics("torus:4x4", NULL, "butterfly", TRUE, NULL);
 }
 
 /* The ring in listed order: segment q is x[q+1] + x[q+2] + ... + x[q],
@@ -1159,6 +1276,8 @@ int main(int argc, char **argv)
   g_test_add_func("/collectives/run-round", test_run_round);
   g_test_add_func("/collectives/ring/alpha-beta", test_ring_alpha_beta);
   g_test_add_func("/collectives/ring/chunk-condition", test_ring_chunk_condition);
+  g_test_add_func("/collectives/ring/mesh-cycle", test_ring_mesh_cycle);
+  g_test_add_func("/collectives/butterfly/closed-form", test_butterfly_closed_form);
   g_test_add_func("/collectives/bidir/alpha-beta", test_bidir_alpha_beta);
   g_test_add_func("/collectives/torus/formula", test_torus_formula);
   g_test_add_func("/collectives/ring/reducescatter-allgather", test_rs_ag_timing);

@@ -734,10 +734,13 @@ static void test_bucketing_unchanged(void)
  * the full update would (ps_optimizer_step_range over a partition equals
  * ps_optimizer_step, SGD and Adam alike), and the all-gather copies.  So
  * sharding on and off give bit-identical weights: checked with SGD and
- * Adam, one bucket and one per layer, ring and auto (which picks per
- * collective; the torus and multiring reduce-scatters are likewise the
- * all-reduce's reduce phases, multiring's block in pieces, one per
- * stream).  Also checked against the rounding bound on its own. */
+ * Adam, one bucket and one per layer, ring, torus and bidir (the torus
+ * and multiring reduce-scatters are likewise the all-reduce's reduce
+ * phases, multiring's block in pieces, one per stream).  With auto, which
+ * picks per collective and may take butterfly for a small bucket (whose
+ * exchanges no reduce-scatter repeats), the weights agree to rounding, a
+ * thousandth of what the steps moved them.  Also checked against the
+ * rounding bound on its own. */
 static void test_wus_unchanged(void)
 {
   Ref r;
@@ -772,8 +775,16 @@ static void test_wus_unchanged(void)
                    "(max %.3g); moved %zu, up to %.3g", cases[i].what, on.buckets,
                    on.collective_algorithm, off.collective_algorithm, differ, d, moved, dist);
     g_assert_cmpuint(moved, >, r.n / 2);
-    g_assert_cmpint(memcmp(on.params, off.params, sizeof(float) * r.n), ==, 0);
-    g_assert_cmpfloat(on.loss_last, ==, off.loss_last);
+    if (strstr(o[0], "auto")) {
+      /* auto may take butterfly for a small bucket's all-reduce, whose
+       * exchanges add in an order no reduce-scatter has: the same sums to
+       * within rounding (three steps of float sums over 8 replicas, far
+       * below what the steps moved the weights) */
+      g_assert_cmpfloat(d, <, 1e-3 * dist);
+    } else {
+      g_assert_cmpint(memcmp(on.params, off.params, sizeof(float) * r.n), ==, 0);
+      g_assert_cmpfloat(on.loss_last, ==, off.loss_last);
+    }
     ps_summary_clear(&on);
     ps_summary_clear(&off);
   }

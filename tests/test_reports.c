@@ -186,6 +186,7 @@ static void test_mfu_replicate(void)
   g_assert_cmpfloat(s.tokens_per_s, ==, s.examples_per_s * (double)small.S);
   /* every collective of a replicate plan is along data */
   g_assert_cmpint(s.axis_colls[PS_AXIS_DATA], ==, s.buckets);
+  g_assert_cmpfloat(s.axis_colls_per_device[PS_AXIS_DATA], ==, (double)s.buckets);
   g_assert_cmpfloat(s.axis_busy_s[PS_AXIS_DATA], >, 0);
   g_assert_cmpfloat(s.axis_busy_s[PS_AXIS_DATA], <, s.step_time_s);
   for (int a = 0; a < PS_N_AXES; a++)
@@ -404,6 +405,9 @@ static void test_axes_exposed(void)
                  s.axis_exposed_s[PS_AXIS_DATA] * 1e6);
   g_assert_cmpint(s.axis_colls[PS_AXIS_TENSOR], ==, 2);
   g_assert_cmpint(s.axis_colls[PS_AXIS_DATA], ==, 2);
+  /* two groups of two on four devices: one of each a device */
+  g_assert_cmpfloat(s.axis_colls_per_device[PS_AXIS_TENSOR], ==, 1.0);
+  g_assert_cmpfloat(s.axis_colls_per_device[PS_AXIS_DATA], ==, 1.0);
   assert_rel(s.axis_exposed_s[PS_AXIS_TENSOR], tc_t, 1e-12);
   assert_rel(s.axis_busy_s[PS_AXIS_TENSOR], tc_t, 1e-12);
   assert_rel(s.axis_exposed_s[PS_AXIS_DATA], tc_d, 1e-12);

@@ -270,9 +270,10 @@ static void expect_auto(Net *f, PsCollOp op, int64_t S, const char *want)
 }
 
 /* auto takes multiring where its prediction wins: every large collective
- * of a 3-D torus; a small all-reduce on 4x4x8, where its 2 x 3 phases of
+ * of a 3-D torus; a 1 MiB all-reduce on 4x4x8, where its 2 x 3 phases of
  * 7 steps cost more latency than torus's 2 (3 + 3 + 7) steps, goes to
- * torus; a ring (one dimension) never offers it. */
+ * torus, and a 1 KiB one to butterfly (7 exchanges of 1-4 hops); a ring
+ * (one dimension) never offers multiring. */
 static void test_auto(void)
 {
   Net f;
@@ -282,7 +283,8 @@ static void test_auto(void)
   net_clear(&f);
   net_init(&f, "torus:4x4x8", NULL, NULL, 65536);
   expect_auto(&f, PS_COLL_ALL_REDUCE, 64 << 20, "multiring");
-  expect_auto(&f, PS_COLL_ALL_REDUCE, 1024, "torus");
+  expect_auto(&f, PS_COLL_ALL_REDUCE, 1 << 20, "torus");
+  expect_auto(&f, PS_COLL_ALL_REDUCE, 1024, "butterfly");
   net_clear(&f);
   const char *specs[] = {"torus:4x4x4", "ring:8"};
   const char *opts[] = {"torus.wrap=[false,false,true]", NULL};

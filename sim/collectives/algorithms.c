@@ -24,8 +24,9 @@
  *          (a wrapped ring), else one direction (a mesh line).
  * Ring order: for a grid, the boustrophedon (snake) order over its axes,
  * core fastest, so consecutive members are neighbours and, on a torus with
- * even sides, the last is a neighbour of the first; for any other group,
- * the order the caller listed.
+ * even sides, the last is a neighbour of the first; on a mesh without
+ * wrap-around, a Hamiltonian cycle of the grid where one exists (lines.c);
+ * for any other group, the order the caller listed.
  *
  * Broadcast.  A pipelined tree: the root's buffer is cut into P pieces, no
  * larger than a network chunk and at least four per tree level (at most
@@ -48,7 +49,7 @@
  * all-reduce = reduce-scatter within each slice, all-reduce of each
  * 1/(members per slice) shard across the slices over the DCN, all-gather
  * within each slice.  Within the slice it takes the torus's axes or one
- * ring (one way or both) over the slice's members in snake order,
+ * ring (one way or both) over the slice's members in ring order,
  * whichever its prediction finds fastest.  Its prediction is the phases'
  * critical path, which for P members per slice of S slices, one-hop
  * slice phases and a DCN message time alpha_d + m/B_d comes to
@@ -219,57 +220,9 @@ static void axis_clear(Axis *x)
   g_free(x->shape);
 }
 
-/* The boustrophedon (snake) order over the grid's first k axes, axis 0
- * fastest: the grid indices over those axes, consecutive ones neighbours.
- * Returns how many (the product of their sizes).  (transfer full) *out */
-static int snake(const PsCollGroup *g, int k, int **out)
-{
-  int n = 1;
-  for (int a = 0; a < k; a++)
-    n *= g->axis_size[a];
-  int *order = g_new(int, n);
-  int c[PS_COLL_MAX_AXES] = {0}, dir[PS_COLL_MAX_AXES];
-  for (int a = 0; a < k; a++)
-    dir[a] = 1;
-  for (int i = 0; i < n; i++) {
-    int idx = 0;
-    for (int a = k - 1; a >= 0; a--)
-      idx = idx * g->axis_size[a] + c[a];
-    order[i] = idx;
-    /* step the lowest axis that can move; reverse the ones below it */
-    for (int a = 0; a < k; a++) {
-      int x = c[a] + dir[a];
-      if (x >= 0 && x < g->axis_size[a]) {
-        c[a] = x;
-        for (int b = 0; b < a; b++)
-          dir[b] = -dir[b];
-        break;
-      }
-    }
-  }
-  *out = order;
-  return n;
-}
-
-/* The group in ring order: snake over the grid, else as listed. */
-static int *ring_order(const PsCollGroup *g)
-{
-  int *order;
-  if (!g->is_grid) {
-    order = g_new(int, g->n);
-    for (int i = 0; i < g->n; i++)
-      order[i] = i;
-    return order;
-  }
-  snake(g, g->n_axes, &order);
-  for (int i = 0; i < g->n; i++)
-    order[i] = g->at[order[i]];
-  return order;
-}
-
 static void ring_axis(const PsCollGroup *g, Axis *x)
 {
-  int *order = ring_order(g);
+  int *order = ps_coll_ring_order(g);
   axis_alloc(x, g->n);
   x->L = g->n;
   for (int i = 0; i < g->n; i++) {
@@ -313,12 +266,12 @@ static void grid_axes(const PsCollGroup *g, PsCollPlan *p)
     grid_axis(g, a, &p->ax[a]);
 }
 
-/* One line through the grid's first k axes in snake order, for every
- * value of the axes above them (rings of the members that share those). */
+/* One line through the grid's first k axes (ps_coll_line_order), for every value
+ * of the axes above them (rings of the members that share those). */
 static void snake_axis(const PsCollGroup *g, int k, Axis *x)
 {
   int *order;
-  int L = snake(g, k, &order);
+  int L = ps_coll_line_order(g, k, &order);
   int *pos_of = g_new(int, L);
   for (int i = 0; i < L; i++)
     pos_of[order[i]] = i;
@@ -1113,7 +1066,8 @@ static const char *p2p_unsupported(const PsCollGroup *g, PsCollOp op)
 }
 
 static const PsCollAlgo ring_algo = {
-    "ring", "unidirectional ring over the group (snake order on a grid)", ring_unsupported,
+    "ring", "unidirectional ring over the group (snake order on a grid; a Hamiltonian cycle on a mesh)",
+    ring_unsupported,
     ring_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block, plan_predict, FALSE,
     NULL, NULL};
 
@@ -1145,8 +1099,8 @@ static const PsCollAlgo hier_algo = {
 /* auto keeps the first of equal predictions: multiring, which equals torus
  * on a group with one ring dimension, after it */
 const PsCollAlgo *const ps_coll_algos[] = {&ring_algo, &bidir_algo, &torus_algo,
-                                           &ps_coll_multiring_algo, &p2p_algo, &hier_algo,
-                                           NULL};
+                                           &ps_coll_multiring_algo, &ps_coll_butterfly_algo,
+                                           &p2p_algo, &hier_algo, NULL};
 
 const PsCollAlgo *ps_coll_algo_find(const char *name)
 {

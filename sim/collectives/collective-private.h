@@ -120,6 +120,13 @@ static inline void ps_coll_part_of(int64_t lo, int64_t len, int L, int j, int64_
  * its line and the members one position after and before it (mod L), in
  * arrays of g->n. */
 void ps_coll_grid_line(const PsCollGroup *g, int a, int *pos, int *next, int *prev);
+/* The line through the grid's first k axes (lines.c): the snake, or the
+ * grid's Hamiltonian cycle where that crosses fewer links (a mesh).  Grid
+ * indices (axis 0 fastest); returns how many.  (transfer full) *out */
+int ps_coll_line_order(const PsCollGroup *g, int k, int **out);
+/* The group's members in ring order: the line through the whole grid,
+ * else as the caller listed them.  (transfer full) */
+int *ps_coll_ring_order(const PsCollGroup *g);
 /* Whether a line closes in no more hops than it steps (judged on member
  * 0's line): a ring over a wrapped torus dimension does, a mesh line's
  * closing edge runs back across it. */
@@ -176,5 +183,7 @@ void ps_coll_shared_unref(gpointer sh);
 
 /* The all-reduce over every link of a torus at once (multiring.c). */
 extern const PsCollAlgo ps_coll_multiring_algo;
+/* Recursive doubling, for small all-reduces (butterfly.c). */
+extern const PsCollAlgo ps_coll_butterfly_algo;
 
 #endif

@@ -67,8 +67,10 @@ typedef struct {
    * devices: exposed, the waits in COLL_DONE for the axis's collectives
    * (summed over axes, a device's collective category); busy, the time at
    * least one of them was in flight.  colls: the plan's collectives along
-   * the axis. */
+   * the axis (every group's); colls_per_device: those a device takes part
+   * in, the mean over devices. */
   int axis_colls[PS_N_AXES];
+  double axis_colls_per_device[PS_N_AXES];
   double axis_exposed_s[PS_N_AXES], axis_busy_s[PS_N_AXES];
   /* compute of one step of the reporting device's program split by what
    * its kernels wait for (hw/cost.h): MXU-bound kernels, HBM- or

@@ -242,8 +242,11 @@ static void summarise_flops(Run *r, PsSummary *s)
 /* Collective time per axis, the mean over devices of each one's per step. */
 static void summarise_axes(Run *r, PsSummary *s)
 {
-  for (int c = 0; c < r->plan->n_colls; c++)
-    s->axis_colls[r->plan->colls[c].axis]++;
+  for (int c = 0; c < r->plan->n_colls; c++) {
+    const PsPlanColl *pc = &r->plan->colls[c];
+    s->axis_colls[pc->axis]++;
+    s->axis_colls_per_device[pc->axis] += (double)pc->n_members / (double)r->n_dev;
+  }
   double n = (double)r->n_dev * (double)s->measured_steps;
   for (int a = 0; a < PS_N_AXES; a++) {
     for (int d = 0; d < r->n_dev; d++) {
@@ -346,6 +349,8 @@ static void add_utilization_json(json_object *o, const PsSummary *s)
   for (int a = 0; a < PS_N_AXES; a++) {
     json_object *x = json_object_new_object();
     json_object_object_add(x, "collectives", json_object_new_int(s->axis_colls[a]));
+    json_object_object_add(x, "collectives_per_device",
+                           json_object_new_double(s->axis_colls_per_device[a]));
     json_object_object_add(x, "exposed_s", json_object_new_double(s->axis_exposed_s[a]));
     json_object_object_add(x, "busy_s", json_object_new_double(s->axis_busy_s[a]));
     json_object_object_add(axes, ps_axis_name(a), x);
@@ -465,10 +470,10 @@ static void print_axes(const PsSummary *s, TimeUnit u, FILE *f)
     if (s->axis_colls[a] == 0)
       continue;
     g_autofree char *label = g_strdup_printf("%s axis", ps_axis_name(a));
-    fprintf(f, "  (%-14s %10.3f %s exposed, %.3f %s busy: %d collective%s, mean over "
-               "devices)\n", label, s->axis_exposed_s[a] * u.scale, u.name,
-            s->axis_busy_s[a] * u.scale, u.name, s->axis_colls[a],
-            s->axis_colls[a] == 1 ? "" : "s");
+    double per = s->axis_colls_per_device[a];
+    fprintf(f, "  (%-14s %10.3f %s exposed, %.3f %s busy, %.4g collective%s a device: means "
+               "over devices)\n", label, s->axis_exposed_s[a] * u.scale, u.name,
+            s->axis_busy_s[a] * u.scale, u.name, per, per == 1 ? "" : "s");
   }
 }
 
