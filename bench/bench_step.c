@@ -18,6 +18,8 @@
  * 3.18 s of CPU before and 2.18 s now (35 MiB alone, 71 MiB after the
  * pipeline run), 0.19 s of it (best of three) before the first event; with
  * collective.fast_path=true, 0.84 M events and 2.8-3.1 s of CPU there.
+ * Since auto also weighs butterfly: 0.30 s before the first event, 2.51 s
+ * of CPU (3.36 s with the code before, load 2).
  * Then GPT-3 175B (models/gpt3-175b.json) under the shard strategy at
  * tensor 8 x fsdp 64 on tpu-v4-1024 (512 devices), full rematerialization,
  * 2 sequences per device (global batch 128: at 4 a device's saved layer
