@@ -34,7 +34,7 @@
 # each replaced only when every run succeeded, then draws FIGURE (default
 # multislice-study.png beside OUT.csv) with multislice-study.gp (MULTISLICE_FORMAT=svg
 # for .svg).  A run that fails stops the study with podsim's message and
-# status.  About 2.5 minutes on a shared 2-core machine (the 16-slice
+# status.  About 6 minutes of CPU on a shared 2-core machine (the 16-slice
 # BERT-large runs take most of it).  Uses sh, awk, sed and grep.
 # Environment: PODSIM (default ../podsim); MULTISLICE_SLICES, MULTISLICE_GBPS
 # to run a subset.
