@@ -18,6 +18,13 @@
  *   ends no later than the first's end plus its own time alone; every link
  *   carries the same bytes as on the event path; and the run is the same
  *   twice over;
+ * - /fastpath/shared: the groups of one request (every row of an 8x8
+ *   torus, every xy-plane of a 4x4x4 one), made through one cache so that
+ *   translated groups share a plan and its sweep (fastshared.c), run at
+ *   once with arrival times that repeat from group to group and differ
+ *   between them: every member ends, and every link carries, exactly as on
+ *   the event path; every round took the fast path, with fewer plans than
+ *   groups;
  * - /fastpath/experiment: collective.fast_path=true on a data-parallel
  *   BERT-large step whose one gradient all-reduce starts after backward
  *   (nothing overlaps it) gives the same step time as the event path with
@@ -287,6 +294,91 @@ static void test_contended(void)
   g_assert_cmpint(bf2, ==, bf);
 }
 
+/* Groups of one request, run at once: group g's member m arrives at
+ * offset[(g % 3) * n + m] (so groups 0 and 3 arrive alike). */
+typedef struct {
+  const char *topo;
+  int line_dim;            /* 0: rows along x; 2: xy-planes, one per z */
+  const char *algo;
+  PsCollOp op;
+  int64_t bytes;
+} Shared;
+
+static void shared_run(const Shared *k, gboolean fast, ps_time_t *done, int64_t *link_bytes,
+                       ps_time_t *link_busy, uint64_t *fast_rounds, guint *plans)
+{
+  NetFix f;
+  netfix_init(&f, shorthand_topology(k->topo, NULL), INT64_C(1) << 16);
+  const PsGeometry *geo = ps_network_geometry(f.net);
+  int nx = ps_geometry_axis_extent(geo, 1), ny = ps_geometry_axis_extent(geo, 2);
+  int nz = ps_geometry_axis_extent(geo, 3);
+  int n_groups = k->line_dim == 0 ? ny * nz : nz, n = ps_network_devices(f.net) / n_groups;
+  PsCollCache *cache = ps_coll_cache_new();
+  Round *r = g_new0(Round, n_groups);
+  for (int g = 0; g < n_groups; g++) {
+    int devs[64];
+    for (int m = 0; m < n; m++) {
+      int c[PS_MAX_DIMS] = {m % nx, k->line_dim == 0 ? g % ny : m / nx,
+                            k->line_dim == 0 ? g / ny : g};
+      devs[m] = ps_network_chip_at(f.net, c);
+    }
+    PsCollSpec spec = {k->op, k->algo, devs, n, k->bytes, 2, 0};
+    GError *error = NULL;
+    r[g] = (Round){ps_collective_new_cached(f.net, &spec, cache, &error), done + g * n, 0, 0};
+    g_assert_no_error(error);
+    ps_collective_set_fast_path(r[g].c, fast);
+    r[g].ev_arrive = ps_engine_register(f.engine, "test-arrive", on_arrive, &r[g]);
+    for (int m = 0; m < n; m++)
+      ps_engine_at(f.engine, (ps_time_t)((g % 3) * ((m * 5) % 7)) * 700000, r[g].ev_arrive,
+                   (uint32_t)m, 0);
+  }
+  *plans = ps_coll_cache_plans(cache);
+  ps_engine_run(f.engine, PS_TIME_NEVER);
+  *fast_rounds = 0;
+  for (int g = 0; g < n_groups; g++) {
+    g_assert_cmpint(r[g].n_done, ==, n);
+    *fast_rounds += ps_collective_fast_rounds(r[g].c);
+    ps_collective_free(r[g].c);
+  }
+  for (int l = 0; l < ps_network_n_links(f.net); l++) {
+    PsLinkInfo info = {0};
+    ps_network_link_info(f.net, l, &info);
+    link_bytes[l] = info.bytes;
+    link_busy[l] = info.busy;
+  }
+  g_free(r);
+  ps_coll_cache_free(cache);
+  netfix_clear(&f);
+}
+
+static void test_shared(void)
+{
+  const Shared cases[] = {
+      {"torus:8x8", 0, "bidir", PS_COLL_ALL_REDUCE, 3 << 20},
+      {"torus:8x8", 0, "ring", PS_COLL_REDUCE_SCATTER, 1000003},
+      {"torus:4x4x4", 2, "multiring", PS_COLL_ALL_GATHER, 5 << 18},
+      {"torus:4x4x4", 2, "auto", PS_COLL_REDUCE_SCATTER, 7 << 18},
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    ps_time_t ev[64] = {0}, fa[64] = {0}, be[2048] = {0}, bf[2048] = {0};
+    int64_t ye[2048] = {0}, yf[2048] = {0};
+    uint64_t rounds_ev, rounds_fa;
+    guint plans, plans2;
+    shared_run(&cases[i], FALSE, ev, ye, be, &rounds_ev, &plans);
+    shared_run(&cases[i], TRUE, fa, yf, bf, &rounds_fa, &plans2);
+    int groups = strcmp(cases[i].topo, "torus:8x8") == 0 ? 8 : 4;
+    g_assert_cmpuint(rounds_ev, ==, 0);
+    g_assert_cmpuint(rounds_fa, ==, (uint64_t)groups);
+    g_assert_cmpuint(plans, <, (guint)groups);
+    for (int m = 0; m < 64; m++)
+      g_assert_cmpint(fa[m], ==, ev[m]);
+    for (int l = 0; l < 2048; l++) {
+      g_assert_cmpint(yf[l], ==, ye[l]);
+      g_assert_cmpint(bf[l], ==, be[l]);
+    }
+  }
+}
+
 static void step_of(const char *fast, double *step_s, uint64_t *events)
 {
   const char *ov[] = {"topology=tpu-v4-32", "strategy.replicas=16", "global_batch=64",
@@ -331,6 +423,7 @@ int main(int argc, char **argv)
   g_test_add_func("/fastpath/staggered", test_staggered);
   g_test_add_func("/fastpath/events-only", test_events_only);
   g_test_add_func("/fastpath/contended", test_contended);
+  g_test_add_func("/fastpath/shared", test_shared);
   g_test_add_func("/fastpath/experiment", test_experiment);
   return g_test_run();
 }

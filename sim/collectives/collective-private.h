@@ -133,6 +133,47 @@ const char *ps_coll_spans_slices(const PsCollGroup *g);
  * quiet from `since` on (hw/network.h).  ps_coll_fast_run: books the round
  * on the network with member m arriving at t[m], and leaves in t[m] the
  * time member m ends. */
+/* The peers each member sends to in a round and the routes to them, as
+ * the fast path's sweeps keep them: member m's are [peer_at[m],
+ * peer_at[m + 1]) of peer, route_at and hops, route k being hops[k]
+ * entries of routes from route_at[k] (link ids, or fastshared.c's slots). */
+typedef struct {
+  int *peer_at, *peer, *route_at, *hops, *routes;
+} PsCollPeers;
+
+static inline void ps_coll_peers_clear(PsCollPeers *p)
+{
+  g_clear_pointer(&p->peer_at, g_free);
+  g_clear_pointer(&p->peer, g_free);
+  g_clear_pointer(&p->route_at, g_free);
+  g_clear_pointer(&p->hops, g_free);
+  g_clear_pointer(&p->routes, g_free);
+}
+
+/* Member m's route to peer (one it sends to), *h entries. */
+static inline const int *ps_coll_peers_route(const PsCollPeers *p, int m, int peer, int *h)
+{
+  for (int k = p->peer_at[m]; k < p->peer_at[m + 1]; k++)
+    if (p->peer[k] == peer) {
+      *h = p->hops[k];
+      return p->routes + p->route_at[k];
+    }
+  g_assert_not_reached();
+  return NULL;
+}
+
+/* The sweep both fast paths run (fastpath.c): every step of every member
+ * in step order, member m's step s starting when its step s - 1 ended (at
+ * t[m] for s = 0), its sends booked by book(ctx, route, hops, bytes, at)
+ * (which returns the message's arrival), the step ending when it started
+ * and every message it receives has arrived; leaves in t[m] the time
+ * member m ends.  acc is scratch of n. */
+typedef ps_time_t (*PsCollBookFn)(void *ctx, const int *route, int hops, int64_t bytes,
+                                  ps_time_t at);
+void ps_coll_sweep(const PsCollAlgo *algo, const PsCollPlan *plan, int n, const int *n_steps,
+                   int max_steps, const PsCollPeers *pr, int elem_bytes, ps_time_t *t,
+                   ps_time_t *acc, PsCollBookFn book, void *ctx);
+
 typedef struct PsCollFast PsCollFast;
 PsCollFast *ps_coll_fast_new(const PsCollGroup *g, const PsCollAlgo *algo,
                              const PsCollPlan *plan, const PsCollParams *p);
@@ -140,6 +181,31 @@ void ps_coll_fast_free(PsCollFast *f);
 gboolean ps_coll_fast_usable(PsCollFast *f, const char **why_not);
 gboolean ps_coll_fast_quiet(const PsCollFast *f, ps_time_t since);
 void ps_coll_fast_run(PsCollFast *f, ps_time_t *t);
+
+/* The fast path shared by the groups of one shape (fastshared.c): the
+ * sweep made once on the first group's links as slots, which every group
+ * of the shape moves onto its own, and kept for the members' arrival times
+ * relative to the first.  ps_coll_fast_shape_usable: whether the sweep
+ * stands for the events (analysed once per routes version; FALSE where
+ * fastpath.c's sweep cannot, or a link has several lanes or is not ICI or
+ * on-chip, or the network has several slices).  ps_coll_fast_shape_links:
+ * group g's link for each of the ps_coll_fast_shape_slots slots (g of the
+ * shape, on a translation-symmetric network or g the first group itself),
+ * FALSE if one has none.  ps_coll_fast_shape_quiet: the first arrival's
+ * test, at `first`.  ps_coll_fast_shape_run: with member m arriving at
+ * t[m] (first the earliest), TRUE and the round booked on links, t[m] then
+ * its end; FALSE, nothing booked, when a link is not free by the time the
+ * round's first chunk joins it or something is still to join it. */
+typedef struct PsCollFastShape PsCollFastShape;
+PsCollFastShape *ps_coll_fast_shape_new(const PsCollGroup *g, const PsCollAlgo *algo,
+                                        const PsCollPlan *plan, const PsCollParams *p);
+void ps_coll_fast_shape_free(PsCollFastShape *s);
+gboolean ps_coll_fast_shape_usable(PsCollFastShape *s);
+int ps_coll_fast_shape_slots(const PsCollFastShape *s);
+gboolean ps_coll_fast_shape_links(const PsCollFastShape *s, const PsCollGroup *g, int *links);
+gboolean ps_coll_fast_shape_quiet(const PsCollFastShape *s, const int *links, ps_time_t first);
+gboolean ps_coll_fast_shape_run(PsCollFastShape *s, const int *links, ps_time_t first,
+                                ps_time_t *t);
 
 /* Plans shared between groups that are translations of each other
  * (shape.c).  A shape is the key: the spec, the chunk, the members' cores
@@ -160,6 +226,7 @@ typedef struct {
   const PsCollAlgo *algo;
   PsCollPlan *plan;        /* made on g */
   char *why;
+  PsCollFastShape *fast;   /* NULL until a collective of the shape tries it */
 } PsCollShared;
 /* A shared plan for group g, with no algorithm yet: takes g's grid tables,
  * which g then borrows. */

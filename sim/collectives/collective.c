@@ -111,6 +111,8 @@ struct PsCollective {
   int64_t events_round;   /* rounds up to this one run as events */
   ps_time_t fast_first;   /* the first arrival of the parked round */
   ps_time_t *arrival;     /* per member: arrival of the parked round, then its end */
+  gboolean fast_shared;   /* the round tried takes its shape's sweep (fastshared.c) */
+  int *fast_links;        /* the parked round's links, one per slot of the shape */
   uint64_t fast_rounds;   /* rounds run by the fast path */
 };
 
@@ -649,28 +651,76 @@ static void on_fast_done(PsEngine *engine, const PsEvent *ev, void *ctx)
   members_rest(c);
 }
 
+/* Whether the group's rounds take its shape's sweep (fastshared.c): the
+ * shape's links move onto the group's (a translation-symmetric network, or
+ * the shape's first group itself) and the sweep stands for the events. */
+static gboolean fast_shape_fits(PsCollective *c)
+{
+  PsCollShared *sh = c->sh;
+  if (!sh->fast)
+    sh->fast = ps_coll_fast_shape_new(&sh->g, c->algo, c->plan, &c->p);
+  return ps_coll_fast_shape_usable(sh->fast) &&
+         (ps_network_translation_symmetric(c->net) ||
+          memcmp(c->g.dev, sh->g.dev, sizeof(int) * (size_t)c->g.n) == 0);
+}
+
 /* Whether round r may be tried on the fast path at all: timing only, no
  * observer or trace that wants every message, the round after one whose
- * members have all arrived, a group the sweep can time. */
+ * members have all arrived, a group the sweep can time (the shape's, else
+ * the group's own). */
 static gboolean fast_may_try(PsCollective *c, const Member *m)
 {
   if (!c->fast_on || m->buf || c->msg_fn || ps_network_is_traced(c->net) ||
       m->round <= c->events_round || (c->fast_round >= 0 && c->fast_arrived < c->g.n))
     return FALSE;
-  if (!c->fast) {
-    c->fast = ps_coll_fast_new(&c->g, c->algo, c->plan, &c->p);
+  if (!c->arrival)
     c->arrival = g_new(ps_time_t, c->g.n);
-  }
+  c->fast_shared = fast_shape_fits(c);
+  if (c->fast_shared)
+    return TRUE;
+  if (!c->fast)
+    c->fast = ps_coll_fast_new(&c->g, c->algo, c->plan, &c->p);
   return ps_coll_fast_usable(c->fast, NULL);
+}
+
+/* The first arrival's test: every link the round will use quiet (see
+ * fastshared.c and fastpath.c for what each sweep asks). */
+static gboolean fast_quiet_first(PsCollective *c, ps_time_t now)
+{
+  if (!c->fast_shared)
+    return ps_coll_fast_quiet(c->fast, now);
+  PsCollFastShape *s = c->sh->fast;
+  c->fast_links = g_new(int, MAX(ps_coll_fast_shape_slots(s), 1));
+  if (ps_coll_fast_shape_links(s, &c->g, c->fast_links) &&
+      ps_coll_fast_shape_quiet(s, c->fast_links, now))
+    return TRUE;
+  g_clear_pointer(&c->fast_links, g_free);
+  return FALSE;
+}
+
+/* The last arrival's test and, if it passes, the round booked, with each
+ * member's end in c->arrival. */
+static gboolean fast_book(PsCollective *c)
+{
+  if (c->fast_shared) {
+    gboolean ok =
+        ps_coll_fast_shape_run(c->sh->fast, c->fast_links, c->fast_first, c->arrival);
+    g_clear_pointer(&c->fast_links, g_free);
+    return ok;
+  }
+  if (!ps_coll_fast_quiet(c->fast, c->fast_first))
+    return FALSE;
+  ps_coll_fast_run(c->fast, c->arrival);
+  return TRUE;
 }
 
 /* Member mi has arrived for its round.  The round's first arrival decides:
  * if every link the round will use is quiet then, its members are parked
  * (nothing sent) until the last arrives; then, if the links are still
- * quiet from the first arrival on, the sweep books the whole round and one
- * event per member ends it; if something else has used them meanwhile,
- * the parked members start now, as events (they waited for the group).
- * TRUE when the member is parked or the round is done with. */
+ * quiet, the sweep books the whole round and one event per member ends it;
+ * if something else has used them meanwhile, the parked members start now,
+ * as events (they waited for the group).  TRUE when the member is parked
+ * or the round is done with. */
 static gboolean fast_park(PsCollective *c, int mi)
 {
   Member *m = &c->members[mi];
@@ -685,7 +735,7 @@ static gboolean fast_park(PsCollective *c, int mi)
   } else {
     c->fast_round = m->round;
     c->fast_arrived = 1;
-    c->fast_pending = ps_coll_fast_quiet(c->fast, now);
+    c->fast_pending = fast_quiet_first(c, now);
     if (!c->fast_pending)
       return FALSE;
     c->fast_first = now;
@@ -694,12 +744,11 @@ static gboolean fast_park(PsCollective *c, int mi)
   if (c->fast_arrived < c->g.n)
     return TRUE;
   c->fast_pending = FALSE;
-  if (!ps_coll_fast_quiet(c->fast, c->fast_first)) {
+  if (!fast_book(c)) {
     for (int i = 0; i < c->g.n; i++)
       member_run(c, i);
     return TRUE;
   }
-  ps_coll_fast_run(c->fast, c->arrival);
   c->fast_rounds++;
   c->busy += c->g.n;
   for (int i = 0; i < c->g.n; i++)
@@ -998,6 +1047,7 @@ void ps_collective_free(PsCollective *c)
   xfers_free_all(c);
   ps_coll_fast_free(c->fast);
   g_free(c->arrival);
+  g_free(c->fast_links);
   ps_coll_shared_unref(c->sh);
   group_clear(&c->g);
   g_free(c);

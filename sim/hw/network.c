@@ -896,6 +896,32 @@ ps_time_t ps_network_book_message(PsNetwork *net, const int *route, int hops, in
   return last;
 }
 
+ps_time_t ps_network_chunk_time(const PsNetwork *net, int link, int64_t bytes)
+{
+  g_return_val_if_fail(net != NULL && link >= 0 && link < net->n_links && bytes >= 0,
+                       PS_TIME_NEVER);
+  return chunk_ser(&net->links[link], bytes);
+}
+
+void ps_network_book_link(PsNetwork *net, int link, ps_time_t free, int64_t bytes,
+                          int64_t chunks, ps_time_t busy)
+{
+  g_return_if_fail(net != NULL && link >= 0 && link < net->n_links && net->trace == NULL);
+  Link *l = &net->links[link];
+  g_return_if_fail(l->lanes == 1 && l->free0 <= free);
+  l->free0 = free;
+  l->bytes += bytes;
+  l->chunks += chunks;
+  l->busy = ps_time_add(l->busy, busy);
+  net->chunk_hops += (uint64_t)chunks;
+}
+
+void ps_network_count_messages(PsNetwork *net, uint64_t n)
+{
+  g_return_if_fail(net != NULL);
+  net->next_id += n;
+}
+
 void ps_network_set_trace(PsNetwork *net, PsTrace *trace, int pid)
 {
   net->trace = trace;

@@ -183,6 +183,18 @@ gboolean ps_network_link_quiet(const PsNetwork *net, int link, ps_time_t t);
 ps_time_t ps_network_book_message(PsNetwork *net, const int *route, int hops, int64_t bytes,
                                   ps_time_t t);
 
+/* For a sender that times a round's chunks itself (collectives' shared
+ * fast path): ps_network_chunk_time is a chunk's serialization on `link`
+ * as ps_network_book_message rounds it; ps_network_book_link books on a
+ * one-lane link what link by link booking would have left there: its lane
+ * busy until `free` (not before its present free time), `chunks` chunks
+ * of `bytes` in all taking `busy` of serialization; ps_network_count_messages
+ * counts n messages so booked as sent.  Not on a traced network. */
+ps_time_t ps_network_chunk_time(const PsNetwork *net, int link, int64_t bytes);
+void ps_network_book_link(PsNetwork *net, int link, ps_time_t free, int64_t bytes,
+                          int64_t chunks, ps_time_t busy);
+void ps_network_count_messages(PsNetwork *net, uint64_t n);
+
 /* The link ids a message from src to dst crosses, in order, into out (at
  * most max); returns the route's length (which may exceed max). */
 int ps_network_route(const PsNetwork *net, int src, int dst, int *out, int max);

@@ -1,0 +1,441 @@
+/* fastshared.c: the fast path's sweep (fastpath.c) made once for all the
+ * groups of one shared plan (shape.c), and kept for the arrival times it
+ * was made with, so that the thousands of groups of one request of a
+ * sharded plan (every tensor group's all-reduce of a layer, every fsdp
+ * group's gather) cost one sweep between them, not one each.
+ *
+ * Slots.  The groups of a shape are translations of each other, and on a
+ * translation-symmetric network so are their routes (shape.c).  A link of
+ * the shape's first group's round is a slot: its kind (ICI or on-chip), the
+ * offset of the chip it leaves from member 0's chip, and its dimension and
+ * direction (or its two cores); slot k of another group is that link moved
+ * with its member 0.  The sweep runs on the slots, each a one-lane link
+ * that starts idle, with the figures of the first group's link.
+ *
+ * Why the links' earlier state may be left out.  A round is taken only
+ * where, on each of its links, nothing is still to join (no message in
+ * flight) and the lane is free by the time the round's first chunk joins
+ * that link (ps_network_link_quiet at that time): the round's chunks then
+ * start on every link exactly when they would on an idle one, and an event
+ * run would have given them the same lanes at the same times (everything
+ * before them on the link has joined earlier and left).  This is weaker
+ * than fastpath.c's test (free by the round's first arrival), and exact for
+ * the same reasons.  So a round's member end times and what it leaves on
+ * each link (when the lane frees, bytes, chunks, busy time) are functions
+ * of its members' arrival times relative to the first one's, and a small
+ * memo of sweeps keyed on them serves every group that arrives alike.  The
+ * first arrival's test, before the others are known, takes the times at
+ * which each link's first chunk would join if every member arrived then
+ * (every time in the sweep only grows with the arrivals), so a round that
+ * passes it fails the last test only where other traffic came meanwhile.
+ * Invariant: an analysis is valid for the routes version it was made with;
+ * a memo entry is the sweep of exactly its relative arrival times, and a
+ * round booked from it changes each link as fastpath.c's sweep (and so the
+ * events) would. */
+#include "collectives/collective-private.h"
+
+#include <string.h>
+
+/* Sweeps kept per shape: a request's groups nearly all arrive alike. */
+#define MEMO_SIZE 4
+
+typedef struct {
+  PsLinkKind kind;           /* PS_LINK_ICI or PS_LINK_ON_CHIP */
+  int off[PS_MAX_DIMS];      /* the chip it leaves, from member 0's */
+  int a, b;                  /* ICI: dimension and direction; on-chip: from and to core */
+} Slot;
+
+/* One sweep: arrive == NULL while the entry is empty. */
+typedef struct {
+  ps_time_t *arrive;         /* per member, relative to the first arrival */
+  ps_time_t *end;            /* per member, relative to the same */
+  ps_time_t *join;           /* per slot: when the round's first chunk joins it */
+  ps_time_t *free;           /* per slot: when its lane frees after the round */
+  uint64_t used;             /* the clock when last used */
+} Memo;
+
+struct PsCollFastShape {
+  const PsCollGroup *g;      /* the shape's first group: slots are its links */
+  const PsCollAlgo *algo;
+  const PsCollPlan *plan;
+  PsCollParams p;
+  int64_t chunk;
+  uint64_t version;          /* ps_network_routes_version of the analysis */
+  gboolean ok;
+  int max_steps;
+  int *n_steps;              /* per member */
+  PsCollPeers pr;            /* each member's peers and routes (slot numbers) */
+  int n_slots;
+  Slot *slots;
+  int *base;                 /* per slot: the first group's link */
+  ps_time_t *latency;        /* per slot */
+  int64_t *bytes, *chunks;   /* per slot: the round's, whatever the arrivals */
+  ps_time_t *busy;
+  uint64_t messages;
+  Memo idle;                 /* every member arriving at once */
+  Memo memo[MEMO_SIZE];
+  uint64_t clock;
+  Memo *sweeping;            /* the entry a sweep under way fills */
+  ps_time_t *acc, *rel;      /* scratch, per member */
+};
+
+static void memo_clear(Memo *mo)
+{
+  g_free(mo->arrive);
+  g_free(mo->end);
+  g_free(mo->join);
+  g_free(mo->free);
+  memset(mo, 0, sizeof *mo);
+}
+
+static void analysis_clear(PsCollFastShape *s)
+{
+  g_clear_pointer(&s->n_steps, g_free);
+  ps_coll_peers_clear(&s->pr);
+  g_clear_pointer(&s->slots, g_free);
+  g_clear_pointer(&s->base, g_free);
+  g_clear_pointer(&s->latency, g_free);
+  g_clear_pointer(&s->bytes, g_free);
+  g_clear_pointer(&s->chunks, g_free);
+  g_clear_pointer(&s->busy, g_free);
+  memo_clear(&s->idle);
+  for (int i = 0; i < MEMO_SIZE; i++)
+    memo_clear(&s->memo[i]);
+  s->n_slots = 0;
+  s->ok = FALSE;
+}
+
+/* The chip coordinates of member 0 of g. */
+static void origin(const PsCollGroup *g, int c[PS_MAX_DIMS])
+{
+  const PsGeometry *geo = ps_network_geometry(g->net);
+  ps_geometry_chip_coords(geo, ps_geometry_device_chip(geo, g->dev[0]), c);
+}
+
+/* A new slot for link (of the first group): FALSE if it cannot be one (a
+ * link of several lanes, or of a kind that does not move with the chips). */
+static gboolean slot_add(PsCollFastShape *s, GArray *slots, GArray *base, int link,
+                         const int c0[PS_MAX_DIMS])
+{
+  const PsGeometry *geo = ps_network_geometry(s->g->net);
+  PsLinkEnds e;
+  PsLinkInfo info;
+  if (!ps_geometry_link_ends(geo, link, &e) ||
+      !ps_network_link_info(s->g->net, link, &info) || info.lanes != 1 ||
+      (e.kind != PS_LINK_ICI && e.kind != PS_LINK_ON_CHIP))
+    return FALSE;
+  Slot sl = {e.kind, {0}, 0, 0};
+  int c[PS_MAX_DIMS];
+  ps_geometry_chip_coords(geo, e.chip, c);
+  for (int d = 0; d < PS_MAX_DIMS; d++)
+    sl.off[d] = c[d] - c0[d];
+  sl.a = e.kind == PS_LINK_ICI ? e.dim : e.from_core;
+  sl.b = e.kind == PS_LINK_ICI ? e.dir : e.to_core;
+  g_array_append_val(slots, sl);
+  g_array_append_val(base, link);
+  return TRUE;
+}
+
+/* The per-route bookkeeping of an analysis under way. */
+typedef struct {
+  GArray *peers, *at, *hops, *routes, *slots, *base;
+  GArray *owner;             /* int64_t per slot: the (sender, receiver) pair using it */
+  int *slot_of;              /* per link of the network: its slot, or -1 */
+  int c0[PS_MAX_DIMS];
+} Walk;
+
+/* Records member mi's route to peer (once); NULL if it may be, else why
+ * not (static text). */
+static const char *route_add(PsCollFastShape *s, Walk *w, int mi, int peer)
+{
+  for (guint k = (guint)s->pr.peer_at[mi]; k < w->peers->len; k++)
+    if (g_array_index(w->peers, int, k) == peer)
+      return NULL;
+  int h;
+  g_autofree int *r = ps_coll_route(s->g, mi, peer, &h);
+  int64_t pair = (int64_t)mi * s->g->n + peer;
+  int where = (int)w->routes->len;
+  for (int i = 0; i < h; i++) {
+    int k = w->slot_of[r[i]];
+    if (k < 0) {
+      if (!slot_add(s, w->slots, w->base, r[i], w->c0))
+        return "a link of the round has several lanes or does not move with the chips";
+      k = w->slot_of[r[i]] = (int)w->slots->len - 1;
+      int64_t none = -1;
+      g_array_append_val(w->owner, none);
+    }
+    int64_t *owner = &g_array_index(w->owner, int64_t, k);
+    if (*owner >= 0 && *owner != pair)
+      return "two pairs of members share a link";
+    *owner = pair;
+    g_array_append_val(w->routes, k);
+  }
+  g_array_append_val(w->peers, peer);
+  g_array_append_val(w->at, where);
+  g_array_append_val(w->hops, h);
+  return NULL;
+}
+
+/* Walks every step of every member once: the peers, their routes as
+ * slots, or why the sweep cannot stand for the events. */
+static const char *walk(PsCollFastShape *s)
+{
+  const PsCollGroup *g = s->g;
+  int nl = ps_network_n_links(g->net);
+  Walk w = {g_array_new(FALSE, FALSE, sizeof(int)), g_array_new(FALSE, FALSE, sizeof(int)),
+            g_array_new(FALSE, FALSE, sizeof(int)), g_array_new(FALSE, FALSE, sizeof(int)),
+            g_array_new(FALSE, FALSE, sizeof(Slot)), g_array_new(FALSE, FALSE, sizeof(int)),
+            g_array_new(FALSE, FALSE, sizeof(int64_t)), g_new(int, nl > 0 ? nl : 1), {0}};
+  for (int i = 0; i < nl; i++)
+    w.slot_of[i] = -1;
+  origin(g, w.c0);
+  const char *why = NULL;
+  if (ps_geometry_slices(ps_network_geometry(g->net)) != 1)
+    why = "the group's network has several slices";
+  s->n_steps = g_new(int, g->n);
+  s->pr.peer_at = g_new(int, g->n + 1);
+  for (int m = 0; m < g->n && !why; m++) {
+    s->pr.peer_at[m] = (int)w.peers->len;
+    s->n_steps[m] = s->algo->n_steps(s->plan, m);
+    s->max_steps = MAX(s->max_steps, s->n_steps[m]);
+    for (int st = 0; st < s->n_steps[m] && !why; st++) {
+      PsCollStep step;
+      s->algo->step(s->plan, m, st, &step);
+      for (int k = 0; k < step.n_send && !why; k++)
+        why = step.send[k].peer_step != st
+                  ? "a message is for a later step of its receiver (a pipelined tree)"
+                  : route_add(s, &w, m, step.send[k].peer);
+    }
+  }
+  s->pr.peer_at[g->n] = (int)w.peers->len;
+  s->n_slots = (int)w.slots->len;
+  s->pr.peer = (int *)g_array_free(w.peers, FALSE);
+  s->pr.route_at = (int *)g_array_free(w.at, FALSE);
+  s->pr.hops = (int *)g_array_free(w.hops, FALSE);
+  s->pr.routes = (int *)g_array_free(w.routes, FALSE);
+  s->slots = (Slot *)g_array_free(w.slots, FALSE);
+  s->base = (int *)g_array_free(w.base, FALSE);
+  g_array_free(w.owner, TRUE);
+  g_free(w.slot_of);
+  return why;
+}
+
+/* A chunk of cb bytes joins slot k at `at`; returns when it reaches the
+ * far end (hw/network.c's link_take on one lane). */
+static inline ps_time_t take(PsCollFastShape *s, Memo *mo, int k, int64_t cb, ps_time_t at)
+{
+  PsNetwork *net = s->g->net;
+  ps_time_t start = mo->free[k] > at ? mo->free[k] : at;
+  ps_time_t ser = ps_network_chunk_time(net, s->base[k], cb);
+  if (at < mo->join[k])
+    mo->join[k] = at;
+  mo->free[k] = ps_time_add(start, ser);
+  s->bytes[k] += cb;
+  s->chunks[k]++;
+  s->busy[k] = ps_time_add(s->busy[k], ser);
+  return ps_time_add(mo->free[k], s->latency[k]);
+}
+
+/* A message of `bytes` down slots r (h of them) sent at t, chunk by chunk
+ * as ps_network_book_message; returns when its last chunk arrives.  On one
+ * hop the chunks all join at t and leave back to back: in closed form. */
+static ps_time_t book(void *ctx, const int *r, int h, int64_t bytes, ps_time_t t)
+{
+  PsCollFastShape *s = ctx;
+  Memo *mo = s->sweeping;
+  s->messages++;
+  if (h == 0)
+    return t;
+  int64_t n_chunks = bytes == 0 ? 1 : (bytes + s->chunk - 1) / s->chunk;
+  if (h == 1 && bytes > 0) {
+    int k = r[0];
+    int64_t full = bytes / s->chunk, rest = bytes - full * s->chunk;
+    PsNetwork *net = s->g->net;
+    ps_time_t ser_full = full > 0 ? ps_network_chunk_time(net, s->base[k], s->chunk) : 0;
+    ps_time_t ser_rest = rest > 0 ? ps_network_chunk_time(net, s->base[k], rest) : 0;
+    ps_time_t sum = full * ser_full + ser_rest;
+    ps_time_t start = mo->free[k] > t ? mo->free[k] : t;
+    if (t < mo->join[k])
+      mo->join[k] = t;
+    mo->free[k] = start + sum;
+    s->bytes[k] += bytes;
+    s->chunks[k] += n_chunks;
+    s->busy[k] = ps_time_add(s->busy[k], sum);
+    return ps_time_add(mo->free[k], s->latency[k]);
+  }
+  ps_time_t last = 0;
+  for (int64_t j = 0; j < n_chunks; j++) {
+    int64_t left = bytes - j * s->chunk;
+    int64_t cb = left < s->chunk ? left : s->chunk;
+    ps_time_t at = t;
+    for (int i = 0; i < h; i++)
+      at = take(s, mo, r[i], cb, at);
+    if (at > last)
+      last = at;
+  }
+  return last;
+}
+
+/* The sweep of fastpath.c's ps_coll_fast_run on the slots, from idle, for
+ * mo->arrive: fills mo's end, join and free, and the per-slot totals. */
+static void sweep(PsCollFastShape *s, Memo *mo)
+{
+  const PsCollGroup *g = s->g;
+  for (int k = 0; k < s->n_slots; k++) {
+    mo->join[k] = PS_TIME_NEVER;
+    mo->free[k] = 0;
+    s->bytes[k] = s->chunks[k] = 0;
+    s->busy[k] = 0;
+  }
+  s->messages = 0;
+  memcpy(mo->end, mo->arrive, sizeof(ps_time_t) * (size_t)g->n);
+  s->sweeping = mo;
+  ps_coll_sweep(s->algo, s->plan, g->n, s->n_steps, s->max_steps, &s->pr, s->p.elem_bytes,
+                mo->end, s->acc, book, s);
+  s->sweeping = NULL;
+}
+
+static void memo_alloc(const PsCollFastShape *s, Memo *mo)
+{
+  mo->arrive = g_new0(ps_time_t, s->g->n);
+  mo->end = g_new(ps_time_t, s->g->n);
+  mo->join = g_new(ps_time_t, s->n_slots);
+  mo->free = g_new(ps_time_t, s->n_slots);
+}
+
+static void analyse(PsCollFastShape *s)
+{
+  analysis_clear(s);
+  s->version = ps_network_routes_version(s->g->net);
+  s->max_steps = 0;
+  if (walk(s))
+    return;
+  s->latency = g_new(ps_time_t, s->n_slots);
+  for (int k = 0; k < s->n_slots; k++) {
+    PsLinkInfo info;
+    ps_network_link_info(s->g->net, s->base[k], &info);
+    s->latency[k] = info.latency;
+  }
+  s->bytes = g_new(int64_t, s->n_slots);
+  s->chunks = g_new(int64_t, s->n_slots);
+  s->busy = g_new(ps_time_t, s->n_slots);
+  memo_alloc(s, &s->idle);
+  sweep(s, &s->idle);
+  s->ok = TRUE;
+}
+
+PsCollFastShape *ps_coll_fast_shape_new(const PsCollGroup *g, const PsCollAlgo *algo,
+                                        const PsCollPlan *plan, const PsCollParams *p)
+{
+  PsCollFastShape *s = g_new(PsCollFastShape, 1);
+  *s = (PsCollFastShape){.g = g, .algo = algo, .plan = plan, .p = *p,
+                         .chunk = ps_network_chunk_bytes(g->net), .version = UINT64_MAX};
+  s->acc = g_new(ps_time_t, g->n);
+  s->rel = g_new(ps_time_t, g->n);
+  return s;
+}
+
+void ps_coll_fast_shape_free(PsCollFastShape *s)
+{
+  if (!s)
+    return;
+  analysis_clear(s);
+  g_free(s->acc);
+  g_free(s->rel);
+  g_free(s);
+}
+
+gboolean ps_coll_fast_shape_usable(PsCollFastShape *s)
+{
+  if (s->version != ps_network_routes_version(s->g->net))
+    analyse(s);
+  return s->ok;
+}
+
+int ps_coll_fast_shape_slots(const PsCollFastShape *s) { return s->n_slots; }
+
+gboolean ps_coll_fast_shape_links(const PsCollFastShape *s, const PsCollGroup *g, int *links)
+{
+  g_return_val_if_fail(s->ok && g->n == s->g->n, FALSE);
+  const PsGeometry *geo = ps_network_geometry(g->net);
+  int c0[PS_MAX_DIMS], dims[PS_MAX_DIMS];
+  origin(g, c0);
+  for (int d = 0; d < PS_MAX_DIMS; d++)
+    dims[d] = ps_geometry_axis_extent(geo, 1 + d);
+  for (int k = 0; k < s->n_slots; k++) {
+    const Slot *sl = &s->slots[k];
+    int c[PS_MAX_DIMS];
+    for (int d = 0; d < PS_MAX_DIMS; d++) {
+      c[d] = (c0[d] + sl->off[d]) % dims[d];
+      if (c[d] < 0)
+        c[d] += dims[d];
+    }
+    int chip = ps_geometry_chip_at(geo, c);
+    links[k] = sl->kind == PS_LINK_ICI ? ps_geometry_ici_link(geo, chip, sl->a, sl->b)
+                                       : ps_geometry_on_chip_link(geo, chip, sl->a, sl->b);
+    if (links[k] < 0)
+      return FALSE;
+  }
+  return TRUE;
+}
+
+/* Every link free by the time the round's first chunk joins it, at
+ * `first` + join[k], with nothing still to join it. */
+static gboolean quiet(const PsCollFastShape *s, const Memo *mo, const int *links,
+                      ps_time_t first)
+{
+  for (int k = 0; k < s->n_slots; k++)
+    if (!ps_network_link_quiet(s->g->net, links[k], ps_time_add(first, mo->join[k])))
+      return FALSE;
+  return TRUE;
+}
+
+gboolean ps_coll_fast_shape_quiet(const PsCollFastShape *s, const int *links, ps_time_t first)
+{
+  g_return_val_if_fail(s->ok, FALSE);
+  return quiet(s, &s->idle, links, first);
+}
+
+/* The sweep for the arrivals in s->rel: the idle one, a memo entry, or a
+ * new sweep in place of the entry least recently used. */
+static Memo *memo_find(PsCollFastShape *s)
+{
+  size_t size = sizeof(ps_time_t) * (size_t)s->g->n;
+  if (memcmp(s->idle.arrive, s->rel, size) == 0)
+    return &s->idle;
+  Memo *victim = &s->memo[0];
+  for (int i = 0; i < MEMO_SIZE; i++) {
+    Memo *mo = &s->memo[i];
+    if (mo->arrive && memcmp(mo->arrive, s->rel, size) == 0) {
+      mo->used = ++s->clock;
+      return mo;
+    }
+    if (!mo->arrive || (victim->arrive && mo->used < victim->used))
+      victim = mo;
+  }
+  if (!victim->arrive)
+    memo_alloc(s, victim);
+  memcpy(victim->arrive, s->rel, size);
+  sweep(s, victim);
+  victim->used = ++s->clock;
+  return victim;
+}
+
+gboolean ps_coll_fast_shape_run(PsCollFastShape *s, const int *links, ps_time_t first,
+                                ps_time_t *t)
+{
+  g_return_val_if_fail(s->ok && s->version == ps_network_routes_version(s->g->net), FALSE);
+  for (int m = 0; m < s->g->n; m++)
+    s->rel[m] = t[m] - first;
+  const Memo *mo = memo_find(s);
+  if (!quiet(s, mo, links, first))
+    return FALSE;
+  PsNetwork *net = s->g->net;
+  for (int k = 0; k < s->n_slots; k++)
+    ps_network_book_link(net, links[k], ps_time_add(first, mo->free[k]), s->bytes[k],
+                         s->chunks[k], s->busy[k]);
+  ps_network_count_messages(net, s->messages);
+  for (int m = 0; m < s->g->n; m++)
+    t[m] = ps_time_add(first, mo->end[m]);
+  return TRUE;
+}
