@@ -207,6 +207,36 @@ gboolean ps_coll_fast_shape_quiet(const PsCollFastShape *s, const int *links, ps
 gboolean ps_coll_fast_shape_run(PsCollFastShape *s, const int *links, ps_time_t first,
                                 ps_time_t *t);
 
+/* Rounds parked at once on links they share (fastshared.c): each round's
+ * shape (usable), its links (ps_coll_fast_shape_links), its members'
+ * arrival times (in) and end times (out), and each arrival's place in the
+ * order they came (distinct across the party; ties in time go by it).
+ * ps_coll_fast_joint_run runs the party's steps as the events would, one
+ * message of one hop at a time in time order, on the links as they are
+ * idle; TRUE and every round booked when each link was free by the time
+ * the party's first chunk joined it and nothing is still to join it,
+ * FALSE (nothing booked) otherwise or when a route is longer than a hop. */
+typedef struct {
+  PsCollFastShape *shape;
+  const int *links;
+  ps_time_t *t;
+  const uint64_t *ticket;
+} PsCollJointRound;
+gboolean ps_coll_fast_joint_run(PsNetwork *net, PsCollJointRound *r, int k);
+
+/* The collectives of one group (the same devices, in the same order):
+ * their rounds parked on the fast path's shape sweep, which share links,
+ * so that rounds whose last members arrive at the same moment are timed
+ * together (collective.c's on_fast_decide); and the count of arrivals,
+ * for their order. */
+typedef struct PsCollHub {
+  int refs;
+  GPtrArray *parked;      /* PsCollective * */
+  uint64_t tickets;
+} PsCollHub;
+PsCollHub *ps_coll_hub_new(void);
+void ps_coll_hub_unref(gpointer hub);
+
 /* Plans shared between groups that are translations of each other
  * (shape.c).  A shape is the key: the spec, the chunk, the members' cores
  * and chip coordinates relative to member 0's, and the parity of member

@@ -113,6 +113,9 @@ struct PsCollective {
   ps_time_t *arrival;     /* per member: arrival of the parked round, then its end */
   gboolean fast_shared;   /* the round tried takes its shape's sweep (fastshared.c) */
   int *fast_links;        /* the parked round's links, one per slot of the shape */
+  uint64_t *ticket;       /* per member: its arrival's place in the hub's order */
+  PsCollHub *hub;         /* the group's parked rounds (see fast_decide) */
+  uint32_t ev_fast_decide;
   uint64_t fast_rounds;   /* rounds run by the fast path */
 };
 
@@ -135,24 +138,6 @@ gboolean ps_coll_op_parse(const char *name, PsCollOp *out)
       return TRUE;
     }
   return FALSE;
-}
-
-char **ps_coll_algo_names(void)
-{
-  GPtrArray *names = g_ptr_array_new();
-  for (int i = 0; ps_coll_algos[i]; i++)
-    g_ptr_array_add(names, g_strdup(ps_coll_algos[i]->name));
-  g_ptr_array_add(names, g_strdup("auto"));
-  g_ptr_array_add(names, NULL);
-  return (char **)g_ptr_array_free(names, FALSE);
-}
-
-const char *ps_coll_algo_summary(const char *name)
-{
-  if (strcmp(name, "auto") == 0)
-    return "the algorithm with the smallest closed-form prediction for this group";
-  const PsCollAlgo *a = ps_coll_algo_find(name);
-  return a ? a->summary : NULL;
 }
 
 /* ---- the group ------------------------------------------------------ */
@@ -673,8 +658,10 @@ static gboolean fast_may_try(PsCollective *c, const Member *m)
   if (!c->fast_on || m->buf || c->msg_fn || ps_network_is_traced(c->net) ||
       m->round <= c->events_round || (c->fast_round >= 0 && c->fast_arrived < c->g.n))
     return FALSE;
-  if (!c->arrival)
+  if (!c->arrival) {
     c->arrival = g_new(ps_time_t, c->g.n);
+    c->ticket = g_new(uint64_t, c->g.n);
+  }
   c->fast_shared = fast_shape_fits(c);
   if (c->fast_shared)
     return TRUE;
@@ -714,6 +701,58 @@ static gboolean fast_book(PsCollective *c)
   return TRUE;
 }
 
+/* The parked round is decided: booked (one event per member ends it) or,
+ * if its links were used meanwhile, run as events from now. */
+static void fast_finish(PsCollective *c, gboolean booked)
+{
+  c->fast_pending = FALSE;
+  g_clear_pointer(&c->fast_links, g_free);
+  g_ptr_array_remove(c->hub->parked, c);
+  if (!booked) {
+    for (int i = 0; i < c->g.n; i++)
+      member_run(c, i);
+    return;
+  }
+  c->fast_rounds++;
+  c->busy += c->g.n;
+  for (int i = 0; i < c->g.n; i++)
+    ps_engine_at(c->engine, c->arrival[i], c->ev_fast_done, (uint32_t)i,
+                 (uint64_t)c->fast_round);
+}
+
+static void fast_decide_alone(PsCollective *c) { fast_finish(c, fast_book(c)); }
+
+/* The last member of a parked round arrived while other rounds of the
+ * group were parked: at the end of that moment, the rounds of the group
+ * whose members have all arrived are timed together (fastshared.c's joint
+ * run), or each alone if that cannot be. */
+static void on_fast_decide(PsEngine *engine, const PsEvent *ev, void *ctx)
+{
+  PsCollective *c = ctx;
+  if (!c->fast_pending || (int64_t)ev->arg.u != c->fast_round)
+    return;
+  GPtrArray *party = g_ptr_array_new();
+  for (guint i = 0; i < c->hub->parked->len; i++) {
+    PsCollective *o = g_ptr_array_index(c->hub->parked, i);
+    if (o->fast_arrived == o->g.n)
+      g_ptr_array_add(party, o);
+  }
+  PsCollJointRound *r = g_new(PsCollJointRound, party->len);
+  for (guint i = 0; i < party->len; i++) {
+    PsCollective *o = g_ptr_array_index(party, i);
+    r[i] = (PsCollJointRound){o->sh->fast, o->fast_links, o->arrival, o->ticket};
+  }
+  if (party->len > 1 && ps_coll_fast_joint_run(c->net, r, (int)party->len)) {
+    for (guint i = 0; i < party->len; i++)
+      fast_finish(g_ptr_array_index(party, i), TRUE);
+  } else {
+    for (guint i = 0; i < party->len; i++)
+      fast_decide_alone(g_ptr_array_index(party, i));
+  }
+  g_free(r);
+  g_ptr_array_free(party, TRUE);
+}
+
 /* Member mi has arrived for its round.  The round's first arrival decides:
  * if every link the round will use is quiet then, its members are parked
  * (nothing sent) until the last arrives; then, if the links are still
@@ -739,21 +778,17 @@ static gboolean fast_park(PsCollective *c, int mi)
     if (!c->fast_pending)
       return FALSE;
     c->fast_first = now;
+    if (c->fast_shared)
+      g_ptr_array_add(c->hub->parked, c);
   }
   c->arrival[mi] = now;
+  c->ticket[mi] = c->hub->tickets++;
   if (c->fast_arrived < c->g.n)
     return TRUE;
-  c->fast_pending = FALSE;
-  if (!fast_book(c)) {
-    for (int i = 0; i < c->g.n; i++)
-      member_run(c, i);
-    return TRUE;
-  }
-  c->fast_rounds++;
-  c->busy += c->g.n;
-  for (int i = 0; i < c->g.n; i++)
-    ps_engine_at(c->engine, c->arrival[i], c->ev_fast_done, (uint32_t)i,
-                 (uint64_t)c->fast_round);
+  if (c->fast_shared && c->hub->parked->len > 1)
+    ps_engine_at(c->engine, now, c->ev_fast_decide, 0, (uint64_t)c->fast_round);
+  else
+    fast_decide_alone(c);
   return TRUE;
 }
 
@@ -792,6 +827,7 @@ typedef struct {
 struct PsCollCache {
   GHashTable *entries; /* CacheEntry -> itself, hashed on the spec and members */
   GHashTable *shapes;  /* PsCollShape -> PsCollShared (a reference) */
+  GHashTable *hubs;    /* GBytes of the devices -> PsCollHub (a reference) */
 };
 
 static guint entry_hash(gconstpointer p)
@@ -823,12 +859,16 @@ static void entry_free(gpointer p)
   g_free(e);
 }
 
+static void bytes_unref(gpointer b) { g_bytes_unref(b); }
+
 PsCollCache *ps_coll_cache_new(void)
 {
   PsCollCache *cache = g_new0(PsCollCache, 1);
   cache->entries = g_hash_table_new_full(entry_hash, entry_equal, entry_free, NULL);
   cache->shapes = g_hash_table_new_full(ps_coll_shape_hash, ps_coll_shape_equal,
                                         ps_coll_shape_free, ps_coll_shared_unref);
+  cache->hubs = g_hash_table_new_full(g_bytes_hash, g_bytes_equal,
+                                      bytes_unref, ps_coll_hub_unref);
   return cache;
 }
 
@@ -838,6 +878,7 @@ void ps_coll_cache_free(PsCollCache *cache)
     return;
   g_hash_table_destroy(cache->entries);
   g_hash_table_destroy(cache->shapes);
+  g_hash_table_destroy(cache->hubs);
   g_free(cache);
 }
 
@@ -974,6 +1015,21 @@ static gboolean attach_plan(PsCollective *c, const PsCollSpec *spec, const PsCol
   return TRUE;
 }
 
+/* The hub of g's devices: the cache's, else a new one. */
+static PsCollHub *hub_for(PsCollCache *cache, const PsCollGroup *g)
+{
+  if (!cache)
+    return ps_coll_hub_new();
+  g_autoptr(GBytes) key = g_bytes_new(g->dev, sizeof(int) * (size_t)g->n);
+  PsCollHub *h = g_hash_table_lookup(cache->hubs, key);
+  if (!h) {
+    h = ps_coll_hub_new();
+    g_hash_table_insert(cache->hubs, g_bytes_ref(key), h);
+  }
+  h->refs++;
+  return h;
+}
+
 PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
                                        PsCollCache *cache, GError **error)
 {
@@ -1026,6 +1082,8 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
   c->ev_arrive = ps_engine_register(c->engine, "collective-arrive", on_arrive, c);
   ps_engine_set_prefetch(c->engine, c->ev_arrive, arrive_prefetch);
   c->ev_fast_done = ps_engine_register(c->engine, "collective-fast-done", on_fast_done, c);
+  c->ev_fast_decide = ps_engine_register(c->engine, "collective-fast-decide", on_fast_decide, c);
+  c->hub = hub_for(cache, &c->g);
   c->fast_on = FALSE;
   c->fast_round = -1;
   c->events_round = -1;
@@ -1048,6 +1106,10 @@ void ps_collective_free(PsCollective *c)
   ps_coll_fast_free(c->fast);
   g_free(c->arrival);
   g_free(c->fast_links);
+  g_free(c->ticket);
+  if (c->hub)
+    g_ptr_array_remove(c->hub->parked, c);
+  ps_coll_hub_unref(c->hub);
   ps_coll_shared_unref(c->sh);
   group_clear(&c->g);
   g_free(c);

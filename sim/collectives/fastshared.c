@@ -1,6 +1,7 @@
 /* fastshared.c: the fast path's sweep (fastpath.c) made once for all the
  * groups of one shared plan (shape.c), and kept for the arrival times it
- * was made with, so that the thousands of groups of one request of a
+ * was made with (and the rounds of one group that share links timed
+ * together), so that the thousands of groups of one request of a
  * sharded plan (every tensor group's all-reduce of a layer, every fsdp
  * group's gather) cost one sweep between them, not one each.
  *
@@ -28,6 +29,18 @@
  * which each link's first chunk would join if every member arrived then
  * (every time in the sweep only grows with the arrivals), so a round that
  * passes it fails the last test only where other traffic came meanwhile.
+ *
+ * Rounds that share links.  The rounds of one group's collectives that are
+ * parked at once (a sharded backward starts a layer's gradient
+ * reduce-scatter and the next layer's weight gather together, over the same
+ * links) cannot be swept one after the other: their chunks interleave on
+ * the links.  When every member of each has arrived by the same moment,
+ * the joint run times them together as the events would, member step by
+ * member step in time order (the step's arrivals in the order they were
+ * scheduled, the members' arrivals in the order they came), on one-hop
+ * routes whose messages ps_network_send_link books whole; it is kept like
+ * the sweeps, for the party's shapes and relative arrivals, and booked
+ * under the same test.
  * Invariant: an analysis is valid for the routes version it was made with;
  * a memo entry is the sweep of exactly its relative arrival times, and a
  * round booked from it changes each link as fastpath.c's sweep (and so the
@@ -54,6 +67,26 @@ typedef struct {
   uint64_t used;             /* the clock when last used */
 } Memo;
 
+/* A joint run of a party (see below), kept on its first round's shape:
+ * the party's shapes, arrival times and order relative to the earliest,
+ * and what the run gave, relative to the same: member ends, and per link
+ * of the party (numbered as first met, round by round, slot by slot) the
+ * round and slot it was first met as, its first join, lane free time and
+ * totals. */
+#define JOINT_MAX 4
+#define JOINT_SLOT_BITS 20
+#define JOINT_MEMO 8
+typedef struct {
+  int k, n_all, n_local;
+  PsCollFastShape *shape[JOINT_MAX];
+  ps_time_t *arrive, *end;   /* n_all: the rounds' members one after another */
+  uint64_t *ticket;
+  int *rep;                  /* per link: round << JOINT_SLOT_BITS | slot */
+  ps_time_t *join, *free, *busy;
+  int64_t *bytes, *chunks;
+  uint64_t messages, used;
+} JointMemo;
+
 struct PsCollFastShape {
   const PsCollGroup *g;      /* the shape's first group: slots are its links */
   const PsCollAlgo *algo;
@@ -72,10 +105,12 @@ struct PsCollFastShape {
   int64_t *bytes, *chunks;   /* per slot: the round's, whatever the arrivals */
   ps_time_t *busy;
   uint64_t messages;
+  gboolean one_hop;          /* every route is one link */
   Memo idle;                 /* every member arriving at once */
   Memo memo[MEMO_SIZE];
   uint64_t clock;
   Memo *sweeping;            /* the entry a sweep under way fills */
+  JointMemo *joint[JOINT_MEMO]; /* joint runs of parties this shape leads */
   ps_time_t *acc, *rel;      /* scratch, per member */
 };
 
@@ -88,8 +123,26 @@ static void memo_clear(Memo *mo)
   memset(mo, 0, sizeof *mo);
 }
 
+static void joint_memo_free(JointMemo *jm)
+{
+  if (!jm)
+    return;
+  g_free(jm->arrive);
+  g_free(jm->end);
+  g_free(jm->ticket);
+  g_free(jm->rep);
+  g_free(jm->join);
+  g_free(jm->free);
+  g_free(jm->busy);
+  g_free(jm->bytes);
+  g_free(jm->chunks);
+  g_free(jm);
+}
+
 static void analysis_clear(PsCollFastShape *s)
 {
+  for (int i = 0; i < JOINT_MEMO; i++)
+    g_clear_pointer(&s->joint[i], joint_memo_free);
   g_clear_pointer(&s->n_steps, g_free);
   ps_coll_peers_clear(&s->pr);
   g_clear_pointer(&s->slots, g_free);
@@ -319,6 +372,9 @@ static void analyse(PsCollFastShape *s)
   s->bytes = g_new(int64_t, s->n_slots);
   s->chunks = g_new(int64_t, s->n_slots);
   s->busy = g_new(ps_time_t, s->n_slots);
+  s->one_hop = TRUE;
+  for (int k = 0; k < s->pr.peer_at[s->g->n]; k++)
+    s->one_hop &= s->pr.hops[k] == 1;
   memo_alloc(s, &s->idle);
   sweep(s, &s->idle);
   s->ok = TRUE;
@@ -438,4 +494,319 @@ gboolean ps_coll_fast_shape_run(PsCollFastShape *s, const int *links, ps_time_t 
   for (int m = 0; m < s->g->n; m++)
     t[m] = ps_time_add(first, mo->end[m]);
   return TRUE;
+}
+
+/* ---- rounds parked together on shared links ------------------------- */
+
+/* A joint run's state: the party's rounds, their links numbered once, and
+ * per round and member the step it is at and what it has received. */
+typedef struct {
+  PsCollJointRound *r;
+  int k;
+  PsNetwork *net;
+  GHashTable *local;         /* real link -> local index + 1 */
+  int n_local;
+  GArray *link, *rep;        /* int per local link: the real link; round << 20 | slot */
+  GArray *free, *join, *busy; /* ps_time_t per local link */
+  GArray *bytes, *chunks;    /* int64_t per local link */
+  int **slot_local;          /* per round and slot: the local link */
+  int **step;                /* per round and member */
+  gboolean **waiting;
+  int **sent;                /* per round, member x max_steps: messages sent to that step */
+  ps_time_t **last;          /* per round, member x max_steps: their latest arrival */
+  guint8 **early;            /* per round, member x max_steps: its arrival event has run */
+  ps_time_t **end;           /* per round and member */
+  PsHeap heap;
+  uint64_t seq;
+  uint64_t messages;
+} Joint;
+
+#define JOINT_START 0
+#define JOINT_ARRIVE 1
+
+static int joint_local(Joint *j, int round, int slot)
+{
+  int link = j->r[round].links[slot];
+  int at = GPOINTER_TO_INT(g_hash_table_lookup(j->local, GINT_TO_POINTER(link)));
+  if (at > 0)
+    return at - 1;
+  g_hash_table_insert(j->local, GINT_TO_POINTER(link), GINT_TO_POINTER(j->n_local + 1));
+  int rep = round << JOINT_SLOT_BITS | slot;
+  ps_time_t never = PS_TIME_NEVER, zero = 0;
+  int64_t none = 0;
+  g_array_append_val(j->link, link);
+  g_array_append_val(j->rep, rep);
+  g_array_append_val(j->free, zero);
+  g_array_append_val(j->join, never);
+  g_array_append_val(j->busy, zero);
+  g_array_append_val(j->bytes, none);
+  g_array_append_val(j->chunks, none);
+  return j->n_local++;
+}
+
+/* A one-hop message of `bytes` on local link l at t, as
+ * ps_network_send_link books it; returns its arrival. */
+static ps_time_t joint_send(Joint *j, int l, int64_t chunk, int64_t bytes, ps_time_t t)
+{
+  int link = g_array_index(j->link, int, l);
+  ps_time_t *free = &g_array_index(j->free, ps_time_t, l);
+  ps_time_t *join = &g_array_index(j->join, ps_time_t, l);
+  int64_t full = bytes / chunk, rest = bytes - full * chunk;
+  int64_t n = bytes == 0 ? 1 : full + (rest > 0);
+  ps_time_t sum = (full > 0 ? full * ps_network_chunk_time(j->net, link, chunk) : 0) +
+                  ps_network_chunk_time(j->net, link, rest);
+  ps_time_t start = *free > t ? *free : t;
+  if (t < *join)
+    *join = t;
+  *free = start + sum;
+  g_array_index(j->bytes, int64_t, l) += bytes;
+  g_array_index(j->chunks, int64_t, l) += n;
+  g_array_index(j->busy, ps_time_t, l) += sum;
+  PsLinkInfo info;
+  ps_network_link_info(j->net, link, &info);
+  j->messages++;
+  return *free + info.latency;
+}
+
+static void joint_push(Joint *j, int kind, int round, int m, int step, ps_time_t t,
+                       uint64_t seq)
+{
+  PsEvent ev = {t, seq, (uint32_t)kind, (uint32_t)m,
+                {.u = (uint64_t)round << 32 | (uint32_t)step}};
+  ps_heap_push(&j->heap, &ev);
+}
+
+/* Member m of round i goes on from its current step at t, as
+ * collective.c's member_run: posts each step's sends, goes on while the
+ * step's messages have all arrived. */
+static void joint_member_run(Joint *j, int i, int m, ps_time_t t)
+{
+  PsCollFastShape *s = j->r[i].shape;
+  int ms = s->max_steps;
+  while (j->step[i][m] < s->n_steps[m]) {
+    int st = j->step[i][m];
+    PsCollStep step;
+    s->algo->step(s->plan, m, st, &step);
+    for (int k = 0; k < step.n_send; k++) {
+      const PsCollSend *snd = &step.send[k];
+      int h;
+      const int *r = ps_coll_peers_route(&s->pr, m, snd->peer, &h);
+      ps_time_t a = joint_send(j, j->slot_local[i][r[0]], s->chunk, snd->len * s->p.elem_bytes, t);
+      size_t at = (size_t)snd->peer * (size_t)ms + (size_t)st;
+      j->last[i][at] = MAX(j->last[i][at], a);
+      if (++j->sent[i][at] == s->algo->n_recv(s->plan, snd->peer, st))
+        joint_push(j, JOINT_ARRIVE, i, snd->peer, st, MAX(j->last[i][at], t), j->seq++);
+    }
+    if (step.n_recv > 0 && !j->early[i][(size_t)m * (size_t)ms + (size_t)st]) {
+      j->waiting[i][m] = TRUE;
+      return;
+    }
+    j->step[i][m]++;
+  }
+  j->end[i][m] = t;
+}
+
+static void joint_free(Joint *j)
+{
+  for (int i = 0; i < j->k; i++) {
+    g_free(j->slot_local[i]);
+    g_free(j->step[i]);
+    g_free(j->waiting[i]);
+    g_free(j->sent[i]);
+    g_free(j->last[i]);
+    g_free(j->early[i]);
+    g_free(j->end[i]);
+  }
+  g_free(j->end);
+  g_free(j->slot_local);
+  g_free(j->step);
+  g_free(j->waiting);
+  g_free(j->sent);
+  g_free(j->last);
+  g_free(j->early);
+  g_hash_table_destroy(j->local);
+  GArray *arrays[] = {j->link, j->rep, j->free, j->join, j->busy, j->bytes, j->chunks};
+  for (size_t i = 0; i < G_N_ELEMENTS(arrays); i++)
+    if (arrays[i])
+      g_array_free(arrays[i], TRUE);
+  ps_heap_clear(&j->heap);
+}
+
+static void joint_init(Joint *j, PsNetwork *net, PsCollJointRound *r, int k)
+{
+  *j = (Joint){r, k, net, g_hash_table_new(NULL, NULL), 0,
+               g_array_new(FALSE, FALSE, sizeof(int)), g_array_new(FALSE, FALSE, sizeof(int)),
+               g_array_new(FALSE, FALSE, sizeof(ps_time_t)),
+               g_array_new(FALSE, FALSE, sizeof(ps_time_t)),
+               g_array_new(FALSE, FALSE, sizeof(ps_time_t)),
+               g_array_new(FALSE, FALSE, sizeof(int64_t)),
+               g_array_new(FALSE, FALSE, sizeof(int64_t)), g_new(int *, k), g_new(int *, k),
+               g_new(gboolean *, k), g_new(int *, k), g_new(ps_time_t *, k),
+               g_new(guint8 *, k), g_new(ps_time_t *, k), {0}, 0, 0};
+  ps_heap_init(&j->heap);
+  for (int i = 0; i < k; i++) {
+    PsCollFastShape *s = r[i].shape;
+    size_t cells = (size_t)s->g->n * (size_t)MAX(s->max_steps, 1);
+    j->slot_local[i] = g_new(int, MAX(s->n_slots, 1));
+    for (int sl = 0; sl < s->n_slots; sl++)
+      j->slot_local[i][sl] = joint_local(j, i, sl);
+    j->step[i] = g_new0(int, s->g->n);
+    j->waiting[i] = g_new0(gboolean, s->g->n);
+    j->sent[i] = g_new0(int, cells);
+    j->last[i] = g_new0(ps_time_t, cells);
+    j->early[i] = g_new0(guint8, cells);
+    j->end[i] = g_new(ps_time_t, s->g->n);
+    for (int m = 0; m < s->g->n; m++) {
+      joint_push(j, JOINT_START, i, m, 0, r[i].t[m], r[i].ticket[m]);
+      j->seq = MAX(j->seq, r[i].ticket[m] + 1);
+    }
+  }
+}
+
+/* The events of the party's rounds, in (time, order) as the engine would
+ * run them: each member's arrival (in the order they arrived), each
+ * step's arrival of its last message (in the order scheduled). */
+static void joint_loop(Joint *j)
+{
+  PsEvent ev;
+  while (ps_heap_pop(&j->heap, &ev)) {
+    int i = (int)(ev.arg.u >> 32), st = (int)(uint32_t)ev.arg.u, m = (int)ev.target;
+    if (ev.type == JOINT_START) {
+      joint_member_run(j, i, m, ev.time);
+      continue;
+    }
+    PsCollFastShape *s = j->r[i].shape;
+    j->early[i][(size_t)m * (size_t)s->max_steps + (size_t)st] = 1;
+    if (j->waiting[i][m] && j->step[i][m] == st) {
+      j->waiting[i][m] = FALSE;
+      j->step[i][m]++;
+      joint_member_run(j, i, m, ev.time);
+    }
+  }
+}
+
+/* The party's key: arrivals and their order relative to the earliest. */
+static void joint_key(const PsCollJointRound *r, int k, ps_time_t *base, uint64_t *tbase,
+                      ps_time_t *arrive, uint64_t *ticket)
+{
+  *base = PS_TIME_NEVER;
+  *tbase = UINT64_MAX;
+  for (int i = 0; i < k; i++)
+    for (int m = 0; m < r[i].shape->g->n; m++) {
+      *base = MIN(*base, r[i].t[m]);
+      *tbase = MIN(*tbase, r[i].ticket[m]);
+    }
+  for (int i = 0, at = 0; i < k; i++)
+    for (int m = 0; m < r[i].shape->g->n; m++, at++) {
+      arrive[at] = r[i].t[m] - *base;
+      ticket[at] = r[i].ticket[m] - *tbase;
+    }
+}
+
+static JointMemo *joint_find(PsCollFastShape *lead, const PsCollJointRound *r, int k,
+                             const ps_time_t *arrive, const uint64_t *ticket, int n_all)
+{
+  for (int e = 0; e < JOINT_MEMO; e++) {
+    JointMemo *jm = lead->joint[e];
+    gboolean same = jm && jm->k == k && jm->n_all == n_all;
+    for (int i = 0; same && i < k; i++)
+      same = jm->shape[i] == r[i].shape;
+    if (same && memcmp(jm->arrive, arrive, sizeof(ps_time_t) * (size_t)n_all) == 0 &&
+        memcmp(jm->ticket, ticket, sizeof(uint64_t) * (size_t)n_all) == 0) {
+      jm->used = ++lead->clock;
+      return jm;
+    }
+  }
+  return NULL;
+}
+
+/* The run of the party, as a new memo entry (in place of the least
+ * recently used). */
+static JointMemo *joint_make(PsNetwork *net, PsCollJointRound *r, int k, ps_time_t base,
+                             ps_time_t *arrive, uint64_t *ticket, int n_all)
+{
+  Joint j;
+  joint_init(&j, net, r, k);
+  joint_loop(&j);
+  JointMemo *jm = g_new0(JointMemo, 1);
+  *jm = (JointMemo){k, n_all, j.n_local, {NULL}, g_memdup2(arrive, sizeof(ps_time_t) * (size_t)n_all),
+                    g_new(ps_time_t, n_all), g_memdup2(ticket, sizeof(uint64_t) * (size_t)n_all),
+                    (int *)g_array_free(j.rep, FALSE), g_new(ps_time_t, j.n_local),
+                    g_new(ps_time_t, j.n_local), (ps_time_t *)g_array_free(j.busy, FALSE),
+                    (int64_t *)g_array_free(j.bytes, FALSE),
+                    (int64_t *)g_array_free(j.chunks, FALSE), j.messages, 0};
+  j.rep = j.busy = j.bytes = j.chunks = NULL;
+  for (int i = 0, at = 0; i < k; i++) {
+    jm->shape[i] = r[i].shape;
+    for (int m = 0; m < r[i].shape->g->n; m++, at++)
+      jm->end[at] = j.end[i][m] - base;
+  }
+  for (int l = 0; l < j.n_local; l++) {
+    jm->join[l] = g_array_index(j.join, ps_time_t, l) - base;
+    jm->free[l] = g_array_index(j.free, ps_time_t, l) - base;
+  }
+  joint_free(&j);
+  PsCollFastShape *lead = r[0].shape;
+  int victim = 0;
+  for (int e = 0; e < JOINT_MEMO; e++)
+    if (!lead->joint[e] || (lead->joint[victim] && lead->joint[e]->used < lead->joint[victim]->used))
+      victim = e;
+  joint_memo_free(lead->joint[victim]);
+  lead->joint[victim] = jm;
+  jm->used = ++lead->clock;
+  return jm;
+}
+
+gboolean ps_coll_fast_joint_run(PsNetwork *net, PsCollJointRound *r, int k)
+{
+  if (k > JOINT_MAX)
+    return FALSE;
+  int n_all = 0;
+  for (int i = 0; i < k; i++) {
+    if (!r[i].shape->ok || !r[i].shape->one_hop)
+      return FALSE;
+    n_all += r[i].shape->g->n;
+  }
+  g_autofree ps_time_t *arrive = g_new(ps_time_t, n_all);
+  g_autofree uint64_t *ticket = g_new(uint64_t, n_all);
+  ps_time_t base;
+  uint64_t tbase;
+  joint_key(r, k, &base, &tbase, arrive, ticket);
+  JointMemo *jm = joint_find(r[0].shape, r, k, arrive, ticket, n_all);
+  if (!jm)
+    jm = joint_make(net, r, k, base, arrive, ticket, n_all);
+  g_autofree int *links = g_new(int, MAX(jm->n_local, 1));
+  for (int l = 0; l < jm->n_local; l++) {
+    int rep = jm->rep[l];
+    links[l] = r[rep >> JOINT_SLOT_BITS].links[rep & ((1 << JOINT_SLOT_BITS) - 1)];
+    if (!ps_network_link_quiet(net, links[l], base + jm->join[l]))
+      return FALSE;
+  }
+  for (int l = 0; l < jm->n_local; l++)
+    ps_network_book_link(net, links[l], base + jm->free[l], jm->bytes[l], jm->chunks[l],
+                         jm->busy[l]);
+  ps_network_count_messages(net, jm->messages);
+  for (int i = 0, at = 0; i < k; i++)
+    for (int m = 0; m < r[i].shape->g->n; m++, at++)
+      r[i].t[m] = base + jm->end[at];
+  return TRUE;
+}
+
+/* ---- the hub of a group's collectives ------------------------------- */
+
+PsCollHub *ps_coll_hub_new(void)
+{
+  PsCollHub *h = g_new0(PsCollHub, 1);
+  h->refs = 1;
+  h->parked = g_ptr_array_new();
+  return h;
+}
+
+void ps_coll_hub_unref(gpointer p)
+{
+  PsCollHub *h = p;
+  if (h && --h->refs == 0) {
+    g_ptr_array_free(h->parked, TRUE);
+    g_free(h);
+  }
 }
