@@ -27,8 +27,9 @@
  *   groups;
  * - /fastpath/joint: two collectives over one group (a large reduce-scatter
  *   and a small all-gather, as a sharded backward starts them together),
- *   each member arriving at both at the same moment, at times that differ
- *   between members: the two rounds are timed together (fastshared.c's
+ *   each member arriving at both at the same moment (or at B 1.5 us after
+ *   A), at times that differ between members: the two rounds are timed
+ *   together (fastshared.c's
  *   joint run, both counted as fast rounds) and every member of each ends,
  *   and every link carries, exactly as on the event path; a third
  *   collective of the group arriving later runs after them;
@@ -397,10 +398,11 @@ static void test_shared(void)
 }
 
 /* Three collectives over every device of topo, through one cache: A and
- * B arrive together (member m at offset m), C later; end times into done
+ * B arrive together (member m of B b_delay after member m of A), C later; end times into done
  * (3 x n), link statistics into link_bytes and link_busy. */
-static void joint_run(const char *topo, const char *algo, gboolean fast, ps_time_t *done,
-                      int64_t *link_bytes, ps_time_t *link_busy, uint64_t *fast_rounds)
+static void joint_run(const char *topo, const char *algo, ps_time_t b_delay, gboolean fast,
+                      ps_time_t *done, int64_t *link_bytes, ps_time_t *link_busy,
+                      uint64_t *fast_rounds)
 {
   NetFix f;
   netfix_init(&f, shorthand_topology(topo, NULL), INT64_C(1) << 16);
@@ -423,7 +425,7 @@ static void joint_run(const char *topo, const char *algo, gboolean fast, ps_time
   for (int m = 0; m < n; m++) {
     ps_time_t t = (ps_time_t)((m * 3) % 4) * 900000;
     ps_engine_at(f.engine, t, r[0].ev_arrive, (uint32_t)m, 0);
-    ps_engine_at(f.engine, t, r[1].ev_arrive, (uint32_t)m, 0);
+    ps_engine_at(f.engine, t + b_delay, r[1].ev_arrive, (uint32_t)m, 0);
     ps_engine_at(f.engine, t + 200000000, r[2].ev_arrive, (uint32_t)m, 0);
   }
   ps_engine_run(f.engine, PS_TIME_NEVER);
@@ -436,15 +438,17 @@ static void test_joint(void)
 {
   const char *const cases[][2] = {{"torus:4x4", "multiring"}, {"ring:8", "bidir"},
                                   {"torus:4x4x2", "torus"}};
-  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+  for (size_t i = 0; i < 2 * G_N_ELEMENTS(cases); i++) {
+    const char *topo = cases[i / 2][0], *algo = cases[i / 2][1];
+    ps_time_t b_delay = i % 2 ? 1500000 : 0;
     ps_time_t ev[3 * 64] = {0}, fa[3 * 64] = {0}, be[512] = {0}, bf[512] = {0};
     int64_t ye[512] = {0}, yf[512] = {0};
     uint64_t rounds_ev, rounds_fa;
-    joint_run(cases[i][0], cases[i][1], FALSE, ev, ye, be, &rounds_ev);
-    joint_run(cases[i][0], cases[i][1], TRUE, fa, yf, bf, &rounds_fa);
+    joint_run(topo, algo, b_delay, FALSE, ev, ye, be, &rounds_ev);
+    joint_run(topo, algo, b_delay, TRUE, fa, yf, bf, &rounds_fa);
     if (g_test_verbose())
-      g_printerr("%s %s: %" G_GUINT64_FORMAT " fast rounds\n", cases[i][0], cases[i][1],
-                 rounds_fa);
+      g_printerr("%s %s, B %.1f us later: %" G_GUINT64_FORMAT " fast rounds\n", topo, algo,
+                 ps_time_to_s(b_delay) * 1e6, rounds_fa);
     g_assert_cmpuint(rounds_ev, ==, 0);
     g_assert_cmpuint(rounds_fa, >=, 2);
     for (int m = 0; m < 3 * 64; m++)

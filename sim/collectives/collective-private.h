@@ -206,6 +206,11 @@ gboolean ps_coll_fast_shape_links(const PsCollFastShape *s, const PsCollGroup *g
 gboolean ps_coll_fast_shape_quiet(const PsCollFastShape *s, const int *links, ps_time_t first);
 gboolean ps_coll_fast_shape_run(PsCollFastShape *s, const int *links, ps_time_t first,
                                 ps_time_t *t);
+/* The earliest any member would end were the round booked now alone
+ * (sharing its links never makes a member end sooner), PS_TIME_NEVER if a
+ * link has something still to join it. */
+ps_time_t ps_coll_fast_shape_first_end(PsCollFastShape *s, const int *links, ps_time_t first,
+                                       const ps_time_t *t);
 
 /* Rounds parked at once on links they share (fastshared.c): each round's
  * shape (usable), its links (ps_coll_fast_shape_links), its members'
@@ -231,11 +236,17 @@ gboolean ps_coll_fast_joint_run(PsNetwork *net, PsCollJointRound *r, int k);
  * for their order. */
 typedef struct PsCollHub {
   int refs;
+  int collectives;        /* of the group */
   GPtrArray *parked;      /* PsCollective * */
   uint64_t tickets;
 } PsCollHub;
+/* A hub with no reference and no collective; a collective joins it
+ * (adding one of each) and leaves it (dropping both, and its parked round;
+ * the hub is freed with its last reference). */
 PsCollHub *ps_coll_hub_new(void);
 void ps_coll_hub_unref(gpointer hub);
+PsCollHub *ps_coll_hub_join(PsCollHub *hub);
+void ps_coll_hub_leave(PsCollHub *hub, gpointer collective);
 
 /* Plans shared between groups that are translations of each other
  * (shape.c).  A shape is the key: the spec, the chunk, the members' cores

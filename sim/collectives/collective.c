@@ -649,10 +649,9 @@ static gboolean fast_shape_fits(PsCollective *c)
           memcmp(c->g.dev, sh->g.dev, sizeof(int) * (size_t)c->g.n) == 0);
 }
 
-/* Whether round r may be tried on the fast path at all: timing only, no
- * observer or trace that wants every message, the round after one whose
- * members have all arrived, a group the sweep can time (the shape's, else
- * the group's own). */
+/* Whether round r may be tried on the fast path: timing only, no observer
+ * or trace that wants every message, the round after one whose members
+ * have all arrived, a sweep that can time it (the shape's, else its own). */
 static gboolean fast_may_try(PsCollective *c, const Member *m)
 {
   if (!c->fast_on || m->buf || c->msg_fn || ps_network_is_traced(c->net) ||
@@ -670,8 +669,7 @@ static gboolean fast_may_try(PsCollective *c, const Member *m)
   return ps_coll_fast_usable(c->fast, NULL);
 }
 
-/* The first arrival's test: every link the round will use quiet (see
- * fastshared.c and fastpath.c for what each sweep asks). */
+/* The first arrival's test (fastshared.c's or fastpath.c's). */
 static gboolean fast_quiet_first(PsCollective *c, ps_time_t now)
 {
   if (!c->fast_shared)
@@ -701,8 +699,8 @@ static gboolean fast_book(PsCollective *c)
   return TRUE;
 }
 
-/* The parked round is decided: booked (one event per member ends it) or,
- * if its links were used meanwhile, run as events from now. */
+/* The parked round is booked (an event per member ends it) or run as
+ * events from now (its links were used meanwhile). */
 static void fast_finish(PsCollective *c, gboolean booked)
 {
   c->fast_pending = FALSE;
@@ -715,12 +713,10 @@ static void fast_finish(PsCollective *c, gboolean booked)
   }
   c->fast_rounds++;
   c->busy += c->g.n;
-  for (int i = 0; i < c->g.n; i++)
-    ps_engine_at(c->engine, c->arrival[i], c->ev_fast_done, (uint32_t)i,
-                 (uint64_t)c->fast_round);
+  for (int i = 0; i < c->g.n; i++) /* (not before now: sharing links delays) */
+    ps_engine_at(c->engine, MAX(c->arrival[i], ps_engine_now(c->engine)), c->ev_fast_done,
+                 (uint32_t)i, (uint64_t)c->fast_round);
 }
-
-static void fast_decide_alone(PsCollective *c) { fast_finish(c, fast_book(c)); }
 
 /* The last member of a parked round arrived while other rounds of the
  * group were parked: at the end of that moment, the rounds of the group
@@ -747,19 +743,37 @@ static void on_fast_decide(PsEngine *engine, const PsEvent *ev, void *ctx)
       fast_finish(g_ptr_array_index(party, i), TRUE);
   } else {
     for (guint i = 0; i < party->len; i++)
-      fast_decide_alone(g_ptr_array_index(party, i));
+      fast_finish(g_ptr_array_index(party, i), fast_book(g_ptr_array_index(party, i)));
   }
   g_free(r);
   g_ptr_array_free(party, TRUE);
 }
 
-/* Member mi has arrived for its round.  The round's first arrival decides:
- * if every link the round will use is quiet then, its members are parked
- * (nothing sent) until the last arrives; then, if the links are still
- * quiet, the sweep books the whole round and one event per member ends it;
- * if something else has used them meanwhile, the parked members start now,
- * as events (they waited for the group).  TRUE when the member is parked
- * or the round is done with. */
+/* When to decide a round whose last member has arrived: now if other
+ * rounds of the group are parked and have all arrived too, or if the
+ * group has no other collective; else when the first of its members could
+ * end, in case other rounds of the group come by then (they would share
+ * its links). */
+static ps_time_t fast_decide_at(PsCollective *c, ps_time_t now)
+{
+  gboolean waiting = FALSE, ready = FALSE;
+  for (guint i = 0; i < c->hub->parked->len; i++) {
+    const PsCollective *o = g_ptr_array_index(c->hub->parked, i);
+    waiting |= o->fast_arrived < o->g.n;
+    ready |= o != c && o->fast_arrived == o->g.n;
+  }
+  if (c->hub->collectives < 2 || (ready && !waiting))
+    return now;
+  ps_time_t t =
+      ps_coll_fast_shape_first_end(c->sh->fast, c->fast_links, c->fast_first, c->arrival);
+  return t == PS_TIME_NEVER ? now : MAX(now, t);
+}
+
+/* Member mi has arrived.  If the round's links pass the first arrival's
+ * test, its members are parked (nothing sent) until the last arrives and
+ * the round is decided (fast_decide_at): booked by a sweep, alone or with
+ * the group's other parked rounds, or run as events from then if its links
+ * were used meanwhile.  TRUE when the member is parked or done with. */
 static gboolean fast_park(PsCollective *c, int mi)
 {
   Member *m = &c->members[mi];
@@ -785,10 +799,11 @@ static gboolean fast_park(PsCollective *c, int mi)
   c->ticket[mi] = c->hub->tickets++;
   if (c->fast_arrived < c->g.n)
     return TRUE;
-  if (c->fast_shared && c->hub->parked->len > 1)
-    ps_engine_at(c->engine, now, c->ev_fast_decide, 0, (uint64_t)c->fast_round);
+  if (c->fast_shared)
+    ps_engine_at(c->engine, fast_decide_at(c, now), c->ev_fast_decide, 0,
+                 (uint64_t)c->fast_round);
   else
-    fast_decide_alone(c);
+    fast_finish(c, fast_book(c));
   return TRUE;
 }
 
@@ -1018,16 +1033,13 @@ static gboolean attach_plan(PsCollective *c, const PsCollSpec *spec, const PsCol
 /* The hub of g's devices: the cache's, else a new one. */
 static PsCollHub *hub_for(PsCollCache *cache, const PsCollGroup *g)
 {
-  if (!cache)
-    return ps_coll_hub_new();
   g_autoptr(GBytes) key = g_bytes_new(g->dev, sizeof(int) * (size_t)g->n);
-  PsCollHub *h = g_hash_table_lookup(cache->hubs, key);
-  if (!h) {
-    h = ps_coll_hub_new();
+  PsCollHub *h = cache ? g_hash_table_lookup(cache->hubs, key) : NULL;
+  if (!h && (h = ps_coll_hub_new()) && cache) {
+    h->refs++; /* the cache's */
     g_hash_table_insert(cache->hubs, g_bytes_ref(key), h);
   }
-  h->refs++;
-  return h;
+  return ps_coll_hub_join(h);
 }
 
 PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
@@ -1107,9 +1119,7 @@ void ps_collective_free(PsCollective *c)
   g_free(c->arrival);
   g_free(c->fast_links);
   g_free(c->ticket);
-  if (c->hub)
-    g_ptr_array_remove(c->hub->parked, c);
-  ps_coll_hub_unref(c->hub);
+  ps_coll_hub_leave(c->hub, c);
   ps_coll_shared_unref(c->sh);
   group_clear(&c->g);
   g_free(c);

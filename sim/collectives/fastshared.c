@@ -61,8 +61,9 @@ typedef struct {
 /* One sweep: arrive == NULL while the entry is empty. */
 typedef struct {
   ps_time_t *arrive;         /* per member, relative to the first arrival */
-  ps_time_t *end;            /* per member, relative to the same */
-  ps_time_t *join;           /* per slot: when the round's first chunk joins it */
+  ps_time_t *prior;          /* per slot: when its lane frees before the round (>= 0) */
+  ps_time_t *end;            /* per member, relative to the first arrival */
+  ps_time_t *join, *last;    /* per slot: when the round's first and last chunks join it */
   ps_time_t *free;           /* per slot: when its lane frees after the round */
   uint64_t used;             /* the clock when last used */
 } Memo;
@@ -77,12 +78,13 @@ typedef struct {
 #define JOINT_SLOT_BITS 20
 #define JOINT_MEMO 8
 typedef struct {
-  int k, n_all, n_local;
+  int k, n_all, n_local, n_slots;
   PsCollFastShape *shape[JOINT_MAX];
   ps_time_t *arrive, *end;   /* n_all: the rounds' members one after another */
   uint64_t *ticket;
+  ps_time_t *prior;          /* n_slots: the rounds' slots' lane free times before */
   int *rep;                  /* per link: round << JOINT_SLOT_BITS | slot */
-  ps_time_t *join, *free, *busy;
+  ps_time_t *join, *last, *free, *busy;
   int64_t *bytes, *chunks;
   uint64_t messages, used;
 } JointMemo;
@@ -112,13 +114,16 @@ struct PsCollFastShape {
   Memo *sweeping;            /* the entry a sweep under way fills */
   JointMemo *joint[JOINT_MEMO]; /* joint runs of parties this shape leads */
   ps_time_t *acc, *rel;      /* scratch, per member */
+  ps_time_t *prior;          /* scratch, per slot */
 };
 
 static void memo_clear(Memo *mo)
 {
   g_free(mo->arrive);
   g_free(mo->end);
+  g_free(mo->prior);
   g_free(mo->join);
+  g_free(mo->last);
   g_free(mo->free);
   memset(mo, 0, sizeof *mo);
 }
@@ -130,8 +135,10 @@ static void joint_memo_free(JointMemo *jm)
   g_free(jm->arrive);
   g_free(jm->end);
   g_free(jm->ticket);
+  g_free(jm->prior);
   g_free(jm->rep);
   g_free(jm->join);
+  g_free(jm->last);
   g_free(jm->free);
   g_free(jm->busy);
   g_free(jm->bytes);
@@ -282,6 +289,7 @@ static inline ps_time_t take(PsCollFastShape *s, Memo *mo, int k, int64_t cb, ps
   ps_time_t ser = ps_network_chunk_time(net, s->base[k], cb);
   if (at < mo->join[k])
     mo->join[k] = at;
+  mo->last[k] = MAX(mo->last[k], at);
   mo->free[k] = ps_time_add(start, ser);
   s->bytes[k] += cb;
   s->chunks[k]++;
@@ -310,6 +318,7 @@ static ps_time_t book(void *ctx, const int *r, int h, int64_t bytes, ps_time_t t
     ps_time_t start = mo->free[k] > t ? mo->free[k] : t;
     if (t < mo->join[k])
       mo->join[k] = t;
+    mo->last[k] = MAX(mo->last[k], t);
     mo->free[k] = start + sum;
     s->bytes[k] += bytes;
     s->chunks[k] += n_chunks;
@@ -336,7 +345,8 @@ static void sweep(PsCollFastShape *s, Memo *mo)
   const PsCollGroup *g = s->g;
   for (int k = 0; k < s->n_slots; k++) {
     mo->join[k] = PS_TIME_NEVER;
-    mo->free[k] = 0;
+    mo->last[k] = 0;
+    mo->free[k] = mo->prior[k];
     s->bytes[k] = s->chunks[k] = 0;
     s->busy[k] = 0;
   }
@@ -352,7 +362,9 @@ static void memo_alloc(const PsCollFastShape *s, Memo *mo)
 {
   mo->arrive = g_new0(ps_time_t, s->g->n);
   mo->end = g_new(ps_time_t, s->g->n);
+  mo->prior = g_new0(ps_time_t, s->n_slots);
   mo->join = g_new(ps_time_t, s->n_slots);
+  mo->last = g_new(ps_time_t, s->n_slots);
   mo->free = g_new(ps_time_t, s->n_slots);
 }
 
@@ -375,6 +387,8 @@ static void analyse(PsCollFastShape *s)
   s->one_hop = TRUE;
   for (int k = 0; k < s->pr.peer_at[s->g->n]; k++)
     s->one_hop &= s->pr.hops[k] == 1;
+  g_free(s->prior);
+  s->prior = g_new0(ps_time_t, s->n_slots);
   memo_alloc(s, &s->idle);
   sweep(s, &s->idle);
   s->ok = TRUE;
@@ -388,6 +402,7 @@ PsCollFastShape *ps_coll_fast_shape_new(const PsCollGroup *g, const PsCollAlgo *
                          .chunk = ps_network_chunk_bytes(g->net), .version = UINT64_MAX};
   s->acc = g_new(ps_time_t, g->n);
   s->rel = g_new(ps_time_t, g->n);
+  s->prior = NULL;
   return s;
 }
 
@@ -398,6 +413,7 @@ void ps_coll_fast_shape_free(PsCollFastShape *s)
   analysis_clear(s);
   g_free(s->acc);
   g_free(s->rel);
+  g_free(s->prior);
   g_free(s);
 }
 
@@ -435,34 +451,44 @@ gboolean ps_coll_fast_shape_links(const PsCollFastShape *s, const PsCollGroup *g
   return TRUE;
 }
 
-/* Every link free by the time the round's first chunk joins it, at
- * `first` + join[k], with nothing still to join it. */
-static gboolean quiet(const PsCollFastShape *s, const Memo *mo, const int *links,
-                      ps_time_t first)
+/* Whether the round may join link at t behind what the link carries:
+ * nothing in flight is still to join it, and its lane is free by then or
+ * all it carries was booked by this path with its last join before t
+ * (any time at all when `any`: the first arrival's test, before the
+ * round's joins are known). */
+static gboolean joinable(PsNetwork *net, int link, ps_time_t t, gboolean any)
 {
-  for (int k = 0; k < s->n_slots; k++)
-    if (!ps_network_link_quiet(s->g->net, links[k], ps_time_add(first, mo->join[k])))
-      return FALSE;
-  return TRUE;
+  ps_time_t free, booked;
+  return ps_network_link_state(net, link, &free, &booked) &&
+         (free <= t || (booked != PS_TIME_NEVER && (any || booked < t)));
 }
 
 gboolean ps_coll_fast_shape_quiet(const PsCollFastShape *s, const int *links, ps_time_t first)
 {
   g_return_val_if_fail(s->ok, FALSE);
-  return quiet(s, &s->idle, links, first);
+  for (int k = 0; k < s->n_slots; k++)
+    if (!joinable(s->g->net, links[k], ps_time_add(first, s->idle.join[k]), TRUE))
+      return FALSE;
+  return TRUE;
 }
 
 /* The sweep for the arrivals in s->rel: the idle one, a memo entry, or a
  * new sweep in place of the entry least recently used. */
+static gboolean memo_is(const PsCollFastShape *s, const Memo *mo)
+{
+  return mo->arrive && memcmp(mo->arrive, s->rel, sizeof(ps_time_t) * (size_t)s->g->n) == 0 &&
+         memcmp(mo->prior, s->prior, sizeof(ps_time_t) * (size_t)s->n_slots) == 0;
+}
+
 static Memo *memo_find(PsCollFastShape *s)
 {
   size_t size = sizeof(ps_time_t) * (size_t)s->g->n;
-  if (memcmp(s->idle.arrive, s->rel, size) == 0)
+  if (memo_is(s, &s->idle))
     return &s->idle;
   Memo *victim = &s->memo[0];
   for (int i = 0; i < MEMO_SIZE; i++) {
     Memo *mo = &s->memo[i];
-    if (mo->arrive && memcmp(mo->arrive, s->rel, size) == 0) {
+    if (memo_is(s, mo)) {
       mo->used = ++s->clock;
       return mo;
     }
@@ -472,24 +498,56 @@ static Memo *memo_find(PsCollFastShape *s)
   if (!victim->arrive)
     memo_alloc(s, victim);
   memcpy(victim->arrive, s->rel, size);
+  memcpy(victim->prior, s->prior, sizeof(ps_time_t) * (size_t)s->n_slots);
   sweep(s, victim);
   victim->used = ++s->clock;
   return victim;
+}
+
+/* The sweep for arrivals t on links as they are now, or NULL if a link
+ * has something still to join it. */
+static const Memo *sweep_for(PsCollFastShape *s, const int *links, ps_time_t first,
+                             const ps_time_t *t)
+{
+  for (int m = 0; m < s->g->n; m++)
+    s->rel[m] = t[m] - first;
+  for (int k = 0; k < s->n_slots; k++) {
+    ps_time_t free, booked;
+    if (!ps_network_link_state(s->g->net, links[k], &free, &booked))
+      return NULL;
+    s->prior[k] = MAX(free - first, 0);
+  }
+  return memo_find(s);
+}
+
+ps_time_t ps_coll_fast_shape_first_end(PsCollFastShape *s, const int *links, ps_time_t first,
+                                       const ps_time_t *t)
+{
+  g_return_val_if_fail(s->ok && s->version == ps_network_routes_version(s->g->net),
+                       PS_TIME_NEVER);
+  const Memo *mo = sweep_for(s, links, first, t);
+  if (!mo)
+    return PS_TIME_NEVER;
+  ps_time_t end = PS_TIME_NEVER;
+  for (int m = 0; m < s->g->n; m++)
+    end = MIN(end, mo->end[m]);
+  return ps_time_add(first, end);
 }
 
 gboolean ps_coll_fast_shape_run(PsCollFastShape *s, const int *links, ps_time_t first,
                                 ps_time_t *t)
 {
   g_return_val_if_fail(s->ok && s->version == ps_network_routes_version(s->g->net), FALSE);
-  for (int m = 0; m < s->g->n; m++)
-    s->rel[m] = t[m] - first;
-  const Memo *mo = memo_find(s);
-  if (!quiet(s, mo, links, first))
-    return FALSE;
   PsNetwork *net = s->g->net;
+  const Memo *mo = sweep_for(s, links, first, t);
+  if (!mo)
+    return FALSE;
+  for (int k = 0; k < s->n_slots; k++)
+    if (!joinable(net, links[k], ps_time_add(first, mo->join[k]), FALSE))
+      return FALSE;
   for (int k = 0; k < s->n_slots; k++)
     ps_network_book_link(net, links[k], ps_time_add(first, mo->free[k]), s->bytes[k],
-                         s->chunks[k], s->busy[k]);
+                         s->chunks[k], s->busy[k], ps_time_add(first, mo->last[k]));
   ps_network_count_messages(net, s->messages);
   for (int m = 0; m < s->g->n; m++)
     t[m] = ps_time_add(first, mo->end[m]);
@@ -507,7 +565,7 @@ typedef struct {
   GHashTable *local;         /* real link -> local index + 1 */
   int n_local;
   GArray *link, *rep;        /* int per local link: the real link; round << 20 | slot */
-  GArray *free, *join, *busy; /* ps_time_t per local link */
+  GArray *free, *join, *ljoin, *busy; /* ps_time_t per local link (ljoin: last join) */
   GArray *bytes, *chunks;    /* int64_t per local link */
   int **slot_local;          /* per round and slot: the local link */
   int **step;                /* per round and member */
@@ -538,6 +596,7 @@ static int joint_local(Joint *j, int round, int slot)
   g_array_append_val(j->rep, rep);
   g_array_append_val(j->free, zero);
   g_array_append_val(j->join, never);
+  g_array_append_val(j->ljoin, zero);
   g_array_append_val(j->busy, zero);
   g_array_append_val(j->bytes, none);
   g_array_append_val(j->chunks, none);
@@ -558,6 +617,7 @@ static ps_time_t joint_send(Joint *j, int l, int64_t chunk, int64_t bytes, ps_ti
   ps_time_t start = *free > t ? *free : t;
   if (t < *join)
     *join = t;
+  g_array_index(j->ljoin, ps_time_t, l) = MAX(g_array_index(j->ljoin, ps_time_t, l), t);
   *free = start + sum;
   g_array_index(j->bytes, int64_t, l) += bytes;
   g_array_index(j->chunks, int64_t, l) += n;
@@ -625,7 +685,8 @@ static void joint_free(Joint *j)
   g_free(j->last);
   g_free(j->early);
   g_hash_table_destroy(j->local);
-  GArray *arrays[] = {j->link, j->rep, j->free, j->join, j->busy, j->bytes, j->chunks};
+  GArray *arrays[] = {j->link, j->rep,   j->free,  j->join,
+                      j->ljoin, j->busy, j->bytes, j->chunks};
   for (size_t i = 0; i < G_N_ELEMENTS(arrays); i++)
     if (arrays[i])
       g_array_free(arrays[i], TRUE);
@@ -636,6 +697,7 @@ static void joint_init(Joint *j, PsNetwork *net, PsCollJointRound *r, int k)
 {
   *j = (Joint){r, k, net, g_hash_table_new(NULL, NULL), 0,
                g_array_new(FALSE, FALSE, sizeof(int)), g_array_new(FALSE, FALSE, sizeof(int)),
+               g_array_new(FALSE, FALSE, sizeof(ps_time_t)),
                g_array_new(FALSE, FALSE, sizeof(ps_time_t)),
                g_array_new(FALSE, FALSE, sizeof(ps_time_t)),
                g_array_new(FALSE, FALSE, sizeof(ps_time_t)),
@@ -685,34 +747,51 @@ static void joint_loop(Joint *j)
   }
 }
 
-/* The party's key: arrivals and their order relative to the earliest. */
-static void joint_key(const PsCollJointRound *r, int k, ps_time_t *base, uint64_t *tbase,
-                      ps_time_t *arrive, uint64_t *ticket)
+/* The party's key: arrivals, their order and the links' lane free times,
+ * relative to the earliest arrival; FALSE if a link has something still
+ * to join it. */
+typedef struct {
+  int n_all, n_slots;
+  ps_time_t base;
+  ps_time_t *arrive, *prior;
+  uint64_t *ticket;
+} JointKey;
+
+static gboolean joint_key(PsNetwork *net, const PsCollJointRound *r, int k, JointKey *key)
 {
-  *base = PS_TIME_NEVER;
-  *tbase = UINT64_MAX;
+  key->base = PS_TIME_NEVER;
+  uint64_t tbase = UINT64_MAX;
   for (int i = 0; i < k; i++)
     for (int m = 0; m < r[i].shape->g->n; m++) {
-      *base = MIN(*base, r[i].t[m]);
-      *tbase = MIN(*tbase, r[i].ticket[m]);
+      key->base = MIN(key->base, r[i].t[m]);
+      tbase = MIN(tbase, r[i].ticket[m]);
     }
   for (int i = 0, at = 0; i < k; i++)
     for (int m = 0; m < r[i].shape->g->n; m++, at++) {
-      arrive[at] = r[i].t[m] - *base;
-      ticket[at] = r[i].ticket[m] - *tbase;
+      key->arrive[at] = r[i].t[m] - key->base;
+      key->ticket[at] = r[i].ticket[m] - tbase;
     }
+  for (int i = 0, at = 0; i < k; i++)
+    for (int sl = 0; sl < r[i].shape->n_slots; sl++, at++) {
+      ps_time_t free, booked;
+      if (!ps_network_link_state(net, r[i].links[sl], &free, &booked))
+        return FALSE;
+      key->prior[at] = MAX(free - key->base, 0);
+    }
+  return TRUE;
 }
 
 static JointMemo *joint_find(PsCollFastShape *lead, const PsCollJointRound *r, int k,
-                             const ps_time_t *arrive, const uint64_t *ticket, int n_all)
+                             const JointKey *key)
 {
   for (int e = 0; e < JOINT_MEMO; e++) {
     JointMemo *jm = lead->joint[e];
-    gboolean same = jm && jm->k == k && jm->n_all == n_all;
+    gboolean same = jm && jm->k == k && jm->n_all == key->n_all && jm->n_slots == key->n_slots;
     for (int i = 0; same && i < k; i++)
       same = jm->shape[i] == r[i].shape;
-    if (same && memcmp(jm->arrive, arrive, sizeof(ps_time_t) * (size_t)n_all) == 0 &&
-        memcmp(jm->ticket, ticket, sizeof(uint64_t) * (size_t)n_all) == 0) {
+    if (same && memcmp(jm->arrive, key->arrive, sizeof(ps_time_t) * (size_t)key->n_all) == 0 &&
+        memcmp(jm->ticket, key->ticket, sizeof(uint64_t) * (size_t)key->n_all) == 0 &&
+        memcmp(jm->prior, key->prior, sizeof(ps_time_t) * (size_t)key->n_slots) == 0) {
       jm->used = ++lead->clock;
       return jm;
     }
@@ -720,36 +799,47 @@ static JointMemo *joint_find(PsCollFastShape *lead, const PsCollJointRound *r, i
   return NULL;
 }
 
+static ps_time_t *rel_times(GArray *a, ps_time_t base)
+{
+  ps_time_t *out = (ps_time_t *)(void *)a->data;
+  for (guint l = 0; l < a->len; l++)
+    out[l] -= base;
+  return (ps_time_t *)g_array_free(a, FALSE);
+}
+
 /* The run of the party, as a new memo entry (in place of the least
  * recently used). */
-static JointMemo *joint_make(PsNetwork *net, PsCollJointRound *r, int k, ps_time_t base,
-                             ps_time_t *arrive, uint64_t *ticket, int n_all)
+static JointMemo *joint_make(PsNetwork *net, PsCollJointRound *r, int k, const JointKey *key)
 {
   Joint j;
   joint_init(&j, net, r, k);
+  for (int i = 0, at = 0; i < k; i++)
+    for (int sl = 0; sl < r[i].shape->n_slots; sl++, at++)
+      g_array_index(j.free, ps_time_t, j.slot_local[i][sl]) = key->base + key->prior[at];
   joint_loop(&j);
   JointMemo *jm = g_new0(JointMemo, 1);
-  *jm = (JointMemo){k, n_all, j.n_local, {NULL}, g_memdup2(arrive, sizeof(ps_time_t) * (size_t)n_all),
-                    g_new(ps_time_t, n_all), g_memdup2(ticket, sizeof(uint64_t) * (size_t)n_all),
-                    (int *)g_array_free(j.rep, FALSE), g_new(ps_time_t, j.n_local),
-                    g_new(ps_time_t, j.n_local), (ps_time_t *)g_array_free(j.busy, FALSE),
+  *jm = (JointMemo){k, key->n_all, j.n_local, key->n_slots, {NULL},
+                    g_memdup2(key->arrive, sizeof(ps_time_t) * (size_t)key->n_all),
+                    g_new(ps_time_t, key->n_all),
+                    g_memdup2(key->ticket, sizeof(uint64_t) * (size_t)key->n_all),
+                    g_memdup2(key->prior, sizeof(ps_time_t) * (size_t)key->n_slots),
+                    (int *)g_array_free(j.rep, FALSE), rel_times(j.join, key->base),
+                    rel_times(j.ljoin, key->base), rel_times(j.free, key->base),
+                    (ps_time_t *)g_array_free(j.busy, FALSE),
                     (int64_t *)g_array_free(j.bytes, FALSE),
                     (int64_t *)g_array_free(j.chunks, FALSE), j.messages, 0};
-  j.rep = j.busy = j.bytes = j.chunks = NULL;
+  j.rep = j.join = j.ljoin = j.free = j.busy = j.bytes = j.chunks = NULL;
   for (int i = 0, at = 0; i < k; i++) {
     jm->shape[i] = r[i].shape;
     for (int m = 0; m < r[i].shape->g->n; m++, at++)
-      jm->end[at] = j.end[i][m] - base;
-  }
-  for (int l = 0; l < j.n_local; l++) {
-    jm->join[l] = g_array_index(j.join, ps_time_t, l) - base;
-    jm->free[l] = g_array_index(j.free, ps_time_t, l) - base;
+      jm->end[at] = j.end[i][m] - key->base;
   }
   joint_free(&j);
   PsCollFastShape *lead = r[0].shape;
   int victim = 0;
   for (int e = 0; e < JOINT_MEMO; e++)
-    if (!lead->joint[e] || (lead->joint[victim] && lead->joint[e]->used < lead->joint[victim]->used))
+    if (!lead->joint[e] ||
+        (lead->joint[victim] && lead->joint[e]->used < lead->joint[victim]->used))
       victim = e;
   joint_memo_free(lead->joint[victim]);
   lead->joint[victim] = jm;
@@ -761,30 +851,32 @@ gboolean ps_coll_fast_joint_run(PsNetwork *net, PsCollJointRound *r, int k)
 {
   if (k > JOINT_MAX)
     return FALSE;
-  int n_all = 0;
+  JointKey key = {0, 0, 0, NULL, NULL, NULL};
   for (int i = 0; i < k; i++) {
     if (!r[i].shape->ok || !r[i].shape->one_hop)
       return FALSE;
-    n_all += r[i].shape->g->n;
+    key.n_all += r[i].shape->g->n;
+    key.n_slots += r[i].shape->n_slots;
   }
-  g_autofree ps_time_t *arrive = g_new(ps_time_t, n_all);
-  g_autofree uint64_t *ticket = g_new(uint64_t, n_all);
-  ps_time_t base;
-  uint64_t tbase;
-  joint_key(r, k, &base, &tbase, arrive, ticket);
-  JointMemo *jm = joint_find(r[0].shape, r, k, arrive, ticket, n_all);
+  g_autofree ps_time_t *arrive = key.arrive = g_new(ps_time_t, key.n_all);
+  g_autofree uint64_t *ticket = key.ticket = g_new(uint64_t, key.n_all);
+  g_autofree ps_time_t *prior = key.prior = g_new(ps_time_t, MAX(key.n_slots, 1));
+  if (!joint_key(net, r, k, &key))
+    return FALSE;
+  JointMemo *jm = joint_find(r[0].shape, r, k, &key);
   if (!jm)
-    jm = joint_make(net, r, k, base, arrive, ticket, n_all);
+    jm = joint_make(net, r, k, &key);
+  ps_time_t base = key.base;
   g_autofree int *links = g_new(int, MAX(jm->n_local, 1));
   for (int l = 0; l < jm->n_local; l++) {
     int rep = jm->rep[l];
     links[l] = r[rep >> JOINT_SLOT_BITS].links[rep & ((1 << JOINT_SLOT_BITS) - 1)];
-    if (!ps_network_link_quiet(net, links[l], base + jm->join[l]))
+    if (!joinable(net, links[l], base + jm->join[l], FALSE))
       return FALSE;
   }
   for (int l = 0; l < jm->n_local; l++)
     ps_network_book_link(net, links[l], base + jm->free[l], jm->bytes[l], jm->chunks[l],
-                         jm->busy[l]);
+                         jm->busy[l], base + jm->last[l]);
   ps_network_count_messages(net, jm->messages);
   for (int i = 0, at = 0; i < k; i++)
     for (int m = 0; m < r[i].shape->g->n; m++, at++)
@@ -797,7 +889,6 @@ gboolean ps_coll_fast_joint_run(PsNetwork *net, PsCollJointRound *r, int k)
 PsCollHub *ps_coll_hub_new(void)
 {
   PsCollHub *h = g_new0(PsCollHub, 1);
-  h->refs = 1;
   h->parked = g_ptr_array_new();
   return h;
 }
@@ -809,4 +900,20 @@ void ps_coll_hub_unref(gpointer p)
     g_ptr_array_free(h->parked, TRUE);
     g_free(h);
   }
+}
+
+PsCollHub *ps_coll_hub_join(PsCollHub *h)
+{
+  h->refs++;
+  h->collectives++;
+  return h;
+}
+
+void ps_coll_hub_leave(PsCollHub *h, gpointer collective)
+{
+  if (!h)
+    return;
+  g_ptr_array_remove(h->parked, collective);
+  h->collectives--;
+  ps_coll_hub_unref(h);
 }
