@@ -115,6 +115,7 @@ struct PsCollFastShape {
   JointMemo *joint[JOINT_MEMO]; /* joint runs of parties this shape leads */
   ps_time_t *acc, *rel;      /* scratch, per member */
   ps_time_t *prior;          /* scratch, per slot */
+  ps_time_t *lane, *booked;  /* scratch, per slot: ps_network_link_state's */
 };
 
 static void memo_clear(Memo *mo)
@@ -388,7 +389,11 @@ static void analyse(PsCollFastShape *s)
   for (int k = 0; k < s->pr.peer_at[s->g->n]; k++)
     s->one_hop &= s->pr.hops[k] == 1;
   g_free(s->prior);
+  g_free(s->lane);
+  g_free(s->booked);
   s->prior = g_new0(ps_time_t, s->n_slots);
+  s->lane = g_new(ps_time_t, s->n_slots);
+  s->booked = g_new(ps_time_t, s->n_slots);
   memo_alloc(s, &s->idle);
   sweep(s, &s->idle);
   s->ok = TRUE;
@@ -402,7 +407,7 @@ PsCollFastShape *ps_coll_fast_shape_new(const PsCollGroup *g, const PsCollAlgo *
                          .chunk = ps_network_chunk_bytes(g->net), .version = UINT64_MAX};
   s->acc = g_new(ps_time_t, g->n);
   s->rel = g_new(ps_time_t, g->n);
-  s->prior = NULL;
+  s->prior = s->lane = s->booked = NULL;
   return s;
 }
 
@@ -414,6 +419,8 @@ void ps_coll_fast_shape_free(PsCollFastShape *s)
   g_free(s->acc);
   g_free(s->rel);
   g_free(s->prior);
+  g_free(s->lane);
+  g_free(s->booked);
   g_free(s);
 }
 
@@ -512,10 +519,9 @@ static const Memo *sweep_for(PsCollFastShape *s, const int *links, ps_time_t fir
   for (int m = 0; m < s->g->n; m++)
     s->rel[m] = t[m] - first;
   for (int k = 0; k < s->n_slots; k++) {
-    ps_time_t free, booked;
-    if (!ps_network_link_state(s->g->net, links[k], &free, &booked))
+    if (!ps_network_link_state(s->g->net, links[k], &s->lane[k], &s->booked[k]))
       return NULL;
-    s->prior[k] = MAX(free - first, 0);
+    s->prior[k] = MAX(s->lane[k] - first, 0);
   }
   return memo_find(s);
 }
@@ -542,9 +548,11 @@ gboolean ps_coll_fast_shape_run(PsCollFastShape *s, const int *links, ps_time_t 
   const Memo *mo = sweep_for(s, links, first, t);
   if (!mo)
     return FALSE;
-  for (int k = 0; k < s->n_slots; k++)
-    if (!joinable(net, links[k], ps_time_add(first, mo->join[k]), FALSE))
-      return FALSE;
+  for (int k = 0; k < s->n_slots; k++) {
+    ps_time_t at = ps_time_add(first, mo->join[k]);
+    if (s->lane[k] > at && (s->booked[k] == PS_TIME_NEVER || s->booked[k] >= at))
+      return FALSE; /* joinable(), from what sweep_for read */
+  }
   for (int k = 0; k < s->n_slots; k++)
     ps_network_book_link(net, links[k], ps_time_add(first, mo->free[k]), s->bytes[k],
                          s->chunks[k], s->busy[k], ps_time_add(first, mo->last[k]));
