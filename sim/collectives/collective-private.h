@@ -247,6 +247,14 @@ PsCollHub *ps_coll_hub_new(void);
 void ps_coll_hub_unref(gpointer hub);
 PsCollHub *ps_coll_hub_join(PsCollHub *hub);
 void ps_coll_hub_leave(PsCollHub *hub, gpointer collective);
+/* A table of hubs by their devices (ps_coll_hub_for's), and the hub of
+ * the group dev[0..n) in it (made if missing; hubs NULL: a hub of its
+ * own), joined. */
+GHashTable *ps_coll_hubs_new(void);
+PsCollHub *ps_coll_hub_for(GHashTable *hubs, const int *dev, int n);
+/* Members 0..n-1 into order, by end time (raised to now if earlier),
+ * then index. */
+void ps_coll_fast_end_order(ps_time_t *end, int n, ps_time_t now, int *order);
 
 /* Plans shared between groups that are translations of each other
  * (shape.c).  A shape is the key: the spec, the chunk, the members' cores

@@ -114,6 +114,7 @@ struct PsCollective {
   gboolean fast_shared;   /* the round tried takes its shape's sweep (fastshared.c) */
   int *fast_links;        /* the parked round's links, one per slot of the shape */
   uint64_t *ticket;       /* per member: its arrival's place in the hub's order */
+  int *done_order;        /* the members of the round booked last, by end then index */
   PsCollHub *hub;         /* the group's parked rounds (see fast_decide) */
   uint32_t ev_fast_decide;
   uint64_t fast_rounds;   /* rounds run by the fast path */
@@ -623,16 +624,22 @@ static void on_done(PsEngine *engine, const PsEvent *ev, void *ctx)
 /* ---- the fast path --------------------------------------------------- */
 
 /* A member of a round the fast path ran ends now. */
+/* Members done_order[target .. arg) of a round the fast path ran end now,
+ * in member order, as one event each scheduled in that order would. */
 static void on_fast_done(PsEngine *engine, const PsEvent *ev, void *ctx)
 {
   PsCollective *c = ctx;
-  Member *m = &c->members[ev->target];
-  m->step = m->n_steps;
-  m->active = FALSE;
-  m->finished++;
-  c->busy -= 2; /* the member and its event */
-  if (m->done)
-    m->done(m->ctx, (int)ev->target, ps_engine_now(engine));
+  c->busy--; /* the event */
+  for (uint32_t i = ev->target; i < (uint32_t)ev->arg.u; i++) {
+    int mi = c->done_order[i];
+    Member *m = &c->members[mi];
+    m->step = m->n_steps;
+    m->active = FALSE;
+    m->finished++;
+    c->busy--;
+    if (m->done)
+      m->done(m->ctx, mi, ps_engine_now(engine));
+  }
   members_rest(c);
 }
 
@@ -660,6 +667,7 @@ static gboolean fast_may_try(PsCollective *c, const Member *m)
   if (!c->arrival) {
     c->arrival = g_new(ps_time_t, c->g.n);
     c->ticket = g_new(uint64_t, c->g.n);
+    c->done_order = g_new(int, c->g.n);
   }
   c->fast_shared = fast_shape_fits(c);
   if (c->fast_shared)
@@ -712,10 +720,15 @@ static void fast_finish(PsCollective *c, gboolean booked)
     return;
   }
   c->fast_rounds++;
-  c->busy += c->g.n;
-  for (int i = 0; i < c->g.n; i++) /* (not before now: sharing links delays) */
-    ps_engine_at(c->engine, MAX(c->arrival[i], ps_engine_now(c->engine)), c->ev_fast_done,
-                 (uint32_t)i, (uint64_t)c->fast_round);
+  /* an event per end time, for its members in member order */
+  ps_coll_fast_end_order(c->arrival, c->g.n, ps_engine_now(c->engine), c->done_order);
+  for (int i = 0, j; i < c->g.n; i = j) {
+    for (j = i + 1; j < c->g.n && c->arrival[c->done_order[j]] == c->arrival[c->done_order[i]];)
+      j++;
+    c->busy++;
+    ps_engine_at(c->engine, c->arrival[c->done_order[i]], c->ev_fast_done, (uint32_t)i,
+                 (uint64_t)j);
+  }
 }
 
 /* The last member of a parked round arrived while other rounds of the
@@ -874,16 +887,13 @@ static void entry_free(gpointer p)
   g_free(e);
 }
 
-static void bytes_unref(gpointer b) { g_bytes_unref(b); }
-
 PsCollCache *ps_coll_cache_new(void)
 {
   PsCollCache *cache = g_new0(PsCollCache, 1);
   cache->entries = g_hash_table_new_full(entry_hash, entry_equal, entry_free, NULL);
   cache->shapes = g_hash_table_new_full(ps_coll_shape_hash, ps_coll_shape_equal,
                                         ps_coll_shape_free, ps_coll_shared_unref);
-  cache->hubs = g_hash_table_new_full(g_bytes_hash, g_bytes_equal,
-                                      bytes_unref, ps_coll_hub_unref);
+  cache->hubs = ps_coll_hubs_new();
   return cache;
 }
 
@@ -1030,18 +1040,6 @@ static gboolean attach_plan(PsCollective *c, const PsCollSpec *spec, const PsCol
   return TRUE;
 }
 
-/* The hub of g's devices: the cache's, else a new one. */
-static PsCollHub *hub_for(PsCollCache *cache, const PsCollGroup *g)
-{
-  g_autoptr(GBytes) key = g_bytes_new(g->dev, sizeof(int) * (size_t)g->n);
-  PsCollHub *h = cache ? g_hash_table_lookup(cache->hubs, key) : NULL;
-  if (!h && (h = ps_coll_hub_new()) && cache) {
-    h->refs++; /* the cache's */
-    g_hash_table_insert(cache->hubs, g_bytes_ref(key), h);
-  }
-  return ps_coll_hub_join(h);
-}
-
 PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
                                        PsCollCache *cache, GError **error)
 {
@@ -1095,7 +1093,7 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
   ps_engine_set_prefetch(c->engine, c->ev_arrive, arrive_prefetch);
   c->ev_fast_done = ps_engine_register(c->engine, "collective-fast-done", on_fast_done, c);
   c->ev_fast_decide = ps_engine_register(c->engine, "collective-fast-decide", on_fast_decide, c);
-  c->hub = hub_for(cache, &c->g);
+  c->hub = ps_coll_hub_for(cache ? cache->hubs : NULL, c->g.dev, c->g.n);
   c->fast_on = FALSE;
   c->fast_round = -1;
   c->events_round = -1;
@@ -1119,6 +1117,7 @@ void ps_collective_free(PsCollective *c)
   g_free(c->arrival);
   g_free(c->fast_links);
   g_free(c->ticket);
+  g_free(c->done_order);
   ps_coll_hub_leave(c->hub, c);
   ps_coll_shared_unref(c->sh);
   group_clear(&c->g);

@@ -925,3 +925,39 @@ void ps_coll_hub_leave(PsCollHub *h, gpointer collective)
   h->collectives--;
   ps_coll_hub_unref(h);
 }
+
+static void bytes_unref(gpointer b) { g_bytes_unref(b); }
+
+GHashTable *ps_coll_hubs_new(void)
+{
+  return g_hash_table_new_full(g_bytes_hash, g_bytes_equal, bytes_unref, ps_coll_hub_unref);
+}
+
+PsCollHub *ps_coll_hub_for(GHashTable *hubs, const int *dev, int n)
+{
+  g_autoptr(GBytes) key = g_bytes_new(dev, sizeof(int) * (size_t)n);
+  PsCollHub *h = hubs ? g_hash_table_lookup(hubs, key) : NULL;
+  if (!h && (h = ps_coll_hub_new()) && hubs) {
+    h->refs++; /* the table's */
+    g_hash_table_insert(hubs, g_bytes_ref(key), h);
+  }
+  return ps_coll_hub_join(h);
+}
+
+/* ---- the order members end in ---------------------------------------- */
+
+static gint by_end(gconstpointer a, gconstpointer b, gpointer end)
+{
+  const ps_time_t *t = end;
+  int x = *(const int *)a, y = *(const int *)b;
+  return t[x] != t[y] ? (t[x] > t[y]) - (t[x] < t[y]) : (x > y) - (x < y);
+}
+
+void ps_coll_fast_end_order(ps_time_t *end, int n, ps_time_t now, int *order)
+{
+  for (int i = 0; i < n; i++) {
+    end[i] = MAX(end[i], now); /* (never earlier: sharing links only delays) */
+    order[i] = i;
+  }
+  g_qsort_with_data(order, n, sizeof(int), by_end, (gpointer)end);
+}
