@@ -28,10 +28,10 @@
  * own yz plane: the fast path books a request's 256 (or 16) translated
  * groups from one sweep, and times together the reduce-scatter and gather
  * that a group's backward runs at once, so the step (2983.784 ms, the
- * event path's to the picosecond) is 16.8 M events, 9.8-11 s of CPU beside
- * other jobs and 700 MiB (the event path: 242 M events, 84 s of CPU, 590
- * MiB; the fast path before its sweeps were shared: 75.9 M events, 50 s,
- * 1.27 GiB).  With PODSIM_BENCH_FULL=1 in the environment also that step
+ * event path's to the picosecond) is 9.4 M events, 9.2-12.4 s of CPU and
+ * 8.3-11.8 s of wall time beside other jobs, under 600 MiB (the event path:
+ * 242 M events, 84 s of CPU, 590 MiB; the fast path before its sweeps were
+ * shared: 75.9 M events, 50 s, 1.27 GiB).  With PODSIM_BENCH_FULL=1 in the environment also that step
  * on the event path, and tensor 8 x fsdp 512 on the same slice (global
  * batch 1024), which splits x between the axes (tensor the inner 8 of x,
  * fsdp its outer 2 with y and z, as create_device_mesh does only with
