@@ -271,11 +271,11 @@ gboolean ps_coll_shape_equal(gconstpointer a, gconstpointer b);
 
 typedef struct {
   int refs;
+  PsCollFastShape *fast;   /* the fast path's sweep, NULL until a round tries it */
   PsCollGroup g;           /* the first group's (devices copied, grid tables owned) */
   const PsCollAlgo *algo;
   PsCollPlan *plan;        /* made on g */
   char *why;
-  PsCollFastShape *fast;   /* NULL until a collective of the shape tries it */
 } PsCollShared;
 /* A shared plan for group g, with no algorithm yet: takes g's grid tables,
  * which g then borrows. */
