@@ -28,8 +28,9 @@
  * own yz plane: the fast path books a request's 256 (or 16) translated
  * groups from one sweep, and times together the reduce-scatter and gather
  * that a group's backward runs at once, so the step (2983.784 ms, the
- * event path's to the picosecond) is 9.4 M events, 9.2-12.4 s of CPU and
- * 8.3-11.8 s of wall time beside other jobs, under 600 MiB (the event path:
+ * event path's to the picosecond) is 9.4 M events, 8.6-9.1 s of wall time
+ * and 9.5-9.9 s of CPU at load 1.5 (up to 12.4 s of CPU beside heavier
+ * jobs), under 600 MiB (the event path:
  * 242 M events, 84 s of CPU, 590 MiB; the fast path before its sweeps were
  * shared: 75.9 M events, 50 s, 1.27 GiB).  With PODSIM_BENCH_FULL=1 in the environment also that step
  * on the event path, and tensor 8 x fsdp 512 on the same slice (global
