@@ -283,6 +283,26 @@ PsCollShared *ps_coll_shared_new(PsCollGroup *g);
 PsCollShared *ps_coll_shared_ref(PsCollShared *sh);
 void ps_coll_shared_unref(gpointer sh);
 
+/* The cache (cache.c): "auto"'s choice for a spec, the shared plans by
+ * shape, the hubs by devices. */
+struct PsCollCache {
+  GHashTable *entries; /* CacheEntry -> itself, hashed on the spec and members */
+  GHashTable *shapes;  /* PsCollShape -> PsCollShared (a reference) */
+  GHashTable *hubs;    /* GBytes of the devices -> PsCollHub (a reference) */
+};
+typedef struct {
+  const PsCollAlgo *algo;
+  int variant;    /* of algo's plan (PsCollParams.variant), 0 if none */
+  const char *why;
+} PsCollChoice;
+/* The choice made for spec and chunk before, or NULL (cache may be NULL).
+ * (transfer none) */
+const PsCollChoice *ps_coll_cache_find(const PsCollCache *cache, const PsCollSpec *spec,
+                                       int64_t chunk);
+/* Records the choice for spec and chunk (why copied). */
+void ps_coll_cache_add(PsCollCache *cache, const PsCollSpec *spec, int64_t chunk,
+                       const PsCollAlgo *algo, int variant, const char *why);
+
 /* The all-reduce over every link of a torus at once (multiring.c). */
 extern const PsCollAlgo ps_coll_multiring_algo;
 

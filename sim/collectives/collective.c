@@ -841,97 +841,6 @@ static char *format_s(double s)
   return g_strdup_printf("%.3f us", s * 1e6);
 }
 
-/* "auto"'s choices so far: a spec (its members copied) and the algorithm
- * its predictions picked, with the reason. */
-typedef struct {
-  PsCollSpec spec;
-  int *members;
-  int64_t chunk;
-  const PsCollAlgo *algo;
-  int variant;    /* of algo's plan (PsCollParams.variant), 0 if none */
-  char *why;
-} CacheEntry;
-
-struct PsCollCache {
-  GHashTable *entries; /* CacheEntry -> itself, hashed on the spec and members */
-  GHashTable *shapes;  /* PsCollShape -> PsCollShared (a reference) */
-  GHashTable *hubs;    /* GBytes of the devices -> PsCollHub (a reference) */
-};
-
-static guint entry_hash(gconstpointer p)
-{
-  const CacheEntry *e = p;
-  guint h = (guint)e->spec.op * 31u + (guint)e->spec.n_members;
-  h = h * 31u + (guint)(e->spec.count ^ (e->spec.count >> 32));
-  h = h * 31u + (guint)e->spec.elem_bytes * 7u + (guint)e->spec.root;
-  h = h * 31u + (guint)(e->chunk ^ (e->chunk >> 32));
-  for (int i = 0; i < e->spec.n_members; i++)
-    h = h * 31u + (guint)e->members[i];
-  return h;
-}
-
-static gboolean entry_equal(gconstpointer pa, gconstpointer pb)
-{
-  const CacheEntry *a = pa, *b = pb;
-  return a->spec.op == b->spec.op && a->spec.count == b->spec.count &&
-         a->spec.elem_bytes == b->spec.elem_bytes && a->spec.root == b->spec.root &&
-         a->chunk == b->chunk && a->spec.n_members == b->spec.n_members &&
-         memcmp(a->members, b->members, sizeof(int) * (size_t)a->spec.n_members) == 0;
-}
-
-static void entry_free(gpointer p)
-{
-  CacheEntry *e = p;
-  g_free(e->members);
-  g_free(e->why);
-  g_free(e);
-}
-
-PsCollCache *ps_coll_cache_new(void)
-{
-  PsCollCache *cache = g_new0(PsCollCache, 1);
-  cache->entries = g_hash_table_new_full(entry_hash, entry_equal, entry_free, NULL);
-  cache->shapes = g_hash_table_new_full(ps_coll_shape_hash, ps_coll_shape_equal,
-                                        ps_coll_shape_free, ps_coll_shared_unref);
-  cache->hubs = ps_coll_hubs_new();
-  return cache;
-}
-
-void ps_coll_cache_free(PsCollCache *cache)
-{
-  if (!cache)
-    return;
-  g_hash_table_destroy(cache->entries);
-  g_hash_table_destroy(cache->shapes);
-  g_hash_table_destroy(cache->hubs);
-  g_free(cache);
-}
-
-guint ps_coll_cache_plans(const PsCollCache *cache)
-{
-  return g_hash_table_size(cache->shapes);
-}
-
-static const CacheEntry *cache_find(const PsCollCache *cache, const PsCollSpec *spec,
-                                    int64_t chunk)
-{
-  if (!cache)
-    return NULL;
-  CacheEntry key = {*spec, (int *)spec->devices, chunk, NULL, 0, NULL};
-  return g_hash_table_lookup(cache->entries, &key);
-}
-
-static void cache_add(PsCollCache *cache, const PsCollSpec *spec, const PsCollective *c)
-{
-  CacheEntry *e = g_new(CacheEntry, 1);
-  *e = (CacheEntry){*spec, g_memdup2(spec->devices, sizeof(int) * (size_t)spec->n_members),
-                    c->p.chunk_bytes, c->algo,
-                    c->algo->variant ? c->algo->variant(c->plan) : 0, g_strdup(c->why)};
-  e->spec.devices = NULL;
-  e->spec.algo = NULL;
-  g_hash_table_add(cache->entries, e);
-}
-
 /* "auto": predicts every algorithm of the table that can run op on the
  * group and keeps the fastest (the first of equals), with its plan and the
  * reason. */
@@ -974,7 +883,7 @@ PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError *
 static gboolean choose_plan(PsCollective *c, const PsCollSpec *spec, const PsCollAlgo *chosen,
                             const char *name, PsCollCache *cache, GError **error)
 {
-  const CacheEntry *hit = NULL;
+  const PsCollChoice *hit = NULL;
   if (chosen) {
     const char *why = chosen->unsupported(&c->sh->g, spec->op);
     if (why) {
@@ -986,7 +895,7 @@ static gboolean choose_plan(PsCollective *c, const PsCollSpec *spec, const PsCol
     c->algo = chosen;
     c->plan = chosen->plan_new(&c->sh->g, &c->p);
     c->why = g_strdup(chosen->summary);
-  } else if ((hit = cache_find(cache, spec, c->p.chunk_bytes))) {
+  } else if ((hit = ps_coll_cache_find(cache, spec, c->p.chunk_bytes))) {
     /* the same group, operation and size as an earlier collective: the
      * same plan, without choosing it again */
     c->algo = hit->algo;
@@ -997,7 +906,8 @@ static gboolean choose_plan(PsCollective *c, const PsCollSpec *spec, const PsCol
   } else {
     pick_fastest(c, spec->op);
     if (cache)
-      cache_add(cache, spec, c);
+      ps_coll_cache_add(cache, spec, c->p.chunk_bytes, c->algo,
+                        c->algo->variant ? c->algo->variant(c->plan) : 0, c->why);
   }
   c->sh->algo = c->algo;
   c->sh->plan = c->plan;

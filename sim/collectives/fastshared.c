@@ -11,36 +11,41 @@
  * offset of the chip it leaves from member 0's chip, and its dimension and
  * direction (or its two cores); slot k of another group is that link moved
  * with its member 0.  The sweep runs on the slots, each a one-lane link
- * that starts idle, with the figures of the first group's link.
+ * with the figures of the first group's link.
  *
- * Why the links' earlier state may be left out.  A round is taken only
- * where, on each of its links, nothing is still to join (no message in
- * flight) and the lane is free by the time the round's first chunk joins
- * that link (ps_network_link_quiet at that time): the round's chunks then
- * start on every link exactly when they would on an idle one, and an event
- * run would have given them the same lanes at the same times (everything
- * before them on the link has joined earlier and left).  This is weaker
- * than fastpath.c's test (free by the round's first arrival), and exact for
- * the same reasons.  So a round's member end times and what it leaves on
- * each link (when the lane frees, bytes, chunks, busy time) are functions
- * of its members' arrival times relative to the first one's, and a small
- * memo of sweeps keyed on them serves every group that arrives alike.  The
- * first arrival's test, before the others are known, takes the times at
- * which each link's first chunk would join if every member arrived then
- * (every time in the sweep only grows with the arrivals), so a round that
- * passes it fails the last test only where other traffic came meanwhile.
+ * When a link's earlier state matters.  A round is taken only where, on
+ * each of its links, nothing is still to join (no message in flight) and
+ * either the lane is free by the time the round's first chunk joins that
+ * link, or all the link carries was booked by this path with its last
+ * chunk joining before then (hw/network.h's ps_network_link_state): an
+ * event run would then have given the round's chunks the same places in
+ * the link's queue, behind everything that joined earlier.  The sweep
+ * starts each slot from its lane's free time relative to the round's first
+ * arrival (0 when free by then), so a round's member end times and what it
+ * leaves on each link (when the lane frees, first and last joins, bytes,
+ * chunks, busy time) are functions of its members' relative arrival times
+ * and those free times, and a small memo of sweeps keyed on them serves
+ * every group that arrives alike.  This is weaker than fastpath.c's test
+ * (every lane free by the round's first arrival), and exact for the same
+ * reasons.  The first arrival's test, before the others are known, takes
+ * the joins of every member arriving then (every time in the sweep only
+ * grows with the arrivals) and lets a link booked this way pass; the last
+ * test, with the true joins, fails only where other traffic came meanwhile
+ * or a booked chunk joins after the round's.
  *
  * Rounds that share links.  The rounds of one group's collectives that are
  * parked at once (a sharded backward starts a layer's gradient
  * reduce-scatter and the next layer's weight gather together, over the same
  * links) cannot be swept one after the other: their chunks interleave on
- * the links.  When every member of each has arrived by the same moment,
- * the joint run times them together as the events would, member step by
- * member step in time order (the step's arrivals in the order they were
- * scheduled, the members' arrivals in the order they came), on one-hop
- * routes whose messages ps_network_send_link books whole; it is kept like
- * the sweeps, for the party's shapes and relative arrivals, and booked
- * under the same test.
+ * the links.  A round whose members have all arrived waits (collective.c's
+ * fast_decide_at) until the first of its members could end, in case the
+ * group's other rounds arrive by then; those that have are timed together
+ * by the joint run, as the events would, member step by member step in
+ * time order (the step's arrivals in the order they were scheduled, the
+ * members' arrivals in the order they came), on one-hop routes whose
+ * messages ps_network_send_link books whole; it is kept like the sweeps,
+ * for the party's shapes, relative arrivals and links' free times, and
+ * booked under the same test.
  * Invariant: an analysis is valid for the routes version it was made with;
  * a memo entry is the sweep of exactly its relative arrival times, and a
  * round booked from it changes each link as fastpath.c's sweep (and so the
