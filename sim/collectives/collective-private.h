@@ -34,6 +34,13 @@ typedef struct {
   gboolean grid_borrowed; /* grid_pos and at belong to a shared plan's group */
 } PsCollGroup;
 
+/* A group of the n devices, or FALSE and a PS_INPUT_ERROR (no member, a
+ * device out of range or listed twice); cleared by ps_coll_group_clear
+ * (group.c). */
+gboolean ps_coll_group_init(PsCollGroup *g, PsNetwork *net, const int *devices, int n,
+                            GError **error);
+void ps_coll_group_clear(PsCollGroup *g);
+
 typedef enum { PS_XFER_ADD, PS_XFER_COPY } PsXferOp;
 
 /* One message of a step: elements [off, off + len) of the sender's buffer
