@@ -24,23 +24,37 @@
  * tensor 8 x fsdp 64 on tpu-v4-1024 (512 devices), full rematerialization,
  * 2 sequences per device (global batch 128: at 4 a device's saved layer
  * inputs and recompute peak exceed its 32 GiB), in a child process
- * (15.2 M events, 3.1 s and 94 MiB on a quiet machine); with
- * PODSIM_BENCH_FULL=1 in the environment also at tensor 8 x fsdp 512 on
- * tpu-v4-8192 (4,096 devices, global batch 1024): 1.97 G events, 161 s of
- * wall time (12.4 M events/s) and 740 MiB on a quiet machine (the code
- * before: 2.19 G events, 220 s, 5.0 GiB; with the vocabulary split over
- * the tensor axis, 1.91 G events, 184 s, 650 MiB).  Its memory is within target
- * since translated groups share one plan and a collective at rest keeps no
- * member state; its time is not, and cannot be while every chunk is timed
- * exactly: fsdp takes the outer 2 of x (tensor the inner 8), so each fsdp
- * group's x phase sends half way round x, 8 hops over links that three
- * other tensor ranks' groups cross the same way at the same time (and each
- * tensor ring's closing edge runs 7 hops back along its line); chunks that
- * share a link need an event at every hop (96% of the events of the same
- * layout on a 16x4x4 torus, docs/shard.md).
- * Targets: the v4-8192 step in at most 2 s of wall time and 1 GiB; the
- * 16-slice v5e step in at most 5 s and 1 GiB; the GPT-3 step on v4-8192
- * in at most 10 s and 2 GiB.
+ * (15.2 M events, 3.1 s and 94 MiB on a quiet machine).
+ * Then the same model on the largest v4 slice, tpu-v4-8192 (16x16x16
+ * chips, 4,096 megacore devices), at tensor 16 x fsdp 256 (global batch
+ * 512, 2 sequences per device), with collective.fast_path=true: the layout
+ * jax's mesh_utils.create_device_mesh makes without
+ * allow_split_physical_axes, which gives each mesh axis whole physical axes
+ * (tensor the innermost, x, all 16 of it; fsdp y and z), so that no two
+ * groups' collectives cross the same links.  Each tensor all-reduce is then
+ * a ring of its own x line and each fsdp collective a multiring over its
+ * own yz plane: the fast path books a request's 256 (or 16) translated
+ * groups from one sweep, and times together the reduce-scatter and gather
+ * that a group's backward runs at once, so the step (2983.784 ms, the
+ * event path's to the picosecond) is 9.4 M events, 8.6-9.1 s of wall time
+ * and 9.5-9.9 s of CPU at load 1.5 (up to 12.4 s of CPU beside heavier
+ * jobs), under 600 MiB (the event path:
+ * 242 M events, 84 s of CPU, 590 MiB; the fast path before its sweeps were
+ * shared: 75.9 M events, 50 s, 1.27 GiB).  With PODSIM_BENCH_FULL=1 in the environment also that step
+ * on the event path, and tensor 8 x fsdp 512 on the same slice (global
+ * batch 1024), which splits x between the axes (tensor the inner 8 of x,
+ * fsdp its outer 2 with y and z, as create_device_mesh does only with
+ * allow_split_physical_axes): 1.91 G events, 184 s of wall time and 650
+ * MiB on a quiet machine (the code before: 2.19 G events, 220 s, 5.0 GiB).
+ * There each fsdp group's x phase sends half way round x, 8 hops over links
+ * that three other tensor ranks' groups cross the same way at the same
+ * time (and each tensor ring's closing edge runs 7 hops back along its
+ * line): chunks that share a link between groups need an event at every
+ * hop (96% of the events of the same layout on a 16x4x4 torus,
+ * docs/shard.md), and no sweep of one group stands for them.
+ * Targets: the BERT v4-8192 step in at most 2 s of wall time and 1 GiB;
+ * the 16-slice v5e step in at most 5 s and 1 GiB; the GPT-3 step on
+ * v4-8192 in at most 10 s and 2 GiB.
  * Usage: bench_step [KEY=VALUE...] (from the source tree): each KEY=VALUE
  * is one more override of every run, e.g. collective.fast_path=true.  With
  * PODSIM_BENCH_ONLY=TEXT in the environment only the runs whose label
@@ -175,10 +189,18 @@ int main(int argc, char **argv)
       "model=gpt3-175b", "topology=tpu-v4-1024", "strategy.mesh.tensor=8",
       "strategy.mesh.fsdp=64", "strategy.mesh.data=1", "strategy.rematerialize=full",
       "global_batch=128", "steps=1", "steps_per_run=1", NULL});
-  if (g_strcmp0(g_getenv("PODSIM_BENCH_FULL"), "1") == 0)
+#define GPT3_T16 "model=gpt3-175b", "topology=tpu-v4-8192", "strategy.mesh.tensor=16", \
+      "strategy.mesh.fsdp=256", "strategy.mesh.data=1", "strategy.rematerialize=full", \
+      "global_batch=512", "steps=1", "steps_per_run=1"
+  rc |= bench_apart(&extra, "gpt3-175b t16 x fsdp256 v4-8192 fast", shard,
+                    (const char *const[]){GPT3_T16, "collective.fast_path=true", NULL});
+  if (g_strcmp0(g_getenv("PODSIM_BENCH_FULL"), "1") == 0) {
+    rc |= bench_apart(&extra, "gpt3-175b t16 x fsdp256 v4-8192 events", shard,
+                      (const char *const[]){GPT3_T16, NULL});
     rc |= bench_apart(&extra, "gpt3-175b t8 x fsdp512 v4-8192", shard, (const char *const[]){
         "model=gpt3-175b", "topology=tpu-v4-8192", "strategy.mesh.tensor=8",
         "strategy.mesh.fsdp=512", "strategy.mesh.data=1", "strategy.rematerialize=full",
         "global_batch=1024", "steps=1", "steps_per_run=1", NULL});
+  }
   return rc;
 }

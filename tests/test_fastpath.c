@@ -18,6 +18,21 @@
  *   ends no later than the first's end plus its own time alone; every link
  *   carries the same bytes as on the event path; and the run is the same
  *   twice over;
+ * - /fastpath/shared: the groups of one request (every row of an 8x8
+ *   torus, every xy-plane of a 4x4x4 one), made through one cache so that
+ *   translated groups share a plan and its sweep (fastshared.c), run at
+ *   once with arrival times that repeat from group to group and differ
+ *   between them: every member ends, and every link carries, exactly as on
+ *   the event path; every round took the fast path, with fewer plans than
+ *   groups;
+ * - /fastpath/joint: two collectives over one group (a large reduce-scatter
+ *   and a small all-gather, as a sharded backward starts them together),
+ *   each member arriving at both at the same moment (or at B 1.5 us after
+ *   A), at times that differ between members: the two rounds are timed
+ *   together (fastshared.c's
+ *   joint run, both counted as fast rounds) and every member of each ends,
+ *   and every link carries, exactly as on the event path; a third
+ *   collective of the group arriving later runs after them;
  * - /fastpath/experiment: collective.fast_path=true on a data-parallel
  *   BERT-large step whose one gradient all-reduce starts after backward
  *   (nothing overlaps it) gives the same step time as the event path with
@@ -287,6 +302,167 @@ static void test_contended(void)
   g_assert_cmpint(bf2, ==, bf);
 }
 
+/* After a run of k collectives of n members each: every member done; the
+ * links' bytes and busy times; the collectives freed.  Returns their fast
+ * rounds. */
+static uint64_t rounds_end(NetFix *f, Round *r, int k, int n, int64_t *link_bytes,
+                           ps_time_t *link_busy)
+{
+  uint64_t fast_rounds = 0;
+  for (int i = 0; i < k; i++) {
+    g_assert_cmpint(r[i].n_done, ==, n);
+    fast_rounds += ps_collective_fast_rounds(r[i].c);
+    ps_collective_free(r[i].c);
+  }
+  for (int l = 0; l < ps_network_n_links(f->net); l++) {
+    PsLinkInfo info = {0};
+    ps_network_link_info(f->net, l, &info);
+    link_bytes[l] = info.bytes;
+    link_busy[l] = info.busy;
+  }
+  return fast_rounds;
+}
+
+/* Groups of one request, run at once: group g's member m arrives at
+ * offset[(g % 3) * n + m] (so groups 0 and 3 arrive alike). */
+typedef struct {
+  const char *topo;
+  int line_dim;            /* 0: rows along x; 2: xy-planes, one per z */
+  const char *algo;
+  PsCollOp op;
+  int64_t bytes;
+} Shared;
+
+static void shared_run(const Shared *k, gboolean fast, ps_time_t *done, int64_t *link_bytes,
+                       ps_time_t *link_busy, uint64_t *fast_rounds, guint *plans)
+{
+  NetFix f;
+  netfix_init(&f, shorthand_topology(k->topo, NULL), INT64_C(1) << 16);
+  const PsGeometry *geo = ps_network_geometry(f.net);
+  int nx = ps_geometry_axis_extent(geo, 1), ny = ps_geometry_axis_extent(geo, 2);
+  int nz = ps_geometry_axis_extent(geo, 3);
+  int n_groups = k->line_dim == 0 ? ny * nz : nz, n = ps_network_devices(f.net) / n_groups;
+  PsCollCache *cache = ps_coll_cache_new();
+  Round *r = g_new0(Round, n_groups);
+  for (int g = 0; g < n_groups; g++) {
+    int devs[64];
+    for (int m = 0; m < n; m++) {
+      int c[PS_MAX_DIMS] = {m % nx, k->line_dim == 0 ? g % ny : m / nx,
+                            k->line_dim == 0 ? g / ny : g};
+      devs[m] = ps_network_chip_at(f.net, c);
+    }
+    PsCollSpec spec = {k->op, k->algo, devs, n, k->bytes, 2, 0};
+    GError *error = NULL;
+    r[g] = (Round){ps_collective_new_cached(f.net, &spec, cache, &error), done + g * n, 0, 0};
+    g_assert_no_error(error);
+    ps_collective_set_fast_path(r[g].c, fast);
+    r[g].ev_arrive = ps_engine_register(f.engine, "test-arrive", on_arrive, &r[g]);
+    for (int m = 0; m < n; m++)
+      ps_engine_at(f.engine, (ps_time_t)((g % 3) * ((m * 5) % 7)) * 700000, r[g].ev_arrive,
+                   (uint32_t)m, 0);
+  }
+  *plans = ps_coll_cache_plans(cache);
+  ps_engine_run(f.engine, PS_TIME_NEVER);
+  *fast_rounds = rounds_end(&f, r, n_groups, n, link_bytes, link_busy);
+  g_free(r);
+  ps_coll_cache_free(cache);
+  netfix_clear(&f);
+}
+
+static void test_shared(void)
+{
+  const Shared cases[] = {
+      {"torus:8x8", 0, "bidir", PS_COLL_ALL_REDUCE, 3 << 20},
+      {"torus:8x8", 0, "ring", PS_COLL_REDUCE_SCATTER, 1000003},
+      {"torus:4x4x4", 2, "multiring", PS_COLL_ALL_GATHER, 5 << 18},
+      {"torus:4x4x4", 2, "auto", PS_COLL_REDUCE_SCATTER, 7 << 18},
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    ps_time_t ev[64] = {0}, fa[64] = {0}, be[2048] = {0}, bf[2048] = {0};
+    int64_t ye[2048] = {0}, yf[2048] = {0};
+    uint64_t rounds_ev, rounds_fa;
+    guint plans, plans2;
+    shared_run(&cases[i], FALSE, ev, ye, be, &rounds_ev, &plans);
+    shared_run(&cases[i], TRUE, fa, yf, bf, &rounds_fa, &plans2);
+    int groups = strcmp(cases[i].topo, "torus:8x8") == 0 ? 8 : 4;
+    g_assert_cmpuint(rounds_ev, ==, 0);
+    g_assert_cmpuint(rounds_fa, ==, (uint64_t)groups);
+    g_assert_cmpuint(plans, <, (guint)groups);
+    for (int m = 0; m < 64; m++)
+      g_assert_cmpint(fa[m], ==, ev[m]);
+    for (int l = 0; l < 2048; l++) {
+      g_assert_cmpint(yf[l], ==, ye[l]);
+      g_assert_cmpint(bf[l], ==, be[l]);
+    }
+  }
+}
+
+/* Three collectives over every device of topo, through one cache: A and
+ * B arrive together (member m of B b_delay after member m of A), C later; end times into done
+ * (3 x n), link statistics into link_bytes and link_busy. */
+static void joint_run(const char *topo, const char *algo, ps_time_t b_delay, gboolean fast,
+                      ps_time_t *done, int64_t *link_bytes, ps_time_t *link_busy,
+                      uint64_t *fast_rounds)
+{
+  NetFix f;
+  netfix_init(&f, shorthand_topology(topo, NULL), INT64_C(1) << 16);
+  int n = ps_network_devices(f.net);
+  int devs[64];
+  for (int m = 0; m < n; m++)
+    devs[m] = m;
+  const PsCollOp ops[3] = {PS_COLL_REDUCE_SCATTER, PS_COLL_ALL_GATHER, PS_COLL_ALL_GATHER};
+  const int64_t bytes[3] = {3 << 20, 12345, 1 << 20};
+  PsCollCache *cache = ps_coll_cache_new();
+  Round r[3];
+  for (int k = 0; k < 3; k++) {
+    PsCollSpec spec = {ops[k], algo, devs, n, bytes[k], 2, 0};
+    GError *error = NULL;
+    r[k] = (Round){ps_collective_new_cached(f.net, &spec, cache, &error), done + k * n, 0, 0};
+    g_assert_no_error(error);
+    ps_collective_set_fast_path(r[k].c, fast);
+    r[k].ev_arrive = ps_engine_register(f.engine, "test-arrive", on_arrive, &r[k]);
+  }
+  for (int m = 0; m < n; m++) {
+    ps_time_t t = (ps_time_t)((m * 3) % 4) * 900000;
+    ps_engine_at(f.engine, t, r[0].ev_arrive, (uint32_t)m, 0);
+    ps_engine_at(f.engine, t + b_delay, r[1].ev_arrive, (uint32_t)m, 0);
+    ps_engine_at(f.engine, t + 200000000, r[2].ev_arrive, (uint32_t)m, 0);
+  }
+  ps_engine_run(f.engine, PS_TIME_NEVER);
+  *fast_rounds = rounds_end(&f, r, 3, n, link_bytes, link_busy);
+  ps_coll_cache_free(cache);
+  netfix_clear(&f);
+}
+
+static void test_joint(void)
+{
+  const char *const cases[][2] = {{"torus:4x4", "multiring"}, {"ring:8", "bidir"},
+                                  {"torus:4x4x2", "torus"}};
+  for (size_t i = 0; i < 2 * G_N_ELEMENTS(cases); i++) {
+    const char *topo = cases[i / 2][0], *algo = cases[i / 2][1];
+    ps_time_t b_delay = i % 2 ? 1500000 : 0;
+    ps_time_t ev[3 * 64] = {0}, fa[3 * 64] = {0}, be[512] = {0}, bf[512] = {0};
+    int64_t ye[512] = {0}, yf[512] = {0};
+    uint64_t rounds_ev, rounds_fa;
+    joint_run(topo, algo, b_delay, FALSE, ev, ye, be, &rounds_ev);
+    joint_run(topo, algo, b_delay, TRUE, fa, yf, bf, &rounds_fa);
+    if (g_test_verbose())
+      g_printerr("%s %s, B %.1f us later: %" G_GUINT64_FORMAT " fast rounds\n", topo, algo,
+                 ps_time_to_s(b_delay) * 1e6, rounds_fa);
+    g_assert_cmpuint(rounds_ev, ==, 0);
+    g_assert_cmpuint(rounds_fa, >=, 2);
+    for (int m = 0; m < 3 * 64; m++)
+      if (fa[m] != ev[m] && g_test_verbose())
+        g_printerr("  end %d: fast %" G_GINT64_FORMAT " events %" G_GINT64_FORMAT "\n", m, fa[m], ev[m]);
+    for (int m = 0; m < 3 * 64; m++)
+      g_assert_cmpint(fa[m], ==, ev[m]);
+    for (int l = 0; l < 512; l++) {
+      g_assert_cmpint(yf[l], ==, ye[l]);
+      g_assert_cmpint(bf[l], ==, be[l]);
+    }
+  }
+}
+
 static void step_of(const char *fast, double *step_s, uint64_t *events)
 {
   const char *ov[] = {"topology=tpu-v4-32", "strategy.replicas=16", "global_batch=64",
@@ -331,6 +507,8 @@ int main(int argc, char **argv)
   g_test_add_func("/fastpath/staggered", test_staggered);
   g_test_add_func("/fastpath/events-only", test_events_only);
   g_test_add_func("/fastpath/contended", test_contended);
+  g_test_add_func("/fastpath/shared", test_shared);
+  g_test_add_func("/fastpath/joint", test_joint);
   g_test_add_func("/fastpath/experiment", test_experiment);
   return g_test_run();
 }

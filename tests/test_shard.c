@@ -113,7 +113,7 @@ static void test_shared_programs(void)
   g_assert_cmpint(p->n_colls, >, p->n_slots); /* 4 groups per slot */
   for (int d = 0; d < p->n_devices; d++)
     for (int s = 0; s < p->n_slots; s++) {
-      int c = p->coll_of[d * p->n_slots + s];
+      int c = p->coll_of[s * p->n_devices + d];
       g_assert_cmpint(c, >=, 0);
       g_assert_cmpint(ps_plan_coll_member(p, c, d), >=, 0);
     }

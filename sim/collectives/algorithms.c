@@ -1109,3 +1109,21 @@ const PsCollAlgo *ps_coll_algo_find(const char *name)
       return ps_coll_algos[i];
   return NULL;
 }
+
+char **ps_coll_algo_names(void)
+{
+  GPtrArray *names = g_ptr_array_new();
+  for (int i = 0; ps_coll_algos[i]; i++)
+    g_ptr_array_add(names, g_strdup(ps_coll_algos[i]->name));
+  g_ptr_array_add(names, g_strdup("auto"));
+  g_ptr_array_add(names, NULL);
+  return (char **)g_ptr_array_free(names, FALSE);
+}
+
+const char *ps_coll_algo_summary(const char *name)
+{
+  if (strcmp(name, "auto") == 0)
+    return "the algorithm with the smallest closed-form prediction for this group";
+  const PsCollAlgo *a = ps_coll_algo_find(name);
+  return a ? a->summary : NULL;
+}

@@ -34,6 +34,13 @@ typedef struct {
   gboolean grid_borrowed; /* grid_pos and at belong to a shared plan's group */
 } PsCollGroup;
 
+/* A group of the n devices, or FALSE and a PS_INPUT_ERROR (no member, a
+ * device out of range or listed twice); cleared by ps_coll_group_clear
+ * (group.c). */
+gboolean ps_coll_group_init(PsCollGroup *g, PsNetwork *net, const int *devices, int n,
+                            GError **error);
+void ps_coll_group_clear(PsCollGroup *g);
+
 typedef enum { PS_XFER_ADD, PS_XFER_COPY } PsXferOp;
 
 /* One message of a step: elements [off, off + len) of the sender's buffer
@@ -143,6 +150,47 @@ const char *ps_coll_spans_slices(const PsCollGroup *g);
  * quiet from `since` on (hw/network.h).  ps_coll_fast_run: books the round
  * on the network with member m arriving at t[m], and leaves in t[m] the
  * time member m ends. */
+/* The peers each member sends to in a round and the routes to them, as
+ * the fast path's sweeps keep them: member m's are [peer_at[m],
+ * peer_at[m + 1]) of peer, route_at and hops, route k being hops[k]
+ * entries of routes from route_at[k] (link ids, or fastshared.c's slots). */
+typedef struct {
+  int *peer_at, *peer, *route_at, *hops, *routes;
+} PsCollPeers;
+
+static inline void ps_coll_peers_clear(PsCollPeers *p)
+{
+  g_clear_pointer(&p->peer_at, g_free);
+  g_clear_pointer(&p->peer, g_free);
+  g_clear_pointer(&p->route_at, g_free);
+  g_clear_pointer(&p->hops, g_free);
+  g_clear_pointer(&p->routes, g_free);
+}
+
+/* Member m's route to peer (one it sends to), *h entries. */
+static inline const int *ps_coll_peers_route(const PsCollPeers *p, int m, int peer, int *h)
+{
+  for (int k = p->peer_at[m]; k < p->peer_at[m + 1]; k++)
+    if (p->peer[k] == peer) {
+      *h = p->hops[k];
+      return p->routes + p->route_at[k];
+    }
+  g_assert_not_reached();
+  return NULL;
+}
+
+/* The sweep both fast paths run (fastpath.c): every step of every member
+ * in step order, member m's step s starting when its step s - 1 ended (at
+ * t[m] for s = 0), its sends booked by book(ctx, route, hops, bytes, at)
+ * (which returns the message's arrival), the step ending when it started
+ * and every message it receives has arrived; leaves in t[m] the time
+ * member m ends.  acc is scratch of n. */
+typedef ps_time_t (*PsCollBookFn)(void *ctx, const int *route, int hops, int64_t bytes,
+                                  ps_time_t at);
+void ps_coll_sweep(const PsCollAlgo *algo, const PsCollPlan *plan, int n, const int *n_steps,
+                   int max_steps, const PsCollPeers *pr, int elem_bytes, ps_time_t *t,
+                   ps_time_t *acc, PsCollBookFn book, void *ctx);
+
 typedef struct PsCollFast PsCollFast;
 PsCollFast *ps_coll_fast_new(const PsCollGroup *g, const PsCollAlgo *algo,
                              const PsCollPlan *plan, const PsCollParams *p);
@@ -150,6 +198,80 @@ void ps_coll_fast_free(PsCollFast *f);
 gboolean ps_coll_fast_usable(PsCollFast *f, const char **why_not);
 gboolean ps_coll_fast_quiet(const PsCollFast *f, ps_time_t since);
 void ps_coll_fast_run(PsCollFast *f, ps_time_t *t);
+
+/* The fast path shared by the groups of one shape (fastshared.c): the
+ * sweep made once on the first group's links as slots, which every group
+ * of the shape moves onto its own, and kept for the members' arrival times
+ * relative to the first.  ps_coll_fast_shape_usable: whether the sweep
+ * stands for the events (analysed once per routes version; FALSE where
+ * fastpath.c's sweep cannot, or a link has several lanes or is not ICI or
+ * on-chip, or the network has several slices).  ps_coll_fast_shape_links:
+ * group g's link for each of the ps_coll_fast_shape_slots slots (g of the
+ * shape, on a translation-symmetric network or g the first group itself),
+ * FALSE if one has none.  ps_coll_fast_shape_quiet: the first arrival's
+ * test, at `first`.  ps_coll_fast_shape_run: with member m arriving at
+ * t[m] (first the earliest), TRUE and the round booked on links, t[m] then
+ * its end; FALSE, nothing booked, when a link is not free by the time the
+ * round's first chunk joins it or something is still to join it. */
+typedef struct PsCollFastShape PsCollFastShape;
+PsCollFastShape *ps_coll_fast_shape_new(const PsCollGroup *g, const PsCollAlgo *algo,
+                                        const PsCollPlan *plan, const PsCollParams *p);
+void ps_coll_fast_shape_free(PsCollFastShape *s);
+gboolean ps_coll_fast_shape_usable(PsCollFastShape *s);
+int ps_coll_fast_shape_slots(const PsCollFastShape *s);
+gboolean ps_coll_fast_shape_links(const PsCollFastShape *s, const PsCollGroup *g, int *links);
+gboolean ps_coll_fast_shape_quiet(const PsCollFastShape *s, const int *links, ps_time_t first);
+gboolean ps_coll_fast_shape_run(PsCollFastShape *s, const int *links, ps_time_t first,
+                                ps_time_t *t);
+/* The earliest any member would end were the round booked now alone
+ * (sharing its links never makes a member end sooner), PS_TIME_NEVER if a
+ * link has something still to join it. */
+ps_time_t ps_coll_fast_shape_first_end(PsCollFastShape *s, const int *links, ps_time_t first,
+                                       const ps_time_t *t);
+
+/* Rounds parked at once on links they share (fastshared.c): each round's
+ * shape (usable), its links (ps_coll_fast_shape_links), its members'
+ * arrival times (in) and end times (out), and each arrival's place in the
+ * order they came (distinct across the party; ties in time go by it).
+ * ps_coll_fast_joint_run runs the party's steps as the events would, one
+ * message of one hop at a time in time order, on the links as they are
+ * idle; TRUE and every round booked when each link was free by the time
+ * the party's first chunk joined it and nothing is still to join it,
+ * FALSE (nothing booked) otherwise or when a route is longer than a hop. */
+typedef struct {
+  PsCollFastShape *shape;
+  const int *links;
+  ps_time_t *t;
+  const uint64_t *ticket;
+} PsCollJointRound;
+gboolean ps_coll_fast_joint_run(PsNetwork *net, PsCollJointRound *r, int k);
+
+/* The collectives of one group (the same devices, in the same order):
+ * their rounds parked on the fast path's shape sweep, which share links,
+ * so that rounds whose last members arrive at the same moment are timed
+ * together (collective.c's on_fast_decide); and the count of arrivals,
+ * for their order. */
+typedef struct PsCollHub {
+  int refs;
+  int collectives;        /* of the group */
+  GPtrArray *parked;      /* PsCollective * */
+  uint64_t tickets;
+} PsCollHub;
+/* A hub with no reference and no collective; a collective joins it
+ * (adding one of each) and leaves it (dropping both, and its parked round;
+ * the hub is freed with its last reference). */
+PsCollHub *ps_coll_hub_new(void);
+void ps_coll_hub_unref(gpointer hub);
+PsCollHub *ps_coll_hub_join(PsCollHub *hub);
+void ps_coll_hub_leave(PsCollHub *hub, gpointer collective);
+/* A table of hubs by their devices (ps_coll_hub_for's), and the hub of
+ * the group dev[0..n) in it (made if missing; hubs NULL: a hub of its
+ * own), joined. */
+GHashTable *ps_coll_hubs_new(void);
+PsCollHub *ps_coll_hub_for(GHashTable *hubs, const int *dev, int n);
+/* Members 0..n-1 into order, by end time (raised to now if earlier),
+ * then index. */
+void ps_coll_fast_end_order(ps_time_t *end, int n, ps_time_t now, int *order);
 
 /* Plans shared between groups that are translations of each other
  * (shape.c).  A shape is the key: the spec, the chunk, the members' cores
@@ -166,6 +288,7 @@ gboolean ps_coll_shape_equal(gconstpointer a, gconstpointer b);
 
 typedef struct {
   int refs;
+  PsCollFastShape *fast;   /* the fast path's sweep, NULL until a round tries it */
   PsCollGroup g;           /* the first group's (devices copied, grid tables owned) */
   const PsCollAlgo *algo;
   PsCollPlan *plan;        /* made on g */
@@ -180,6 +303,26 @@ typedef struct {
 PsCollShared *ps_coll_shared_new(PsCollGroup *g);
 PsCollShared *ps_coll_shared_ref(PsCollShared *sh);
 void ps_coll_shared_unref(gpointer sh);
+
+/* The cache (cache.c): "auto"'s choice for a spec, the shared plans by
+ * shape, the hubs by devices. */
+struct PsCollCache {
+  GHashTable *entries; /* CacheEntry -> itself, hashed on the spec and members */
+  GHashTable *shapes;  /* PsCollShape -> PsCollShared (a reference) */
+  GHashTable *hubs;    /* GBytes of the devices -> PsCollHub (a reference) */
+};
+typedef struct {
+  const PsCollAlgo *algo;
+  int variant;    /* of algo's plan (PsCollParams.variant), 0 if none */
+  const char *why;
+} PsCollChoice;
+/* The choice made for spec and chunk before, or NULL (cache may be NULL).
+ * (transfer none) */
+const PsCollChoice *ps_coll_cache_find(const PsCollCache *cache, const PsCollSpec *spec,
+                                       int64_t chunk);
+/* Records the choice for spec and chunk (why copied). */
+void ps_coll_cache_add(PsCollCache *cache, const PsCollSpec *spec, int64_t chunk,
+                       const PsCollAlgo *algo, int variant, const char *why);
 
 /* The all-reduce over every link of a torus at once (multiring.c). */
 extern const PsCollAlgo ps_coll_multiring_algo;

@@ -126,6 +126,12 @@ struct PsCollective {
   int64_t events_round;   /* rounds up to this one run as events */
   ps_time_t fast_first;   /* the first arrival of the parked round */
   ps_time_t *arrival;     /* per member: arrival of the parked round, then its end */
+  gboolean fast_shared;   /* the round tried takes its shape's sweep (fastshared.c) */
+  int *fast_links;        /* the parked round's links, one per slot of the shape */
+  uint64_t *ticket;       /* per member: its arrival's place in the hub's order */
+  int *done_order;        /* the members of the round booked last, by end then index */
+  PsCollHub *hub;         /* the group's parked rounds (see fast_decide) */
+  uint32_t ev_fast_decide;
   uint64_t fast_rounds;   /* rounds run by the fast path */
 };
 
@@ -148,125 +154,6 @@ gboolean ps_coll_op_parse(const char *name, PsCollOp *out)
       return TRUE;
     }
   return FALSE;
-}
-
-char **ps_coll_algo_names(void)
-{
-  GPtrArray *names = g_ptr_array_new();
-  for (int i = 0; ps_coll_algos[i]; i++)
-    g_ptr_array_add(names, g_strdup(ps_coll_algos[i]->name));
-  g_ptr_array_add(names, g_strdup("auto"));
-  g_ptr_array_add(names, NULL);
-  return (char **)g_ptr_array_free(names, FALSE);
-}
-
-const char *ps_coll_algo_summary(const char *name)
-{
-  if (strcmp(name, "auto") == 0)
-    return "the algorithm with the smallest closed-form prediction for this group";
-  const PsCollAlgo *a = ps_coll_algo_find(name);
-  return a ? a->summary : NULL;
-}
-
-/* ---- the group ------------------------------------------------------ */
-
-static int cmp_int(const void *a, const void *b)
-{
-  int x = *(const int *)a, y = *(const int *)b;
-  return (x > y) - (x < y);
-}
-
-static gboolean group_init(PsCollGroup *g, PsNetwork *net, const int *devices, int n,
-                           GError **error)
-{
-  memset(g, 0, sizeof *g);
-  g->net = net;
-  int nd = ps_network_devices(net);
-  if (n < 1) {
-    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                "a collective needs at least one member, got %d", n);
-    return FALSE;
-  }
-  for (int i = 0; i < n; i++)
-    if (devices[i] < 0 || devices[i] >= nd) {
-      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                  "member %d is device %d, but the topology has devices 0..%d", i, devices[i],
-                  nd - 1);
-      return FALSE;
-    }
-  /* repeats, by sorting a copy (a group is often far smaller than the
-   * topology, and a pod builds one per collective) */
-  g_autofree int *sorted = g_memdup2(devices, sizeof(int) * (size_t)n);
-  qsort(sorted, (size_t)n, sizeof(int), cmp_int);
-  for (int i = 1; i < n; i++)
-    if (sorted[i] == sorted[i - 1]) {
-      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                  "device %d is listed twice in the group", sorted[i]);
-      return FALSE;
-    }
-  g->n = n;
-  g->dev = g_memdup2(devices, sizeof(int) * (size_t)n);
-
-  /* coordinates on the geometry's axes (core, x, y, z) and the values
-   * present in each */
-  const PsGeometry *geo = ps_network_geometry(net);
-  int extent[PS_COLL_MAX_AXES];
-  for (int k = 0; k < PS_COLL_MAX_AXES; k++)
-    extent[k] = ps_geometry_axis_extent(geo, k);
-  int *coord = g_new(int, (size_t)n * PS_COLL_MAX_AXES);
-  int *rank[PS_COLL_MAX_AXES];
-  int count[PS_COLL_MAX_AXES];
-  for (int k = 0; k < PS_COLL_MAX_AXES; k++)
-    rank[k] = g_new0(int, extent[k]);
-  for (int i = 0; i < n; i++) {
-    ps_geometry_device_axes(geo, devices[i], &coord[i * PS_COLL_MAX_AXES]);
-    for (int k = 0; k < PS_COLL_MAX_AXES; k++)
-      rank[k][coord[i * PS_COLL_MAX_AXES + k]] = 1;
-  }
-  int64_t product = 1;
-  for (int k = 0; k < PS_COLL_MAX_AXES; k++) {
-    count[k] = 0;
-    for (int v = 0; v < extent[k]; v++)
-      rank[k][v] = rank[k][v] ? count[k]++ : -1;
-    product *= count[k];
-    if (count[k] > 1) {
-      g->axis_coord[g->n_axes] = k;
-      g->axis_size[g->n_axes] = count[k];
-      g->n_axes++;
-    }
-  }
-  g->is_grid = product == n;
-  if (g->is_grid) {
-    g->grid_pos = g_new(int, (size_t)n * (g->n_axes > 0 ? g->n_axes : 1));
-    g->at = g_new(int, n);
-    for (int i = 0; i < n; i++)
-      g->at[i] = -1;
-    for (int i = 0; i < n && g->is_grid; i++) {
-      int idx = 0;
-      for (int a = g->n_axes - 1; a >= 0; a--) {
-        int k = g->axis_coord[a];
-        int r = rank[k][coord[i * PS_COLL_MAX_AXES + k]];
-        g->grid_pos[i * g->n_axes + a] = r;
-        idx = idx * g->axis_size[a] + r;
-      }
-      if (g->at[idx] >= 0)
-        g->is_grid = FALSE;
-      g->at[idx] = i;
-    }
-  }
-  for (int k = 0; k < PS_COLL_MAX_AXES; k++)
-    g_free(rank[k]);
-  g_free(coord);
-  return TRUE;
-}
-
-static void group_clear(PsCollGroup *g)
-{
-  g_free(g->dev);
-  if (!g->grid_borrowed) {
-    g_free(g->grid_pos);
-    g_free(g->at);
-  }
 }
 
 /* ---- transfers ------------------------------------------------------ */
@@ -753,41 +640,169 @@ static void on_done(PsEngine *engine, const PsEvent *ev, void *ctx)
 /* ---- the fast path --------------------------------------------------- */
 
 /* A member of a round the fast path ran ends now. */
+/* Members done_order[target .. arg) of a round the fast path ran end now,
+ * in member order, as one event each scheduled in that order would. */
 static void on_fast_done(PsEngine *engine, const PsEvent *ev, void *ctx)
 {
   PsCollective *c = ctx;
-  Member *m = &c->members[ev->target];
-  m->step = m->n_steps;
-  m->active = FALSE;
-  m->finished++;
-  c->busy -= 2; /* the member and its event */
-  if (m->done)
-    m->done(m->ctx, (int)ev->target, ps_engine_now(engine));
+  c->busy--; /* the event */
+  for (uint32_t i = ev->target; i < (uint32_t)ev->arg.u; i++) {
+    int mi = c->done_order[i];
+    Member *m = &c->members[mi];
+    m->step = m->n_steps;
+    m->active = FALSE;
+    m->finished++;
+    c->busy--;
+    if (m->done)
+      m->done(m->ctx, mi, ps_engine_now(engine));
+  }
   members_rest(c);
 }
 
-/* Whether round r may be tried on the fast path at all: timing only, no
- * observer or trace that wants every message, the round after one whose
- * members have all arrived, a group the sweep can time. */
+/* Whether the group's rounds take its shape's sweep (fastshared.c): the
+ * shape's links move onto the group's (a translation-symmetric network, or
+ * the shape's first group itself) and the sweep stands for the events. */
+static gboolean fast_shape_fits(PsCollective *c)
+{
+  PsCollShared *sh = c->sh;
+  if (!sh->fast)
+    sh->fast = ps_coll_fast_shape_new(&sh->g, c->algo, c->plan, &c->p);
+  return ps_coll_fast_shape_usable(sh->fast) &&
+         (ps_network_translation_symmetric(c->net) ||
+          memcmp(c->g.dev, sh->g.dev, sizeof(int) * (size_t)c->g.n) == 0);
+}
+
+/* Whether round r may be tried on the fast path: timing only, no observer
+ * or trace that wants every message, the round after one whose members
+ * have all arrived, a sweep that can time it (the shape's, else its own). */
 static gboolean fast_may_try(PsCollective *c, const Member *m)
 {
   if (!c->fast_on || m->buf || c->msg_fn || ps_network_is_traced(c->net) ||
       m->round <= c->events_round || (c->fast_round >= 0 && c->fast_arrived < c->g.n))
     return FALSE;
-  if (!c->fast) {
-    c->fast = ps_coll_fast_new(&c->g, c->algo, c->plan, &c->p);
+  if (!c->arrival) {
     c->arrival = g_new(ps_time_t, c->g.n);
+    c->ticket = g_new(uint64_t, c->g.n);
+    c->done_order = g_new(int, c->g.n);
   }
+  c->fast_shared = fast_shape_fits(c);
+  if (c->fast_shared)
+    return TRUE;
+  if (!c->fast)
+    c->fast = ps_coll_fast_new(&c->g, c->algo, c->plan, &c->p);
   return ps_coll_fast_usable(c->fast, NULL);
 }
 
-/* Member mi has arrived for its round.  The round's first arrival decides:
- * if every link the round will use is quiet then, its members are parked
- * (nothing sent) until the last arrives; then, if the links are still
- * quiet from the first arrival on, the sweep books the whole round and one
- * event per member ends it; if something else has used them meanwhile,
- * the parked members start now, as events (they waited for the group).
- * TRUE when the member is parked or the round is done with. */
+/* The first arrival's test (fastshared.c's or fastpath.c's). */
+static gboolean fast_quiet_first(PsCollective *c, ps_time_t now)
+{
+  if (!c->fast_shared)
+    return ps_coll_fast_quiet(c->fast, now);
+  PsCollFastShape *s = c->sh->fast;
+  c->fast_links = g_new(int, MAX(ps_coll_fast_shape_slots(s), 1));
+  if (ps_coll_fast_shape_links(s, &c->g, c->fast_links) &&
+      ps_coll_fast_shape_quiet(s, c->fast_links, now))
+    return TRUE;
+  g_clear_pointer(&c->fast_links, g_free);
+  return FALSE;
+}
+
+/* The last arrival's test and, if it passes, the round booked, with each
+ * member's end in c->arrival. */
+static gboolean fast_book(PsCollective *c)
+{
+  if (c->fast_shared) {
+    gboolean ok =
+        ps_coll_fast_shape_run(c->sh->fast, c->fast_links, c->fast_first, c->arrival);
+    g_clear_pointer(&c->fast_links, g_free);
+    return ok;
+  }
+  if (!ps_coll_fast_quiet(c->fast, c->fast_first))
+    return FALSE;
+  ps_coll_fast_run(c->fast, c->arrival);
+  return TRUE;
+}
+
+/* The parked round is booked (an event per member ends it) or run as
+ * events from now (its links were used meanwhile). */
+static void fast_finish(PsCollective *c, gboolean booked)
+{
+  c->fast_pending = FALSE;
+  g_clear_pointer(&c->fast_links, g_free);
+  g_ptr_array_remove(c->hub->parked, c);
+  if (!booked) {
+    for (int i = 0; i < c->g.n; i++)
+      member_run(c, i);
+    return;
+  }
+  c->fast_rounds++;
+  /* an event per end time, for its members in member order */
+  ps_coll_fast_end_order(c->arrival, c->g.n, ps_engine_now(c->engine), c->done_order);
+  for (int i = 0, j; i < c->g.n; i = j) {
+    for (j = i + 1; j < c->g.n && c->arrival[c->done_order[j]] == c->arrival[c->done_order[i]];)
+      j++;
+    c->busy++;
+    ps_engine_at(c->engine, c->arrival[c->done_order[i]], c->ev_fast_done, (uint32_t)i,
+                 (uint64_t)j);
+  }
+}
+
+/* The last member of a parked round arrived while other rounds of the
+ * group were parked: at the end of that moment, the rounds of the group
+ * whose members have all arrived are timed together (fastshared.c's joint
+ * run), or each alone if that cannot be. */
+static void on_fast_decide(PsEngine *engine, const PsEvent *ev, void *ctx)
+{
+  PsCollective *c = ctx;
+  if (!c->fast_pending || (int64_t)ev->arg.u != c->fast_round)
+    return;
+  GPtrArray *party = g_ptr_array_new();
+  for (guint i = 0; i < c->hub->parked->len; i++) {
+    PsCollective *o = g_ptr_array_index(c->hub->parked, i);
+    if (o->fast_arrived == o->g.n)
+      g_ptr_array_add(party, o);
+  }
+  PsCollJointRound *r = g_new(PsCollJointRound, party->len);
+  for (guint i = 0; i < party->len; i++) {
+    PsCollective *o = g_ptr_array_index(party, i);
+    r[i] = (PsCollJointRound){o->sh->fast, o->fast_links, o->arrival, o->ticket};
+  }
+  if (party->len > 1 && ps_coll_fast_joint_run(c->net, r, (int)party->len)) {
+    for (guint i = 0; i < party->len; i++)
+      fast_finish(g_ptr_array_index(party, i), TRUE);
+  } else {
+    for (guint i = 0; i < party->len; i++)
+      fast_finish(g_ptr_array_index(party, i), fast_book(g_ptr_array_index(party, i)));
+  }
+  g_free(r);
+  g_ptr_array_free(party, TRUE);
+}
+
+/* When to decide a round whose last member has arrived: now if other
+ * rounds of the group are parked and have all arrived too, or if the
+ * group has no other collective; else when the first of its members could
+ * end, in case other rounds of the group come by then (they would share
+ * its links). */
+static ps_time_t fast_decide_at(PsCollective *c, ps_time_t now)
+{
+  gboolean waiting = FALSE, ready = FALSE;
+  for (guint i = 0; i < c->hub->parked->len; i++) {
+    const PsCollective *o = g_ptr_array_index(c->hub->parked, i);
+    waiting |= o->fast_arrived < o->g.n;
+    ready |= o != c && o->fast_arrived == o->g.n;
+  }
+  if (c->hub->collectives < 2 || (ready && !waiting))
+    return now;
+  ps_time_t t =
+      ps_coll_fast_shape_first_end(c->sh->fast, c->fast_links, c->fast_first, c->arrival);
+  return t == PS_TIME_NEVER ? now : MAX(now, t);
+}
+
+/* Member mi has arrived.  If the round's links pass the first arrival's
+ * test, its members are parked (nothing sent) until the last arrives and
+ * the round is decided (fast_decide_at): booked by a sweep, alone or with
+ * the group's other parked rounds, or run as events from then if its links
+ * were used meanwhile.  TRUE when the member is parked or done with. */
 static gboolean fast_park(PsCollective *c, int mi)
 {
   Member *m = &c->members[mi];
@@ -802,26 +817,22 @@ static gboolean fast_park(PsCollective *c, int mi)
   } else {
     c->fast_round = m->round;
     c->fast_arrived = 1;
-    c->fast_pending = ps_coll_fast_quiet(c->fast, now);
+    c->fast_pending = fast_quiet_first(c, now);
     if (!c->fast_pending)
       return FALSE;
     c->fast_first = now;
+    if (c->fast_shared)
+      g_ptr_array_add(c->hub->parked, c);
   }
   c->arrival[mi] = now;
+  c->ticket[mi] = c->hub->tickets++;
   if (c->fast_arrived < c->g.n)
     return TRUE;
-  c->fast_pending = FALSE;
-  if (!ps_coll_fast_quiet(c->fast, c->fast_first)) {
-    for (int i = 0; i < c->g.n; i++)
-      member_run(c, i);
-    return TRUE;
-  }
-  ps_coll_fast_run(c->fast, c->arrival);
-  c->fast_rounds++;
-  c->busy += c->g.n;
-  for (int i = 0; i < c->g.n; i++)
-    ps_engine_at(c->engine, c->arrival[i], c->ev_fast_done, (uint32_t)i,
+  if (c->fast_shared)
+    ps_engine_at(c->engine, fast_decide_at(c, now), c->ev_fast_decide, 0,
                  (uint64_t)c->fast_round);
+  else
+    fast_finish(c, fast_book(c));
   return TRUE;
 }
 
@@ -844,94 +855,6 @@ static char *format_s(double s)
   if (s >= 1e-3)
     return g_strdup_printf("%.3f ms", s * 1e3);
   return g_strdup_printf("%.3f us", s * 1e6);
-}
-
-/* "auto"'s choices so far: a spec (its members copied) and the algorithm
- * its predictions picked, with the reason. */
-typedef struct {
-  PsCollSpec spec;
-  int *members;
-  int64_t chunk;
-  const PsCollAlgo *algo;
-  int variant;    /* of algo's plan (PsCollParams.variant), 0 if none */
-  char *why;
-} CacheEntry;
-
-struct PsCollCache {
-  GHashTable *entries; /* CacheEntry -> itself, hashed on the spec and members */
-  GHashTable *shapes;  /* PsCollShape -> PsCollShared (a reference) */
-};
-
-static guint entry_hash(gconstpointer p)
-{
-  const CacheEntry *e = p;
-  guint h = (guint)e->spec.op * 31u + (guint)e->spec.n_members;
-  h = h * 31u + (guint)(e->spec.count ^ (e->spec.count >> 32));
-  h = h * 31u + (guint)e->spec.elem_bytes * 7u + (guint)e->spec.root;
-  h = h * 31u + (guint)(e->chunk ^ (e->chunk >> 32));
-  for (int i = 0; i < e->spec.n_members; i++)
-    h = h * 31u + (guint)e->members[i];
-  return h;
-}
-
-static gboolean entry_equal(gconstpointer pa, gconstpointer pb)
-{
-  const CacheEntry *a = pa, *b = pb;
-  return a->spec.op == b->spec.op && a->spec.count == b->spec.count &&
-         a->spec.elem_bytes == b->spec.elem_bytes && a->spec.root == b->spec.root &&
-         a->chunk == b->chunk && a->spec.n_members == b->spec.n_members &&
-         memcmp(a->members, b->members, sizeof(int) * (size_t)a->spec.n_members) == 0;
-}
-
-static void entry_free(gpointer p)
-{
-  CacheEntry *e = p;
-  g_free(e->members);
-  g_free(e->why);
-  g_free(e);
-}
-
-PsCollCache *ps_coll_cache_new(void)
-{
-  PsCollCache *cache = g_new0(PsCollCache, 1);
-  cache->entries = g_hash_table_new_full(entry_hash, entry_equal, entry_free, NULL);
-  cache->shapes = g_hash_table_new_full(ps_coll_shape_hash, ps_coll_shape_equal,
-                                        ps_coll_shape_free, ps_coll_shared_unref);
-  return cache;
-}
-
-void ps_coll_cache_free(PsCollCache *cache)
-{
-  if (!cache)
-    return;
-  g_hash_table_destroy(cache->entries);
-  g_hash_table_destroy(cache->shapes);
-  g_free(cache);
-}
-
-guint ps_coll_cache_plans(const PsCollCache *cache)
-{
-  return g_hash_table_size(cache->shapes);
-}
-
-static const CacheEntry *cache_find(const PsCollCache *cache, const PsCollSpec *spec,
-                                    int64_t chunk)
-{
-  if (!cache)
-    return NULL;
-  CacheEntry key = {*spec, (int *)spec->devices, chunk, NULL, 0, NULL};
-  return g_hash_table_lookup(cache->entries, &key);
-}
-
-static void cache_add(PsCollCache *cache, const PsCollSpec *spec, const PsCollective *c)
-{
-  CacheEntry *e = g_new(CacheEntry, 1);
-  *e = (CacheEntry){*spec, g_memdup2(spec->devices, sizeof(int) * (size_t)spec->n_members),
-                    c->p.chunk_bytes, c->algo,
-                    c->algo->variant ? c->algo->variant(c->plan) : 0, g_strdup(c->why)};
-  e->spec.devices = NULL;
-  e->spec.algo = NULL;
-  g_hash_table_add(cache->entries, e);
 }
 
 /* "auto": predicts every algorithm of the table that can run op on the
@@ -976,7 +899,7 @@ PsCollective *ps_collective_new(PsNetwork *net, const PsCollSpec *spec, GError *
 static gboolean choose_plan(PsCollective *c, const PsCollSpec *spec, const PsCollAlgo *chosen,
                             const char *name, PsCollCache *cache, GError **error)
 {
-  const CacheEntry *hit = NULL;
+  const PsCollChoice *hit = NULL;
   if (chosen) {
     const char *why = chosen->unsupported(&c->sh->g, spec->op);
     if (why) {
@@ -988,7 +911,7 @@ static gboolean choose_plan(PsCollective *c, const PsCollSpec *spec, const PsCol
     c->algo = chosen;
     c->plan = chosen->plan_new(&c->sh->g, &c->p);
     c->why = g_strdup(chosen->summary);
-  } else if ((hit = cache_find(cache, spec, c->p.chunk_bytes))) {
+  } else if ((hit = ps_coll_cache_find(cache, spec, c->p.chunk_bytes))) {
     /* the same group, operation and size as an earlier collective: the
      * same plan, without choosing it again */
     c->algo = hit->algo;
@@ -999,7 +922,8 @@ static gboolean choose_plan(PsCollective *c, const PsCollSpec *spec, const PsCol
   } else {
     pick_fastest(c, spec->op);
     if (cache)
-      cache_add(cache, spec, c);
+      ps_coll_cache_add(cache, spec, c->p.chunk_bytes, c->algo,
+                        c->algo->variant ? c->algo->variant(c->plan) : 0, c->why);
   }
   c->sh->algo = c->algo;
   c->sh->plan = c->plan;
@@ -1072,7 +996,7 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
   PsCollective *c = g_new0(PsCollective, 1);
   c->net = net;
   c->engine = ps_network_engine(net);
-  if (!group_init(&c->g, net, spec->devices, spec->n_members, error))
+  if (!ps_coll_group_init(&c->g, net, spec->devices, spec->n_members, error))
     goto fail;
   if ((spec->op == PS_COLL_BROADCAST || spec->op == PS_COLL_SEND_RECV) &&
       (spec->root < 0 || spec->root >= spec->n_members)) {
@@ -1096,13 +1020,15 @@ PsCollective *ps_collective_new_cached(PsNetwork *net, const PsCollSpec *spec,
   c->ev_arrive = ps_engine_register(c->engine, "collective-arrive", on_arrive, c);
   ps_engine_set_prefetch(c->engine, c->ev_arrive, arrive_prefetch);
   c->ev_fast_done = ps_engine_register(c->engine, "collective-fast-done", on_fast_done, c);
+  c->ev_fast_decide = ps_engine_register(c->engine, "collective-fast-decide", on_fast_decide, c);
+  c->hub = ps_coll_hub_for(cache ? cache->hubs : NULL, c->g.dev, c->g.n);
   c->fast_on = FALSE;
   c->fast_round = -1;
   c->events_round = -1;
   return c;
 fail:
   ps_coll_shared_unref(c->sh);
-  group_clear(&c->g);
+  ps_coll_group_clear(&c->g);
   g_free(c);
   return NULL;
 }
@@ -1117,8 +1043,12 @@ void ps_collective_free(PsCollective *c)
   xfers_free_all(c);
   ps_coll_fast_free(c->fast);
   g_free(c->arrival);
+  g_free(c->fast_links);
+  g_free(c->ticket);
+  g_free(c->done_order);
+  ps_coll_hub_leave(c->hub, c);
   ps_coll_shared_unref(c->sh);
-  group_clear(&c->g);
+  ps_coll_group_clear(&c->g);
   g_free(c);
 }
 

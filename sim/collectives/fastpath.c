@@ -39,9 +39,7 @@ struct PsCollFast {
   const char *why_not;    /* static text when !ok */
   int max_steps;
   int *n_steps;           /* per member */
-  /* member m's peers: [peer_at[m], peer_at[m + 1]) of peer, route_at, hops */
-  int *peer_at, *peer, *route_at, *hops;
-  int *routes;
+  PsCollPeers pr;          /* each member's peers and routes (link ids) */
   GArray *links;          /* int: every link the round uses, once */
   ps_time_t *acc;         /* per member: the latest arrival for its step */
 };
@@ -49,11 +47,7 @@ struct PsCollFast {
 static void analysis_clear(PsCollFast *f)
 {
   g_clear_pointer(&f->n_steps, g_free);
-  g_clear_pointer(&f->peer_at, g_free);
-  g_clear_pointer(&f->peer, g_free);
-  g_clear_pointer(&f->route_at, g_free);
-  g_clear_pointer(&f->hops, g_free);
-  g_clear_pointer(&f->routes, g_free);
+  ps_coll_peers_clear(&f->pr);
   g_clear_pointer(&f->acc, g_free);
   if (f->links)
     g_array_free(f->links, TRUE);
@@ -96,7 +90,7 @@ static void analyse(PsCollFast *f)
   f->ok = FALSE;
   f->max_steps = 0;
   f->n_steps = g_new(int, g->n);
-  f->peer_at = g_new(int, g->n + 1);
+  f->pr.peer_at = g_new(int, g->n + 1);
   f->acc = g_new0(ps_time_t, g->n);
   f->links = g_array_new(FALSE, FALSE, sizeof(int));
   GArray *peers = g_array_new(FALSE, FALSE, sizeof(int));
@@ -109,7 +103,7 @@ static void analyse(PsCollFast *f)
     owner[i] = -1;
   f->why_not = NULL;
   for (int m = 0; m < g->n && !f->why_not; m++) {
-    f->peer_at[m] = (int)peers->len;
+    f->pr.peer_at[m] = (int)peers->len;
     f->n_steps[m] = f->algo->n_steps(f->plan, m);
     f->max_steps = MAX(f->max_steps, f->n_steps[m]);
     for (int s = 0; s < f->n_steps[m] && !f->why_not; s++) {
@@ -119,18 +113,18 @@ static void analyse(PsCollFast *f)
         if (st.send[k].peer_step != s)
           f->why_not = "a message is for a later step of its receiver (a pipelined tree)";
         else if (!add_route(f, peers, at, hops, routes, owner, m, st.send[k].peer,
-                            f->peer_at[m]))
+                            f->pr.peer_at[m]))
           f->why_not = "two pairs of members share a link";
       }
     }
   }
-  f->peer_at[g->n] = (int)peers->len;
+  f->pr.peer_at[g->n] = (int)peers->len;
   g_free(owner);
   f->ok = f->why_not == NULL;
-  f->peer = (int *)g_array_free(peers, FALSE);
-  f->route_at = (int *)g_array_free(at, FALSE);
-  f->hops = (int *)g_array_free(hops, FALSE);
-  f->routes = (int *)g_array_free(routes, FALSE);
+  f->pr.peer = (int *)g_array_free(peers, FALSE);
+  f->pr.route_at = (int *)g_array_free(at, FALSE);
+  f->pr.hops = (int *)g_array_free(hops, FALSE);
+  f->pr.routes = (int *)g_array_free(routes, FALSE);
 }
 
 PsCollFast *ps_coll_fast_new(const PsCollGroup *g, const PsCollAlgo *algo,
@@ -171,44 +165,43 @@ gboolean ps_coll_fast_quiet(const PsCollFast *f, ps_time_t since)
   return TRUE;
 }
 
-/* Member m's route to peer. */
-static inline const int *route_to(const PsCollFast *f, int m, int peer, int *h)
+void ps_coll_sweep(const PsCollAlgo *algo, const PsCollPlan *plan, int n, const int *n_steps,
+                   int max_steps, const PsCollPeers *pr, int elem_bytes, ps_time_t *t,
+                   ps_time_t *acc, PsCollBookFn book, void *ctx)
 {
-  for (int k = f->peer_at[m]; k < f->peer_at[m + 1]; k++)
-    if (f->peer[k] == peer) {
-      *h = f->hops[k];
-      return f->routes + f->route_at[k];
+  memset(acc, 0, sizeof(ps_time_t) * (size_t)n);
+  for (int s = 0; s < max_steps; s++) {
+    for (int m = 0; m < n; m++) {
+      if (s >= n_steps[m])
+        continue;
+      PsCollStep st;
+      algo->step(plan, m, s, &st);
+      for (int k = 0; k < st.n_send; k++) {
+        const PsCollSend *snd = &st.send[k];
+        int h;
+        const int *r = ps_coll_peers_route(pr, m, snd->peer, &h);
+        ps_time_t a = book(ctx, r, h, snd->len * elem_bytes, t[m]);
+        if (a > acc[snd->peer])
+          acc[snd->peer] = a;
+      }
     }
-  g_assert_not_reached();
-  return NULL;
+    for (int m = 0; m < n; m++) {
+      if (s < n_steps[m] && acc[m] > t[m])
+        t[m] = acc[m];
+      acc[m] = 0;
+    }
+  }
+}
+
+static ps_time_t book_on_network(void *net, const int *route, int hops, int64_t bytes,
+                                 ps_time_t at)
+{
+  return ps_network_book_message(net, route, hops, bytes, at);
 }
 
 void ps_coll_fast_run(PsCollFast *f, ps_time_t *t)
 {
   g_return_if_fail(f->ok && f->version == ps_network_routes_version(f->g->net));
-  const PsCollGroup *g = f->g;
-  PsNetwork *net = g->net;
-  memset(f->acc, 0, sizeof(ps_time_t) * (size_t)g->n);
-  for (int s = 0; s < f->max_steps; s++) {
-    for (int m = 0; m < g->n; m++) {
-      if (s >= f->n_steps[m])
-        continue;
-      PsCollStep st;
-      f->algo->step(f->plan, m, s, &st);
-      for (int k = 0; k < st.n_send; k++) {
-        const PsCollSend *snd = &st.send[k];
-        int h;
-        const int *r = route_to(f, m, snd->peer, &h);
-        ps_time_t a =
-            ps_network_book_message(net, r, h, snd->len * f->p.elem_bytes, t[m]);
-        if (a > f->acc[snd->peer])
-          f->acc[snd->peer] = a;
-      }
-    }
-    for (int m = 0; m < g->n; m++) {
-      if (s < f->n_steps[m] && f->acc[m] > t[m])
-        t[m] = f->acc[m];
-      f->acc[m] = 0;
-    }
-  }
+  ps_coll_sweep(f->algo, f->plan, f->g->n, f->n_steps, f->max_steps, &f->pr, f->p.elem_bytes,
+                t, f->acc, book_on_network, f->g->net);
 }

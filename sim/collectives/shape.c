@@ -105,6 +105,7 @@ void ps_coll_shared_unref(gpointer p)
   PsCollShared *sh = p;
   if (!sh || --sh->refs > 0)
     return;
+  ps_coll_fast_shape_free(sh->fast);
   if (sh->plan)
     sh->algo->plan_free(sh->plan);
   g_free(sh->why);

@@ -139,6 +139,10 @@ struct PsNetwork {
   PsTrace *trace;
   int trace_pid;
   guint8 *named;        /* per link: thread name written */
+  /* per link, from the first ps_network_book_link: its statistics' chunk
+   * count after the last such booking and that booking's latest join */
+  int64_t *booked_chunks;
+  ps_time_t *booked_join;
 };
 
 /* ---- routes --------------------------------------------------------- */
@@ -279,6 +283,8 @@ void ps_network_free(PsNetwork *net)
   g_free(net->cold);
   g_free(net->ends);
   g_free(net->lane_free);
+  g_free(net->booked_chunks);
+  g_free(net->booked_join);
   g_free(net->failed);
   ps_geometry_free(net->geo);
   g_aligned_free(net->route_cache);
@@ -901,6 +907,54 @@ ps_time_t ps_network_book_message(PsNetwork *net, const int *route, int hops, in
       last = at;
   }
   return last;
+}
+
+ps_time_t ps_network_chunk_time(const PsNetwork *net, int link, int64_t bytes)
+{
+  g_return_val_if_fail(net != NULL && link >= 0 && link < net->n_links && bytes >= 0,
+                       PS_TIME_NEVER);
+  return chunk_ser(&net->links[link], bytes);
+}
+
+void ps_network_book_link(PsNetwork *net, int link, ps_time_t free, int64_t bytes,
+                          int64_t chunks, ps_time_t busy, ps_time_t last_join)
+{
+  g_return_if_fail(net != NULL && link >= 0 && link < net->n_links && net->trace == NULL);
+  Link *l = &net->links[link];
+  g_return_if_fail(l->lanes == 1 && l->free0 <= free);
+  l->free0 = free;
+  l->bytes += bytes;
+  l->chunks += chunks;
+  l->busy = ps_time_add(l->busy, busy);
+  net->chunk_hops += (uint64_t)chunks;
+  if (!net->booked_chunks) {
+    net->booked_chunks = g_new(int64_t, net->n_links);
+    net->booked_join = g_new(ps_time_t, net->n_links);
+    for (int i = 0; i < net->n_links; i++)
+      net->booked_chunks[i] = -1;
+  }
+  net->booked_chunks[link] = l->chunks;
+  net->booked_join[link] = last_join;
+}
+
+gboolean ps_network_link_state(const PsNetwork *net, int link, ps_time_t *free,
+                               ps_time_t *booked_join)
+{
+  g_return_val_if_fail(net != NULL && link >= 0 && link < net->n_links, FALSE);
+  const Link *l = &net->links[link];
+  if (!net->count_pending || l->pending != 0 || l->lanes != 1)
+    return FALSE;
+  *free = l->free0;
+  *booked_join = net->booked_chunks && net->booked_chunks[link] == l->chunks
+                     ? net->booked_join[link]
+                     : PS_TIME_NEVER;
+  return TRUE;
+}
+
+void ps_network_count_messages(PsNetwork *net, uint64_t n)
+{
+  g_return_if_fail(net != NULL);
+  net->next_id += n;
 }
 
 void ps_network_set_trace(PsNetwork *net, PsTrace *trace, int pid)

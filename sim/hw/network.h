@@ -187,6 +187,26 @@ gboolean ps_network_link_quiet(const PsNetwork *net, int link, ps_time_t t);
 ps_time_t ps_network_book_message(PsNetwork *net, const int *route, int hops, int64_t bytes,
                                   ps_time_t t);
 
+/* For a sender that times a round's chunks itself (collectives' shared
+ * fast path): ps_network_chunk_time is a chunk's serialization on `link`
+ * as ps_network_book_message rounds it; ps_network_book_link books on a
+ * one-lane link what link by link booking would have left there: its lane
+ * busy until `free` (not before its present free time), `chunks` chunks
+ * of `bytes` in all taking `busy` of serialization, the last of them
+ * joining the link at last_join; ps_network_count_messages counts n
+ * messages so booked as sent.  ps_network_link_state: FALSE while the
+ * network is not counting pending chunks (ps_network_count_pending), a
+ * message in flight is still to join `link`, or it has several lanes;
+ * else TRUE, *free the time its lane frees and *booked_join, when all it
+ * carried since its last ps_network_book_link came from that booking, that
+ * booking's last_join (else PS_TIME_NEVER).  Not on a traced network. */
+ps_time_t ps_network_chunk_time(const PsNetwork *net, int link, int64_t bytes);
+void ps_network_book_link(PsNetwork *net, int link, ps_time_t free, int64_t bytes,
+                          int64_t chunks, ps_time_t busy, ps_time_t last_join);
+gboolean ps_network_link_state(const PsNetwork *net, int link, ps_time_t *free,
+                               ps_time_t *booked_join);
+void ps_network_count_messages(PsNetwork *net, uint64_t n);
+
 /* The link ids a message from src to dst crosses, in order, into out (at
  * most max); returns the route's length (which may exceed max). */
 int ps_network_route(const PsNetwork *net, int src, int dst, int *out, int max);

@@ -163,7 +163,7 @@ void ps_plan_set_slot(PsPlan *plan, int device, int slot, int c)
 {
   g_return_if_fail(device >= 0 && device < plan->n_devices && slot >= 0 &&
                    slot < plan->n_slots);
-  plan->coll_of[(size_t)device * (size_t)plan->n_slots + (size_t)slot] = c;
+  plan->coll_of[(size_t)slot * (size_t)plan->n_devices + (size_t)device] = c;
 }
 
 int ps_plan_op_coll(const PsPlan *plan, int device, const PsOp *op)
@@ -173,7 +173,7 @@ int ps_plan_op_coll(const PsPlan *plan, int device, const PsOp *op)
   g_return_val_if_fail(device >= 0 && device < plan->n_devices, -1);
   if (op->coll >= plan->n_slots)
     return plan->n_colls; /* out of range: validation names it */
-  return plan->coll_of[(size_t)device * (size_t)plan->n_slots + (size_t)op->coll];
+  return plan->coll_of[(size_t)op->coll * (size_t)plan->n_devices + (size_t)device];
 }
 
 PsPlanMembers *ps_plan_members_new(const PsPlan *plan)
@@ -286,7 +286,11 @@ static gboolean check_coll_op(Check *ck, int d, int i, const PsOp *op, GError **
     return invalid(error, d, i, "%s of collective %d%s, but the plan has %d",
                    ps_op_kind_name(op->kind), c,
                    plan->n_slots ? " (through its slot table)" : "", nc);
-  if (ps_plan_members_find(ck->pm, d, c) < 0)
+  const PsPlanColl *pc = &plan->colls[c];
+  int at = pc->axis < PS_N_AXES && plan->mesh.coord ? ps_plan_coord(plan, d, pc->axis) : -1;
+  /* a sharded plan lists members by coordinate: no search */
+  if ((at < 0 || at >= pc->n_members || pc->members[at] != d) &&
+      ps_plan_members_find(ck->pm, d, c) < 0)
     return invalid(error, d, i, "%s of collective %d (%s), of which it is not a member",
                    ps_op_kind_name(op->kind), c, plan->colls[c].name);
   gboolean ok = TRUE;

@@ -16,8 +16,9 @@
  * instance of a collective they join (every tensor group runs its own
  * all-reduce of the same layer) share one program when the plan has
  * *slots*: then an op's `coll` names a slot, and device d's instance for
- * slot s is coll_of[d * n_slots + s] (ps_plan_op_coll resolves it; a plan
- * without slots, n_slots 0, names instances directly).  A plan of 4,096
+ * slot s is coll_of[s * n_devices + d] (ps_plan_op_coll resolves it; a
+ * plan without slots, n_slots 0, names instances directly; slot-major, as
+ * the devices of a mesh reach a slot at about the same time).  A plan of 4,096
  * devices then holds one program and a table of ints, not 4,096 programs.
  *
  * Invariant (ps_plan_validate checks it): in every program, each
@@ -160,7 +161,7 @@ typedef struct {
   int n_colls;
   PsPlanColl *colls;
   int n_slots;              /* 0: ops name instances in colls directly */
-  int *coll_of;             /* device d, slot s: coll_of[d * n_slots + s], or -1 (owned) */
+  int *coll_of;             /* device d, slot s: coll_of[s * n_devices + d], or -1 (owned) */
   /* what the compiler decided, for reports and numerics (the executor
    * never reads these) */
   PsMesh mesh;

@@ -93,7 +93,8 @@ typedef struct {
    * of them was in flight */
   double *axis_exposed, *axis_busy;
   double *coll_wait;    /* per device: its open COLL_DONE's wait, booked when the op ends */
-  GArray **spans;       /* per device: this step's collective spans (stats.c's Span) */
+  GArray **spans;       /* per device and axis: this step's merged collective spans
+                           (stats.c's Span), NULL until used */
   /* trace */
   PsTrace *trace;
   ps_time_t *step_start; /* per device: when its current step began */

@@ -12,9 +12,9 @@
 #include <math.h>
 #include <string.h>
 
-/* One collective's time in flight on a device, for the axis's busy time. */
+/* Time some collective of an axis was in flight on a device: a device's
+ * spans of one axis merged as they end, disjoint and in order. */
 typedef struct {
-  PsAxis axis;
   ps_time_t start, end;
 } Span;
 
@@ -36,9 +36,7 @@ void ps_run_stats_init(Run *r)
   r->axis_exposed = g_new0(double, (size_t)r->n_dev * PS_N_AXES);
   r->axis_busy = g_new0(double, (size_t)r->n_dev * PS_N_AXES);
   r->coll_wait = g_new0(double, r->n_dev);
-  r->spans = g_new0(GArray *, r->n_dev);
-  for (int d = 0; d < r->n_dev; d++)
-    r->spans[d] = g_array_new(FALSE, FALSE, sizeof(Span));
+  r->spans = g_new0(GArray *, (size_t)r->n_dev * PS_N_AXES); /* made when first used */
 }
 
 void ps_run_stats_free(Run *r)
@@ -54,8 +52,9 @@ void ps_run_stats_free(Run *r)
   g_free(r->axis_exposed);
   g_free(r->axis_busy);
   g_free(r->coll_wait);
-  for (int d = 0; r->spans && d < r->n_dev; d++)
-    g_array_free(r->spans[d], TRUE);
+  for (size_t i = 0; r->spans && i < (size_t)r->n_dev * PS_N_AXES; i++)
+    if (r->spans[i])
+      g_array_free(r->spans[i], TRUE);
   g_free(r->spans);
 }
 
@@ -93,44 +92,39 @@ void ps_run_stats_wait(Run *r, int device, int64_t step, PsTimeCategory why, con
     r->loop_wait[device] += ps_time_to_s(end - start);
 }
 
-static int span_cmp(gconstpointer a, gconstpointer b)
-{
-  const Span *x = a, *y = b;
-  if (x->axis != y->axis)
-    return x->axis < y->axis ? -1 : 1;
-  return x->start < y->start ? -1 : x->start > y->start;
-}
-
+/* A collective's span [start, end] on the device joins its axis's merged
+ * spans: spans end in order (a collective is done when its event runs), so
+ * it swallows the last merged spans that reach its start. */
 void ps_run_stats_coll_done(Run *r, int device, int64_t step, int c, ps_time_t start,
                             ps_time_t end)
 {
   if (step < r->warm || end <= start)
     return;
-  Span sp = {r->plan->colls[c].axis, start, end};
-  g_array_append_val(r->spans[device], sp);
+  GArray **at = &r->spans[(size_t)device * PS_N_AXES + r->plan->colls[c].axis];
+  if (!*at)
+    *at = g_array_new(FALSE, FALSE, sizeof(Span));
+  GArray *a = *at;
+  g_return_if_fail(a->len == 0 || end >= g_array_index(a, Span, a->len - 1).end);
+  while (a->len > 0 && g_array_index(a, Span, a->len - 1).end >= start) {
+    start = MIN(start, g_array_index(a, Span, a->len - 1).start);
+    g_array_set_size(a, a->len - 1);
+  }
+  Span sp = {start, end};
+  g_array_append_val(a, sp);
 }
 
-/* The step's spans of each axis merged: the time at least one of the
+/* The step's merged spans of each axis: the time at least one of the
  * axis's collectives was in flight on the device. */
 static void book_spans(Run *r, int device)
 {
-  GArray *a = r->spans[device];
-  g_array_sort(a, span_cmp);
   double *busy = &r->axis_busy[(size_t)device * PS_N_AXES];
-  for (guint i = 0; i < a->len;) {
-    const Span *first = &g_array_index(a, Span, i);
-    ps_time_t lo = first->start, hi = first->end;
-    guint j = i + 1;
-    for (; j < a->len; j++) {
-      const Span *sp = &g_array_index(a, Span, j);
-      if (sp->axis != first->axis || sp->start > hi)
-        break;
-      hi = MAX(hi, sp->end);
-    }
-    busy[first->axis] += ps_time_to_s(hi - lo);
-    i = j;
+  for (int ax = 0; ax < PS_N_AXES; ax++) {
+    GArray *a = r->spans[(size_t)device * PS_N_AXES + ax];
+    for (guint i = 0; a && i < a->len; i++)
+      busy[ax] += ps_time_to_s(g_array_index(a, Span, i).end - g_array_index(a, Span, i).start);
+    if (a)
+      g_array_set_size(a, 0);
   }
-  g_array_set_size(a, 0);
 }
 
 void ps_run_stats_step_done(Run *r, int device, int64_t step, ps_time_t end)
