@@ -31,6 +31,8 @@
  * one message and receives exactly one, from the member it sends to. */
 #include "collectives/collective-private.h"
 
+#include <math.h>
+
 typedef struct {
   const PsCollGroup *g;
   PsCollParams p;
@@ -72,27 +74,55 @@ static int bfly_block(const PsCollPlan *plan, int m, int piece, int64_t *off, in
   return 1;
 }
 
-/* The slowest message of step s, each as large as the step's traffic
- * over its busiest link. */
-static double step_s(const BflyPlan *p, int s, int64_t bytes, GHashTable *load)
+/* What a prediction reads per link: messages this step, and the figures
+ * of the links the routes cross. */
+typedef struct {
+  int *load;      /* link -> messages of this step over it */
+  double *lat;    /* link -> latency, s (NAN: not read yet) */
+  double *bw;     /* link -> bandwidth over its lanes, B/s */
+} Links;
+
+static void link_read(const PsCollGroup *g, Links *L, int link)
+{
+  if (!isnan(L->lat[link]))
+    return;
+  PsLinkInfo info;
+  ps_network_link_info(g->net, link, &info);
+  L->lat[link] = ps_time_to_s(info.latency);
+  L->bw[link] = info.bandwidth_Bps * info.lanes;
+}
+
+/* The slowest message of step s: the network's store-and-forward time
+ * over its route, h alpha + m/B + (h-1) c/B with B its slowest link
+ * (network.h), m counted as large as all the step's messages over its
+ * busiest link.  In closed form, never chunk by chunk: a group of
+ * thousands weighs it for every buffer size auto meets. */
+static double step_s(const BflyPlan *p, int s, int64_t bytes, Links *L)
 {
   const PsCollGroup *g = p->g;
   int **route = g_new(int *, g->n), *hops = g_new(int, g->n);
-  g_hash_table_remove_all(load);
   for (int m = 0; m < g->n; m++) {
     route[m] = ps_coll_route(g, m, partner(p, m, s), &hops[m]);
-    for (int i = 0; i < hops[m]; i++) {
-      gpointer k = GINT_TO_POINTER(route[m][i] + 1);
-      g_hash_table_replace(load, k, GINT_TO_POINTER(GPOINTER_TO_INT(g_hash_table_lookup(load, k)) + 1));
-    }
+    for (int i = 0; i < hops[m]; i++)
+      L->load[route[m][i]]++;
   }
-  double worst = 0;
+  double worst = 0, first = (double)MIN(p->p.chunk_bytes, bytes);
   for (int m = 0; m < g->n; m++) {
     int share = 1;
+    double lat = 0, bmin = INFINITY;
+    for (int i = 0; i < hops[m]; i++) {
+      int k = route[m][i];
+      link_read(g, L, k);
+      share = MAX(share, L->load[k]);
+      lat += L->lat[k];
+      bmin = MIN(bmin, L->bw[k]);
+    }
+    if (hops[m] > 0)
+      worst = MAX(worst, lat + ((double)bytes * share + (hops[m] - 1) * first) / bmin);
+  }
+  for (int m = 0; m < g->n; m++) {
     for (int i = 0; i < hops[m]; i++)
-      share = MAX(share, GPOINTER_TO_INT(g_hash_table_lookup(load, GINT_TO_POINTER(route[m][i] + 1))));
-    worst = MAX(worst, ps_coll_route_message_s(g, route[m], hops[m], bytes * share,
-                                               MIN(p->p.chunk_bytes, bytes)));
+      L->load[route[m][i]] = 0;
     g_free(route[m]);
   }
   g_free(route);
@@ -104,11 +134,16 @@ static double bfly_predict(const PsCollPlan *plan)
 {
   const BflyPlan *p = (const BflyPlan *)plan;
   int64_t bytes = p->p.count * p->p.elem_bytes;
-  GHashTable *load = g_hash_table_new(g_direct_hash, g_direct_equal);
+  int n = ps_network_n_links(p->g->net);
+  Links L = {g_new0(int, n), g_new(double, n), g_new(double, n)};
+  for (int k = 0; k < n; k++)
+    L.lat[k] = NAN;
   double t = 0;
   for (int s = 0; s < p->steps; s++)
-    t += step_s(p, s, bytes, load);
-  g_hash_table_unref(load);
+    t += step_s(p, s, bytes, &L);
+  g_free(L.load);
+  g_free(L.lat);
+  g_free(L.bw);
   return t;
 }
 
