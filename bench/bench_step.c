@@ -35,7 +35,7 @@
  * a ring of its own x line and each fsdp collective a multiring over its
  * own yz plane: the fast path books a request's 256 (or 16) translated
  * groups from one sweep, and times together the reduce-scatter and gather
- * that a group's backward runs at once, so the step (2983.784 ms, the
+ * that a group's backward runs at once, so the step (2983.759 ms, the
  * event path's to the picosecond) is 9.4 M events, 8.6-9.1 s of wall time
  * and 9.5-9.9 s of CPU at load 1.5 (up to 12.4 s of CPU beside heavier
  * jobs), under 600 MiB (the event path:
