@@ -286,6 +286,35 @@ static const char *walk(PsCollFastShape *s)
   return why;
 }
 
+/* What a sweep keeps of one link: when its lane frees, the first and
+ * last times a chunk joined it, and its bytes, chunks and busy time. */
+typedef struct {
+  ps_time_t *free, *join, *last;
+  int64_t *bytes, *chunks;
+  ps_time_t *busy;
+} LinkTally;
+
+/* A one-hop message of `bytes` in chunks of `chunk` joining `link` at t,
+ * as hw/network.c books it: every chunk joins at t and they leave back to
+ * back, so in closed form.  Returns when the lane frees (the last chunk
+ * leaves). */
+static ps_time_t one_hop(PsNetwork *net, int link, int64_t chunk, int64_t bytes, ps_time_t t,
+                         const LinkTally *tl)
+{
+  int64_t full = bytes / chunk, rest = bytes - full * chunk;
+  ps_time_t sum = (full > 0 ? full * ps_network_chunk_time(net, link, chunk) : 0) +
+                  ps_network_chunk_time(net, link, rest);
+  ps_time_t start = *tl->free > t ? *tl->free : t;
+  if (t < *tl->join)
+    *tl->join = t;
+  *tl->last = MAX(*tl->last, t);
+  *tl->free = start + sum;
+  *tl->bytes += bytes;
+  *tl->chunks += bytes == 0 ? 1 : full + (rest > 0);
+  *tl->busy = ps_time_add(*tl->busy, sum);
+  return *tl->free;
+}
+
 /* A chunk of cb bytes joins slot k at `at`; returns when it reaches the
  * far end (hw/network.c's link_take on one lane). */
 static inline ps_time_t take(PsCollFastShape *s, Memo *mo, int k, int64_t cb, ps_time_t at)
@@ -316,20 +345,9 @@ static ps_time_t book(void *ctx, const int *r, int h, int64_t bytes, ps_time_t t
   int64_t n_chunks = bytes == 0 ? 1 : (bytes + s->chunk - 1) / s->chunk;
   if (h == 1 && bytes > 0) {
     int k = r[0];
-    int64_t full = bytes / s->chunk, rest = bytes - full * s->chunk;
-    PsNetwork *net = s->g->net;
-    ps_time_t ser_full = full > 0 ? ps_network_chunk_time(net, s->base[k], s->chunk) : 0;
-    ps_time_t ser_rest = rest > 0 ? ps_network_chunk_time(net, s->base[k], rest) : 0;
-    ps_time_t sum = full * ser_full + ser_rest;
-    ps_time_t start = mo->free[k] > t ? mo->free[k] : t;
-    if (t < mo->join[k])
-      mo->join[k] = t;
-    mo->last[k] = MAX(mo->last[k], t);
-    mo->free[k] = start + sum;
-    s->bytes[k] += bytes;
-    s->chunks[k] += n_chunks;
-    s->busy[k] = ps_time_add(s->busy[k], sum);
-    return ps_time_add(mo->free[k], s->latency[k]);
+    LinkTally tl = {&mo->free[k], &mo->join[k], &mo->last[k], &s->bytes[k], &s->chunks[k],
+                    &s->busy[k]};
+    return ps_time_add(one_hop(s->g->net, s->base[k], s->chunk, bytes, t, &tl), s->latency[k]);
   }
   ps_time_t last = 0;
   for (int64_t j = 0; j < n_chunks; j++) {
@@ -621,24 +639,14 @@ static int joint_local(Joint *j, int round, int slot)
 static ps_time_t joint_send(Joint *j, int l, int64_t chunk, int64_t bytes, ps_time_t t)
 {
   int link = g_array_index(j->link, int, l);
-  ps_time_t *free = &g_array_index(j->free, ps_time_t, l);
-  ps_time_t *join = &g_array_index(j->join, ps_time_t, l);
-  int64_t full = bytes / chunk, rest = bytes - full * chunk;
-  int64_t n = bytes == 0 ? 1 : full + (rest > 0);
-  ps_time_t sum = (full > 0 ? full * ps_network_chunk_time(j->net, link, chunk) : 0) +
-                  ps_network_chunk_time(j->net, link, rest);
-  ps_time_t start = *free > t ? *free : t;
-  if (t < *join)
-    *join = t;
-  g_array_index(j->ljoin, ps_time_t, l) = MAX(g_array_index(j->ljoin, ps_time_t, l), t);
-  *free = start + sum;
-  g_array_index(j->bytes, int64_t, l) += bytes;
-  g_array_index(j->chunks, int64_t, l) += n;
-  g_array_index(j->busy, ps_time_t, l) += sum;
+  LinkTally tl = {&g_array_index(j->free, ps_time_t, l), &g_array_index(j->join, ps_time_t, l),
+                  &g_array_index(j->ljoin, ps_time_t, l), &g_array_index(j->bytes, int64_t, l),
+                  &g_array_index(j->chunks, int64_t, l), &g_array_index(j->busy, ps_time_t, l)};
+  ps_time_t free = one_hop(j->net, link, chunk, bytes, t, &tl);
   PsLinkInfo info;
   ps_network_link_info(j->net, link, &info);
   j->messages++;
-  return *free + info.latency;
+  return free + info.latency;
 }
 
 static void joint_push(Joint *j, int kind, int round, int m, int step, ps_time_t t,
