@@ -6,6 +6,7 @@
 #define PS_COMMON_H
 
 #include <glib.h>
+#include <signal.h>
 #include <stdint.h>
 
 typedef int64_t ps_time_t;
@@ -41,5 +42,12 @@ typedef enum {
 /* Numeric precision of matrix inputs: bf16 rounds them to bfloat16 (round
  * to nearest even) and accumulates in float32, as the MXU does. */
 typedef enum { PS_PRECISION_F32, PS_PRECISION_BF16 } PsPrecision;
+
+/* Hold SIGINT, SIGTERM and SIGHUP on the calling thread while a file named
+ * "<path>.tmp-..." exists but is not yet registered or removed, so a signal
+ * can neither interrupt its creation nor leave it behind; restore with the
+ * mask saved.  A signal that arrives meanwhile is delivered on restore. */
+void ps_fatal_signals_hold(sigset_t *saved);
+void ps_fatal_signals_restore(const sigset_t *saved);
 
 #endif

@@ -128,14 +128,20 @@ gboolean ps_link_stats_write(const PsNetwork *net, ps_time_t elapsed, const char
   if (g_stat(path, &st) == 0 && !S_ISREG(st.st_mode))
     return write_in_place(net, elapsed, path, error);
   g_autofree char *tmp = g_strdup_printf("%s.tmp-XXXXXX", path);
+  /* the rows are in memory before the file exists, and an interrupt is
+   * held until it is renamed or removed, so none leaves it behind */
+  GString *text = format_rows(net, elapsed);
+  sigset_t saved;
+  ps_fatal_signals_hold(&saved);
   int fd = g_mkstemp_full(tmp, O_WRONLY | O_CLOEXEC, 0666);
   if (fd < 0) {
     int err = errno;
+    ps_fatal_signals_restore(&saved);
+    g_string_free(text, TRUE);
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
                 "%s: cannot create the link statistics file: %s", path, g_strerror(err));
     return FALSE;
   }
-  GString *text = format_rows(net, elapsed);
   int err = write_all(fd, text->str, text->len);
   g_string_free(text, TRUE);
   if (!err && fsync(fd) != 0 && errno != EINVAL && errno != EROFS)
@@ -154,9 +160,11 @@ gboolean ps_link_stats_write(const PsNetwork *net, ps_time_t elapsed, const char
                 g_strerror(err));
     goto unlink_tmp;
   }
+  ps_fatal_signals_restore(&saved);
   return TRUE;
 
 unlink_tmp:
   g_unlink(tmp);
+  ps_fatal_signals_restore(&saved);
   return FALSE;
 }

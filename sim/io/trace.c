@@ -19,7 +19,6 @@
 #include <glib/gstdio.h>
 #include <inttypes.h>
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -228,19 +227,15 @@ PsTrace *ps_trace_open(const char *path, GError **error)
      * registering it, here or on another thread, or the handler would
      * leave it behind */
     tmp_path = g_strdup_printf("%s.tmp-XXXXXX", path);
-    sigset_t fatal, saved_mask;
-    sigemptyset(&fatal);
-    sigaddset(&fatal, SIGINT);
-    sigaddset(&fatal, SIGTERM);
-    sigaddset(&fatal, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &fatal, &saved_mask);
+    sigset_t saved_mask;
+    ps_fatal_signals_hold(&saved_mask);
     atomic_fetch_add(&tmp_creating, 1);
     fd = g_mkstemp_full(tmp_path, O_WRONLY | O_CLOEXEC, 0666);
     open_errno = errno;
     if (fd >= 0)
       slot = tmp_register(tmp_path);
     atomic_fetch_sub(&tmp_creating, 1);
-    pthread_sigmask(SIG_SETMASK, &saved_mask, NULL);
+    ps_fatal_signals_restore(&saved_mask);
   }
   if (fd < 0) {
     int err = open_errno;

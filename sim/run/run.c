@@ -129,6 +129,8 @@ static gboolean check_output(const char *path, const char *what, GError **error)
     err = EISDIR;
   } else if (!g_file_test(path, G_FILE_TEST_EXISTS)) {
     g_autofree char *probe = g_strdup_printf("%s.tmp-XXXXXX", path);
+    sigset_t saved; /* an interrupt must not leave the probe behind */
+    ps_fatal_signals_hold(&saved);
     int fd = g_mkstemp_full(probe, O_WRONLY | O_CLOEXEC, 0666);
     if (fd < 0) {
       err = errno;
@@ -136,6 +138,7 @@ static gboolean check_output(const char *path, const char *what, GError **error)
       close(fd);
       g_unlink(probe);
     }
+    ps_fatal_signals_restore(&saved);
   } /* else replaced, or written in place if not a regular file */
   if (!err)
     return TRUE;
