@@ -435,6 +435,8 @@ static void test_bad_input(void)
   bad(cm, "strategy.collective_matmul");
   const char *axis[] = {"strategy.mesh.model=2", NULL};
   bad(axis, "model");
+  const char *clip[] = {"optimizer.clip_norm=1", NULL}; /* a sharded gradient's norm */
+  bad(clip, "optimizer.clip_norm");
   const char *num[] = {"numerics.enabled=true", NULL}; /* bert-large */
   bad(num, "numerics.enabled=false");
   /* a model with numerics: what the shard strategy itself refuses */

@@ -203,6 +203,7 @@ static PsTimeCategory op_category(PsOpKind k)
   case PS_OP_BWD:
   case PS_OP_RECOMPUTE:
   case PS_OP_UPDATE:
+  case PS_OP_CLIP:
     return PS_TIME_COMPUTE;
   case PS_OP_COLL_START:
   case PS_OP_COLL_DONE:
@@ -570,6 +571,7 @@ static gboolean start_op(PsPod *pod, Device *d)
   case PS_OP_BWD:
   case PS_OP_RECOMPUTE:
   case PS_OP_UPDATE:
+  case PS_OP_CLIP:
     break;
   case PS_OP_OUTFEED:
     if (d->out_depth >= pod->cfg.input->outfeed_capacity) {

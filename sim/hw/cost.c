@@ -518,12 +518,12 @@ void ps_cost_update(const PsTopology *topo, int64_t params, int slots, PsOpCost 
 }
 
 /* Adds a pass of `launches` like kernels with that traffic and work. */
-static void update_pass(const PsTopology *topo, double bytes, double flops, int launches,
-                        PsOpCost *c)
+static void update_pass(const PsTopology *topo, const char *what, double bytes, double flops,
+                        int launches, PsOpCost *c)
 {
   if (launches <= 0)
     return;
-  PsKernel k = {.layer = -1, .what = "optimizer", .bytes = bytes, .vpu_flops = flops};
+  PsKernel k = {.layer = -1, .what = what, .bytes = bytes, .vpu_flops = flops};
   kernel_finish(topo, &k);
   double launch = k.launch_s * launches;
   c->flops += flops;
@@ -535,6 +535,18 @@ static void update_pass(const PsTopology *topo, double bytes, double flops, int 
   else
     c->memory_s += k.busy_s;
   c->time += ps_time_from_s(k.busy_s + launch);
+}
+
+void ps_cost_clip(const PsTopology *topo, int64_t params, int scale_bytes, PsOpCost *out)
+{
+  g_return_if_fail(topo != NULL && out != NULL && params >= 0 && scale_bytes >= 0);
+  PsOpCost c = {0};
+  double p = (double)params;
+  update_pass(topo, "clip", 4.0 * p, 2.0 * p, 1, &c);
+  if (scale_bytes > 0)
+    update_pass(topo, "clip", (4.0 + scale_bytes) * p, p, 1, &c);
+  c.memory_bound = c.memory_s >= c.mxu_s;
+  *out = c;
 }
 
 void ps_cost_optimizer(const PsTopology *topo, const PsUpdateShape *u, PsOpCost *out)
@@ -549,11 +561,11 @@ void ps_cost_optimizer(const PsTopology *topo, const PsUpdateShape *u, PsOpCost 
   double p = (double)u->params, a = (double)u->adapted;
   int layers = u->adapted > 0 ? MAX(u->layers, 1) : 0;
   if (u->kind == PS_OPT_LARS) {
-    update_pass(topo, 8.0 * a, 4.0 * a, layers, &c);
-    update_pass(topo, 20.0 * p, 5.0 * p + 2.0 * a, 1, &c);
+    update_pass(topo, "optimizer", 8.0 * a, 4.0 * a, layers, &c);
+    update_pass(topo, "optimizer", 20.0 * p, 5.0 * p + 2.0 * a, 1, &c);
   } else {
-    update_pass(topo, 24.0 * p, 12.0 * p, layers + (u->params > u->adapted), &c);
-    update_pass(topo, 16.0 * p, 6.0 * p, 1, &c);
+    update_pass(topo, "optimizer", 24.0 * p, 12.0 * p, layers + (u->params > u->adapted), &c);
+    update_pass(topo, "optimizer", 16.0 * p, 6.0 * p, 1, &c);
   }
   c.memory_bound = c.memory_s >= c.mxu_s;
   *out = c;

@@ -150,7 +150,7 @@ static const char *const input_keys[] = {"source",   "data_dir",        "host_co
 static const char *const optimizer_keys[] = {"kind",         "learning_rate",     "momentum",
                                              "beta1",        "beta2",             "epsilon",
                                              "schedule",     "weight_decay",      "trust_coefficient",
-                                             NULL};
+                                             "clip_norm",    "clip_before_reduce", NULL};
 static const char *const lr_schedules[] = {"constant", "cosine", NULL};
 static const char *const numerics_keys[] = {"enabled", "precision", "seed", "evaluate",
                                             "matmul_precision", NULL};
@@ -841,6 +841,8 @@ static gboolean parse_optimizer(json_object *root, const char *file, PsOptimizer
   opt->epsilon = 1e-7;
   opt->weight_decay = 0.0;
   opt->trust_coefficient = 0.001; /* You et al. 2017, section 4: eta = 0.001 */
+  opt->clip_norm = 0.0; /* no clipping */
+  opt->clip_before_reduce = FALSE;
   json_object *o;
   if (!ps_config__get_object(root, file, "", "optimizer", FALSE, &o, error))
     return FALSE;
@@ -861,7 +863,11 @@ static gboolean parse_optimizer(json_object *root, const char *file, PsOptimizer
       !ps_json_get_double(o, file, p, "weight_decay", FALSE, 0, FALSE, INFINITY,
                           &opt->weight_decay, error) ||
       !ps_json_get_double(o, file, p, "trust_coefficient", FALSE, 0, TRUE, INFINITY,
-                          &opt->trust_coefficient, error))
+                          &opt->trust_coefficient, error) ||
+      !ps_json_get_double(o, file, p, "clip_norm", FALSE, 0, FALSE, INFINITY, &opt->clip_norm,
+                          error) ||
+      !ps_json_get_bool(o, file, p, "clip_before_reduce", FALSE, &opt->clip_before_reduce,
+                        error))
     return FALSE;
   opt->kind = (PsOptimizerKind)kind;
   opt->schedule = (PsLrSchedule)sched;
@@ -1007,6 +1013,9 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(oo, "schedule", json_object_new_string(lr_schedules[opt->schedule]));
   json_object_object_add(oo, "weight_decay", ps_config__new_double(opt->weight_decay));
   json_object_object_add(oo, "trust_coefficient", ps_config__new_double(opt->trust_coefficient));
+  json_object_object_add(oo, "clip_norm", ps_config__new_double(opt->clip_norm));
+  json_object_object_add(oo, "clip_before_reduce",
+                         json_object_new_boolean(opt->clip_before_reduce));
   json_object_object_add(o, "optimizer", oo);
 
   const PsNumericsConfig *n = &e->numerics;

@@ -142,6 +142,13 @@ typedef struct {
   double beta1, beta2, epsilon;
   double weight_decay;      /* LARS, LAMB: decoupled into the trust ratio */
   double trust_coefficient; /* LARS's eta */
+  /* Gradient clipping by global norm (tf.clip_by_global_norm): the
+   * gradient is scaled by min(1, clip_norm / ||g||) before the update; 0
+   * clips nothing.  clip_before_reduce: each replica clips its own
+   * gradient before the cross-replica reduction (as the TF1 BERT
+   * pre-training code), else the reduced gradient is clipped. */
+  double clip_norm;
+  gboolean clip_before_reduce;
 } PsOptimizerConfig;
 
 /* How replicas' gradients cross the interconnect. */

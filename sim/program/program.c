@@ -414,7 +414,7 @@ const char *ps_op_kind_name(PsOpKind kind)
 {
   static const char *const names[PS_OP_N_KINDS] = {
       "INFEED", "FWD",  "BWD",    "RECOMPUTE", "COLL_START", "COLL_DONE",
-      "SEND",   "RECV", "UPDATE", "HOST_CALL", "OUTFEED"};
+      "SEND",   "RECV", "UPDATE", "HOST_CALL", "OUTFEED", "CLIP"};
   g_return_val_if_fail(kind < PS_OP_N_KINDS, "?");
   return names[kind];
 }
@@ -437,6 +437,7 @@ static void describe_op(const PsPlan *plan, int device, int i, const PsOp *op, G
     g_string_append_printf(out, "from %d tag %d  %s", op->peer, op->tag, op->name);
     break;
   case PS_OP_UPDATE:
+  case PS_OP_CLIP:
     g_string_append_printf(out, "params [%" G_GINT64_FORMAT ", +%" G_GINT64_FORMAT ")%s %s",
                            op->param_off, op->param_len,
                            c >= 0 ? " (this device's shard)" : "", op->name);

@@ -43,6 +43,9 @@ typedef enum {
   PS_OP_UPDATE,     /* optimizer over params [param_off, +param_len), or a shard */
   PS_OP_HOST_CALL,  /* outside compilation: a round trip to the host */
   PS_OP_OUTFEED,    /* the step's loss and metrics to the host */
+  PS_OP_CLIP,       /* gradient clipping by global norm over params
+                       [param_off, +param_len): the norm, and with clip_local
+                       the scaling of the device's own gradient */
   PS_OP_N_KINDS
 } PsOpKind;
 
@@ -69,6 +72,8 @@ typedef struct {
                            parts part and part + 1 (SEND/RECV, whose first/last are
                            the op's layers); 0 when not decomposed */
   gboolean ring_bwd;    /* a ring step of a decomposed BWD (else FWD) */
+  gboolean clip_local;  /* CLIP: of the device's own gradient, before the
+                           cross-replica reduction (else of the reduced one) */
   /* cost on the core, from the compiler */
   ps_time_t time;       /* kernel time plus launch overhead; 0 for communication */
   double flops;         /* useful FLOPs */

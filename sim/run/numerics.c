@@ -269,6 +269,27 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
   }
 }
 
+/* CLIP: gradient clipping by global norm over the op's range, the norm in
+ * double.  Before the reduction (clip_local) the replica clips the
+ * gradient of its own loss, its buffer over the plan's loss scale; after
+ * it, the reduced gradient in its buffer.  A norm within the limit (or not
+ * a number) leaves the gradient as it is. */
+static void clip_grads(Run *r, PsNet *net, const PsOp *op)
+{
+  float *g = ps_net_grads(net) + op->param_off;
+  double ss = 0;
+  for (int64_t i = 0; i < op->param_len; i++)
+    ss += (double)g[i] * (double)g[i];
+  double norm = sqrt(ss), limit = r->exp->optimizer.clip_norm;
+  if (op->clip_local)
+    norm /= r->plan->loss_scale;
+  if (!(norm > limit))
+    return;
+  float s = (float)(limit / norm);
+  for (int64_t i = 0; i < op->param_len; i++)
+    g[i] *= s;
+}
+
 /* OUTFEED: the device's loss of the step, the mean over its micro-batches
  * weighted among replicas; once every device outfed, their sum in device
  * order is the step's. */
@@ -346,6 +367,9 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
     break;
   case PS_OP_UPDATE:
     update_params(r, net, device, step, op);
+    break;
+  case PS_OP_CLIP:
+    clip_grads(r, net, op);
     break;
   case PS_OP_OUTFEED:
     outfeed_loss(r, device, step, op);

@@ -63,6 +63,7 @@ static char *op_args(const PsOp *op, int64_t step)
   case PS_OP_BWD:
   case PS_OP_RECOMPUTE:
   case PS_OP_UPDATE:
+  case PS_OP_CLIP:
     /* the time split as the cost model made it: MXU-bound kernels,
      * HBM/VPU-bound kernels, launches (us) */
     return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"mb\":%d,\"kernels\":%d,"

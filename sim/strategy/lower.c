@@ -254,6 +254,30 @@ void ps_lower_buckets_init(PsBuckets *b, const PsExperiment *exp, const PsReplic
                    .cur_first = -1, .cur_last = -1};
 }
 
+/* Each replica clips its own gradient before the reduction: then no
+ * bucket can start before the whole backward pass and the norm. */
+static gboolean clip_local(const PsBuckets *b)
+{
+  const PsOptimizerConfig *o = &b->exp->optimizer;
+  return o->clip_norm > 0 && o->clip_before_reduce && b->n > 1;
+}
+
+/* The CLIP op over [param_off, + param_len): with `local` the norm and the
+ * scaling pass (writing the reduction's element size), else the norm only
+ * (the update takes the factor). */
+static PsOp clip_op(const PsBuckets *b, int64_t param_off, int64_t param_len, gboolean local)
+{
+  PsOpCost c;
+  ps_cost_clip(b->exp->topology, param_len,
+               local ? ps_strategy_reduce_bytes(b->rep->reduce_precision) : 0, &c);
+  PsOp op = {.kind = PS_OP_CLIP, .coll = -1, .param_off = param_off, .param_len = param_len,
+             .clip_local = local};
+  set_cost(&op, &c);
+  snprintf(op.name, sizeof op.name, "%s %sgradients", local ? "clip own" : "clip reduced",
+           b->prefix);
+  return op;
+}
+
 void ps_lower_buckets_add(PsBuckets *b, GArray *ops, const PsOp *bwd, gboolean closes)
 {
   const PsModel *m = b->exp->model;
@@ -280,7 +304,7 @@ void ps_lower_buckets_add(PsBuckets *b, GArray *ops, const PsOp *bwd, gboolean c
                       PS_BUFFER_GRADS);
   g_array_append_val(b->buckets, bk);
   g_array_append_val(b->reduce, c);
-  if (b->rep->overlap) {
+  if (b->rep->overlap && !clip_local(b)) {
     PsOp st = coll_op(PS_OP_COLL_START, c);
     g_array_append_val(ops, st);
   }
@@ -297,7 +321,12 @@ int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off, in
 {
   const PsExperiment *exp = b->exp;
   int nb = (int)b->buckets->len;
-  if (!b->rep->overlap)
+  gboolean local = clip_local(b);
+  if (local) {
+    PsOp clip = clip_op(b, param_off, param_len, TRUE);
+    g_array_append_val(ops, clip);
+  }
+  if (!b->rep->overlap || local)
     for (int k = 0; k < nb; k++) {
       PsOp st = coll_op(PS_OP_COLL_START, g_array_index(b->reduce, int, k));
       g_array_append_val(ops, st);
@@ -306,6 +335,10 @@ int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off, in
     for (int k = 0; k < nb; k++) {
       PsOp dn = coll_op(PS_OP_COLL_DONE, g_array_index(b->reduce, int, k));
       g_array_append_val(ops, dn);
+    }
+    if (exp->optimizer.clip_norm > 0 && !local && param_len > 0) {
+      PsOp clip = clip_op(b, param_off, param_len, FALSE);
+      g_array_append_val(ops, clip);
     }
     if (param_len > 0) {
       PsOp up = {.coll = -1, .param_off = param_off, .param_len = param_len};

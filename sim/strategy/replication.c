@@ -247,6 +247,32 @@ static gboolean check_stages(const PsExperiment *e, const PsReplicaConfig *c, GE
   return TRUE;
 }
 
+/* Gradient clipping by global norm needs the whole gradient on one device
+ * where the norm is taken: each replica's own before the reduction, or the
+ * reduced one, which weight-update sharding leaves in shards and a pipeline
+ * leaves in stages (their norm would take a reduction of its own). */
+static gboolean check_clip(const PsExperiment *e, const PsReplicaConfig *c, GError **error)
+{
+  const PsOptimizerConfig *o = &e->optimizer;
+  if (o->clip_norm <= 0)
+    return TRUE;
+  if (c->staging.stages > 1) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "optimizer.clip_norm",
+                     "clipping by global norm is modelled without pipeline stages (got %d); "
+                     "set optimizer.clip_norm=0 or strategy.stages=1", c->staging.stages);
+    return FALSE;
+  }
+  if (c->rep.weight_update_sharding && c->rep.replicas > 1 && !o->clip_before_reduce) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "optimizer.clip_before_reduce",
+                     "clipping the reduced gradient needs it whole on each replica, and "
+                     "strategy.weight_update_sharding leaves it in shards; set "
+                     "optimizer.clip_before_reduce=true or "
+                     "strategy.weight_update_sharding=false");
+    return FALSE;
+  }
+  return TRUE;
+}
+
 gboolean ps_replica_check(const PsExperiment *e, const PsReplicaConfig *c, GError **error)
 {
   const PsReplication *r = &c->rep;
@@ -274,7 +300,7 @@ gboolean ps_replica_check(const PsExperiment *e, const PsReplicaConfig *c, GErro
                      s->stages > 1 ? s->stages : r->bn_group);
     return FALSE;
   }
-  return check_stages(e, c, error);
+  return check_clip(e, c, error) && check_stages(e, c, error);
 }
 
 json_object *ps_replica_to_json(const char *kind, const PsReplicaConfig *c)

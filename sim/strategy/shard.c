@@ -298,6 +298,12 @@ static gboolean check_numerics(const PsExperiment *e, const PsShardConfig *c, GE
 static gboolean shard_check(const PsExperiment *e, const void *config, GError **error)
 {
   const PsShardConfig *c = config;
+  if (e->optimizer.clip_norm > 0) { /* the norm of a sharded gradient: not modelled */
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "optimizer.clip_norm",
+                     "clipping by global norm is modelled for strategy.kind replicate only "
+                     "(got shard); set optimizer.clip_norm=0");
+    return FALSE;
+  }
   if (!check_mesh(e, c, error) || !check_model(e, c, error) ||
       !ps_shard_pipe_check(e, c, error))
     return FALSE;
