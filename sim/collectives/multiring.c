@@ -4,7 +4,8 @@
  *
  * The torus algorithm reduces one dimension at a time, so a chip of a 3-D
  * torus drives 2 of its 6 links.  Here the data is split into K = 2 n
- * streams, n the number of the group's ring dimensions (below): stream k
+ * streams, n the number of the group's ring dimensions (below), in shares
+ * as long as the ring each starts on (stream_weight): stream k
  * walks the ring dimensions in the rotation starting with dimension
  * k mod n, going to the next member on each ring for k < n and to the
  * previous one for k >= n.  Its reduce-scatter runs phase i along
@@ -245,6 +246,37 @@ static void table_shape(MultiPlan *p)
   p->tab = g_new0(Region, (size_t)p->n_oc * p->per_oc);
 }
 
+/* Stream k's weight: the members of the ring its first phase walks, over
+ * the streams sharing that ring's links (2 on a ring of two, whose one
+ * link each way both directions cross).  A stream's first phase sends
+ * L - 1 parts of its share / L, one a step, and a phase's steps last as
+ * long as their largest part, so shares in proportion to L keep the parts
+ * of a step alike: on 16x16x8 the streams starting on the 8-ring carry
+ * half as much and no step waits on them (with equal shares, the first 7
+ * steps sent twice the 16-rings' parts and the rings of 16 idled half of
+ * each).  On a cube every weight is equal: equal shares. */
+static int64_t stream_weight(const MultiPlan *p, int k)
+{
+  int L = p->ring[k % p->nd].L;
+  return L == 2 ? 1 : L;
+}
+
+/* Stream k's share of [lo, lo + len): the streams' weights cut it in
+ * order, each boundary floor(len C / W) for C the weights before it. */
+static void stream_share(const MultiPlan *p, int64_t lo, int64_t len, int k, int64_t *plo,
+                         int64_t *plen)
+{
+  int64_t before = 0, total = 0;
+  for (int j = 0; j < p->K; j++) {
+    before += j < k ? stream_weight(p, j) : 0;
+    total += stream_weight(p, j);
+  }
+  int64_t a = (int64_t)((__int128)len * before / total);
+  int64_t b = (int64_t)((__int128)len * (before + stream_weight(p, k)) / total);
+  *plo = lo + a;
+  *plen = b - a;
+}
+
 static void layout(MultiPlan *p)
 {
   const PsCollGroup *g = p->g;
@@ -271,7 +303,7 @@ static void layout(MultiPlan *p)
     /* members sharing an entry write the same region into it */
     for (int k = 0; k < K; k++) {
       int64_t lo, len;
-      ps_coll_part_of(p->olo[no * n + m], p->olen[no * n + m], K, k, &lo, &len);
+      stream_share(p, p->olo[no * n + m], p->olen[no * n + m], k, &lo, &len);
       for (int i = 0; i < nd; i++) {
         const Line *x = &p->ring[(k % nd + i) % nd];
         region_set(stream_region(p, m, k, i), lo, len, x->L);
