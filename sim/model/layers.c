@@ -211,6 +211,24 @@ gboolean ps_layer_get_padding(PsLayer *L, json_object *obj, const char *file, co
   return TRUE;
 }
 
+gboolean ps_layer_get_rate(json_object *obj, const char *file, const char *path, const char *key,
+                           gboolean required, double *out, GError **error)
+{
+  double v = *out;
+  if (!ps_json_get_double(obj, file, path, key, required, -G_MAXDOUBLE, FALSE, G_MAXDOUBLE, &v,
+                          error))
+    return FALSE;
+  if (!(v >= 0.0 && v < 1.0)) {
+    g_autofree char *p = ps_json_path_join(path, key);
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, p,
+                   "must be in [0, 1) (the fraction of elements dropped; 0 for none), got %g",
+                   v);
+    return FALSE;
+  }
+  *out = v;
+  return TRUE;
+}
+
 gboolean ps_layer_parse_plain(PsLayer *L, json_object *obj, const char *file, const char *path,
                               GError **error)
 {
@@ -663,7 +681,7 @@ int64_t ps_model_boundary_elems(const PsModel *model, int first, int last)
 int64_t ps_layer_kept_bytes(const PsLayer *L, int64_t batch, int act_bytes)
 {
   g_return_val_if_fail(L != NULL && batch >= 0 && act_bytes >= 0, 0);
-  return (L->act_elems * act_bytes + L->stat_elems * 4) * batch;
+  return (L->act_elems * act_bytes + L->stat_elems * 4 + L->mask_elems * PS_MASK_BYTES) * batch;
 }
 
 /* The model's totals per example, and whether numerics support it. */
@@ -677,7 +695,8 @@ static gboolean sum_totals(PsModel *m, const char *file, const char *lpath, GErr
   double total_params = 0, total_act = 0;
   for (int i = 0; i < m->n_layers; i++) {
     total_params += (double)m->layers[i].params;
-    total_act += (double)m->layers[i].act_elems + (double)m->layers[i].stat_elems;
+    total_act += (double)m->layers[i].act_elems + (double)m->layers[i].stat_elems +
+                 (double)m->layers[i].mask_elems;
   }
   if (!check_size(total_params, "the model's parameter count", file, lpath, error) ||
       !check_size(total_act, "the model's activation count per example", file, lpath, error))
