@@ -28,7 +28,8 @@
  *   scale and shift); softmax 5 / 4 per logit (max, subtract, exp, sum,
  *   divide); its backward is 2 per logit for softmax_xent (p - onehot,
  *   scale) and 4 per score inside attention (the Jacobian product dP ->
- *   dS); attention scaling of scores 1 / 1; add 1 / 1 (the
+ *   dS); attention scaling of scores 1 / 1; dropout 4 / 2 per element
+ *   (per score on attention's probabilities); add 1 / 1 (the
  *   backward one is the sum of the two gradients at the fork); max pool
  *   size^2 per output / 1 per output; avg pool size^2 + 1 per output /
  *   size^2 per output; global average pool 1 per input / 1 per input (over
@@ -60,8 +61,13 @@
  *   recomputes an instruction whose operands stay live anyway, as gelu's
  *   (kept for gelu's own backward), for the whole of its output
  *   (xla/service/hlo_rematerialization.cc, MemoryReducedIfRematerialized).
+ *   A dropout keeps its mask, one byte an element (mask_elems, at
+ *   PS_MASK_BYTES), and attention with dropout the mask of its
+ *   probabilities, not the dropped-out probabilities (made again from
+ *   the kept softmax output and mask by the kernels that read them).
  *   For a transformer layer this is Korthikanti et al. 2022's count
- *   (section 4.1) without dropout and with gelu's output recomputed.
+ *   (section 4.1) with gelu's output and the dropped-out probabilities
+ *   recomputed.
  */
 #include "model/layer-private.h"
 
