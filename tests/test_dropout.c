@@ -531,12 +531,11 @@ static const char *const run_json =
     "   {\"type\": \"global_avgpool\"}, {\"type\": \"dense\", \"units\": 4},"
     "   {\"type\": \"softmax_xent\"}]}}";
 
-static PsSummary run_with(const char *dir, const char *rate, const char *replicas)
+static PsSummary run_with(const char *dir, const char *rate, const char *const *ov)
 {
   g_autofree char *path = g_build_filename(dir, "dropout.json", NULL);
   g_autofree char *text = g_strdup_printf(run_json, rate, rate, rate);
   g_assert_true(g_file_set_contents(path, text, -1, NULL));
-  const char *ov[] = {replicas, NULL};
   PsExperiment *e = experiment_load(path, ov);
   PsSummary s = experiment_run(e);
   ps_experiment_free(e);
@@ -554,23 +553,38 @@ static double max_diff(const PsSummary *a, const PsSummary *b)
 }
 
 /* Each example's masks depend on its place in the global batch, not on
- * the device: 4 replicas of 8 end where one device of 32 does, to the
- * rounding that splitting a batch costs (far inside what dropout itself
- * moves the weights by, which the run without it measures). */
+ * the device or the slot: 4 replicas of 8, and a 2-stage pipeline of 4
+ * micro-batches of 8 (its recomputation included), end where one device
+ * of 32 does, to the rounding that splitting a batch costs (far inside
+ * what dropout itself moves the weights by, which the run without it
+ * measures). */
 static void test_replicas_match_one(void)
 {
   g_autofree char *dir = g_dir_make_tmp("podsim-dropout-XXXXXX", NULL);
-  PsSummary one = run_with(dir, "0.3", "strategy.replicas=1");
-  PsSummary four = run_with(dir, "0.3", "strategy.replicas=4");
-  PsSummary none = run_with(dir, "0", "strategy.replicas=1");
-  double d = max_diff(&one, &four), moved = max_diff(&one, &none);
-  g_test_message("4 replicas vs 1: max |dw| %.3g; with vs without dropout %.3g", d, moved);
-  g_assert_cmpfloat(four.replica_divergence, ==, 0.0);
+  const char *one_ov[] = {"strategy.replicas=1", NULL};
+  const char *const cases[][5] = {
+      {"strategy.replicas=4", NULL},
+      {"strategy.replicas=1", "strategy.kind=\"pipeline\"", "strategy.stages=2",
+       "strategy.micro_batches=4", NULL},
+      {"strategy.replicas=1", "strategy.kind=\"pipeline\"", "strategy.stages=2",
+       "strategy.micro_batches=4", "strategy.rematerialize=true"},
+  };
+  PsSummary one = run_with(dir, "0.3", one_ov), none = run_with(dir, "0", one_ov);
+  double moved = max_diff(&one, &none);
   g_assert_cmpfloat(moved, >, 1e-3);
-  g_assert_cmpfloat(d, <=, 1e-3 * moved);
-  g_assert_cmpfloat(fabs(one.loss_first - four.loss_first), <=, 1e-5 * one.loss_first);
+  for (guint k = 0; k < G_N_ELEMENTS(cases); k++) {
+    PsSummary other = run_with(dir, "0.3", cases[k]);
+    double d = max_diff(&one, &other);
+    g_test_message("%d replicas x %d stages of %d micro-batches: max |dw| against one "
+                   "device %.3g; with vs without dropout %.3g",
+                   other.replicas, other.stages, other.micro_batches, d, moved);
+    g_assert_cmpint(other.replicas * other.stages, >, 1);
+    g_assert_cmpfloat(other.replica_divergence, ==, 0.0);
+    g_assert_cmpfloat(d, <=, 1e-3 * moved);
+    g_assert_cmpfloat(fabs(one.loss_first - other.loss_first), <=, 1e-5 * one.loss_first);
+    ps_summary_clear(&other);
+  }
   ps_summary_clear(&one);
-  ps_summary_clear(&four);
   ps_summary_clear(&none);
   g_rmdir(dir);
 }
