@@ -527,6 +527,7 @@ static const char *const run_json =
     "   {\"type\": \"attention\", \"heads\": 2, \"dropout\": %s},"
     "   {\"type\": \"dropout\", \"rate\": %s},"
     "   {\"type\": \"dense\", \"units\": 32}, {\"type\": \"relu\"},"
+    "   {\"type\": \"dropout\", \"rate\": %s}, {\"type\": \"dense\", \"units\": 16},"
     "   {\"type\": \"dropout\", \"rate\": %s},"
     "   {\"type\": \"global_avgpool\"}, {\"type\": \"dense\", \"units\": 4},"
     "   {\"type\": \"softmax_xent\"}]}}";
@@ -534,7 +535,7 @@ static const char *const run_json =
 static PsSummary run_with(const char *dir, const char *rate, const char *const *ov)
 {
   g_autofree char *path = g_build_filename(dir, "dropout.json", NULL);
-  g_autofree char *text = g_strdup_printf(run_json, rate, rate, rate);
+  g_autofree char *text = g_strdup_printf(run_json, rate, rate, rate, rate);
   g_assert_true(g_file_set_contents(path, text, -1, NULL));
   PsExperiment *e = experiment_load(path, ov);
   PsSummary s = experiment_run(e);
@@ -553,11 +554,13 @@ static double max_diff(const PsSummary *a, const PsSummary *b)
 }
 
 /* Each example's masks depend on its place in the global batch, not on
- * the device or the slot: 4 replicas of 8, and a 2-stage pipeline of 4
- * micro-batches of 8 (its recomputation included), end where one device
- * of 32 does, to the rounding that splitting a batch costs (far inside
- * what dropout itself moves the weights by, which the run without it
- * measures). */
+ * the device or the slot: 4 replicas of 8, a 2-stage pipeline of 4
+ * micro-batches of 8 (its recomputation included) and 4 replicas of a
+ * 2-way tensor split (Megatron's layout: heads, then a column- and a
+ * row-parallel dense, each dropout on a whole or a split activation) end
+ * where one device of 32 does, to the rounding that splitting a batch
+ * costs (far inside what dropout itself moves the weights by, which the
+ * run without it measures). */
 static void test_replicas_match_one(void)
 {
   g_autofree char *dir = g_dir_make_tmp("podsim-dropout-XXXXXX", NULL);
@@ -568,6 +571,7 @@ static void test_replicas_match_one(void)
        "strategy.micro_batches=4", NULL},
       {"strategy.replicas=1", "strategy.kind=\"pipeline\"", "strategy.stages=2",
        "strategy.micro_batches=4", "strategy.rematerialize=true"},
+      {"strategy={\"kind\": \"shard\", \"mesh\": {\"data\": 4, \"tensor\": 2}}", NULL},
   };
   PsSummary one = run_with(dir, "0.3", one_ov), none = run_with(dir, "0", one_ov);
   double moved = max_diff(&one, &none);
