@@ -164,9 +164,9 @@ static double mm_padded(const Ctx *c, const PsLayer *l)
   return f * c->opt->passes;
 }
 
-/* HBM traffic of a layer's own kernel: the unfused traffic of layers.c
- * (whose weight term counts once, not per example). */
-static double own_bytes(const Ctx *c, int i, gboolean backward)
+/* The unfused traffic of layer i's kernel, elements at the activation
+ * width. */
+static double own_traffic(const Ctx *c, int i, gboolean backward)
 {
   const PsLayer *l = L(c, i);
   if (ps_layer_kind_lower(l->kind)->gathers) {
@@ -177,6 +177,20 @@ static double own_bytes(const Ctx *c, int i, gboolean backward)
   double w = (double)l->params * (backward ? 2.0 : 1.0);
   double per_ex = (backward ? l->bwd_bytes : l->fwd_bytes) - w;
   return c->eb * (per_ex * (double)c->batch + w);
+}
+
+/* Bytes of layer i's dropout mask over the batch: written where it is
+ * drawn (forward), read by each backward kernel that applies it. */
+static double mask_bytes(const Ctx *c, int i)
+{
+  return (double)PS_MASK_BYTES * (double)L(c, i)->mask_elems * (double)c->batch;
+}
+
+/* HBM traffic of a layer's own kernel: the unfused traffic of layers.c
+ * (whose weight term counts once, not per example), and its mask. */
+static double own_bytes(const Ctx *c, int i, gboolean backward)
+{
+  return own_traffic(c, i, backward) + mask_bytes(c, i);
 }
 
 /* The first layer after i that reads i's output (an ADD also through its
@@ -233,6 +247,7 @@ static void fuse_consumers_fwd(Ctx *c, int i, PsKernel *k)
       break;
     if (is_unary(l)) {
       k->vpu_flops += l->fwd_flops * (double)c->batch;
+      k->bytes += mask_bytes(c, j); /* a dropout's mask, drawn here */
     } else if (lowering(l) == PS_LOWER_JOIN) {
       /* the shortcut is read; a pending normalization on it is applied */
       k->bytes += c->eb * out_elems(c, j);
@@ -264,8 +279,9 @@ static void fuse_consumers_bwd(Ctx *c, int i, PsKernel *k)
     if (!is_unary(l) && w != PS_LOWER_JOIN)
       break;
     k->vpu_flops += l->bwd_flops * (double)c->batch;
-    if (w != PS_LOWER_VIEW && w != PS_LOWER_JOIN)
-      k->bytes += c->eb * out_elems(c, j); /* the saved activation (mask) */
+    if (w != PS_LOWER_VIEW && w != PS_LOWER_JOIN && l->saves != PS_SAVES_NONE)
+      k->bytes += c->eb * out_elems(c, j); /* the saved activation */
+    k->bytes += mask_bytes(c, j);          /* a dropout's mask */
     prev = j;
   }
 }
@@ -407,7 +423,7 @@ static void matmul_bwd(Ctx *c, int i)
   PsKernel d = kernel(i, "dgrad");
   d.mxu_flops = mm;
   d.padded_flops = padded;
-  d.bytes = act + c->eb * w;
+  d.bytes = act + c->eb * w + mask_bytes(c, i); /* attention's dropout mask */
   d.vpu_flops = other;
   if (fu == PS_FUSION_XLA)
     fuse_consumers_bwd(c, i, &d);

@@ -2,9 +2,10 @@
  * attention with grouped key/value heads, an inner projection width of its
  * own and, optionally, rotary position embedding on queries and keys.
  *
- * Invariant: with kv_heads = heads, inner = dim and no rope, every
- * operation and its order are those of plain multi-head attention (the
- * weights, the saved tensors and the results are bit for bit the same);
+ * Invariant: with kv_heads = heads, inner = dim, no rope and no dropout
+ * (a rate of 0, or no key), every operation and its order are those of
+ * plain multi-head attention (the weights, the saved tensors and the
+ * results are bit for bit the same);
  * like every kernel, a pure single-threaded function of its inputs. */
 #include "kernels.h"
 
@@ -69,13 +70,27 @@ size_t ps_attention_saved(const PsAttnShape *s)
 
 /* Forward: the Q K V rows and one head's context.  Backward: the context
  * gradient rows (later the Q K V gradient rows), the head-block Q K V
- * gradients, one head's context gradient and one score matrix. */
+ * gradients, one head's context gradient and one score matrix.  With
+ * dropout, one more score matrix: a head's dropped-out probabilities. */
 size_t ps_attention_workspace(const PsAttnShape *s)
 {
   g_return_val_if_fail(ps_attention_valid(s), 0);
   AttnDims d = attn_dims(s);
   size_t rows = (size_t)s->batch * d.S;
-  return 2 * rows * d.P + (size_t)d.S * d.dh + (size_t)d.S * d.S;
+  size_t ss = (size_t)d.S * d.S;
+  return 2 * rows * d.P + (size_t)d.S * d.dh + ss + (s->dropout > 0.0f ? ss : 0);
+}
+
+/* The probabilities of example e, head h dropped out into `out` (the
+ * product with V reads them), or p itself without dropout. */
+static const float *probs_dropped(const PsAttnShape *s, int e, int h, const float *p,
+                                  float *out)
+{
+  if (s->dropout <= 0.0f || !s->key)
+    return p;
+  const size_t S = (size_t)s->seq;
+  ps_dropout_row(s->key, s->dropout, e, (size_t)h * S * S, p, out, S * S);
+  return out;
 }
 
 /* Rows (batch seq, blocks dh) <-> head blocks (example, block: seq x dh):
@@ -161,6 +176,7 @@ void ps_attention_forward(PsPrecision prec, const PsAttnShape *s, const float *x
   const float scale = 1.0f / sqrtf((float)dh);
   float *qkvh = saved, *ctx = saved + rows * d.P, *probs = ctx + rows * d.I;
   float *qkv = workspace, *head_ctx = workspace + rows * d.P;
+  float *dropped = head_ctx + (size_t)S * dh + (size_t)S * S;
 
   ps_dense_forward(prec, x, w, b, qkv, (int)rows, d.D, d.P);
   copy_heads(qkv, qkvh, s->batch, S, d.blocks, dh, TRUE);
@@ -173,7 +189,8 @@ void ps_attention_forward(PsPrecision prec, const PsAttnShape *s, const float *x
       float *p = probs + ((size_t)e * d.H + h) * S * S;
       ps_gemm(prec, FALSE, TRUE, S, S, dh, qkvh + qo, qkvh + ko, FALSE, p);
       attention_softmax(p, S, scale, s->causal);
-      ps_gemm(prec, FALSE, FALSE, S, dh, S, p, qkvh + vo, FALSE, head_ctx);
+      ps_gemm(prec, FALSE, FALSE, S, dh, S, probs_dropped(s, e, h, p, dropped), qkvh + vo,
+              FALSE, head_ctx);
       for (int i = 0; i < S; i++)
         memcpy(ctx + ((size_t)e * S + i) * d.I + (size_t)h * dh, head_ctx + (size_t)i * dh,
                (size_t)dh * sizeof *ctx);
@@ -197,8 +214,9 @@ static void softmax_backward(const float *p, float *dp, int S, float scale)
   }
 }
 
-/* Per head, with C = P V and P = softmax(scale Q K^T):
- * dP = dC V^T, dV = P^T dC, dS as softmax_backward says, dQ = dS K,
+/* Per head, with C = P' V, P' = P or its dropout, P = softmax(scale Q
+ * K^T): dP' = dC V^T, dV = P'^T dC, dP = dP' through the same mask, dS
+ * as softmax_backward says, dQ = dS K,
  * dK = dS^T Q; a key/value head sums the gradients of the query heads
  * that share it; rope's rotation is undone on dQ and dK; then the
  * projections as dense layers. */
@@ -216,6 +234,7 @@ void ps_attention_backward(PsPrecision prec, const PsAttnShape *s, const float *
   float *dctx = workspace, *dqkv = workspace; /* the second once the first is used up */
   float *dqkvh = workspace + rows * d.P;
   float *head_dctx = dqkvh + rows * d.P, *dp = head_dctx + (size_t)S * dh;
+  float *dropped = dp + (size_t)S * S;
 
   ps_dense_backward(prec, ctx, w + (size_t)d.D * d.P, dy, dctx, dw + (size_t)d.D * d.P,
                     db ? db + d.P : NULL, (int)rows, d.I, d.D);
@@ -229,7 +248,10 @@ void ps_attention_backward(PsPrecision prec, const PsAttnShape *s, const float *
         memcpy(head_dctx + (size_t)i * dh, dctx + ((size_t)e * S + i) * d.I + (size_t)h * dh,
                (size_t)dh * sizeof *dctx);
       ps_gemm(prec, FALSE, TRUE, S, S, dh, head_dctx, qkvh + vo, FALSE, dp);
-      ps_gemm(prec, TRUE, FALSE, S, dh, S, p, head_dctx, shared, dqkvh + vo);
+      ps_gemm(prec, TRUE, FALSE, S, dh, S, probs_dropped(s, e, h, p, dropped), head_dctx,
+              shared, dqkvh + vo);
+      if (s->dropout > 0.0f && s->key)
+        ps_dropout_row(s->key, s->dropout, e, (size_t)h * S * S, dp, dp, (size_t)S * S);
       softmax_backward(p, dp, S, scale);
       ps_gemm(prec, FALSE, FALSE, S, dh, S, dp, qkvh + ko, FALSE, dqkvh + qo);
       ps_gemm(prec, TRUE, FALSE, S, dh, S, dp, qkvh + qo, shared, dqkvh + ko);

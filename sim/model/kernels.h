@@ -101,6 +101,33 @@ void ps_layernorm_backward(const float *x, const float *gamma, const float *stat
                            const float *dy, float *dx, float *dgamma, float *dbeta, int rows,
                            int dim);
 
+/* Dropout (Srivastava et al., "Dropout: A Simple Way to Prevent Neural
+ * Networks from Overfitting", JMLR 2014) with inverted scaling: each
+ * element is kept with probability 1 - rate and then multiplied by
+ * 1 / (1 - rate), or zeroed.  The mask is counter-based, in
+ * kernels-dropout.c: element `elem` of example `e` draws 24 bits from a
+ * hash of (seed, step, layer, first + e, elem), so the mask of a given
+ * example is the same on whatever device, slot or pass computes it
+ * (forward, its recomputation, backward) and needs no state. */
+typedef struct {
+  uint64_t seed;           /* the run's numerics.seed */
+  int64_t step;            /* the training step */
+  int64_t layer;           /* the model's layer index */
+  int64_t first;           /* global index of the batch's first example */
+} PsDropoutKey;
+
+/* Whether element `elem` of the key's example `e` (counted from first) is
+ * kept at `rate` in [0, 1). */
+gboolean ps_dropout_keeps(const PsDropoutKey *key, int64_t e, uint64_t elem, float rate);
+/* y = mask o x / (1 - rate) over `batch` examples of `per` elements each
+ * (y may be x).  Backward is the same map on dy: the mask is linear. */
+void ps_dropout_apply(const PsDropoutKey *key, float rate, const float *x, float *y, int batch,
+                      size_t per);
+/* The same over one row of `n` elements of example e starting at element
+ * `off` of its mask: what attention applies to one row of probabilities. */
+void ps_dropout_row(const PsDropoutKey *key, float rate, int64_t e, uint64_t off,
+                    const float *x, float *y, size_t n);
+
 /* Multi-head self-attention on (seq, dim) per example (Vaswani et al.,
  * "Attention Is All You Need", NeurIPS 2017, section 3.2), in
  * kernels-attention.c: [Q K V] = x W_qkv + b_qkv, per head
@@ -117,13 +144,18 @@ void ps_layernorm_backward(const float *x, const float *gamma, const float *stat
  * `causal`, position i attends to j <= i only; with `rope`, Q and K are
  * turned by rotary position embedding (Su et al. 2021, arXiv:2104.09864,
  * eq. 34: pairs (2p, 2p+1) of a head by angle i 10000^(-2p/dh) at
- * position i; dh even) before the scores. */
+ * position i; dh even) before the scores.  With `dropout` > 0 and a key,
+ * the probabilities are dropped out before the product with V (the
+ * mask's element of example e, head h, row i, column j is (h S + i) S +
+ * j); without a key (evaluation) they are not. */
 typedef struct {
   int batch, seq, dim, heads;
   gboolean causal;
   int kv_heads;            /* 0: heads */
   int inner;               /* 0: dim */
   gboolean rope;
+  float dropout;           /* rate on the probabilities, 0: none */
+  const PsDropoutKey *key; /* NULL: no dropout this pass */
 } PsAttnShape;
 
 /* Heads dividing inner, kv_heads dividing heads, dh even with rope. */

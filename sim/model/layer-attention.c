@@ -4,7 +4,9 @@
  * context P V, output projection.  Keys beyond "heads": "kv_heads" (grouped
  * key/value heads, default heads), "dim" (the projection width, default
  * d_model, head_dim = dim / heads), "rope" (rotary position embedding on
- * Q and K, default false), "causal", "bias" (default true).  A head-split
+ * Q and K, default false), "causal", "bias" (default true), "dropout"
+ * (the rate of dropout on the probabilities, after the softmax and
+ * before the product with V, training only; default 0).  A head-split
  * shard of one (heads / T, kv_heads / T, dim / T) is an attention layer.
  * Invariant: its projections are one weight block, [W_qkv (D x (dim + 2
  * kv_heads head_dim)), W_o (dim x D)] (and one bias block when it has
@@ -13,7 +15,7 @@
 #include "model/layer-private.h"
 
 static const char *const keys_attention[] = {"type",   "name", "heads", "kv_heads", "dim",
-                                             "bias", "causal", "rope", NULL};
+                                             "bias", "causal", "rope", "dropout", NULL};
 
 /* causal is a mask: the same counted cost, but the numerics honour it */
 static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
@@ -25,7 +27,8 @@ static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
          ps_layer_get_dim(obj, file, path, "dim", FALSE, &L->dim, error) &&
          ps_json_get_bool(obj, file, path, "bias", FALSE, &L->bias, error) &&
          ps_json_get_bool(obj, file, path, "causal", FALSE, &L->causal, error) &&
-         ps_json_get_bool(obj, file, path, "rope", FALSE, &L->rope, error);
+         ps_json_get_bool(obj, file, path, "rope", FALSE, &L->rope, error) &&
+         ps_layer_get_rate(obj, file, path, "dropout", FALSE, &L->rate, error);
 }
 
 /* Heads against the widths: heads divide dim, kv_heads divide heads, an
@@ -95,8 +98,11 @@ static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   double nb = L->bias ? (double)(s * (proj + d)) : 0;
   /* rope: 3 FLOPs per rotated element of Q and K each way */
   double rot = L->rope ? 3.0 * (si + skv) : 0;
-  L->fwd_flops = mm + (1 + PS_SOFTMAX_FWD) * scores + nb + rot;
-  L->bwd_flops = 2 * mm + (1 + PS_SOFTMAX_BWD) * scores + nb + rot;
+  /* dropout of the probabilities: its work per score and its mask */
+  double drop = L->rate > 0 ? 1.0 : 0.0;
+  L->fwd_flops = mm + (1 + PS_SOFTMAX_FWD + drop * PS_DROPOUT_FWD) * scores + nb + rot;
+  L->bwd_flops = 2 * mm + (1 + PS_SOFTMAX_BWD + drop * PS_DROPOUT_BWD) * scores + nb + rot;
+  L->mask_elems = L->rate > 0 ? h * s * s : 0;
   /* x read, Q K V written, Q and K read, V read, context written and
    * read, output written: 2 S D + 4 S dim + 4 S kv_heads head_dim (10 S D
    * without groups); scores written, read and written by the softmax,
@@ -104,8 +110,10 @@ static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   L->fwd_bytes = 2.0 * sd + 4.0 * si + 4.0 * skv + 4.0 * scores + (double)L->params;
   L->bwd_bytes = 2 * L->fwd_bytes;
   /* backward reads x (saved as the input), q, k, v, the context and the
-   * softmax probabilities; the scores before the softmax are dead once
-   * the probabilities are written */
+   * softmax probabilities (with dropout also its mask, mask_elems: the
+   * dropped-out probabilities are made again from the two by the kernels
+   * that read them); the scores before the softmax are dead once the
+   * probabilities are written */
   L->saves = PS_SAVES_INPUT;
   L->act_elems = 2 * s * inner + 2 * s * kvw + h * s * s;
   return TRUE;
@@ -118,7 +126,7 @@ static gboolean attention_plan(const NetPlan *p, NetLayer *nl, GError **error)
   nl->attn = (PsAttnShape){.batch = 1, .seq = (int)p->shape[0], .dim = (int)d,
                            .heads = (int)l->heads, .causal = l->causal,
                            .kv_heads = (int)l->kv_heads, .inner = (int)l->dim,
-                           .rope = l->rope};
+                           .rope = l->rope, .dropout = (float)l->rate};
   if (l->heads <= 0 || l->heads > G_MAXINT32 || l->dim > G_MAXINT32 ||
       l->kv_heads > G_MAXINT32 || !ps_attention_valid(&nl->attn)) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
@@ -150,18 +158,28 @@ static size_t attention_workspace(const NetLayer *nl, int max_batch)
   return ps_attention_workspace(&a);
 }
 
-static void attention_forward(const NetStep *st)
+/* The step's shape: its batch, and dropout's key when training. */
+static PsAttnShape attention_step(const NetStep *st, PsDropoutKey *key)
 {
   PsAttnShape a = st->nl->attn;
   a.batch = st->batch;
+  a.key = a.dropout > 0.0f && ps_net_dropout_key(st->net, st->s, st->nl->index, key) ? key
+                                                                                      : NULL;
+  return a;
+}
+
+static void attention_forward(const NetStep *st)
+{
+  PsDropoutKey key;
+  PsAttnShape a = attention_step(st, &key);
   ps_attention_forward(st->net->prec, &a, st->x, st->w, st->b, st->sl->out, st->sl->cache,
                        st->net->workspace);
 }
 
 static gboolean attention_backward(const NetStep *st)
 {
-  PsAttnShape a = st->nl->attn;
-  a.batch = st->batch;
+  PsDropoutKey key;
+  PsAttnShape a = attention_step(st, &key);
   ps_attention_backward(st->net->prec, &a, st->x, st->w, st->sl->cache, st->dy, st->dx, st->dw,
                         st->db, st->net->workspace);
   return TRUE;

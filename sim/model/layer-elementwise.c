@@ -1,13 +1,17 @@
 /* layer-elementwise.c: the kinds that map each element on its own, relu,
- * gelu (tanh form) and tanh, the reshape flatten, and the residual join add
- * (body output + shortcut output), as entries of the layer table
- * (layer-private.h).
+ * gelu (tanh form), tanh and dropout, the reshape flatten, and the
+ * residual join add (body output + shortcut output), as entries of the
+ * layer table (layer-private.h).
  *
  * Costs, FLOPs per element forward / backward: relu 1 / 1, tanh 4 / 3, gelu
- * 10 / 16, add 1 / 1 (the backward one is the sum of the two gradients at
- * the fork); relu and gelu keep their input for backward (their output,
- * never written, is recomputed by the kernel that reads it), tanh its
- * output; flatten is a view and moves nothing.
+ * 10 / 16, dropout PS_DROPOUT_FWD / PS_DROPOUT_BWD, add 1 / 1 (the
+ * backward one is the sum of the two gradients at the fork); relu and
+ * gelu keep their input for backward (their output, never written, is
+ * recomputed by the kernel that reads it), tanh its output, dropout its
+ * mask alone (one byte an element; its output is written by the kernel it
+ * is fused into); flatten is a view and moves nothing.  Dropout at rate 0
+ * is the identity and costs nothing, as BERT's reference dropout()
+ * returns its input unchanged then.
  * Invariant: the output has the input's elements in the input's order. */
 #include "model/layer-private.h"
 
@@ -93,6 +97,75 @@ static gboolean tanh_backward(const NetStep *st)
 ACTIVATION(relu, PS_LAYER_RELU);
 ACTIVATION(gelu, PS_LAYER_GELU);
 ACTIVATION(tanh, PS_LAYER_TANH);
+
+/* ---- dropout ------------------------------------------------------------ */
+
+static const char *const keys_dropout[] = {"type", "name", "rate", NULL};
+
+static gboolean dropout_parse(PsLayer *L, json_object *obj, const char *file, const char *path,
+                              GError **error)
+{
+  L->bias = FALSE;
+  return ps_json_check_keys(obj, file, path, keys_dropout, error) &&
+         ps_layer_get_rate(obj, file, path, "rate", TRUE, &L->rate, error);
+}
+
+/* Forward reads x and writes y, backward reads dy and writes dx, each
+ * way the mask too (mask_elems, at PS_MASK_BYTES); nothing at rate 0. */
+static gboolean dropout_shape(PsLayer *L, const PsLayerIn *in, GError **error)
+{
+  ps_layer_elementwise(L, in, PS_DROPOUT_FWD, PS_DROPOUT_BWD);
+  L->bwd_bytes = 2.0 * (double)in->elems;
+  L->saves = PS_SAVES_NONE;
+  L->mask_elems = in->elems;
+  if (L->rate == 0.0) {
+    L->fwd_flops = L->bwd_flops = L->fwd_bytes = L->bwd_bytes = 0;
+    L->mask_elems = 0;
+  }
+  return TRUE;
+}
+
+static gboolean dropout_plan(const NetPlan *p, NetLayer *nl, GError **error)
+{
+  nl->rate = (float)p->l->rate;
+  return TRUE;
+}
+
+/* y = mask o x / (1 - rate) when training, else y = x; backward the
+ * same map of dy (the mask is drawn again from its key). */
+static void dropout_map(const NetStep *st, const float *in, float *out)
+{
+  PsDropoutKey key;
+  if (st->nl->rate > 0.0f && ps_net_dropout_key(st->net, st->s, st->nl->index, &key))
+    ps_dropout_apply(&key, st->nl->rate, in, out, st->batch, st->nl->out_elems);
+  else if (out != in)
+    memcpy(out, in, st->n * sizeof *out);
+}
+
+static void dropout_forward(const NetStep *st)
+{
+  dropout_map(st, st->x, st->sl->out);
+}
+
+static gboolean dropout_backward(const NetStep *st)
+{
+  if (st->dx)
+    dropout_map(st, st->dy, st->dx);
+  return TRUE;
+}
+
+const PsLayerOps ps_layer_dropout = {
+  .kind = PS_LAYER_DROPOUT,
+  .name = "dropout",
+  .keys = keys_dropout,
+  .parse = dropout_parse,
+  .shape = dropout_shape,
+  .plan = dropout_plan,
+  .forward = dropout_forward,
+  .backward = dropout_backward,
+  .lower = {.lowering = PS_LOWER_UNARY, .tensor = PS_TP_ELEMENTWISE,
+            .fuses_into_producer = TRUE, .kernel = "dropout"},
+};
 
 /* ---- flatten ------------------------------------------------------------ */
 

@@ -62,6 +62,10 @@ int64_t ps_layer_sweep_out(int64_t in, int64_t window, int64_t stride, gboolean 
 /* out = in, fwd and bwd FLOPs per element, read x and write y forward,
  * read dy and the saved tensor and write dx backward. */
 void ps_layer_elementwise(PsLayer *L, const PsLayerIn *in, double fwd, double bwd);
+/* A dropout rate: a number in [0, 1), else an error naming the file, the
+ * key and the range. */
+gboolean ps_layer_get_rate(json_object *obj, const char *file, const char *path, const char *key,
+                           gboolean required, double *out, GError **error);
 /* "padding": "valid" or "same" into L->same_padding, `same` when absent. */
 gboolean ps_layer_get_padding(PsLayer *L, json_object *obj, const char *file, const char *path,
                               gboolean same, GError **error);
@@ -77,6 +81,11 @@ gboolean ps_layer_parse_plain(PsLayer *L, json_object *obj, const char *file, co
 #define PS_NORM_BWD 12.0
 #define PS_SOFTMAX_FWD 5.0
 #define PS_SOFTMAX_BWD 4.0
+/* Dropout, per element: forward a random draw (taken as one op), the
+ * compare with the rate, the select and the scale; backward the select
+ * and the scale of the gradient through the kept mask. */
+#define PS_DROPOUT_FWD 4.0
+#define PS_DROPOUT_BWD 2.0
 
 /* ---- a net's internals -------------------------------------------------- */
 
@@ -104,6 +113,8 @@ typedef struct {
   gboolean in_first, sc_first;
   int bn_group;                 /* BATCHNORM: > 1, its moments are a group's,
                                    reduced between the phases by the caller */
+  float rate;                   /* DROPOUT: the fraction dropped */
+  int index;                    /* the layer's index in the model (dropout's key) */
 } NetLayer;
 
 typedef struct {
@@ -118,6 +129,9 @@ typedef struct {
   float *input;
   int32_t *labels;
   int batch;                    /* examples of the current input */
+  gboolean training;            /* dropout on: the key below holds */
+  int64_t step, first;          /* dropout's key: the step, the batch's first
+                                   example in the global batch */
   double loss_sum;
   int correct;
 } Slot;
@@ -138,6 +152,7 @@ struct PsNet {
   Slot *slots;
   Slot *cur;
   gboolean bn_local;            /* evaluating: every batch norm its own batch's */
+  uint64_t seed;                /* weights' and dropout masks' */
 };
 
 /* What plan sees of layer i: its input (the output of the layer feeding
@@ -183,6 +198,10 @@ static inline void ps_net_add_to(float *dst, const float *src, size_t n)
   for (size_t i = 0; i < n; i++)
     dst[i] += src[i];
 }
+
+/* Dropout's key for layer i in slot s; FALSE (no dropout) unless the
+ * slot is training. */
+gboolean ps_net_dropout_key(const PsNet *net, const Slot *s, int i, PsDropoutKey *key);
 
 /* Uniform weights in [-limit, limit] from rng. */
 void ps_net_fill_uniform(GRand *rng, float *w, size_t n, double limit);
@@ -237,6 +256,6 @@ extern const PsLayerOps ps_layer_maxpool, ps_layer_avgpool, ps_layer_global_avgp
 extern const PsLayerOps ps_layer_batchnorm, ps_layer_layernorm, ps_layer_rmsnorm;
 extern const PsLayerOps ps_layer_swiglu;
 extern const PsLayerOps ps_layer_relu, ps_layer_gelu, ps_layer_tanh, ps_layer_flatten;
-extern const PsLayerOps ps_layer_add, ps_layer_softmax_xent;
+extern const PsLayerOps ps_layer_add, ps_layer_softmax_xent, ps_layer_dropout;
 
 #endif

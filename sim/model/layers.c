@@ -28,7 +28,8 @@
  *   scale and shift); softmax 5 / 4 per logit (max, subtract, exp, sum,
  *   divide); its backward is 2 per logit for softmax_xent (p - onehot,
  *   scale) and 4 per score inside attention (the Jacobian product dP ->
- *   dS); attention scaling of scores 1 / 1; add 1 / 1 (the
+ *   dS); attention scaling of scores 1 / 1; dropout 4 / 2 per element
+ *   (per score on attention's probabilities); add 1 / 1 (the
  *   backward one is the sum of the two gradients at the fork); max pool
  *   size^2 per output / 1 per output; avg pool size^2 + 1 per output /
  *   size^2 per output; global average pool 1 per input / 1 per input (over
@@ -60,8 +61,13 @@
  *   recomputes an instruction whose operands stay live anyway, as gelu's
  *   (kept for gelu's own backward), for the whole of its output
  *   (xla/service/hlo_rematerialization.cc, MemoryReducedIfRematerialized).
+ *   A dropout keeps its mask, one byte an element (mask_elems, at
+ *   PS_MASK_BYTES), and attention with dropout the mask of its
+ *   probabilities, not the dropped-out probabilities (made again from
+ *   the kept softmax output and mask by the kernels that read them).
  *   For a transformer layer this is Korthikanti et al. 2022's count
- *   (section 4.1) without dropout and with gelu's output recomputed.
+ *   (section 4.1) with gelu's output and the dropped-out probabilities
+ *   recomputed.
  */
 #include "model/layer-private.h"
 
@@ -208,6 +214,24 @@ gboolean ps_layer_get_padding(PsLayer *L, json_object *obj, const char *file, co
   if (!ps_json_get_enum(obj, file, path, "padding", FALSE, padding_choices, &padding, error))
     return FALSE;
   L->same_padding = padding == 1;
+  return TRUE;
+}
+
+gboolean ps_layer_get_rate(json_object *obj, const char *file, const char *path, const char *key,
+                           gboolean required, double *out, GError **error)
+{
+  double v = *out;
+  if (!ps_json_get_double(obj, file, path, key, required, -G_MAXDOUBLE, FALSE, G_MAXDOUBLE, &v,
+                          error))
+    return FALSE;
+  if (!(v >= 0.0 && v < 1.0)) {
+    g_autofree char *p = ps_json_path_join(path, key);
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, p,
+                   "must be in [0, 1) (the fraction of elements dropped; 0 for none), got %g",
+                   v);
+    return FALSE;
+  }
+  *out = v;
   return TRUE;
 }
 
@@ -663,7 +687,7 @@ int64_t ps_model_boundary_elems(const PsModel *model, int first, int last)
 int64_t ps_layer_kept_bytes(const PsLayer *L, int64_t batch, int act_bytes)
 {
   g_return_val_if_fail(L != NULL && batch >= 0 && act_bytes >= 0, 0);
-  return (L->act_elems * act_bytes + L->stat_elems * 4) * batch;
+  return (L->act_elems * act_bytes + L->stat_elems * 4 + L->mask_elems * PS_MASK_BYTES) * batch;
 }
 
 /* The model's totals per example, and whether numerics support it. */
@@ -677,7 +701,8 @@ static gboolean sum_totals(PsModel *m, const char *file, const char *lpath, GErr
   double total_params = 0, total_act = 0;
   for (int i = 0; i < m->n_layers; i++) {
     total_params += (double)m->layers[i].params;
-    total_act += (double)m->layers[i].act_elems + (double)m->layers[i].stat_elems;
+    total_act += (double)m->layers[i].act_elems + (double)m->layers[i].stat_elems +
+                 (double)m->layers[i].mask_elems;
   }
   if (!check_size(total_params, "the model's parameter count", file, lpath, error) ||
       !check_size(total_act, "the model's activation count per example", file, lpath, error))

@@ -34,6 +34,7 @@ typedef enum {
   PS_LAYER_PATCH_EMBEDDING, /* (H, W, C) image -> (S, D) tokens, one per PxP patch */
   PS_LAYER_RMSNORM,      /* RMS normalization over the last dimension, a gain */
   PS_LAYER_SWIGLU,       /* (.., D) -> (.., F): silu(x W_g) o (x W_u) */
+  PS_LAYER_DROPOUT,      /* training: each element kept with 1 - rate, scaled */
   PS_LAYER_N_KINDS
 } PsLayerKind;
 
@@ -108,6 +109,11 @@ typedef struct {
   int64_t count;
 } PsMatmul;
 
+/* Bytes of one dropout-mask element kept for backward: XLA's PRED, one
+ * byte (assumption: the comparison's result is what stays live, not the
+ * random draws). */
+#define PS_MASK_BYTES 1
+
 #define PS_MAX_RANK 3
 #define PS_MAX_MATMULS 4
 
@@ -137,6 +143,8 @@ typedef struct {
   int64_t kv_heads;            /* ATTENTION: key/value heads (= heads unless grouped);
                                   its dim is the projection width (d_model unless given) */
   gboolean rope;               /* ATTENTION: rotary position embedding on Q and K */
+  double rate;                 /* DROPOUT: the fraction dropped; ATTENTION: that of
+                                  its probabilities (0: none) */
   int shortcut_of;             /* ADD: index of the first layer of the
                                   block whose input feeds the shortcut */
   /* costs per example */
@@ -150,6 +158,8 @@ typedef struct {
                                   between layers it is the first to need */
   int64_t stat_elems;          /* float32 statistics kept (a norm's mean and
                                   reciprocal deviation per row or channel) */
+  int64_t mask_elems;          /* dropout mask elements, one byte each (XLA's
+                                  PRED): written forward, kept, read backward */
   PsLayerSaves saves;          /* the tensor between layers backward reads */
   int n_mm;
   PsMatmul mm[PS_MAX_MATMULS]; /* forward matmuls; backward does each twice */
@@ -199,7 +209,8 @@ const PsLayerLowerInfo *ps_layer_kind_lower(PsLayerKind kind);
 int64_t ps_shape_elems(const int64_t *shape, int rank);
 
 /* Bytes layer L keeps for backward over `batch` examples: act_elems at
- * act_bytes each and its statistics in float32. */
+ * act_bytes each, its statistics in float32 and its dropout mask at one
+ * byte an element. */
 int64_t ps_layer_kept_bytes(const PsLayer *L, int64_t batch, int act_bytes);
 
 /* Elements per example that layers [first, last) need for backward but

@@ -288,6 +288,7 @@ static gboolean plan_layers(PsNet *net, const PsModel *model, size_t *ws, GError
   for (int i = 0; i < net->n_layers; i++) {
     NetLayer *nl = &net->layers[i];
     nl->kind = model->layers[i].kind;
+    nl->index = i;
     const PsLayerOps *ops = ps_layer_ops(nl->kind);
     if (!plan_layer(model, i, net->layers, error))
       return FALSE;
@@ -329,6 +330,7 @@ PsNet *ps_net_new_slots(const PsModel *model, int max_batch, int slots, PsPrecis
   net->layers = g_new0(NetLayer, model->n_layers);
   net->max_batch = max_batch;
   net->prec = prec;
+  net->seed = seed;
 
   /* Shapes, parameter offsets and the largest workspace. */
   int rank = model->in_rank;
@@ -423,12 +425,30 @@ void ps_net_set_input(PsNet *net, const float *x, const int32_t *labels, int bat
   memcpy(s->input, x, (size_t)batch * net->in_elems * sizeof *x);
   memcpy(s->labels, labels, n_labels * sizeof *labels);
   s->batch = batch;
+  s->training = FALSE;
 }
 
 void ps_net_set_batch(PsNet *net, int batch)
 {
   g_return_if_fail(net != NULL && batch > 0 && batch <= net->max_batch);
   net->cur->batch = batch;
+  net->cur->training = FALSE;
+}
+
+void ps_net_set_dropout(PsNet *net, int64_t step, int64_t first_example)
+{
+  g_return_if_fail(net != NULL && step >= 0 && first_example >= 0);
+  net->cur->training = TRUE;
+  net->cur->step = step;
+  net->cur->first = first_example;
+}
+
+gboolean ps_net_dropout_key(const PsNet *net, const Slot *s, int i, PsDropoutKey *key)
+{
+  if (!s->training)
+    return FALSE;
+  *key = (PsDropoutKey){.seed = net->seed, .step = s->step, .layer = i, .first = s->first};
+  return TRUE;
 }
 
 static size_t layer_elems(const PsNet *net, int layer)

@@ -49,6 +49,13 @@ void ps_net_set_input(PsNet *net, const float *x, const int32_t *labels, int bat
  * stage whose input arrives in ps_net_activation(net, first - 1).  The
  * labels stay what the last ps_net_set_input gave. */
 void ps_net_set_batch(PsNet *net, int batch);
+/* Turns dropout on for the current slot's batch, as training does: its
+ * masks are drawn from (the net's seed, step, layer, first_example + e,
+ * element) for example e of the batch, so an example's masks are the
+ * same whichever device, slot or pass computes it.  ps_net_set_input and
+ * ps_net_set_batch turn it off again: a batch set without it runs without
+ * dropout, as evaluation (ps_net_evaluate) and inference do. */
+void ps_net_set_dropout(PsNet *net, int64_t step, int64_t first_example);
 void ps_net_forward_layer(PsNet *net, int layer);
 /* Accumulates the layer's parameter gradients and writes the gradient of
  * its input(s), for every layer whose input is not the net input (so a

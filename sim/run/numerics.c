@@ -192,13 +192,15 @@ static float *message_buffer(PsNet *net, const PsOp *op, size_t *n)
 }
 
 /* The device's share of the step's global batch (drawn by the step's
- * first INFEED) as its net's input. */
-static void set_input(Run *r, PsNet *net, int device, const PsOp *op)
+ * first INFEED) as its net's input, training: dropout's masks are keyed
+ * by the step and the examples' places in the global batch. */
+static void set_input(Run *r, PsNet *net, int device, int64_t step, const PsOp *op)
 {
   size_t elems = ps_dataset_example_elems(r->train);
   size_t per = ps_dataset_labels_per_example(r->train);
   size_t off = (size_t)(r->example_base[device] + op->example_off);
   ps_net_set_input(net, r->batch_x + off * elems, r->batch_y + off * per, (int)op->batch);
+  ps_net_set_dropout(net, step, (int64_t)off);
 }
 
 static void infeed_batch(Run *r, PsNet *net, int device, int64_t step, const PsOp *op)
@@ -208,7 +210,7 @@ static void infeed_batch(Run *r, PsNet *net, int device, int64_t step, const PsO
     r->drawn_step = step;
   }
   ps_net_select_slot(net, op->mb);
-  set_input(r, net, device, op);
+  set_input(r, net, device, step, op);
 }
 
 static void send_message(Run *r, PsNet *net, int device, const PsOp *op)
@@ -231,9 +233,10 @@ static void recv_message(Run *r, PsNet *net, int device, int64_t step, const PsO
   ps_net_select_slot(net, op->mb);
   if (op->labels) { /* the micro-batch of this step that stage 0 took */
     g_assert(r->drawn_step == step);
-    set_input(r, net, device, op);
+    set_input(r, net, device, step, op);
   } else if (op->tag % 2 == 0) {
     ps_net_set_batch(net, (int)op->batch);
+    ps_net_set_dropout(net, step, r->example_base[device] + op->example_off);
   }
   gint64 key = message_key(op->peer, device, op->tag);
   GQueue *q = g_hash_table_lookup(r->messages, &key);

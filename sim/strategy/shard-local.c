@@ -20,6 +20,7 @@ static void divide(PsLayer *L, int64_t k, gboolean rows)
   L->bwd_bytes /= (double)k;
   L->act_elems /= k;
   L->stat_elems /= k;
+  L->mask_elems /= k;
   if (!rows)
     L->params /= k;
 }
