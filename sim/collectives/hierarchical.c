@@ -30,26 +30,31 @@
  *
  * Closed form (predict): the in-slice algorithm's reduce-scatter and
  * all-gather predictions (every slice alike, each running alone on its
- * ICI) plus 2(S-1) DCN steps (S-1 for reduce-scatter or all-gather alone).
- * In a DCN step every member sends its part, of m bytes, to the same place
- * in the next slice over a route device -> ICI to its host's chip ->
- * PCIe -> NIC -> (leaves) -> NIC -> PCIe -> ICI, and the members of a host
- * share its PCIe and NIC.  A link l that carries bytes(l) in the step
- * is busy from the first chunk's arrival there to the last's departure, so
- * the step takes, over the links of the step,
- *   max_l [ min_m head_m(l) + bytes(l)/B_l + max_m tail_m(l) ],
- * head_m(l) the time member m's first chunk takes to reach l (latency and
- * one chunk's serialization per hop before l), tail_m(l) the time a chunk
- * takes from leaving l to arriving (l's latency, then latency and
- * serialization per hop after it).  For a message alone on its route this
- * is the network's own store-and-forward time, sum(latency) + m/B_min +
- * sum over the other hops of c/B (the bottleneck taken at the slowest
- * link); on a link the members of a host share it is the NIC's busy time
- * for their parts plus the first chunk's way to it and the last one's
- * from it.  For P members per slice of a 2-D X x Y torus with wrap-around,
- * an all-reduce of S_b bytes then comes to
- *   2 [(X-1)(a + S_b/(4 X B)) + (Y-1)(a + S_b/(4 X Y B))]       (multiring)
- *   + 2(S-1) T_step(S_b / (P S)).
+ * ICI) plus the DCN phase's d = 2(S-1) steps (S-1 for reduce-scatter or
+ * all-gather alone).  In a DCN step every member sends its part, of m
+ * bytes, to the same place in the next slice over a route device -> ICI
+ * to its host's chip -> PCIe -> NIC -> (leaves) -> NIC -> PCIe -> ICI, and
+ * the members of a host share its PCIe and NIC.  On each link l of those
+ * routes, W(l) = bytes(l)/B_l, the time the step's bytes take on it;
+ * head(l), the earliest a first chunk gets there (latency and one chunk's
+ * serialization per hop before l); tail(l), the longest a last chunk
+ * takes from l on (l's latency, then latency and serialization per hop
+ * after it); cycle(l), the longest a message takes from its sender's
+ * start through l (at its own size) to its receiver, who then sends its
+ * next part.  The link serves a step's messages back to back, in the
+ * order they came; each receiver's next part comes back to it at most a
+ * cycle after its message started there, so each further step ends
+ * max(W, cycle) after the one before, and the phase takes
+ *   max_l [ head(l) + W(l) + (d-1) max(W(l), cycle(l)) + tail(l) ].
+ * For a message alone on its route this is d times the network's own
+ * store-and-forward time, sum(latency) + m/B_min + sum over the other
+ * hops of c/B (the bottleneck taken at the slowest link); where a host's
+ * chips share its NIC it is their parts' time on the NIC, step after
+ * step, plus the first chunk's way to it and the last one's from it.  For
+ * P members per slice of a 2-D X x X torus with wrap-around, bandwidth B
+ * and hop latency a, an all-reduce of S_b bytes comes to
+ *   2 [(X-1)(a + S_b/(4 X B)) + (X-1)(a + S_b/(4 X^2 B))]   (multiring)
+ *   + the DCN phase of parts of S_b/(P S) bytes.
  *
  * Invariant: the ring's parts of a block are the same for every member
  * with the same place in its slice, so the S members that exchange a part
@@ -249,17 +254,11 @@ static void hier_prefetch(const PsCollPlan *plan, int m)
 
 /* ---- closed form ------------------------------------------------------ */
 
-/* The DCN phase's d steps: in each, every member's part (the largest of
- * its place's parts) to the same place in the next slice.  Per link l of
- * those routes: W, the bytes the step puts on it over its bandwidth; the
- * earliest arrival of a first chunk there (head) and the latest way on
- * from it (tail); and a cycle, the shortest time one message takes from
- * its sender's start through l to its receiver, after which that receiver
- * can send its next step's part.  The link's next step can start a cycle
- * after its previous one started, and not before it has carried that
- * one's W: so the phase takes head + (d-1) max(W, cycle) + W + tail on
- * it, and the slowest link sets the phase.  A message alone on its route
- * takes the network's store-and-forward time each step. */
+/* The DCN phase's d steps (the file's closed form): in each, every
+ * member's part (the largest of its place's parts) to the same place in
+ * the next slice; per link, W (busy), head, tail and cycle, and the
+ * slowest link sets the phase.  A part of several segments is a message
+ * each, so its chunks are no larger than its largest segment. */
 static double dcn_phase_s(const HierPlan *p, int d)
 {
   const PsCollGroup *g = p->g;
@@ -281,7 +280,6 @@ static double dcn_phase_s(const HierPlan *p, int d)
       }
       part = MAX(part, sum);
     }
-    /* a part of several segments is a message each, cut into chunks */
     int64_t bytes = part * p->p.elem_bytes, c = MIN(seg * p->p.elem_bytes, p->p.chunk_bytes);
     route[m] = ps_coll_route(g, m, member_at(p, (p->slice[m] + 1) % p->S, l), &hops[m]);
     int h = hops[m];
