@@ -73,6 +73,16 @@
 static const char *const intra_names[] = {"torus", "ring", "bidir", "multiring"};
 #define N_INTRA ((int)G_N_ELEMENTS(intra_names))
 
+/* Elements [off, off + len) of the buffer. */
+typedef struct {
+  int64_t off, len;
+} HierSeg;
+
+/* A member's grid index within its slice and its slice, read together. */
+typedef struct {
+  int local, slice;
+} HierPlace;
+
 typedef struct {
   const PsCollGroup *g;
   PsCollParams p;
@@ -83,20 +93,20 @@ typedef struct {
   /* steps: in-slice reduce-scatter, DCN reduce-scatter, DCN gather,
    * in-slice gather */
   int n_rs, d_rs, d_ag, n_ag, total_steps;
-  int *local;              /* member -> grid index within its slice */
-  int *slice;              /* member -> slice */
+  HierPlace *at;           /* member -> its place */
   int K;                   /* pieces of every in-slice block */
   int64_t *piece_off;      /* [l * K + k] */
   int64_t *piece_len;
   int64_t *bound;          /* [l * (S + 1) + j]: part j's start, end to end */
-  double predict;          /* the closed form, found once */
+  /* part j of place l's block: seg_n[l * S + j] segments from
+   * seg[(l * S + j) * max_seg], found once (the steps read them; a
+   * place's parts are max_seg * S * 16 bytes together) */
+  int max_seg;
+  guint8 *seg_n;
+  HierSeg *seg;
+  double dcn;              /* the DCN phase's closed form */
+  double predict;          /* the whole closed form, found once */
 } HierPlan;
-
-static inline int mod(int a, int n)
-{
-  int r = a % n;
-  return r < 0 ? r + n : r;
-}
 
 /* The member at grid index `local` of slice s. */
 static inline int member_at(const HierPlan *p, int s, int local)
@@ -151,6 +161,26 @@ static void parts_layout(HierPlan *p)
       }
     }
   }
+  int64_t off[MAX_PIECES], len[MAX_PIECES];
+  p->max_seg = 1;
+  for (int i = 0; i < p->P * S; i++)
+    p->max_seg = MAX(p->max_seg, part_segments(p, i / S, i % S, off, len));
+  p->seg_n = g_new(guint8, (size_t)p->P * S);
+  p->seg = g_new(HierSeg, (size_t)p->P * S * p->max_seg);
+  for (int i = 0; i < p->P * S; i++) {
+    int n = part_segments(p, i / S, i % S, off, len);
+    p->seg_n[i] = (guint8)n;
+    for (int k = 0; k < n; k++)
+      p->seg[(size_t)i * p->max_seg + k] = (HierSeg){off[k], len[k]};
+  }
+}
+
+/* Part j of place l's segments, *n of them. */
+static inline const HierSeg *part_at(const HierPlan *p, int l, int j, int *n)
+{
+  int i = l * p->S + j;
+  *n = p->seg_n[i];
+  return &p->seg[(size_t)i * p->max_seg];
 }
 
 /* ---- steps ------------------------------------------------------------ */
@@ -160,8 +190,9 @@ static void parts_layout(HierPlan *p)
 static void intra_step(const HierPlan *p, const PsCollPlan *sub_plan, int m, int s, int first,
                        PsCollStep *out)
 {
-  p->intra->step(sub_plan, p->local[m], s - first, out);
-  int sl = p->slice[m];
+  HierPlace w = p->at[m];
+  p->intra->step(sub_plan, w.local, s - first, out);
+  int sl = w.slice;
   for (int k = 0; k < out->n_send; k++) {
     out->send[k].peer = member_at(p, sl, out->send[k].peer);
     out->send[k].peer_step += first;
@@ -170,17 +201,12 @@ static void intra_step(const HierPlan *p, const PsCollPlan *sub_plan, int m, int
 
 /* DCN step t of the ring (t < d_rs: reduce-scatter): the part member m
  * sends and the one it receives. */
-static void dcn_parts(const HierPlan *p, int m, int t, int *send, int *recv)
+static inline void dcn_parts(const HierPlan *p, int sl, int t, int *send, int *recv)
 {
-  int sl = p->slice[m];
-  if (t < p->d_rs) {
-    *send = mod(sl - 1 - t, p->S);
-    *recv = mod(sl - 2 - t, p->S);
-  } else {
-    t -= p->d_rs;
-    *send = mod(sl - t, p->S);
-    *recv = mod(sl - 1 - t, p->S);
-  }
+  int S = p->S, j = t < p->d_rs ? sl - 1 - t : sl - (t - p->d_rs); /* -S < j < S */
+  j += j < 0 ? S : 0;
+  *send = j;
+  *recv = j == 0 ? S - 1 : j - 1;
 }
 
 static void hier_step(const PsCollPlan *plan, int m, int s, PsCollStep *out)
@@ -195,16 +221,16 @@ static void hier_step(const PsCollPlan *plan, int m, int s, PsCollStep *out)
     intra_step(p, p->ag, m, s, ag0, out);
     return;
   }
-  int t = s - dcn0, js, jr, l = p->local[m];
-  dcn_parts(p, m, t, &js, &jr);
-  int64_t off[MAX_PIECES], len[MAX_PIECES], roff[MAX_PIECES], rlen[MAX_PIECES];
-  int n = part_segments(p, l, js, off, len);
-  int peer = member_at(p, (p->slice[m] + 1) % p->S, l);
+  HierPlace w = p->at[m];
+  int t = s - dcn0, js, jr, l = w.local, n;
+  dcn_parts(p, w.slice, t, &js, &jr);
+  const HierSeg *seg = part_at(p, l, js, &n);
+  int peer = member_at(p, w.slice + 1 == p->S ? 0 : w.slice + 1, l);
   PsXferOp op = t < p->d_rs ? PS_XFER_ADD : PS_XFER_COPY;
   for (int k = 0; k < n; k++)
-    out->send[k] = (PsCollSend){peer, s, off[k], len[k], op};
+    out->send[k] = (PsCollSend){peer, s, seg[k].off, seg[k].len, op};
   out->n_send = n;
-  out->n_recv = part_segments(p, l, jr, roff, rlen);
+  part_at(p, l, jr, &out->n_recv);
 }
 
 static int hier_n_recv(const PsCollPlan *plan, int m, int s)
@@ -212,13 +238,13 @@ static int hier_n_recv(const PsCollPlan *plan, int m, int s)
   const HierPlan *p = (const HierPlan *)plan;
   int dcn0 = p->n_rs, ag0 = p->n_rs + p->d_rs + p->d_ag;
   if (s < dcn0)
-    return p->intra->n_recv(p->rs, p->local[m], s);
+    return p->intra->n_recv(p->rs, p->at[m].local, s);
   if (s >= ag0)
-    return p->intra->n_recv(p->ag, p->local[m], s - ag0);
-  int js, jr;
-  int64_t off[MAX_PIECES], len[MAX_PIECES];
-  dcn_parts(p, m, s - dcn0, &js, &jr);
-  return part_segments(p, p->local[m], jr, off, len);
+    return p->intra->n_recv(p->ag, p->at[m].local, s - ag0);
+  int js, jr, n;
+  dcn_parts(p, p->at[m].slice, s - dcn0, &js, &jr);
+  part_at(p, p->at[m].local, jr, &n);
+  return n;
 }
 
 static int hier_n_steps(const PsCollPlan *plan, int m)
@@ -236,11 +262,11 @@ static int hier_block(const PsCollPlan *plan, int m, int piece, int64_t *off, in
     *len = p->p.count;
     return 1;
   }
-  int64_t o[MAX_PIECES], n_[MAX_PIECES];
-  int n = part_segments(p, p->local[m], p->slice[m], o, n_);
+  int n;
+  const HierSeg *seg = part_at(p, p->at[m].local, p->at[m].slice, &n);
   g_return_val_if_fail(piece < n, n);
-  *off = o[piece];
-  *len = n_[piece];
+  *off = seg[piece].off;
+  *len = seg[piece].len;
   return n;
 }
 
@@ -248,8 +274,14 @@ static void hier_prefetch(const PsCollPlan *plan, int m)
 {
   const HierPlan *p = (const HierPlan *)plan;
   const PsCollPlan *sub = p->rs ? p->rs : p->ag;
+  int l = p->at[m].local;
   if (p->intra && p->intra->prefetch && sub)
-    p->intra->prefetch(sub, p->local[m]);
+    p->intra->prefetch(sub, l);
+  /* the place's parts, which its DCN steps read */
+  const char *seg = (const char *)&p->seg[(size_t)l * p->S * p->max_seg];
+  size_t bytes = (size_t)p->S * p->max_seg * sizeof(HierSeg);
+  for (size_t b = 0; b < bytes && b < 256; b += 64)
+    __builtin_prefetch(seg + b);
 }
 
 /* ---- closed form ------------------------------------------------------ */
@@ -269,19 +301,20 @@ static double dcn_phase_s(const HierPlan *p, int d)
     head[i] = INFINITY;
   int **route = g_new(int *, n), *hops = g_new(int, n);
   for (int m = 0; m < n; m++) {
-    int l = p->local[m];
+    int l = p->at[m].local;
     int64_t part = 0, seg = 0;
     for (int j = 0; j < p->S; j++) {
-      int64_t off[MAX_PIECES], len[MAX_PIECES], sum = 0;
-      int ns = part_segments(p, l, j, off, len);
+      int ns;
+      int64_t sum = 0;
+      const HierSeg *sg = part_at(p, l, j, &ns);
       for (int k = 0; k < ns; k++) {
-        sum += len[k];
-        seg = MAX(seg, len[k]);
+        sum += sg[k].len;
+        seg = MAX(seg, sg[k].len);
       }
       part = MAX(part, sum);
     }
     int64_t bytes = part * p->p.elem_bytes, c = MIN(seg * p->p.elem_bytes, p->p.chunk_bytes);
-    route[m] = ps_coll_route(g, m, member_at(p, (p->slice[m] + 1) % p->S, l), &hops[m]);
+    route[m] = ps_coll_route(g, m, member_at(p, (p->at[m].slice + 1) % p->S, l), &hops[m]);
     int h = hops[m];
     g_autofree double *lat = g_new(double, MAX(h, 1)), *ser = g_new(double, MAX(h, 1));
     g_autofree double *own = g_new(double, MAX(h, 1));
@@ -339,11 +372,12 @@ static void hier_free(PsCollPlan *plan)
   if (p->ag)
     p->intra->plan_free(p->ag);
   ps_coll_group_clear(&p->sub);
-  g_free(p->local);
-  g_free(p->slice);
+  g_free(p->at);
   g_free(p->piece_off);
   g_free(p->piece_len);
   g_free(p->bound);
+  g_free(p->seg_n);
+  g_free(p->seg);
   g_free(p);
 }
 
@@ -382,10 +416,20 @@ static void intra_layout(HierPlan *p, const PsCollAlgo *intra)
     }
 }
 
+/* Whether two plans' DCN phases are alike: the same parts, pieces of the
+ * same lengths. */
+static gboolean dcn_alike(const HierPlan *a, const HierPlan *b)
+{
+  size_t np = (size_t)a->P * MAX_PIECES, nb = (size_t)a->P * (a->S + 1);
+  return a->K == b->K && memcmp(a->piece_len, b->piece_len, np * sizeof(int64_t)) == 0 &&
+         memcmp(a->bound, b->bound, nb * sizeof(int64_t)) == 0;
+}
+
 /* The plan with the in-slice algorithm `intra` (NULL: one member per
- * slice). */
+ * slice); its DCN phase's closed form taken from `like` (NULL: none) when
+ * the phases are alike. */
 static HierPlan *hier_candidate(const PsCollGroup *g, const PsCollParams *prm,
-                                const PsCollAlgo *intra)
+                                const PsCollAlgo *intra, const HierPlan *like)
 {
   HierPlan *p = g_new0(HierPlan, 1);
   p->g = g;
@@ -399,18 +443,20 @@ static HierPlan *hier_candidate(const PsCollGroup *g, const PsCollParams *prm,
   gboolean ok = ps_coll_group_init(&p->sub, g->net, devs, p->P, &error);
   g_assert_no_error(error);
   g_assert(ok && p->sub.is_grid);
-  p->local = g_new(int, g->n);
-  p->slice = g_new(int, g->n);
+  p->at = g_new(HierPlace, g->n);
   for (int i = 0; i < g->n; i++) {
-    p->slice[g->at[i]] = i / p->P;
-    p->local[g->at[i]] = i % p->P;
+    p->at[g->at[i]] = (HierPlace){i % p->P, i / p->P};
   }
   intra_layout(p, intra);
   parts_layout(p);
   p->d_rs = prm->op != PS_COLL_ALL_GATHER ? p->S - 1 : 0;
   p->d_ag = prm->op != PS_COLL_REDUCE_SCATTER ? p->S - 1 : 0;
   p->total_steps = p->n_rs + p->d_rs + p->d_ag + p->n_ag;
-  p->predict = p->d_rs + p->d_ag > 0 ? dcn_phase_s(p, p->d_rs + p->d_ag) : 0;
+  if (like && dcn_alike(p, like))
+    p->dcn = like->dcn;
+  else
+    p->dcn = p->d_rs + p->d_ag > 0 ? dcn_phase_s(p, p->d_rs + p->d_ag) : 0;
+  p->predict = p->dcn;
   if (p->rs)
     p->predict += intra->predict_s(p->rs);
   if (p->ag)
@@ -434,7 +480,7 @@ static const PsCollAlgo *intra_algo(const PsCollGroup *sub, int k)
 static PsCollPlan *hier_plan(const PsCollGroup *g, const PsCollParams *prm)
 {
   if (g->n == g->axis_size[g->n_axes - 1]) {
-    HierPlan *p = hier_candidate(g, prm, NULL);
+    HierPlan *p = hier_candidate(g, prm, NULL, NULL);
     p->p.variant = 0;
     return (PsCollPlan *)p;
   }
@@ -453,7 +499,7 @@ static PsCollPlan *hier_plan(const PsCollGroup *g, const PsCollParams *prm)
     const PsCollAlgo *a = intra_algo(&sub, k);
     if (!a)
       continue;
-    HierPlan *p = hier_candidate(g, prm, a);
+    HierPlan *p = hier_candidate(g, prm, a, best);
     p->p.variant = k + 1;
     if (!best || p->predict < best->predict) {
       hier_free((PsCollPlan *)best);
