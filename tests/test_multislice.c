@@ -32,9 +32,24 @@
  *   busiest-link share says (within 5%);
  * - /multislice/auto: auto picks hierarchical for 2 x tpu-v5e-256, whose
  *   flat ring crosses the DCN on every step;
+ * - /multislice/multiring-phases: hierarchical all-reduce over 2 and 4
+ *   slices of torus:4x4 (every chip its own host and NIC) takes one
+ *   slice's multiring reduce-scatter, 2(P-1) DCN messages of the member's
+ *   part and the multiring all-gather, within 0.5%, as does the
+ *   prediction; its in-slice phases cost the slice's own multiring
+ *   all-reduce (within 0.5%) and less than 0.6 of its torus one;
+ *   reduce-scatter takes the first half (within 0.5%);
+ * - /multislice/v5e-pod: 2 and 16 x tpu-v5e-256 at 64 MiB, a host's chips
+ *   sharing its PCIe and NIC: the prediction within 2% of the events, and
+ *   two slices within 1.15 x one slice's multiring all-reduce plus the DCN
+ *   steps' NIC time;
  * - /multislice/numerics: hierarchical all-reduce with float buffers over
- *   2 and 3 slices: every member within (N-1) eps sum|x| of the
- *   double-precision sum, and all bit-identical;
+ *   2 and 3 slices (of torus:2x2, ring:4 and torus:4x4, multiring within
+ *   each slice): every member within (N-1) eps sum|x| of the
+ *   double-precision sum, and all bit-identical; reduce-scatter over
+ *   torus:4x4 slices leaves blocks that tile the buffer, each the sum
+ *   within that bound, and all-gather of them leaves every member the
+ *   owners' values, bit for bit;
  * - /multislice/replicate: the data-parallel strategy on 2 x tpu-v5e-8
  *   (16 replicas, numerics on, hierarchical and auto) runs to the end and
  *   ends with identical replicas; its trace names each slice's chips and
@@ -420,6 +435,114 @@ static void test_auto(void)
   net_clear(&n);
 }
 
+/* ---- the in-slice phases on a torus --------------------------------- */
+
+/* One round of op over the first `members` devices, S bytes, from the
+ * network's present time; returns the simulated time (and the prediction,
+ * the pieces of member 0's block). */
+static double sim_op_s(Net *n, const char *algo, PsCollOp op, int members, int64_t S,
+                       double *predict, int *pieces)
+{
+  g_autofree int *devs = range(members);
+  PsCollSpec spec = {op, algo, devs, members, S, 1, 0};
+  GError *error = NULL;
+  PsCollective *c = ps_collective_new(n->net, &spec, &error);
+  g_assert_no_error(error);
+  if (predict)
+    *predict = ps_collective_predict_s(c);
+  if (pieces) {
+    int64_t off, len;
+    *pieces = ps_collective_block_piece(c, 0, 0, &off, &len);
+  }
+  ps_time_t t0 = ps_engine_now(n->engine);
+  double t = ps_time_to_s(ps_collective_run_round(c) - t0);
+  ps_collective_free(c);
+  return t;
+}
+
+/* P slices of torus:4x4, every chip its own host (no DCN link shared):
+ * hierarchical all-reduce of S bytes takes one slice's multiring
+ * reduce-scatter, 2(P-1) DCN steps, each one member's part S/(16 P) over
+ * its route (for P = 2 two of multiring's four pieces, two messages back
+ * to back: the store-and-forward time of their sum), and the slice's
+ * multiring all-gather, within 0.5%; the prediction too.  The in-slice
+ * phases are multiring's, half the torus algorithm's all-reduce: within
+ * 0.5% of the slice's own multiring all-reduce, below 0.6 x its torus
+ * one (the in-slice phases the hierarchical plan ran before, two
+ * dimensions one after the other). */
+static void check_multiring_phases(int P)
+{
+  g_autofree char *sl = g_strdup_printf("slices=%d", P);
+  Net one, n;
+  net_init(&one, NULL, "torus:4x4", NULL);
+  net_init(&n, NULL, "torus:4x4", sl, "dcn.nic_bandwidth_Bps=12.5e9", "dcn.hosts_per_leaf=64",
+           NULL);
+  g_assert_cmpint(ps_geometry_hosts(ps_network_geometry(n.net)), ==, 16 * P);
+  double rs = sim_op_s(&one, "multiring", PS_COLL_REDUCE_SCATTER, 16, S_BYTES, NULL, NULL);
+  double ag = sim_op_s(&one, "multiring", PS_COLL_ALL_GATHER, 16, S_BYTES, NULL, NULL);
+  double flat = sim_op_s(&one, "multiring", PS_COLL_ALL_REDUCE, 16, S_BYTES, NULL, NULL);
+  double torus = sim_op_s(&one, "torus", PS_COLL_ALL_REDUCE, 16, S_BYTES, NULL, NULL);
+  double step = message_s(&n, 0, 16, S_BYTES / (16 * P));
+  double form = rs + 2 * (P - 1) * step + ag, predict;
+  int pieces;
+  double t = sim_op_s(&n, "hierarchical", PS_COLL_ALL_REDUCE, 16 * P, S_BYTES, &predict, NULL);
+  g_test_message("P=%d: simulated %.3f us, closed form %.3f us (multiring RS %.3f + 2(P-1) x "
+                 "%.3f + AG %.3f), prediction %.3f us; in-slice %.3f us, flat multiring %.3f "
+                 "us, torus %.3f us",
+                 P, t * 1e6, form * 1e6, rs * 1e6, step * 1e6, ag * 1e6, predict * 1e6,
+                 (t - 2 * (P - 1) * step) * 1e6, flat * 1e6, torus * 1e6);
+  g_assert_cmpfloat(fabs(t - form), <=, 0.005 * form);
+  g_assert_cmpfloat(fabs(t - predict), <=, 0.005 * form);
+  g_assert_cmpfloat(t - 2 * (P - 1) * step, <=, 1.005 * flat);
+  g_assert_cmpfloat(t - 2 * (P - 1) * step, <, 0.6 * torus);
+  /* reduce-scatter leaves a member its part of multiring's four pieces */
+  double trs = sim_op_s(&n, "hierarchical", PS_COLL_REDUCE_SCATTER, 16 * P, S_BYTES, NULL,
+                        &pieces);
+  g_assert_cmpint(pieces, ==, P == 2 ? 2 : 1);
+  g_assert_cmpfloat(fabs(trs - (rs + (P - 1) * step)), <=, 0.005 * trs);
+  net_clear(&one);
+  net_clear(&n);
+}
+
+static void test_multiring_phases(void)
+{
+  check_multiring_phases(2);
+  check_multiring_phases(4);
+}
+
+/* Two and sixteen tpu-v5e-256 slices, 64 MiB: a host's eight chips send
+ * their parts through its PCIe and NIC at once, and the prediction (the
+ * busiest link's bytes between the first chunk's arrival and the last
+ * one's way on) is within 2% of the events; two slices take no more than
+ * one slice's multiring all-reduce and the two DCN steps' NIC time (each
+ * host's 8 parts of S/512 bytes at 25 GB/s) with 15% to spare for the
+ * DCN's latencies and the ICI hops to and from each host's chip (the
+ * in-slice phases by the torus algorithm took 1.9 times that). */
+static void test_v5e_pod(void)
+{
+  for (int slices = 2; slices <= 16; slices += 14) {
+    GError *error = NULL;
+    g_autofree char *sl = g_strdup_printf("slices=%d", slices);
+    const char *ov[] = {sl, NULL};
+    PsTopology *t = ps_topology_load("tpu-v5e-256", ov, &error);
+    g_assert_no_error(error);
+    Net n;
+    net_init(&n, t, NULL, NULL);
+    double predict;
+    double th = sim_op_s(&n, "hierarchical", PS_COLL_ALL_REDUCE, 256 * slices, S_BYTES,
+                         &predict, NULL);
+    double flat = sim_op_s(&n, "multiring", PS_COLL_ALL_REDUCE, 256, S_BYTES, NULL, NULL);
+    double nic = 2 * (slices - 1) * 8.0 * (double)(S_BYTES / (256 * slices)) / 25e9;
+    g_test_message("%d x v5e-256: simulated %.3f us, prediction %.3f us; one slice's "
+                   "multiring %.3f us, DCN steps' NIC time %.3f us",
+                   slices, th * 1e6, predict * 1e6, flat * 1e6, nic * 1e6);
+    g_assert_cmpfloat(fabs(th - predict), <=, 0.02 * th);
+    if (slices == 2)
+      g_assert_cmpfloat(th, <=, 1.15 * (flat + nic));
+    net_clear(&n);
+  }
+}
+
 /* ---- numerics ------------------------------------------------------- */
 
 typedef struct {
@@ -470,11 +593,97 @@ static void check_numerics(const char *spec, int P)
   net_clear(&n);
 }
 
+/* Reduce-scatter then all-gather with float buffers over P slices of
+ * torus:4x4, whose in-slice phases are multiring's (four pieces a block):
+ * the members' blocks (ps_collective_block_piece) tile the buffer, each
+ * holds the double-precision sum within (N-1) eps sum|x|; the all-gather
+ * of those blocks leaves every member the same buffer, bit for bit, each
+ * element the value its owner held. */
+static void check_scatter_gather(int P)
+{
+  g_autofree char *sl = g_strdup_printf("slices=%d", P);
+  Net n;
+  net_init(&n, NULL, "torus:4x4", sl, "dcn.nic_bandwidth_Bps=12.5e9", NULL);
+  int N = ps_network_devices(n.net);
+  const int64_t count = 10007;
+  g_autofree int *devs = range(N);
+  GError *error = NULL;
+  PsCollSpec spec = {PS_COLL_REDUCE_SCATTER, "hierarchical", devs, N, count, 4, 0};
+  PsCollective *rs = ps_collective_new(n.net, &spec, &error);
+  g_assert_no_error(error);
+  spec.op = PS_COLL_ALL_GATHER;
+  PsCollective *ag = ps_collective_new(n.net, &spec, &error);
+  g_assert_no_error(error);
+  GRand *rng = g_rand_new_with_seed(13);
+  float **buf = g_new(float *, N);
+  double *sum = g_new0(double, count), *abs_sum = g_new0(double, count);
+  for (int m = 0; m < N; m++) {
+    buf[m] = g_new(float, count);
+    for (int64_t i = 0; i < count; i++) {
+      buf[m][i] = (float)g_rand_double_range(rng, -1, 1);
+      sum[i] += buf[m][i];
+      abs_sum[i] += fabs(buf[m][i]);
+    }
+  }
+  Done d = {0};
+  for (int m = 0; m < N; m++)
+    ps_collective_arrive(rs, m, buf[m], on_done, &d);
+  ps_engine_run(n.engine, PS_TIME_NEVER);
+  g_assert_cmpint(d.done, ==, N);
+  /* the blocks tile [0, count): each element owned once */
+  int *owner = g_new(int, count), max_pieces = 0;
+  for (int64_t i = 0; i < count; i++)
+    owner[i] = -1;
+  for (int m = 0; m < N; m++) {
+    int64_t off, len;
+    int pieces = ps_collective_block_piece(rs, m, 0, &off, &len);
+    max_pieces = MAX(max_pieces, pieces);
+    for (int k = 0; k < pieces; k++) {
+      ps_collective_block_piece(rs, m, k, &off, &len);
+      for (int64_t i = off; i < off + len; i++) {
+        g_assert_cmpint(owner[i], ==, -1);
+        owner[i] = m;
+        g_assert_cmpfloat(fabs(buf[m][i] - sum[i]), <=, (N - 1) * FLT_EPSILON * abs_sum[i]);
+      }
+    }
+  }
+  for (int64_t i = 0; i < count; i++)
+    g_assert_cmpint(owner[i], >=, 0);
+  /* multiring's four pieces, two to a part over two slices */
+  g_assert_cmpint(max_pieces, >, 1);
+  g_autofree float *want = g_new(float, count);
+  for (int64_t i = 0; i < count; i++)
+    want[i] = buf[owner[i]][i];
+  d.done = 0;
+  for (int m = 0; m < N; m++)
+    ps_collective_arrive(ag, m, buf[m], on_done, &d);
+  ps_engine_run(n.engine, PS_TIME_NEVER);
+  g_assert_cmpint(d.done, ==, N);
+  for (int m = 0; m < N; m++)
+    g_assert_cmpmem(buf[m], count * sizeof(float), want, count * sizeof(float));
+  for (int m = 0; m < N; m++)
+    g_free(buf[m]);
+  g_free(buf);
+  g_free(owner);
+  g_free(sum);
+  g_free(abs_sum);
+  g_rand_free(rng);
+  ps_collective_free(rs);
+  ps_collective_free(ag);
+  net_clear(&n);
+}
+
 static void test_numerics(void)
 {
   check_numerics("torus:2x2", 2);
   check_numerics("torus:2x2", 3);
   check_numerics("ring:4", 4);
+  /* multiring within each slice: parts of two of its pieces (2 slices),
+   * and parts across pieces' ends (3 slices) */
+  check_numerics("torus:4x4", 2);
+  check_numerics("torus:4x4", 3);
+  check_scatter_gather(2);
+  check_scatter_gather(3);
 }
 
 /* ---- the replicate strategy ------------------------------------------ */
@@ -807,6 +1016,8 @@ int main(int argc, char **argv)
   g_test_add_func("/multislice/degraded-nic", test_degraded_nic);
   g_test_add_func("/multislice/oversubscription", test_oversubscription);
   g_test_add_func("/multislice/auto", test_auto);
+  g_test_add_func("/multislice/multiring-phases", test_multiring_phases);
+  g_test_add_func("/multislice/v5e-pod", test_v5e_pod);
   g_test_add_func("/multislice/numerics", test_numerics);
   g_test_add_func("/multislice/replicate", test_replicate);
   g_test_add_func("/multislice/pipeline", test_pipeline);

@@ -43,19 +43,8 @@
  *
  * p2p: send-recv, one message.
  *
- * hierarchical (groups spanning slices, as XLA reduces across slices):
- * the phases over the axes within a slice, then a unidirectional ring
- * along the slice axis among the members holding the same shard, so
- * all-reduce = reduce-scatter within each slice, all-reduce of each
- * 1/(members per slice) shard across the slices over the DCN, all-gather
- * within each slice.  Within the slice it takes the torus's axes or one
- * ring (one way or both) over the slice's members in ring order,
- * whichever its prediction finds fastest.  Its prediction is the phases'
- * critical path, which for P members per slice of S slices, one-hop
- * slice phases and a DCN message time alpha_d + m/B_d comes to
- *   T_slice_RS + 2(S-1)(alpha_d + S'/(S B_d)) + T_slice_AG,  S' = S_bytes/P
- * (the cross-slice message counted as large as all those sharing its
- * busiest link, e.g. the P members of a host behind one NIC).
+ * hierarchical (groups spanning slices) is hierarchical.c's: an in-slice
+ * algorithm of this table, then a ring across the slices over the DCN.
  *
  * Predictions (alpha-beta with the network's own message time: a message of
  * m bytes over h uncontended hops costs h alpha + m/B + (h-1) c/B, see
@@ -264,32 +253,6 @@ static void grid_axes(const PsCollGroup *g, PsCollPlan *p)
   p->n_axes = g->n_axes;
   for (int a = 0; a < g->n_axes; a++)
     grid_axis(g, a, &p->ax[a]);
-}
-
-/* One line through the grid's first k axes (ps_coll_line_order), for every value
- * of the axes above them (rings of the members that share those). */
-static void snake_axis(const PsCollGroup *g, int k, Axis *x)
-{
-  int *order;
-  int L = ps_coll_line_order(g, k, &order);
-  int *pos_of = g_new(int, L);
-  for (int i = 0; i < L; i++)
-    pos_of[order[i]] = i;
-  axis_alloc(x, g->n);
-  x->L = L;
-  for (int m = 0; m < g->n; m++) {
-    int low = 0, high = 0;
-    for (int b = g->n_axes - 1; b >= k; b--)
-      high = high * g->axis_size[b] + g->grid_pos[m * g->n_axes + b];
-    for (int b = k - 1; b >= 0; b--)
-      low = low * g->axis_size[b] + g->grid_pos[m * g->n_axes + b];
-    int pos = pos_of[low];
-    x->pos[m] = pos;
-    x->next[m] = g->at[order[(pos + 1) % L] + L * high];
-    x->prev[m] = g->at[order[(pos + L - 1) % L] + L * high];
-  }
-  g_free(pos_of);
-  g_free(order);
 }
 
 gboolean ps_coll_line_closes(const PsCollGroup *g, int L, const int *pos, const int *next)
@@ -887,67 +850,6 @@ static int slice_axis(const PsCollGroup *g)
   return a >= 0 && g->axis_coord[a] == PS_GEOMETRY_SLICE_AXIS ? a : -1;
 }
 
-/* How the hierarchical plan crosses each slice. */
-typedef enum { INTRA_TORUS, INTRA_RING, INTRA_BIDIR, INTRA_N } IntraKind;
-
-/* One hierarchical plan: phases within each slice (the torus's axes, or
- * one ring over the slice's members, one way or both), then one
- * unidirectional ring along the slice axis, among the members that hold
- * the same shard; phases_layout puts the reduce-scatters in that order and
- * the all-gathers in the reverse. */
-static PsCollPlan *hier_candidate(const PsCollGroup *g, const PsCollParams *prm, IntraKind kind)
-{
-  PsCollPlan *p = plan_alloc(g, prm);
-  int sa = slice_axis(g);
-  if (kind == INTRA_TORUS || sa == 0) {
-    grid_axes(g, p);
-    for (int a = 0; a < sa; a++)
-      p->ax[a].bidir = p->ax[a].L > 2 && axis_closes(g, &p->ax[a]);
-  } else {
-    p->n_axes = 2;
-    snake_axis(g, sa, &p->ax[0]);
-    p->ax[0].bidir = kind == INTRA_BIDIR && p->ax[0].L > 2;
-    grid_axis(g, sa, &p->ax[1]);
-  }
-  p->ax[p->n_axes - 1].bidir = FALSE;
-  p->two_way = FALSE;
-  plan_finish(p);
-  return p;
-}
-
-/* The candidate whose closed form is fastest (the first of equals: torus
- * axes, ring, bidir), as "auto" would pick the slice's algorithm; the
- * candidate prm->variant names when it is set (hier_variant). */
-static PsCollPlan *hier_plan(const PsCollGroup *g, const PsCollParams *prm)
-{
-  if (prm->variant > 0) {
-    g_return_val_if_fail(prm->variant <= INTRA_N, NULL);
-    PsCollPlan *p = hier_candidate(g, prm, (IntraKind)(prm->variant - 1));
-    p->p.variant = prm->variant;
-    return p;
-  }
-  PsCollPlan *best = NULL;
-  double best_s = INFINITY;
-  for (IntraKind k = 0; k < INTRA_N; k++) {
-    PsCollPlan *p = hier_candidate(g, prm, k);
-    double t = phases_predict(p);
-    if (t < best_s) {
-      plan_free(best);
-      best = p;
-      best->p.variant = (int)k + 1;
-      best_s = t;
-    } else {
-      plan_free(p);
-    }
-  }
-  return best;
-}
-
-static int hier_variant(const PsCollPlan *p)
-{
-  return p->p.variant;
-}
-
 static PsCollPlan *p2p_plan(const PsCollGroup *g, const PsCollParams *prm)
 {
   PsCollPlan *p = plan_alloc(g, prm);
@@ -1048,18 +950,6 @@ const char *ps_coll_spans_slices(const PsCollGroup *g)
              : NULL;
 }
 
-static const char *hier_unsupported(const PsCollGroup *g, PsCollOp op)
-{
-  if (op != PS_COLL_ALL_REDUCE && op != PS_COLL_REDUCE_SCATTER && op != PS_COLL_ALL_GATHER)
-    return "hierarchical runs all-reduce, reduce-scatter and all-gather";
-  if (slice_axis(g) < 0)
-    return "the group does not span slices: use torus, ring or bidir";
-  if (!g->is_grid)
-    return "the group's members do not hold the same places in every slice (their (core, x, "
-           "y, z, slice) coordinates do not form a box); use ring or bidir";
-  return NULL;
-}
-
 static const char *p2p_unsupported(const PsCollGroup *g, PsCollOp op)
 {
   return op == PS_COLL_SEND_RECV ? NULL : "p2p only runs send-recv";
@@ -1088,19 +978,11 @@ static const PsCollAlgo p2p_algo = {"p2p", "one message from the sender to the r
                                     plan_step, plan_n_recv, plan_block, plan_predict, FALSE,
                                     NULL, NULL};
 
-static const PsCollAlgo hier_algo = {
-    "hierarchical",
-    "across slices: reduce-scatter within each slice over ICI (torus axes or a ring, as "
-    "predicted fastest), all-reduce of each shard across slices over the DCN (a ring among "
-    "the members holding it), all-gather within each slice",
-    hier_unsupported, hier_plan, plan_free, plan_n_steps, plan_step, plan_n_recv, plan_block,
-    plan_predict, FALSE, hier_variant, NULL};
-
 /* auto keeps the first of equal predictions: multiring, which equals torus
  * on a group with one ring dimension, after it */
 const PsCollAlgo *const ps_coll_algos[] = {&ring_algo, &bidir_algo, &torus_algo,
                                            &ps_coll_multiring_algo, &ps_coll_butterfly_algo,
-                                           &p2p_algo, &hier_algo, NULL};
+                                           &p2p_algo, &ps_coll_hierarchical_algo, NULL};
 
 const PsCollAlgo *ps_coll_algo_find(const char *name)
 {

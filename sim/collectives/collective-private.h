@@ -328,5 +328,8 @@ void ps_coll_cache_add(PsCollCache *cache, const PsCollSpec *spec, int64_t chunk
 extern const PsCollAlgo ps_coll_multiring_algo;
 /* Recursive doubling, for small all-reduces (butterfly.c). */
 extern const PsCollAlgo ps_coll_butterfly_algo;
+/* Across slices: an in-slice algorithm, then a ring over the DCN
+ * (hierarchical.c). */
+extern const PsCollAlgo ps_coll_hierarchical_algo;
 
 #endif
