@@ -430,8 +430,26 @@ static void test_cost_bytes(void)
     }
     g_array_free(k1, TRUE);
     g_array_free(k0, TRUE);
+    /* masks recomputed: no mask byte in any kernel, and each gradient
+     * kernel draws the mask again (2 e more VPU FLOPs: draw, compare) */
+    PsCostOptions re = xla;
+    re.masks_recomputed = TRUE;
+    k1 = g_array_new(FALSE, FALSE, sizeof(PsKernel));
+    k0 = g_array_new(FALSE, FALSE, sizeof(PsKernel));
+    ps_cost_op(t, m, 0, 1, B, &re, bwd, k1, &c);
+    ps_cost_op(t, m0, 0, 0, B, &xla, bwd, k0, &c);
+    for (guint k = 0; k < k1->len; k++) {
+      const PsKernel *a = &g_array_index(k1, PsKernel, k), *z = &g_array_index(k0, PsKernel, k);
+      g_assert_cmpfloat(a->bytes, ==, z->bytes);
+      g_assert_cmpfloat(a->vpu_flops - z->vpu_flops, ==, 4.0 * (double)e);
+    }
+    g_array_free(k1, TRUE);
+    g_array_free(k0, TRUE);
   }
   g_assert_cmpint(m->layers[1].mask_elems, ==, S * F);
+  g_assert_cmpint(ps_layer_mask_bytes(&m->layers[1], B), ==, e);
+  g_assert_cmpint(ps_model_mask_bytes(m, 0, m->n_layers), ==, S * F);
+  g_assert_cmpint(ps_model_mask_bytes(m0, 0, m0->n_layers), ==, 0);
   g_assert_cmpint(ps_layer_kept_bytes(&m->layers[1], B, (int)eb), ==, e);
   g_assert_cmpint(ps_model_memory_bytes(m, 0, -1, B, 2, (int)eb) -
                       ps_model_memory_bytes(m0, 0, -1, B, 2, (int)eb),
@@ -463,6 +481,50 @@ static void test_cost_bytes(void)
   ps_model_free(m0);
   ps_model_free(ma);
   ps_model_free(mz);
+}
+
+/* XLA's rematerialization to fit (run/experiment.c): BERT-large, dropout
+ * 0.1, data-parallel on tpu-v4-128 (32 GiB per chip).  At 32 sequences a
+ * chip the masks fit and are kept; at 48 (the MLPerf v0.7 run's) they
+ * would not, so they are recomputed: the step's HBM peak is then exactly
+ * the one with masks kept less their bytes, and the backward kernels read
+ * no mask.  At 128 nothing fits, and the error says what it counted. */
+static void test_masks_recomputed_to_fit(void)
+{
+  const char *exp = "experiments/scaling-bert-large.json";
+  const char *b32[] = {"topology=tpu-v4-128", "strategy.replicas=64", "global_batch=2048",
+                       "steps=2", NULL};
+  const char *b48[] = {"topology=tpu-v4-128", "strategy.replicas=64", "global_batch=3072",
+                       "steps=2", NULL};
+  PsExperiment *e32 = experiment_load(exp, b32), *e48 = experiment_load(exp, b48);
+  g_assert_false(e32->masks_recomputed);
+  g_assert_true(e48->masks_recomputed);
+  const PsModel *m = e48->model;
+  int64_t masks = ps_model_mask_bytes(m, 0, m->n_layers);
+  g_assert_cmpint(masks, >, 0);
+  PsSummary s32 = experiment_run(e32), s48 = experiment_run(e48);
+  /* per example the peak moves by the kept activations: 48 / 32 of the
+   * 32-sequence activations, less 48 examples' masks */
+  int64_t fixed = s32.hbm_peak_bytes - 32 * (ps_model_memory_bytes(m, 0, -1, 1, 0, 2) -
+                                               ps_model_memory_bytes(m, 0, -1, 0, 0, 2));
+  int64_t want = fixed + 48 * (ps_model_memory_bytes(m, 0, -1, 1, 0, 2) -
+                               ps_model_memory_bytes(m, 0, -1, 0, 0, 2) - masks);
+  g_test_message("HBM peak: 32 sequences %.2f GiB (masks kept), 48 %.2f GiB (recomputed; "
+                 "%.2f GiB of masks not kept)", s32.hbm_peak_bytes / 1073741824.0,
+                 s48.hbm_peak_bytes / 1073741824.0, 48.0 * masks / 1073741824.0);
+  g_assert_cmpint(s48.hbm_peak_bytes, ==, want);
+  g_assert_cmpint(s48.hbm_peak_bytes, <=, ps_topology_device_hbm_bytes(e48->topology));
+  ps_summary_clear(&s32);
+  ps_summary_clear(&s48);
+  ps_experiment_free(e32);
+  ps_experiment_free(e48);
+  const char *b128[] = {"topology=tpu-v4-128", "strategy.replicas=64", "global_batch=8192",
+                        NULL};
+  GError *error = NULL;
+  g_assert_null(ps_experiment_load(exp, b128, &error));
+  g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_DOES_NOT_FIT);
+  g_assert_nonnull(strstr(error->message, "dropout masks as recomputed"));
+  g_error_free(error);
 }
 
 /* ---- bad input --------------------------------------------------------- */
@@ -605,6 +667,7 @@ int main(int argc, char **argv)
   g_test_add_func("/dropout/attention/against-loops", test_attention);
   g_test_add_func("/dropout/cost/bytes", test_cost_bytes);
   g_test_add_func("/dropout/bad-rate", test_bad_rate);
+  g_test_add_func("/dropout/memory/recomputed-to-fit", test_masks_recomputed_to_fit);
   g_test_add_func("/dropout/run/replicas-match-one", test_replicas_match_one);
   return g_test_run();
 }

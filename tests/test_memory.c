@@ -55,13 +55,14 @@ static int64_t kept(const PsModel *m, int first, int last, int64_t batch, int ac
  * output 2 a s^2 b, its dropout mask a s^2 b and the dropout's output 2 a
  * s^2 b), MLP 19 s b h (the inputs of the two linears 2 + 8, GELU's input
  * 8, the dropout mask 1) and the two layer norms' inputs 4 s b h.
- * models/bert-large.json has no dropout: less the masks (2 s b h + a s^2
- * b) and the dropout's output (the context product reads the softmax
- * output, already kept).  Fused as XLA does, GELU's output (fc2's input,
- * 8 s b h) is recomputed from its kept input rather than stored.  The
- * paper leaves out the norms' statistics: here mean and reciprocal
- * deviation per row, float32, for each of the two norms (16 s b).  So
- * 24 s b h + 2 a s^2 b + 16 s b. */
+ * models/bert-large.json has BERT's dropout and keeps its masks (2 s b h
+ * + a s^2 b, one byte an element), but not the dropped-out
+ * probabilities (2 a s^2 b): the kernels that read them make them again
+ * from the kept softmax output and mask.  Fused as XLA does, GELU's
+ * output (fc2's input, 8 s b h) is recomputed from its kept input rather
+ * than stored.  The paper leaves out the norms' statistics: here mean and
+ * reciprocal deviation per row, float32, for each of the two norms (16 s
+ * b).  So 26 s b h + 3 a s^2 b + 16 s b. */
 static void test_bert_layer_korthikanti(void)
 {
   g_autofree char *path = model_path("bert-large");
@@ -70,15 +71,20 @@ static void test_bert_layer_korthikanti(void)
   g_assert_no_error(err);
   const int64_t s = 512, h = 1024, a = 16, b = 48;
   int first = find_layer(m, "layer2.self.body.attn"), last = find_layer(m, "layer2.ln2");
-  g_assert_cmpint(last - first, ==, 7); /* attn, add, ln1, fc1, gelu, fc2, add, ln2 */
-  int64_t closed = 24 * s * b * h + 2 * a * s * s * b + 16 * s * b;
+  /* attn, drop, add, ln1, fc1, gelu, fc2, drop, add, ln2 */
+  g_assert_cmpint(last - first, ==, 9);
+  int64_t closed = 26 * s * b * h + 3 * a * s * s * b + 16 * s * b;
   g_assert_cmpint(kept(m, first, last, b, 2), ==, closed);
-  /* the paper's count with dropout, GELU's output stored and no statistics
-   * is what the layer would be with those three differences put back */
+  /* the paper's count, with GELU's output and the dropped-out
+   * probabilities stored and no statistics, is what the layer would be
+   * with those differences put back */
   int64_t paper = 34 * s * b * h + 5 * a * s * s * b;
-  g_assert_cmpint(closed - 16 * s * b + 8 * s * b * h + (2 * s * b * h + a * s * s * b) +
-                      2 * a * s * s * b,
-                  ==, paper);
+  g_assert_cmpint(closed - 16 * s * b + 8 * s * b * h + 2 * a * s * s * b, ==, paper);
+  /* the masks: one byte per score of the probabilities, per element of
+   * each sub-layer's output */
+  g_assert_cmpint(m->layers[first].mask_elems, ==, a * s * s);
+  g_assert_cmpint(m->layers[first + 1].mask_elems, ==, s * h);
+  g_assert_cmpint(m->layers[first + 1].act_elems, ==, 0);
   /* fc2 keeps nothing: its input is GELU's output, never written */
   g_assert_cmpint(m->layers[find_layer(m, "layer2.ffn.body.fc2")].act_elems, ==, 0);
   g_assert_cmpint(m->layers[find_layer(m, "layer2.ffn.body.gelu")].act_elems, ==, s * 4 * h);

@@ -179,11 +179,28 @@ static double own_traffic(const Ctx *c, int i, gboolean backward)
   return c->eb * (per_ex * (double)c->batch + w);
 }
 
+/* Per element of a dropout mask that is recomputed rather than kept
+ * (PsCostOptions.masks_recomputed): the random draw and the compare,
+ * again, in each backward kernel that applies it. */
+#define DROPOUT_REDRAW_FLOPS 2.0
+
 /* Bytes of layer i's dropout mask over the batch: written where it is
- * drawn (forward), read by each backward kernel that applies it. */
+ * drawn (forward), read by each backward kernel that applies it; none
+ * when the masks are recomputed, which never reach HBM. */
 static double mask_bytes(const Ctx *c, int i)
 {
+  if (c->opt->masks_recomputed)
+    return 0;
   return (double)PS_MASK_BYTES * (double)L(c, i)->mask_elems * (double)c->batch;
+}
+
+/* The vector work of drawing layer i's mask again in a backward kernel
+ * that applies it, when the masks are recomputed; else 0. */
+static double mask_redraw_flops(const Ctx *c, int i)
+{
+  if (!c->opt->masks_recomputed)
+    return 0;
+  return DROPOUT_REDRAW_FLOPS * (double)L(c, i)->mask_elems * (double)c->batch;
 }
 
 /* HBM traffic of a layer's own kernel: the unfused traffic of layers.c
@@ -282,6 +299,7 @@ static void fuse_consumers_bwd(Ctx *c, int i, PsKernel *k)
     if (w != PS_LOWER_VIEW && w != PS_LOWER_JOIN && l->saves != PS_SAVES_NONE)
       k->bytes += c->eb * out_elems(c, j); /* the saved activation */
     k->bytes += mask_bytes(c, j);          /* a dropout's mask */
+    k->vpu_flops += mask_redraw_flops(c, j);
     prev = j;
   }
 }
@@ -401,7 +419,7 @@ static void elementwise_bwd(Ctx *c, int i)
     return; /* fused into the gradient kernels of its producer */
   PsKernel k = kernel(i, lowering(l) == PS_LOWER_JOIN ? "add grad" : "elementwise grad");
   k.bytes = own_bytes(c, i, TRUE);
-  k.vpu_flops = l->bwd_flops * (double)c->batch;
+  k.vpu_flops = l->bwd_flops * (double)c->batch + mask_redraw_flops(c, i);
   emit(c, &k);
 }
 
@@ -424,7 +442,7 @@ static void matmul_bwd(Ctx *c, int i)
   d.mxu_flops = mm;
   d.padded_flops = padded;
   d.bytes = act + c->eb * w + mask_bytes(c, i); /* attention's dropout mask */
-  d.vpu_flops = other;
+  d.vpu_flops = other + mask_redraw_flops(c, i);
   if (fu == PS_FUSION_XLA)
     fuse_consumers_bwd(c, i, &d);
   emit(c, &d);
@@ -450,7 +468,7 @@ static void producer_bwd(Ctx *c, int i)
   }
   PsKernel k = kernel(i, ps_layer_kind_name(l->kind));
   k.bytes = own_bytes(c, i, TRUE);
-  k.vpu_flops = l->bwd_flops * (double)c->batch;
+  k.vpu_flops = l->bwd_flops * (double)c->batch + mask_redraw_flops(c, i);
   if (c->opt->fusion == PS_FUSION_XLA)
     fuse_consumers_bwd(c, i, &k);
   emit(c, &k);

@@ -56,6 +56,7 @@ typedef struct {
   int passes;     /* bf16 MXU passes per matmul (bf16 inputs: 1) */
   int act_bytes;  /* bytes of one activation element in HBM */
   PsFusion fusion;
+  gboolean masks_recomputed; /* dropout masks drawn again in backward, never in HBM */
 } PsCostOptions;
 
 /* One kernel as the core launches it. */

@@ -280,6 +280,9 @@ typedef struct {
   int n_host_calls;
   PsHostCall *host_calls;    /* owned; sorted by layer */
   PsFaultsConfig faults;     /* none: every count 0 */
+  /* The dropout masks are recomputed in backward rather than kept: set by
+   * the loader (run/experiment.h) when the step fits only that way. */
+  gboolean masks_recomputed;
   json_object *resolved;  /* the fully resolved tree, for `describe` (owned) */
 } PsExperiment;
 

@@ -684,6 +684,21 @@ int64_t ps_model_boundary_elems(const PsModel *model, int first, int last)
   return elems;
 }
 
+int64_t ps_layer_mask_bytes(const PsLayer *L, int64_t batch)
+{
+  g_return_val_if_fail(L != NULL && batch >= 0, 0);
+  return L->mask_elems * PS_MASK_BYTES * batch;
+}
+
+int64_t ps_model_mask_bytes(const PsModel *model, int first, int last)
+{
+  g_return_val_if_fail(model != NULL && first >= 0 && last <= model->n_layers, 0);
+  int64_t b = 0;
+  for (int i = first; i < last; i++)
+    b += ps_layer_mask_bytes(&model->layers[i], 1);
+  return b;
+}
+
 int64_t ps_layer_kept_bytes(const PsLayer *L, int64_t batch, int act_bytes)
 {
   g_return_val_if_fail(L != NULL && batch >= 0 && act_bytes >= 0, 0);

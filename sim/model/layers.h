@@ -212,6 +212,11 @@ int64_t ps_shape_elems(const int64_t *shape, int rank);
  * act_bytes each, its statistics in float32 and its dropout mask at one
  * byte an element. */
 int64_t ps_layer_kept_bytes(const PsLayer *L, int64_t batch, int act_bytes);
+/* The dropout mask's share of that (0 without dropout). */
+int64_t ps_layer_mask_bytes(const PsLayer *L, int64_t batch);
+/* Layers [first, last)'s mask bytes per example; 0: the model has no
+ * dropout. */
+int64_t ps_model_mask_bytes(const PsModel *model, int first, int last);
 
 /* Elements per example that layers [first, last) need for backward but
  * that act_elems counts before `first` (or nowhere: a tensor no kernel

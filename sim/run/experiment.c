@@ -65,6 +65,39 @@ static gboolean check_stragglers(const PsExperiment *e, GError **error)
   return TRUE;
 }
 
+/* The strategy's check, with XLA's way out of a step that does not fit in
+ * HBM as its dropout masks are kept: its rematerialization pass, given the
+ * device's memory as a limit, recomputes what is cheap rather than keep it
+ * (xla/service/hlo_rematerialization.cc), and a mask is a draw and a
+ * compare away.  So a step whose need passes the check only without the
+ * masks runs with them recomputed in backward (PsExperiment's
+ * masks_recomputed); one that does not fit either way reports that
+ * smaller need. */
+static gboolean check_strategy(PsExperiment *e, GError **error)
+{
+  GError *kept = NULL;
+  if (e->strategy.impl->check(e, e->strategy.config, &kept))
+    return TRUE;
+  if (!g_error_matches(kept, PS_INPUT_ERROR, PS_INPUT_ERROR_DOES_NOT_FIT) ||
+      ps_model_mask_bytes(e->model, 0, e->model->n_layers) == 0) {
+    g_propagate_error(error, kept);
+    return FALSE;
+  }
+  g_error_free(kept);
+  e->masks_recomputed = TRUE;
+  GError *recomputed = NULL;
+  if (e->strategy.impl->check(e, e->strategy.config, &recomputed))
+    return TRUE;
+  if (recomputed->code == PS_INPUT_ERROR_DOES_NOT_FIT) {
+    char *m = recomputed->message; /* say what was counted */
+    recomputed->message = g_strdup_printf("%s (counting the dropout masks as recomputed in "
+                                          "backward, not kept)", m);
+    g_free(m);
+  }
+  g_propagate_error(error, recomputed);
+  return FALSE;
+}
+
 PsExperiment *ps_experiment_load_with(const PsStrategyRegistry *reg, const char *name_or_path,
                                       const char *const *overrides, GError **error)
 {
@@ -73,7 +106,7 @@ PsExperiment *ps_experiment_load_with(const PsStrategyRegistry *reg, const char 
   if (!e)
     return NULL;
   if (!ps_strategy_attach(reg, e, error) ||
-      !e->strategy.impl->check(e, e->strategy.config, error) || !check_stragglers(e, error) ||
+      !check_strategy(e, error) || !check_stragglers(e, error) ||
       !ps_geometry_check_link_faults(e->topology, &e->faults, e->file, error)) {
     ps_experiment_free(e);
     return NULL;

@@ -523,9 +523,11 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
           s->chips == 1 ? "" : "s");
   fprintf(f, "HFU              %10.2f%%  (matmul FLOPs executed, re-materialization "
              "included)\n", 100.0 * s->hfu);
-  fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)\n",
+  fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)%s\n",
           s->hbm_peak_bytes / 1048576.0,
-          ps_topology_device_hbm_bytes(exp->topology) / 1073741824.0);
+          ps_topology_device_hbm_bytes(exp->topology) / 1073741824.0,
+          exp->masks_recomputed ? "  (dropout masks recomputed in backward to fit, "
+                                  "as XLA rematerializes)" : "");
   if (s->has_numerics)
     fprintf(f, "loss             %10.4f -> %.4f  (one step's loss: the first step's, the last's)\n",
             s->loss_first, s->loss_last);

@@ -8,4 +8,5 @@ void ps_strategy_cost_options(const PsExperiment *exp, PsCostOptions *out)
   out->passes = ps_cost_passes(exp->numerics.precision, exp->numerics.matmul_passes);
   out->act_bytes = ps_cost_act_bytes(exp->numerics.precision);
   out->fusion = exp->fusion;
+  out->masks_recomputed = exp->masks_recomputed;
 }

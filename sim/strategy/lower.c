@@ -76,7 +76,8 @@ void ps_lower_compute_op(const PsExperiment *exp, PsOp *op)
   set_cost(op, &c);
   int64_t act = 0;
   for (int l = op->first; l <= op->last; l++)
-    act += ps_layer_kept_bytes(&m->layers[l], op->batch, ps_cost_act_bytes(exp->numerics.precision));
+    act += ps_layer_kept_bytes(&m->layers[l], op->batch, ps_cost_act_bytes(exp->numerics.precision)) -
+           (exp->masks_recomputed ? ps_layer_mask_bytes(&m->layers[l], op->batch) : 0);
   op->act_bytes = op->kind == PS_OP_BWD ? -act : act;
 }
 

@@ -81,7 +81,8 @@ static gboolean replicate_check(const PsExperiment *exp, const void *config, GEr
   PsMemoryNeed need = memory_need(exp, &c->rep);
   int act_bytes = ps_cost_act_bytes(exp->numerics.precision);
   int64_t per_example = ps_model_memory_bytes(m, 0, m->n_layers, 1, 0, act_bytes) -
-                        ps_model_memory_bytes(m, 0, m->n_layers, 0, 0, act_bytes);
+                        ps_model_memory_bytes(m, 0, m->n_layers, 0, 0, act_bytes) -
+                        (exp->masks_recomputed ? ps_model_mask_bytes(m, 0, m->n_layers) : 0);
   need.activations = (double)per_example * (double)need.batch;
   return ps_lower_fits(exp, &need, error);
 }

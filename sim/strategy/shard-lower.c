@@ -391,7 +391,8 @@ static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
   op.overhead_s = cost.overhead_s;
   int64_t act = 0;
   for (int l = op.first; l <= op.last; l++)
-    act += ps_layer_kept_bytes(&w->local.layers[l], w->batch, w->act_b);
+    act += ps_layer_kept_bytes(&w->local.layers[l], w->batch, w->act_b) -
+           (w->exp->masks_recomputed ? ps_layer_mask_bytes(&w->local.layers[l], w->batch) : 0);
   op.act_bytes = kind == PS_OP_BWD ? -act : act;
   name_op(w, &op, op.first);
   return op;
