@@ -12,7 +12,8 @@
  * collective (ICI within each slice, DCN across), in a child process of its
  * own so that its peak resident memory is its own.  Reports wall seconds,
  * events, events per second and the process's peak resident memory.
- * The v4-8192 BERT-large step is 14,476,288 events (25.533 ms simulated):
+ * The v4-8192 BERT-large step is 14,472,192 events (25.722 ms simulated
+ * with BERT's dropout; 14,476,288 events and 25.533 ms without it):
  * 3.13 s of wall time and 71 MiB on a quiet machine with the code before;
  * beside another simulation (load 3.4-4 on two cores), best of five,
  * 3.18 s of CPU before and 2.18 s now (35 MiB alone, 71 MiB after the
