@@ -543,6 +543,24 @@ static void test_v5e_pod(void)
   }
 }
 
+/* N buffers of count floats uniform in [-1, 1), and per element their
+ * sum and sum of magnitudes in double.  (transfer full) */
+static float **random_buffers(GRand *rng, int N, int64_t count, double **sum, double **abs_sum)
+{
+  float **buf = g_new(float *, N);
+  *sum = g_new0(double, count);
+  *abs_sum = g_new0(double, count);
+  for (int m = 0; m < N; m++) {
+    buf[m] = g_new(float, count);
+    for (int64_t i = 0; i < count; i++) {
+      buf[m][i] = (float)g_rand_double_range(rng, -1, 1);
+      (*sum)[i] += buf[m][i];
+      (*abs_sum)[i] += fabs(buf[m][i]);
+    }
+  }
+  return buf;
+}
+
 /* ---- numerics ------------------------------------------------------- */
 
 typedef struct {
@@ -564,16 +582,8 @@ static void check_numerics(const char *spec, int P)
   g_autofree int *devs = range(N);
   PsCollective *c = coll(&n, "hierarchical", devs, N, count, 4);
   GRand *rng = g_rand_new_with_seed(11);
-  float **buf = g_new(float *, N);
-  double *sum = g_new0(double, count), *abs_sum = g_new0(double, count);
-  for (int m = 0; m < N; m++) {
-    buf[m] = g_new(float, count);
-    for (int64_t i = 0; i < count; i++) {
-      buf[m][i] = (float)g_rand_double_range(rng, -1, 1);
-      sum[i] += buf[m][i];
-      abs_sum[i] += fabs(buf[m][i]);
-    }
-  }
+  double *sum, *abs_sum;
+  float **buf = random_buffers(rng, N, count, &sum, &abs_sum);
   Done d = {0};
   for (int m = 0; m < N; m++)
     ps_collective_arrive(c, m, buf[m], on_done, &d);
@@ -615,16 +625,8 @@ static void check_scatter_gather(int P)
   PsCollective *ag = ps_collective_new(n.net, &spec, &error);
   g_assert_no_error(error);
   GRand *rng = g_rand_new_with_seed(13);
-  float **buf = g_new(float *, N);
-  double *sum = g_new0(double, count), *abs_sum = g_new0(double, count);
-  for (int m = 0; m < N; m++) {
-    buf[m] = g_new(float, count);
-    for (int64_t i = 0; i < count; i++) {
-      buf[m][i] = (float)g_rand_double_range(rng, -1, 1);
-      sum[i] += buf[m][i];
-      abs_sum[i] += fabs(buf[m][i]);
-    }
-  }
+  double *sum, *abs_sum;
+  float **buf = random_buffers(rng, N, count, &sum, &abs_sum);
   Done d = {0};
   for (int m = 0; m < N; m++)
     ps_collective_arrive(rs, m, buf[m], on_done, &d);

@@ -270,7 +270,7 @@ static void stream_share(const MultiPlan *p, int64_t lo, int64_t len, int k, int
   for (int j = 0; j < p->K; j++) {
     before += j < k ? stream_weight(p, j) : 0;
     total += stream_weight(p, j);
-  }
+  } /* K <= 2 PS_MAX_DIMS: cheaper than keeping the sums, at plan time only */
   int64_t a = (int64_t)((__int128)len * before / total);
   int64_t b = (int64_t)((__int128)len * (before + stream_weight(p, k)) / total);
   *plo = lo + a;
