@@ -15,7 +15,10 @@
  *   data 2, (data innermost) data 2 x tensor 2, tensor 2 x fsdp 2 (also
  *   without prefetch or regather) of the char decoder, and on tensor 2 x
  *   data 2 and tensor 2 x fsdp 2 of tiny-decoder (RMSNorm, SwiGLU, rotary,
- *   grouped-query attention), within the bound (see the tensor note below);
+ *   grouped-query attention), within the bound (see the tensor note below),
+ *   and on tensor 4, 2 x data 2, 2 x fsdp 2 and 2 x sequence 2 of
+ *   tests/data/models/cols-gather (a column-parallel matmul's output
+ *   all-gathered by columns before a layernorm);
  * - /shard-numerics/tensor/replicas: as fsdp's, on data 2 x tensor 2, where
  *   the divergence also compares the tensor group's copies of the norms;
  * - /shard-numerics/tensor/partials: each partial-sum layer's T rank
@@ -281,8 +284,8 @@ static void test_fsdp_replicas(void)
  * with room (the tests print how much of it each weight uses). */
 static void test_tensor_gradients(void)
 {
-  const char *models[] = {"char-decoder", "tiny-decoder"};
-  for (int k = 0; k < 2; k++) {
+  const char *models[] = {"char-decoder", "tiny-decoder", "tests/data/models/cols-gather.json"};
+  for (int k = 0; k < 3; k++) {
     g_autofree char *m = g_strdup_printf("model=%s", models[k]);
     const char *ov[] = {m, NULL};
     PsExperiment *e = load(ov);
@@ -292,10 +295,12 @@ static void test_tensor_gradients(void)
       return;
     }
     /* tiny-decoder's 2 key/value heads do not split 4 ways */
-    if (k == 0)
+    if (k != 1)
       check_model_mesh(&ref, models[k], "{\"tensor\": 4}", "");
     check_model_mesh(&ref, models[k], "{\"tensor\": 2, \"data\": 2}", "");
     check_model_mesh(&ref, models[k], "{\"tensor\": 2, \"fsdp\": 2}", "");
+    if (k == 2) /* the columns gathered onto rows, and backward the rows' gradients */
+      check_model_mesh(&ref, models[k], "{\"tensor\": 2, \"sequence\": 2}", "");
     if (k == 0) { /* data innermost: other groups, other devices */
       check_model_mesh(&ref, models[k], "{\"tensor\": 2, \"data\": 2}",
                        ", \"mesh_order\": [\"tensor\", \"fsdp\", \"sequence\", \"data\"]");

@@ -25,7 +25,14 @@
  *    reduce-scatter packs the net's gradients when the device joins it;
  *  - the update steps only the owned ranges, and backward zeroes the
  *    gradients of the rest (an embedding's scatter-add or a bias's sum
- *    would otherwise write them).
+ *    would otherwise write them);
+ *  - the all-gather of a column-split activation (a column-parallel
+ *    matmul's output, or an element-wise layer's of it, read whole by a
+ *    layer the lowering keeps whole): each device's blocks of the
+ *    collective carry its own columns row by row, so the gathered buffer
+ *    holds every rank's columns, put back in place when it is done (a
+ *    device's activation holds its own columns and zeros, so the
+ *    collective's contiguous blocks of it would not).
  *
  * Invariant: between ops, every element a device does not own is zero in
  * its weights and (after its layer's backward) its gradients; the owned
@@ -37,7 +44,9 @@
 #include <math.h>
 #include <string.h>
 
-typedef enum { ROLE_NONE, ROLE_SHIFT, ROLE_SUMS, ROLE_BUCKET, ROLE_GATHER, ROLE_SCATTER } Role;
+typedef enum {
+  ROLE_NONE, ROLE_SHIFT, ROLE_SUMS, ROLE_BUCKET, ROLE_GATHER, ROLE_SCATTER, ROLE_COLS
+} Role;
 
 typedef struct {
   GArray *ranges;    /* PsNetRange it owns, sorted */
@@ -47,6 +56,8 @@ typedef struct {
   float *packp;      /* with fsdp: owned weights, packed (NULL without) */
   float *shift, *sums; /* the loss's per-row all-reduced scratch */
   int lo, hi;        /* the loss's owned logit columns */
+  float *cols;       /* a column gather's buffer (ncols floats) */
+  int64_t ncols;
 } TensorDev;
 
 struct PsTensorNum {
@@ -139,6 +150,41 @@ static gboolean bucket_fits(const TensorDev *td, int n, int first, int64_t count
   return FALSE;
 }
 
+/* Whether layer p's output is split by columns: a column-parallel
+ * matmul's, or an element-wise layer's of one (the layout it keeps). */
+static gboolean cols_split(const PsPlan *plan, const PsModel *m, int p)
+{
+  while (p >= 0 && plan->layer_split[p] == PS_SPLIT_NONE) {
+    const PsLayerLowerInfo *lw = ps_layer_kind_lower(m->layers[p].kind);
+    if (lw->tensor != PS_TP_ELEMENTWISE || lw->lowering != PS_LOWER_UNARY)
+      return FALSE;
+    p = m->layers[p].input_from;
+  }
+  return p >= 0 && plan->layer_split[p] == PS_SPLIT_COLS;
+}
+
+/* Copies between an activation of `width` columns and a column gather's
+ * buffer: device d's blocks of collective c, in order, hold d's columns
+ * (rank t's width / T of them) of every row in turn. */
+static void move_cols(Run *r, int c, int d, float *act, float *buf, gboolean to_buf)
+{
+  const PsPlanColl *pc = &r->plan->colls[c];
+  const PsLayer *l = &r->exp->model->layers[pc->layer];
+  int64_t width = l->out_shape[l->out_rank - 1], w = width / r->tensor->T;
+  int64_t col0 = ps_run_model_rank(r->plan, d) * w, e = 0;
+  g_autoptr(GArray) blocks = ps_run_coll_blocks(r, c, d);
+  for (guint k = 0; k < blocks->len; k++) {
+    const PsParamRange *rg = &g_array_index(blocks, PsParamRange, k);
+    for (int64_t i = rg->off; i < rg->off + rg->len; i++, e++) {
+      float *a = act + (e / w) * width + col0 + e % w;
+      if (to_buf)
+        buf[i] = *a;
+      else
+        *a = buf[i];
+    }
+  }
+}
+
 static gboolean set_roles(Run *r, GError **error)
 {
   PsTensorNum *tn = r->tensor;
@@ -155,6 +201,9 @@ static gboolean set_roles(Run *r, GError **error)
       if (tn->vocab_loss && pc->buffer == PS_BUFFER_ACTIVATIONS &&
           pc->layer == tn->n_layers - 1) {
         tn->role[c] = loss_seen++ == 0 ? ROLE_SHIFT : ROLE_SUMS;
+      } else if (pc->op == PS_COLL_ALL_GATHER && pc->buffer == PS_BUFFER_ACTIVATIONS &&
+                 cols_split(plan, r->exp->model, pc->layer)) {
+        tn->role[c] = ROLE_COLS;
       } else if ((pc->buffer == PS_BUFFER_GRADS || pc->buffer == PS_BUFFER_PARAMS) &&
                  pc->layer >= 0 && (pc->axis == PS_AXIS_DATA || pc->axis == PS_AXIS_FSDP)) {
         if (!bucket_fits(&tn->dev[d], tn->n_layers, pc->layer, pc->count)) {
@@ -214,6 +263,7 @@ void ps_run_tensor_free(Run *r)
     g_free(td->packp);
     g_free(td->shift);
     g_free(td->sums);
+    g_free(td->cols);
   }
   g_free(tn->dev);
   g_free(tn->role);
@@ -243,6 +293,14 @@ float *ps_run_tensor_coll_buffer(Run *r, int device, int c)
     return td->sums;
   case ROLE_GATHER: /* the owned blocks are the pack's, unpacked when done */
     return td->packp + td->pack_off[pc->layer];
+  case ROLE_COLS:
+    if (td->ncols < pc->count) {
+      g_free(td->cols);
+      td->cols = g_new0(float, (size_t)pc->count);
+      td->ncols = pc->count;
+    }
+    move_cols(r, c, device, ps_net_activation(net, pc->layer, NULL), td->cols, TRUE);
+    return td->cols;
   default: /* a data bucket or an fsdp reduce-scatter */
     move_bucket(td, ps_net_grads(net), td->pack, pc, TRUE);
     return td->pack + td->pack_off[pc->layer];
@@ -264,6 +322,11 @@ void ps_run_tensor_coll_done(Run *r, int device, int c)
     move_bucket(td, ps_net_grads(net), td->pack, &r->plan->colls[c], FALSE);
   } else if (tn->role[c] == ROLE_GATHER) {
     move_bucket(td, ps_net_params(net), td->packp, &r->plan->colls[c], FALSE);
+  } else if (tn->role[c] == ROLE_COLS) {
+    const PsPlanColl *pc = &r->plan->colls[c];
+    float *act = ps_net_activation(net, pc->layer, NULL);
+    for (int m = 0; m < pc->n_members; m++)
+      move_cols(r, c, pc->members[m], act, td->cols, FALSE);
   }
 }
 

@@ -15,8 +15,8 @@
  * reduce-scatter onto rows, and rows become whole by an all-gather
  * (Korthikanti et al. 2022); backward runs the conjugates (an all-reduce
  * of the input gradient where forward entered a split region from a whole
- * input, an all-gather where forward reduce-scattered, a reduce-scatter
- * where it gathered rows).  A layer run on rows keeps its weights whole
+ * input, an all-gather where forward reduce-scattered or gathered split
+ * columns onto rows, a reduce-scatter where it gathered rows).  A layer run on rows keeps its weights whole
  * (a norm's gains), so each device's gradient of them covers its rows
  * only: a sequence all-reduce over the group completes it.
  *
@@ -144,6 +144,9 @@ static void need(Lower *w, Layout *cur, int i, int slot, int p, Layout target)
     c->bwd = target == L_ROWS ? PS_COLL_ALL_GATHER : NO_COLL;
   } else if (x == L_SPLIT) {
     c->fwd = PS_COLL_ALL_GATHER;
+    /* onto rows: backward holds the gradient of its rows only, and the
+     * split layer needs every row of its columns */
+    c->bwd = target == L_ROWS ? PS_COLL_ALL_GATHER : NO_COLL;
   } else if (x == L_ROWS) {
     c->fwd = PS_COLL_ALL_GATHER;
     c->bwd = PS_COLL_REDUCE_SCATTER;
