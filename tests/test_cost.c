@@ -66,9 +66,24 @@ static void test_dense_bytes(void)
   ps_model_free(m);
 }
 
-/* A 3x3 convolution of 64 channels to 100 filters on 5x5 images at batch
- * 3: rows 75 -> 80, contraction 9 x (64 -> 128), filters 100 -> 128.  An
- * RGB input folds its window into one 128-wide contraction (27 -> 128). */
+/* A 3x3 convolution of 64 channels to 100 filters on 5x5 images, laid out
+ * as XLA pads a convolution's batch and features (cost.c's conv_padded):
+ * at batch 3 (under 64) forward and input-gradient products pad the batch
+ * to 8 and the channels to 128 (64 -> 128, 100 -> 128), the
+ * weight-gradient one the input channels to 128 and the batch and filters
+ * to 8 (100 -> 104); at batch 64 and 96 it is the other way round, the
+ * batch padded to 128 (so 64 images cost what 128 do) and the channels to
+ * 8.  An RGB input folds its window into its channels (27 -> 128 at batch
+ * 3). */
+static void check_conv(const PsTopology *t, const PsModel *m, int64_t B, double fwd, double wgrad)
+{
+  PsOpCost c;
+  ps_cost_op(t, m, 0, 0, B, &xla_bf16, FALSE, NULL, &c);
+  g_assert_cmpfloat(c.padded_flops, ==, fwd);
+  ps_cost_op(t, m, 0, 0, B, &xla_bf16, TRUE, NULL, &c);
+  g_assert_cmpfloat(c.padded_flops, ==, fwd + wgrad); /* input and weight gradients */
+}
+
 static void test_conv_padding(void)
 {
   PsTopology *t = v3();
@@ -78,18 +93,17 @@ static void test_conv_padding(void)
                           " {\"type\": \"dense\", \"units\": 10}, {\"type\": \"softmax_xent\"}]}");
   PsOpCost c;
   ps_cost_op(t, m, 0, 0, 3, &xla_bf16, FALSE, NULL, &c);
-  g_assert_cmpfloat(c.mxu_flops, ==, 2.0 * 75 * 9 * 64 * 100);
-  g_assert_cmpfloat(c.padded_flops, ==, 2.0 * 80 * 9 * 128 * 128);
-  /* backward: the input-gradient and weight-gradient products */
-  ps_cost_op(t, m, 0, 0, 3, &xla_bf16, TRUE, NULL, &c);
-  g_assert_cmpfloat(c.padded_flops, ==, 2 * 2.0 * 80 * 9 * 128 * 128);
+  g_assert_cmpfloat(c.mxu_flops, ==, 2.0 * 3 * 25 * 9 * 64 * 100);
+  check_conv(t, m, 3, 2.0 * 25 * 8 * 9 * 128 * 128, 2.0 * 25 * 8 * 9 * 128 * 104);
+  check_conv(t, m, 64, 2.0 * 25 * 128 * 9 * 64 * 104, 2.0 * 25 * 128 * 9 * 64 * 128);
+  check_conv(t, m, 96, 2.0 * 25 * 128 * 9 * 64 * 104, 2.0 * 25 * 128 * 9 * 64 * 128);
   ps_model_free(m);
   m = model_from("{\"name\": \"c\", \"input\": {\"shape\": [5, 5, 3], \"classes\": 10},"
                  " \"layers\": [{\"type\": \"conv2d\", \"filters\": 100, \"kernel\": 3,"
                  " \"padding\": \"same\", \"bias\": false}, {\"type\": \"flatten\"},"
                  " {\"type\": \"dense\", \"units\": 10}, {\"type\": \"softmax_xent\"}]}");
   ps_cost_op(t, m, 0, 0, 3, &xla_bf16, FALSE, NULL, &c);
-  g_assert_cmpfloat(c.padded_flops, ==, 2.0 * 80 * 128 * 128);
+  g_assert_cmpfloat(c.padded_flops, ==, 2.0 * 25 * 8 * 128 * 128);
   ps_model_free(m);
   ps_topology_free(t);
 }

@@ -136,30 +136,53 @@ static double mm_flops(const PsLayer *l, int64_t batch)
   return f;
 }
 
-/* The contraction side of a product as the MXU sees it.  A convolution's
- * contraction is kernel^2 x input channels; XLA's TPU convolution emitter
- * pads the input-feature dimension to the MXU size, except for a thin
- * input (under half a tile, e.g. an RGB stem) whose window it folds into
- * the feature dimension (assumption, as MLPerf ResNet-50 on TPU does with
- * its space-to-depth stem). */
-static int64_t padded_k(const PsLayer *l, const PsMatmul *mm, int64_t tile)
+/* A convolution's padded MXU FLOPs, as XLA lays its dimensions out on a
+ * TPU (Cloud TPU documentation, "Profile TensorFlow workloads", notes on
+ * tf.nn.conv_n_d): of the batch and the feature dimensions, one is padded
+ * to a multiple of 128 (here the MXU side) and the other to a multiple of
+ * 8 (PS_MXU_ROW_TILE), by the most common batch of the module's
+ * convolutions, which is the per-replica batch B (each layer's forward
+ * and input-gradient convolutions outnumber its kernel-gradient one).
+ *  - B >= 64: forward and input-gradient convolutions pad the batch to 128
+ *    and the channels to 8; a kernel-gradient convolution, whose batch is
+ *    the input channels and whose features are the batch (contracted) and
+ *    the output channels, pads the input channels to 8 and the batch and
+ *    the output channels to 128;
+ *  - B < 64: each the other way round.
+ * So 64 images a replica pay for 128 in every product while 128 pay for
+ * themselves, and below 64 the 64-channel layers pay for 128 channels.
+ * An input of under half a tile of channels (an RGB stem) has its window
+ * folded into its channels before they are padded (assumption: MLPerf's
+ * ResNet-50 on TPU does this with its space-to-depth stem).  The FLOPs
+ * are 2 x output positions x padded batch x window x padded input
+ * channels x padded output channels. */
+static double conv_padded(const Ctx *c, const PsLayer *l, const PsMatmul *mm, gboolean wgrad)
 {
-  if (ps_layer_kind_lower(l->kind)->window_contraction) {
-    int64_t cin = l->in_shape[l->in_rank - 1];
-    if (2 * cin >= tile)
-      return l->kernel * l->kernel * pad_to(cin, tile);
-  }
-  return pad_to(mm->k, tile);
+  const int64_t tile = c->topo->mxu_size, row = PS_MXU_ROW_TILE;
+  const gboolean big = c->batch >= PS_CONV_BATCH_MAJOR;
+  int64_t gb = big ? tile : row, gi = big ? row : tile;
+  int64_t go = wgrad == big ? tile : row;
+  int64_t cin = l->in_shape[l->in_rank - 1], win = l->kernel * l->kernel;
+  int64_t k = 2 * cin < tile ? pad_to(win * cin, gi) : win * pad_to(cin, gi);
+  return 2.0 * (double)mm->rows * (double)pad_to(c->batch, gb) * (double)k *
+         (double)pad_to(mm->n, go) * (double)mm->count;
 }
 
-static double mm_padded(const Ctx *c, const PsLayer *l)
+/* A layer's products on the MXU, padded: a matmul's rows (the batch side)
+ * to PS_MXU_ROW_TILE, its contraction and output sides to the MXU size
+ * (performance guide); a convolution's as conv_padded lays it out, the
+ * kernel-gradient product (wgrad) its own way. */
+static double mm_padded(const Ctx *c, const PsLayer *l, gboolean wgrad)
 {
   const int64_t tile = c->topo->mxu_size;
+  const gboolean conv = ps_layer_kind_lower(l->kind)->window_contraction;
   double f = 0;
   for (int m = 0; m < l->n_mm; m++) {
     const PsMatmul *mm = &l->mm[m];
-    f += 2.0 * (double)pad_to(mm->rows * c->batch, PS_MXU_ROW_TILE) *
-         (double)padded_k(l, mm, tile) * (double)pad_to(mm->n, tile) * (double)mm->count;
+    f += conv ? conv_padded(c, l, mm, wgrad)
+              : 2.0 * (double)pad_to(mm->rows * c->batch, PS_MXU_ROW_TILE) *
+                    (double)pad_to(mm->k, tile) * (double)pad_to(mm->n, tile) *
+                    (double)mm->count;
   }
   return f * c->opt->passes;
 }
@@ -375,7 +398,7 @@ static void producer_fwd(Ctx *c, int i)
   const PsLayer *l = L(c, i);
   PsKernel k = kernel(i, ps_layer_kind_lower(l->kind)->kernel);
   k.mxu_flops = mm_flops(l, c->batch);
-  k.padded_flops = mm_padded(c, l);
+  k.padded_flops = mm_padded(c, l, FALSE);
   k.bytes = own_bytes(c, i, FALSE);
   k.vpu_flops = l->fwd_flops * (double)c->batch - k.mxu_flops;
   if (c->opt->fusion == PS_FUSION_XLA) {
@@ -430,7 +453,7 @@ static void matmul_bwd(Ctx *c, int i)
   const PsLayer *l = L(c, i);
   const PsFusion fu = c->opt->fusion;
   const double b = (double)c->batch;
-  double mm = mm_flops(l, c->batch), padded = mm_padded(c, l);
+  double mm = mm_flops(l, c->batch);
   double other = fmax(l->bwd_flops * b - 2.0 * mm, 0);
   double w = (double)l->params;
   double act = c->eb * (l->fwd_bytes - w) * b; /* inputs and outputs once */
@@ -440,7 +463,7 @@ static void matmul_bwd(Ctx *c, int i)
    * the same (a refinement left for later). */
   PsKernel d = kernel(i, "dgrad");
   d.mxu_flops = mm;
-  d.padded_flops = padded;
+  d.padded_flops = mm_padded(c, l, FALSE);
   d.bytes = act + c->eb * w + mask_bytes(c, i); /* attention's dropout mask */
   d.vpu_flops = other + mask_redraw_flops(c, i);
   if (fu == PS_FUSION_XLA)
@@ -449,7 +472,7 @@ static void matmul_bwd(Ctx *c, int i)
   /* dW = x^T dy: reads x and dy, writes dW in float32; bias gradient */
   PsKernel g = kernel(i, "wgrad");
   g.mxu_flops = mm;
-  g.padded_flops = padded;
+  g.padded_flops = mm_padded(c, l, TRUE);
   g.bytes = act + STAT_BYTES * w;
   g.vpu_flops = 0;
   if (l->bias)

@@ -9,7 +9,11 @@
  * sides to the MXU size (128) and the rows (batch side) to PS_MXU_ROW_TILE
  * (Cloud TPU performance guide, cloud.google.com/tpu/docs/performance-guide:
  * each core works on 8 x 128 vector registers, XLA pads tensors to 8 x 128
- * tiles, feature dimensions to multiples of 128 and the per-core batch to 8).
+ * tiles, feature dimensions to multiples of 128 and the per-core batch to 8);
+ * a convolution pads its batch and its channels one to 128 and the other
+ * to 8, which way by the per-replica batch and the product (forward and
+ * input gradient, or weight gradient), as Cloud TPU's notes on
+ * tf.nn.conv_n_d give XLA's rule (cost.c, conv_padded).
  *
  * The lowering with fusion "xla" follows XLA's documented passes:
  * - a matmul or convolution takes its element-wise consumers (activations,
@@ -47,6 +51,10 @@
  * (8, 128) SIMD machine; the Cloud TPU performance guide: 8 x 128 vector
  * registers), so the batch side is tiled by 8 on every generation here. */
 #define PS_MXU_ROW_TILE 8
+/* The per-replica batch from which XLA puts a convolution's batch, not
+ * its channels, on the MXU side (cost.c's conv_padded; Cloud TPU
+ * documentation, "Profile TensorFlow workloads"). */
+#define PS_CONV_BATCH_MAJOR 64
 
 typedef enum { PS_BOUND_MXU, PS_BOUND_HBM, PS_BOUND_VPU, PS_BOUND_LAUNCH } PsBound;
 
