@@ -68,8 +68,8 @@ typedef struct {
   char *failure;           /* why there is no prediction */
 } Point;
 
-/* The median and worst |error| of the points that ran and are not the
- * calibration point. */
+/* The median and worst |error| of the points that ran and are not
+ * calibration points. */
 typedef struct {
   guint summarized, failed;
   double median, worst;
@@ -424,6 +424,25 @@ static void print_json(const GPtrArray *points, const Summary *s)
   json_object_put(o);
 }
 
+/* The footnote of several calibration points (one per TPU generation):
+ * each one's error. */
+static void print_calibration(const GPtrArray *points, guint n_cal)
+{
+  printf("* calibration points (podsim's knobs may be fitted to them), left out of the "
+         "summary:");
+  guint k = 0;
+  for (guint i = 0; i < points->len; i++) {
+    const Point *p = points->pdata[i];
+    if (!p->calibration)
+      continue;
+    g_autofree char *err = p->ran ? g_strdup_printf("%+.1f%%", 100 * rel_error(p))
+                                  : g_strdup("not simulated");
+    printf("%s %s %s", k++ ? "," : "", p->name, err);
+  }
+  g_assert(k == n_cal);
+  printf("\n");
+}
+
 static void print_table(const GPtrArray *points, const Summary *s, const char *dir)
 {
   int wn = 4, wm = 5, wt = 8;
@@ -462,7 +481,7 @@ static void print_table(const GPtrArray *points, const Summary *s, const char *d
            "summary\n",
            100 * rel_error(cal));
   else if (n_cal)
-    printf("* calibration point%s: left out of the summary\n", n_cal == 1 ? "" : "s");
+    print_calibration(points, n_cal);
   guint validation = points->len - n_cal;
   printf("%u validation point%s: %u predicted", validation, validation == 1 ? "" : "s",
          s->summarized);
