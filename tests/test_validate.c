@@ -341,8 +341,10 @@ static void test_bad_values(void)
 }
 
 /* The shipped points (tests/measured of the data directory, the default
- * --dir) all load; the two v0.5 ResNet-50 points run, one of them the
- * calibration point. */
+ * --dir) all load; the two v0.5 ResNet-50 points run, both calibration
+ * points (v2's and v3's mxu_efficiency is fitted to each), so each is
+ * within 0.1% of its measured step and neither enters the summary, which
+ * has no median then. */
 static void test_shipped(void)
 {
   g_autofree char *out = NULL, *err = NULL;
@@ -353,17 +355,19 @@ static void test_shipped(void)
   g_assert_nonnull(o);
   json_object *rows = json_object_object_get(o, "rows");
   g_assert_cmpint(json_object_array_length(rows), ==, 2);
-  json_object *cal = row_named(rows, "mlperf-v0.5-google-resnet50-tpu-v3-8");
-  g_assert_true(json_object_get_boolean(json_object_object_get(cal, "calibration")));
-  g_assert_cmpfloat(num(cal, "measured_s"), ==, 0.137274);
-  g_assert_cmpfloat(num(cal, "predicted_s"), >, 0);
-  json_object *v2 = row_named(rows, "mlperf-v0.5-google-resnet50-tpu-v2-8");
-  g_assert_false(json_object_get_boolean(json_object_object_get(v2, "calibration")));
-  double e = num(v2, "error");
-  g_assert_cmpfloat(fabs(num(o, "median_abs_error") - fabs(e)), <, 1e-12);
-  g_assert_cmpfloat(fabs(num(o, "worst_abs_error") - fabs(e)), <, 1e-12);
-  g_assert_nonnull(strstr(json_object_get_string(json_object_object_get(v2, "source")),
+  const char *names[] = {"mlperf-v0.5-google-resnet50-tpu-v3-8",
+                         "mlperf-v0.5-google-resnet50-tpu-v2-8"};
+  const double measured[] = {0.137274, 0.228947};
+  for (int i = 0; i < 2; i++) {
+    json_object *cal = row_named(rows, names[i]);
+    g_assert_true(json_object_get_boolean(json_object_object_get(cal, "calibration")));
+    g_assert_cmpfloat(num(cal, "measured_s"), ==, measured[i]);
+    g_assert_cmpfloat(fabs(num(cal, "error")), <, 1e-3);
+  }
+  g_assert_nonnull(strstr(json_object_get_string(json_object_object_get(
+                              row_named(rows, names[1]), "source")),
                           "MLPerf v0.5, Google, tpu-v2-8"));
+  g_assert_null(json_object_object_get(o, "median_abs_error"));
   json_object_put(o);
 }
 
