@@ -12,8 +12,8 @@
  * collective (ICI within each slice, DCN across), in a child process of its
  * own so that its peak resident memory is its own.  Reports wall seconds,
  * events, events per second and the process's peak resident memory.
- * The v4-8192 BERT-large step is 14,472,192 events (25.722 ms simulated
- * with BERT's dropout; 14,476,288 events and 25.533 ms without it):
+ * The v4-8192 BERT-large step is 14,459,904 events (26.402 ms simulated,
+ * BERT's dropout included):
  * 3.13 s of wall time and 71 MiB on a quiet machine with the code before;
  * beside another simulation (load 3.4-4 on two cores), best of five,
  * 3.18 s of CPU before and 2.18 s now (35 MiB alone, 71 MiB after the
@@ -25,7 +25,7 @@
  * tensor 8 x fsdp 64 on tpu-v4-1024 (512 devices), full rematerialization,
  * 2 sequences per device (global batch 128: at 4 a device's saved layer
  * inputs and recompute peak exceed its 32 GiB), in a child process
- * (15.2 M events, 3.1 s and 94 MiB on a quiet machine).
+ * (15.3 M events, 3.1 s and 94 MiB on a quiet machine).
  * Then the same model on the largest v4 slice, tpu-v4-8192 (16x16x16
  * chips, 4,096 megacore devices), at tensor 16 x fsdp 256 (global batch
  * 512, 2 sequences per device), with collective.fast_path=true: the layout
@@ -36,8 +36,8 @@
  * a ring of its own x line and each fsdp collective a multiring over its
  * own yz plane: the fast path books a request's 256 (or 16) translated
  * groups from one sweep, and times together the reduce-scatter and gather
- * that a group's backward runs at once, so the step (2983.759 ms, the
- * event path's to the picosecond) is 9.4 M events, 8.6-9.1 s of wall time
+ * that a group's backward runs at once, so the step (3542.550 ms, the
+ * event path's to the picosecond) is 9.5 M events, 8.6-9.1 s of wall time
  * and 9.5-9.9 s of CPU at load 1.5 (up to 12.4 s of CPU beside heavier
  * jobs), under 600 MiB (the event path:
  * 242 M events, 84 s of CPU, 590 MiB; the fast path before its sweeps were
@@ -45,8 +45,9 @@
  * on the event path, and tensor 8 x fsdp 512 on the same slice (global
  * batch 1024), which splits x between the axes (tensor the inner 8 of x,
  * fsdp its outer 2 with y and z, as create_device_mesh does only with
- * allow_split_physical_axes): 1.91 G events, 184 s of wall time and 650
- * MiB on a quiet machine (the code before: 2.19 G events, 220 s, 5.0 GiB).
+ * allow_split_physical_axes): a 7.490 s step, 0.86 G events today; 1.91 G
+ * events, 184 s of wall time and 650 MiB on a quiet machine when first
+ * measured (the code before: 2.19 G events, 220 s, 5.0 GiB).
  * There each fsdp group's x phase sends half way round x, 8 hops over links
  * that three other tensor ranks' groups cross the same way at the same
  * time (and each tensor ring's closing edge runs 7 hops back along its
