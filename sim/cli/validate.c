@@ -548,7 +548,8 @@ int ps_cli_validate(int argc, char **argv)
            "through its timing-only experiment at the point's topology and global batch, and\n"
            "prints predicted and measured step time, the signed error (predicted - measured)\n"
            "/ measured and the source, then the median and worst |error| over the points\n"
-           "other than the calibration point (marked *).\n"
+           "other than the calibration points (marked *: at most one per TPU generation,\n"
+           "the point its topology file fits mxu_efficiency to).\n"
            "Exit status: 0 when every point ran, whatever its error; 1 if a point could not\n"
            "be simulated (its row says why; the others still run and are summarised); 2 for\n"
            "a bad point file or option (nothing runs).");
