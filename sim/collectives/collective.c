@@ -64,7 +64,7 @@ typedef struct {
  * arrivals and steps read first, with the links to its peers; the rest of
  * what its steps read; the inbox its senders write; the rest. */
 typedef struct {
-  int64_t round;  /* -1 before the first arrival */
+  _Alignas(64) int64_t round; /* -1 before the first arrival */
   float *buf;
   int step;
   int pending;
@@ -94,7 +94,7 @@ typedef struct {
   int64_t finished;
 } Member;
 G_STATIC_ASSERT(offsetof(Member, peer) == 64 && offsetof(Member, slot) == 128 &&
-                offsetof(Member, done) == 192);
+                offsetof(Member, done) == 192 && sizeof(Member) == 256);
 
 struct PsCollective {
   PsNetwork *net;

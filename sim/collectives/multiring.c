@@ -96,10 +96,14 @@ typedef struct {
 } Place;
 
 /* What a member's steps read of it: its outer region's index (its
- * positions on the outer axes, mixed radix) and its places on the rings. */
+ * positions on the outer axes, mixed radix), its places on the rings and,
+ * per stream phase i and rotation kk, where the regions of its streams of
+ * that rotation start in the table (stream_region's index less tab_at),
+ * found once at plan time rather than at every step. */
 typedef struct {
   int oc;
   Place at[PS_MAX_DIMS];
+  int32_t base[PS_MAX_DIMS][PS_MAX_DIMS]; /* [i][kk] */
 } Where;
 
 static inline void region_set(Region *g, int64_t lo, int64_t len, int L)
@@ -243,6 +247,7 @@ static void table_shape(MultiPlan *p)
       size *= p->ring[d].L;
     }
   }
+  g_assert((int64_t)p->n_oc * p->per_oc <= INT32_MAX); /* Where.base */
   p->tab = g_new0(Region, (size_t)p->n_oc * p->per_oc);
 }
 
@@ -300,6 +305,10 @@ static void layout(MultiPlan *p)
     }
     for (int d = 0; d < nd; d++)
       w->at[d] = (Place){p->ring[d].pos[m], p->ring[d].next[m], p->ring[d].prev[m]};
+    for (int i = 0; i < nd; i++)
+      for (int kk = 0; kk < nd; kk++)
+        w->base[i][kk] =
+            (int32_t)(stream_region(p, m, kk, i) - p->tab - p->tab_at[kk][i]);
     /* members sharing an entry write the same region into it */
     for (int k = 0; k < K; k++) {
       int64_t lo, len;
@@ -408,25 +417,19 @@ static inline int stream_dir(const MultiPlan *p, int m, int k)
 static void stream_step(const MultiPlan *p, int m, int s, const StepAt *a, PsCollStep *out)
 {
   const Where *w = &p->where[m];
-  int nd = p->nd, i = a->phase;
-  const Region *tab = &p->tab[(size_t)w->oc * p->per_oc];
-  int x[PS_MAX_DIMS];
-  for (int kk = 0; kk < nd; kk++) {
-    int v = 0;
-    for (int b = 0, d = kk; b < i; b++, d = d + 1 == nd ? 0 : d + 1)
-      v = v * p->ring[d].L + w->at[d].pos;
-    x[kk] = v;
-  }
+  const int32_t *base = w->base[a->phase];
   PsXferOp op = a->gather ? PS_XFER_COPY : PS_XFER_ADD;
   int split_dir = p->split >= 0 ? stream_dir(p, m, 0) : 0;
   for (int n = 0; n < a->n_act; n++) {
     const StreamAt *sa = &a->act[n];
-    const Region *r = &tab[sa->tab_at + x[sa->kk]];
+    const Region *r = &p->tab[sa->tab_at + base[sa->kk]];
     const Place *at = &w->at[sa->d];
     int dir = split_dir ? split_dir : sa->dir, L = r->L;
     int j = at->pos - dir * sa->u; /* -L < j < 2L */
-    j += j < 0 ? L : 0;
-    j -= j >= L ? L : 0;
+    /* into [0, L) without a branch: which way it wraps varies from member
+     * to member */
+    j += L & -(j < 0);
+    j -= L & -(j >= L);
     PsCollSend *snd = &out->send[n];
     region_part(r, j, &snd->off, &snd->len);
     snd->peer = dir > 0 ? at->next : at->prev;
@@ -451,7 +454,9 @@ static void multi_step(const PsCollPlan *plan, int m, int s, PsCollStep *out)
 
 static void multi_prefetch(const PsCollPlan *plan, int m)
 {
-  __builtin_prefetch(&((const MultiPlan *)plan)->where[m]);
+  const Where *w = &((const MultiPlan *)plan)->where[m];
+  __builtin_prefetch(w);
+  __builtin_prefetch((const char *)(w + 1) - 1); /* it may span two lines */
 }
 
 static int multi_n_recv(const PsCollPlan *plan, int m, int s)

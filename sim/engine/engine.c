@@ -120,6 +120,7 @@ void ps_engine_cancel(PsEngine *engine, uint64_t seq)
 }
 
 ps_time_t ps_engine_now(const PsEngine *engine) { return engine->now; }
+const ps_time_t *ps_engine_clock(const PsEngine *engine) { return &engine->now; }
 size_t ps_engine_pending(const PsEngine *engine) { return ps_queue_len(&engine->queue); }
 uint64_t ps_engine_events_run(const PsEngine *engine) { return engine->events_run; }
 gboolean ps_engine_overflowed(const PsEngine *engine) { return engine->overflowed; }

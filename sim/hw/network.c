@@ -109,6 +109,7 @@ static inline const int32_t *msg_route(const Message *m)
 
 struct PsNetwork {
   PsEngine *engine;
+  const ps_time_t *now; /* the engine's clock (ps_engine_clock) */
   const PsTopology *topo;
   PsGeometry *geo;      /* chips, numbering, zones, link ids and routes */
   int64_t chunk;
@@ -231,6 +232,7 @@ PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chun
   g_return_val_if_fail(engine != NULL && topo != NULL && chunk_bytes > 0, NULL);
   PsNetwork *net = g_new0(PsNetwork, 1);
   net->engine = engine;
+  net->now = ps_engine_clock(engine);
   net->topo = topo;
   net->geo = ps_geometry_new(topo);
   net->chunk = chunk_bytes;
@@ -825,15 +827,11 @@ static gboolean send_link_closed(PsNetwork *net, Link *l, int64_t bytes, ps_time
   return TRUE;
 }
 
-ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes)
+/* ps_network_send_link's chunks the general way: in closed form on one
+ * lane, else one by one. */
+static G_GNUC_NO_INLINE ps_time_t send_link_chunks(PsNetwork *net, Link *l, int64_t bytes,
+                                                   ps_time_t now)
 {
-  g_return_val_if_fail(net != NULL && bytes >= 0, PS_TIME_NEVER);
-  g_return_val_if_fail(link >= 0 && link < net->n_links, PS_TIME_NEVER);
-  if (net->trace)
-    return PS_TIME_NEVER;
-  /* every chunk joins the link now, as ps_network_send's first hop */
-  Link *l = &net->links[link];
-  ps_time_t now = ps_engine_now(net->engine);
   int64_t n_chunks = bytes <= net->chunk ? 1 : (bytes + net->chunk - 1) / net->chunk;
   ps_time_t last = 0;
   if (l->lanes == 1 && n_chunks > 1 && send_link_closed(net, l, bytes, now, &last)) {
@@ -850,6 +848,31 @@ ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes)
   }
   net->next_id++;
   return last;
+}
+
+ps_time_t ps_network_send_link(PsNetwork *net, int link, int64_t bytes)
+{
+  g_return_val_if_fail(net != NULL && bytes >= 0, PS_TIME_NEVER);
+  g_return_val_if_fail(link >= 0 && link < net->n_links, PS_TIME_NEVER);
+  if (net->trace)
+    return PS_TIME_NEVER;
+  /* every chunk joins the link now, as ps_network_send's first hop */
+  Link *l = &net->links[link];
+  ps_time_t now = *net->now;
+  if (G_UNLIKELY(bytes > net->chunk || l->lanes != 1))
+    return send_link_chunks(net, l, bytes, now);
+  /* nearly every message of a large collective: one chunk on one lane, as
+   * link_take books it */
+  ps_time_t start = l->free0 > now ? l->free0 : now;
+  ps_time_t ser = chunk_ser(l, bytes);
+  ps_time_t end = ps_time_add(start, ser);
+  l->free0 = end;
+  l->bytes += bytes;
+  l->chunks++;
+  l->busy = ps_time_add(l->busy, ser);
+  net->chunk_hops++;
+  net->next_id++;
+  return ps_time_add(end, l->latency);
 }
 
 void ps_network_prefetch_links(const PsNetwork *net, const int *links, int n)
