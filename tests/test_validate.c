@@ -2,7 +2,7 @@
  * by $PODSIM, run in $PODSIM_DATA_DIR, as test_cli.c does): on hand-written
  * points in a temporary --dir whose measured times are known multiples of
  * what `podsim run --json` predicts for them, the signed error is exactly
- * predicted / measured - 1 and the calibration point stays out of the
+ * predicted / measured - 1 and the calibration points (one or two) stay out of the
  * median and worst; a point that does not fit in HBM is a row without a
  * prediction and exit 1; a point file missing a field exits 2 naming it;
  * the table shows every row's source; --only filters; the shipped points
@@ -195,6 +195,30 @@ static void test_exact_errors(void)
   }
   g_assert_nonnull(strstr(text, "median 37.5%, worst 50.0%"));
   g_assert_nonnull(strstr(text, "left out of the summary"));
+  remove_dir(dir);
+}
+
+/* Two calibration points (one a generation): both rows marked, the
+ * footnote gives each one's error, and the summary is the third point's
+ * alone (+25.0%). */
+static void test_two_calibrations(void)
+{
+  double predicted[G_N_ELEMENTS(specs)];
+  char *dir = make_points(predicted);
+  Spec b = specs[1];
+  b.calibration = TRUE;
+  g_autofree char *text_b = point_json(&b, predicted[1] * b.factor);
+  write_file(dir, b.file, text_b);
+  g_autofree char *out = NULL, *err = NULL;
+  g_assert_cmpint(podsim_run(&out, &err, "validate", "--dir", dir, NULL), ==, 0);
+  g_assert_nonnull(strstr(out, "test-resnet50-v3-8 *"));
+  g_assert_nonnull(strstr(out, "test-resnet50-v2-8 *"));
+  g_assert_null(strstr(out, "test-transformer-v4-8 *"));
+  g_assert_nonnull(strstr(out, "* calibration points (podsim's knobs may be fitted to them), left "
+                               "out of the summary: test-resnet50-v3-8 +100.0%, "
+                               "test-resnet50-v2-8 -50.0%\n"));
+  g_assert_nonnull(strstr(out, "1 validation point: 1 predicted"));
+  g_assert_nonnull(strstr(out, "median 25.0%, worst 25.0% (test-transformer-v4-8)"));
   remove_dir(dir);
 }
 
@@ -469,6 +493,7 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   podsim = podsim_init();
   g_test_add_func("/validate/exact-errors", test_exact_errors);
+  g_test_add_func("/validate/two-calibrations", test_two_calibrations);
   g_test_add_func("/validate/only", test_only);
   g_test_add_func("/validate/does-not-fit", test_does_not_fit);
   g_test_add_func("/validate/missing-field", test_missing_field);
