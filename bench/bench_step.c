@@ -25,7 +25,14 @@
  * found at plan time and the collective's members are aligned to their
  * cache lines: 1.87 s of wall time (median 1.90, best of five alternating
  * at load 1.3) against 2.03 s (2.04) with the code before, 24.0 G
- * instructions against 27.8 G (callgrind), 33 MiB.
+ * instructions against 27.8 G (callgrind), 33 MiB.  Since the network
+ * remembers the routes collectives ask for (auto weighs five algorithms
+ * for each of the step's 5 distinct collectives, all on the same 4096
+ * members) and a push into any rung stays inline: 0.14 s before the first
+ * event (median of five alternating 0.144 s against 0.206 s; 0.85 G
+ * instructions against 1.32 G), 23.35 G instructions in all against
+ * 24.0 G, 1.79-1.82 s of wall time (median 1.91-1.92) against 1.82 s
+ * (1.93) at load 0.5-0.8, 37 MiB.
  * Then GPT-3 175B (models/gpt3-175b.json) under the shard strategy at
  * tensor 8 x fsdp 64 on tpu-v4-1024 (512 devices), full rematerialization,
  * 2 sequences per device (global batch 128: at 4 a device's saved layer

@@ -8,7 +8,8 @@
  *   destination whose length is the breadth-first shortest distance of the
  *   link graph (computed here, independently of the router), on tori,
  *   meshes and twisted tori; hops are in dimension order; the tie on an
- *   even ring goes + from even coordinates and - from odd ones;
+ *   even ring goes + from even coordinates and - from odd ones; the
+ *   route memo gives what the router does, before and after a link fails;
  * - timing, against closed forms: a message over h hops in n chunks of c
  *   bytes takes h alpha + S/B + (h-1) c/B exactly; two flows merging onto
  *   one link each take twice as long as alone (exact expressions of the
@@ -272,6 +273,42 @@ static void test_route_endpoints(void)
   netfix_clear(&f);
 }
 
+/* Every pair's route through the memo (first stored, then looked up), and
+ * cut short by max, is ps_network_route's; after a link fails the memo
+ * gives the new route round it, not the one it stored. */
+static void check_memo_all_pairs(NetFix *f)
+{
+  int n = ps_network_endpoints(f->net);
+  for (int pass = 0; pass < 2; pass++)
+    for (int a = 0; a < n; a++)
+      for (int b = 0; b < n; b++) {
+        int want[16], got[16] = {0}, part[2] = {-1, -1};
+        int h = ps_network_route(f->net, a, b, want, 16);
+        g_assert_cmpint(ps_network_route_memo(f->net, a, b, got, 16), ==, h);
+        for (int i = 0; i < h; i++)
+          g_assert_cmpint(got[i], ==, want[i]);
+        g_assert_cmpint(ps_network_route_memo(f->net, a, b, part, 1), ==, h);
+        g_assert_cmpint(part[0], ==, h > 0 ? want[0] : -1);
+        g_assert_cmpint(part[1], ==, -1);
+      }
+}
+
+static void test_route_memo(void)
+{
+  NetFix f;
+  netfix_init(&f, topo("torus:4x4", NULL, NULL), 1024);
+  check_memo_all_pairs(&f);
+  int r[16];
+  g_assert_cmpint(ps_network_route_memo(f.net, 0, 1, r, 16), ==, 1);
+  int direct = r[0];
+  g_assert_true(ps_network_degrade_link(f.net, direct, 0.0, NULL));
+  g_assert_cmpint(ps_network_route_memo(f.net, 0, 1, r, 16), ==, 3);
+  for (int i = 0; i < 3; i++)
+    g_assert_cmpint(r[i], !=, direct);
+  check_memo_all_pairs(&f);
+  netfix_clear(&f);
+}
+
 /* ---- timing --------------------------------------------------------- */
 
 static ps_time_t send_alone(NetFix *f, int src, int dst, int64_t bytes)
@@ -516,6 +553,7 @@ int main(int argc, char **argv)
   g_test_add_func("/network/route/shortest/twisted", test_routes_twisted);
   g_test_add_func("/network/route/ties", test_route_ties);
   g_test_add_func("/network/route/endpoints", test_route_endpoints);
+  g_test_add_func("/network/route/memo", test_route_memo);
   g_test_add_func("/network/timing/hops-pipeline", test_hops_pipeline);
   g_test_add_func("/network/timing/contention", test_contention);
   g_test_add_func("/network/timing/fifo-same-source", test_fifo_same_source);

@@ -126,13 +126,38 @@ static inline int mod(int a, int n)
 int *ps_coll_route(const PsCollGroup *g, int a, int b, int *hops)
 {
   int buf[16];
-  *hops = ps_network_route(g->net, g->dev[a], g->dev[b], buf, 16);
+  *hops = ps_network_route_memo(g->net, g->dev[a], g->dev[b], buf, 16);
   int *r = g_new(int, *hops > 0 ? *hops : 1);
   if (*hops <= 16)
     memcpy(r, buf, sizeof(int) * (size_t)*hops);
   else
-    ps_network_route(g->net, g->dev[a], g->dev[b], r, *hops);
+    ps_network_route_memo(g->net, g->dev[a], g->dev[b], r, *hops);
   return r;
+}
+
+int *ps_coll_routes(const PsCollGroup *g, const int *peer, const int **route, int *hops)
+{
+  size_t cap = (size_t)g->n * 4 + 64, len = 0;
+  int *block = g_new(int, cap), buf[64];
+  size_t *at = g_new(size_t, g->n);
+  for (int m = 0; m < g->n; m++) {
+    int h = ps_network_route_memo(g->net, g->dev[m], g->dev[peer[m]], buf, 64);
+    if (len + (size_t)h > cap) {
+      cap = MAX(2 * cap, len + (size_t)h);
+      block = g_renew(int, block, cap);
+    }
+    if (h <= 64)
+      memcpy(block + len, buf, sizeof(int) * (size_t)h);
+    else
+      ps_network_route_memo(g->net, g->dev[m], g->dev[peer[m]], block + len, h);
+    at[m] = len;
+    hops[m] = h;
+    len += (size_t)h;
+  }
+  for (int m = 0; m < g->n; m++)
+    route[m] = block + at[m];
+  g_free(at);
+  return block;
 }
 
 double ps_coll_message_s(const PsCollGroup *g, int a, int b, int64_t bytes, int64_t chunk)
@@ -147,10 +172,14 @@ double ps_coll_route_message_s(const PsCollGroup *g, const int *route, int h, in
 {
   if (h == 0)
     return 0.0;
-  g_autofree PsLinkInfo *info = g_new(PsLinkInfo, h);
+  PsLinkInfo stack_info[16];
+  g_autofree PsLinkInfo *heap_info = h > 16 ? g_new(PsLinkInfo, h) : NULL;
+  PsLinkInfo *info = heap_info ? heap_info : stack_info;
   gboolean uniform = TRUE;
+  ps_network_link_info(g->net, route[0], &info[0]);
   for (int i = 0; i < h; i++) {
-    ps_network_link_info(g->net, route[i], &info[i]);
+    if (i > 0)
+      ps_network_link_info(g->net, route[i], &info[i]);
     if (info[i].lanes != 1 || info[i].bandwidth_Bps != info[0].bandwidth_Bps ||
         info[i].latency != info[0].latency)
       uniform = FALSE;
@@ -430,7 +459,8 @@ static double route_share(const PsCollGroup *g, const int *route, int h, const i
 /* Messages of one phase step that cross each link, over every line, from
  * the routes of each member to its next (k = 0) and previous (k = 1)
  * member: route[k][m], hops[k][m]. */
-static int *phase_loads(const PsCollPlan *p, const Axis *x, int **route[2], int *hops[2])
+static int *phase_loads(const PsCollPlan *p, const Axis *x, const int **route[2],
+                        int *hops[2])
 {
   const PsCollGroup *g = p->g;
   int *load = g_new0(int, ps_network_n_links(g->net));
@@ -552,11 +582,12 @@ static double phases_predict(const PsCollPlan *p)
   int n = g->n;
   double *V = g_new0(double, n);
   double *T[2], *ser[2];
-  int **route[2], *hops[2];
+  const int **route[2];
+  int *hops[2], *block[2] = {NULL, NULL};
   for (int k = 0; k < 2; k++) {
     T[k] = g_new(double, n);
     ser[k] = g_new(double, n);
-    route[k] = g_new0(int *, n);
+    route[k] = g_new0(const int *, n);
     hops[k] = g_new0(int, n);
   }
   for (int i = 0; i < p->n_phases; i++) {
@@ -564,11 +595,10 @@ static double phases_predict(const PsCollPlan *p)
     int ndir = x->bidir ? 2 : 1;
     /* each route once per phase: on a pod's group they are most of the
      * prediction's work */
-    for (int k = 0; k < ndir; k++)
-      for (int m = 0; m < n; m++) {
-        g_free(route[k][m]);
-        route[k][m] = ps_coll_route(g, m, k == 0 ? x->next[m] : x->prev[m], &hops[k][m]);
-      }
+    for (int k = 0; k < ndir; k++) {
+      g_free(block[k]);
+      block[k] = ps_coll_routes(g, k == 0 ? x->next : x->prev, route[k], hops[k]);
+    }
     int *load = phase_loads(p, x, route, hops);
     for (int m = 0; m < n; m++) {
       int64_t part = p->reg_len[p->ph[i].axis * n + m] / x->L;
@@ -611,8 +641,7 @@ static double phases_predict(const PsCollPlan *p)
   for (int k = 0; k < 2; k++) {
     g_free(T[k]);
     g_free(ser[k]);
-    for (int m = 0; m < n; m++)
-      g_free(route[k][m]);
+    g_free(block[k]);
     g_free(route[k]);
     g_free(hops[k]);
   }

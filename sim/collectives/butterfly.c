@@ -100,12 +100,14 @@ static void link_read(const PsCollGroup *g, Links *L, int link)
 static double step_s(const BflyPlan *p, int s, int64_t bytes, Links *L)
 {
   const PsCollGroup *g = p->g;
-  int **route = g_new(int *, g->n), *hops = g_new(int, g->n);
-  for (int m = 0; m < g->n; m++) {
-    route[m] = ps_coll_route(g, m, partner(p, m, s), &hops[m]);
+  const int **route = g_new(const int *, g->n);
+  int *hops = g_new(int, g->n), *peer = g_new(int, g->n);
+  for (int m = 0; m < g->n; m++)
+    peer[m] = partner(p, m, s);
+  int *block = ps_coll_routes(g, peer, route, hops);
+  for (int m = 0; m < g->n; m++)
     for (int i = 0; i < hops[m]; i++)
       L->load[route[m][i]]++;
-  }
   double worst = 0, first = (double)MIN(p->p.chunk_bytes, bytes);
   for (int m = 0; m < g->n; m++) {
     int share = 1;
@@ -123,8 +125,9 @@ static double step_s(const BflyPlan *p, int s, int64_t bytes, Links *L)
   for (int m = 0; m < g->n; m++) {
     for (int i = 0; i < hops[m]; i++)
       L->load[route[m][i]] = 0;
-    g_free(route[m]);
   }
+  g_free(block);
+  g_free(peer);
   g_free(route);
   g_free(hops);
   return worst;

@@ -113,6 +113,9 @@ double ps_coll_route_message_s(const PsCollGroup *g, const int *route, int h, in
                                int64_t chunk);
 /* The links from member a to member b, *hops of them.  (transfer full) */
 int *ps_coll_route(const PsCollGroup *g, int a, int b, int *hops);
+/* The routes of every member m to peer[m] at once: route[m] (hops[m]
+ * links) point into the block returned, which the caller frees. */
+int *ps_coll_routes(const PsCollGroup *g, const int *peer, const int **route, int *hops);
 
 /* Part j of L of [lo, lo + len). */
 static inline void ps_coll_part_of(int64_t lo, int64_t len, int L, int j, int64_t *plo,

@@ -6,14 +6,7 @@
  * indices. */
 #include "collectives/collective-private.h"
 
-#include <stdlib.h>
 #include <string.h>
-
-static int cmp_int(const void *a, const void *b)
-{
-  int x = *(const int *)a, y = *(const int *)b;
-  return (x > y) - (x < y);
-}
 
 gboolean ps_coll_group_init(PsCollGroup *g, PsNetwork *net, const int *devices, int n,
                             GError **error)
@@ -33,16 +26,21 @@ gboolean ps_coll_group_init(PsCollGroup *g, PsNetwork *net, const int *devices, 
                   nd - 1);
       return FALSE;
     }
-  /* repeats, by sorting a copy (a group is often far smaller than the
-   * topology, and a pod builds one per collective) */
-  g_autofree int *sorted = g_memdup2(devices, sizeof(int) * (size_t)n);
-  qsort(sorted, (size_t)n, sizeof(int), cmp_int);
-  for (int i = 1; i < n; i++)
-    if (sorted[i] == sorted[i - 1]) {
-      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                  "device %d is listed twice in the group", sorted[i]);
-      return FALSE;
-    }
+  /* repeats, by a bit per device of the network (a pod builds a group per
+   * collective, of up to every device); the smallest repeated one named */
+  g_autofree guint64 *seen = g_new0(guint64, (size_t)nd / 64 + 1);
+  int repeated = -1;
+  for (int i = 0; i < n; i++) {
+    guint64 bit = G_GUINT64_CONSTANT(1) << (devices[i] % 64);
+    if (seen[devices[i] / 64] & bit)
+      repeated = repeated < 0 ? devices[i] : MIN(repeated, devices[i]);
+    seen[devices[i] / 64] |= bit;
+  }
+  if (repeated >= 0) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "device %d is listed twice in the group", repeated);
+    return FALSE;
+  }
   g->n = n;
   g->dev = g_memdup2(devices, sizeof(int) * (size_t)n);
 

@@ -155,8 +155,8 @@ size_t ps_queue_len(const PsQueue *q);
 gboolean ps_queue_check(const PsQueue *q);
 
 /* ps_queue_push() and ps_queue_pop() in two halves, for the engine's loop:
- * the common cases inline (a push into the finest rung's bucket while its
- * last chunk has room, a pop from the sorted front), the rest out of line.
+ * the common cases inline (a push into a rung's bucket while its last
+ * chunk has room, a pop from the sorted front), the rest out of line.
  * Each function, either half, has the full semantics. */
 void ps_queue_push_slow(PsQueue *q, const PsEvent *event);
 gboolean ps_queue_pop_slow(PsQueue *q, PsEvent *out);
@@ -168,16 +168,21 @@ static inline gboolean ps_event_before(const PsEvent *a, const PsEvent *b)
 
 static inline void ps_queue_push_inline(PsQueue *q, const PsEvent *event)
 {
-  int i = q->nrungs - 1;
-  if (G_LIKELY(i >= 0 && event->time > q->bottom_last && event->time <= q->rung[i].last)) {
-    PsQueueRung *r = &q->rung[i];
-    PsQueueBucket *b = &r->b[((uint64_t)event->time - (uint64_t)r->start) >> r->shift];
-    uint32_t k = b->n % PS_QUEUE_CHUNK;
-    if (G_LIKELY(k != 0)) {
-      q->chunk[b->tail].ev[k] = *event;
-      b->n++;
-      q->len++;
-      return;
+  if (G_LIKELY(event->time > q->bottom_last)) {
+    /* the finest rung that holds its time, as ps_queue_push_slow finds */
+    for (int i = q->nrungs - 1; i >= 0; i--) {
+      PsQueueRung *r = &q->rung[i];
+      if (event->time > r->last)
+        continue;
+      PsQueueBucket *b = &r->b[((uint64_t)event->time - (uint64_t)r->start) >> r->shift];
+      uint32_t k = b->n % PS_QUEUE_CHUNK;
+      if (G_LIKELY(k != 0)) {
+        q->chunk[b->tail].ev[k] = *event;
+        b->n++;
+        q->len++;
+        return;
+      }
+      break;
     }
   }
   ps_queue_push_slow(q, event);

@@ -13,6 +13,7 @@
  * given to it, and no chunk is given to a lane before that time; a message
  * is freed exactly when its last chunk is delivered. */
 #include "hw/network.h"
+#include "hw/route-memo-private.h"
 
 #include "common/json.h"
 
@@ -126,6 +127,7 @@ struct PsNetwork {
   uint32_t route_mask;  /* entries - 1 */
   uint32_t route_victim; /* the way a miss in a full set replaces, mod ROUTE_WAYS */
   uint64_t routes_version; /* bumped whenever routes may have changed */
+  PsRouteMemo *memo;    /* ps_network_route_memo's routes */
   Message **slabs;
   uint32_t n_slabs;
   uint32_t free_head;   /* UINT32_MAX when empty */
@@ -169,6 +171,28 @@ int ps_network_route(const PsNetwork *net, int src, int dst, int *out, int max)
   RouteBuf r = {out, max, 0, NULL};
   route_into(net, src, dst, &r);
   return r.n;
+}
+
+int ps_network_route_memo(PsNetwork *net, int src, int dst, int *out, int max)
+{
+  g_return_val_if_fail(src >= 0 && src < ps_network_endpoints(net), 0);
+  g_return_val_if_fail(dst >= 0 && dst < ps_network_endpoints(net), 0);
+  int hops;
+  const int32_t *r = ps_route_memo_find(net->memo, src, dst, &hops);
+  if (!r) {
+    int buf[32];
+    hops = ps_network_route(net, src, dst, buf, 32);
+    g_autofree int *big = hops > 32 ? g_new(int, hops) : NULL;
+    if (big)
+      ps_network_route(net, src, dst, big, hops);
+    ps_route_memo_add(net->memo, src, dst, big ? big : buf, hops);
+    for (int i = 0; i < hops && i < max; i++)
+      out[i] = big ? big[i] : buf[i];
+    return hops;
+  }
+  for (int i = 0; i < hops && i < max; i++)
+    out[i] = r[i];
+  return hops;
 }
 
 int ps_network_hops(const PsNetwork *net, int src, int dst)
@@ -266,6 +290,7 @@ PsNetwork *ps_network_new(PsEngine *engine, const PsTopology *topo, int64_t chun
   net->route_keys = g_aligned_alloc(entries, sizeof(uint64_t), 64);
   for (uint32_t i = 0; i < entries; i++)
     net->route_keys[i] = ROUTE_EMPTY;
+  net->memo = ps_route_memo_new();
   net->ev_hop = ps_engine_register(engine, "net-chunk-hop", on_hop, net);
   ps_engine_set_prefetch(engine, net->ev_hop, hop_prefetch);
   return net;
@@ -291,6 +316,7 @@ void ps_network_free(PsNetwork *net)
   ps_geometry_free(net->geo);
   g_aligned_free(net->route_cache);
   g_aligned_free(net->route_keys);
+  ps_route_memo_free(net->memo);
   g_free(net->named);
   g_free(net);
 }
@@ -439,6 +465,7 @@ gboolean ps_network_degrade_link(PsNetwork *net, int link, double factor, GError
   net->routes_version++;
   for (uint32_t i = 0; i <= net->route_mask; i++)
     net->route_keys[i] = ROUTE_EMPTY;
+  ps_route_memo_clear(net->memo);
   return TRUE;
 }
 

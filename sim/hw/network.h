@@ -211,6 +211,10 @@ void ps_network_count_messages(PsNetwork *net, uint64_t n);
  * most max); returns the route's length (which may exceed max). */
 int ps_network_route(const PsNetwork *net, int src, int dst, int *out, int max);
 int ps_network_hops(const PsNetwork *net, int src, int dst);
+/* The same, remembered: a route asked for again is looked up (the routes a
+ * collective's plans and predictions ask for, pair by pair, again for each
+ * algorithm "auto" weighs and each collective of the same members). */
+int ps_network_route_memo(PsNetwork *net, int src, int dst, int *out, int max);
 
 int ps_network_n_links(const PsNetwork *net);
 /* FALSE if `link` is not a link of this topology (a mesh edge, a dimension
