@@ -7,7 +7,8 @@
  * when pasted into `run` (an unknown key's error names the nearest valid
  * one, prefix included), and a summary that says what its lines hold (the
  * warm-up left out or not, steps_per_run, a host loop over 10% of the
- * step, one step's loss, numerics off for fast what-ifs). */
+ * step, one step's loss, numerics off for fast what-ifs), and describe
+ * --kernels' MXU use of a convolution against its padding's closed form. */
 #include "support/cli.h"
 
 #include <glib.h>
@@ -883,6 +884,46 @@ static void test_summary_words(void)
   g_free(err);
 }
 
+/* describe --kernels gives each kernel's MXU use, the model's share of
+ * the padded work: ResNet-50's 3x3 convolution of 64 channels on 56x56
+ * (stage 1) laid out as XLA does (cost.c's conv_padded).  At 128 images a
+ * replica the forward and input-gradient products use all of it and the
+ * weight gradient, whose filters are padded to 128, half; at 64 the batch
+ * is padded to 128, halving each; at 32 the channels are padded to 128,
+ * a quarter for the first two, and the weight gradient pads only the input
+ * channels, a half.  The summary's share is the totals' ratio. */
+static void check_conv_use(int global_batch, const char *fwd, const char *wgrad)
+{
+  g_autofree char *gb = g_strdup_printf("global_batch=%d", global_batch);
+  g_autofree char *out = NULL, *err = NULL;
+  g_assert_cmpint(podsim_run(&out, &err, "describe", "resnet50-v3-8", "--kernels", "--set", gb,
+                             NULL), ==, 0);
+  g_auto(GStrv) lines = g_strsplit(out, "\n", -1);
+  int seen = 0;
+  for (char **l = lines; *l; l++) {
+    if (!strstr(*l, " stage1.block1.res.body.conv2 "))
+      continue;
+    const char *want = strstr(*l, " wgrad ") ? wgrad : fwd;
+    g_assert_true(g_str_has_suffix(*l, want));
+    seen++;
+  }
+  g_assert_cmpint(seen, ==, 3); /* conv, dgrad, wgrad */
+  const char *sum = strstr(out, "\nMXU use: ");
+  g_assert_nonnull(sum);
+  double model = 0, padded = 0, pct = 0;
+  g_assert_cmpint(sscanf(sum, "\nMXU use: %lf GFLOP of matrix products run as %lf padded to the "
+                              "MXU (%lf%%", &model, &padded, &pct), ==, 3);
+  g_assert_cmpfloat(fabs(pct - 100 * model / padded), <=, 0.06);
+  g_assert_cmpfloat(pct, <=, 100);
+}
+
+static void test_describe_mxu_use(void)
+{
+  check_conv_use(1024, "100.0%", "50.0%");
+  check_conv_use(512, "50.0%", "25.0%");
+  check_conv_use(256, "25.0%", "50.0%");
+}
+
 /* describe --program names the algorithm "auto" chose, the one the run
  * reports. */
 static void test_describe_chosen_algorithm(void)
@@ -913,6 +954,7 @@ int main(int argc, char **argv)
   g_test_add_func("/cli/version-and-help", test_version_and_help);
   g_test_add_func("/cli/usage-errors", test_usage_errors);
   g_test_add_func("/cli/list", test_list);
+  g_test_add_func("/cli/describe/mxu-use", test_describe_mxu_use);
   g_test_add_func("/cli/list/other", test_list_other);
   g_test_add_func("/cli/clock-overflow", test_clock_overflow);
   g_test_add_func("/cli/json-summary", test_json_summary);

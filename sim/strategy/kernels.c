@@ -1,17 +1,30 @@
-/* kernels.c: lists the kernels of a device's step (see kernels.h). */
+/* kernels.c: lists the kernels of a device's step (see kernels.h), each
+ * with its FLOPs, HBM bytes, time, bound and the share of the MXU work it
+ * pays for that is the model's (the rest is padding: cost.c pads matmul
+ * sides to the MXU and lays convolutions out as XLA does). */
 #include "strategy/kernels.h"
 
 #include "hw/cost.h"
 #include "strategy/cost-options.h"
 
-static void row(GString *out, const char *op, const char *layer, const PsKernel *k,
-                double *by_bound, double *count)
+typedef struct {
+  double by_bound[4], count[4];
+  double mxu, padded; /* matrix FLOPs, and as the MXU runs them */
+} Totals;
+
+static void row(GString *out, const char *op, const char *layer, const PsKernel *k, Totals *t)
 {
-  g_string_append_printf(out, "%-28.28s %-30.30s %-14s %12.3f %12.3f %11.3f  %s\n", op, layer,
+  g_string_append_printf(out, "%-28.28s %-30.30s %-14s %12.3f %12.3f %11.3f  %-6s", op, layer,
                          k->what, (k->mxu_flops + k->vpu_flops) / 1e9, k->bytes / 1e6,
                          ps_time_to_s(k->time) * 1e6, ps_cost_bound_name(k->bound));
-  by_bound[k->bound] += ps_time_to_s(k->time);
-  count[k->bound] += 1;
+  if (k->padded_flops > 0)
+    g_string_append_printf(out, " %6.1f%%\n", 100 * k->mxu_flops / k->padded_flops);
+  else
+    g_string_append(out, "       -\n");
+  t->by_bound[k->bound] += ps_time_to_s(k->time);
+  t->count[k->bound] += 1;
+  t->mxu += k->mxu_flops;
+  t->padded += k->padded_flops;
 }
 
 void ps_kernels_describe(const PsExperiment *exp, const PsProgram *prog, GString *out)
@@ -25,9 +38,9 @@ void ps_kernels_describe(const PsExperiment *exp, const PsProgram *prog, GString
                          "activations)\n",
                          fusions[opt.fusion], opt.passes, opt.passes == 1 ? "" : "es",
                          opt.act_bytes);
-  g_string_append_printf(out, "%-28s %-30s %-14s %12s %12s %11s  %s\n", "op", "layer", "kernel",
-                         "GFLOP", "HBM MB", "time us", "bound");
-  double by_bound[4] = {0}, count[4] = {0};
+  g_string_append_printf(out, "%-28s %-30s %-14s %12s %12s %11s  %-6s %7s\n", "op", "layer",
+                         "kernel", "GFLOP", "HBM MB", "time us", "bound", "MXU use");
+  Totals t = {0};
   GArray *ks = g_array_new(FALSE, FALSE, sizeof(PsKernel));
   for (int i = 0; i < prog->n_ops; i++) {
     const PsOp *op = &prog->ops[i];
@@ -38,7 +51,7 @@ void ps_kernels_describe(const PsExperiment *exp, const PsProgram *prog, GString
                  op->kind == PS_OP_BWD, ks, &c);
       for (guint k = 0; k < ks->len; k++) {
         const PsKernel *kn = &g_array_index(ks, PsKernel, k);
-        row(out, op->name, m->layers[kn->layer].name, kn, by_bound, count);
+        row(out, op->name, m->layers[kn->layer].name, kn, &t);
       }
     } else if (op->kind == PS_OP_UPDATE) {
       /* one kernel over the weights; its cost is the op's */
@@ -48,14 +61,19 @@ void ps_kernels_describe(const PsExperiment *exp, const PsProgram *prog, GString
                     .bound = op->overhead_s > busy ? PS_BOUND_LAUNCH
                              : op->memory_bound    ? PS_BOUND_HBM
                                                    : PS_BOUND_MXU};
-      row(out, op->name, "(weights)", &k, by_bound, count);
+      row(out, op->name, "(weights)", &k, &t);
     }
   }
   g_array_free(ks, TRUE);
-  double total = by_bound[0] + by_bound[1] + by_bound[2] + by_bound[3];
-  g_string_append_printf(out, "\n%.0f kernels, %.3f ms:", count[0] + count[1] + count[2] + count[3],
-                         total * 1e3);
+  double total = t.by_bound[0] + t.by_bound[1] + t.by_bound[2] + t.by_bound[3];
+  g_string_append_printf(out, "\n%.0f kernels, %.3f ms:",
+                         t.count[0] + t.count[1] + t.count[2] + t.count[3], total * 1e3);
   for (int b = 0; b < 4; b++)
     g_string_append_printf(out, " %s-bound %.0f (%.3f ms)%s", ps_cost_bound_name((PsBound)b),
-                           count[b], by_bound[b] * 1e3, b < 3 ? "," : "\n");
+                           t.count[b], t.by_bound[b] * 1e3, b < 3 ? "," : "\n");
+  if (t.padded > 0)
+    g_string_append_printf(out,
+                           "MXU use: %.3f GFLOP of matrix products run as %.3f padded to the "
+                           "MXU (%.1f%% of its work the model's)\n",
+                           t.mxu / 1e9, t.padded / 1e9, 100 * t.mxu / t.padded);
 }
