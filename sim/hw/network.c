@@ -179,16 +179,16 @@ int ps_network_route_memo(PsNetwork *net, int src, int dst, int *out, int max)
   g_return_val_if_fail(dst >= 0 && dst < ps_network_endpoints(net), 0);
   int hops;
   const int32_t *r = ps_route_memo_find(net->memo, src, dst, &hops);
-  if (!r) {
-    int buf[32];
+  int buf[32];
+  g_autofree int *big = NULL;
+  if (!r) { /* worked out once, then kept */
     hops = ps_network_route(net, src, dst, buf, 32);
-    g_autofree int *big = hops > 32 ? g_new(int, hops) : NULL;
-    if (big)
+    if (hops > 32) {
+      big = g_new(int, hops);
       ps_network_route(net, src, dst, big, hops);
-    ps_route_memo_add(net->memo, src, dst, big ? big : buf, hops);
-    for (int i = 0; i < hops && i < max; i++)
-      out[i] = big ? big[i] : buf[i];
-    return hops;
+    }
+    r = big ? big : buf;
+    ps_route_memo_add(net->memo, src, dst, r, hops);
   }
   for (int i = 0; i < hops && i < max; i++)
     out[i] = r[i];
