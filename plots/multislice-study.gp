@@ -65,6 +65,8 @@ set xtics ("v4" 0, "v5e" 1, "v5p" 2, "v6e" 3)
 set xlabel "tpu-v4-256, tpu-v5e-128, tpu-v5p-256, tpu-v6e-128"
 set ylabel "examples/s per chip / v4's"
 set yrange [0:*]
+# headroom above the tallest bar for the key and the value labels
+set offsets 0, 0, graph 0.3, 0
 set style fill solid 0.8 border -1
 set boxwidth 0.35
 set key top left font ",9"
