@@ -14,9 +14,11 @@
  * runs the phases back.  At every phase each dimension is walked by two
  * streams, one each way, so every link of every chip carries one stream
  * (the scaling book's "over n axes at once, divide by n").  Phases last
- * max L - 1 steps; a stream on a shorter dimension idles for the rest, so
- * no link carries two streams (but on a dimension of two members, whose
- * one link each way both streams cross).
+ * max L - 1 steps; a shorter ring cuts each step's part into
+ * floor((max L - 1) / (L - 1)) pieces sent one a step (ring_subs), so its
+ * links idle only for the rest of that division, and no link carries two
+ * streams (but on a dimension of two members, whose one link each way
+ * both streams cross, and which sends whole parts).
  *
  * Dimensions.  The group's grid axes (collective-private.h) are sorted:
  *   ring dimensions: torus axes whose line closes in as few hops as it
@@ -41,9 +43,9 @@
  * pieces (n on two-device chips), ps_collective_block_piece.
  *
  * Steps of a member's all-reduce: the outer reduce-scatter phases, n
- * stream phases of max L - 1 steps each (one message per active stream
- * and step, so up to 2 n sends and receives), the n gather phases, the
- * outer gather phases.
+ * stream phases of max L - 1 steps each (one message, a part or a piece of
+ * one, per active stream and step, so up to 2 n sends and receives), the
+ * n gather phases, the outer gather phases.
  *
  * Closed form (predict): the alpha-beta critical path of those steps.  A
  * message of m bytes over h uncontended hops costs h alpha + m/B +
@@ -75,6 +77,7 @@
 
 typedef struct {
   int L;
+  int sub; /* a ring dimension's sub-steps per ring step (layout) */
   int *pos, *next, *prev; /* member -> ..., as ps_coll_grid_line */
 } Line;
 
@@ -134,10 +137,11 @@ static inline void region_part(const Region *g, int j, int64_t *off, int64_t *le
 
 /* A stream active in a stream phase step: its phase's dimension d, its
  * rotation kk (k mod nd), its direction when every member runs both ways,
- * the part it sends, pos - dir u on the line, and its regions' offset in
- * the table (tab_at). */
+ * the part it sends, pos - dir u on the line, which of the part's sub
+ * pieces (j), and its regions' offset in the table (tab_at). */
 typedef struct {
   int8_t d, kk, dir;
+  int8_t j, sub; /* its sub-part j of sub (1: the whole part) */
   int16_t u;
   int32_t tab_at;
 } StreamAt;
@@ -163,7 +167,7 @@ typedef struct {
    * those going -, or -1: every member runs both ways */
   int split;
   int K; /* streams per member: 2 nd, or nd when split */
-  int span;        /* steps per stream phase: max L - 1 */
+  int span;        /* steps per stream phase: max sub (L - 1) */
   int outer_steps; /* sum of the outer axes' L - 1 */
   int total_steps;
   /* region before outer phase o (o = n_outer: after them): [o * n + m] */
@@ -251,19 +255,42 @@ static void table_shape(MultiPlan *p)
   p->tab = g_new0(Region, (size_t)p->n_oc * p->per_oc);
 }
 
-/* Stream k's weight: the members of the ring its first phase walks, over
- * the streams sharing that ring's links (2 on a ring of two, whose one
- * link each way both directions cross).  A stream's first phase sends
- * L - 1 parts of its share / L, one a step, and a phase's steps last as
- * long as their largest part, so shares in proportion to L keep the parts
- * of a step alike: on 16x16x8 the streams starting on the 8-ring carry
- * half as much and no step waits on them (with equal shares, the first 7
- * steps sent twice the 16-rings' parts and the rings of 16 idled half of
- * each).  On a cube every weight is equal: equal shares. */
+/* Sub-steps of a ring dimension: a stream phase lasts as many steps as
+ * the longest ring has less one, max L - 1; a shorter ring of L > 2 cuts
+ * each of its L - 1 steps' parts into sub = floor((max L - 1) / (L - 1))
+ * pieces, one a step, so that its links stay busy for all but the rest of
+ * that division (on 8x16x16 the 8-rings run 14 steps of the 16-rings' 15,
+ * where whole parts kept them busy for 7).  A ring of two keeps 1: its one
+ * link each way carries both its streams. */
+static void ring_subs(MultiPlan *p)
+{
+  int most = 0;
+  for (int d = 0; d < p->nd; d++)
+    most = MAX(most, p->ring[d].L - 1);
+  p->span = 0;
+  for (int d = 0; d < p->nd; d++) {
+    Line *x = &p->ring[d];
+    x->sub = x->L == 2 ? 1 : CLAMP(most / (x->L - 1), 1, 127); /* StreamAt.sub */
+    p->span = MAX(p->span, x->sub * (x->L - 1));
+  }
+}
+
+/* Stream k's weight: the members of the ring its first phase walks times
+ * that ring's sub-steps, over the streams sharing the ring's links (2 on a
+ * ring of two, whose one link each way both directions cross).  A
+ * stream's first phase sends L - 1 parts of its share / L, each in sub
+ * pieces, one a step, and a phase's steps last as long as their largest
+ * piece, so shares in proportion to L sub keep the pieces of a step
+ * alike: on 16x16x8 the streams starting on the 8-ring, whose parts go in
+ * two pieces, carry as much as the others and no step waits on them
+ * (with whole parts, shares in proportion to L gave them half as much and
+ * their links idled 8 of the phase's 15 steps; with equal shares and
+ * whole parts the first 7 steps sent twice the 16-rings' parts).  On a
+ * cube every weight is equal: equal shares. */
 static int64_t stream_weight(const MultiPlan *p, int k)
 {
-  int L = p->ring[k % p->nd].L;
-  return L == 2 ? 1 : L;
+  const Line *x = &p->ring[k % p->nd];
+  return x->L == 2 ? 1 : (int64_t)x->L * x->sub;
 }
 
 /* Stream k's share of [lo, lo + len): the streams' weights cut it in
@@ -292,6 +319,7 @@ static void layout(MultiPlan *p)
   p->olo = g_new(int64_t, (size_t)(no + 1) * n);
   p->olen = g_new(int64_t, (size_t)(no + 1) * n);
   p->where = g_new(Where, (size_t)n);
+  ring_subs(p);
   table_shape(p);
   for (int m = 0; m < n; m++) {
     Where *w = &p->where[m];
@@ -320,9 +348,6 @@ static void layout(MultiPlan *p)
       }
     }
   }
-  p->span = 0;
-  for (int d = 0; d < nd; d++)
-    p->span = MAX(p->span, p->ring[d].L - 1);
   p->outer_steps = 0;
   for (int o = 0; o < no; o++)
     p->outer_steps += p->outer[o].L - 1;
@@ -377,12 +402,17 @@ static void steps_index(MultiPlan *p)
       continue;
     }
     for (int d = 0; d < p->nd; d++)
-      a->n_recv += a->t < p->ring[d].L - 1 ? (p->split >= 0 ? 1 : 2) : 0;
+      a->n_recv += a->t < p->ring[d].sub * (p->ring[d].L - 1) ? (p->split >= 0 ? 1 : 2) : 0;
     for (int k = 0; k < p->K; k++) {
       int nd = p->nd, kk = k < nd ? k : k - nd, d = (kk + a->phase) % nd;
-      if (a->t < p->ring[d].L - 1)
-        a->act[a->n_act++] = (StreamAt){(int8_t)d, (int8_t)kk, (int8_t)(k < nd ? 1 : -1),
-                                        (int16_t)(a->gather ? a->t : 1 + a->t),
+      int sub = p->ring[d].sub, rs = a->t / sub; /* the ring step */
+      if (rs < p->ring[d].L - 1)
+        a->act[a->n_act++] = (StreamAt){(int8_t)d,
+                                        (int8_t)kk,
+                                        (int8_t)(k < nd ? 1 : -1),
+                                        (int8_t)(a->t % sub),
+                                        (int8_t)sub,
+                                        (int16_t)(a->gather ? rs : 1 + rs),
                                         p->tab_at[k][a->phase]};
     }
   }
@@ -432,6 +462,8 @@ static void stream_step(const MultiPlan *p, int m, int s, const StepAt *a, PsCol
     j -= L & -(j >= L);
     PsCollSend *snd = &out->send[n];
     region_part(r, j, &snd->off, &snd->len);
+    if (sa->sub > 1)
+      ps_coll_part_of(snd->off, snd->len, sa->sub, sa->j, &snd->off, &snd->len);
     snd->peer = dir > 0 ? at->next : at->prev;
     snd->peer_step = s;
     snd->op = op;
@@ -645,20 +677,24 @@ static void outer_phase(const MultiPlan *p, const Routes *R, int o, double *V, d
 }
 
 /* Stream phase i: each stream's message along its dimension of the
- * phase, for the first L - 1 steps of the phase's span. */
+ * phase, a piece of a part (its largest), for the first sub (L - 1) steps
+ * of the phase's span. */
 static void stream_phase(const MultiPlan *p, const Routes *R, int i, double *V, double *W,
                          double *T, int *peer)
 {
   int n = p->g->n, K = p->K, nd = p->nd;
   int act[2 * PS_MAX_DIMS];
-  for (int k = 0; k < K; k++)
-    act[k] = p->ring[(k % nd + i) % nd].L - 1;
+  for (int k = 0; k < K; k++) {
+    const Line *x = &p->ring[(k % nd + i) % nd];
+    act[k] = x->sub * (x->L - 1);
+  }
   for (int m = 0; m < n; m++)
     for (int k = 0; k < K; k++) {
       int d = (k % nd + i) % nd, dir = stream_dir(p, m, k);
       const Line *x = &p->ring[d];
       const Region *g = stream_region(p, m, k, i);
       int64_t part = g->q + (g->r > 0);
+      part = (part + x->sub - 1) / x->sub;
       const Route *r = &R->ring[(d * 2 + (dir > 0 ? 0 : 1)) * n + m];
       T[m * K + k] = route_time(p, r, part * p->p.elem_bytes);
       peer[m * K + k] = dir > 0 ? x->next[m] : x->prev[m];
