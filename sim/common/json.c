@@ -212,7 +212,8 @@ gboolean ps_json_check_keys(json_object *obj, const char *file, const char *path
   if (!ps_json_expect_object(obj, file, path, error))
     return FALSE;
   json_object_object_foreach(obj, key, val) {
-    (void)val;
+    if (!val)
+      continue; /* null counts as absent, whatever the key */
     gboolean ok = FALSE;
     for (const char *const *a = allowed; *a; a++) {
       if (strcmp(*a, key) == 0) {
