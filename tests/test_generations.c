@@ -63,7 +63,7 @@ static void check_cited(const PsTopology *t, const char *key)
 /* Every figure the file sets has a citation; the two calibration knobs
  * say which they are: fitted to a step time of tests/measured
  * ("calibration:"), measured directly by a published single-chip
- * benchmark of the knob itself ("measured:", v5e's matmul rate), or
+ * benchmark of the knob itself ("measured:", v5e's and v7's matmul rates), or
  * assumed ("assumption:", which says what it borrows). */
 static void check_sources(const PsTopology *t)
 {
