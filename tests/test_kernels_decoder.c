@@ -174,12 +174,21 @@ typedef struct {
   const char *name;
   int batch, seq, dim, heads, kv_heads, inner;
   gboolean causal, rope, bias;
+  int flash_block; /* 0: the plain kernels */
 } GqaCase;
 
 static const GqaCase gqa_cases[] = {
-  {"gqa-4-2-rope-causal", 2, 5, 6, 4, 2, 8, TRUE, TRUE, FALSE},
-  {"mqa-3-1-bias", 1, 4, 5, 3, 1, 6, FALSE, FALSE, TRUE},
-  {"mha-rope", 1, 6, 8, 2, 2, 8, TRUE, TRUE, TRUE},
+  {"gqa-4-2-rope-causal", 2, 5, 6, 4, 2, 8, TRUE, TRUE, FALSE, 0},
+  {"mqa-3-1-bias", 1, 4, 5, 3, 1, 6, FALSE, FALSE, TRUE, 0},
+  {"mha-rope", 1, 6, 8, 2, 2, 8, TRUE, TRUE, TRUE, 0},
+  /* flash attention: blocks that do not divide the sequence, causal heads
+   * that skip blocks, a block as long as the sequence and one longer */
+  {"flash-gqa-4-2-rope-causal-b2", 2, 5, 6, 4, 2, 8, TRUE, TRUE, FALSE, 2},
+  {"flash-mha-b4", 1, 7, 6, 2, 2, 6, FALSE, FALSE, TRUE, 4},
+  {"flash-mqa-3-1-causal-b3", 2, 7, 5, 3, 1, 6, TRUE, FALSE, TRUE, 3},
+  {"flash-mha-rope-causal-b1", 1, 4, 8, 2, 2, 8, TRUE, TRUE, FALSE, 1},
+  {"flash-causal-whole", 1, 6, 8, 2, 2, 8, TRUE, TRUE, TRUE, 6},
+  {"flash-causal-longer", 1, 5, 4, 2, 1, 4, TRUE, FALSE, FALSE, 512},
 };
 
 typedef struct {
@@ -290,10 +299,16 @@ static void test_gqa(gconstpointer data)
   GqaSizes z = gqa_sizes(c);
   PsAttnShape s = {.batch = c->batch, .seq = c->seq, .dim = c->dim, .heads = c->heads,
                    .causal = c->causal, .kv_heads = c->kv_heads, .inner = c->inner,
-                   .rope = c->rope};
+                   .rope = c->rope, .flash_block = c->flash_block};
   g_assert_true(ps_attention_valid(&s));
   g_assert_cmpuint(ps_attention_weights(&s), ==, z.nw);
   g_assert_cmpuint(ps_attention_biases(&s), ==, (size_t)z.proj + c->dim);
+  /* kept for backward: Q K V and the context, then per head the S x S
+   * probabilities, or a flash kernel's S log-sum-exps */
+  size_t per_head = c->flash_block > 0 ? (size_t)c->seq : (size_t)c->seq * c->seq;
+  g_assert_cmpuint(ps_attention_saved(&s), ==,
+                   (size_t)c->batch * ((size_t)c->seq * (z.proj + c->inner) +
+                                       (size_t)c->heads * per_head));
   GRand *r = g_rand_new_with_seed(79);
   g_autofree float *v = g_new(float, z.nv), *y = g_new(float, z.nx);
   g_autofree float *dy = g_new(float, z.nx), *dv = g_new0(float, z.nv);

@@ -127,13 +127,28 @@ static gboolean is_unary(const PsLayer *l)
   return w == PS_LOWER_UNARY || w == PS_LOWER_VIEW;
 }
 
-static double mm_flops(const PsLayer *l, int64_t batch)
+/* The share of matmul mm a kernel executes: forward (and the input
+ * gradient, the same size) its done fraction, the weight-gradient kernel
+ * the rest of backward's products (PsMatmul). */
+static double mm_share(const PsMatmul *mm, gboolean wgrad)
+{
+  double done = mm->done > 0 ? mm->done : 1.0, bwd = mm->bwd > 0 ? mm->bwd : 2.0;
+  return wgrad ? done * (bwd - 1.0) : done;
+}
+
+static double mm_flops_of(const PsLayer *l, int64_t batch, gboolean wgrad)
 {
   double f = 0;
   for (int m = 0; m < l->n_mm; m++)
     f += 2.0 * (double)(l->mm[m].rows * batch) * (double)l->mm[m].k * (double)l->mm[m].n *
-         (double)l->mm[m].count;
+         (double)l->mm[m].count * mm_share(&l->mm[m], wgrad);
   return f;
+}
+
+/* Forward's executed matmul FLOPs. */
+static double mm_flops(const PsLayer *l, int64_t batch)
+{
+  return mm_flops_of(l, batch, FALSE);
 }
 
 /* A convolution's padded MXU FLOPs, as XLA lays its dimensions out on a
@@ -182,7 +197,7 @@ static double mm_padded(const Ctx *c, const PsLayer *l, gboolean wgrad)
     f += conv ? conv_padded(c, l, mm, wgrad)
               : 2.0 * (double)pad_to(mm->rows * c->batch, PS_MXU_ROW_TILE) *
                     (double)pad_to(mm->k, tile) * (double)pad_to(mm->n, tile) *
-                    (double)mm->count;
+                    (double)mm->count * mm_share(mm, wgrad);
   }
   return f * c->opt->passes;
 }
@@ -453,8 +468,8 @@ static void matmul_bwd(Ctx *c, int i)
   const PsLayer *l = L(c, i);
   const PsFusion fu = c->opt->fusion;
   const double b = (double)c->batch;
-  double mm = mm_flops(l, c->batch);
-  double other = fmax(l->bwd_flops * b - 2.0 * mm, 0);
+  double mm = mm_flops(l, c->batch), mm_w = mm_flops_of(l, c->batch, TRUE);
+  double other = fmax(l->bwd_flops * b - mm - mm_w, 0);
   double w = (double)l->params;
   double act = c->eb * (l->fwd_bytes - w) * b; /* inputs and outputs once */
   /* dx = dy W^T: reads dy, W and the saved operands, writes dx.  Kept
@@ -471,7 +486,7 @@ static void matmul_bwd(Ctx *c, int i)
   emit(c, &d);
   /* dW = x^T dy: reads x and dy, writes dW in float32; bias gradient */
   PsKernel g = kernel(i, "wgrad");
-  g.mxu_flops = mm;
+  g.mxu_flops = mm_w;
   g.padded_flops = mm_padded(c, l, TRUE);
   g.bytes = act + STAT_BYTES * w;
   g.vpu_flops = 0;

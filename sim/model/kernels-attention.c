@@ -39,8 +39,16 @@ gboolean ps_attention_valid(const PsAttnShape *s)
   if (s == NULL || s->heads <= 0 || s->seq <= 0 || s->dim <= 0 || s->kv_heads < 0 ||
       s->inner < 0)
     return FALSE;
+  if (s->flash_block < 0 || (s->flash_block > 0 && s->dropout > 0.0f))
+    return FALSE;
   AttnDims d = attn_dims(s);
   return d.I % d.H == 0 && d.H % d.KV == 0 && (!s->rope || d.dh % 2 == 0);
+}
+
+/* The flash block: flash_block, at most the sequence. */
+static int flash_rows(const PsAttnShape *s)
+{
+  return MIN(s->flash_block, s->seq);
 }
 
 size_t ps_attention_weights(const PsAttnShape *s)
@@ -60,12 +68,14 @@ size_t ps_attention_biases(const PsAttnShape *s)
 /* Saved: Q, K, V of every example in head blocks (example, block: seq x
  * dh; the H query heads, then the KV key heads, then the KV value heads),
  * then the context rows (batch seq x inner), then the probabilities
- * (example, head: seq x seq). */
+ * (example, head: seq x seq) or, with a flash block, each row's log-sum-exp
+ * (example, head: seq). */
 size_t ps_attention_saved(const PsAttnShape *s)
 {
   g_return_val_if_fail(ps_attention_valid(s), 0);
   AttnDims d = attn_dims(s);
-  return (size_t)s->batch * ((size_t)d.S * (d.P + d.I) + (size_t)d.H * d.S * d.S);
+  size_t per_head = s->flash_block > 0 ? (size_t)d.S : (size_t)d.S * d.S;
+  return (size_t)s->batch * ((size_t)d.S * (d.P + d.I) + (size_t)d.H * per_head);
 }
 
 /* Forward: the Q K V rows and one head's context.  Backward: the context
@@ -78,6 +88,13 @@ size_t ps_attention_workspace(const PsAttnShape *s)
   AttnDims d = attn_dims(s);
   size_t rows = (size_t)s->batch * d.S;
   size_t ss = (size_t)d.S * d.S;
+  if (s->flash_block > 0) {
+    /* a block's scores (then probabilities) and their gradient, a block
+     * of output rows, and three numbers per row (maximum, sum, rowsum of
+     * dO o O) */
+    size_t B = (size_t)flash_rows(s);
+    return 2 * rows * d.P + (size_t)d.S * d.dh + 2 * B * B + B * d.dh + 3 * B;
+  }
   return 2 * rows * d.P + (size_t)d.S * d.dh + ss + (s->dropout > 0.0f ? ss : 0);
 }
 
@@ -164,6 +181,118 @@ static void head_blocks(const AttnDims *d, int e, int h, size_t *qo, size_t *ko,
   *vo = (base + d->H + d->KV + g) * blk;
 }
 
+/* ---- flash attention (ps_attention_* with flash_block > 0) ------------- */
+
+/* Query block [i0, i0 + bq) against key block [j0, j0 + bk): a causal
+ * head sees none of it when j0 > its last row, and all of it when the
+ * block's last column is at or before its first row. */
+static gboolean block_hidden(const PsAttnShape *s, int i0, int bq, int j0)
+{
+  return s->causal && j0 > i0 + bq - 1;
+}
+
+static gboolean visible(const PsAttnShape *s, int i, int j)
+{
+  return !s->causal || j <= i;
+}
+
+/* One query head: o (S x dh) = softmax(scale q k^T) v block by block with
+ * a running maximum m and sum l per row; lse[i] = m + log l.  `ws`: the
+ * block's scores (B x B), its output rows (B x dh), m and l (B each). */
+static void flash_head_forward(PsPrecision prec, const PsAttnShape *s, const AttnDims *d,
+                               const float *q, const float *k, const float *v, float *o,
+                               float *lse, float *ws)
+{
+  const int S = d->S, dh = d->dh, B = flash_rows(s);
+  const float scale = 1.0f / sqrtf((float)dh);
+  float *sc = ws, *acc = sc + (size_t)B * B, *m = acc + (size_t)B * dh, *l = m + B;
+  for (int i0 = 0; i0 < S; i0 += B) {
+    const int bq = MIN(B, S - i0);
+    for (int r = 0; r < bq; r++) {
+      m[r] = -INFINITY;
+      l[r] = 0.0f;
+    }
+    memset(acc, 0, (size_t)bq * dh * sizeof *acc);
+    for (int j0 = 0; j0 < S && !block_hidden(s, i0, bq, j0); j0 += B) {
+      const int bk = MIN(B, S - j0);
+      ps_gemm(prec, FALSE, TRUE, bq, bk, dh, q + (size_t)i0 * dh, k + (size_t)j0 * dh, FALSE,
+              sc);
+      for (int r = 0; r < bq; r++) {
+        float *row = sc + (size_t)r * bk, mx = m[r], sum = 0.0f;
+        for (int c = 0; c < bk; c++)
+          if (visible(s, i0 + r, j0 + c))
+            mx = fmaxf(mx, row[c] * scale);
+        const float alpha = expf(m[r] - mx); /* 0 on the first block */
+        for (int c = 0; c < bk; c++) {
+          row[c] = visible(s, i0 + r, j0 + c) ? expf(row[c] * scale - mx) : 0.0f;
+          sum += row[c];
+        }
+        l[r] = l[r] * alpha + sum;
+        m[r] = mx;
+        for (int t = 0; t < dh; t++)
+          acc[(size_t)r * dh + t] *= alpha;
+      }
+      ps_gemm(prec, FALSE, FALSE, bq, dh, bk, sc, v + (size_t)j0 * dh, TRUE, acc);
+    }
+    for (int r = 0; r < bq; r++) {
+      const float inv = 1.0f / l[r];
+      for (int t = 0; t < dh; t++)
+        o[(size_t)(i0 + r) * dh + t] = acc[(size_t)r * dh + t] * inv;
+      lse[i0 + r] = m[r] + logf(l[r]);
+    }
+  }
+}
+
+/* What one head's flash backward reads: its q, k, v head blocks, its
+ * output rows (every ld floats) and their gradient (S x dh), and its
+ * log-sum-exps. */
+typedef struct {
+  const float *q, *k, *v, *o;
+  int ld;
+  const float *dout, *lse;
+} FlashIn;
+
+/* Per visible block: P = exp(scale q k^T - lse) again, dV += P^T dO,
+ * dP = dO v^T, dS = scale P o (dP - D) with D = rowsum(dO o O) (Dao et
+ * al. 2022, algorithm 2), dQ += dS k, dK += dS^T q; dq, dk and dv are
+ * added to.  `ws`: P and dP (B x B each), D (B). */
+static void flash_head_backward(PsPrecision prec, const PsAttnShape *s, const AttnDims *d,
+                                const FlashIn *in, float *dq, float *dk, float *dv, float *ws)
+{
+  const int S = d->S, dh = d->dh, B = flash_rows(s);
+  const float scale = 1.0f / sqrtf((float)dh);
+  float *p = ws, *dp = p + (size_t)B * B, *D = dp + (size_t)B * B;
+  for (int i0 = 0; i0 < S; i0 += B) {
+    const int bq = MIN(B, S - i0);
+    for (int r = 0; r < bq; r++) {
+      float sum = 0.0f;
+      for (int t = 0; t < dh; t++)
+        sum += in->dout[(size_t)(i0 + r) * dh + t] * in->o[(size_t)(i0 + r) * in->ld + t];
+      D[r] = sum;
+    }
+    for (int j0 = 0; j0 < S && !block_hidden(s, i0, bq, j0); j0 += B) {
+      const int bk = MIN(B, S - j0);
+      const float *qb = in->q + (size_t)i0 * dh, *kb = in->k + (size_t)j0 * dh;
+      const float *dob = in->dout + (size_t)i0 * dh;
+      ps_gemm(prec, FALSE, TRUE, bq, bk, dh, qb, kb, FALSE, p);
+      for (int r = 0; r < bq; r++)
+        for (int c = 0; c < bk; c++) {
+          float *x = p + (size_t)r * bk + c;
+          *x = visible(s, i0 + r, j0 + c) ? expf(*x * scale - in->lse[i0 + r]) : 0.0f;
+        }
+      ps_gemm(prec, TRUE, FALSE, bk, dh, bq, p, dob, TRUE, dv + (size_t)j0 * dh);
+      ps_gemm(prec, FALSE, TRUE, bq, bk, dh, dob, in->v + (size_t)j0 * dh, FALSE, dp);
+      for (int r = 0; r < bq; r++)
+        for (int c = 0; c < bk; c++) {
+          const size_t x = (size_t)r * bk + c;
+          dp[x] = scale * p[x] * (dp[x] - D[r]);
+        }
+      ps_gemm(prec, FALSE, FALSE, bq, dh, bk, dp, kb, TRUE, dq + (size_t)i0 * dh);
+      ps_gemm(prec, TRUE, FALSE, bk, dh, bq, dp, qb, TRUE, dk + (size_t)j0 * dh);
+    }
+  }
+}
+
 void ps_attention_forward(PsPrecision prec, const PsAttnShape *s, const float *x,
                           const float *w, const float *b, float *y, float *saved,
                           float *workspace)
@@ -186,11 +315,16 @@ void ps_attention_forward(PsPrecision prec, const PsAttnShape *s, const float *x
     for (int h = 0; h < d.H; h++) {
       size_t qo, ko, vo;
       head_blocks(&d, e, h, &qo, &ko, &vo);
-      float *p = probs + ((size_t)e * d.H + h) * S * S;
-      ps_gemm(prec, FALSE, TRUE, S, S, dh, qkvh + qo, qkvh + ko, FALSE, p);
-      attention_softmax(p, S, scale, s->causal);
-      ps_gemm(prec, FALSE, FALSE, S, dh, S, probs_dropped(s, e, h, p, dropped), qkvh + vo,
-              FALSE, head_ctx);
+      if (s->flash_block > 0) {
+        flash_head_forward(prec, s, &d, qkvh + qo, qkvh + ko, qkvh + vo, head_ctx,
+                           probs + ((size_t)e * d.H + h) * S, head_ctx + (size_t)S * dh);
+      } else {
+        float *p = probs + ((size_t)e * d.H + h) * S * S;
+        ps_gemm(prec, FALSE, TRUE, S, S, dh, qkvh + qo, qkvh + ko, FALSE, p);
+        attention_softmax(p, S, scale, s->causal);
+        ps_gemm(prec, FALSE, FALSE, S, dh, S, probs_dropped(s, e, h, p, dropped),
+                qkvh + vo, FALSE, head_ctx);
+      }
       for (int i = 0; i < S; i++)
         memcpy(ctx + ((size_t)e * S + i) * d.I + (size_t)h * dh, head_ctx + (size_t)i * dh,
                (size_t)dh * sizeof *ctx);
@@ -238,15 +372,24 @@ void ps_attention_backward(PsPrecision prec, const PsAttnShape *s, const float *
 
   ps_dense_backward(prec, ctx, w + (size_t)d.D * d.P, dy, dctx, dw + (size_t)d.D * d.P,
                     db ? db + d.P : NULL, (int)rows, d.I, d.D);
+  if (s->flash_block > 0) /* the blocks add into every head's gradients */
+    memset(dqkvh, 0, rows * d.P * sizeof *dqkvh);
   for (int e = 0; e < s->batch; e++) {
     for (int h = 0; h < d.H; h++) {
       size_t qo, ko, vo;
       head_blocks(&d, e, h, &qo, &ko, &vo);
       const gboolean shared = h % d.group != 0; /* not the group's first head: add */
-      const float *p = probs + ((size_t)e * d.H + h) * S * S;
       for (int i = 0; i < S; i++)
         memcpy(head_dctx + (size_t)i * dh, dctx + ((size_t)e * S + i) * d.I + (size_t)h * dh,
                (size_t)dh * sizeof *dctx);
+      if (s->flash_block > 0) {
+        const float *o = ctx + (size_t)e * S * d.I + (size_t)h * dh;
+        const FlashIn in = {qkvh + qo, qkvh + ko, qkvh + vo, o, d.I, head_dctx,
+                            probs + ((size_t)e * d.H + h) * S};
+        flash_head_backward(prec, s, &d, &in, dqkvh + qo, dqkvh + ko, dqkvh + vo, dp);
+        continue;
+      }
+      const float *p = probs + ((size_t)e * d.H + h) * S * S;
       ps_gemm(prec, FALSE, TRUE, S, S, dh, head_dctx, qkvh + vo, FALSE, dp);
       ps_gemm(prec, TRUE, FALSE, S, dh, S, probs_dropped(s, e, h, p, dropped), head_dctx,
               shared, dqkvh + vo);

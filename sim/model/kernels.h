@@ -147,7 +147,17 @@ void ps_dropout_row(const PsDropoutKey *key, float rate, int64_t e, uint64_t off
  * position i; dh even) before the scores.  With `dropout` > 0 and a key,
  * the probabilities are dropped out before the product with V (the
  * mask's element of example e, head h, row i, column j is (h S + i) S +
- * j); without a key (evaluation) they are not. */
+ * j); without a key (evaluation) they are not.
+ *
+ * With `flash_block` B > 0 the same function is computed as flash
+ * attention (Dao et al., "FlashAttention: Fast and Memory-Efficient Exact
+ * Attention with IO-Awareness", NeurIPS 2022, algorithms 1 and 2): per
+ * head, each block of B query rows runs over the key blocks it can see
+ * (a causal head skips the blocks above the diagonal) with a running
+ * maximum and sum (the online softmax), and only the row's log-sum-exp is
+ * kept for backward, which computes each visible block's probabilities
+ * again from it; no S x S matrix is ever held.  The results equal the
+ * plain kernels' up to rounding. */
 typedef struct {
   int batch, seq, dim, heads;
   gboolean causal;
@@ -156,15 +166,20 @@ typedef struct {
   gboolean rope;
   float dropout;           /* rate on the probabilities, 0: none */
   const PsDropoutKey *key; /* NULL: no dropout this pass */
+  int flash_block;         /* 0: the scores kept whole; > 0: flash attention
+                              over square blocks of this many positions
+                              (the last one shorter), no dropout */
 } PsAttnShape;
 
-/* Heads dividing inner, kv_heads dividing heads, dh even with rope. */
+/* Heads dividing inner, kv_heads dividing heads, dh even with rope, a
+ * flash block of at least one position and then no dropout. */
 gboolean ps_attention_valid(const PsAttnShape *s);
 /* Floats of w and of b. */
 size_t ps_attention_weights(const PsAttnShape *s);
 size_t ps_attention_biases(const PsAttnShape *s);
-/* Floats that forward keeps for backward (Q, K, V, context,
- * probabilities), and of workspace. */
+/* Floats that forward keeps for backward (Q, K, V, context, and the
+ * probabilities or, with flash_block, each row's log-sum-exp), and of
+ * workspace. */
 size_t ps_attention_saved(const PsAttnShape *s);
 size_t ps_attention_workspace(const PsAttnShape *s);
 void ps_attention_forward(PsPrecision prec, const PsAttnShape *s, const float *x,

@@ -15,20 +15,74 @@
 #include "model/layer-private.h"
 
 static const char *const keys_attention[] = {"type",   "name", "heads", "kv_heads", "dim",
-                                             "bias", "causal", "rope", "dropout", NULL};
+                                             "bias", "causal", "rope", "dropout", "flash",
+                                             "flash_block", NULL};
 
-/* causal is a mask: the same counted cost, but the numerics honour it */
+/* The flash kernel's default block: MaxText's splash attention blocks of
+ * 512 query and key positions, forward and in both backward kernels
+ * (min(512, length) for every BlockSizes field in attentions.py,
+ * AI-Hypercomputer/maxtext MaxText/layers/attentions.py at commit
+ * 000e93554a028c208eeacc75b7c1813a79ae6219; sa_block_* 512 in later
+ * base.yml). */
+#define PS_FLASH_BLOCK 512
+
+/* Backward's products of a score-sized block per forward one with flash
+ * attention: splash attention's separate dq and dkv kernels (its default
+ * BlockSizes.use_fused_bwd_kernel = False) each compute the scores q k^T
+ * again; dkv then dV = P^T dO, dP = dO v^T and dK = dS^T q, dq dP = dO v^T
+ * and dQ = dS k: 7 products against forward's 2 (q k^T, P v;
+ * jax-ml/jax jax/experimental/pallas/ops/tpu/splash_attention/
+ * splash_attention_kernel.py, _flash_attention_dq_kernel and
+ * _flash_attention_dkv_kernel, at commit
+ * 047c691c8f31fe00f68c335cf818d1a96b8c7c17). */
+#define PS_FLASH_BWD_PRODUCTS 3.5
+
+/* causal is a mask: the same counted cost (but flash attention's skipped
+ * blocks), and the numerics honour it */
 static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
                                 const char *path, GError **error)
 {
-  return ps_json_check_keys(obj, file, path, keys_attention, error) &&
-         ps_layer_get_dim(obj, file, path, "heads", TRUE, &L->heads, error) &&
-         ps_layer_get_dim(obj, file, path, "kv_heads", FALSE, &L->kv_heads, error) &&
-         ps_layer_get_dim(obj, file, path, "dim", FALSE, &L->dim, error) &&
-         ps_json_get_bool(obj, file, path, "bias", FALSE, &L->bias, error) &&
-         ps_json_get_bool(obj, file, path, "causal", FALSE, &L->causal, error) &&
-         ps_json_get_bool(obj, file, path, "rope", FALSE, &L->rope, error) &&
-         ps_layer_get_rate(obj, file, path, "dropout", FALSE, &L->rate, error);
+  gboolean flash = FALSE;
+  int64_t block = 0;
+  if (!ps_json_check_keys(obj, file, path, keys_attention, error) ||
+      !ps_layer_get_dim(obj, file, path, "heads", TRUE, &L->heads, error) ||
+      !ps_layer_get_dim(obj, file, path, "kv_heads", FALSE, &L->kv_heads, error) ||
+      !ps_layer_get_dim(obj, file, path, "dim", FALSE, &L->dim, error) ||
+      !ps_json_get_bool(obj, file, path, "bias", FALSE, &L->bias, error) ||
+      !ps_json_get_bool(obj, file, path, "causal", FALSE, &L->causal, error) ||
+      !ps_json_get_bool(obj, file, path, "rope", FALSE, &L->rope, error) ||
+      !ps_layer_get_rate(obj, file, path, "dropout", FALSE, &L->rate, error) ||
+      !ps_json_get_bool(obj, file, path, "flash", FALSE, &flash, error) ||
+      !ps_layer_get_dim(obj, file, path, "flash_block", FALSE, &block, error))
+    return FALSE;
+  if (block > 0 && !flash) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: %s.flash_block: a block size is for flash attention; set \"flash\": true "
+                "too, or leave flash_block out",
+                file, path);
+    return FALSE;
+  }
+  if (flash && L->rate > 0) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: %s.flash: flash attention has no dropout on its probabilities (they never "
+                "leave the kernel); set \"dropout\": 0 or \"flash\": false",
+                file, path);
+    return FALSE;
+  }
+  L->flash_block = flash ? (block > 0 ? block : PS_FLASH_BLOCK) : 0;
+  return TRUE;
+}
+
+/* Score elements flash attention computes per head over a sequence of s
+ * in blocks of b: every block but those above a causal head's diagonal. */
+static double flash_scores(int64_t s, int64_t b, gboolean causal)
+{
+  if (!causal)
+    return (double)s * (double)s;
+  double n = 0;
+  for (int64_t i0 = 0; i0 < s; i0 += b)
+    n += (double)MIN(b, s - i0) * (double)MIN(s, i0 + b); /* rows x visible columns */
+  return n;
 }
 
 /* Heads against the widths: heads divide dim, kv_heads divide heads, an
@@ -67,6 +121,45 @@ static gboolean attention_check(const PsLayer *L, const PsLayerIn *in, int64_t i
   return TRUE;
 }
 
+/* Flash attention's costs (the matmuls already added): the score and
+ * context products over the visible blocks only, 7 of their size backward
+ * for 2 forward; the softmax's vector work over the visible scores,
+ * again in each of backward's two kernels; no score in HBM: each query
+ * block reads the key and value blocks it sees (per query head), backward
+ * twice that; kept for backward are Q, K, V, the context and a float32
+ * log-sum-exp per row and head, never the probabilities. */
+static gboolean flash_shape(PsLayer *L, int64_t s, int64_t d, int64_t inner, int64_t kvw,
+                            int64_t dh)
+{
+  const int64_t h = L->heads, b = MIN(L->flash_block, s);
+  const double seen = flash_scores(s, b, L->causal), frac = seen / ((double)s * (double)s);
+  for (int m = 1; m <= 2; m++) {
+    L->mm[m].done = frac;
+    L->mm[m].bwd = PS_FLASH_BWD_PRODUCTS;
+  }
+  double proj = 2.0 * (double)s * (double)d * (double)(inner + 2 * kvw) +
+                2.0 * (double)s * (double)inner * (double)d;
+  double core = 4.0 * (double)h * seen * (double)dh; /* q k^T and P v, executed */
+  double scores = (double)h * seen, sd = (double)(s * d);
+  double si = (double)(s * inner), skv = (double)(s * kvw);
+  double nb = L->bias ? (double)(s * (inner + 2 * kvw + d)) : 0;
+  double rot = L->rope ? 3.0 * (si + skv) : 0;
+  L->fwd_flops = proj + core + (1 + PS_SOFTMAX_FWD) * scores + nb + rot;
+  L->bwd_flops = 2 * proj + PS_FLASH_BWD_PRODUCTS * core +
+                 (2 * (1 + PS_SOFTMAX_FWD) + PS_SOFTMAX_BWD) * scores + nb + rot;
+  /* x read, Q K V written, Q read once, the visible key and value blocks
+   * read once per query head and block row (kv_block_reads), context
+   * written and read, output written */
+  double kv_reads = 2.0 * (double)h * (seen / (double)b) * (double)dh;
+  L->fwd_bytes = 2.0 * sd + 4.0 * si + 2.0 * skv + kv_reads + (double)L->params;
+  L->bwd_bytes = 2 * L->fwd_bytes;
+  L->saves = PS_SAVES_INPUT;
+  L->act_elems = 2 * s * inner + 2 * s * kvw;
+  L->stat_elems = h * s;
+  L->mask_elems = 0;
+  return TRUE;
+}
+
 static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
 {
   if (in->rank != 2) {
@@ -80,7 +173,8 @@ static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
     return FALSE;
   int64_t dh = inner / h, kvw = kv * dh, proj = inner + 2 * kvw;
   if (!ps_layer_check_size((double)(d + inner) * (double)proj, "weights", in, error) ||
-      !ps_layer_check_size((double)h * (double)s * (double)s, "score tensor", in, error))
+      (L->flash_block == 0 &&
+       !ps_layer_check_size((double)h * (double)s * (double)s, "score tensor", in, error)))
     return FALSE;
   L->out_rank = 2;
   L->out_shape[0] = s;
@@ -92,6 +186,8 @@ static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   ps_layer_add_matmul(L, s, dh, s, h);     /* scores Q K^T per head */
   ps_layer_add_matmul(L, s, s, dh, h);     /* context P V per head */
   ps_layer_add_matmul(L, s, inner, d, 1);  /* output projection */
+  if (L->flash_block > 0)
+    return flash_shape(L, s, d, inner, kvw, dh);
   double mm = ps_layer_matmul_flops(L);
   double scores = (double)(h * s * s), sd = (double)(s * d);
   double si = (double)(s * inner), skv = (double)(s * kvw);
@@ -126,12 +222,13 @@ static gboolean attention_plan(const NetPlan *p, NetLayer *nl, GError **error)
   nl->attn = (PsAttnShape){.batch = 1, .seq = (int)p->shape[0], .dim = (int)d,
                            .heads = (int)l->heads, .causal = l->causal,
                            .kv_heads = (int)l->kv_heads, .inner = (int)l->dim,
-                           .rope = l->rope, .dropout = (float)l->rate};
+                           .rope = l->rope, .dropout = (float)l->rate,
+                           .flash_block = (int)MIN(l->flash_block, G_MAXINT32)};
   if (l->heads <= 0 || l->heads > G_MAXINT32 || l->dim > G_MAXINT32 ||
       l->kv_heads > G_MAXINT32 || !ps_attention_valid(&nl->attn)) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                 "%s: layer \"%s\": attention needs heads > 0 dividing its width, kv_heads "
-                "dividing heads and, with rope, an even head_dim",
+                "dividing heads and, with rope, an even head_dim (and flash no dropout)",
                 p->where, p->lname);
     return FALSE;
   }

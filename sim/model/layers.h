@@ -101,12 +101,19 @@ typedef struct {
 
 /* One matrix product of a layer's forward pass, for one example:
  * (rows x k) times (k x n), `count` times.  The cost model pads rows to the
- * MXU's batch tile (times the batch) and k, n to the MXU size. */
+ * MXU's batch tile (times the batch) and k, n to the MXU size.  `done` is
+ * the fraction of it the kernels execute and `bwd` the products of its
+ * size backward executes per forward one (0 in both: 1 and 2, a matmul
+ * and its input- and weight-gradient products); flash attention's causal
+ * heads skip the blocks above the diagonal and recompute the scores in
+ * backward.  The model's FLOPs (MFU) count the whole product, once. */
 typedef struct {
   int64_t rows;
   int64_t k;
   int64_t n;
   int64_t count;
+  double done;
+  double bwd;
 } PsMatmul;
 
 /* Bytes of one dropout-mask element kept for backward: XLA's PRED, one
@@ -143,6 +150,8 @@ typedef struct {
   int64_t kv_heads;            /* ATTENTION: key/value heads (= heads unless grouped);
                                   its dim is the projection width (d_model unless given) */
   gboolean rope;               /* ATTENTION: rotary position embedding on Q and K */
+  int64_t flash_block;         /* ATTENTION: 0, or flash attention over blocks of
+                                  this many positions (at most the sequence) */
   double rate;                 /* DROPOUT: the fraction dropped; ATTENTION: that of
                                   its probabilities (0: none) */
   int shortcut_of;             /* ADD: index of the first layer of the

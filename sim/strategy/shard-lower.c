@@ -507,13 +507,14 @@ static gboolean has_heads(const Lower *w, int g)
   return FALSE;
 }
 
-/* Activation bytes of the scores of group g's attention (local). */
+/* Activation bytes of the scores of group g's attention (local); none
+ * of a flash attention's, which never keeps them. */
 static int64_t score_bytes(const Lower *w, int g)
 {
   int64_t b = 0;
   for (int l = group_first(w, g); l <= group_last(w, g); l++) {
     const PsLayer *L = &w->local.layers[l];
-    if (ps_layer_kind_lower(L->kind)->tensor == PS_TP_HEADS)
+    if (ps_layer_kind_lower(L->kind)->tensor == PS_TP_HEADS && L->flash_block == 0)
       b += L->heads / w->M * L->in_shape[0] * L->in_shape[0];
   }
   return b * w->batch * w->act_b;
