@@ -336,6 +336,79 @@ static void test_fusion_order(void)
   ps_experiment_free(e);
 }
 
+/* Flash attention against its closed forms, one causal layer of S = 2048,
+ * 4 heads of 128, blocks of 512: a causal head computes the blocks on and
+ * below the diagonal, 512 x (512 + 1024 + 1536 + 2048) = 2,621,440
+ * scores of S^2 = 4,194,304 (0.625); forward executes the projections
+ * and 2 products of 2 x 128 FLOPs per score, backward twice the
+ * projections and 7 such products; the model's FLOPs (MFU) are the whole
+ * S^2 either way; it keeps h S float32 log-sum-exps for backward instead
+ * of h S^2 probabilities. */
+static void test_flash_attention(void)
+{
+  const char *fmt =
+      "{\"name\": \"fa\", \"input\": {\"shape\": [2048, 512], \"classes\": 512},"
+      " \"layers\": [{\"type\": \"attention\", \"name\": \"attn\", \"heads\": 4, \"causal\": true,"
+      " \"bias\": false%s}, {\"type\": \"softmax_xent\"}]}";
+  g_autofree char *plain_text = g_strdup_printf(fmt, "");
+  g_autofree char *flash_text = g_strdup_printf(fmt, ", \"flash\": true");
+  PsModel *plain = model_from(plain_text), *flash = model_from(flash_text);
+  PsTopology *t = topology_load("tpu-v5e-4", NULL);
+  const double S = 2048, D = 512, h = 4, dh = 128, seen = 512.0 * (512 + 1024 + 1536 + 2048);
+  const double proj = 2 * S * D * 3 * D + 2 * S * D * D;
+  g_assert_cmpfloat(flash->layers[0].mm[1].done, ==, seen / (S * S));
+  g_assert_cmpfloat(ps_model_flops_per_example(flash), ==, ps_model_flops_per_example(plain));
+  g_assert_cmpfloat(ps_model_flops_per_example(flash), ==, 3 * (proj + 4 * h * dh * S * S));
+  const int64_t B = 2;
+  PsOpCost f, b, pf;
+  ps_cost_op(t, flash, 0, 0, B, &xla_bf16, FALSE, NULL, &f);
+  ps_cost_op(t, flash, 0, 0, B, &xla_bf16, TRUE, NULL, &b);
+  ps_cost_op(t, plain, 0, 0, B, &xla_bf16, FALSE, NULL, &pf);
+  g_assert_cmpfloat(fabs(f.mxu_flops - B * (proj + 4 * h * dh * seen)), <, 1e-9 * f.mxu_flops);
+  g_assert_cmpfloat(fabs(b.mxu_flops - B * (2 * proj + 7 * 2 * h * dh * seen)), <,
+                    1e-9 * b.mxu_flops);
+  g_assert_cmpfloat(fabs(pf.mxu_flops - B * (proj + 4 * h * dh * S * S)), <, 1e-9 * pf.mxu_flops);
+  /* no score goes through HBM: the plain kernel moves 4 h S^2 score
+   * elements and reads K and V once (2 S D); the flash kernel reads each
+   * visible 512-row key and value block once per query head and block,
+   * 2 h dh seen / 512 elements */
+  const double moved = 4 * h * S * S + 2 * S * D - 2 * h * dh * seen / 512;
+  g_assert_cmpfloat(fabs(pf.bytes - f.bytes - B * moved * xla_bf16.act_bytes), <, 1e-9 * pf.bytes);
+  const int eb = 2;
+  g_assert_cmpint(ps_model_memory_bytes(plain, 0, -1, B, 2, eb) -
+                      ps_model_memory_bytes(flash, 0, -1, B, 2, eb),
+                  ==, B * ((int64_t)(h * S * S) * eb - (int64_t)(h * S) * 4));
+  ps_topology_free(t);
+  ps_model_free(plain);
+  ps_model_free(flash);
+}
+
+/* The model file's mistakes about flash attention are refused, naming the
+ * field. */
+static void test_flash_errors(void)
+{
+  const char *bad[][2] = {
+      {"\"flash\": true, \"dropout\": 0.1", "no dropout"},
+      {"\"flash_block\": 128", "flash_block"},
+      {"\"flash\": true, \"flash_block\": 0", "flash_block"},
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+    g_autofree char *text = g_strdup_printf(
+        "{\"name\": \"fa\", \"input\": {\"shape\": [16, 8], \"classes\": 8},"
+        " \"layers\": [{\"type\": \"attention\", \"heads\": 2, %s}, {\"type\": \"softmax_xent\"}]}",
+        bad[i][0]);
+    json_object *o = json_tokener_parse(text);
+    GError *error = NULL;
+    PsModel *m = ps_model_from_json(o, "bad.json", "", &error);
+    g_assert_null(m);
+    g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE);
+    g_assert_nonnull(strstr(error->message, "bad.json"));
+    g_assert_nonnull(strstr(error->message, bad[i][1]));
+    g_clear_error(&error);
+    json_object_put(o);
+  }
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -348,5 +421,7 @@ int main(int argc, char **argv)
   g_test_add_func("/cost/bottleneck-kernels", test_bottleneck_kernels);
   g_test_add_func("/cost/precision-passes", test_precision_passes);
   g_test_add_func("/cost/fusion-order", test_fusion_order);
+  g_test_add_func("/cost/flash-attention", test_flash_attention);
+  g_test_add_func("/cost/flash-errors", test_flash_errors);
   return g_test_run();
 }
