@@ -366,6 +366,40 @@ static PsExperiment *load_good(const char *const *overrides)
   return e;
 }
 
+/* "attention_kernel" sets every attention layer of the model, those in
+ * repeated blocks too: flash with the default block, or none; "model"
+ * leaves the model file's choice; anything else is refused naming the
+ * field. */
+static void test_attention_kernel(void)
+{
+  static const char *const kernels[] = {"model", "flash", "unfused"};
+  static const int64_t want[] = {512, 512, 0}; /* maxtext-32b's layers say flash */
+  for (int k = 0; k < 3; k++) {
+    g_autofree char *f = data_path("experiments/maxtext-v5e.json");
+    g_autofree char *set = g_strdup_printf("attention_kernel=%s", kernels[k]);
+    const char *ov[] = {set, NULL};
+    GError *err = NULL;
+    PsExperiment *e = ps_experiment_load(f, ov, &err);
+    g_assert_no_error(err);
+    int attention = 0;
+    for (int i = 0; i < e->model->n_layers; i++)
+      if (e->model->layers[i].kind == PS_LAYER_ATTENTION) {
+        g_assert_cmpint(e->model->layers[i].flash_block, ==, want[k]);
+        attention++;
+      }
+    g_assert_cmpint(attention, ==, 32);
+    ps_experiment_free(e);
+  }
+  g_autofree char *f = data_path("experiments/maxtext-v5e.json");
+  const char *ov[] = {"attention_kernel=fast", NULL};
+  GError *err = NULL;
+  g_assert_null(ps_experiment_load(f, ov, &err));
+  g_assert_nonnull(err);
+  g_assert_nonnull(strstr(err->message, "attention_kernel"));
+  g_assert_nonnull(strstr(err->message, "fast"));
+  g_error_free(err);
+}
+
 static void test_experiment_defaults(void)
 {
   PsExperiment *e = load_good(NULL);
@@ -940,6 +974,7 @@ int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/config/topology/list", test_list_sorted_and_complete);
+  g_test_add_func("/config/attention-kernel", test_attention_kernel);
   g_test_add_func("/config/topology/all-load", test_all_topologies_load);
   g_test_add_func("/config/topology/sourced", test_all_topologies_sourced);
   g_test_add_func("/config/topology/derived", test_derived_numbers);

@@ -133,7 +133,7 @@ char *ps_config__override_key(const char *assignment)
 static const char *const experiment_keys[] = {
     "name",          "description", "topology",         "model",    "global_batch",
     "steps",         "epochs",      "steps_per_run",    "log_every", "fuse_elementwise",
-    "fusion",
+    "fusion",        "attention_kernel",
     "strategy",      "input",       "optimizer",        "numerics", "outside_compilation",
     "collective",    "faults",      NULL};
 static const char *const collective_keys[] = {"algorithm", "chunk_bytes", "max_in_flight",
@@ -160,6 +160,9 @@ static const char *const numerics_keys[] = {"enabled", "precision", "seed", "eva
 static const char *const matmul_precisions[] = {"default", "high", "highest", NULL};
 static const int matmul_precision_passes[] = {1, 3, 6};
 static const char *const fusions[] = {"xla", "none", "ideal", NULL};
+/* "attention_kernel": every attention layer as its model file says, or
+ * all of them flash attention, or none (the scores kept whole). */
+static const char *const attention_kernels[] = {"model", "flash", "unfused", NULL};
 
 static const char *const sources[] = {"fashion-mnist", "synthetic", "text", NULL};
 static const char *const optimizer_kinds[] = {"sgd", "adam", "lars", "lamb", NULL};
@@ -983,6 +986,8 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(o, "log_every", json_object_new_int64(e->log_every));
   json_object_object_add(o, "fuse_elementwise", json_object_new_boolean(e->fuse_elementwise));
   json_object_object_add(o, "fusion", json_object_new_string(fusions[e->fusion]));
+  json_object_object_add(o, "attention_kernel",
+                         json_object_new_string(attention_kernels[e->attention_kernel]));
 
   /* the loader puts the strategy's own keys here (ps_experiment_load) */
   json_object_object_add(o, "strategy", json_object_new_object());
@@ -1055,6 +1060,32 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   return o;
 }
 
+/* Sets "flash" on every attention layer of a model's layer list, those
+ * inside blocks included (removing a "flash_block" when it turns flash
+ * off), for "attention_kernel"; the resolved model then says so. */
+static void set_attention_kernel(json_object *layers, gboolean flash)
+{
+  if (!json_object_is_type(layers, json_type_array))
+    return;
+  for (size_t i = 0; i < json_object_array_length(layers); i++) {
+    json_object *l = json_object_array_get_idx(layers, i), *type = NULL;
+    if (!json_object_is_type(l, json_type_object))
+      continue;
+    if (json_object_object_get_ex(l, "type", &type) &&
+        g_strcmp0(json_object_get_string(type), "attention") == 0) {
+      json_object_object_add(l, "flash", json_object_new_boolean(flash));
+      if (!flash)
+        json_object_object_del(l, "flash_block");
+    }
+    json_object_object_foreach(l, key, val)
+    {
+      (void)key;
+      if (json_object_is_type(val, json_type_array))
+        set_attention_kernel(val, flash);
+    }
+  }
+}
+
 static PsExperiment *experiment_parse(Resolution *r, GError **error)
 {
   json_object *root = r->root;
@@ -1077,9 +1108,16 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
   e->topology = ps_topology_from_json(topo, r->topo_file, r->topo_path, error);
   if (!e->topology)
     goto fail;
+  int kernel = 0;
+  if (!ps_json_get_enum(root, f, "", "attention_kernel", FALSE, attention_kernels, &kernel,
+                        error))
+    goto fail;
+  if (kernel > 0)
+    set_attention_kernel(json_object_object_get(model, "layers"), kernel == 1);
   e->model = ps_model_from_json(model, r->model_file, r->model_path, error);
   if (!e->model)
     goto fail;
+  e->attention_kernel = kernel;
 
   e->epochs = 1.0;
   e->steps_per_run = 1;

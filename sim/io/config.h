@@ -277,6 +277,8 @@ typedef struct {
   PsCollectiveConfig collective;
   gboolean fuse_elementwise; /* XLA-style fusion of element-wise ops */
   PsFusion fusion;           /* "fusion"; fuse_elementwise=false means none */
+  int attention_kernel;      /* "attention_kernel": 0 as the model says, 1 flash,
+                                2 unfused (already applied to the model) */
   int n_host_calls;
   PsHostCall *host_calls;    /* owned; sorted by layer */
   PsFaultsConfig faults;     /* none: every count 0 */
