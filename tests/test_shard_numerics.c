@@ -143,6 +143,8 @@ static PsExperiment *load(const char *const *ov)
 
 /* One SGD step of the mesh (of model, NULL: the experiment's) on topo
  * (NULL: the experiment's); its gradient against ref. */
+static const char *attention_kernel = "attention_kernel=model";
+
 static void check_mesh_on(const Reference *ref, const char *model, const char *topo,
                           const char *mesh, const char *extra)
 {
@@ -152,7 +154,7 @@ static void check_mesh_on(const Reference *ref, const char *model, const char *t
   g_autofree char *t = g_strdup_printf("topology=%s", topo ? topo : "tpu-v4-8");
   const char *ov[] = {"steps=1", "steps_per_run=1", "numerics.evaluate=false",
                       "optimizer={\"kind\": \"sgd\", \"learning_rate\": 1, \"momentum\": 0}",
-                      strategy, m, t, NULL};
+                      strategy, m, t, attention_kernel, NULL};
   PsExperiment *e = load(ov);
   PsRunOptions opt = {.keep_params = TRUE};
   PsSummary s;
@@ -502,6 +504,30 @@ static void test_ring_gradients(void)
   with_reference(ring_meshes);
 }
 
+/* Flash attention on the sharded layouts against the one-device step of
+ * the unfused kernels, within the same bound: attention_kernel=flash
+ * (blocks of 512, the decoder's whole sequence of 64 in one: the same
+ * sums but for the online softmax's rescaling), and the decoder with
+ * blocks of 16 (tests/data/models/char-decoder-flash16.json: four query
+ * blocks, causal heads skipping the six above the diagonal, running
+ * maxima and sums across blocks). */
+static void flash_meshes(const Reference *ref)
+{
+  attention_kernel = "attention_kernel=flash";
+  check_mesh(ref, "{\"fsdp\": 4}", "");
+  check_mesh(ref, "{\"tensor\": 2, \"sequence\": 2}", ", \"rematerialize\": \"full\"");
+  attention_kernel = "attention_kernel=model";
+  const char *blocks = "tests/data/models/char-decoder-flash16.json";
+  check_model_mesh(ref, blocks, "{\"fsdp\": 4}", "");
+  check_model_mesh(ref, blocks, "{\"tensor\": 4}", "");
+  check_model_mesh(ref, blocks, "{\"tensor\": 2, \"sequence\": 2}", "");
+}
+
+static void test_flash_gradients(void)
+{
+  with_reference(flash_meshes);
+}
+
 /* On data 2 x tensor 2 x sequence 2 the divergence covers the data
  * replicas and the group's copies of the norms (whose gradients each
  * device computed on its own rows). */
@@ -523,5 +549,6 @@ int main(int argc, char **argv)
   g_test_add_func("/shard-numerics/sequence/gradients", test_sequence_gradients);
   g_test_add_func("/shard-numerics/sequence/replicas", test_sequence_replicas);
   g_test_add_func("/shard-numerics/collective-matmul/gradients", test_ring_gradients);
+  g_test_add_func("/shard-numerics/flash/gradients", test_flash_gradients);
   return g_test_run();
 }
