@@ -136,13 +136,21 @@ static double mm_share(const PsMatmul *mm, gboolean wgrad)
   return wgrad ? done * (bwd - 1.0) : done;
 }
 
-static double mm_flops_of(const PsLayer *l, int64_t batch, gboolean wgrad)
+/* Executed FLOPs of layer l's matmuls (of those of two activations only
+ * with acts_only). */
+static double mm_flops_sel(const PsLayer *l, int64_t batch, gboolean wgrad, gboolean acts_only)
 {
   double f = 0;
   for (int m = 0; m < l->n_mm; m++)
-    f += 2.0 * (double)(l->mm[m].rows * batch) * (double)l->mm[m].k * (double)l->mm[m].n *
-         (double)l->mm[m].count * mm_share(&l->mm[m], wgrad);
+    if (!acts_only || l->mm[m].activations)
+      f += 2.0 * (double)(l->mm[m].rows * batch) * (double)l->mm[m].k * (double)l->mm[m].n *
+           (double)l->mm[m].count * mm_share(&l->mm[m], wgrad);
   return f;
+}
+
+static double mm_flops_of(const PsLayer *l, int64_t batch, gboolean wgrad)
+{
+  return mm_flops_sel(l, batch, wgrad, FALSE);
 }
 
 /* Forward's executed matmul FLOPs. */
@@ -194,6 +202,8 @@ static double mm_padded(const Ctx *c, const PsLayer *l, gboolean wgrad)
   double f = 0;
   for (int m = 0; m < l->n_mm; m++) {
     const PsMatmul *mm = &l->mm[m];
+    if (c->opt->products_saved && !mm->activations)
+      continue; /* its output is saved, not recomputed */
     f += conv ? conv_padded(c, l, mm, wgrad)
               : 2.0 * (double)pad_to(mm->rows * c->batch, PS_MXU_ROW_TILE) *
                     (double)pad_to(mm->k, tile) * (double)pad_to(mm->n, tile) *
@@ -416,6 +426,14 @@ static void producer_fwd(Ctx *c, int i)
   k.padded_flops = mm_padded(c, l, FALSE);
   k.bytes = own_bytes(c, i, FALSE);
   k.vpu_flops = l->fwd_flops * (double)c->batch - k.mxu_flops;
+  if (c->opt->products_saved && l->n_mm > 0) {
+    /* recomputed from its saved weight products: attention's products of
+     * two activations and their traffic, or (a dense layer, a gate) the
+     * element-wise work on the saved product, read and written once */
+    k.mxu_flops = mm_flops_sel(l, c->batch, FALSE, TRUE);
+    k.bytes = l->core_bytes > 0 ? c->eb * l->core_bytes * (double)c->batch
+                                : 2.0 * c->eb * out_elems(c, i);
+  }
   if (c->opt->fusion == PS_FUSION_XLA) {
     k.vpu_flops += pending_flops(c, l->input_from);
     fuse_consumers_fwd(c, i, &k);

@@ -65,6 +65,10 @@ typedef struct {
   int act_bytes;  /* bytes of one activation element in HBM */
   PsFusion fusion;
   gboolean masks_recomputed; /* dropout masks drawn again in backward, never in HBM */
+  gboolean products_saved;   /* a forward recomputed from the saved outputs of its
+                                weight products (rematerialization "minimal"): only
+                                the products of two activations (attention's) and
+                                the element-wise work run again */
 } PsCostOptions;
 
 /* One kernel as the core launches it. */

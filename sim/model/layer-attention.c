@@ -152,6 +152,7 @@ static gboolean flash_shape(PsLayer *L, int64_t s, int64_t d, int64_t inner, int
    * written and read, output written */
   double kv_reads = 2.0 * (double)h * (seen / (double)b) * (double)dh;
   L->fwd_bytes = 2.0 * sd + 4.0 * si + 2.0 * skv + kv_reads + (double)L->params;
+  L->core_bytes = si + kv_reads + si; /* Q in, K and V blocks in, context out */
   L->bwd_bytes = 2 * L->fwd_bytes;
   L->saves = PS_SAVES_INPUT;
   L->act_elems = 2 * s * inner + 2 * s * kvw;
@@ -186,6 +187,7 @@ static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   ps_layer_add_matmul(L, s, dh, s, h);     /* scores Q K^T per head */
   ps_layer_add_matmul(L, s, s, dh, h);     /* context P V per head */
   ps_layer_add_matmul(L, s, inner, d, 1);  /* output projection */
+  L->mm[1].activations = L->mm[2].activations = TRUE;
   if (L->flash_block > 0)
     return flash_shape(L, s, d, inner, kvw, dh);
   double mm = ps_layer_matmul_flops(L);
@@ -204,6 +206,8 @@ static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
    * without groups); scores written, read and written by the softmax,
    * read by the context product: 4 h S^2 */
   L->fwd_bytes = 2.0 * sd + 4.0 * si + 4.0 * skv + 4.0 * scores + (double)L->params;
+  /* Q and K in, the scores through the softmax, V in, the context out */
+  L->core_bytes = si + skv + 4.0 * scores + skv + si;
   L->bwd_bytes = 2 * L->fwd_bytes;
   /* backward reads x (saved as the input), q, k, v, the context and the
    * softmax probabilities (with dropout also its mask, mask_elems: the

@@ -114,6 +114,8 @@ typedef struct {
   int64_t count;
   double done;
   double bwd;
+  gboolean activations; /* both operands activations (attention's scores and
+                           context), not a weight: recomputed under "minimal" */
 } PsMatmul;
 
 /* Bytes of one dropout-mask element kept for backward: XLA's PRED, one
@@ -152,6 +154,9 @@ typedef struct {
   gboolean rope;               /* ATTENTION: rotary position embedding on Q and K */
   int64_t flash_block;         /* ATTENTION: 0, or flash attention over blocks of
                                   this many positions (at most the sequence) */
+  double core_bytes;           /* ATTENTION: elements per example its products of
+                                  activations read and write (Q, K, V in, the
+                                  context out, and the scores unless flash) */
   double rate;                 /* DROPOUT: the fraction dropped; ATTENTION: that of
                                   its probabilities (0: none) */
   int shortcut_of;             /* ADD: index of the first layer of the

@@ -18,6 +18,7 @@ static void divide(PsLayer *L, int64_t k, gboolean rows)
   L->bwd_flops /= (double)k;
   L->fwd_bytes /= (double)k;
   L->bwd_bytes /= (double)k;
+  L->core_bytes /= (double)k;
   L->act_elems /= k;
   L->stat_elems /= k;
   L->mask_elems /= k;

@@ -381,6 +381,8 @@ static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
   PsOpCost cost;
   PsCostOptions opt;
   ps_strategy_cost_options(w->exp, &opt);
+  /* "minimal" recomputes from the kept weight products (cost.h) */
+  opt.products_saved = kind == PS_OP_RECOMPUTE && w->c->remat == PS_REMAT_MINIMAL;
   ps_cost_op(w->exp->topology, &w->local, op.first, op.last, op.batch, &opt,
              kind == PS_OP_BWD, NULL, &cost);
   op.time = cost.time;
@@ -537,6 +539,21 @@ static int64_t kept_bytes(const Lower *w, int g)
   return b * w->batch * w->act_b;
 }
 
+/* Bytes "minimal" keeps of group g: each block's input, as full keeps,
+ * and the outputs of its weight products (the matmuls with a weight
+ * operand: projections, feed-forward, the head), at their local size. */
+static int64_t products_bytes(const Lower *w, int g)
+{
+  int64_t b = 0;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++) {
+    const PsLayer *L = &w->local.layers[l];
+    for (int m = 0; m < L->n_mm; m++)
+      if (!L->mm[m].activations)
+        b += L->mm[m].rows * L->mm[m].n * L->mm[m].count;
+  }
+  return b * w->batch * w->act_b + kept_bytes(w, g);
+}
+
 /* The fsdp all-gather of group g's weights (a request), or -1. */
 static int gather_req(Lower *w, int g, const char *when)
 {
@@ -584,6 +601,8 @@ static void shard_forward(Lower *w, int *pending)
     PsOp f = compute_op(w, PS_OP_FWD, g);
     if (w->c->remat == PS_REMAT_FULL)
       f.act_bytes = kept_bytes(w, g);
+    else if (w->c->remat == PS_REMAT_MINIMAL)
+      f.act_bytes = MIN(f.act_bytes, products_bytes(w, g));
     else if (w->c->remat == PS_REMAT_ATTENTION)
       f.act_bytes -= score_bytes(w, g);
     if (w->F > 1 && wbytes > 0) /* the gathered copy, live from its DONE */
@@ -739,6 +758,12 @@ static void shard_backward(Lower *w, int *pending)
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
       emit(w, &r);
       bw.act_bytes -= kept_bytes(w, g);
+    } else if (w->c->remat == PS_REMAT_MINIMAL) {
+      /* forward kept the products; the rest is live again until backward
+       * frees the whole group's, as without rematerialization */
+      PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
+      r.act_bytes -= MIN(r.act_bytes, products_bytes(w, g));
+      emit(w, &r);
     } else if (w->c->remat == PS_REMAT_ATTENTION && has_heads(w, g)) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
       r.act_bytes = score_bytes(w, g);
@@ -1002,8 +1027,8 @@ static char *advice(const Lower *w, double activations)
       return g_strdup_printf("raise strategy.mesh.fsdp to %d (and lower strategy.mesh.data to "
                              "%d)", f, w->D * w->F / f);
   return g_strdup(w->c->remat == PS_REMAT_NONE
-                      ? "set strategy.rematerialize=\"full\", raise strategy.mesh.tensor, or "
-                        "lower global_batch"
+                      ? "set strategy.rematerialize=\"minimal\" or \"full\", raise "
+                        "strategy.mesh.tensor, or lower global_batch"
                       : "raise strategy.mesh.tensor or fsdp, or lower global_batch");
 }
 

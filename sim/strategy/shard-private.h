@@ -11,7 +11,11 @@
 
 #include "strategy/strategy-private.h"
 
-typedef enum { PS_REMAT_NONE, PS_REMAT_FULL, PS_REMAT_ATTENTION } PsRemat;
+/* Rematerialization: none; full (only each block's input kept); attention
+ * (its scores recomputed); minimal (the outputs of the weight products
+ * kept, the rest recomputed: JAX's checkpoint_dots_with_no_batch_dims,
+ * MaxText's remat_policy "minimal"). */
+typedef enum { PS_REMAT_NONE, PS_REMAT_FULL, PS_REMAT_ATTENTION, PS_REMAT_MINIMAL } PsRemat;
 
 /* The four axes a shard mesh has, in the default order of increasing
  * communication (outermost first). */

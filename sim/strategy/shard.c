@@ -25,7 +25,7 @@ static const char *const keys[] = {"kind",           "mesh",     "mesh_order",
 static const char *const mesh_keys[] = {"data", "fsdp", "tensor", "sequence", NULL};
 static const PsAxis mesh_axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR,
                                    PS_AXIS_SEQUENCE};
-static const char *const remats[] = {"none", "full", "attention_only", NULL};
+static const char *const remats[] = {"none", "full", "attention_only", "minimal", NULL};
 static const char *const loss_reductions[] = {"mean", "sum", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", NULL};
 static const char *const mesh_keys_all[] = {"data", "fsdp", "tensor", "sequence", "stage",
