@@ -87,6 +87,24 @@ static double matmul_time(const char *name, int64_t n, PsTopology **out)
   return ps_time_to_s(c.time);
 }
 
+/* The same at any size: the kernel's roofline (its padding to the MXU
+ * included) and its fixed cost. */
+static double matmul_time_any(const char *name, int64_t n, PsTopology **out)
+{
+  g_autofree char *text = g_strdup_printf(
+      "{\"name\": \"mm\", \"input\": {\"shape\": [%" G_GINT64_FORMAT "], \"classes\": 8},"
+      " \"layers\": [{\"type\": \"dense\", \"units\": %" G_GINT64_FORMAT ", \"bias\": false},"
+      " {\"type\": \"dense\", \"units\": 8}, {\"type\": \"softmax_xent\"}]}",
+      n, n);
+  PsModel *m = model_from(text);
+  PsTopology *t = topology_load(name, NULL);
+  PsOpCost c;
+  ps_cost_op(t, m, 0, 0, n, &xla_bf16, FALSE, NULL, &c);
+  ps_model_free(m);
+  *out = t;
+  return ps_time_to_s(c.time);
+}
+
 /* The generations whose mxu_efficiency is a published single-host matmul
  * rate ("measured:" in their topology files) reproduce it to 0.1%:
  *   v5e: XLA's bf16 8192^3 matmul on one chip, 6.047 ms (JAX
@@ -110,6 +128,22 @@ static void test_matmul_points(void)
   s = matmul_time("tpu7x-8", (int64_t)n, &t);
   g_assert_cmpfloat(fabs(2 * n * n * n / s / 956.38e12 - 1), <, 1e-3);
   ps_topology_free(t);
+  /* v7's fixed cost of a kernel: the same table's 128^3 matmul, 2.590
+   * TFLOP/s, 1.62 us, nearly all of it the kernel's fixed cost */
+  s = matmul_time_any("tpu7x-8", 128, &t);
+  g_assert_cmpfloat(fabs(2.0 * 128 * 128 * 128 / s / 2.590e12 - 1), <, 0.02);
+  ps_topology_free(t);
+  /* the rest of the table, printed beside podsim (docs/fidelity.md) */
+  static const double sizes[] = {256, 512, 1024, 2048, 4096, 16384};
+  static const double rates[] = {18.286, 105.078, 349.727, 679.285, 892.945, 950.129};
+  for (guint i = 0; i < G_N_ELEMENTS(sizes); i++) {
+    s = matmul_time_any("tpu7x-8", (int64_t)sizes[i], &t);
+    double r = 2 * sizes[i] * sizes[i] * sizes[i] / s / 1e12;
+    g_test_message("tpu7x %5.0f^3: measured %7.3f TFLOP/s, podsim %7.3f (%+.0f%% time)", sizes[i],
+                   rates[i], r, (rates[i] / r - 1) * 100);
+    g_assert_cmpfloat(r, >, 0.8 * rates[i]); /* podsim is never much slower */
+    ps_topology_free(t);
+  }
 }
 
 /* A 3x3 convolution of 64 channels to 100 filters on 5x5 images, laid out
