@@ -21,7 +21,7 @@ if [ "$before" != "$after" ]; then
   exit 1
 fi
 for f in batch-sweep workers-sweep scaling breakdown links-heatmap topology-whatif \
-         multislice-study pipeline-timeline; do
+         multislice-study pipeline-timeline long-context; do
   [ -s "build/plots/$f.png" ] || { echo "check-plots: build/plots/$f.png missing" >&2; exit 1; }
 done
 if grep -l '/tmp' build/plots/*.tsv 2>/dev/null; then
