@@ -231,6 +231,40 @@ static void test_remat_minimal(void)
   g_assert_cmpint(peak[1], >, peak[2]);
 }
 
+/* Full rematerialization of a decoder (LLaMA-2 7B: 32 repeats of an
+ * attention block and a feed-forward block, fsdp 32) keeps one tensor a
+ * decoder layer, its input (batch x 4096 x 4096 in bf16), as a scan of
+ * rematerialized layers does, not the input of each of its two residual
+ * blocks: what is live when the forward's last op ends is exactly that;
+ * and every byte comes back by the step's end. */
+static void test_remat_units(void)
+{
+  GError *error = NULL;
+  const char *ov[] = {"steps=1", NULL};
+  PsExperiment *e = ps_experiment_load("experiments/shard-llama2-7b.json", ov, &error);
+  g_assert_no_error(error);
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  const PsProgram *pr = ps_plan_program(p, 0);
+  int last_fwd = -1;
+  for (int i = 0; i < pr->n_ops; i++)
+    if (pr->ops[i].kind == PS_OP_FWD)
+      last_fwd = i;
+  int64_t live = 0, batch = 0;
+  for (int i = 0; i <= last_fwd; i++) { /* the forward's ops, gathers freed by their op */
+    live += pr->ops[i].act_bytes;
+    if (pr->ops[i].kind == PS_OP_FWD)
+      batch = pr->ops[i].batch;
+  }
+  g_assert_cmpint(batch, >, 0);
+  g_assert_cmpint(live, ==, 32 * batch * 4096 * 4096 * 2);
+  int64_t left = 0;
+  act_peak(p, &left);
+  g_assert_cmpint(left, ==, 0);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
 static void test_flops_tensor(void)
 {
   const char *one[] = {"strategy.mesh.tensor=1", NULL};
@@ -521,6 +555,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/mesh/tensor-neighbours", test_mesh_neighbours);
   g_test_add_func("/shard/flops/tensor-split", test_flops_tensor);
   g_test_add_func("/shard/remat/minimal", test_remat_minimal);
+  g_test_add_func("/shard/remat/units", test_remat_units);
   g_test_add_func("/shard/vocab/padded", test_vocab_padded);
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);

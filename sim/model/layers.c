@@ -128,6 +128,8 @@ typedef struct {
   GArray *layers;    /* PsLayer, names owned */
   GHashTable *names; /* layer name -> JSON path (owned) */
   int repeats;       /* repeat groups being expanded around the current item */
+  int unit;          /* the outermost repeat's iteration being expanded (0: none) */
+  int units;         /* iterations of outermost repeats so far */
 } Builder;
 
 void ps_layer_error(GError **error, int code, const char *file, const char *path,
@@ -168,6 +170,7 @@ static gboolean push_layer(Builder *b, PsLayer *L, const char *path, Tensor *t, 
     g_free(L->name);
     return FALSE;
   }
+  L->unit = b->unit;
   g_array_append_val(b->layers, *L);
   t->rank = L->out_rank;
   memcpy(t->shape, L->out_shape, sizeof t->shape);
@@ -400,12 +403,17 @@ static gboolean item_repeat(Builder *b, json_object *obj, const char *path, cons
   size_t len = strlen(name);
   const char *sep = len > 0 && g_ascii_isdigit(name[len - 1]) ? "_" : "";
   gboolean ok = TRUE;
+  const gboolean outermost = b->repeats == 0;
   b->repeats++;
   for (int64_t i = 0; i < count && ok; i++) {
     g_autofree char *iname = g_strdup_printf("%s%s%" G_GINT64_FORMAT, name, sep, first + i);
+    if (outermost)
+      b->unit = ++b->units;
     ok = build_list(b, body, bpath, iname, TRUE, t, error);
   }
   b->repeats--;
+  if (outermost)
+    b->unit = 0;
   return ok;
 }
 

@@ -161,6 +161,11 @@ typedef struct {
                                   its probabilities (0: none) */
   int shortcut_of;             /* ADD: index of the first layer of the
                                   block whose input feeds the shortcut */
+  int unit;                    /* the iteration of an outermost "repeat" it was
+                                  expanded in, numbered from 1 over the model; 0
+                                  outside any repeat (full rematerialization keeps
+                                  the input of each such unit, as a scan of
+                                  rematerialized layers does) */
   /* costs per example */
   int64_t params;              /* trainable parameters */
   double fwd_flops, bwd_flops; /* all FLOPs, matmul and element-wise */

@@ -373,6 +373,16 @@ static void name_op(const Lower *w, PsOp *op, int first)
   memcpy(op->name + keep, suffix, (size_t)n + 1);
 }
 
+/* The activation bytes group g's layers keep for backward (local). */
+static int64_t group_act(const Lower *w, int g)
+{
+  int64_t act = 0;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++)
+    act += ps_layer_kept_bytes(&w->local.layers[l], w->batch, w->act_b) -
+           (w->exp->masks_recomputed ? ps_layer_mask_bytes(&w->local.layers[l], w->batch) : 0);
+  return act;
+}
+
 static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
 {
   PsOp op = {.kind = kind, .batch = w->batch, .mb = w->mb, .first = group_first(w, g),
@@ -394,10 +404,7 @@ static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
   op.mxu_s = cost.mxu_s;
   op.memory_s = cost.memory_s;
   op.overhead_s = cost.overhead_s;
-  int64_t act = 0;
-  for (int l = op.first; l <= op.last; l++)
-    act += ps_layer_kept_bytes(&w->local.layers[l], w->batch, w->act_b) -
-           (w->exp->masks_recomputed ? ps_layer_mask_bytes(&w->local.layers[l], w->batch) : 0);
+  int64_t act = group_act(w, g);
   op.act_bytes = kind == PS_OP_BWD ? -act : act;
   name_op(w, &op, op.first);
   return op;
@@ -524,19 +531,49 @@ static int64_t score_bytes(const Lower *w, int g)
 
 /* Bytes a full-remat forward keeps: the outputs of its layers that feed a
  * residual join's shortcut (the blocks' inputs, from which backward
- * recomputes the rest), at their local size. */
+ * recomputes the rest), at their local size; of the blocks of a repeat's
+ * iteration (a unit: a decoder layer) only the first's, the unit's input,
+ * as a scan of rematerialized layers keeps (jax.checkpoint around each
+ * layer: MaxText's remat_policy), the other blocks' inputs being
+ * recomputed with the unit. */
 static int64_t kept_bytes(const Lower *w, int g)
 {
   int64_t b = 0;
+  const PsLayer *ml = w->m->layers;
   for (int l = group_first(w, g); l <= group_last(w, g); l++) {
     gboolean block_input = FALSE;
     for (int j = l + 1; j < w->m->n_layers && !block_input; j++)
-      block_input = ps_layer_kind_lower(w->m->layers[j].kind)->lowering == PS_LOWER_JOIN &&
-                    w->m->layers[j].shortcut_from == l;
-    if (block_input)
+      block_input = ps_layer_kind_lower(ml[j].kind)->lowering == PS_LOWER_JOIN &&
+                    ml[j].shortcut_from == l;
+    gboolean mid_unit = l + 1 < w->m->n_layers && ml[l + 1].unit != 0 &&
+                        ml[l + 1].unit == ml[l].unit;
+    if (block_input && !mid_unit)
       b += ps_shape_elems(w->local.layers[l].out_shape, w->local.layers[l].out_rank);
   }
   return b * w->batch * w->act_b;
+}
+
+/* The repeat iteration group g belongs to (its last layer's), 0 for none. */
+static int group_unit(const Lower *w, int g)
+{
+  return w->m->layers[group_last(w, g)].unit;
+}
+
+/* Full remat recomputes a unit's blocks together, before the backward of
+ * its last: the activations group g's RECOMPUTE brings back, its own and,
+ * for a unit's last group, those of the unit's earlier groups (whose own
+ * RECOMPUTE then adds none); every group's backward frees its own. */
+static int64_t recompute_live(const Lower *w, int g, int64_t own)
+{
+  int u = group_unit(w, g), n = (int)w->starts->len - 1;
+  if (u == 0)
+    return own;
+  if (g + 1 < n && group_unit(w, g + 1) == u)
+    return 0; /* brought back by the unit's last group */
+  int64_t live = own;
+  for (int h = g - 1; h >= 0 && group_unit(w, h) == u; h--)
+    live += group_act(w, h);
+  return live;
 }
 
 /* Bytes "minimal" keeps of group g: each block's input, as full keeps,
@@ -756,6 +793,7 @@ static void shard_backward(Lower *w, int *pending)
     bw.act_bytes -= w->F > 1 ? group_params(w, g) * 4 : 0;
     if (w->c->remat == PS_REMAT_FULL) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
+      r.act_bytes = recompute_live(w, g, r.act_bytes);
       emit(w, &r);
       bw.act_bytes -= kept_bytes(w, g);
     } else if (w->c->remat == PS_REMAT_MINIMAL) {
