@@ -28,8 +28,8 @@
 # device podsim says the mesh needs; the slice has 32 GiB), then draws
 # FIGURE (default gpt3-study.png beside OUT) with gpt3-study.gp
 # (GPT3_FORMAT=svg for .svg).  Each fitting point simulates 2048 devices
-# for two steps (120 million to 3.4 billion events): 24 s to 10 minutes a
-# point, 16 minutes for the eight with GPT3_JOBS=2 on a shared 2-core
+# for two steps (119 million to 3.5 billion events): 20 s to 7 minutes a
+# point, 22 minutes for the fourteen with GPT3_JOBS=2 on a shared 2-core
 # machine.  Uses sh,
 # awk, sed, sort.
 # Environment: PODSIM (default ../podsim); GPT3_TENSOR, GPT3_FSDP to run a

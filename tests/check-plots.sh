@@ -4,7 +4,7 @@
 # new file outside build/): `git status --porcelain` reads the same before
 # and after.  Run from the project root (`make check-plots`; CI runs it).
 # About 10 minutes on 2 cores (the multislice and scaling studies most of
-# it); the hour-long GPT-3 study is `make plots-slow`, not checked here.
+# it); the twenty-minute GPT-3 study is `make plots-slow`, not checked here.
 set -eu
 command -v git >/dev/null 2>&1 && git rev-parse --git-dir >/dev/null 2>&1 || {
   echo "check-plots: not a git checkout: nothing to compare" >&2
