@@ -1,7 +1,7 @@
-/* config-private.h: what config.c (experiments), lookup.c (the search
- * path) and topology.c (topology files) share: tree helpers, lookup,
- * overrides, and the error helper whose messages read "FILE: JSON.PATH:
- * reason".  Not installed. */
+/* config-private.h: what config.c (experiments), config-faults.c (their
+ * faults), lookup.c (the search path) and topology.c (topology files)
+ * share: tree helpers, lookup, overrides, and the error helper whose
+ * messages read "FILE: JSON.PATH: reason".  Not installed. */
 #ifndef PS_CONFIG_PRIVATE_H
 #define PS_CONFIG_PRIVATE_H
 
@@ -44,6 +44,11 @@ gboolean ps_config__parse_text(json_object *o, const char *file, PsInputConfig *
 void ps_config__text_to_json(const PsInputConfig *in, json_object *io);
 gboolean ps_config__input_feeds(const PsInputConfig *in, const PsModel *m);
 gboolean ps_config__check_input_model(PsExperiment *e, GError **error);
+/* An experiment's "faults" (config-faults.c): parsed into e and checked
+ * against the rest of e, and the resolved section (NULL when empty). */
+gboolean ps_config__parse_faults(json_object *root, const char *file, PsExperiment *e,
+                                 GError **error);
+json_object *ps_config__faults_to_json(const PsFaultsConfig *fc);
 json_object *ps_config__topology_merge_extends(json_object *obj, const char *file, const char *path,
                                            GPtrArray *chain, GError **error);
 
