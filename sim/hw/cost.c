@@ -148,15 +148,10 @@ static double mm_flops_sel(const PsLayer *l, int64_t batch, gboolean wgrad, gboo
   return f;
 }
 
-static double mm_flops_of(const PsLayer *l, int64_t batch, gboolean wgrad)
-{
-  return mm_flops_sel(l, batch, wgrad, FALSE);
-}
-
 /* Forward's executed matmul FLOPs. */
 static double mm_flops(const PsLayer *l, int64_t batch)
 {
-  return mm_flops_of(l, batch, FALSE);
+  return mm_flops_sel(l, batch, FALSE, FALSE);
 }
 
 /* A convolution's padded MXU FLOPs, as XLA lays its dimensions out on a
@@ -486,7 +481,7 @@ static void matmul_bwd(Ctx *c, int i)
   const PsLayer *l = L(c, i);
   const PsFusion fu = c->opt->fusion;
   const double b = (double)c->batch;
-  double mm = mm_flops(l, c->batch), mm_w = mm_flops_of(l, c->batch, TRUE);
+  double mm = mm_flops(l, c->batch), mm_w = mm_flops_sel(l, c->batch, TRUE, FALSE);
   double other = fmax(l->bwd_flops * b - mm - mm_w, 0);
   double w = (double)l->params;
   double act = c->eb * (l->fwd_bytes - w) * b; /* inputs and outputs once */

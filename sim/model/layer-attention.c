@@ -128,8 +128,14 @@ static gboolean attention_check(const PsLayer *L, const PsLayerIn *in, int64_t i
  * block reads the key and value blocks it sees (per query head), backward
  * twice that; kept for backward are Q, K, V, the context and a float32
  * log-sum-exp per row and head, never the probabilities. */
-static gboolean flash_shape(PsLayer *L, int64_t s, int64_t d, int64_t inner, int64_t kvw,
-                            int64_t dh)
+/* What both kinds of attention cost alike, per example: the elements of
+ * x (sd), Q and the context (si) and K or V (skv); the bias and rope
+ * FLOPs; the projections' FLOPs. */
+typedef struct {
+  double sd, si, skv, nb, rot, proj;
+} AttnTerms;
+
+static void flash_shape(PsLayer *L, const AttnTerms *t, int64_t s, int64_t dh)
 {
   const int64_t h = L->heads, b = MIN(L->flash_block, s);
   const double seen = flash_scores(s, b, L->causal), frac = seen / ((double)s * (double)s);
@@ -137,28 +143,21 @@ static gboolean flash_shape(PsLayer *L, int64_t s, int64_t d, int64_t inner, int
     L->mm[m].done = frac;
     L->mm[m].bwd = PS_FLASH_BWD_PRODUCTS;
   }
-  double proj = 2.0 * (double)s * (double)d * (double)(inner + 2 * kvw) +
-                2.0 * (double)s * (double)inner * (double)d;
   double core = 4.0 * (double)h * seen * (double)dh; /* q k^T and P v, executed */
-  double scores = (double)h * seen, sd = (double)(s * d);
-  double si = (double)(s * inner), skv = (double)(s * kvw);
-  double nb = L->bias ? (double)(s * (inner + 2 * kvw + d)) : 0;
-  double rot = L->rope ? 3.0 * (si + skv) : 0;
-  L->fwd_flops = proj + core + (1 + PS_SOFTMAX_FWD) * scores + nb + rot;
-  L->bwd_flops = 2 * proj + PS_FLASH_BWD_PRODUCTS * core +
-                 (2 * (1 + PS_SOFTMAX_FWD) + PS_SOFTMAX_BWD) * scores + nb + rot;
+  double scores = (double)h * seen;
+  L->fwd_flops = t->proj + core + (1 + PS_SOFTMAX_FWD) * scores + t->nb + t->rot;
+  L->bwd_flops = 2 * t->proj + PS_FLASH_BWD_PRODUCTS * core +
+                 (2 * (1 + PS_SOFTMAX_FWD) + PS_SOFTMAX_BWD) * scores + t->nb + t->rot;
   /* x read, Q K V written, Q read once, the visible key and value blocks
-   * read once per query head and block row (kv_block_reads), context
-   * written and read, output written */
+   * read once per query head and block row (kv_reads), context written
+   * and read, output written */
   double kv_reads = 2.0 * (double)h * (seen / (double)b) * (double)dh;
-  L->fwd_bytes = 2.0 * sd + 4.0 * si + 2.0 * skv + kv_reads + (double)L->params;
-  L->core_bytes = si + kv_reads + si; /* Q in, K and V blocks in, context out */
+  L->fwd_bytes = 2.0 * t->sd + 4.0 * t->si + 2.0 * t->skv + kv_reads + (double)L->params;
+  L->core_bytes = t->si + kv_reads + t->si; /* Q in, K and V blocks in, context out */
   L->bwd_bytes = 2 * L->fwd_bytes;
-  L->saves = PS_SAVES_INPUT;
-  L->act_elems = 2 * s * inner + 2 * s * kvw;
+  L->act_elems = (int64_t)(2 * t->si + 2 * t->skv);
   L->stat_elems = h * s;
   L->mask_elems = 0;
-  return TRUE;
 }
 
 static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
@@ -188,14 +187,19 @@ static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   ps_layer_add_matmul(L, s, s, dh, h);     /* context P V per head */
   ps_layer_add_matmul(L, s, inner, d, 1);  /* output projection */
   L->mm[1].activations = L->mm[2].activations = TRUE;
-  if (L->flash_block > 0)
-    return flash_shape(L, s, d, inner, kvw, dh);
+  L->saves = PS_SAVES_INPUT;
   double mm = ps_layer_matmul_flops(L);
-  double scores = (double)(h * s * s), sd = (double)(s * d);
-  double si = (double)(s * inner), skv = (double)(s * kvw);
-  double nb = L->bias ? (double)(s * (proj + d)) : 0;
+  double sd = (double)(s * d), si = (double)(s * inner), skv = (double)(s * kvw);
   /* rope: 3 FLOPs per rotated element of Q and K each way */
-  double rot = L->rope ? 3.0 * (si + skv) : 0;
+  const AttnTerms t = {.sd = sd, .si = si, .skv = skv,
+                       .nb = L->bias ? (double)(s * (proj + d)) : 0,
+                       .rot = L->rope ? 3.0 * (si + skv) : 0,
+                       .proj = 2.0 * sd * (double)proj + 2.0 * si * (double)d};
+  if (L->flash_block > 0) {
+    flash_shape(L, &t, s, dh);
+    return TRUE;
+  }
+  double scores = (double)(h * s * s), nb = t.nb, rot = t.rot;
   /* dropout of the probabilities: its work per score and its mask */
   double drop = L->rate > 0 ? 1.0 : 0.0;
   L->fwd_flops = mm + (1 + PS_SOFTMAX_FWD + drop * PS_DROPOUT_FWD) * scores + nb + rot;
@@ -214,7 +218,6 @@ static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
    * dropped-out probabilities are made again from the two by the kernels
    * that read them); the scores before the softmax are dead once the
    * probabilities are written */
-  L->saves = PS_SAVES_INPUT;
   L->act_elems = 2 * s * inner + 2 * s * kvw + h * s * s;
   return TRUE;
 }
