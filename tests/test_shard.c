@@ -265,6 +265,48 @@ static void test_remat_units(void)
   ps_experiment_free(e);
 }
 
+/* What "minimal" keeps of one decoder layer with sequence parallelism
+ * (LLaMA-2 7B, S 4096, dim 4096, SwiGLU 11008; tensor 2 x sequence 2, a
+ * group of M = 4; fsdp 8): the outputs of its weight products, Q, K, V
+ * (3 x 4096 / M a token) and the gate and up projections (2 x 11008 / M),
+ * the attention projection's sum as its reduce-scattered rows (4096 / M,
+ * not the partial sum's 4096), and the layer's input as rows (4096 / M);
+ * not the down projection's output, which only feeds the residual sum
+ * that is the next layer's kept input.  So the ops of a middle layer's
+ * forward leave exactly batch x 4096 x (3 x 4096 + 4096 + 2 x 11008 +
+ * 4096) / 4 bytes x 2 live; and every byte comes back by the step's end. */
+static void test_remat_minimal_rows(void)
+{
+  GError *error = NULL;
+  const char *ov[] = {"steps=1", "strategy.rematerialize=minimal", "strategy.mesh.fsdp=8",
+                      "strategy.mesh.tensor=2", "strategy.mesh.sequence=2", NULL};
+  PsExperiment *e = ps_experiment_load("experiments/shard-llama2-7b.json", ov, &error);
+  g_assert_no_error(error);
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  const PsProgram *pr = ps_plan_program(p, 0);
+  int from = -1, to = -1;
+  for (int i = 0; i < pr->n_ops; i++)
+    if (pr->ops[i].kind == PS_OP_FWD) {
+      if (g_str_has_prefix(pr->ops[i].name, "fwd layer4.mlp.add"))
+        from = i + 1;
+      if (g_str_has_prefix(pr->ops[i].name, "fwd layer5.mlp.add"))
+        to = i;
+    }
+  g_assert_cmpint(from, >, 0);
+  g_assert_cmpint(to, >, from);
+  int64_t live = 0, batch = pr->ops[to].batch;
+  for (int i = from; i <= to; i++)
+    live += pr->ops[i].act_bytes;
+  g_assert_cmpint(batch, ==, 8);
+  g_assert_cmpint(live, ==, batch * 4096 * (3 * 4096 + 4096 + 2 * 11008 + 4096) / 4 * 2);
+  int64_t left = 0;
+  act_peak(p, &left);
+  g_assert_cmpint(left, ==, 0);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
 static void test_flops_tensor(void)
 {
   const char *one[] = {"strategy.mesh.tensor=1", NULL};
@@ -556,6 +598,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/flops/tensor-split", test_flops_tensor);
   g_test_add_func("/shard/remat/minimal", test_remat_minimal);
   g_test_add_func("/shard/remat/units", test_remat_units);
+  g_test_add_func("/shard/remat/minimal-rows", test_remat_minimal_rows);
   g_test_add_func("/shard/vocab/padded", test_vocab_padded);
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);

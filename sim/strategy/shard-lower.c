@@ -529,27 +529,33 @@ static int64_t score_bytes(const Lower *w, int g)
   return b * w->batch * w->act_b;
 }
 
-/* Bytes a full-remat forward keeps: the outputs of its layers that feed a
- * residual join's shortcut (the blocks' inputs, from which backward
- * recomputes the rest), at their local size; of the blocks of a repeat's
- * iteration (a unit: a decoder layer) only the first's, the unit's input,
+/* Whether a full or minimal forward keeps layer l's output: it feeds a
+ * residual join's shortcut (a block's input, from which backward
+ * recomputes the rest), except that of the blocks of a repeat's iteration
+ * (a unit: a decoder layer) only the first's is kept, the unit's input,
  * as a scan of rematerialized layers keeps (jax.checkpoint around each
  * layer: MaxText's remat_policy), the other blocks' inputs being
  * recomputed with the unit. */
+static gboolean output_kept(const Lower *w, int l)
+{
+  const PsLayer *ml = w->m->layers;
+  gboolean block_input = FALSE;
+  for (int j = l + 1; j < w->m->n_layers && !block_input; j++)
+    block_input = ps_layer_kind_lower(ml[j].kind)->lowering == PS_LOWER_JOIN &&
+                  ml[j].shortcut_from == l;
+  gboolean mid_unit = l + 1 < w->m->n_layers && ml[l + 1].unit != 0 &&
+                      ml[l + 1].unit == ml[l].unit;
+  return block_input && !mid_unit;
+}
+
+/* Bytes a full-remat forward keeps: the kept outputs of group g's layers
+ * (output_kept), at their local size. */
 static int64_t kept_bytes(const Lower *w, int g)
 {
   int64_t b = 0;
-  const PsLayer *ml = w->m->layers;
-  for (int l = group_first(w, g); l <= group_last(w, g); l++) {
-    gboolean block_input = FALSE;
-    for (int j = l + 1; j < w->m->n_layers && !block_input; j++)
-      block_input = ps_layer_kind_lower(ml[j].kind)->lowering == PS_LOWER_JOIN &&
-                    ml[j].shortcut_from == l;
-    gboolean mid_unit = l + 1 < w->m->n_layers && ml[l + 1].unit != 0 &&
-                        ml[l + 1].unit == ml[l].unit;
-    if (block_input && !mid_unit)
+  for (int l = group_first(w, g); l <= group_last(w, g); l++)
+    if (output_kept(w, l))
       b += ps_shape_elems(w->local.layers[l].out_shape, w->local.layers[l].out_rank);
-  }
   return b * w->batch * w->act_b;
 }
 
@@ -576,17 +582,32 @@ static int64_t recompute_live(const Lower *w, int g, int64_t own)
   return live;
 }
 
-/* Bytes "minimal" keeps of group g: each block's input, as full keeps,
+/* Bytes "minimal" keeps of group g: each kept block input, as full keeps,
  * and the outputs of its weight products (the matmuls with a weight
- * operand: projections, feed-forward, the head), at their local size. */
+ * operand: projections, feed-forward, the head), which backward would
+ * otherwise recompute, at their local size.  A product whose sum a
+ * reduce-scatter completes onto rows is kept as its rows (GSPMD keeps the
+ * scattered value, a 1/M of the partial sum); one whose output only
+ * feeds a residual join whose output is itself kept (the last block of a
+ * unit: the next unit's input holds the sum) is not needed by backward
+ * and not kept, as JAX saves only the residuals backward reads. */
 static int64_t products_bytes(const Lower *w, int g)
 {
   int64_t b = 0;
+  const PsLayer *ml = w->m->layers;
   for (int l = group_first(w, g); l <= group_last(w, g); l++) {
     const PsLayer *L = &w->local.layers[l];
+    int64_t out = ps_shape_elems(ml[l].out_shape, ml[l].out_rank), own = 0;
     for (int m = 0; m < L->n_mm; m++)
       if (!L->mm[m].activations)
-        b += L->mm[m].rows * L->mm[m].n * L->mm[m].count;
+        own += L->mm[m].rows * L->mm[m].n * L->mm[m].count;
+    if (own > 0 && w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER)
+      own -= MIN(own, out - out / w->M); /* the sum kept as its rows */
+    int j = l + 1;
+    if (own > 0 && j < w->m->n_layers && ml[j].input_from == l &&
+        ps_layer_kind_lower(ml[j].kind)->lowering == PS_LOWER_JOIN && output_kept(w, j))
+      own -= MIN(own, w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER ? out / w->M : out);
+    b += own;
   }
   return b * w->batch * w->act_b + kept_bytes(w, g);
 }
@@ -639,7 +660,7 @@ static void shard_forward(Lower *w, int *pending)
     if (w->c->remat == PS_REMAT_FULL)
       f.act_bytes = kept_bytes(w, g);
     else if (w->c->remat == PS_REMAT_MINIMAL)
-      f.act_bytes = MIN(f.act_bytes, products_bytes(w, g));
+      f.act_bytes = products_bytes(w, g);
     else if (w->c->remat == PS_REMAT_ATTENTION)
       f.act_bytes -= score_bytes(w, g);
     if (w->F > 1 && wbytes > 0) /* the gathered copy, live from its DONE */
@@ -800,7 +821,9 @@ static void shard_backward(Lower *w, int *pending)
       /* forward kept the products; the rest is live again until backward
        * frees the whole group's, as without rematerialization */
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
-      r.act_bytes -= MIN(r.act_bytes, products_bytes(w, g));
+      int64_t kept = products_bytes(w, g), own = r.act_bytes;
+      r.act_bytes -= MIN(own, kept);
+      bw.act_bytes -= MAX(kept - own, 0); /* frees what both left */
       emit(w, &r);
     } else if (w->c->remat == PS_REMAT_ATTENTION && has_heads(w, g)) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
