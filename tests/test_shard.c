@@ -32,7 +32,7 @@
  *   step exactly as the same plan with a program of its own per device
  *   (instances named directly, no slots);
  * - /shard/bad-input: mesh product, heads, sequence without tensor,
- *   collective matmul without tensor, unknown axis, numerics on a bert
+ *   collective matmul or sequence_parallel without tensor, unknown axis, numerics on a bert
  *   (timing-only) model, on a sequence mesh or with collective matmul, a
  *   layout that does not fit (the advice computed: the fsdp that
  *   fits): each a PS_INPUT_ERROR naming the key. */
@@ -389,6 +389,52 @@ static void test_megatron(void)
  * reduce-scatter onto rows and an all-gather before the next split layer,
  * so per layer 2 of each forward and their conjugates backward, and no
  * tensor all-reduce is left. */
+/* sequence_parallel: the tensor group of 4 splits the rows itself
+ * (Megatron-LM's --sequence-parallel; MaxText's tensor axis, which shards
+ * the activations' embedding): the plan of tensor 2 x sequence 2, a group
+ * of 4 too, collective for collective (op, members, elements) and op for
+ * op (FLOPs, HBM bytes, activation bytes), where tensor 4 alone
+ * all-reduces the partial sums and keeps whole activations, more of
+ * them. */
+static void test_sequence_parallel(void)
+{
+  const char *sp[] = {"strategy.mesh.tensor=4", "strategy.sequence_parallel=true",
+                      "strategy.mesh.fsdp=1", NULL};
+  const char *ts[] = {"strategy.mesh.tensor=2", "strategy.mesh.sequence=2",
+                      "strategy.mesh.fsdp=1", NULL};
+  const char *t4[] = {"strategy.mesh.tensor=4", "strategy.mesh.fsdp=1", NULL};
+  PsExperiment *ea, *eb, *ec;
+  PsPlan *a = compile(sp, &ea), *b = compile(ts, &eb), *c = compile(t4, &ec);
+  const PsProgram *pa = ps_plan_program(a, 0), *pb = ps_plan_program(b, 0);
+  g_assert_cmpint(pa->n_ops, ==, pb->n_ops);
+  g_assert_cmpint(count_colls(a, PS_AXIS_SEQUENCE, PS_COLL_REDUCE_SCATTER, NULL), >, 0);
+  g_assert_cmpint(count_colls(a, PS_AXIS_SEQUENCE, PS_COLL_REDUCE_SCATTER, NULL), ==,
+                  count_colls(b, PS_AXIS_SEQUENCE, PS_COLL_REDUCE_SCATTER, NULL));
+  g_assert_cmpint(count_colls(c, PS_AXIS_SEQUENCE, PS_COLL_REDUCE_SCATTER, NULL), ==, 0);
+  for (int i = 0; i < pa->n_ops; i++) {
+    const PsOp *x = &pa->ops[i], *y = &pb->ops[i];
+    g_assert_cmpint(x->kind, ==, y->kind);
+    g_assert_cmpfloat(x->flops, ==, y->flops);
+    g_assert_cmpfloat(x->hbm_bytes, ==, y->hbm_bytes);
+    g_assert_cmpint(x->act_bytes, ==, y->act_bytes);
+    if (x->kind == PS_OP_COLL_START) {
+      const PsPlanColl *u = &a->colls[ps_plan_op_coll(a, 0, x)];
+      const PsPlanColl *v = &b->colls[ps_plan_op_coll(b, 0, y)];
+      g_assert_cmpint(u->op, ==, v->op);
+      g_assert_cmpint(u->n_members, ==, v->n_members);
+      g_assert_cmpint(u->count, ==, v->count);
+    }
+  }
+  int64_t left = 0;
+  g_assert_cmpint(act_peak(a, &left), <, act_peak(c, &left));
+  ps_plan_free(a);
+  ps_plan_free(b);
+  ps_plan_free(c);
+  ps_experiment_free(ea);
+  ps_experiment_free(eb);
+  ps_experiment_free(ec);
+}
+
 static void test_sequence(void)
 {
   const char *ov[] = {"strategy.mesh.sequence=2", "strategy.mesh.fsdp=1", NULL};
@@ -562,6 +608,8 @@ static void test_bad_input(void)
   bad(seq, "strategy.mesh.sequence");
   const char *cm[] = {"strategy.mesh.tensor=1", "strategy.collective_matmul=true", NULL};
   bad(cm, "strategy.collective_matmul");
+  const char *sp[] = {"strategy.mesh.tensor=1", "strategy.sequence_parallel=true", NULL};
+  bad(sp, "strategy.sequence_parallel");
   const char *axis[] = {"strategy.mesh.model=2", NULL};
   bad(axis, "model");
   const char *clip[] = {"optimizer.clip_norm=1", NULL}; /* a sharded gradient's norm */
@@ -603,6 +651,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);
   g_test_add_func("/shard/collectives/sequence", test_sequence);
+  g_test_add_func("/shard/collectives/sequence-parallel", test_sequence_parallel);
   g_test_add_func("/shard/bad-input", test_bad_input);
   g_test_add_func("/shard/programs/shared", test_shared_programs);
   g_test_add_func("/shard/numerics/data-only", test_data_only_numerics);

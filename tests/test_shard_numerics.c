@@ -471,13 +471,20 @@ static void test_tensor_partials(void)
  * all-reduce.  The rows add no sum of their own (a row's norm is the
  * one-device kernel on the same row), so the tensor bound above holds.
  * On the 4 devices of tpu-v4-8 (also with full rematerialization), and
- * with data 2 or fsdp 2 on the 8 devices of tpu-v4-16. */
+ * with data 2 or fsdp 2 on the 8 devices of tpu-v4-16; and the same
+ * with the tensor group of 4 splitting the rows itself (sequence_parallel,
+ * no sequence axis), also with fsdp 2 and "minimal" rematerialization. */
 static void sequence_meshes(const Reference *ref)
 {
   check_mesh(ref, "{\"tensor\": 2, \"sequence\": 2}", "");
   check_mesh(ref, "{\"tensor\": 2, \"sequence\": 2}", ", \"rematerialize\": \"full\"");
   check_mesh_on(ref, NULL, "tpu-v4-16", "{\"tensor\": 2, \"sequence\": 2, \"data\": 2}", "");
   check_mesh_on(ref, NULL, "tpu-v4-16", "{\"tensor\": 2, \"sequence\": 2, \"fsdp\": 2}", "");
+  /* the tensor group itself split by rows (sequence_parallel, Megatron-LM's
+   * --sequence-parallel), no sequence axis */
+  check_mesh(ref, "{\"tensor\": 4}", ", \"sequence_parallel\": true");
+  check_mesh_on(ref, NULL, "tpu-v4-16", "{\"tensor\": 4, \"fsdp\": 2}",
+                ", \"sequence_parallel\": true, \"rematerialize\": \"minimal\"");
 }
 
 static void test_sequence_gradients(void)

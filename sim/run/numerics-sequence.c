@@ -74,12 +74,11 @@ static int64_t row_width(const PsModel *m, int layer)
 static gboolean refuse(Run *r, const PsPlanColl *pc, const char *why, GError **error)
 {
   g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-              "%s: numerics.enabled=true on strategy.mesh.sequence = %d: the collective "
+              "%s: numerics.enabled=true with sequence parallelism: the collective "
               "'%s' (collective.algorithm \"%s\") %s; the devices' norms need whole rows, "
               "the same on every such collective (collective.algorithm \"ring\" gives "
               "them), or numerics.enabled=false runs it (timing only)",
-              r->exp->file, ps_plan_axis_size(r->plan, PS_AXIS_SEQUENCE), pc->name,
-              pc->algo, why);
+              r->exp->file, pc->name, pc->algo, why);
   return FALSE;
 }
 
@@ -119,7 +118,10 @@ static gboolean check_coll(Run *r, int c, GError **error)
 gboolean ps_run_sequence_init(Run *r, GError **error)
 {
   const PsPlan *plan = r->plan;
-  if (ps_plan_axis_size(plan, PS_AXIS_SEQUENCE) <= 1 || !plan->layer_split)
+  gboolean on_rows = FALSE; /* a layer runs on rows: sequence parallelism */
+  for (int l = 0; plan->layer_split && l < r->exp->model->n_layers; l++)
+    on_rows = on_rows || plan->layer_split[l] == PS_SPLIT_SEQUENCE;
+  if (!on_rows)
     return TRUE;
   PsSequenceNum *sn = r->sequence = g_new0(PsSequenceNum, 1);
   sn->own = g_new0(GArray *, r->n_dev);
@@ -142,12 +144,11 @@ gboolean ps_run_sequence_init(Run *r, GError **error)
       held = held && sn->own[d] != NULL;
     if (n != sn->count || !held) {
       g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                  "%s: numerics.enabled=true on strategy.mesh.sequence = %d: layer '%s' "
+                  "%s: numerics.enabled=true with sequence parallelism: layer '%s' "
                   "runs on rows of %" G_GINT64_FORMAT " elements, but no sequence "
                   "collective splits rows of that size; numerics.enabled=false runs it "
                   "(timing only)",
-                  r->exp->file, ps_plan_axis_size(plan, PS_AXIS_SEQUENCE), m->layers[l].name,
-                  n);
+                  r->exp->file, m->layers[l].name, n);
       return FALSE;
     }
   }

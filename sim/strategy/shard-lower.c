@@ -943,7 +943,7 @@ static void lower_init(Lower *w, const PsExperiment *exp, const PsShardConfig *c
 {
   *w = (Lower){.exp = exp, .c = c, .m = exp->model, .M = ps_shard_model_ways(c),
                .F = c->size[PS_AXIS_FSDP], .D = c->size[PS_AXIS_DATA],
-               .sp = c->size[PS_AXIS_SEQUENCE] > 1,
+               .sp = c->size[PS_AXIS_SEQUENCE] > 1 || c->sequence_parallel,
                .act_b = ps_cost_act_bytes(exp->numerics.precision),
                .reqs = g_array_new(FALSE, FALSE, sizeof(Req)),
                .ops = g_array_new(FALSE, TRUE, sizeof(PsOp)),

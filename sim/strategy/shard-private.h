@@ -27,6 +27,7 @@ typedef struct {
   PsAxis order[PS_SHARD_AXES];  /* increasing communication: data .. tensor */
   gboolean order_given;
   gboolean collective_matmul;
+  gboolean sequence_parallel;   /* the tensor group also splits the rows */
   PsRemat remat;
   gboolean prefetch;            /* next layer's fsdp all-gather under this one */
   gboolean regather;            /* fsdp: gather again before backward */

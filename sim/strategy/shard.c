@@ -19,7 +19,8 @@
 #include <string.h>
 
 static const char *const keys[] = {"kind",           "mesh",     "mesh_order",
-                                   "collective_matmul", "rematerialize", "prefetch",
+                                   "collective_matmul", "sequence_parallel",
+                                   "rematerialize", "prefetch",
                                    "regather",       "bucket_bytes", "loss_reduction",
                                    "reduce_precision", "micro_batches", "schedule", NULL};
 static const char *const mesh_keys[] = {"data", "fsdp", "tensor", "sequence", NULL};
@@ -102,6 +103,8 @@ static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, G
   if (!ps_json_check_keys(o, file, p, keys, error) || !parse_mesh(o, file, c, error) ||
       !parse_order(o, file, c, error) ||
       !ps_json_get_bool(o, file, p, "collective_matmul", FALSE, &c->collective_matmul,
+                        error) ||
+      !ps_json_get_bool(o, file, p, "sequence_parallel", FALSE, &c->sequence_parallel,
                         error) ||
       !ps_json_get_enum(o, file, p, "rematerialize", FALSE, remats, &remat, error) ||
       !ps_json_get_bool(o, file, p, "prefetch", FALSE, &c->prefetch, error) ||
@@ -187,7 +190,8 @@ static gboolean check_model(const PsExperiment *e, const PsShardConfig *c, GErro
         (!divides(e, key, ways, l->heads, "heads", l->name, error) ||
          !divides(e, key, ways, l->in_shape[l->in_rank - 1], "hidden units", l->name, error)))
       return FALSE;
-    if (c->size[PS_AXIS_SEQUENCE] > 1 && (r == PS_TP_NORM || r == PS_TP_ELEMENTWISE) &&
+    if ((c->size[PS_AXIS_SEQUENCE] > 1 || c->sequence_parallel) &&
+        (r == PS_TP_NORM || r == PS_TP_ELEMENTWISE) &&
         l->out_rank == 2 && !divides(e, key, ways, l->out_shape[0], "sequence positions",
                                      l->name, error))
       return FALSE;
@@ -240,6 +244,12 @@ static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError
                      "parallelism leaves whole); set strategy.mesh.tensor > 1, e.g. "
                      "tensor = %d and sequence = 1",
                      c->size[PS_AXIS_SEQUENCE], c->size[PS_AXIS_SEQUENCE]);
+    return FALSE;
+  }
+  if (c->sequence_parallel && c->size[PS_AXIS_TENSOR] == 1) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.sequence_parallel",
+                     "true needs a tensor axis whose group splits the rows; set "
+                     "strategy.mesh.tensor > 1 or sequence_parallel = false");
     return FALSE;
   }
   if (c->collective_matmul && ps_shard_model_ways(c) == 1) {
@@ -337,6 +347,9 @@ static json_object *shard_to_json(const void *config)
     json_object_array_add(order, json_object_new_string(ps_axis_name(c->order[i])));
   json_object_object_add(so, "mesh_order", order);
   json_object_object_add(so, "collective_matmul", json_object_new_boolean(c->collective_matmul));
+  json_object_object_add(so, "sequence_parallel",
+                         json_object_new_boolean(c->sequence_parallel ||
+                                                 c->size[PS_AXIS_SEQUENCE] > 1));
   json_object_object_add(so, "rematerialize", json_object_new_string(remats[c->remat]));
   json_object_object_add(so, "prefetch", json_object_new_boolean(c->prefetch));
   json_object_object_add(so, "regather", json_object_new_boolean(c->regather));
