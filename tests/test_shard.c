@@ -389,6 +389,63 @@ static void test_megatron(void)
  * reduce-scatter onto rows and an all-gather before the next split layer,
  * so per layer 2 of each forward and their conjugates backward, and no
  * tensor all-reduce is left. */
+/* The input gradient's collective overlaps the weight gradient: a BWD op
+ * whose input gradient a tensor collective completes is followed by that
+ * collective's start, then its weight-gradient kernels (a tail, no
+ * numerics of its own), then the collective's done.  The tail of the
+ * column-parallel fc1 (1024 -> 4096 over tensor 4) is its weight gradient
+ * exactly, 2 x batch x 512 x 1024 x 1024 FLOPs; attention's input
+ * gradient waits for its whole backward, whose kernels mix its weight and
+ * activation products.  Run against the same
+ * plan with every tail moved back before its collective (the serial
+ * order), the steps end earlier, by no more than the tails' time. */
+static void test_wgrad_overlap(void)
+{
+  const char *ov[] = {"strategy.mesh.tensor=4", "strategy.mesh.fsdp=1", "global_batch=16",
+                      "steps=2", NULL};
+  PsExperiment *e;
+  PsPlan *p = compile(ov, &e);
+  PsPlan *q = own_programs(p);
+  int tails = 0;
+  double tail_s = 0;
+  for (int d = 0; d < q->n_devices; d++) {
+    PsProgram *pr = &q->programs[q->program_of[d]];
+    for (int t = 0; t < pr->n_ops; t++) {
+      if (!pr->ops[t].tail)
+        continue;
+      int h = t - 1;
+      while (h >= 0 && pr->ops[h].kind == PS_OP_COLL_START) {
+        const PsPlanColl *c = &q->colls[pr->ops[h].coll];
+        g_assert_cmpint(c->buffer, ==, PS_BUFFER_ACT_GRADS);
+        h--;
+      }
+      g_assert_cmpint(h, <, t - 1); /* at least one collective in flight */
+      g_assert_cmpint(pr->ops[h].kind, ==, PS_OP_BWD);
+      g_assert_false(pr->ops[h].tail);
+      g_assert_cmpint(pr->ops[h].first, ==, pr->ops[t].first);
+      g_assert_cmpint(pr->ops[t + 1].kind, ==, PS_OP_COLL_DONE);
+      g_assert_cmpint(pr->ops[t + 1].coll, ==, pr->ops[h + 1].coll);
+      if (d == 0) {
+        tails++;
+        tail_s += ps_time_to_s(pr->ops[t].time);
+        if (strstr(pr->ops[t].name, "fc1"))
+          g_assert_cmpfloat(pr->ops[t].mxu_flops, ==,
+                            2.0 * (double)pr->ops[t].batch * 512 * 1024 * 1024);
+      }
+      PsOp tail = pr->ops[t]; /* the serial order: tail before the starts */
+      memmove(&pr->ops[h + 2], &pr->ops[h + 1], sizeof(PsOp) * (size_t)(t - h - 1));
+      pr->ops[h + 1] = tail;
+    }
+  }
+  g_assert_cmpint(tails, ==, 24); /* fc1 of each layer (not attention: below) */
+  double overlapped = finish_s(e, p), serial = finish_s(e, q);
+  g_assert_cmpfloat(overlapped, <, serial);
+  g_assert_cmpfloat(serial - overlapped, <=, 2 * tail_s * (1 + 1e-9));
+  ps_plan_free(q);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
 /* sequence_parallel: the tensor group of 4 splits the rows itself
  * (Megatron-LM's --sequence-parallel; MaxText's tensor axis, which shards
  * the activations' embedding): the plan of tensor 2 x sequence 2, a group
@@ -652,6 +709,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);
   g_test_add_func("/shard/collectives/sequence", test_sequence);
   g_test_add_func("/shard/collectives/sequence-parallel", test_sequence_parallel);
+  g_test_add_func("/shard/collectives/wgrad-overlap", test_wgrad_overlap);
   g_test_add_func("/shard/bad-input", test_bad_input);
   g_test_add_func("/shard/programs/shared", test_shared_programs);
   g_test_add_func("/shard/numerics/data-only", test_data_only_numerics);

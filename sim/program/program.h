@@ -72,6 +72,9 @@ typedef struct {
                            parts part and part + 1 (SEND/RECV, whose first/last are
                            the op's layers); 0 when not decomposed */
   gboolean ring_bwd;    /* a ring step of a decomposed BWD (else FWD) */
+  gboolean tail;        /* BWD: the weight-gradient kernels of the BWD op before
+                           it, run while that op's input gradient is in its
+                           collective (their numerics done with that op) */
   gboolean clip_local;  /* CLIP: of the device's own gradient, before the
                            cross-replica reduction (else of the reduced one) */
   /* cost on the core, from the compiler */

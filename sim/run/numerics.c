@@ -351,7 +351,9 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
   case PS_OP_FWD:
   case PS_OP_RECOMPUTE:
   case PS_OP_BWD:
-    if (op->parts == 0) /* a part of a decomposed op: its first ring step computed it */
+    /* a part of a decomposed op: its first ring step computed it; a tail:
+     * the op before it */
+    if (op->parts == 0 && !op->tail)
       compute(r, net, device, op, op->kind);
     break;
   case PS_OP_SEND:

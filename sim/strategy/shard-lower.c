@@ -484,9 +484,23 @@ static gboolean ring_backward(const Lower *w, int i)
   return lp->enter || (lp->comp[0].bwd == PS_COLL_REDUCE_SCATTER && lp->comp[0].producer >= 0);
 }
 
-static void backward_comps(Lower *w, int i, gboolean ring)
+/* Whether a collective completes an input gradient of layer i's backward
+ * (not decomposed into ring steps). */
+static gboolean has_backward_comps(const Lower *w, int i)
 {
   const LayerPlan *lp = &w->lp[i];
+  for (int s = 0; s < 2; s++)
+    if (lp->comp[s].bwd != NO_COLL && lp->comp[s].producer >= 0)
+      return TRUE;
+  return lp->enter && w->m->layers[i].input_from >= 0;
+}
+
+/* The collectives that complete the input gradients of layer i's
+ * backward, started (their requests in reqs, at most 3), or none. */
+static int backward_comps(Lower *w, int i, gboolean ring, int *reqs)
+{
+  const LayerPlan *lp = &w->lp[i];
+  int n = 0;
   for (int s = 0; s < 2; s++) {
     const Comp *c = &lp->comp[s];
     if (c->bwd == NO_COLL || c->producer < 0) /* no gradient for the net's input */
@@ -495,17 +509,80 @@ static void backward_comps(Lower *w, int i, gboolean ring)
       continue; /* the ring steps reduced and scattered it */
     char what[48];
     snprintf(what, sizeof what, "%.32s out-grad", lname(w, c->producer));
-    coll_now(w, add_req(w, c->bwd, PS_GROUP_MODEL, model_axis(w, c->bwd), out_elems(w, c->producer),
-                        PS_BUFFER_ACT_GRADS, c->producer, what));
+    reqs[n++] = add_req(w, c->bwd, PS_GROUP_MODEL, model_axis(w, c->bwd),
+                        out_elems(w, c->producer), PS_BUFFER_ACT_GRADS, c->producer, what);
   }
   if (lp->enter && w->m->layers[i].input_from >= 0) {
     char what[48];
     snprintf(what, sizeof what, "%.34s in-grad", w->m->layers[i].name);
     int p = w->m->layers[i].input_from;
     int op = ring ? PS_COLL_ALL_GATHER : PS_COLL_ALL_REDUCE;
-    coll_now(w, add_req(w, op, PS_GROUP_MODEL, PS_AXIS_TENSOR, out_elems(w, p), PS_BUFFER_ACT_GRADS,
-                        p, what));
+    reqs[n++] = add_req(w, op, PS_GROUP_MODEL, PS_AXIS_TENSOR, out_elems(w, p),
+                        PS_BUFFER_ACT_GRADS, p, what);
   }
+  for (int k = 0; k < n; k++)
+    coll(w, PS_OP_COLL_START, reqs[k]);
+  return n;
+}
+
+/* Splits group g's backward `bw` into the op that computes the input
+ * gradient and a tail of the weight-gradient kernels ("wgrad"), which
+ * depend on nothing the input gradient's collective waits for: XLA's
+ * latency-hiding scheduler runs them while that collective is in flight,
+ * as Megatron-LM overlaps its tensor-parallel all-reduce of the input
+ * gradient with the weight gradient.  The tail frees the activations
+ * (the weight gradients read them last).  FALSE, bw unchanged, when the
+ * group has no weight-gradient kernel, or has products of two activations
+ * (attention's), whose backward kernels the cost model does not separate
+ * from its projections' weight gradients: its input gradient's collective
+ * then waits for the whole. */
+static gboolean split_wgrad(const Lower *w, int g, PsOp *bw, PsOp *tail)
+{
+  for (int l = group_first(w, g); l <= group_last(w, g); l++)
+    for (int m = 0; m < w->local.layers[l].n_mm; m++)
+      if (w->local.layers[l].mm[m].activations)
+        return FALSE;
+  PsCostOptions opt;
+  ps_strategy_cost_options(w->exp, &opt);
+  GArray *k = g_array_new(FALSE, FALSE, sizeof(PsKernel));
+  PsOpCost whole;
+  ps_cost_op(w->exp->topology, &w->local, bw->first, bw->last, bw->batch, &opt, TRUE, k,
+             &whole);
+  *tail = *bw;
+  tail->time = 0;
+  tail->flops = tail->mxu_flops = tail->hbm_bytes = 0;
+  tail->mxu_s = tail->memory_s = tail->overhead_s = 0;
+  tail->kernels = 0;
+  tail->memory_bound = FALSE;
+  for (guint j = 0; j < k->len; j++) {
+    const PsKernel *x = &g_array_index(k, PsKernel, j);
+    if (strcmp(x->what, "wgrad") != 0)
+      continue;
+    tail->time += x->time;
+    tail->flops += x->mxu_flops + x->vpu_flops;
+    tail->mxu_flops += x->mxu_flops;
+    tail->hbm_bytes += x->bytes;
+    *(x->bound == PS_BOUND_MXU ? &tail->mxu_s : &tail->memory_s) += x->busy_s;
+    tail->overhead_s += x->launch_s;
+    tail->kernels++;
+  }
+  g_array_free(k, TRUE);
+  if (tail->kernels == 0 || tail->time >= bw->time)
+    return FALSE;
+  tail->memory_bound = tail->memory_s > tail->mxu_s;
+  tail->tail = TRUE;
+  bw->time -= tail->time;
+  bw->flops -= tail->flops;
+  bw->mxu_flops -= tail->mxu_flops;
+  bw->hbm_bytes -= tail->hbm_bytes;
+  bw->mxu_s -= tail->mxu_s;
+  bw->memory_s -= tail->memory_s;
+  bw->overhead_s -= tail->overhead_s;
+  bw->kernels -= tail->kernels;
+  bw->act_bytes = 0;
+  size_t keep = MIN(strlen(tail->name), sizeof tail->name - 1 - 6);
+  memcpy(tail->name + keep, " wgrad", 7);
+  return TRUE;
 }
 
 static gboolean has_heads(const Lower *w, int g)
@@ -832,12 +909,19 @@ static void shard_backward(Lower *w, int *pending)
     }
     int first = group_first(w, g);
     gboolean ring = ring_backward(w, first);
+    PsOp tail;
+    gboolean split = !ring && w->M > 1 && has_backward_comps(w, first) &&
+                     split_wgrad(w, g, &bw, &tail);
     if (ring)
       emit_decomposed(w, &bw, (double)out_elems(w, w->m->layers[first].input_from) * w->act_b /
                                   w->M);
     else
       emit(w, &bw);
-    backward_comps(w, first, ring);
+    int reqs[3], nr = backward_comps(w, first, ring, reqs);
+    if (split)
+      emit(w, &tail);
+    for (int k = 0; k < nr; k++)
+      coll(w, PS_OP_COLL_DONE, reqs[k]);
     if (w->final) { /* (the step's last micro-batch) */
       norm_grads(w, &b, g);
       gradients(w, &b, g, g == 0);
