@@ -307,6 +307,123 @@ static void test_remat_minimal_rows(void)
   ps_experiment_free(e);
 }
 
+/* shard-llama2-7b (tensor 1 x fsdp 32, 2 sequences of 4096 a device)
+ * compiled with extra overrides. */
+static PsPlan *llama(const char *remat, const char *keep, PsExperiment **e)
+{
+  GError *error = NULL;
+  const char *ov[] = {"steps=1", remat, keep, NULL};
+  *e = ps_experiment_load("experiments/shard-llama2-7b.json", ov, &error);
+  g_assert_no_error(error);
+  PsPlan *p = ps_strategy_compile(*e, &error);
+  g_assert_no_error(error);
+  return p;
+}
+
+/* The op of kind k whose name starts with `name`, or -1. */
+static int op_named(const PsProgram *pr, PsOpKind k, const char *name)
+{
+  for (int i = 0; i < pr->n_ops; i++)
+    if (pr->ops[i].kind == k && g_str_has_prefix(pr->ops[i].name, name))
+      return i;
+  return -1;
+}
+
+/* A rematerialized forward leaves out what backward does not read: the
+ * down projection of a decoder layer, whose sum with the shortcut is the
+ * next layer's kept input.  Full remat reruns the rest of the layer
+ * (attention and the gated feed-forward, their FWD's matmul FLOPs);
+ * "custom" keeping the query, key and value projections and the context
+ * reruns only the output projection of attention (2 s d^2 a sequence) and
+ * the feed-forward's input products, and keeps 5 d values a token and
+ * layer (the input, Q, K, V, the context). */
+static void test_remat_rerun(void)
+{
+  const int64_t b = 2, s = 4096, d = 4096;
+  PsExperiment *e;
+  PsPlan *p = llama("strategy.rematerialize=full", NULL, &e);
+  const PsProgram *pr = ps_plan_program(p, 0);
+  const char *attn = "fwd layer4.attn.body.attn", *down = "fwd layer4.mlp.body.down";
+  const char *gate = "fwd layer4.mlp.body.gate_up";
+  int fa = op_named(pr, PS_OP_FWD, attn), fg = op_named(pr, PS_OP_FWD, gate);
+  int ra = op_named(pr, PS_OP_RECOMPUTE, "recompute layer4.attn.body.attn");
+  int rg = op_named(pr, PS_OP_RECOMPUTE, "recompute layer4.mlp.body.gate_up");
+  int rd = op_named(pr, PS_OP_RECOMPUTE, "recompute layer4.mlp.body.down");
+  g_assert_cmpint(MIN(MIN(fa, fg), MIN(ra, MIN(rg, rd))), >=, 0);
+  g_assert_cmpfloat(pr->ops[ra].mxu_flops, ==, pr->ops[fa].mxu_flops);
+  g_assert_cmpfloat(pr->ops[rg].mxu_flops, ==, pr->ops[fg].mxu_flops);
+  g_assert_cmpfloat(pr->ops[rd].mxu_flops, ==, 0);
+  g_assert_cmpfloat(pr->ops[op_named(pr, PS_OP_FWD, down)].mxu_flops, ==,
+                    2.0 * b * s * d * 11008);
+  double gate_flops = pr->ops[fg].mxu_flops;
+  ps_plan_free(p);
+  ps_experiment_free(e);
+
+  p = llama("strategy.rematerialize=custom",
+            "strategy.remat_keep=[\"query_proj\", \"key_proj\", \"value_proj\", \"context\"]", &e);
+  pr = ps_plan_program(p, 0);
+  ra = op_named(pr, PS_OP_RECOMPUTE, "recompute layer4.attn.body.attn");
+  rg = op_named(pr, PS_OP_RECOMPUTE, "recompute layer4.mlp.body.gate_up");
+  g_assert_cmpfloat_with_epsilon(pr->ops[ra].mxu_flops, 2.0 * b * s * d * d, 1e-9 * d * d);
+  g_assert_cmpfloat(pr->ops[rg].mxu_flops, ==, gate_flops);
+  int from = op_named(pr, PS_OP_FWD, "fwd layer3.mlp.body.down") + 1;
+  int to = op_named(pr, PS_OP_FWD, down);
+  g_assert_cmpint(from, >, 0);
+  g_assert_cmpint(to, >, from);
+  int64_t live = 0;
+  for (int i = from; i <= to; i++)
+    live += pr->ops[i].act_bytes;
+  g_assert_cmpint(live, ==, b * s * 5 * d * 2);
+  int64_t left = 0;
+  act_peak(p, &left);
+  g_assert_cmpint(left, ==, 0);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
+/* "custom" naming every weight product is "minimal", op for op; naming
+ * none reruns in each decoder layer what full reruns (the memory differs:
+ * full brings a unit's blocks back together). */
+static void test_remat_custom_bounds(void)
+{
+  PsExperiment *e1, *e2;
+  PsPlan *a = llama("strategy.rematerialize=minimal", NULL, &e1);
+  PsPlan *b = llama("strategy.rematerialize=custom",
+                    "strategy.remat_keep=[\"query_proj\", \"key_proj\", \"value_proj\", "
+                    "\"out_proj\", \"mlpwi\", \"mlpwo\"]",
+                    &e2);
+  const PsProgram *pa = ps_plan_program(a, 0), *pb = ps_plan_program(b, 0);
+  g_assert_cmpint(pa->n_ops, ==, pb->n_ops);
+  for (int i = 0; i < pa->n_ops; i++) {
+    g_assert_cmpstr(pa->ops[i].name, ==, pb->ops[i].name);
+    g_assert_cmpint(pa->ops[i].time, ==, pb->ops[i].time);
+    g_assert_cmpint(pa->ops[i].act_bytes, ==, pb->ops[i].act_bytes);
+  }
+  ps_plan_free(a);
+  ps_plan_free(b);
+  ps_experiment_free(e1);
+  ps_experiment_free(e2);
+  a = llama("strategy.rematerialize=full", NULL, &e1);
+  b = llama("strategy.rematerialize=custom", "strategy.remat_keep=[]", &e2);
+  pa = ps_plan_program(a, 0);
+  pb = ps_plan_program(b, 0);
+  int n = 0;
+  for (int i = 0; i < pa->n_ops; i++) {
+    if (pa->ops[i].kind != PS_OP_RECOMPUTE ||
+        !g_str_has_prefix(pa->ops[i].name, "recompute layer"))
+      continue; /* the decoder layers' (outside them custom keeps as minimal) */
+    int j = op_named(pb, PS_OP_RECOMPUTE, pa->ops[i].name);
+    g_assert_cmpint(j, >=, 0);
+    g_assert_cmpint(pa->ops[i].time, ==, pb->ops[j].time);
+    n++;
+  }
+  g_assert_cmpint(n, ==, 32 * 3); /* attention, gate_up, down: 32 layers */
+  ps_plan_free(a);
+  ps_plan_free(b);
+  ps_experiment_free(e1);
+  ps_experiment_free(e2);
+}
+
 static void test_flops_tensor(void)
 {
   const char *one[] = {"strategy.mesh.tensor=1", NULL};
@@ -688,6 +805,14 @@ static void test_bad_input(void)
 #undef TEXT
   const char *batch[] = {"global_batch=10", NULL};
   bad(batch, "global_batch");
+  const char *keep[] = {"strategy.rematerialize=custom", "strategy.remat_keep=[\"mlpwq\"]", NULL};
+  bad(keep, "strategy.remat_keep: names what a decoder layer does not have: \"mlpwq\"");
+  const char *twice[] = {"strategy.rematerialize=custom",
+                         "strategy.remat_keep=[\"context\", \"context\"]", NULL};
+  bad(twice, "names a checkpoint twice");
+  const char *policy[] = {"strategy.rematerialize=minimal", "strategy.remat_keep=[\"context\"]",
+                          NULL};
+  bad(policy, "read only with strategy.rematerialize \"custom\"");
   /* data 16 on 4 GiB devices: 2.5 GiB of weights and gradients, 2.5 GiB of
    * Adam slots and 1.1 GiB of activations; fsdp 2 halves the first two */
   const char *fit[] = {"strategy.mesh.tensor=1", "strategy.mesh.fsdp=1",
@@ -704,6 +829,8 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/remat/minimal", test_remat_minimal);
   g_test_add_func("/shard/remat/units", test_remat_units);
   g_test_add_func("/shard/remat/minimal-rows", test_remat_minimal_rows);
+  g_test_add_func("/shard/remat/rerun", test_remat_rerun);
+  g_test_add_func("/shard/remat/custom-bounds", test_remat_custom_bounds);
   g_test_add_func("/shard/vocab/padded", test_vocab_padded);
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);

@@ -136,6 +136,13 @@ static double mm_share(const PsMatmul *mm, gboolean wgrad)
   return wgrad ? done * (bwd - 1.0) : done;
 }
 
+/* The share of layer l's product m that this forward runs
+ * (PsCostOptions.rerun): all of it but in a rematerialized forward. */
+static double rerun(const Ctx *c, const PsLayer *l, int m)
+{
+  return c->opt->rerun ? c->opt->rerun(c->opt->rerun_ud, (int)(l - c->m->layers), m) : 1.0;
+}
+
 /* Executed FLOPs of layer l's matmuls (of those of two activations only
  * with acts_only). */
 static double mm_flops_sel(const PsLayer *l, int64_t batch, gboolean wgrad, gboolean acts_only)
@@ -152,6 +159,16 @@ static double mm_flops_sel(const PsLayer *l, int64_t batch, gboolean wgrad, gboo
 static double mm_flops(const PsLayer *l, int64_t batch)
 {
   return mm_flops_sel(l, batch, FALSE, FALSE);
+}
+
+/* Forward's executed matmul FLOPs that run (rerun). */
+static double mm_run_flops(const Ctx *c, const PsLayer *l)
+{
+  double f = 0;
+  for (int m = 0; m < l->n_mm; m++)
+    f += 2.0 * (double)(l->mm[m].rows * c->batch) * (double)l->mm[m].k * (double)l->mm[m].n *
+         (double)l->mm[m].count * mm_share(&l->mm[m], FALSE) * rerun(c, l, m);
+  return f;
 }
 
 /* A convolution's padded MXU FLOPs, as XLA lays its dimensions out on a
@@ -197,12 +214,13 @@ static double mm_padded(const Ctx *c, const PsLayer *l, gboolean wgrad)
   double f = 0;
   for (int m = 0; m < l->n_mm; m++) {
     const PsMatmul *mm = &l->mm[m];
-    if (c->opt->products_saved && !mm->activations)
-      continue; /* its output is saved, not recomputed */
-    f += conv ? conv_padded(c, l, mm, wgrad)
-              : 2.0 * (double)pad_to(mm->rows * c->batch, PS_MXU_ROW_TILE) *
-                    (double)pad_to(mm->k, tile) * (double)pad_to(mm->n, tile) *
-                    (double)mm->count * mm_share(mm, wgrad);
+    double run = wgrad ? 1.0 : rerun(c, l, m); /* a kept output is not recomputed */
+    if (run <= 0)
+      continue;
+    f += run * (conv ? conv_padded(c, l, mm, wgrad)
+                     : 2.0 * (double)pad_to(mm->rows * c->batch, PS_MXU_ROW_TILE) *
+                           (double)pad_to(mm->k, tile) * (double)pad_to(mm->n, tile) *
+                           (double)mm->count * mm_share(mm, wgrad));
   }
   return f * c->opt->passes;
 }
@@ -421,13 +439,28 @@ static void producer_fwd(Ctx *c, int i)
   k.padded_flops = mm_padded(c, l, FALSE);
   k.bytes = own_bytes(c, i, FALSE);
   k.vpu_flops = l->fwd_flops * (double)c->batch - k.mxu_flops;
-  if (c->opt->products_saved && l->n_mm > 0) {
-    /* recomputed from its saved weight products: attention's products of
-     * two activations and their traffic, or (a dense layer, a gate) the
-     * element-wise work on the saved product, read and written once */
-    k.mxu_flops = mm_flops_sel(l, c->batch, FALSE, TRUE);
-    k.bytes = l->core_bytes > 0 ? c->eb * l->core_bytes * (double)c->batch
-                                : 2.0 * c->eb * out_elems(c, i);
+  double run = mm_run_flops(c, l);
+  if (c->opt->rerun && l->n_mm > 0 && run < k.mxu_flops) {
+    /* rematerialized with some products kept: attention's products of two
+     * activations and their traffic where they run again, or the
+     * element-wise work on a kept product, read and written once; and
+     * each weight product that runs again, its rows in and out and its
+     * weights */
+    k.mxu_flops = run;
+    gboolean core = FALSE;
+    double rows_io = 0;
+    for (int m = 0; m < l->n_mm; m++) {
+      const PsMatmul *mm = &l->mm[m];
+      double r = rerun(c, l, m);
+      if (mm->activations)
+        core = core || r > 0;
+      else
+        rows_io += r * ((double)(mm->rows * c->batch) * (double)(mm->k + mm->n * mm->count) +
+                        (double)mm->k * (double)mm->n * (double)mm->count);
+    }
+    k.bytes = (core && l->core_bytes > 0 ? c->eb * l->core_bytes * (double)c->batch
+                                         : 2.0 * c->eb * out_elems(c, i)) +
+              c->eb * rows_io;
   }
   if (c->opt->fusion == PS_FUSION_XLA) {
     k.vpu_flops += pending_flops(c, l->input_from);

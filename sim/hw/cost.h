@@ -65,10 +65,13 @@ typedef struct {
   int act_bytes;  /* bytes of one activation element in HBM */
   PsFusion fusion;
   gboolean masks_recomputed; /* dropout masks drawn again in backward, never in HBM */
-  gboolean products_saved;   /* a forward recomputed from the saved outputs of its
-                                weight products (rematerialization "minimal"): only
-                                the products of two activations (attention's) and
-                                the element-wise work run again */
+  /* In a forward run again for backward (rematerialization), the share of
+   * layer `layer`'s product `mm` that runs again, 0 to 1: 0 where its output
+   * was kept (rematerialization "minimal" keeps the weight products) or
+   * nothing backward reads reaches it; the element-wise work runs again
+   * whatever it says.  NULL runs every product. */
+  double (*rerun)(const void *ud, int layer, int mm);
+  const void *rerun_ud;
 } PsCostOptions;
 
 /* One kernel as the core launches it. */

@@ -9,5 +9,6 @@ void ps_strategy_cost_options(const PsExperiment *exp, PsCostOptions *out)
   out->act_bytes = ps_cost_act_bytes(exp->numerics.precision);
   out->fusion = exp->fusion;
   out->masks_recomputed = exp->masks_recomputed;
-  out->products_saved = FALSE; /* set by the lowering for a "minimal" recompute */
+  out->rerun = NULL; /* set by the lowering for a rematerialized forward */
+  out->rerun_ud = NULL;
 }

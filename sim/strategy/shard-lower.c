@@ -383,6 +383,79 @@ static int64_t group_act(const Lower *w, int g)
   return act;
 }
 
+static gboolean output_kept(const Lower *w, int l);
+
+/* Whether backward reads nothing that layer l's forward computes: its
+ * output feeds only a residual join whose output is kept (the last
+ * projection of a unit: the next unit's input holds the sum), so a
+ * rematerialized forward leaves it out, as JAX's partial evaluation and
+ * XLA's dead-code elimination do. */
+static gboolean output_dead(const Lower *w, int l)
+{
+  const PsLayer *ml = w->m->layers;
+  int n = w->m->n_layers, j = l + 1;
+  if (j >= n || ml[j].input_from != l ||
+      ps_layer_kind_lower(ml[j].kind)->lowering != PS_LOWER_JOIN || !output_kept(w, j))
+    return FALSE;
+  for (int k = j + 1; k < n; k++)
+    if (ml[k].input_from == l || ml[k].shortcut_from == l)
+      return FALSE;
+  return TRUE;
+}
+
+/* The share of layer l's product m whose output rematerialization keeps
+ * for backward: "minimal" each weight product's; "custom" those
+ * remat_keep names (a share of the fused query, key and value projection
+ * by their widths; of a gated feed-forward's two halves; attention's
+ * context is the output of its second product of activations, the first's,
+ * the scores, never kept); outside a unit (the embedding, the head) the
+ * weight products, as "minimal". */
+static double kept_share(const Lower *w, int l, int m)
+{
+  const PsLayer *L = &w->m->layers[l];
+  if (m >= L->n_mm || (w->c->remat != PS_REMAT_MINIMAL && w->c->remat != PS_REMAT_CUSTOM))
+    return 0;
+  if (w->c->remat == PS_REMAT_MINIMAL || L->unit == 0) /* outside a unit, as minimal */
+    return L->mm[m].activations ? 0 : 1;
+  unsigned k = w->c->remat_keep;
+  switch (L->kind) {
+  case PS_LAYER_ATTENTION: {
+    double inner = (double)L->dim, kvw = (double)L->kv_heads * (double)(L->dim / L->heads);
+    if (m == 0)
+      return ((k & PS_KEEP_QUERY ? inner : 0) + (k & PS_KEEP_KEY ? kvw : 0) +
+              (k & PS_KEEP_VALUE ? kvw : 0)) /
+             (inner + 2 * kvw);
+    if (m == 2)
+      return k & PS_KEEP_CONTEXT ? 1 : 0;
+    return m == 3 && (k & PS_KEEP_OUT_PROJ) ? 1 : 0;
+  }
+  case PS_LAYER_SWIGLU:
+    return (k & PS_KEEP_WI0 ? 0.5 : 0) + (k & PS_KEEP_WI1 ? 0.5 : 0);
+  case PS_LAYER_DENSE:
+    if (l + 1 < w->m->n_layers && w->m->layers[l + 1].input_from == l &&
+        ps_layer_kind_lower(w->m->layers[l + 1].kind)->lowering == PS_LOWER_JOIN)
+      return k & PS_KEEP_WO ? 1 : 0; /* the feed-forward's output product */
+    return k & PS_KEEP_WI0 ? 1 : 0;
+  default:
+    return 0;
+  }
+}
+
+/* PsCostOptions.rerun for a rematerialized forward: nothing of a layer
+ * whose output backward does not read (output_dead); else each product
+ * but its kept share; attention's products of activations run again
+ * unless its context was kept (the scores then are not needed either). */
+static double rerun_share(const void *ud, int l, int m)
+{
+  const Lower *w = ud;
+  if (output_dead(w, l))
+    return 0;
+  const PsLayer *L = &w->m->layers[l];
+  if (L->kind == PS_LAYER_ATTENTION && L->mm[m].activations)
+    return 1 - kept_share(w, l, 2);
+  return 1 - kept_share(w, l, m);
+}
+
 static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
 {
   PsOp op = {.kind = kind, .batch = w->batch, .mb = w->mb, .first = group_first(w, g),
@@ -391,8 +464,12 @@ static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
   PsOpCost cost;
   PsCostOptions opt;
   ps_strategy_cost_options(w->exp, &opt);
-  /* "minimal" recomputes from the kept weight products (cost.h) */
-  opt.products_saved = kind == PS_OP_RECOMPUTE && w->c->remat == PS_REMAT_MINIMAL;
+  /* a rematerialized forward runs what backward needs and was not kept
+   * (rerun_share) */
+  if (kind == PS_OP_RECOMPUTE && w->c->remat != PS_REMAT_ATTENTION) {
+    opt.rerun = rerun_share;
+    opt.rerun_ud = w;
+  }
   ps_cost_op(w->exp->topology, &w->local, op.first, op.last, op.batch, &opt,
              kind == PS_OP_BWD, NULL, &cost);
   op.time = cost.time;
@@ -659,9 +736,10 @@ static int64_t recompute_live(const Lower *w, int g, int64_t own)
   return live;
 }
 
-/* Bytes "minimal" keeps of group g: each kept block input, as full keeps,
- * and the outputs of its weight products (the matmuls with a weight
- * operand: projections, feed-forward, the head), which backward would
+/* Bytes "minimal" or "custom" keeps of group g: each kept block input, as
+ * full keeps, and the kept share of its products' outputs (kept_share:
+ * "minimal" the matmuls with a weight operand, projections, feed-forward,
+ * the head; "custom" those remat_keep names), which backward would
  * otherwise recompute, at their local size.  A product whose sum a
  * reduce-scatter completes onto rows is kept as its rows (GSPMD keeps the
  * scattered value, a 1/M of the partial sum); one whose output only
@@ -676,8 +754,7 @@ static int64_t products_bytes(const Lower *w, int g)
     const PsLayer *L = &w->local.layers[l];
     int64_t out = ps_shape_elems(ml[l].out_shape, ml[l].out_rank), own = 0;
     for (int m = 0; m < L->n_mm; m++)
-      if (!L->mm[m].activations)
-        own += L->mm[m].rows * L->mm[m].n * L->mm[m].count;
+      own += (int64_t)(kept_share(w, l, m) * (double)(L->mm[m].rows * L->mm[m].n * L->mm[m].count));
     if (own > 0 && w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER)
       own -= MIN(own, out - out / w->M); /* the sum kept as its rows */
     int j = l + 1;
@@ -736,7 +813,7 @@ static void shard_forward(Lower *w, int *pending)
     PsOp f = compute_op(w, PS_OP_FWD, g);
     if (w->c->remat == PS_REMAT_FULL)
       f.act_bytes = kept_bytes(w, g);
-    else if (w->c->remat == PS_REMAT_MINIMAL)
+    else if (w->c->remat == PS_REMAT_MINIMAL || w->c->remat == PS_REMAT_CUSTOM)
       f.act_bytes = products_bytes(w, g);
     else if (w->c->remat == PS_REMAT_ATTENTION)
       f.act_bytes -= score_bytes(w, g);
@@ -894,7 +971,7 @@ static void shard_backward(Lower *w, int *pending)
       r.act_bytes = recompute_live(w, g, r.act_bytes);
       emit(w, &r);
       bw.act_bytes -= kept_bytes(w, g);
-    } else if (w->c->remat == PS_REMAT_MINIMAL) {
+    } else if (w->c->remat == PS_REMAT_MINIMAL || w->c->remat == PS_REMAT_CUSTOM) {
       /* forward kept the products; the rest is live again until backward
        * frees the whole group's, as without rematerialization */
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);

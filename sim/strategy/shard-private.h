@@ -15,7 +15,30 @@
  * (its scores recomputed); minimal (the outputs of the weight products
  * kept, the rest recomputed: JAX's checkpoint_dots_with_no_batch_dims,
  * MaxText's remat_policy "minimal"). */
-typedef enum { PS_REMAT_NONE, PS_REMAT_FULL, PS_REMAT_ATTENTION, PS_REMAT_MINIMAL } PsRemat;
+typedef enum {
+  PS_REMAT_NONE,
+  PS_REMAT_FULL,
+  PS_REMAT_ATTENTION,
+  PS_REMAT_MINIMAL,
+  PS_REMAT_CUSTOM /* each unit's input and the products remat_keep names */
+} PsRemat;
+
+/* What rematerialization "custom" keeps besides each unit's input
+ * (PsShardConfig.remat_keep), as MaxText's remat_policy "custom" names
+ * the checkpoints of a decoder layer: the query, key and value
+ * projections, attention's context (the input of its output projection),
+ * the output projection, the feed-forward's input products (a gated one's
+ * two halves) and its output product. */
+typedef enum {
+  PS_KEEP_QUERY = 1 << 0,
+  PS_KEEP_KEY = 1 << 1,
+  PS_KEEP_VALUE = 1 << 2,
+  PS_KEEP_CONTEXT = 1 << 3,
+  PS_KEEP_OUT_PROJ = 1 << 4,
+  PS_KEEP_WI0 = 1 << 5,
+  PS_KEEP_WI1 = 1 << 6,
+  PS_KEEP_WO = 1 << 7
+} PsRematKeep;
 
 /* The four axes a shard mesh has, in the default order of increasing
  * communication (outermost first). */
@@ -29,6 +52,7 @@ typedef struct {
   gboolean collective_matmul;
   gboolean sequence_parallel;   /* the tensor group also splits the rows */
   PsRemat remat;
+  unsigned remat_keep;          /* PsRematKeep bits, with remat "custom" */
   gboolean prefetch;            /* next layer's fsdp all-gather under this one */
   gboolean regather;            /* fsdp: gather again before backward */
   int64_t bucket_bytes;

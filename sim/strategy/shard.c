@@ -20,13 +20,29 @@
 
 static const char *const keys[] = {"kind",           "mesh",     "mesh_order",
                                    "collective_matmul", "sequence_parallel",
-                                   "rematerialize", "prefetch",
+                                   "rematerialize", "remat_keep", "prefetch",
                                    "regather",       "bucket_bytes", "loss_reduction",
                                    "reduce_precision", "micro_batches", "schedule", NULL};
 static const char *const mesh_keys[] = {"data", "fsdp", "tensor", "sequence", NULL};
 static const PsAxis mesh_axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR,
                                    PS_AXIS_SEQUENCE};
-static const char *const remats[] = {"none", "full", "attention_only", "minimal", NULL};
+static const char *const remats[] = {"none", "full", "attention_only", "minimal", "custom",
+                                     NULL};
+/* remat_keep's names (MaxText's checkpoint names of a decoder layer) and
+ * their bits; the unit's input is kept by every policy but "none". */
+static const struct {
+  const char *name;
+  unsigned bits;
+} keep_names[] = {{"decoder_layer_input", 0},
+                  {"query_proj", PS_KEEP_QUERY},
+                  {"key_proj", PS_KEEP_KEY},
+                  {"value_proj", PS_KEEP_VALUE},
+                  {"context", PS_KEEP_CONTEXT},
+                  {"out_proj", PS_KEEP_OUT_PROJ},
+                  {"mlpwi", PS_KEEP_WI0 | PS_KEEP_WI1},
+                  {"mlpwi_0", PS_KEEP_WI0},
+                  {"mlpwi_1", PS_KEEP_WI1},
+                  {"mlpwo", PS_KEEP_WO}};
 static const char *const loss_reductions[] = {"mean", "sum", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", NULL};
 static const char *const mesh_keys_all[] = {"data", "fsdp", "tensor", "sequence", "stage",
@@ -96,6 +112,49 @@ bad:
   return FALSE;
 }
 
+/* "remat_keep": an array of keep_names, each at most once; only with
+ * rematerialize "custom". */
+static gboolean parse_keep(json_object *o, const char *file, PsShardConfig *c, GError **error)
+{
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, "remat_keep", &v) || !v)
+    return TRUE;
+  GString *all = g_string_new(NULL);
+  for (size_t k = 0; k < G_N_ELEMENTS(keep_names); k++)
+    g_string_append_printf(all, "%s\"%s\"", k ? ", " : "", keep_names[k].name);
+  const char *why = NULL;
+  char *got = NULL;
+  if (c->remat != PS_REMAT_CUSTOM) {
+    why = "is read only with strategy.rematerialize \"custom\"";
+  } else if (!json_object_is_type(v, json_type_array)) {
+    why = "must be an array of names";
+  } else {
+    c->remat_keep = 0;
+    gboolean seen[G_N_ELEMENTS(keep_names)] = {FALSE};
+    for (size_t i = 0; i < json_object_array_length(v) && !why; i++) {
+      json_object *x = json_object_array_get_idx(v, i);
+      const char *s = json_object_is_type(x, json_type_string) ? json_object_get_string(x) : "";
+      size_t k = 0;
+      while (k < G_N_ELEMENTS(keep_names) && strcmp(keep_names[k].name, s) != 0)
+        k++;
+      if (k == G_N_ELEMENTS(keep_names) || seen[k]) {
+        why = k == G_N_ELEMENTS(keep_names) ? "names what a decoder layer does not have"
+                                            : "names a checkpoint twice";
+        got = g_strdup(json_object_to_json_string_ext(x, JSON_C_TO_STRING_PLAIN));
+        break;
+      }
+      seen[k] = TRUE;
+      c->remat_keep |= keep_names[k].bits;
+    }
+  }
+  if (why)
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.remat_keep",
+                     "%s%s%s (the names: %s)", why, got ? ": " : "", got ? got : "", all->str);
+  g_free(got);
+  g_string_free(all, TRUE);
+  return why == NULL;
+}
+
 static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, GError **error)
 {
   const char *p = "strategy";
@@ -120,7 +179,7 @@ static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, G
   c->schedule = (PsSchedule)sched;
   c->remat = (PsRemat)remat;
   c->loss_reduction = (PsLossReduction)red;
-  return TRUE;
+  return parse_keep(o, file, c, error);
 }
 
 static gboolean shard_parse(json_object *obj, const PsTopology *topo, const char *file,
@@ -351,6 +410,20 @@ static json_object *shard_to_json(const void *config)
                          json_object_new_boolean(c->sequence_parallel ||
                                                  c->size[PS_AXIS_SEQUENCE] > 1));
   json_object_object_add(so, "rematerialize", json_object_new_string(remats[c->remat]));
+  if (c->remat == PS_REMAT_CUSTOM) {
+    json_object *keep = json_object_new_array();
+    for (size_t k = 0; k < G_N_ELEMENTS(keep_names); k++) {
+      unsigned b = keep_names[k].bits;
+      /* each bit under one name: mlpwi for both halves, else its own */
+      gboolean both = (c->remat_keep & (PS_KEEP_WI0 | PS_KEEP_WI1)) ==
+                      (PS_KEEP_WI0 | PS_KEEP_WI1);
+      if (b == 0 || (b & c->remat_keep) != b ||
+          (both && (b == PS_KEEP_WI0 || b == PS_KEEP_WI1)))
+        continue;
+      json_object_array_add(keep, json_object_new_string(keep_names[k].name));
+    }
+    json_object_object_add(so, "remat_keep", keep);
+  }
   json_object_object_add(so, "prefetch", json_object_new_boolean(c->prefetch));
   json_object_object_add(so, "regather", json_object_new_boolean(c->regather));
   json_object_object_add(so, "bucket_bytes", json_object_new_int64(c->bucket_bytes));
