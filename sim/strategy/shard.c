@@ -125,7 +125,8 @@ static gboolean parse_keep(json_object *o, const char *file, PsShardConfig *c, G
   const char *why = NULL;
   char *got = NULL;
   if (c->remat != PS_REMAT_CUSTOM) {
-    why = "is read only with strategy.rematerialize \"custom\"";
+    why = "is read only with strategy.rematerialize \"custom\" (--set "
+          "strategy.remat_keep=null leaves it out)";
   } else if (!json_object_is_type(v, json_type_array)) {
     why = "must be an array of names";
   } else {
