@@ -48,11 +48,10 @@
  * a ring of its own x line and each fsdp collective a multiring over its
  * own yz plane: the fast path books a request's 256 (or 16) translated
  * groups from one sweep, and times together the reduce-scatter and gather
- * that a group's backward runs at once, so the step (3542.550 ms, the
- * event path's to the picosecond) is 9.5 M events, 8.6-9.1 s of wall time
- * and 9.5-9.9 s of CPU at load 1.5 (up to 12.4 s of CPU beside heavier
- * jobs), under 600 MiB (the event path:
- * 242 M events, 84 s of CPU, 590 MiB; the fast path before its sweeps were
+ * that a group's backward runs at once, so the step (3206.442 ms, the
+ * event path's in every printed digit) is 9.9 M events, 7.3-10.8 s of wall
+ * time, under 600 MiB (the event path: 243 M events, 41 s of CPU, 436 MiB;
+ * 84 s and 590 MiB when first measured; the fast path before its sweeps were
  * shared: 75.9 M events, 50 s, 1.27 GiB).  With PODSIM_BENCH_FULL=1 in the environment also that step
  * on the event path, and tensor 8 x fsdp 512 on the same slice (global
  * batch 1024), which splits x between the axes (tensor the inner 8 of x,
