@@ -473,7 +473,8 @@ static void test_tensor_partials(void)
  * On the 4 devices of tpu-v4-8 (also with full rematerialization), and
  * with data 2 or fsdp 2 on the 8 devices of tpu-v4-16; and the same
  * with the tensor group of 4 splitting the rows itself (sequence_parallel,
- * no sequence axis), also with fsdp 2 and "minimal" rematerialization. */
+ * no sequence axis), also with fsdp 2 and "minimal" rematerialization, and
+ * "custom" keeping the query, key and value projections and the context. */
 static void sequence_meshes(const Reference *ref)
 {
   check_mesh(ref, "{\"tensor\": 2, \"sequence\": 2}", "");
@@ -485,6 +486,9 @@ static void sequence_meshes(const Reference *ref)
   check_mesh(ref, "{\"tensor\": 4}", ", \"sequence_parallel\": true");
   check_mesh_on(ref, NULL, "tpu-v4-16", "{\"tensor\": 4, \"fsdp\": 2}",
                 ", \"sequence_parallel\": true, \"rematerialize\": \"minimal\"");
+  check_mesh_on(ref, NULL, "tpu-v4-16", "{\"tensor\": 4, \"fsdp\": 2}",
+                ", \"sequence_parallel\": true, \"rematerialize\": \"custom\", "
+                "\"remat_keep\": [\"query_proj\", \"key_proj\", \"value_proj\", \"context\"]");
 }
 
 static void test_sequence_gradients(void)
