@@ -366,7 +366,9 @@ static void test_fusion_order(void)
  * below the diagonal, 512 x (512 + 1024 + 1536 + 2048) = 2,621,440
  * scores of S^2 = 4,194,304 (0.625); forward executes the projections
  * and 2 products of 2 x 128 FLOPs per score, backward twice the
- * projections and 7 such products; the model's FLOPs (MFU) are the whole
+ * projections and 7 such products (5 with one fused backward kernel, the
+ * softmax's vector work then run again once: 1 + 5 FLOPs a score fewer);
+ * the model's FLOPs (MFU) are the whole
  * S^2 either way; it keeps h S float32 log-sum-exps for backward instead
  * of h S^2 probabilities. */
 static void test_flash_attention(void)
@@ -393,6 +395,21 @@ static void test_flash_attention(void)
   g_assert_cmpfloat(fabs(b.mxu_flops - B * (2 * proj + 7 * 2 * h * dh * seen)), <,
                     1e-9 * b.mxu_flops);
   g_assert_cmpfloat(fabs(pf.mxu_flops - B * (proj + 4 * h * dh * S * S)), <, 1e-9 * pf.mxu_flops);
+  /* one fused backward kernel: 5 products, the softmax's vector work once */
+  g_autofree char *fused_text = g_strdup_printf(fmt, ", \"flash\": true, "
+                                                     "\"flash_fused_backward\": true");
+  PsModel *fused = model_from(fused_text);
+  PsOpCost ff, fb;
+  ps_cost_op(t, fused, 0, 0, B, &xla_bf16, FALSE, NULL, &ff);
+  ps_cost_op(t, fused, 0, 0, B, &xla_bf16, TRUE, NULL, &fb);
+  g_assert_cmpfloat(ff.mxu_flops, ==, f.mxu_flops);
+  g_assert_cmpfloat(fabs(fb.mxu_flops - B * (2 * proj + 5 * 2 * h * dh * seen)), <,
+                    1e-9 * fb.mxu_flops);
+  g_assert_cmpfloat(fabs(flash->layers[0].bwd_flops - fused->layers[0].bwd_flops -
+                         (2 * 2 * h * dh * seen + (1 + 5.0) * h * seen)),
+                    <, 1e-9 * flash->layers[0].bwd_flops);
+  g_assert_cmpfloat(ps_model_flops_per_example(fused), ==, ps_model_flops_per_example(plain));
+  ps_model_free(fused);
   /* no score goes through HBM: the plain kernel moves 4 h S^2 score
    * elements and reads K and V once (2 S D); the flash kernel reads each
    * visible 512-row key and value block once per query head and block,
@@ -415,6 +432,7 @@ static void test_flash_errors(void)
   const char *bad[][2] = {
       {"\"flash\": true, \"dropout\": 0.1", "no dropout"},
       {"\"flash_block\": 128", "flash_block"},
+      {"\"flash_fused_backward\": true", "flash_fused_backward"},
       {"\"flash\": true, \"flash_block\": 0", "flash_block"},
   };
   for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {

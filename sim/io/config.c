@@ -649,8 +649,9 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
 }
 
 /* Sets "flash" on every attention layer of a model's layer list, those
- * inside blocks included (removing a "flash_block" when it turns flash
- * off), for "attention_kernel"; the resolved model then says so. */
+ * inside blocks included (removing "flash_block" and "flash_fused_backward"
+ * when it turns flash off), for "attention_kernel"; the resolved model
+ * then says so. */
 static void set_attention_kernel(json_object *layers, gboolean flash)
 {
   if (!json_object_is_type(layers, json_type_array))
@@ -662,8 +663,10 @@ static void set_attention_kernel(json_object *layers, gboolean flash)
     if (json_object_object_get_ex(l, "type", &type) &&
         g_strcmp0(json_object_get_string(type), "attention") == 0) {
       json_object_object_add(l, "flash", json_object_new_boolean(flash));
-      if (!flash)
+      if (!flash) {
         json_object_object_del(l, "flash_block");
+        json_object_object_del(l, "flash_fused_backward");
+      }
     }
     json_object_object_foreach(l, key, val)
     {

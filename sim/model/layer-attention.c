@@ -16,7 +16,7 @@
 
 static const char *const keys_attention[] = {"type",   "name", "heads", "kv_heads", "dim",
                                              "bias", "causal", "rope", "dropout", "flash",
-                                             "flash_block", NULL};
+                                             "flash_block", "flash_fused_backward", NULL};
 
 /* The flash kernel's default block: MaxText's splash attention blocks of
  * 512 query and key positions, forward and in both backward kernels
@@ -37,6 +37,12 @@ static const char *const keys_attention[] = {"type",   "name", "heads", "kv_head
  * 047c691c8f31fe00f68c335cf818d1a96b8c7c17). */
 #define PS_FLASH_BWD_PRODUCTS 3.5
 
+/* The same with "flash_fused_backward" (BlockSizes.use_fused_bwd_kernel =
+ * True, MaxText's sa_use_fused_bwd_kernel): one kernel computes the scores
+ * again once, dP = dO v^T, dV = P^T dO, dQ = dS k and dK = dS^T q: 5
+ * products against forward's 2, and the softmax's vector work once. */
+#define PS_FLASH_FUSED_BWD_PRODUCTS 2.5
+
 /* causal is a mask: the same counted cost (but flash attention's skipped
  * blocks), and the numerics honour it */
 static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
@@ -53,8 +59,17 @@ static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
       !ps_json_get_bool(obj, file, path, "rope", FALSE, &L->rope, error) ||
       !ps_layer_get_rate(obj, file, path, "dropout", FALSE, &L->rate, error) ||
       !ps_json_get_bool(obj, file, path, "flash", FALSE, &flash, error) ||
-      !ps_layer_get_dim(obj, file, path, "flash_block", FALSE, &block, error))
+      !ps_layer_get_dim(obj, file, path, "flash_block", FALSE, &block, error) ||
+      !ps_json_get_bool(obj, file, path, "flash_fused_backward", FALSE, &L->flash_fused_bwd,
+                        error))
     return FALSE;
+  if (L->flash_fused_bwd && !flash) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: %s.flash_fused_backward: a backward kernel of flash attention; set "
+                "\"flash\": true too, or leave flash_fused_backward out",
+                file, path);
+    return FALSE;
+  }
   if (block > 0 && !flash) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                 "%s: %s.flash_block: a block size is for flash attention; set \"flash\": true "
@@ -139,15 +154,17 @@ static void flash_shape(PsLayer *L, const AttnTerms *t, int64_t s, int64_t dh)
 {
   const int64_t h = L->heads, b = MIN(L->flash_block, s);
   const double seen = flash_scores(s, b, L->causal), frac = seen / ((double)s * (double)s);
+  const double bwd = L->flash_fused_bwd ? PS_FLASH_FUSED_BWD_PRODUCTS : PS_FLASH_BWD_PRODUCTS;
+  const int passes = L->flash_fused_bwd ? 1 : 2; /* backward kernels rerunning the softmax */
   for (int m = 1; m <= 2; m++) {
     L->mm[m].done = frac;
-    L->mm[m].bwd = PS_FLASH_BWD_PRODUCTS;
+    L->mm[m].bwd = bwd;
   }
   double core = 4.0 * (double)h * seen * (double)dh; /* q k^T and P v, executed */
   double scores = (double)h * seen;
   L->fwd_flops = t->proj + core + (1 + PS_SOFTMAX_FWD) * scores + t->nb + t->rot;
-  L->bwd_flops = 2 * t->proj + PS_FLASH_BWD_PRODUCTS * core +
-                 (2 * (1 + PS_SOFTMAX_FWD) + PS_SOFTMAX_BWD) * scores + t->nb + t->rot;
+  L->bwd_flops = 2 * t->proj + bwd * core +
+                 (passes * (1 + PS_SOFTMAX_FWD) + PS_SOFTMAX_BWD) * scores + t->nb + t->rot;
   /* x read, Q K V written, Q read once, the visible key and value blocks
    * read once per query head and block row (kv_reads), context written
    * and read, output written */

@@ -154,6 +154,8 @@ typedef struct {
   gboolean rope;               /* ATTENTION: rotary position embedding on Q and K */
   int64_t flash_block;         /* ATTENTION: 0, or flash attention over blocks of
                                   this many positions (at most the sequence) */
+  gboolean flash_fused_bwd;    /* ATTENTION, flash: one backward kernel for dq, dk
+                                  and dv (5 block products, not 7) */
   double core_bytes;           /* ATTENTION: elements per example its products of
                                   activations read and write (Q, K, V in, the
                                   context out, and the scores unless flash) */
