@@ -138,7 +138,8 @@ static double num(json_object *o, const char *key)
 
 /* error = predicted / measured - 1 to 1e-9, for factors 0.5, 2 and 0.8
  * (errors +1, -0.5, +0.25); the calibration row (+1) is left out, so the
- * median is 0.375 and the worst 0.5 (with it they would be 0.5 and 1). */
+ * median is 0.375 and the worst 0.5 (with it they would be 0.5 and 1),
+ * and of each generation's points v2 has the -0.5 and v4 the +0.25. */
 static void test_exact_errors(void)
 {
   double predicted[G_N_ELEMENTS(specs)];
@@ -174,6 +175,22 @@ static void test_exact_errors(void)
   g_assert_cmpfloat(fabs(num(o, "median_abs_error") - 0.375), <, 1e-9);
   g_assert_cmpfloat(fabs(num(o, "worst_abs_error") - 0.5), <, 1e-9);
   g_assert_cmpint(json_object_get_int(json_object_object_get(o, "failed")), ==, 0);
+  /* by generation, the calibration point left out: v2 one point at -0.5,
+   * v4 one at +0.25 */
+  json_object *gens = json_object_object_get(o, "by_generation");
+  g_assert_cmpint(json_object_array_length(gens), ==, 2);
+  const struct {
+    const char *gen;
+    double median, mean;
+  } want[] = {{"v2", 0.5, -0.5}, {"v4", 0.25, 0.25}};
+  for (guint k = 0; k < G_N_ELEMENTS(want); k++) {
+    json_object *g = json_object_array_get_idx(gens, k);
+    g_assert_cmpstr(json_object_get_string(json_object_object_get(g, "generation")), ==,
+                    want[k].gen);
+    g_assert_cmpint(json_object_get_int(json_object_object_get(g, "points")), ==, 1);
+    g_assert_cmpfloat(fabs(num(g, "median_abs_error") - want[k].median), <, 1e-9);
+    g_assert_cmpfloat(fabs(num(g, "mean_error") - want[k].mean), <, 1e-9);
+  }
   json_object_put(o);
 
   /* the table: every row's source, the calibration mark on its row only,
@@ -195,6 +212,8 @@ static void test_exact_errors(void)
   }
   g_assert_nonnull(strstr(text, "median 37.5%, worst 50.0%"));
   g_assert_nonnull(strstr(text, "left out of the summary"));
+  g_assert_nonnull(strstr(text, "  v2    1 point : median |error| 50.0%, mean error -50.0%\n"));
+  g_assert_nonnull(strstr(text, "  v4    1 point : median |error| 25.0%, mean error +25.0%\n"));
   remove_dir(dir);
 }
 

@@ -54,6 +54,7 @@ typedef struct {
   char *file;
   char *name, *model, *topology, *precision, *experiment;
   char *source;            /* one line: round, submitter, system; or paper, table */
+  char *generation;        /* the topology's TPU generation, once loaded */
   int64_t global_batch;
   double measured_s;
   gboolean calibration;
@@ -89,6 +90,7 @@ static void point_free(Point *p)
   g_free(p->precision);
   g_free(p->experiment);
   g_free(p->source);
+  g_free(p->generation);
   if (p->sets)
     g_ptr_array_free(p->sets, TRUE);
   ps_experiment_free(p->exp);
@@ -294,6 +296,7 @@ static gboolean point_prepare(Point *p, GError **error)
     return FALSE;
   }
   p->cost = (double)ps_experiment_devices_used(p->exp) * (double)p->exp->model->params;
+  p->generation = g_strdup(p->exp->topology->generation ? p->exp->topology->generation : "");
   return TRUE;
 }
 
@@ -389,6 +392,55 @@ static Summary summarise(const GPtrArray *points)
   return s;
 }
 
+/* The points of one TPU generation that ran and are not calibration
+ * points: how many, their median |error| and their mean signed error
+ * (which way podsim leans there). */
+typedef struct {
+  const char *generation;
+  guint n;
+  double median, mean;
+} GenSummary;
+
+static gint by_path(gconstpointer a, gconstpointer b);
+
+/* One GenSummary per generation with such a point, by generation name
+ * ("v2" < "v3" < ... < "v7").  (transfer full) */
+static GArray *by_generation(const GPtrArray *points)
+{
+  GArray *out = g_array_new(FALSE, TRUE, sizeof(GenSummary));
+  g_autoptr(GPtrArray) gens = g_ptr_array_new();
+  for (guint i = 0; i < points->len; i++) {
+    const Point *p = points->pdata[i];
+    if (!p->ran || p->calibration || !p->generation)
+      continue;
+    gboolean seen = FALSE;
+    for (guint k = 0; k < gens->len && !seen; k++)
+      seen = strcmp(gens->pdata[k], p->generation) == 0;
+    if (!seen)
+      g_ptr_array_add(gens, p->generation);
+  }
+  g_ptr_array_sort(gens, by_path);
+  for (guint k = 0; k < gens->len; k++) {
+    g_autoptr(GArray) abs_err = g_array_new(FALSE, FALSE, sizeof(double));
+    GenSummary g = {.generation = gens->pdata[k]};
+    for (guint i = 0; i < points->len; i++) {
+      const Point *p = points->pdata[i];
+      if (!p->ran || p->calibration || !p->generation || strcmp(p->generation, g.generation))
+        continue;
+      double e = rel_error(p), a = fabs(e);
+      g.mean += e;
+      g_array_append_val(abs_err, a);
+    }
+    g.n = abs_err->len;
+    g.mean /= g.n;
+    g_array_sort(abs_err, cmp_double);
+    double *v = (double *)(void *)abs_err->data;
+    g.median = g.n % 2 ? v[g.n / 2] : 0.5 * (v[g.n / 2 - 1] + v[g.n / 2]);
+    g_array_append_val(out, g);
+  }
+  return out;
+}
+
 static json_object *nullable_double(gboolean have, double v)
 {
   return have ? ps_cli_json_exact_double(v) : NULL;
@@ -419,6 +471,18 @@ static void print_json(const GPtrArray *points, const Summary *s)
   json_object_object_add(o, "median_abs_error", nullable_double(s->summarized > 0, s->median));
   json_object_object_add(o, "worst_abs_error", nullable_double(s->summarized > 0, s->worst));
   json_object_object_add(o, "failed", json_object_new_int((int)s->failed));
+  g_autoptr(GArray) gens = by_generation(points);
+  json_object *ga = json_object_new_array();
+  for (guint k = 0; k < gens->len; k++) {
+    const GenSummary *g = &g_array_index(gens, GenSummary, k);
+    json_object *go = json_object_new_object();
+    json_object_object_add(go, "generation", json_object_new_string(g->generation));
+    json_object_object_add(go, "points", json_object_new_int((int)g->n));
+    json_object_object_add(go, "median_abs_error", ps_cli_json_exact_double(g->median));
+    json_object_object_add(go, "mean_error", ps_cli_json_exact_double(g->mean));
+    json_object_array_add(ga, go);
+  }
+  json_object_object_add(o, "by_generation", ga);
   printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
                                                        JSON_C_TO_STRING_NOSLASHESCAPE));
   json_object_put(o);
@@ -496,6 +560,12 @@ static void print_table(const GPtrArray *points, const Summary *s, const char *d
   if (s->summarized)
     printf("|error| over the %u predicted: median %.1f%%, worst %.1f%% (%s)\n", s->summarized,
            100 * s->median, 100 * s->worst, s->worst_point->name);
+  g_autoptr(GArray) gens = by_generation(points);
+  for (guint k = 0; k < gens->len && gens->len > 1; k++) {
+    const GenSummary *g = &g_array_index(gens, GenSummary, k);
+    printf("  %-4s %2u point%s: median |error| %.1f%%, mean error %+.1f%%\n", g->generation, g->n,
+           g->n == 1 ? " " : "s", 100 * g->median, 100 * g->mean);
+  }
 }
 
 
