@@ -381,6 +381,43 @@ static void test_remat_rerun(void)
   ps_experiment_free(e);
 }
 
+/* remat_offload keeps what it names in the host's memory: the same ops
+ * and times as keeping it in HBM (nothing more is run again), none of its
+ * bytes in a unit's HBM between forward and backward, a lower peak. */
+static void test_remat_offload(void)
+{
+  const char *names = "[\"query_proj\", \"key_proj\", \"value_proj\", \"context\"]";
+  g_autofree char *keep = g_strdup_printf("strategy.remat_keep=%s", names);
+  g_autofree char *offload = g_strdup_printf(
+      "strategy.remat_offload=[\"decoder_layer_input\", \"query_proj\", \"key_proj\", "
+      "\"value_proj\", \"context\"]");
+  PsExperiment *e1, *e2;
+  PsPlan *a = llama("strategy.rematerialize=custom", keep, &e1);
+  PsPlan *b = llama("strategy.rematerialize=custom", offload, &e2);
+  const PsProgram *pa = ps_plan_program(a, 0), *pb = ps_plan_program(b, 0);
+  g_assert_cmpint(pa->n_ops, ==, pb->n_ops);
+  for (int i = 0; i < pa->n_ops; i++)
+    g_assert_cmpint(pa->ops[i].time, ==, pb->ops[i].time);
+  int from = op_named(pb, PS_OP_FWD, "fwd layer3.mlp.body.down") + 1;
+  int to = op_named(pb, PS_OP_FWD, "fwd layer4.mlp.body.down");
+  g_assert_cmpint(from, >, 0);
+  int64_t live_a = 0, live_b = 0;
+  for (int i = from; i <= to; i++) {
+    live_a += pa->ops[i].act_bytes;
+    live_b += pb->ops[i].act_bytes;
+  }
+  g_assert_cmpint(live_a, ==, (int64_t)2 * 4096 * 5 * 4096 * 2);
+  g_assert_cmpint(live_b, ==, 0);
+  int64_t left_a = 0, left_b = 0;
+  int64_t peak_a = act_peak(a, &left_a), peak_b = act_peak(b, &left_b);
+  g_assert_cmpint(left_b, ==, 0);
+  g_assert_cmpint(peak_b, <, peak_a);
+  ps_plan_free(a);
+  ps_plan_free(b);
+  ps_experiment_free(e1);
+  ps_experiment_free(e2);
+}
+
 /* "custom" naming every weight product is "minimal", op for op; naming
  * none reruns in each decoder layer what full reruns (the memory differs:
  * full brings a unit's blocks back together). */
@@ -813,6 +850,9 @@ static void test_bad_input(void)
   const char *policy[] = {"strategy.rematerialize=minimal", "strategy.remat_keep=[\"context\"]",
                           NULL};
   bad(policy, "read only with strategy.rematerialize \"custom\"");
+  const char *both[] = {"strategy.rematerialize=custom", "strategy.remat_keep=[\"context\"]",
+                        "strategy.remat_offload=[\"context\"]", NULL};
+  bad(both, "strategy.remat_offload: names \"context\", which strategy.remat_keep names too");
   /* data 16 on 4 GiB devices: 2.5 GiB of weights and gradients, 2.5 GiB of
    * Adam slots and 1.1 GiB of activations; fsdp 2 halves the first two */
   const char *fit[] = {"strategy.mesh.tensor=1", "strategy.mesh.fsdp=1",
@@ -831,6 +871,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/remat/minimal-rows", test_remat_minimal_rows);
   g_test_add_func("/shard/remat/rerun", test_remat_rerun);
   g_test_add_func("/shard/remat/custom-bounds", test_remat_custom_bounds);
+  g_test_add_func("/shard/remat/offload", test_remat_offload);
   g_test_add_func("/shard/vocab/padded", test_vocab_padded);
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);

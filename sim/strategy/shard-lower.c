@@ -404,20 +404,19 @@ static gboolean output_dead(const Lower *w, int l)
 }
 
 /* The share of layer l's product m whose output rematerialization keeps
- * for backward: "minimal" each weight product's; "custom" those
- * remat_keep names (a share of the fused query, key and value projection
+ * for backward: "minimal" each weight product's; "custom" those the mask
+ * k names (remat_keep's, remat_offload's) (a share of the fused query, key and value projection
  * by their widths; of a gated feed-forward's two halves; attention's
  * context is the output of its second product of activations, the first's,
  * the scores, never kept); outside a unit (the embedding, the head) the
  * weight products, as "minimal". */
-static double kept_share(const Lower *w, int l, int m)
+static double share_of(const Lower *w, int l, int m, unsigned k)
 {
   const PsLayer *L = &w->m->layers[l];
   if (m >= L->n_mm || (w->c->remat != PS_REMAT_MINIMAL && w->c->remat != PS_REMAT_CUSTOM))
     return 0;
   if (w->c->remat == PS_REMAT_MINIMAL || L->unit == 0) /* outside a unit, as minimal */
     return L->mm[m].activations ? 0 : 1;
-  unsigned k = w->c->remat_keep;
   switch (L->kind) {
   case PS_LAYER_ATTENTION: {
     double inner = (double)L->dim, kvw = (double)L->kv_heads * (double)(L->dim / L->heads);
@@ -441,6 +440,12 @@ static double kept_share(const Lower *w, int l, int m)
   }
 }
 
+/* The share of layer l's product m kept in HBM (remat_keep's). */
+static double kept_share(const Lower *w, int l, int m)
+{
+  return share_of(w, l, m, w->c->remat_keep);
+}
+
 /* PsCostOptions.rerun for a rematerialized forward: nothing of a layer
  * whose output backward does not read (output_dead); else each product
  * but its kept share; attention's products of activations run again
@@ -451,9 +456,10 @@ static double rerun_share(const void *ud, int l, int m)
   if (output_dead(w, l))
     return 0;
   const PsLayer *L = &w->m->layers[l];
+  unsigned k = w->c->remat_keep | w->c->remat_offload; /* kept anywhere */
   if (L->kind == PS_LAYER_ATTENTION && L->mm[m].activations)
-    return 1 - kept_share(w, l, 2);
-  return 1 - kept_share(w, l, m);
+    return 1 - share_of(w, l, 2, k);
+  return 1 - share_of(w, l, m, k);
 }
 
 static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
@@ -703,9 +709,12 @@ static gboolean output_kept(const Lower *w, int l)
 }
 
 /* Bytes a full-remat forward keeps: the kept outputs of group g's layers
- * (output_kept), at their local size. */
+ * (output_kept), at their local size; none in HBM where "custom" offloads
+ * the unit's input to the host. */
 static int64_t kept_bytes(const Lower *w, int g)
 {
+  if (w->c->remat == PS_REMAT_CUSTOM && (w->c->remat_offload & PS_KEEP_INPUT))
+    return 0; /* in the host's memory */
   int64_t b = 0;
   for (int l = group_first(w, g); l <= group_last(w, g); l++)
     if (output_kept(w, l))

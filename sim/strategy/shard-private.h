@@ -23,9 +23,9 @@ typedef enum {
   PS_REMAT_CUSTOM /* each unit's input and the products remat_keep names */
 } PsRemat;
 
-/* What rematerialization "custom" keeps besides each unit's input
- * (PsShardConfig.remat_keep), as MaxText's remat_policy "custom" names
- * the checkpoints of a decoder layer: the query, key and value
+/* What rematerialization "custom" keeps (PsShardConfig.remat_keep, in HBM;
+ * remat_offload, in the host's memory), as MaxText's remat_policy "custom"
+ * names the checkpoints of a decoder layer (=device, =offload): its input, the query, key and value
  * projections, attention's context (the input of its output projection),
  * the output projection, the feed-forward's input products (a gated one's
  * two halves) and its output product. */
@@ -37,7 +37,8 @@ typedef enum {
   PS_KEEP_OUT_PROJ = 1 << 4,
   PS_KEEP_WI0 = 1 << 5,
   PS_KEEP_WI1 = 1 << 6,
-  PS_KEEP_WO = 1 << 7
+  PS_KEEP_WO = 1 << 7,
+  PS_KEEP_INPUT = 1 << 8 /* the unit's input: every policy but "none" keeps it */
 } PsRematKeep;
 
 /* The four axes a shard mesh has, in the default order of increasing
@@ -52,7 +53,8 @@ typedef struct {
   gboolean collective_matmul;
   gboolean sequence_parallel;   /* the tensor group also splits the rows */
   PsRemat remat;
-  unsigned remat_keep;          /* PsRematKeep bits, with remat "custom" */
+  unsigned remat_keep;          /* PsRematKeep bits kept in HBM, with remat "custom" */
+  unsigned remat_offload;       /* PsRematKeep bits kept in host memory instead */
   gboolean prefetch;            /* next layer's fsdp all-gather under this one */
   gboolean regather;            /* fsdp: gather again before backward */
   int64_t bucket_bytes;

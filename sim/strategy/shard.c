@@ -20,7 +20,7 @@
 
 static const char *const keys[] = {"kind",           "mesh",     "mesh_order",
                                    "collective_matmul", "sequence_parallel",
-                                   "rematerialize", "remat_keep", "prefetch",
+                                   "rematerialize", "remat_keep", "remat_offload", "prefetch",
                                    "regather",       "bucket_bytes", "loss_reduction",
                                    "reduce_precision", "micro_batches", "schedule", NULL};
 static const char *const mesh_keys[] = {"data", "fsdp", "tensor", "sequence", NULL};
@@ -28,12 +28,13 @@ static const PsAxis mesh_axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR,
                                    PS_AXIS_SEQUENCE};
 static const char *const remats[] = {"none", "full", "attention_only", "minimal", "custom",
                                      NULL};
-/* remat_keep's names (MaxText's checkpoint names of a decoder layer) and
- * their bits; the unit's input is kept by every policy but "none". */
+/* remat_keep's and remat_offload's names (MaxText's checkpoint names of a
+ * decoder layer) and their bits; the unit's input is kept by every policy
+ * but "none", in HBM unless remat_offload names it. */
 static const struct {
   const char *name;
   unsigned bits;
-} keep_names[] = {{"decoder_layer_input", 0},
+} keep_names[] = {{"decoder_layer_input", PS_KEEP_INPUT},
                   {"query_proj", PS_KEEP_QUERY},
                   {"key_proj", PS_KEEP_KEY},
                   {"value_proj", PS_KEEP_VALUE},
@@ -112,25 +113,29 @@ bad:
   return FALSE;
 }
 
-/* "remat_keep": an array of keep_names, each at most once; only with
- * rematerialize "custom". */
-static gboolean parse_keep(json_object *o, const char *file, PsShardConfig *c, GError **error)
+/* "remat_keep" or "remat_offload" (key): an array of keep_names, each at
+ * most once, into *mask; only with rematerialize "custom". */
+static gboolean parse_keep(json_object *o, const char *file, const PsShardConfig *c,
+                           const char *key, unsigned *mask, GError **error)
 {
   json_object *v = NULL;
-  if (!json_object_object_get_ex(o, "remat_keep", &v) || !v)
+  if (!json_object_object_get_ex(o, key, &v) || !v)
     return TRUE;
   GString *all = g_string_new(NULL);
   for (size_t k = 0; k < G_N_ELEMENTS(keep_names); k++)
     g_string_append_printf(all, "%s\"%s\"", k ? ", " : "", keep_names[k].name);
   const char *why = NULL;
   char *got = NULL;
+  g_autofree char *path = g_strconcat("strategy.", key, NULL);
+  g_autofree char *off = g_strdup_printf("is read only with strategy.rematerialize \"custom\" "
+                                         "(--set %s=null leaves it out)",
+                                         path);
   if (c->remat != PS_REMAT_CUSTOM) {
-    why = "is read only with strategy.rematerialize \"custom\" (--set "
-          "strategy.remat_keep=null leaves it out)";
+    why = off;
   } else if (!json_object_is_type(v, json_type_array)) {
     why = "must be an array of names";
   } else {
-    c->remat_keep = 0;
+    *mask = 0;
     gboolean seen[G_N_ELEMENTS(keep_names)] = {FALSE};
     for (size_t i = 0; i < json_object_array_length(v) && !why; i++) {
       json_object *x = json_object_array_get_idx(v, i);
@@ -145,15 +150,30 @@ static gboolean parse_keep(json_object *o, const char *file, PsShardConfig *c, G
         break;
       }
       seen[k] = TRUE;
-      c->remat_keep |= keep_names[k].bits;
+      *mask |= keep_names[k].bits;
     }
   }
   if (why)
-    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.remat_keep",
-                     "%s%s%s (the names: %s)", why, got ? ": " : "", got ? got : "", all->str);
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, file, path, "%s%s%s (the names: %s)", why,
+                     got ? ": " : "", got ? got : "", all->str);
   g_free(got);
   g_string_free(all, TRUE);
   return why == NULL;
+}
+
+/* The names of mask's bits, each bit under one name (mlpwi for both
+ * halves).  (transfer full) */
+static json_object *keep_json(unsigned mask)
+{
+  json_object *a = json_object_new_array();
+  gboolean both = (mask & (PS_KEEP_WI0 | PS_KEEP_WI1)) == (PS_KEEP_WI0 | PS_KEEP_WI1);
+  for (size_t k = 0; k < G_N_ELEMENTS(keep_names); k++) {
+    unsigned b = keep_names[k].bits;
+    if ((b & mask) != b || (both && (b == PS_KEEP_WI0 || b == PS_KEEP_WI1)))
+      continue;
+    json_object_array_add(a, json_object_new_string(keep_names[k].name));
+  }
+  return a;
 }
 
 static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, GError **error)
@@ -180,7 +200,21 @@ static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, G
   c->schedule = (PsSchedule)sched;
   c->remat = (PsRemat)remat;
   c->loss_reduction = (PsLossReduction)red;
-  return parse_keep(o, file, c, error);
+  if (!parse_keep(o, file, c, "remat_keep", &c->remat_keep, error) ||
+      !parse_keep(o, file, c, "remat_offload", &c->remat_offload, error))
+    return FALSE;
+  unsigned both = c->remat_keep & c->remat_offload;
+  for (size_t k = 0; k < G_N_ELEMENTS(keep_names) && both; k++)
+    if (keep_names[k].bits & both) {
+      ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.remat_offload",
+                       "names \"%s\", which strategy.remat_keep names too: a checkpoint is "
+                       "kept in HBM or in the host's memory, not both",
+                       keep_names[k].name);
+      return FALSE;
+    }
+  if (!(c->remat_offload & PS_KEEP_INPUT))
+    c->remat_keep |= PS_KEEP_INPUT;
+  return TRUE;
 }
 
 static gboolean shard_parse(json_object *obj, const PsTopology *topo, const char *file,
@@ -412,18 +446,8 @@ static json_object *shard_to_json(const void *config)
                                                  c->size[PS_AXIS_SEQUENCE] > 1));
   json_object_object_add(so, "rematerialize", json_object_new_string(remats[c->remat]));
   if (c->remat == PS_REMAT_CUSTOM) {
-    json_object *keep = json_object_new_array();
-    for (size_t k = 0; k < G_N_ELEMENTS(keep_names); k++) {
-      unsigned b = keep_names[k].bits;
-      /* each bit under one name: mlpwi for both halves, else its own */
-      gboolean both = (c->remat_keep & (PS_KEEP_WI0 | PS_KEEP_WI1)) ==
-                      (PS_KEEP_WI0 | PS_KEEP_WI1);
-      if (b == 0 || (b & c->remat_keep) != b ||
-          (both && (b == PS_KEEP_WI0 || b == PS_KEEP_WI1)))
-        continue;
-      json_object_array_add(keep, json_object_new_string(keep_names[k].name));
-    }
-    json_object_object_add(so, "remat_keep", keep);
+    json_object_object_add(so, "remat_keep", keep_json(c->remat_keep));
+    json_object_object_add(so, "remat_offload", keep_json(c->remat_offload));
   }
   json_object_object_add(so, "prefetch", json_object_new_boolean(c->prefetch));
   json_object_object_add(so, "regather", json_object_new_boolean(c->regather));
