@@ -51,7 +51,7 @@
  * along its axis, so every group's members start it in the same order.
  * The programs name requests as plan slots (program.h), so the devices
  * share one program unless collective matmul's ring steps name peers. */
-#include "strategy/shard-private.h"
+#include "strategy/shard-lower-private.h"
 
 #include "hw/cost.h"
 #include "model/net-tensor.h"
@@ -60,61 +60,6 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef enum { L_WHOLE, L_SPLIT, L_PARTIAL, L_ROWS } Layout;
-#define NO_COLL (-1)
-
-/* A completion of producer's output before a layer, and its conjugate. */
-typedef struct {
-  int producer;       /* -2: none */
-  int fwd, bwd;       /* PsCollOp or NO_COLL */
-  gboolean fused;     /* done by the producer's collective matmul */
-} Comp;
-
-typedef struct {
-  Comp comp[2];       /* input_from, shortcut_from */
-  gboolean enter;     /* backward all-reduce of the input gradient */
-  gboolean vocab_loss;
-  gboolean padded;    /* a vocabulary T does not divide, padded to ceil(V/T) a device */
-  PsShardLocal local;
-  int out_comp;       /* how a consumer completes this output (NO_COLL) */
-  Layout out;         /* the layout the layer leaves its output in */
-} LayerPlan;
-
-/* A collective the template refers to; one instance per group. */
-typedef struct {
-  PsCollOp op;
-  PsShardGroup group;
-  PsAxis axis;
-  int64_t count;
-  PsBufferKind buffer;
-  int64_t offset;
-  int layer;
-  char name[64];
-} Req;
-
-typedef struct {
-  const PsExperiment *exp;
-  const PsShardConfig *c;
-  const PsModel *m;
-  PsModel local;
-  int M, F, D;
-  gboolean sp;
-  int64_t batch;
-  int act_b;
-  LayerPlan *lp;
-  gboolean *rows_kept; /* a layer's output, gathered, still held in rows */
-  GArray *starts;     /* op groups */
-  GArray *reqs;       /* Req */
-  GArray *ops;        /* the template */
-  int tag;
-  int64_t shard_params;
-  int stage, P, mbs;  /* this stage of P, micro-batches per step */
-  int lo, hi;         /* the stage's layers [lo, hi) */
-  int mb;             /* the micro-batch being lowered */
-  gboolean final;     /* its backward completes the gradients */
-  int *pending;       /* per op group: its fsdp gather's request */
-  GArray *xfer;       /* indices of the stage SEND/RECV ops in the template */
-} Lower;
 
 static const char *const coll_word[PS_COLL_N_OPS] = {"all-reduce", "reduce-scatter",
                                                      "all-gather", "broadcast", "permute"};
@@ -314,15 +259,6 @@ static PsAxis model_axis(const Lower *w, int op)
   return w->sp && op != PS_COLL_ALL_REDUCE ? PS_AXIS_SEQUENCE : PS_AXIS_TENSOR;
 }
 
-static int group_first(const Lower *w, int g)
-{
-  return g_array_index(w->starts, int, g);
-}
-
-static int group_last(const Lower *w, int g)
-{
-  return g_array_index(w->starts, int, g + 1) - 1;
-}
 
 static int64_t group_params(const Lower *w, int g)
 {
@@ -373,94 +309,6 @@ static void name_op(const Lower *w, PsOp *op, int first)
   memcpy(op->name + keep, suffix, (size_t)n + 1);
 }
 
-/* The activation bytes group g's layers keep for backward (local). */
-static int64_t group_act(const Lower *w, int g)
-{
-  int64_t act = 0;
-  for (int l = group_first(w, g); l <= group_last(w, g); l++)
-    act += ps_layer_kept_bytes(&w->local.layers[l], w->batch, w->act_b) -
-           (w->exp->masks_recomputed ? ps_layer_mask_bytes(&w->local.layers[l], w->batch) : 0);
-  return act;
-}
-
-static gboolean output_kept(const Lower *w, int l);
-
-/* Whether backward reads nothing that layer l's forward computes: its
- * output feeds only a residual join whose output is kept (the last
- * projection of a unit: the next unit's input holds the sum), so a
- * rematerialized forward leaves it out, as JAX's partial evaluation and
- * XLA's dead-code elimination do. */
-static gboolean output_dead(const Lower *w, int l)
-{
-  const PsLayer *ml = w->m->layers;
-  int n = w->m->n_layers, j = l + 1;
-  if (j >= n || ml[j].input_from != l ||
-      ps_layer_kind_lower(ml[j].kind)->lowering != PS_LOWER_JOIN || !output_kept(w, j))
-    return FALSE;
-  for (int k = j + 1; k < n; k++)
-    if (ml[k].input_from == l || ml[k].shortcut_from == l)
-      return FALSE;
-  return TRUE;
-}
-
-/* The share of layer l's product m whose output rematerialization keeps
- * for backward: "minimal" each weight product's; "custom" those the mask
- * k names (remat_keep's, remat_offload's) (a share of the fused query, key and value projection
- * by their widths; of a gated feed-forward's two halves; attention's
- * context is the output of its second product of activations, the first's,
- * the scores, never kept); outside a unit (the embedding, the head) the
- * weight products, as "minimal". */
-static double share_of(const Lower *w, int l, int m, unsigned k)
-{
-  const PsLayer *L = &w->m->layers[l];
-  if (m >= L->n_mm || (w->c->remat != PS_REMAT_MINIMAL && w->c->remat != PS_REMAT_CUSTOM))
-    return 0;
-  if (w->c->remat == PS_REMAT_MINIMAL || L->unit == 0) /* outside a unit, as minimal */
-    return L->mm[m].activations ? 0 : 1;
-  switch (L->kind) {
-  case PS_LAYER_ATTENTION: {
-    double inner = (double)L->dim, kvw = (double)L->kv_heads * (double)(L->dim / L->heads);
-    if (m == 0)
-      return ((k & PS_KEEP_QUERY ? inner : 0) + (k & PS_KEEP_KEY ? kvw : 0) +
-              (k & PS_KEEP_VALUE ? kvw : 0)) /
-             (inner + 2 * kvw);
-    if (m == 2)
-      return k & PS_KEEP_CONTEXT ? 1 : 0;
-    return m == 3 && (k & PS_KEEP_OUT_PROJ) ? 1 : 0;
-  }
-  case PS_LAYER_SWIGLU:
-    return (k & PS_KEEP_WI0 ? 0.5 : 0) + (k & PS_KEEP_WI1 ? 0.5 : 0);
-  case PS_LAYER_DENSE:
-    if (l + 1 < w->m->n_layers && w->m->layers[l + 1].input_from == l &&
-        ps_layer_kind_lower(w->m->layers[l + 1].kind)->lowering == PS_LOWER_JOIN)
-      return k & PS_KEEP_WO ? 1 : 0; /* the feed-forward's output product */
-    return k & PS_KEEP_WI0 ? 1 : 0;
-  default:
-    return 0;
-  }
-}
-
-/* The share of layer l's product m kept in HBM (remat_keep's). */
-static double kept_share(const Lower *w, int l, int m)
-{
-  return share_of(w, l, m, w->c->remat_keep);
-}
-
-/* PsCostOptions.rerun for a rematerialized forward: nothing of a layer
- * whose output backward does not read (output_dead); else each product
- * but its kept share; attention's products of activations run again
- * unless its context was kept (the scores then are not needed either). */
-static double rerun_share(const void *ud, int l, int m)
-{
-  const Lower *w = ud;
-  if (output_dead(w, l))
-    return 0;
-  const PsLayer *L = &w->m->layers[l];
-  unsigned k = w->c->remat_keep | w->c->remat_offload; /* kept anywhere */
-  if (L->kind == PS_LAYER_ATTENTION && L->mm[m].activations)
-    return 1 - share_of(w, l, 2, k);
-  return 1 - share_of(w, l, m, k);
-}
 
 static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
 {
@@ -473,7 +321,7 @@ static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
   /* a rematerialized forward runs what backward needs and was not kept
    * (rerun_share) */
   if (kind == PS_OP_RECOMPUTE && w->c->remat != PS_REMAT_ATTENTION) {
-    opt.rerun = rerun_share;
+    opt.rerun = ps_shard_rerun_share;
     opt.rerun_ud = w;
   }
   ps_cost_op(w->exp->topology, &w->local, op.first, op.last, op.batch, &opt,
@@ -487,7 +335,7 @@ static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
   op.mxu_s = cost.mxu_s;
   op.memory_s = cost.memory_s;
   op.overhead_s = cost.overhead_s;
-  int64_t act = group_act(w, g);
+  int64_t act = ps_shard_group_act(w, g);
   op.act_bytes = kind == PS_OP_BWD ? -act : act;
   name_op(w, &op, op.first);
   return op;
@@ -668,112 +516,6 @@ static gboolean split_wgrad(const Lower *w, int g, PsOp *bw, PsOp *tail)
   return TRUE;
 }
 
-static gboolean has_heads(const Lower *w, int g)
-{
-  for (int l = group_first(w, g); l <= group_last(w, g); l++)
-    if (ps_layer_kind_lower(w->m->layers[l].kind)->tensor == PS_TP_HEADS)
-      return TRUE;
-  return FALSE;
-}
-
-/* Activation bytes of the scores of group g's attention (local); none
- * of a flash attention's, which never keeps them. */
-static int64_t score_bytes(const Lower *w, int g)
-{
-  int64_t b = 0;
-  for (int l = group_first(w, g); l <= group_last(w, g); l++) {
-    const PsLayer *L = &w->local.layers[l];
-    if (ps_layer_kind_lower(L->kind)->tensor == PS_TP_HEADS && L->flash_block == 0)
-      b += L->heads / w->M * L->in_shape[0] * L->in_shape[0];
-  }
-  return b * w->batch * w->act_b;
-}
-
-/* Whether a full or minimal forward keeps layer l's output: it feeds a
- * residual join's shortcut (a block's input, from which backward
- * recomputes the rest), except that of the blocks of a repeat's iteration
- * (a unit: a decoder layer) only the first's is kept, the unit's input,
- * as a scan of rematerialized layers keeps (jax.checkpoint around each
- * layer: MaxText's remat_policy), the other blocks' inputs being
- * recomputed with the unit. */
-static gboolean output_kept(const Lower *w, int l)
-{
-  const PsLayer *ml = w->m->layers;
-  gboolean block_input = FALSE;
-  for (int j = l + 1; j < w->m->n_layers && !block_input; j++)
-    block_input = ps_layer_kind_lower(ml[j].kind)->lowering == PS_LOWER_JOIN &&
-                  ml[j].shortcut_from == l;
-  gboolean mid_unit = l + 1 < w->m->n_layers && ml[l + 1].unit != 0 &&
-                      ml[l + 1].unit == ml[l].unit;
-  return block_input && !mid_unit;
-}
-
-/* Bytes a full-remat forward keeps: the kept outputs of group g's layers
- * (output_kept), at their local size; none in HBM where "custom" offloads
- * the unit's input to the host. */
-static int64_t kept_bytes(const Lower *w, int g)
-{
-  if (w->c->remat == PS_REMAT_CUSTOM && (w->c->remat_offload & PS_KEEP_INPUT))
-    return 0; /* in the host's memory */
-  int64_t b = 0;
-  for (int l = group_first(w, g); l <= group_last(w, g); l++)
-    if (output_kept(w, l))
-      b += ps_shape_elems(w->local.layers[l].out_shape, w->local.layers[l].out_rank);
-  return b * w->batch * w->act_b;
-}
-
-/* The repeat iteration group g belongs to (its last layer's), 0 for none. */
-static int group_unit(const Lower *w, int g)
-{
-  return w->m->layers[group_last(w, g)].unit;
-}
-
-/* Full remat recomputes a unit's blocks together, before the backward of
- * its last: the activations group g's RECOMPUTE brings back, its own and,
- * for a unit's last group, those of the unit's earlier groups (whose own
- * RECOMPUTE then adds none); every group's backward frees its own. */
-static int64_t recompute_live(const Lower *w, int g, int64_t own)
-{
-  int u = group_unit(w, g), n = (int)w->starts->len - 1;
-  if (u == 0)
-    return own;
-  if (g + 1 < n && group_unit(w, g + 1) == u)
-    return 0; /* brought back by the unit's last group */
-  int64_t live = own;
-  for (int h = g - 1; h >= 0 && group_unit(w, h) == u; h--)
-    live += group_act(w, h);
-  return live;
-}
-
-/* Bytes "minimal" or "custom" keeps of group g: each kept block input, as
- * full keeps, and the kept share of its products' outputs (kept_share:
- * "minimal" the matmuls with a weight operand, projections, feed-forward,
- * the head; "custom" those remat_keep names), which backward would
- * otherwise recompute, at their local size.  A product whose sum a
- * reduce-scatter completes onto rows is kept as its rows (GSPMD keeps the
- * scattered value, a 1/M of the partial sum); one whose output only
- * feeds a residual join whose output is itself kept (the last block of a
- * unit: the next unit's input holds the sum) is not needed by backward
- * and not kept, as JAX saves only the residuals backward reads. */
-static int64_t products_bytes(const Lower *w, int g)
-{
-  int64_t b = 0;
-  const PsLayer *ml = w->m->layers;
-  for (int l = group_first(w, g); l <= group_last(w, g); l++) {
-    const PsLayer *L = &w->local.layers[l];
-    int64_t out = ps_shape_elems(ml[l].out_shape, ml[l].out_rank), own = 0;
-    for (int m = 0; m < L->n_mm; m++)
-      own += (int64_t)(kept_share(w, l, m) * (double)(L->mm[m].rows * L->mm[m].n * L->mm[m].count));
-    if (own > 0 && w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER)
-      own -= MIN(own, out - out / w->M); /* the sum kept as its rows */
-    int j = l + 1;
-    if (own > 0 && j < w->m->n_layers && ml[j].input_from == l &&
-        ps_layer_kind_lower(ml[j].kind)->lowering == PS_LOWER_JOIN && output_kept(w, j))
-      own -= MIN(own, w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER ? out / w->M : out);
-    b += own;
-  }
-  return b * w->batch * w->act_b + kept_bytes(w, g);
-}
 
 /* The fsdp all-gather of group g's weights (a request), or -1. */
 static int gather_req(Lower *w, int g, const char *when)
@@ -821,11 +563,11 @@ static void shard_forward(Lower *w, int *pending)
     forward_comps(w, first);
     PsOp f = compute_op(w, PS_OP_FWD, g);
     if (w->c->remat == PS_REMAT_FULL)
-      f.act_bytes = kept_bytes(w, g);
+      f.act_bytes = ps_shard_kept_bytes(w, g);
     else if (w->c->remat == PS_REMAT_MINIMAL || w->c->remat == PS_REMAT_CUSTOM)
-      f.act_bytes = products_bytes(w, g);
+      f.act_bytes = ps_shard_products_bytes(w, g);
     else if (w->c->remat == PS_REMAT_ATTENTION)
-      f.act_bytes -= score_bytes(w, g);
+      f.act_bytes -= ps_shard_score_bytes(w, g);
     if (w->F > 1 && wbytes > 0) /* the gathered copy, live from its DONE */
       f.act_bytes -= w->c->regather ? wbytes : 0;
     const LayerPlan *lp = &w->lp[last];
@@ -977,20 +719,20 @@ static void shard_backward(Lower *w, int *pending)
     bw.act_bytes -= w->F > 1 ? group_params(w, g) * 4 : 0;
     if (w->c->remat == PS_REMAT_FULL) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
-      r.act_bytes = recompute_live(w, g, r.act_bytes);
+      r.act_bytes = ps_shard_recompute_live(w, g, r.act_bytes);
       emit(w, &r);
-      bw.act_bytes -= kept_bytes(w, g);
+      bw.act_bytes -= ps_shard_kept_bytes(w, g);
     } else if (w->c->remat == PS_REMAT_MINIMAL || w->c->remat == PS_REMAT_CUSTOM) {
       /* forward kept the products; the rest is live again until backward
        * frees the whole group's, as without rematerialization */
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
-      int64_t kept = products_bytes(w, g), own = r.act_bytes;
+      int64_t kept = ps_shard_products_bytes(w, g), own = r.act_bytes;
       r.act_bytes -= MIN(own, kept);
       bw.act_bytes -= MAX(kept - own, 0); /* frees what both left */
       emit(w, &r);
-    } else if (w->c->remat == PS_REMAT_ATTENTION && has_heads(w, g)) {
+    } else if (w->c->remat == PS_REMAT_ATTENTION && ps_shard_has_heads(w, g)) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
-      r.act_bytes = score_bytes(w, g);
+      r.act_bytes = ps_shard_score_bytes(w, g);
       emit(w, &r);
     }
     int first = group_first(w, g);

@@ -1,6 +1,7 @@
 /* shard-private.h: what the files of the shard strategy share (shard.c:
  * keys, checks and the registry entry; shard-mesh.c: the logical mesh on
- * the torus; shard-lower.c: layouts and the programs; shard-local.c: a
+ * the torus; shard-lower.c: layouts and the programs; shard-remat.c: what
+ * rematerialization keeps and reruns; shard-local.c: a
  * layer's share on one device; shard-pipe.c: the pipeline stage axis, each stage a mesh).
  *
  * Invariant: a PsShardConfig that shard_parse returns has every default

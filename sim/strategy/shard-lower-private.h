@@ -1,0 +1,97 @@
+/* shard-lower-private.h: what the lowering of a sharded step
+ * (shard-lower.c) shares with the rematerialization policies
+ * (shard-remat.c): the lowering's state, the layouts and requests of its
+ * template, its op groups, and what each policy keeps and reruns.
+ *
+ * Invariant: a Lower's op groups (starts) cover its stage's layers in
+ * order; the functions below read a Lower and never change it. */
+#ifndef PS_SHARD_LOWER_PRIVATE_H
+#define PS_SHARD_LOWER_PRIVATE_H
+
+#include "strategy/shard-private.h"
+
+typedef enum { L_WHOLE, L_SPLIT, L_PARTIAL, L_ROWS } Layout;
+#define NO_COLL (-1)
+
+/* A completion of producer's output before a layer, and its conjugate. */
+typedef struct {
+  int producer;       /* -2: none */
+  int fwd, bwd;       /* PsCollOp or NO_COLL */
+  gboolean fused;     /* done by the producer's collective matmul */
+} Comp;
+
+typedef struct {
+  Comp comp[2];       /* input_from, shortcut_from */
+  gboolean enter;     /* backward all-reduce of the input gradient */
+  gboolean vocab_loss;
+  gboolean padded;    /* a vocabulary T does not divide, padded to ceil(V/T) a device */
+  PsShardLocal local;
+  int out_comp;       /* how a consumer completes this output (NO_COLL) */
+  Layout out;         /* the layout the layer leaves its output in */
+} LayerPlan;
+
+/* A collective the template refers to; one instance per group. */
+typedef struct {
+  PsCollOp op;
+  PsShardGroup group;
+  PsAxis axis;
+  int64_t count;
+  PsBufferKind buffer;
+  int64_t offset;
+  int layer;
+  char name[64];
+} Req;
+
+typedef struct {
+  const PsExperiment *exp;
+  const PsShardConfig *c;
+  const PsModel *m;
+  PsModel local;
+  int M, F, D;
+  gboolean sp;
+  int64_t batch;
+  int act_b;
+  LayerPlan *lp;
+  gboolean *rows_kept; /* a layer's output, gathered, still held in rows */
+  GArray *starts;     /* op groups */
+  GArray *reqs;       /* Req */
+  GArray *ops;        /* the template */
+  int tag;
+  int64_t shard_params;
+  int stage, P, mbs;  /* this stage of P, micro-batches per step */
+  int lo, hi;         /* the stage's layers [lo, hi) */
+  int mb;             /* the micro-batch being lowered */
+  gboolean final;     /* its backward completes the gradients */
+  int *pending;       /* per op group: its fsdp gather's request */
+  GArray *xfer;       /* indices of the stage SEND/RECV ops in the template */
+} Lower;
+
+/* The first and last layer of op group g. */
+static inline int group_first(const Lower *w, int g)
+{
+  return g_array_index(w->starts, int, g);
+}
+
+static inline int group_last(const Lower *w, int g)
+{
+  return g_array_index(w->starts, int, g + 1) - 1;
+}
+
+/* ---- rematerialization (shard-remat.c) ----------------------------------- */
+
+/* The activation bytes group g's layers keep for backward (local). */
+int64_t ps_shard_group_act(const Lower *w, int g);
+/* PsCostOptions.rerun for a rematerialized forward (ud: the Lower). */
+double ps_shard_rerun_share(const void *ud, int l, int m);
+/* Whether group g holds an attention layer. */
+gboolean ps_shard_has_heads(const Lower *w, int g);
+/* Activation bytes of the scores of group g's attention (local). */
+int64_t ps_shard_score_bytes(const Lower *w, int g);
+/* Bytes a full-remat forward keeps of group g in HBM. */
+int64_t ps_shard_kept_bytes(const Lower *w, int g);
+/* What full remat's RECOMPUTE of group g brings back (own: its own). */
+int64_t ps_shard_recompute_live(const Lower *w, int g, int64_t own);
+/* Bytes "minimal" or "custom" keeps of group g in HBM. */
+int64_t ps_shard_products_bytes(const Lower *w, int g);
+
+#endif

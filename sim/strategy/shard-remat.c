@@ -1,0 +1,207 @@
+/* shard-remat.c: what each rematerialization policy of the shard
+ * strategy keeps for backward and what its rerun forward computes again
+ * (docs/shard.md, "rematerialize", "remat_keep", "remat_offload"): the
+ * bytes a group's forward leaves live, the share of each product a
+ * RECOMPUTE op runs, and what a unit's recompute brings back.  The
+ * lowering (shard-lower.c) asks; this file only reads its state.
+ *
+ * Invariant: a product is rerun unless kept (in HBM or host memory) or
+ * dead (nothing in backward reads it); what is kept in HBM is counted
+ * once, by the group whose forward produced it. */
+#include "strategy/shard-lower-private.h"
+
+#include "model/layers.h"
+
+/* The activation bytes group g's layers keep for backward (local). */
+int64_t ps_shard_group_act(const Lower *w, int g)
+{
+  int64_t act = 0;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++)
+    act += ps_layer_kept_bytes(&w->local.layers[l], w->batch, w->act_b) -
+           (w->exp->masks_recomputed ? ps_layer_mask_bytes(&w->local.layers[l], w->batch) : 0);
+  return act;
+}
+
+/* Whether a full or minimal forward keeps layer l's output: it feeds a
+ * residual join's shortcut (a block's input, from which backward
+ * recomputes the rest), except that of the blocks of a repeat's iteration
+ * (a unit: a decoder layer) only the first's is kept, the unit's input,
+ * as a scan of rematerialized layers keeps (jax.checkpoint around each
+ * layer: MaxText's remat_policy), the other blocks' inputs being
+ * recomputed with the unit. */
+static gboolean output_kept(const Lower *w, int l)
+{
+  const PsLayer *ml = w->m->layers;
+  gboolean block_input = FALSE;
+  for (int j = l + 1; j < w->m->n_layers && !block_input; j++)
+    block_input = ps_layer_kind_lower(ml[j].kind)->lowering == PS_LOWER_JOIN &&
+                  ml[j].shortcut_from == l;
+  gboolean mid_unit = l + 1 < w->m->n_layers && ml[l + 1].unit != 0 &&
+                      ml[l + 1].unit == ml[l].unit;
+  return block_input && !mid_unit;
+}
+
+/* Whether backward reads nothing that layer l's forward computes: its
+ * output feeds only a residual join whose output is kept (the last
+ * projection of a unit: the next unit's input holds the sum), so a
+ * rematerialized forward leaves it out, as JAX's partial evaluation and
+ * XLA's dead-code elimination do. */
+static gboolean output_dead(const Lower *w, int l)
+{
+  const PsLayer *ml = w->m->layers;
+  int n = w->m->n_layers, j = l + 1;
+  if (j >= n || ml[j].input_from != l ||
+      ps_layer_kind_lower(ml[j].kind)->lowering != PS_LOWER_JOIN || !output_kept(w, j))
+    return FALSE;
+  for (int k = j + 1; k < n; k++)
+    if (ml[k].input_from == l || ml[k].shortcut_from == l)
+      return FALSE;
+  return TRUE;
+}
+
+/* The share of layer l's product m whose output rematerialization keeps
+ * for backward: "minimal" each weight product's; "custom" those the mask
+ * k names (remat_keep's, remat_offload's) (a share of the fused query, key and value projection
+ * by their widths; of a gated feed-forward's two halves; attention's
+ * context is the output of its second product of activations, the first's,
+ * the scores, never kept); outside a unit (the embedding, the head) the
+ * weight products, as "minimal". */
+static double share_of(const Lower *w, int l, int m, unsigned k)
+{
+  const PsLayer *L = &w->m->layers[l];
+  if (m >= L->n_mm || (w->c->remat != PS_REMAT_MINIMAL && w->c->remat != PS_REMAT_CUSTOM))
+    return 0;
+  if (w->c->remat == PS_REMAT_MINIMAL || L->unit == 0) /* outside a unit, as minimal */
+    return L->mm[m].activations ? 0 : 1;
+  switch (L->kind) {
+  case PS_LAYER_ATTENTION: {
+    double inner = (double)L->dim, kvw = (double)L->kv_heads * (double)(L->dim / L->heads);
+    if (m == 0)
+      return ((k & PS_KEEP_QUERY ? inner : 0) + (k & PS_KEEP_KEY ? kvw : 0) +
+              (k & PS_KEEP_VALUE ? kvw : 0)) /
+             (inner + 2 * kvw);
+    if (m == 2)
+      return k & PS_KEEP_CONTEXT ? 1 : 0;
+    return m == 3 && (k & PS_KEEP_OUT_PROJ) ? 1 : 0;
+  }
+  case PS_LAYER_SWIGLU:
+    return (k & PS_KEEP_WI0 ? 0.5 : 0) + (k & PS_KEEP_WI1 ? 0.5 : 0);
+  case PS_LAYER_DENSE:
+    if (l + 1 < w->m->n_layers && w->m->layers[l + 1].input_from == l &&
+        ps_layer_kind_lower(w->m->layers[l + 1].kind)->lowering == PS_LOWER_JOIN)
+      return k & PS_KEEP_WO ? 1 : 0; /* the feed-forward's output product */
+    return k & PS_KEEP_WI0 ? 1 : 0;
+  default:
+    return 0;
+  }
+}
+
+/* The share of layer l's product m kept in HBM (remat_keep's). */
+static double kept_share(const Lower *w, int l, int m)
+{
+  return share_of(w, l, m, w->c->remat_keep);
+}
+
+/* PsCostOptions.rerun for a rematerialized forward: nothing of a layer
+ * whose output backward does not read (output_dead); else each product
+ * but its kept share; attention's products of activations run again
+ * unless its context was kept (the scores then are not needed either). */
+double ps_shard_rerun_share(const void *ud, int l, int m)
+{
+  const Lower *w = ud;
+  if (output_dead(w, l))
+    return 0;
+  const PsLayer *L = &w->m->layers[l];
+  unsigned k = w->c->remat_keep | w->c->remat_offload; /* kept anywhere */
+  if (L->kind == PS_LAYER_ATTENTION && L->mm[m].activations)
+    return 1 - share_of(w, l, 2, k);
+  return 1 - share_of(w, l, m, k);
+}
+
+gboolean ps_shard_has_heads(const Lower *w, int g)
+{
+  for (int l = group_first(w, g); l <= group_last(w, g); l++)
+    if (ps_layer_kind_lower(w->m->layers[l].kind)->tensor == PS_TP_HEADS)
+      return TRUE;
+  return FALSE;
+}
+
+/* Activation bytes of the scores of group g's attention (local); none
+ * of a flash attention's, which never keeps them. */
+int64_t ps_shard_score_bytes(const Lower *w, int g)
+{
+  int64_t b = 0;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++) {
+    const PsLayer *L = &w->local.layers[l];
+    if (ps_layer_kind_lower(L->kind)->tensor == PS_TP_HEADS && L->flash_block == 0)
+      b += L->heads / w->M * L->in_shape[0] * L->in_shape[0];
+  }
+  return b * w->batch * w->act_b;
+}
+
+/* Bytes a full-remat forward keeps: the kept outputs of group g's layers
+ * (output_kept), at their local size; none in HBM where "custom" offloads
+ * the unit's input to the host. */
+int64_t ps_shard_kept_bytes(const Lower *w, int g)
+{
+  if (w->c->remat == PS_REMAT_CUSTOM && (w->c->remat_offload & PS_KEEP_INPUT))
+    return 0; /* in the host's memory */
+  int64_t b = 0;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++)
+    if (output_kept(w, l))
+      b += ps_shape_elems(w->local.layers[l].out_shape, w->local.layers[l].out_rank);
+  return b * w->batch * w->act_b;
+}
+
+/* The repeat iteration group g belongs to (its last layer's), 0 for none. */
+static int group_unit(const Lower *w, int g)
+{
+  return w->m->layers[group_last(w, g)].unit;
+}
+
+/* Full remat recomputes a unit's blocks together, before the backward of
+ * its last: the activations group g's RECOMPUTE brings back, its own and,
+ * for a unit's last group, those of the unit's earlier groups (whose own
+ * RECOMPUTE then adds none); every group's backward frees its own. */
+int64_t ps_shard_recompute_live(const Lower *w, int g, int64_t own)
+{
+  int u = group_unit(w, g), n = (int)w->starts->len - 1;
+  if (u == 0)
+    return own;
+  if (g + 1 < n && group_unit(w, g + 1) == u)
+    return 0; /* brought back by the unit's last group */
+  int64_t live = own;
+  for (int h = g - 1; h >= 0 && group_unit(w, h) == u; h--)
+    live += ps_shard_group_act(w, h);
+  return live;
+}
+
+/* Bytes "minimal" or "custom" keeps of group g: each kept block input, as
+ * full keeps, and the kept share of its products' outputs (kept_share:
+ * "minimal" the matmuls with a weight operand, projections, feed-forward,
+ * the head; "custom" those remat_keep names), which backward would
+ * otherwise recompute, at their local size.  A product whose sum a
+ * reduce-scatter completes onto rows is kept as its rows (GSPMD keeps the
+ * scattered value, a 1/M of the partial sum); one whose output only
+ * feeds a residual join whose output is itself kept (the last block of a
+ * unit: the next unit's input holds the sum) is not needed by backward
+ * and not kept, as JAX saves only the residuals backward reads. */
+int64_t ps_shard_products_bytes(const Lower *w, int g)
+{
+  int64_t b = 0;
+  const PsLayer *ml = w->m->layers;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++) {
+    const PsLayer *L = &w->local.layers[l];
+    int64_t out = ps_shape_elems(ml[l].out_shape, ml[l].out_rank), own = 0;
+    for (int m = 0; m < L->n_mm; m++)
+      own += (int64_t)(kept_share(w, l, m) * (double)(L->mm[m].rows * L->mm[m].n * L->mm[m].count));
+    if (own > 0 && w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER)
+      own -= MIN(own, out - out / w->M); /* the sum kept as its rows */
+    int j = l + 1;
+    if (own > 0 && j < w->m->n_layers && ml[j].input_from == l &&
+        ps_layer_kind_lower(ml[j].kind)->lowering == PS_LOWER_JOIN && output_kept(w, j))
+      own -= MIN(own, w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER ? out / w->M : out);
+    b += own;
+  }
+  return b * w->batch * w->act_b + ps_shard_kept_bytes(w, g);
+}
