@@ -143,22 +143,27 @@ static double rerun(const Ctx *c, const PsLayer *l, int m)
   return c->opt->rerun ? c->opt->rerun(c->opt->rerun_ud, (int)(l - c->m->layers), m) : 1.0;
 }
 
-/* Executed FLOPs of layer l's matmuls (of those of two activations only
- * with acts_only). */
-static double mm_flops_sel(const PsLayer *l, int64_t batch, gboolean wgrad, gboolean acts_only)
+/* Executed FLOPs of one product (of its weight-gradient share with
+ * wgrad), times the batch. */
+static double mm_one(const PsMatmul *mm, int64_t batch, gboolean wgrad)
+{
+  return 2.0 * (double)(mm->rows * batch) * (double)mm->k * (double)mm->n * (double)mm->count *
+         mm_share(mm, wgrad);
+}
+
+/* Executed FLOPs of layer l's matmuls. */
+static double mm_flops_sel(const PsLayer *l, int64_t batch, gboolean wgrad)
 {
   double f = 0;
   for (int m = 0; m < l->n_mm; m++)
-    if (!acts_only || l->mm[m].activations)
-      f += 2.0 * (double)(l->mm[m].rows * batch) * (double)l->mm[m].k * (double)l->mm[m].n *
-           (double)l->mm[m].count * mm_share(&l->mm[m], wgrad);
+    f += mm_one(&l->mm[m], batch, wgrad);
   return f;
 }
 
 /* Forward's executed matmul FLOPs. */
 static double mm_flops(const PsLayer *l, int64_t batch)
 {
-  return mm_flops_sel(l, batch, FALSE, FALSE);
+  return mm_flops_sel(l, batch, FALSE);
 }
 
 /* Forward's executed matmul FLOPs that run (rerun). */
@@ -166,8 +171,7 @@ static double mm_run_flops(const Ctx *c, const PsLayer *l)
 {
   double f = 0;
   for (int m = 0; m < l->n_mm; m++)
-    f += 2.0 * (double)(l->mm[m].rows * c->batch) * (double)l->mm[m].k * (double)l->mm[m].n *
-         (double)l->mm[m].count * mm_share(&l->mm[m], FALSE) * rerun(c, l, m);
+    f += mm_one(&l->mm[m], c->batch, FALSE) * rerun(c, l, m);
   return f;
 }
 
@@ -514,7 +518,7 @@ static void matmul_bwd(Ctx *c, int i)
   const PsLayer *l = L(c, i);
   const PsFusion fu = c->opt->fusion;
   const double b = (double)c->batch;
-  double mm = mm_flops(l, c->batch), mm_w = mm_flops_sel(l, c->batch, TRUE, FALSE);
+  double mm = mm_flops(l, c->batch), mm_w = mm_flops_sel(l, c->batch, TRUE);
   double other = fmax(l->bwd_flops * b - mm - mm_w, 0);
   double w = (double)l->params;
   double act = c->eb * (l->fwd_bytes - w) * b; /* inputs and outputs once */

@@ -41,6 +41,15 @@ static gboolean output_kept(const Lower *w, int l)
   return block_input && !mid_unit;
 }
 
+/* Whether layer l's output is the input of a residual join right after
+ * it (the last layer of a block). */
+static gboolean feeds_join(const Lower *w, int l)
+{
+  const PsLayer *ml = w->m->layers;
+  return l + 1 < w->m->n_layers && ml[l + 1].input_from == l &&
+         ps_layer_kind_lower(ml[l + 1].kind)->lowering == PS_LOWER_JOIN;
+}
+
 /* Whether backward reads nothing that layer l's forward computes: its
  * output feeds only a residual join whose output is kept (the last
  * projection of a unit: the next unit's input holds the sum), so a
@@ -49,11 +58,10 @@ static gboolean output_kept(const Lower *w, int l)
 static gboolean output_dead(const Lower *w, int l)
 {
   const PsLayer *ml = w->m->layers;
-  int n = w->m->n_layers, j = l + 1;
-  if (j >= n || ml[j].input_from != l ||
-      ps_layer_kind_lower(ml[j].kind)->lowering != PS_LOWER_JOIN || !output_kept(w, j))
+  int n = w->m->n_layers;
+  if (!feeds_join(w, l) || !output_kept(w, l + 1))
     return FALSE;
-  for (int k = j + 1; k < n; k++)
+  for (int k = l + 2; k < n; k++)
     if (ml[k].input_from == l || ml[k].shortcut_from == l)
       return FALSE;
   return TRUE;
@@ -87,8 +95,7 @@ static double share_of(const Lower *w, int l, int m, unsigned k)
   case PS_LAYER_SWIGLU:
     return (k & PS_KEEP_WI0 ? 0.5 : 0) + (k & PS_KEEP_WI1 ? 0.5 : 0);
   case PS_LAYER_DENSE:
-    if (l + 1 < w->m->n_layers && w->m->layers[l + 1].input_from == l &&
-        ps_layer_kind_lower(w->m->layers[l + 1].kind)->lowering == PS_LOWER_JOIN)
+    if (feeds_join(w, l))
       return k & PS_KEEP_WO ? 1 : 0; /* the feed-forward's output product */
     return k & PS_KEEP_WI0 ? 1 : 0;
   default:
@@ -197,9 +204,7 @@ int64_t ps_shard_products_bytes(const Lower *w, int g)
       own += (int64_t)(kept_share(w, l, m) * (double)(L->mm[m].rows * L->mm[m].n * L->mm[m].count));
     if (own > 0 && w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER)
       own -= MIN(own, out - out / w->M); /* the sum kept as its rows */
-    int j = l + 1;
-    if (own > 0 && j < w->m->n_layers && ml[j].input_from == l &&
-        ps_layer_kind_lower(ml[j].kind)->lowering == PS_LOWER_JOIN && output_kept(w, j))
+    if (own > 0 && feeds_join(w, l) && output_kept(w, l + 1))
       own -= MIN(own, w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER ? out / w->M : out);
     b += own;
   }
