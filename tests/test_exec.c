@@ -30,6 +30,17 @@
  *   (and so ps_pod_new) rejects a COLL_START without COLL_DONE, an unmatched
  *   SEND, a COLL_START by a non-member, a member that never starts, a
  *   member that is not a device of the plan.
+ * - copies to and from the host: on tpu-v3-8 (4 chips of 2 cores, one
+ *   host, PCIe W = pcie_bandwidth_Bps / 4 a chip each way), COPY_START of
+ *   B bytes, compute of T, COPY_DONE: a step lasts max(T, B/W) and the
+ *   host wait is max(0, B/W - T) when the device is alone on its chip;
+ *   max(T, 2B/W) when the chip's other core copies B the same way at the
+ *   same time (the lanes shared equally); max(T, B/W) when the other copy
+ *   is on another chip or goes the other way; a device's two copies one
+ *   way go one after the other: the first done at B/W, the second at
+ *   2B/W.  ps_plan_validate rejects a COPY_DONE without its start, a start
+ *   without its done, a tag started twice and a done in the wrong
+ *   direction.
  * - breakdown: in a plan with every kind of wait (infeed over PCIe, a
  *   collective, messages, outfeed, host loops), each device's op_done spans
  *   and waits tile [0, end of its last step] with no gap and no overlap. */
@@ -822,6 +833,105 @@ static void test_invalid_plans(void)
   }
 }
 
+/* ---- copies to and from the host ------------------------------------ */
+
+#define COPY_BYTES 8e6
+
+static PsOp op_copy(PsOpKind kind, int tag, gboolean to_host)
+{
+  PsOp op = op_new(kind, kind == PS_OP_COPY_START ? "copy start" : "copy done");
+  op.tag = tag;
+  op.to_host = to_host;
+  op.bytes = kind == PS_OP_COPY_START ? COPY_BYTES : 0;
+  return op;
+}
+
+/* Devices `who` (n of them, -1 ends early) run `ops`, the rest idle; the
+ * step of device who[0] after the loop, and its host wait per step. */
+static void run_copies(const int *who, int n, const PsOp *ops, int n_ops, ps_time_t *step,
+                       ps_time_t *wait)
+{
+  PsExperiment *e = load(NULL);
+  PsPlan *plan = ps_plan_new(8);
+  int idle = add_idle(plan), p = ps_plan_add_program(plan, ops, n_ops);
+  for (int d = 0; d < 8; d++)
+    plan->program_of[d] = idle;
+  for (int i = 0; i < n; i++)
+    plan->program_of[who[i]] = p;
+  Sim s;
+  sim_init(&s, e, plan);
+  sim_run(&s);
+  ps_time_t loop = ps_time_from_s(e->topology->loop_overhead_s);
+  *step = step_end(&s, who[0], 0) - loop;
+  for (int k = 1; k < e->steps; k++) /* the loop returns every steps_per_run = steps */
+    g_assert_cmpint(step_end(&s, who[0], k) - step_end(&s, who[0], k - 1), ==, *step);
+  *wait = (waited(&s, who[0], PS_TIME_HOST) - loop) / e->steps;
+  sim_clear(&s);
+}
+
+static void test_copies(void)
+{
+  PsExperiment *e = load(NULL);
+  double w = e->topology->pcie_bandwidth_Bps / e->topology->chips_per_host;
+  ps_time_t one = ps_time_from_s(COPY_BYTES / w);
+  ps_experiment_free(e);
+  const ps_time_t Ts[] = {one / 3, 3 * one};
+  for (guint i = 0; i < G_N_ELEMENTS(Ts); i++) {
+    ps_time_t T = Ts[i], step, wait;
+    PsOp up[] = {op_copy(PS_OP_COPY_START, 0, TRUE), op_compute(PS_OP_FWD, T, "fwd"),
+                 op_copy(PS_OP_COPY_DONE, 0, TRUE)};
+    run_copies((const int[]){0}, 1, up, 3, &step, &wait);
+    g_test_message("copy of %g bytes at %g B/s, compute %" G_GINT64_FORMAT " ps: step %"
+                   G_GINT64_FORMAT " ps, host wait %" G_GINT64_FORMAT " ps", COPY_BYTES, w, T,
+                   step, wait);
+    g_assert_cmpint(llabs(step - MAX(T, one)), <=, 2);
+    g_assert_cmpint(llabs(wait - MAX(0, one - T)), <=, 2);
+    /* the chip's two cores (devices 0 and 1) share its lanes */
+    run_copies((const int[]){0, 1}, 2, up, 3, &step, &wait);
+    g_assert_cmpint(llabs(step - MAX(T, 2 * one)), <=, 2);
+    /* two chips (devices 0 and 2) do not */
+    run_copies((const int[]){0, 2}, 2, up, 3, &step, &wait);
+    g_assert_cmpint(llabs(step - MAX(T, one)), <=, 2);
+    /* one way up and one down at once: each direction its own lanes */
+    PsOp both[] = {op_copy(PS_OP_COPY_START, 0, TRUE), op_copy(PS_OP_COPY_START, 1, FALSE),
+                   op_compute(PS_OP_FWD, T, "fwd"), op_copy(PS_OP_COPY_DONE, 1, FALSE),
+                   op_copy(PS_OP_COPY_DONE, 0, TRUE)};
+    run_copies((const int[]){0}, 1, both, 5, &step, &wait);
+    g_assert_cmpint(llabs(step - MAX(T, one)), <=, 2);
+    /* two copies up: one after the other, the first waited for alone */
+    PsOp two[] = {op_copy(PS_OP_COPY_START, 0, TRUE), op_copy(PS_OP_COPY_START, 1, TRUE),
+                  op_copy(PS_OP_COPY_DONE, 0, TRUE), op_compute(PS_OP_FWD, T, "fwd"),
+                  op_copy(PS_OP_COPY_DONE, 1, TRUE)};
+    run_copies((const int[]){0}, 1, two, 5, &step, &wait);
+    g_assert_cmpint(llabs(step - MAX(one + T, 2 * one)), <=, 4);
+  }
+}
+
+static void test_invalid_copies(void)
+{
+  struct {
+    PsOp ops[3];
+    int n;
+    const char *needle;
+  } cases[] = {
+      {{op_copy(PS_OP_COPY_DONE, 0, TRUE)}, 1, "not started"},
+      {{op_copy(PS_OP_COPY_START, 0, TRUE)}, 1, "never done"},
+      {{op_copy(PS_OP_COPY_START, 2, TRUE), op_copy(PS_OP_COPY_DONE, 2, TRUE),
+        op_copy(PS_OP_COPY_START, 2, TRUE)},
+       3,
+       "started twice"},
+      {{op_copy(PS_OP_COPY_START, 0, TRUE), op_copy(PS_OP_COPY_DONE, 0, FALSE)},
+       2,
+       "other direction"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    PsPlan *plan = ps_plan_new(2);
+    plan->program_of[0] = ps_plan_add_program(plan, cases[i].ops, cases[i].n);
+    plan->program_of[1] = add_idle(plan);
+    expect_invalid(plan, (const char *const[]){"device 0", cases[i].needle, NULL});
+  }
+}
+
 /* ---- 5. every moment categorized ------------------------------------ */
 
 static gint cmp_span(gconstpointer a, gconstpointer b)
@@ -918,6 +1028,8 @@ int main(int argc, char **argv)
   g_test_add_func("/exec/deadlock/collective-order", test_deadlock_collective_order);
   g_test_add_func("/exec/invalid-plans", test_invalid_plans);
   g_test_add_func("/exec/breakdown-sums", test_breakdown_sums);
+  g_test_add_func("/exec/copies", test_copies);
+  g_test_add_func("/exec/invalid-copies", test_invalid_copies);
   int rc = g_test_run();
   scratch_remove(tmpdir);
   g_free(exp_path);

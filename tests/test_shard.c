@@ -381,11 +381,17 @@ static void test_remat_rerun(void)
   ps_experiment_free(e);
 }
 
-/* remat_offload keeps what it names in the host's memory: the same ops
- * and times as keeping it in HBM (nothing more is run again), none of its
- * bytes in a unit's HBM between forward and backward, a lower peak. */
+/* Offloading the checkpoints "custom" keeps (remat_offload) runs the same
+ * compute ops as keeping them in HBM, plus copies: after a group's
+ * forward its offloaded outputs go up to the host, and backward brings
+ * them down before the group's recompute, each way 5 d values a token and
+ * layer (the layer's input, Q, K, V, the context), 32 layers of b x s
+ * tokens in 2-byte activations.  They are in HBM only while their copies
+ * run (the plan frees all it holds by the step's end), so the peak is
+ * lower than keeping them. */
 static void test_remat_offload(void)
 {
+  const int64_t b = 2, s = 4096, d = 4096, layers = 32;
   const char *names = "[\"query_proj\", \"key_proj\", \"value_proj\", \"context\"]";
   g_autofree char *keep = g_strdup_printf("strategy.remat_keep=%s", names);
   g_autofree char *offload = g_strdup_printf(
@@ -393,27 +399,38 @@ static void test_remat_offload(void)
       "\"value_proj\", \"context\"]");
   PsExperiment *e1, *e2;
   PsPlan *a = llama("strategy.rematerialize=custom", keep, &e1);
-  PsPlan *b = llama("strategy.rematerialize=custom", offload, &e2);
-  const PsProgram *pa = ps_plan_program(a, 0), *pb = ps_plan_program(b, 0);
-  g_assert_cmpint(pa->n_ops, ==, pb->n_ops);
-  for (int i = 0; i < pa->n_ops; i++)
-    g_assert_cmpint(pa->ops[i].time, ==, pb->ops[i].time);
-  int from = op_named(pb, PS_OP_FWD, "fwd layer3.mlp.body.down") + 1;
-  int to = op_named(pb, PS_OP_FWD, "fwd layer4.mlp.body.down");
-  g_assert_cmpint(from, >, 0);
-  int64_t live_a = 0, live_b = 0;
-  for (int i = from; i <= to; i++) {
-    live_a += pa->ops[i].act_bytes;
-    live_b += pb->ops[i].act_bytes;
+  PsPlan *pb = llama("strategy.rematerialize=custom", offload, &e2);
+  const PsProgram *pa = ps_plan_program(a, 0), *pr = ps_plan_program(pb, 0);
+  double up = 0, down = 0;
+  int i = 0, starts = 0, dones = 0;
+  for (int j = 0; j < pr->n_ops; j++) {
+    const PsOp *op = &pr->ops[j];
+    if (op->kind == PS_OP_COPY_START) {
+      *(op->to_host ? &up : &down) += op->bytes;
+      starts++;
+      continue;
+    }
+    if (op->kind == PS_OP_COPY_DONE) {
+      dones++;
+      continue;
+    }
+    g_assert_cmpint(i, <, pa->n_ops);
+    g_assert_cmpint(pa->ops[i].kind, ==, op->kind);
+    g_assert_cmpstr(pa->ops[i].name, ==, op->name);
+    g_assert_cmpint(pa->ops[i].time, ==, op->time);
+    i++;
   }
-  g_assert_cmpint(live_a, ==, (int64_t)2 * 4096 * 5 * 4096 * 2);
-  g_assert_cmpint(live_b, ==, 0);
+  g_assert_cmpint(i, ==, pa->n_ops);
+  g_assert_cmpint(starts, ==, dones);
+  g_assert_cmpint(starts, >=, 2 * layers);
+  g_assert_cmpfloat(up, ==, (double)(layers * 5 * d * b * s * 2));
+  g_assert_cmpfloat(down, ==, up);
   int64_t left_a = 0, left_b = 0;
-  int64_t peak_a = act_peak(a, &left_a), peak_b = act_peak(b, &left_b);
+  int64_t peak_a = act_peak(a, &left_a), peak_b = act_peak(pb, &left_b);
   g_assert_cmpint(left_b, ==, 0);
   g_assert_cmpint(peak_b, <, peak_a);
   ps_plan_free(a);
-  ps_plan_free(b);
+  ps_plan_free(pb);
   ps_experiment_free(e1);
   ps_experiment_free(e2);
 }

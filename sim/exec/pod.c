@@ -16,11 +16,16 @@
  * An OUTFEED op queues the step's outputs for the host (blocking only when
  * the outfeed queue is full); a HOST_CALL op sends a tensor up, lets the
  * host compute on one CPU thread, and waits for the result to come down.
+ * COPY_START puts a copy between HBM and host memory (host offloading) on
+ * the same PCIe links and the core goes on; COPY_DONE waits for it (a
+ * wait of category host).
  * Faults (pod.h) scale a straggler's compute ops and a slow host's CPU
  * work, and put a straggler's delay before the first op of each step.
  * Invariant: depth + inflight <= capacity for every device, and every
  * moment of a device's time is in exactly one op or one wait. */
 #include "exec/pod.h"
+
+#include "exec/share.h"
 
 #include <string.h>
 
@@ -32,7 +37,8 @@ typedef enum {
   WAIT_RECV,
   WAIT_LOOP,
   WAIT_HOST_CALL,
-  WAIT_DELAY
+  WAIT_DELAY,
+  WAIT_COPY
 } WaitKind;
 
 typedef struct {
@@ -54,6 +60,10 @@ typedef struct {
   int64_t delayed_step;  /* the last step whose delay has begun */
   int coll_busy[PS_COLL_N_OPS]; /* collectives of each kind begun, not yet done */
   GArray *coll_queue;    /* int: collectives started beyond max_in_flight, in order */
+  int64_t *copy_rounds;  /* per copy tag: copies complete (steps), NULL without copies */
+  GQueue copy_queue[2];  /* per direction (0 down, 1 up): copies (pc of their
+                            COPY_START) after the one on the lanes, in order */
+  gboolean copy_busy[2]; /* a copy of the device's is on its chip's lanes */
 } Device;
 
 /* A device's part in one collective (its device is the plan's member;
@@ -123,6 +133,7 @@ struct PsPod {
   PsPlanMembers *members; /* each device's collectives and its index in each; NULL
                              when every member index is a coordinate (member_of) */
   uint32_t ev_op_done, ev_prep_done, ev_loop_start, ev_call_done, ev_delay_done;
+  PsShareSet *copies[2]; /* chips' PCIe lanes down and up (host offloading), or NULL */
 };
 
 const char *ps_time_category_name(PsTimeCategory c)
@@ -213,6 +224,8 @@ static PsTimeCategory op_category(PsOpKind k)
     return PS_TIME_PIPELINE_BUBBLE;
   case PS_OP_OUTFEED:
   case PS_OP_HOST_CALL:
+  case PS_OP_COPY_START:
+  case PS_OP_COPY_DONE:
     return PS_TIME_HOST;
   default:
     return PS_TIME_OTHER;
@@ -371,6 +384,60 @@ static gboolean mailbox_take(Device *d, int src, int tag)
   else
     g_hash_table_insert(d->mailbox, g_memdup2(&key, sizeof key), GINT_TO_POINTER(n - 1));
   return TRUE;
+}
+
+/* ---- host offloading: copies between HBM and the host's memory -------- */
+
+static void copy_arrive(void *ctx, int chip, uint64_t item);
+
+/* A device's copies go over its chip's PCIe lanes one at a time each
+ * way, in the order it started them (one DMA queue); the copies of a
+ * chip's devices share its lanes equally (PsShareSet). */
+static void copy_issue(PsPod *pod, Device *d, const PsOp *op)
+{
+  d->copy_busy[op->to_host ? 1 : 0] = TRUE;
+  ps_share_add(pod->copies[op->to_host ? 1 : 0], ps_pod_device_chip(pod, d->index), op->bytes,
+               (uint64_t)d->index << 32 | (uint32_t)(op - d->prog->ops));
+}
+
+/* COPY_START: the copy is queued for its chip's PCIe lanes; the core goes
+ * on. */
+static void copy_start(PsPod *pod, Device *d, const PsOp *op)
+{
+  if (!pod->copies[0]) {
+    /* a chip's lanes: the host's PCIe figure is its chips' (hw/network.h) */
+    const PsTopology *t = pod->cfg.topology;
+    int chips = ps_geometry_chips(pod->geo);
+    double bw = t->pcie_bandwidth_Bps / MAX(t->chips_per_host, 1);
+    for (int k = 0; k < 2; k++)
+      pod->copies[k] = ps_share_set_new(pod->engine, chips, bw, copy_arrive, pod);
+  }
+  int dir = op->to_host ? 1 : 0;
+  if (d->copy_busy[dir])
+    g_queue_push_tail(&d->copy_queue[dir], GINT_TO_POINTER(op - d->prog->ops));
+  else
+    copy_issue(pod, d, op);
+}
+
+/* A device's copy (item: device << 32 | the pc of its COPY_START) has
+ * arrived; the device's next in that direction goes on the lanes. */
+static void copy_arrive(void *ctx, int chip, uint64_t item)
+{
+  PsPod *pod = ctx;
+  Device *d = &pod->devices[item >> 32];
+  const PsOp *done = &d->prog->ops[item & 0xffffffffu];
+  int tag = done->tag, dir = done->to_host ? 1 : 0;
+  (void)chip;
+  d->copy_busy[dir] = FALSE;
+  if (!g_queue_is_empty(&d->copy_queue[dir]))
+    copy_issue(pod, d, &d->prog->ops[GPOINTER_TO_INT(g_queue_pop_head(&d->copy_queue[dir]))]);
+  d->copy_rounds[tag]++;
+  const PsOp *op = &d->prog->ops[d->pc];
+  if (d->waiting == WAIT_COPY && op->tag == tag) {
+    end_wait(pod, d, PS_TIME_HOST, op->name);
+    d->op_start = now(pod);
+    finish_op_after(pod, d, 0);
+  }
 }
 
 static void on_deliver(void *ctx, const PsNetDelivery *dl)
@@ -613,6 +680,14 @@ static gboolean start_op(PsPod *pod, Device *d)
       break;
     start_wait(d, WAIT_RECV);
     return FALSE;
+  case PS_OP_COPY_START:
+    copy_start(pod, d, op);
+    break;
+  case PS_OP_COPY_DONE:
+    if (d->copy_rounds[op->tag] > d->step)
+      break;
+    start_wait(d, WAIT_COPY);
+    return FALSE;
   case PS_OP_N_KINDS:
     g_assert_not_reached();
   }
@@ -844,8 +919,10 @@ PsPod *ps_pod_new(PsEngine *engine, const PsPodConfig *cfg, const PsPlan *plan,
     d->host = ps_pod_chip_host(pod, ps_pod_device_chip(pod, i));
     Host *h = &pod->hosts[d->host];
     g_array_append_val(h->devs, i);
-    int infeeds = 0;
-    for (int k = 0; k < d->prog->n_ops; k++)
+    int infeeds = 0, copies = 0;
+    for (int k = 0; k < d->prog->n_ops; k++) {
+      if (d->prog->ops[k].kind == PS_OP_COPY_START)
+        copies = MAX(copies, d->prog->ops[k].tag + 1);
       if (d->prog->ops[k].kind == PS_OP_INFEED) {
         if (infeeds++ == 0) {
           d->infeed_bytes = (int64_t)d->prog->ops[k].bytes;
@@ -854,6 +931,9 @@ PsPod *ps_pod_new(PsEngine *engine, const PsPodConfig *cfg, const PsPlan *plan,
             h->batch_examples = d->prog->ops[k].batch;
         }
       }
+    }
+    if (copies > 0)
+      d->copy_rounds = g_new0(int64_t, copies);
     if (infeeds > 0) {
       g_array_append_val(h->infeed_devs, i);
       h->to_prepare += cfg->steps * infeeds;
@@ -884,6 +964,9 @@ void ps_pod_free(PsPod *pod)
     g_hash_table_destroy(pod->devices[i].mailbox);
     if (pod->devices[i].coll_queue)
       g_array_free(pod->devices[i].coll_queue, TRUE);
+    g_free(pod->devices[i].copy_rounds);
+    g_queue_clear(&pod->devices[i].copy_queue[0]);
+    g_queue_clear(&pod->devices[i].copy_queue[1]);
   }
   if (pod->colls)
     for (int c = 0; c < pod->plan->n_colls; c++) {
@@ -895,6 +978,8 @@ void ps_pod_free(PsPod *pod)
   ps_plan_members_free(pod->members);
   if (pod->net)
     ps_network_free(pod->net);
+  ps_share_set_free(pod->copies[0]);
+  ps_share_set_free(pod->copies[1]);
   ps_geometry_free(pod->geo);
   g_ptr_array_free(pod->xfers, TRUE);
   g_free(pod->hosts);

@@ -258,6 +258,7 @@ typedef struct {
   int *open, *starts; /* per collective, for the device being walked */
   GHashTable *flow;   /* (src, dst, tag) -> SENDs minus RECVs per step */
   GArray *keys;       /* the flow's keys, in the order they appeared */
+  gboolean *copies_checked; /* per program: its copies checked */
 } Check;
 
 static gboolean check_colls(const PsPlan *plan, GError **error)
@@ -330,6 +331,42 @@ static gboolean check_message_op(Check *ck, int d, int i, const PsOp *op, GError
   return TRUE;
 }
 
+/* A program's copies: each tag started once and done once after its
+ * start, with bytes >= 0 and the same direction at both ends. */
+static gboolean check_copies(const PsProgram *p, int d, GError **error)
+{
+  g_autoptr(GHashTable) open = g_hash_table_new(g_direct_hash, g_direct_equal);
+  g_autoptr(GHashTable) seen = g_hash_table_new(g_direct_hash, g_direct_equal);
+  for (int i = 0; i < p->n_ops; i++) {
+    const PsOp *op = &p->ops[i];
+    if (op->kind != PS_OP_COPY_START && op->kind != PS_OP_COPY_DONE)
+      continue;
+    if (op->tag < 0 || op->tag >= (1 << 20))
+      return invalid(error, d, i, "%s with tag %d (tags 0..2^20-1)", ps_op_kind_name(op->kind),
+                     op->tag);
+    gpointer key = GINT_TO_POINTER(op->tag + 1);
+    if (op->kind == PS_OP_COPY_START) {
+      if (g_hash_table_contains(seen, key))
+        return invalid(error, d, i, "COPY_START of copy %d started twice in one step", op->tag);
+      if (!(op->bytes >= 0))
+        return invalid(error, d, i, "COPY_START of copy %d with %g bytes", op->tag, op->bytes);
+      g_hash_table_add(seen, key);
+      g_hash_table_insert(open, key, GINT_TO_POINTER(op->to_host ? 2 : 1));
+    } else {
+      int dir = GPOINTER_TO_INT(g_hash_table_lookup(open, key));
+      if (dir == 0)
+        return invalid(error, d, i, "COPY_DONE of copy %d that is not started", op->tag);
+      if (dir != (op->to_host ? 2 : 1))
+        return invalid(error, d, i, "COPY_DONE of copy %d in the other direction", op->tag);
+      g_hash_table_remove(open, key);
+    }
+  }
+  if (g_hash_table_size(open) > 0)
+    return invalid(error, d, -1, "has a copy to or from its host that is started but never "
+                   "done");
+  return TRUE;
+}
+
 /* One device's program: its ops, then its collectives all done and all
  * started.  Only its own collectives' counters are touched (an op of
  * another's fails first), so they are cleared through its membership. */
@@ -343,6 +380,10 @@ static gboolean check_program(Check *ck, int d, GError **error)
                    "least one op per step)");
   const PsPlanMembers *pm = ck->pm;
   gboolean ok = TRUE;
+  if (!ck->copies_checked[plan->program_of[d]]) {
+    ck->copies_checked[plan->program_of[d]] = TRUE;
+    ok = check_copies(p, d, error);
+  }
   for (int i = 0; i < p->n_ops && ok; i++) {
     const PsOp *op = &p->ops[i];
     if (op->kind == PS_OP_COLL_START || op->kind == PS_OP_COLL_DONE)
@@ -386,8 +427,10 @@ gboolean ps_plan_validate(const PsPlan *plan, GError **error)
   g_autofree int *open = g_new0(int, nc > 0 ? nc : 1);
   g_autofree int *starts = g_new0(int, nc > 0 ? nc : 1);
   g_autoptr(GArray) keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+  g_autofree gboolean *copies_checked = g_new0(gboolean, MAX(plan->n_programs, 1));
   Check ck = {.plan = plan, .pm = pm, .open = open, .starts = starts,
-              .flow = g_hash_table_new(g_int64_hash, g_int64_equal), .keys = keys};
+              .flow = g_hash_table_new(g_int64_hash, g_int64_equal), .keys = keys,
+              .copies_checked = copies_checked};
   gboolean ok = TRUE;
   for (int d = 0; d < nd && ok; d++)
     ok = check_program(&ck, d, error);
@@ -414,7 +457,7 @@ const char *ps_op_kind_name(PsOpKind kind)
 {
   static const char *const names[PS_OP_N_KINDS] = {
       "INFEED", "FWD",  "BWD",    "RECOMPUTE", "COLL_START", "COLL_DONE",
-      "SEND",   "RECV", "UPDATE", "HOST_CALL", "OUTFEED", "CLIP"};
+      "SEND",   "RECV", "UPDATE", "HOST_CALL", "OUTFEED", "CLIP", "COPY_START", "COPY_DONE"};
   g_return_val_if_fail(kind < PS_OP_N_KINDS, "?");
   return names[kind];
 }
@@ -435,6 +478,13 @@ static void describe_op(const PsPlan *plan, int device, int i, const PsOp *op, G
     break;
   case PS_OP_RECV:
     g_string_append_printf(out, "from %d tag %d  %s", op->peer, op->tag, op->name);
+    break;
+  case PS_OP_COPY_START:
+  case PS_OP_COPY_DONE:
+    g_string_append_printf(out, "copy %d %s host  %s", op->tag, op->to_host ? "to" : "from",
+                           op->name);
+    if (op->kind == PS_OP_COPY_START)
+      g_string_append_printf(out, "  (%.0f bytes)", op->bytes);
     break;
   case PS_OP_UPDATE:
   case PS_OP_CLIP:

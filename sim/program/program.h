@@ -25,7 +25,9 @@
  * COLL_START c (resolved through the slots, if any) is followed by exactly one COLL_DONE c before the program
  * ends, and the device is a member of c; every collective's members run
  * the same sequence of starts of it (once per step); SENDs from a to b with
- * tag t are as many per step as RECVs at b from a with tag t. */
+ * tag t are as many per step as RECVs at b from a with tag t; each
+ * COPY_START t is followed by exactly one COPY_DONE t before the program
+ * ends, and no two COPY_STARTs of a program share a tag. */
 #ifndef PS_PROGRAM_H
 #define PS_PROGRAM_H
 
@@ -46,6 +48,10 @@ typedef enum {
   PS_OP_CLIP,       /* gradient clipping by global norm over params
                        [param_off, +param_len): the norm, and with clip_local
                        the scaling of the device's own gradient */
+  PS_OP_COPY_START, /* hand a copy of `bytes` between the device's HBM and its
+                       host's memory (to_host: up, else down) to PCIe; the core
+                       goes on (XLA's host offloading: a copy-start) */
+  PS_OP_COPY_DONE,  /* wait until the copy with this `tag` is complete */
   PS_OP_N_KINDS
 } PsOpKind;
 
@@ -58,12 +64,14 @@ typedef struct {
                            global batch it takes */
   int coll;             /* COLL_START/DONE: index in plan->colls; UPDATE: the
                            reduce-scatter whose block this device updates, or -1 */
-  int peer, tag;        /* SEND/RECV */
+  int peer, tag;        /* SEND/RECV; COPY_START/DONE: tag names the copy */
+  gboolean to_host;     /* COPY_START/DONE: device to host (else host to device) */
   gboolean labels;      /* RECV: the labels of examples [example_off, + batch)
                            arrive with the activations (a pipeline's last stage) */
   int host_call;        /* HOST_CALL: index in the experiment's host_calls */
   int64_t param_off, param_len; /* UPDATE: parameters (floats) it covers */
-  double bytes;         /* INFEED/OUTFEED/SEND payload; HOST_CALL: up to the host */
+  double bytes;         /* INFEED/OUTFEED/SEND/COPY_START payload; HOST_CALL: up
+                           to the host */
   double bytes_back;    /* HOST_CALL: result back down */
   double host_flops;    /* HOST_CALL: work on the host */
   double loss_weight;   /* OUTFEED: weight of this device's loss in the step's */

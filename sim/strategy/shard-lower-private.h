@@ -57,6 +57,9 @@ typedef struct {
   GArray *reqs;       /* Req */
   GArray *ops;        /* the template */
   int tag;
+  int copies;         /* copies to and from the host lowered so far (their tags) */
+  GArray *up;         /* the forward's copies to the host not yet done (UpCopy) */
+  int window;         /* copies to or from the host in flight at most */
   int64_t shard_params;
   int stage, P, mbs;  /* this stage of P, micro-batches per step */
   int lo, hi;         /* the stage's layers [lo, hi) */
@@ -65,6 +68,12 @@ typedef struct {
   int *pending;       /* per op group: its fsdp gather's request */
   GArray *xfer;       /* indices of the stage SEND/RECV ops in the template */
 } Lower;
+
+/* A copy to the host the forward started and has not yet waited for. */
+typedef struct {
+  int tag, g;
+  int64_t bytes;
+} UpCopy;
 
 /* The first and last layer of op group g. */
 static inline int group_first(const Lower *w, int g)
@@ -93,5 +102,7 @@ int64_t ps_shard_kept_bytes(const Lower *w, int g);
 int64_t ps_shard_recompute_live(const Lower *w, int g, int64_t own);
 /* Bytes "minimal" or "custom" keeps of group g in HBM. */
 int64_t ps_shard_products_bytes(const Lower *w, int g);
+/* Bytes "custom" offloads of group g to the host (remat_offload). */
+int64_t ps_shard_offload_bytes(const Lower *w, int g);
 
 #endif

@@ -254,6 +254,70 @@ static void coll_now(Lower *w, int req)
   coll(w, PS_OP_COLL_DONE, req);
 }
 
+/* A copy between HBM and the host's memory (host offloading): its start,
+ * `bytes` of group g's, or its done; act: what the op adds to the live
+ * bytes in HBM. */
+static void copy_op(Lower *w, PsOpKind kind, gboolean to_host, int tag, int g, double bytes,
+                    int64_t act)
+{
+  PsOp op = {.kind = kind, .to_host = to_host, .tag = tag, .mb = w->mb, .batch = w->batch,
+             .first = group_first(w, g), .last = group_last(w, g),
+             .bytes = kind == PS_OP_COPY_START ? bytes : 0, .act_bytes = act};
+  snprintf(op.name, sizeof op.name, "%s %s host %.40s",
+           kind == PS_OP_COPY_START ? "start" : "done", to_host ? "to" : "from",
+           w->m->layers[op.first].name);
+  emit(w, &op);
+}
+
+/* Copies to or from the host a device has in flight each way at most:
+ * XLA's xla_tpu_host_transfer_overlap_limit as MaxText's host-offloading
+ * flags set it (24: HOST_OFFLOAD_FLAGS in benchmarks/xla_flags_library.py,
+ * which Google's Trillium recipes with offloaded checkpoints pass, e.g.
+ * tpu-recipes training/trillium/Llama3.1-8B-MaxText/v6e-8), read as the
+ * number of transfers the scheduler keeps in flight.  A copy holds its
+ * bytes in HBM until done, so lower_init halves the window until the
+ * step fits, as the scheduler's memory-pressure tracking
+ * (xla_tpu_enable_scheduler_memory_pressure_tracking, same flags) would. */
+#define PS_HOST_COPIES_IN_FLIGHT 24
+
+/* The forward's oldest copy to the host still in flight is done: its
+ * bytes leave HBM. */
+static void offload_done(Lower *w)
+{
+  UpCopy u = g_array_index(w->up, UpCopy, 0);
+  copy_op(w, PS_OP_COPY_DONE, TRUE, u.tag, u.g, 0, -u.bytes);
+  g_array_remove_index(w->up, 0);
+}
+
+/* After group g's forward: what it offloads goes up to the host (the
+ * core goes on); the oldest copy is waited for once more than the window
+ * are in flight. */
+static void offload_after(Lower *w, int g)
+{
+  int64_t b = ps_shard_offload_bytes(w, g);
+  if (b <= 0)
+    return;
+  UpCopy u = {w->copies++, g, b};
+  copy_op(w, PS_OP_COPY_START, TRUE, u.tag, g, (double)b, 0);
+  g_array_append_val(w->up, u);
+  while ((int)w->up->len > w->window)
+    while (w->up->len > 0)
+    offload_done(w);
+}
+
+/* Backward brings group g's offloaded bytes back down, started once
+ * (down[g] holds its tag), at least a group ahead of its use. */
+static void prefetch(Lower *w, int *down, int g)
+{
+  if (g < 0 || down[g] >= 0)
+    return;
+  int64_t b = ps_shard_offload_bytes(w, g);
+  if (b <= 0)
+    return;
+  down[g] = w->copies++;
+  copy_op(w, PS_OP_COPY_START, FALSE, down[g], g, (double)b, b);
+}
+
 static PsAxis model_axis(const Lower *w, int op)
 {
   return w->sp && op != PS_COLL_ALL_REDUCE ? PS_AXIS_SEQUENCE : PS_AXIS_TENSOR;
@@ -570,6 +634,7 @@ static void shard_forward(Lower *w, int *pending)
       f.act_bytes -= ps_shard_score_bytes(w, g);
     if (w->F > 1 && wbytes > 0) /* the gathered copy, live from its DONE */
       f.act_bytes -= w->c->regather ? wbytes : 0;
+    f.act_bytes += ps_shard_offload_bytes(w, g); /* in HBM until its copy is done */
     const LayerPlan *lp = &w->lp[last];
     gboolean ring = w->c->collective_matmul && w->M > 1 &&
                     (lp->out_comp == PS_COLL_ALL_REDUCE || lp->out_comp == PS_COLL_REDUCE_SCATTER);
@@ -578,6 +643,7 @@ static void shard_forward(Lower *w, int *pending)
     else
       emit(w, &f);
     ps_lower_host_calls(w->exp, &f, w->ops);
+    offload_after(w, g);
     if (lp->vocab_loss) {
       int64_t rows = w->batch * MAX(w->m->labels_per_example, 1);
       coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_MODEL, PS_AXIS_TENSOR, rows,
@@ -586,6 +652,8 @@ static void shard_forward(Lower *w, int *pending)
                           PS_BUFFER_ACTIVATIONS, last, "loss sum"));
     }
   }
+  while (w->up->len > 0)
+    offload_done(w);
 }
 
 /* ---- backward, gradients and the update -------------------------------- */
@@ -701,7 +769,18 @@ static void shard_backward(Lower *w, int *pending)
     pending[first_pg] = gather_req(w, first_pg, "bwd");
     coll(w, PS_OP_COLL_START, pending[first_pg]);
   }
+  g_autofree int *down = g_new(int, n > 0 ? n : 1);
+  for (int g = 0; g < n; g++)
+    down[g] = -1;
   for (int g = n - 1; g >= 0; g--) {
+    /* what the host holds for this group and the next that have any, up
+     * to the window */
+    prefetch(w, down, g);
+    for (int h = g - 1, k = 1; h >= 0 && k < w->window; h--)
+      if (ps_shard_offload_bytes(w, h) > 0) {
+        prefetch(w, down, h);
+        k++;
+      }
     if (gather && group_params(w, g) > 0) {
       if (!w->c->prefetch) {
         pending[g] = gather_req(w, g, "bwd");
@@ -715,8 +794,11 @@ static void shard_backward(Lower *w, int *pending)
       coll(w, PS_OP_COLL_DONE, pending[g]);
       g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes = group_params(w, g) * 4;
     }
+    if (down[g] >= 0)
+      copy_op(w, PS_OP_COPY_DONE, FALSE, down[g], g, 0, 0);
     PsOp bw = compute_op(w, PS_OP_BWD, g);
     bw.act_bytes -= w->F > 1 ? group_params(w, g) * 4 : 0;
+    bw.act_bytes -= ps_shard_offload_bytes(w, g); /* brought back by its copy */
     if (w->c->remat == PS_REMAT_FULL) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
       r.act_bytes = ps_shard_recompute_live(w, g, r.act_bytes);
@@ -850,6 +932,8 @@ static void build_template(Lower *w)
 }
 
 /* Stage `stage` of the mesh, layers [lo, hi). */
+static gboolean template_fits(Lower *w, GError **error);
+
 static void lower_init(Lower *w, const PsExperiment *exp, const PsShardConfig *c, int stage,
                        int lo, int hi)
 {
@@ -860,12 +944,23 @@ static void lower_init(Lower *w, const PsExperiment *exp, const PsShardConfig *c
                .reqs = g_array_new(FALSE, FALSE, sizeof(Req)),
                .ops = g_array_new(FALSE, TRUE, sizeof(PsOp)),
                .stage = stage, .P = c->size[PS_AXIS_STAGE], .mbs = c->micro_batches,
-               .lo = lo, .hi = hi, .xfer = g_array_new(FALSE, FALSE, sizeof(int))};
+               .lo = lo, .hi = hi, .xfer = g_array_new(FALSE, FALSE, sizeof(int)),
+               .up = g_array_new(FALSE, FALSE, sizeof(UpCopy))};
   w->batch = exp->global_batch / ((int64_t)w->D * w->F * w->mbs);
   plan_layouts(w);
   build_local(w);
   cut_groups(w);
+  w->window = PS_HOST_COPIES_IN_FLIGHT;
   build_template(w);
+  while (w->copies > 0 && w->window > 1 && !template_fits(w, NULL)) {
+    w->window /= 2; /* fewer copies in flight, fewer of their bytes in HBM */
+    g_array_set_size(w->ops, 0);
+    g_array_set_size(w->reqs, 0);
+    g_array_set_size(w->xfer, 0);
+    w->tag = w->copies = 0;
+    w->shard_params = 0;
+    build_template(w);
+  }
 }
 
 static void lower_clear(Lower *w)
@@ -876,6 +971,7 @@ static void lower_clear(Lower *w)
   g_array_free(w->reqs, TRUE);
   g_array_free(w->ops, TRUE);
   g_array_free(w->xfer, TRUE);
+  g_array_free(w->up, TRUE);
 }
 
 

@@ -103,12 +103,6 @@ static double share_of(const Lower *w, int l, int m, unsigned k)
   }
 }
 
-/* The share of layer l's product m kept in HBM (remat_keep's). */
-static double kept_share(const Lower *w, int l, int m)
-{
-  return share_of(w, l, m, w->c->remat_keep);
-}
-
 /* PsCostOptions.rerun for a rematerialized forward: nothing of a layer
  * whose output backward does not read (output_dead); else each product
  * but its kept share; attention's products of activations run again
@@ -183,30 +177,59 @@ int64_t ps_shard_recompute_live(const Lower *w, int g, int64_t own)
   return live;
 }
 
-/* Bytes "minimal" or "custom" keeps of group g: each kept block input, as
- * full keeps, and the kept share of its products' outputs (kept_share:
- * "minimal" the matmuls with a weight operand, projections, feed-forward,
- * the head; "custom" those remat_keep names), which backward would
+/* Bytes of group g's products' outputs that "minimal" or "custom" keeps
+ * where `mask` says (share_of: "minimal" the matmuls with a weight
+ * operand, projections, feed-forward, the head; "custom" those the mask
+ * names, remat_keep's or remat_offload's; what `offload` goes to the
+ * host, of a unit's layers only), which backward would
  * otherwise recompute, at their local size.  A product whose sum a
  * reduce-scatter completes onto rows is kept as its rows (GSPMD keeps the
  * scattered value, a 1/M of the partial sum); one whose output only
  * feeds a residual join whose output is itself kept (the last block of a
  * unit: the next unit's input holds the sum) is not needed by backward
  * and not kept, as JAX saves only the residuals backward reads. */
-int64_t ps_shard_products_bytes(const Lower *w, int g)
+static int64_t products_of(const Lower *w, int g, unsigned mask, gboolean offload)
 {
   int64_t b = 0;
   const PsLayer *ml = w->m->layers;
   for (int l = group_first(w, g); l <= group_last(w, g); l++) {
     const PsLayer *L = &w->local.layers[l];
+    if (offload && ml[l].unit == 0)
+      continue; /* outside a unit kept in HBM, as "minimal" keeps it */
     int64_t out = ps_shape_elems(ml[l].out_shape, ml[l].out_rank), own = 0;
     for (int m = 0; m < L->n_mm; m++)
-      own += (int64_t)(kept_share(w, l, m) * (double)(L->mm[m].rows * L->mm[m].n * L->mm[m].count));
+      own += (int64_t)(share_of(w, l, m, mask) *
+                       (double)(L->mm[m].rows * L->mm[m].n * L->mm[m].count));
     if (own > 0 && w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER)
       own -= MIN(own, out - out / w->M); /* the sum kept as its rows */
     if (own > 0 && feeds_join(w, l) && output_kept(w, l + 1))
       own -= MIN(own, w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER ? out / w->M : out);
     b += own;
   }
-  return b * w->batch * w->act_b + ps_shard_kept_bytes(w, g);
+  return b * w->batch * w->act_b;
+}
+
+/* Bytes "minimal" or "custom" keeps of group g in HBM: each kept block
+ * input, as full keeps, and the products remat_keep names. */
+int64_t ps_shard_products_bytes(const Lower *w, int g)
+{
+  return products_of(w, g, w->c->remat_keep, FALSE) + ps_shard_kept_bytes(w, g);
+}
+
+/* Bytes "custom" offloads of group g to the host's memory: its
+ * remat_offload products, counted as products_bytes counts the kept ones,
+ * and, where decoder_layer_input is offloaded, the unit inputs it
+ * produces (its rerun forward starts from them); 0 under another
+ * policy. */
+int64_t ps_shard_offload_bytes(const Lower *w, int g)
+{
+  if (w->c->remat != PS_REMAT_CUSTOM || w->c->remat_offload == 0)
+    return 0;
+  int64_t b = products_of(w, g, w->c->remat_offload, TRUE);
+  if (w->c->remat_offload & PS_KEEP_INPUT)
+    for (int l = group_first(w, g); l <= group_last(w, g); l++)
+      if (output_kept(w, l))
+        b += ps_shape_elems(w->local.layers[l].out_shape, w->local.layers[l].out_rank) *
+             w->batch * w->act_b;
+  return b;
 }
