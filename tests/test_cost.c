@@ -101,13 +101,14 @@ static double matmul_time(const char *name, int64_t n, PsTopology **out)
  *        documentation, Pallas TPU guide "Matrix Multiplication");
  *   v7:  a bf16 32768^3 matmul at 956.38 TFLOP/s on one device, a
  *        TensorCore (accelerator-microbenchmarks, Ironwood GEMM results).
- * v5p and v6e, which have no such figure, hold v5e's value. */
+ * v5p, which has no such figure, holds v5e's value (v6e's is fitted to
+ * its single-host step: tests/measured, "calibration": true). */
 static void test_matmul_points(void)
 {
   PsTopology *t = NULL;
   double s = matmul_time("tpu-v5e-4", 8192, &t);
   g_assert_cmpfloat(fabs(s / 6.047e-3 - 1), <, 1e-3);
-  const char *borrowers[] = {"tpu-v5p-8", "tpu-v6e-4"};
+  const char *borrowers[] = {"tpu-v5p-8"};
   for (guint i = 0; i < G_N_ELEMENTS(borrowers); i++) {
     PsTopology *b = topology_load(borrowers[i], NULL);
     g_assert_cmpfloat(b->mxu_efficiency, ==, t->mxu_efficiency);
