@@ -474,7 +474,8 @@ static void test_tensor_partials(void)
  * with data 2 or fsdp 2 on the 8 devices of tpu-v4-16; and the same
  * with the tensor group of 4 splitting the rows itself (sequence_parallel,
  * no sequence axis), also with fsdp 2 and "minimal" rematerialization, and
- * "custom" keeping the query, key and value projections and the context. */
+ * "custom" keeping the query, key and value projections and the context,
+ * in HBM or offloaded to the host (the plan's copies change no number). */
 static void sequence_meshes(const Reference *ref)
 {
   check_mesh(ref, "{\"tensor\": 2, \"sequence\": 2}", "");
@@ -489,6 +490,12 @@ static void sequence_meshes(const Reference *ref)
   check_mesh_on(ref, NULL, "tpu-v4-16", "{\"tensor\": 4, \"fsdp\": 2}",
                 ", \"sequence_parallel\": true, \"rematerialize\": \"custom\", "
                 "\"remat_keep\": [\"query_proj\", \"key_proj\", \"value_proj\", \"context\"]");
+  /* the same checkpoints in host memory: copies to the host and back in
+   * the plan, the gradients unchanged */
+  check_mesh_on(ref, NULL, "tpu-v4-16", "{\"tensor\": 4, \"fsdp\": 2}",
+                ", \"sequence_parallel\": true, \"rematerialize\": \"custom\", "
+                "\"remat_offload\": [\"decoder_layer_input\", \"query_proj\", \"key_proj\", "
+                "\"value_proj\", \"context\"]");
 }
 
 static void test_sequence_gradients(void)
