@@ -64,6 +64,7 @@ typedef struct {
   GQueue copy_queue[2];  /* per direction (0 down, 1 up): copies (pc of their
                             COPY_START) after the one on the lanes, in order */
   gboolean copy_busy[2]; /* a copy of the device's is on its chip's lanes */
+  ps_time_t copy_began[2]; /* when that copy went on them */
 } Device;
 
 /* A device's part in one collective (its device is the plan's member;
@@ -396,6 +397,7 @@ static void copy_arrive(void *ctx, int chip, uint64_t item);
 static void copy_issue(PsPod *pod, Device *d, const PsOp *op)
 {
   d->copy_busy[op->to_host ? 1 : 0] = TRUE;
+  d->copy_began[op->to_host ? 1 : 0] = now(pod);
   ps_share_add(pod->copies[op->to_host ? 1 : 0], ps_pod_device_chip(pod, d->index), op->bytes,
                (uint64_t)d->index << 32 | (uint32_t)(op - d->prog->ops));
 }
@@ -428,6 +430,10 @@ static void copy_arrive(void *ctx, int chip, uint64_t item)
   const PsOp *done = &d->prog->ops[item & 0xffffffffu];
   int tag = done->tag, dir = done->to_host ? 1 : 0;
   (void)chip;
+  if (pod->obs.host_work)
+    pod->obs.host_work(pod->obs.ctx, d->host, dir ? PS_HOST_PCIE_UP : PS_HOST_PCIE_DOWN,
+                       dir ? "copy to host" : "copy from host", d->index, d->copy_began[dir],
+                       now(pod));
   d->copy_busy[dir] = FALSE;
   if (!g_queue_is_empty(&d->copy_queue[dir]))
     copy_issue(pod, d, &d->prog->ops[GPOINTER_TO_INT(g_queue_pop_head(&d->copy_queue[dir]))]);
