@@ -320,6 +320,17 @@ static void test_precision_passes(void)
   g_assert_null(ps_experiment_load("resnet50-v3-8", bad, &error));
   g_assert_nonnull(strstr(error->message, "matmul_precision"));
   g_clear_error(&error);
+  /* the stored weights' precision: f32 by default, f32 or bf16 */
+  e = ps_experiment_load("resnet50-v3-8", NULL, &error);
+  g_assert_no_error(error);
+  g_assert_cmpint(e->numerics.weight_precision, ==, PS_PRECISION_F32);
+  ps_experiment_free(e);
+  const char *bad_w[] = {"numerics.weight_precision=f16", NULL};
+  g_assert_null(ps_experiment_load("resnet50-v3-8", bad_w, &error));
+  g_assert_nonnull(strstr(error->message, "numerics.weight_precision"));
+  g_assert_nonnull(strstr(error->message, "f16"));
+  g_assert_cmpint(error->code, ==, PS_INPUT_ERROR_VALUE);
+  g_clear_error(&error);
 }
 
 /* One step of ResNet-50's compute on a v3 core: no fusion costs at least

@@ -141,24 +141,75 @@ static void test_update_cost(void)
   const int64_t P = 25000000, A = 24000000;
   const int L = 53;
   PsOpCost c;
-  PsUpdateShape lars = {PS_OPT_LARS, P, A, L};
+  PsUpdateShape lars = {PS_OPT_LARS, P, A, L, 4};
   ps_cost_optimizer(t, &lars, &c);
   g_assert_cmpfloat(c.bytes, ==, 8.0 * A + 20.0 * P);
   g_assert_cmpint(c.kernels, ==, L + 1);
   double want = pass_s(t, 8.0 * A, 4.0 * A, L) + pass_s(t, 20.0 * P, 5.0 * P + 2.0 * A, 1);
   g_assert_cmpfloat(fabs(ps_time_to_s(c.time) - want), <, 1e-9);
-  PsUpdateShape lamb = {PS_OPT_LAMB, P, A, L};
+  PsUpdateShape lamb = {PS_OPT_LAMB, P, A, L, 4};
   ps_cost_optimizer(t, &lamb, &c);
   g_assert_cmpfloat(c.bytes, ==, 40.0 * P);
   g_assert_cmpint(c.kernels, ==, L + 2);
   want = pass_s(t, 24.0 * P, 12.0 * P, L + 1) + pass_s(t, 16.0 * P, 6.0 * P, 1);
   g_assert_cmpfloat(fabs(ps_time_to_s(c.time) - want), <, 1e-9);
   /* SGD and Adam keep their one kernel */
-  PsUpdateShape adam = {PS_OPT_ADAM, P, A, L};
+  PsUpdateShape adam = {PS_OPT_ADAM, P, A, L, 4};
   ps_cost_optimizer(t, &adam, &c);
   g_assert_cmpfloat(c.bytes, ==, 28.0 * P);
   g_assert_cmpint(c.kernels, ==, 1);
+  /* weights, gradients and slots in bf16: half the bytes, the same FLOPs */
+  double flops = c.flops;
+  adam.state_bytes = 2;
+  ps_cost_optimizer(t, &adam, &c);
+  g_assert_cmpfloat(c.bytes, ==, 14.0 * P);
+  g_assert_cmpfloat(c.flops, ==, flops);
+  lamb.state_bytes = 2;
+  ps_cost_optimizer(t, &lamb, &c);
+  g_assert_cmpfloat(c.bytes, ==, 20.0 * P);
   ps_topology_free(t);
+}
+
+/* Weights and slots stored in bf16 (ps_optimizer_set_state_bf16): an Adam
+ * step over [8, 32) of 40 against a plain double loop of Adam's rule from
+ * the same state, rounded to bf16 (round to nearest even, ps_bf16_round)
+ * after the step: weights and both moments equal the loop's within the
+ * float32 arithmetic's error before rounding (so to the bf16 value, or its
+ * neighbour where the two straddle a rounding boundary), every one of
+ * them a bf16 value; outside the range nothing moves. */
+static void test_adam_bf16_state(void)
+{
+  g_autoptr(GRand) rng = g_rand_new_with_seed(7);
+  float w[N_PARAMS], g[N_PARAMS], w0[N_PARAMS];
+  fill(rng, w, N_PARAMS, 1.0);
+  fill(rng, g, N_PARAMS, 0.1);
+  ps_bf16_round_array(w, w, N_PARAMS); /* stored in bf16 from the start */
+  memcpy(w0, w, sizeof w);
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  PsOptimizer *opt = ps_optimizer_new_adam(N_PARAMS, (float)lr, (float)b1, (float)b2, (float)eps);
+  ps_optimizer_set_state_bf16(opt, TRUE);
+  const size_t off = 8, len = 24;
+  double m[N_PARAMS] = {0}, v[N_PARAMS] = {0}, ref[N_PARAMS];
+  for (int t = 1; t <= 3; t++) {
+    ps_optimizer_step_range(opt, w, g, off, len, t);
+    for (size_t i = off; i < off + len; i++) {
+      m[i] = ps_bf16_round((float)(b1 * m[i] + (1 - b1) * g[i]));
+      v[i] = ps_bf16_round((float)(b2 * v[i] + (1 - b2) * (double)g[i] * g[i]));
+      double mh = m[i] / (1 - pow(b1, t)), vh = v[i] / (1 - pow(b2, t));
+      double prev = t == 1 ? w0[i] : ref[i];
+      ref[i] = ps_bf16_round((float)(prev - lr * mh / (sqrt(vh) + eps)));
+    }
+    for (size_t i = off; i < off + len; i++) {
+      g_assert_cmpfloat(w[i], ==, ps_bf16_round(w[i]));
+      /* one bf16 ulp of the value at most (8 bits of mantissa) */
+      g_assert_cmpfloat(fabs(w[i] - ref[i]), <=, fabs(ref[i]) * 0x1p-7 + 1e-30);
+      ref[i] = w[i]; /* continue from what the optimizer stored */
+    }
+  }
+  for (size_t i = 0; i < N_PARAMS; i++)
+    if (i < off || i >= off + len)
+      g_assert_cmpfloat(w[i], ==, w0[i]);
+  ps_optimizer_free(opt);
 }
 
 /* ---- batch normalization ------------------------------------------------- */
@@ -345,6 +396,7 @@ int main(int argc, char **argv)
   g_test_add_func("/optim/lamb/plain-loop", test_lamb_loop);
   g_test_add_func("/optim/layerwise/segments", test_segments_independent);
   g_test_add_func("/optim/cost/closed-form", test_update_cost);
+  g_test_add_func("/optim/adam/bf16-state", test_adam_bf16_state);
   g_test_add_func("/batchnorm/finite-differences", test_bn_finite_differences);
   g_test_add_func("/batchnorm/group-statistics", test_bn_group);
   g_test_add_func("/batchnorm/group-run", test_bn_group_run);

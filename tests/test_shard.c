@@ -39,6 +39,7 @@
 #include "exec/pod.h"
 #include "hw/topology.h"
 #include "io/config.h"
+#include "model/kernels.h"
 #include "program/program.h"
 #include "run/experiment.h"
 #include "run/run.h"
@@ -814,6 +815,70 @@ static void test_data_only_numerics(void)
   ps_summary_clear(&s[1]);
 }
 
+/* Weights stored in bf16 (numerics.weight_precision): LLaMA-2 7B over
+ * fsdp 32 holds exactly half the static HBM (weights, gradients, Adam's
+ * two slots: 2 x 4 bytes a weight's share against 4 x 4), its weight
+ * all-gathers carry 2-byte elements, its update reads and writes half the
+ * bytes, and the compute ops are unchanged; with numerics on (the char
+ * decoder over fsdp 2, 3 steps) every weight the run ends with is a bf16
+ * value and the loss falls as it does in f32. */
+static void test_weight_precision(void)
+{
+  PsExperiment *e32, *e16;
+  PsPlan *a = llama("strategy.rematerialize=full", NULL, &e32);
+  PsPlan *b = llama("strategy.rematerialize=full", "numerics.weight_precision=bf16", &e16);
+  const PsProgram *pa = ps_plan_program(a, 0), *pb = ps_plan_program(b, 0);
+  g_assert_cmpint(pa->hbm_static_bytes, ==, 2 * pb->hbm_static_bytes);
+  g_assert_cmpint(pa->hbm_static_bytes, ==, (int64_t)ceil(e32->model->params / 32.0) * 4 * 4);
+  g_assert_cmpint(pa->n_ops, ==, pb->n_ops);
+  int gathers = 0;
+  for (int i = 0; i < pa->n_ops; i++) {
+    const PsOp *x = &pa->ops[i], *y = &pb->ops[i];
+    g_assert_cmpint(x->kind, ==, y->kind);
+    if (x->kind == PS_OP_UPDATE)
+      g_assert_cmpfloat(x->hbm_bytes, ==, 2 * y->hbm_bytes);
+    else if (x->kind != PS_OP_COLL_START && x->kind != PS_OP_COLL_DONE)
+      g_assert_cmpint(x->time, ==, y->time);
+  }
+  for (int c = 0; c < a->n_colls; c++)
+    if (a->colls[c].buffer == PS_BUFFER_PARAMS && a->colls[c].op == PS_COLL_ALL_GATHER) {
+      g_assert_cmpint(a->colls[c].elem_bytes, ==, 4);
+      g_assert_cmpint(b->colls[c].elem_bytes, ==, 2);
+      gathers++;
+    }
+  g_assert_cmpint(gathers, >, 0);
+  ps_plan_free(a);
+  ps_plan_free(b);
+  ps_experiment_free(e32);
+  ps_experiment_free(e16);
+  PsSummary sum[2];
+  for (int k = 0; k < 2; k++) {
+    const char *ov[] = {"steps=3", "steps_per_run=1", "numerics.evaluate=false",
+                        "strategy={\"kind\": \"shard\", \"mesh\": {\"fsdp\": 2}}",
+                        k ? "numerics.weight_precision=bf16" : NULL, NULL};
+    GError *error = NULL;
+    PsExperiment *e = ps_experiment_load("experiments/char-decoder-v4-8.json", ov, &error);
+    g_assert_no_error(error);
+    PsRunOptions opt = {.keep_params = TRUE};
+    g_assert_true(ps_run(e, &opt, &sum[k], &error));
+    g_assert_no_error(error);
+    ps_experiment_free(e);
+  }
+  for (size_t i = 0; i < sum[1].n_params; i++)
+    g_assert_cmpfloat(sum[1].params[i], ==, ps_bf16_round(sum[1].params[i]));
+  int moved = 0;
+  for (size_t i = 0; i < sum[0].n_params; i++)
+    moved += sum[0].params[i] != ps_bf16_round(sum[0].params[i]);
+  g_assert_cmpint(moved, >, 0); /* the f32 run's are not */
+  for (int k = 0; k < 2; k++) {
+    g_assert_true(isfinite(sum[k].loss_last));
+    g_assert_cmpfloat(sum[k].loss_last, <, sum[k].loss_first);
+  }
+  g_assert_cmpfloat(fabs(sum[1].loss_first - sum[0].loss_first), <, 0.01 * sum[0].loss_first);
+  ps_summary_clear(&sum[0]);
+  ps_summary_clear(&sum[1]);
+}
+
 static void bad(const char *const *ov, const char *key)
 {
   GError *error = NULL;
@@ -889,6 +954,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/remat/rerun", test_remat_rerun);
   g_test_add_func("/shard/remat/custom-bounds", test_remat_custom_bounds);
   g_test_add_func("/shard/remat/offload", test_remat_offload);
+  g_test_add_func("/shard/weight-precision", test_weight_precision);
   g_test_add_func("/shard/vocab/padded", test_vocab_padded);
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);

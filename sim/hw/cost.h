@@ -137,9 +137,12 @@ typedef struct {
   PsOptimizerKind kind;
   int64_t params, adapted;
   int layers;
+  int state_bytes;  /* of a weight, gradient and slot element: 4 (0 means 4) or 2 */
 } PsUpdateShape;
 
-/* The update's kernels (float32):
+/* The update's kernels (float32; each byte count below times
+ * state_bytes / 4 where the weights, gradients and slots are stored in
+ * bf16):
  * - SGD, Adam: ps_cost_update's one kernel (1 and 2 slots);
  * - LARS: a reduction per adapted layer reading its weights and gradients
  *   (||w||, ||g||: 8 bytes and 4 FLOPs per adapted weight, one launch per

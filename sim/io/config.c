@@ -154,7 +154,7 @@ static const char *const optimizer_keys[] = {"kind",         "learning_rate",   
                                              "clip_norm",    "clip_before_reduce", NULL};
 static const char *const lr_schedules[] = {"constant", "cosine", NULL};
 static const char *const numerics_keys[] = {"enabled", "precision", "seed", "evaluate",
-                                            "matmul_precision", NULL};
+                                            "matmul_precision", "weight_precision", NULL};
 /* XLA's PrecisionConfig (jax.lax.Precision): bf16 MXU passes of a float32
  * matmul are 1, 3 and 6 (docs.jax.dev "Matmul precision"; jax issue #1856:
  * the TPU default multiplies float32 in bfloat16 with float32 accumulation). */
@@ -473,13 +473,14 @@ static gboolean parse_numerics(json_object *root, const char *file, gboolean def
   n->seed = 1;
   n->evaluate = TRUE;
   n->matmul_passes = 1;
+  n->weight_precision = PS_PRECISION_F32;
   json_object *o;
   if (!ps_config__get_object(root, file, "", "numerics", FALSE, &o, error))
     return FALSE;
   if (!o)
     return TRUE;
   const char *p = "numerics";
-  int prec = n->precision;
+  int prec = n->precision, wprec = n->weight_precision;
   int64_t seed = 1;
   int mp = 0;
   if (!ps_json_check_keys(o, file, p, numerics_keys, error) ||
@@ -487,10 +488,12 @@ static gboolean parse_numerics(json_object *root, const char *file, gboolean def
                         error) ||
       !ps_json_get_bool(o, file, p, "enabled", FALSE, &n->enabled, error) ||
       !ps_json_get_enum(o, file, p, "precision", FALSE, precisions, &prec, error) ||
+      !ps_json_get_enum(o, file, p, "weight_precision", FALSE, precisions, &wprec, error) ||
       !ps_json_get_int(o, file, p, "seed", FALSE, 0, INT64_MAX, &seed, error) ||
       !ps_json_get_bool(o, file, p, "evaluate", FALSE, &n->evaluate, error))
     return FALSE;
   n->precision = (PsPrecision)prec;
+  n->weight_precision = (PsPrecision)wprec;
   n->seed = (uint64_t)seed;
   n->matmul_passes = matmul_precision_passes[mp];
   return TRUE;
@@ -617,6 +620,8 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(no, "precision", json_object_new_string(precisions[n->precision]));
   json_object_object_add(no, "seed", json_object_new_int64((int64_t)n->seed));
   json_object_object_add(no, "evaluate", json_object_new_boolean(n->evaluate));
+  json_object_object_add(no, "weight_precision",
+                         json_object_new_string(precisions[n->weight_precision]));
   for (int i = 0; matmul_precisions[i]; i++)
     if (matmul_precision_passes[i] == n->matmul_passes)
       json_object_object_add(no, "matmul_precision",

@@ -180,6 +180,10 @@ typedef struct {
   gboolean evaluate;   /* test accuracy at the end (real data only) */
   int matmul_passes;   /* bf16 MXU passes of a float32 matmul: "default" 1,
                           "high" 3, "highest" 6 (XLA PrecisionConfig) */
+  PsPrecision weight_precision; /* of the stored weights, their gradients and the
+                          optimizer's slots (MaxText's weight_dtype): HBM, the
+                          update's traffic, weight all-gathers; with numerics on
+                          they are rounded to it after every update */
 } PsNumericsConfig;
 
 /* How element-wise work is fused into kernels (top-level "fusion"). */

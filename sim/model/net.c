@@ -690,6 +690,7 @@ struct PsOptimizer {
   float lr, momentum, beta1, beta2, eps, eta, wd;
   int64_t t;            /* Adam steps taken */
   float *slot1, *slot2; /* SGD, LARS: velocity; Adam, LAMB: m and v */
+  gboolean state_bf16;  /* weights and slots rounded to bf16 after a step */
   PsOptSegment *segs;   /* LARS, LAMB: the layers, in order */
   int n_segs;
 };
@@ -787,6 +788,19 @@ void ps_optimizer_step_range(PsOptimizer *opt, float *params, const float *grads
     layerwise_step(opt, params, grads, off, len, t);
     break;
   }
+  if (opt->state_bf16) {
+    ps_bf16_round_array(params + off, params + off, len);
+    if (opt->slot1)
+      ps_bf16_round_array(opt->slot1 + off, opt->slot1 + off, len);
+    if (opt->slot2)
+      ps_bf16_round_array(opt->slot2 + off, opt->slot2 + off, len);
+  }
+}
+
+void ps_optimizer_set_state_bf16(PsOptimizer *opt, gboolean bf16)
+{
+  g_return_if_fail(opt != NULL);
+  opt->state_bf16 = bf16;
 }
 
 void ps_optimizer_step(PsOptimizer *opt, float *params, const float *grads)

@@ -138,6 +138,10 @@ void ps_optimizer_step(PsOptimizer *opt, float *params, const float *grads);
  * step gives exactly what ps_optimizer_step gives. */
 void ps_optimizer_step_range(PsOptimizer *opt, float *params, const float *grads, size_t off,
                              size_t len, int64_t t);
+/* Weights and slots stored in bf16 (MaxText's weight_dtype=bfloat16): after
+ * every step the range's weights and the slots are rounded to bf16 (round
+ * to nearest even); the update itself computes in float32. */
+void ps_optimizer_set_state_bf16(PsOptimizer *opt, gboolean bf16);
 void ps_optimizer_free(PsOptimizer *opt);
 
 /* A layer-wise optimizer's unit: a range of the parameters with one trust

@@ -8,6 +8,8 @@
  * by how much they do not). */
 #include "run-private.h"
 
+#include "model/kernels.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -86,6 +88,11 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
     if (!r->nets[d])
       return FALSE;
     r->opts[d] = new_optimizer(&exp->optimizer, r->nets[d]);
+    if (exp->numerics.weight_precision == PS_PRECISION_BF16) { /* stored in bf16 */
+      float *w = ps_net_params(r->nets[d]);
+      ps_bf16_round_array(w, w, ps_net_n_params(r->nets[d]));
+      ps_optimizer_set_state_bf16(r->opts[d], TRUE);
+    }
     for (int c = 0; c < plan->n_colls; c++) /* statistics all-reduced in groups */
       if (plan->colls[c].buffer == PS_BUFFER_BN_STATS && ps_plan_coll_member(plan, c, d) >= 0)
         ps_net_set_batchnorm_group(r->nets[d], plan->colls[c].layer, plan->colls[c].n_members);

@@ -94,7 +94,8 @@ int ps_lower_optimizer_slots(const PsExperiment *exp)
 static PsUpdateShape update_shape(const PsExperiment *exp, const PsOp *op, int64_t params)
 {
   const PsModel *m = exp->model;
-  PsUpdateShape u = {.kind = exp->optimizer.kind, .params = params};
+  PsUpdateShape u = {.kind = exp->optimizer.kind, .params = params,
+                     .state_bytes = ps_lower_weight_bytes(exp)};
   int64_t off = 0, end = op->param_off + op->param_len, adapted = 0;
   for (int l = 0; l < m->n_layers; off += m->layers[l].params, l++) {
     int64_t a = ps_layer_adapted_params(&m->layers[l]);
@@ -119,6 +120,11 @@ void ps_lower_update_op(const PsExperiment *exp, PsOp *op, int64_t params)
   ps_cost_optimizer(exp->topology, &u, &c);
   op->kind = PS_OP_UPDATE;
   set_cost(op, &c);
+}
+
+int ps_lower_weight_bytes(const PsExperiment *exp)
+{
+  return exp->numerics.weight_precision == PS_PRECISION_BF16 ? 2 : 4;
 }
 
 ps_time_t ps_lower_launch(const PsExperiment *exp)
@@ -156,9 +162,9 @@ PsOp ps_lower_outfeed(const PsExperiment *exp, int64_t batch, double loss_weight
 gboolean ps_lower_fits(const PsExperiment *exp, const PsMemoryNeed *need, GError **error)
 {
   const PsModel *m = exp->model;
-  int slots = ps_lower_optimizer_slots(exp);
-  double weights = (double)need->params * 4 * 2;
-  double slot_bytes = (double)need->slot_params * 4 * slots;
+  int slots = ps_lower_optimizer_slots(exp), wb = ps_lower_weight_bytes(exp);
+  double weights = (double)need->params * wb * 2;
+  double slot_bytes = (double)need->slot_params * wb * slots;
   double total = weights + slot_bytes + need->activations;
   int64_t have = ps_topology_device_hbm_bytes(exp->topology);
   if (total <= (double)have)
@@ -180,8 +186,8 @@ gboolean ps_lower_fits(const PsExperiment *exp, const PsMemoryNeed *need, GError
 gboolean ps_lower_memory(const PsExperiment *exp, PsProgram *p, const PsMemoryNeed *need,
                          GError **error)
 {
-  int slots = ps_lower_optimizer_slots(exp);
-  p->hbm_static_bytes = need->params * 4 * 2 + need->slot_params * 4 * slots;
+  int slots = ps_lower_optimizer_slots(exp), wb = ps_lower_weight_bytes(exp);
+  p->hbm_static_bytes = need->params * wb * 2 + need->slot_params * wb * slots;
   int64_t live = 0, peak = 0;
   for (int i = 0; i < p->n_ops; i++) {
     live += p->ops[i].act_bytes;
@@ -235,8 +241,10 @@ static int bucket_coll(PsBuckets *b, PsCollOp kind, const PsBucket *bk, int k,
                                                   "broadcast", "send-recv"};
   const PsModel *m = b->exp->model;
   /* gradients travel in the reduce precision; the all-gathered weights
-   * of weight-update sharding are the f32 master copy */
-  int eb = buf == PS_BUFFER_GRADS ? ps_strategy_reduce_bytes(b->rep->reduce_precision) : 4;
+   * of weight-update sharding are the master copy, in the stored weights'
+   * precision */
+  int eb = buf == PS_BUFFER_GRADS ? ps_strategy_reduce_bytes(b->rep->reduce_precision)
+                                  : ps_lower_weight_bytes(b->exp);
   PsPlanColl c = {.op = kind, .algo = b->exp->collective.algorithm, .n_members = b->n,
                   .members = (int *)b->members, .count = bk->count, .elem_bytes = eb,
                   .buffer = buf, .offset = bk->off};

@@ -610,7 +610,7 @@ static void shard_forward(Lower *w, int *pending)
   }
   for (int g = 0; g < n; g++) {
     int first = group_first(w, g), last = group_last(w, g);
-    int64_t wbytes = group_params(w, g) * 4;
+    int64_t wbytes = group_params(w, g) * ps_lower_weight_bytes(w->exp);
     if (w->F > 1 && wbytes > 0) {
       if (!w->c->prefetch) {
         pending[g] = gather_req(w, g, "fwd");
@@ -792,12 +792,13 @@ static void shard_backward(Lower *w, int *pending)
         coll(w, PS_OP_COLL_START, pending[nx]);
       }
       coll(w, PS_OP_COLL_DONE, pending[g]);
-      g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes = group_params(w, g) * 4;
+      g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes =
+          group_params(w, g) * ps_lower_weight_bytes(w->exp);
     }
     if (down[g] >= 0)
       copy_op(w, PS_OP_COPY_DONE, FALSE, down[g], g, 0, 0);
     PsOp bw = compute_op(w, PS_OP_BWD, g);
-    bw.act_bytes -= w->F > 1 ? group_params(w, g) * 4 : 0;
+    bw.act_bytes -= w->F > 1 ? group_params(w, g) * ps_lower_weight_bytes(w->exp) : 0;
     bw.act_bytes -= ps_shard_offload_bytes(w, g); /* brought back by its copy */
     if (w->c->remat == PS_REMAT_FULL) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
@@ -918,7 +919,7 @@ static void build_template(Lower *w)
   if (w->mbs > 1 && w->F > 1) {
     /* micro-batches accumulate whole gradients until the last one's
      * reduce-scatter: held from the first op to the update */
-    int64_t whole = w->shard_params * (w->F - 1) * 4;
+    int64_t whole = w->shard_params * (w->F - 1) * ps_lower_weight_bytes(w->exp);
     g_array_index(w->ops, PsOp, 0).act_bytes += whole;
     up.act_bytes = -whole;
   }
@@ -978,7 +979,9 @@ static void lower_clear(Lower *w)
 /* ---- devices, groups and the plan --------------------------------------- */
 
 /* Bytes per element on the wire: activations in the step's precision,
- * reduced gradients in strategy.reduce_precision, weights in f32. */
+ * reduced gradients in strategy.reduce_precision, weights as they are
+ * stored (numerics.weight_precision: XLA gathers the stored weights and
+ * converts them after the gather, as it does f32 ones). */
 static int req_elem_bytes(const Lower *w, const Req *q)
 {
   if (q->buffer == PS_BUFFER_ACTIVATIONS || q->buffer == PS_BUFFER_ACT_GRADS)
@@ -986,7 +989,7 @@ static int req_elem_bytes(const Lower *w, const Req *q)
   if ((q->buffer == PS_BUFFER_GRADS || q->buffer == PS_BUFFER_GRAD_SHARDS) &&
       q->op != PS_COLL_ALL_GATHER)
     return ps_strategy_reduce_bytes(w->c->reduce_precision);
-  return 4;
+  return ps_lower_weight_bytes(w->exp);
 }
 
 /* The instance of request r for device d's group, made on first use. */
@@ -1092,7 +1095,8 @@ static char *advice(const Lower *w, double activations)
   double have = (double)ps_topology_device_hbm_bytes(w->exp->topology);
   double local = (double)w->shard_params * w->F;
   for (int f = w->F * 2; f <= w->F * w->D; f *= 2)
-    if (w->D * w->F % f == 0 && local / f * 4 * (2 + slots) + activations <= have)
+    if (w->D * w->F % f == 0 &&
+        local / f * ps_lower_weight_bytes(w->exp) * (2 + slots) + activations <= have)
       return g_strdup_printf("raise strategy.mesh.fsdp to %d (and lower strategy.mesh.data to "
                              "%d)", f, w->D * w->F / f);
   return g_strdup(w->c->remat == PS_REMAT_NONE

@@ -154,6 +154,10 @@ gboolean ps_lower_fits(const PsExperiment *exp, const PsMemoryNeed *need, GError
 gboolean ps_lower_memory(const PsExperiment *exp, PsProgram *p, const PsMemoryNeed *need,
                          GError **error);
 
+/* Bytes of a stored weight, its gradient and each optimizer slot element:
+ * numerics.weight_precision (4 for f32, 2 for bf16). */
+int ps_lower_weight_bytes(const PsExperiment *exp);
+
 /* The one optimizer-slot rule: copies of the weights the optimizer keeps
  * (Adam's two moments; SGD's momentum, costed even at momentum 0). */
 int ps_lower_optimizer_slots(const PsExperiment *exp);
