@@ -991,7 +991,8 @@ static void test_overlap_hides_communication(void)
  * (8 P), after it the norm only (the update takes the factor).  Before
  * the reduction no bucket can start until the norm is known, so the step
  * is the one without overlap plus the clip, with the same collective time
- * exposed; after it, the step with overlap plus the norm. */
+ * exposed; after it, the step with overlap plus the norm, which reads 2 P
+ * bytes where the gradients are stored in bf16 (numerics.weight_precision). */
 static void test_clip_timing(void)
 {
   g_autofree char *path = g_build_filename(tmpdir, "clip.json", NULL);
@@ -1005,12 +1006,16 @@ static void test_clip_timing(void)
   PsSummary before = run_path(path, "optimizer.clip_norm=1", "optimizer.clip_before_reduce=true",
                               NULL);
   PsSummary after = run_path(path, "optimizer.clip_norm=1", NULL);
+  PsSummary on16 = run_path(path, "numerics.weight_precision=bf16", NULL);
+  PsSummary after16 =
+      run_path(path, "optimizer.clip_norm=1", "numerics.weight_precision=bf16", NULL);
   const struct {
     const char *what;
     const PsSummary *s, *base;
     double want;
   } cases[] = {{"before", &before, &off, 12 * P / bw + 2 * launch},
-               {"after", &after, &on, 4 * P / bw + launch}};
+               {"after", &after, &on, 4 * P / bw + launch},
+               {"after, bf16 gradients", &after16, &on16, 2 * P / bw + launch}};
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const double *b = cases[i].s->breakdown, *b0 = cases[i].base->breakdown;
     double dc = b[PS_TIME_COMPUTE] - b0[PS_TIME_COMPUTE];
@@ -1029,6 +1034,8 @@ static void test_clip_timing(void)
   ps_summary_clear(&off);
   ps_summary_clear(&before);
   ps_summary_clear(&after);
+  ps_summary_clear(&on16);
+  ps_summary_clear(&after16);
 }
 
 /* ---- 7. replicas default to every device -------------------------------- */

@@ -383,47 +383,66 @@ static void test_remat_rerun(void)
 }
 
 /* Offloading the checkpoints "custom" keeps (remat_offload) runs the same
- * compute ops as keeping them in HBM, plus copies: after a group's
- * forward its offloaded outputs go up to the host, and backward brings
- * them down before the group's recompute, each way 5 d values a token and
- * layer (the layer's input, Q, K, V, the context), 32 layers of b x s
- * tokens in 2-byte activations.  They are in HBM only while their copies
- * run (the plan frees all it holds by the step's end), so the peak is
- * lower than keeping them. */
+ * compute ops as keeping the same checkpoints in HBM (remat_keep), with the
+ * same live bytes each (what a recompute brings back is what was kept,
+ * wherever it was), plus copies: after a group's forward its offloaded
+ * outputs go up to the host, and backward brings them down before the
+ * group's recompute, each way 5 d values a token and layer (the layer's
+ * input, Q, K, V, the context), 32 layers of b x s tokens in 2-byte
+ * activations. Each forward copy is waited for only once the window of
+ * PS_HOST_COPIES_IN_FLIGHT (24) is full, so at most 24 are in flight and
+ * the 25th start comes after exactly one done; the copies' bytes are in HBM
+ * only while they run (the plan frees all it holds by the step's end), so
+ * the peak is lower than keeping them. */
 static void test_remat_offload(void)
 {
   const int64_t b = 2, s = 4096, d = 4096, layers = 32;
-  const char *names = "[\"query_proj\", \"key_proj\", \"value_proj\", \"context\"]";
+  const char *names = "[\"decoder_layer_input\", \"query_proj\", \"key_proj\", "
+                      "\"value_proj\", \"context\"]";
   g_autofree char *keep = g_strdup_printf("strategy.remat_keep=%s", names);
-  g_autofree char *offload = g_strdup_printf(
-      "strategy.remat_offload=[\"decoder_layer_input\", \"query_proj\", \"key_proj\", "
-      "\"value_proj\", \"context\"]");
+  g_autofree char *offload = g_strdup_printf("strategy.remat_offload=%s", names);
   PsExperiment *e1, *e2;
   PsPlan *a = llama("strategy.rematerialize=custom", keep, &e1);
   PsPlan *pb = llama("strategy.rematerialize=custom", offload, &e2);
   const PsProgram *pa = ps_plan_program(a, 0), *pr = ps_plan_program(pb, 0);
   double up = 0, down = 0;
-  int i = 0, starts = 0, dones = 0;
+  int i = 0, starts = 0, dones = 0, in_flight = 0, most = 0, between = 0;
+  gboolean forward = TRUE;
   for (int j = 0; j < pr->n_ops; j++) {
     const PsOp *op = &pr->ops[j];
     if (op->kind == PS_OP_COPY_START) {
       *(op->to_host ? &up : &down) += op->bytes;
       starts++;
+      if (op->to_host) {
+        in_flight++;
+        most = MAX(most, in_flight);
+        g_assert_cmpint(between, <=, 1); /* one done makes room for one start */
+        between = 0;
+      }
       continue;
     }
     if (op->kind == PS_OP_COPY_DONE) {
       dones++;
+      if (op->to_host) {
+        in_flight--;
+        between += forward;
+      }
       continue;
     }
+    forward &= op->kind != PS_OP_BWD && op->kind != PS_OP_RECOMPUTE;
     g_assert_cmpint(i, <, pa->n_ops);
     g_assert_cmpint(pa->ops[i].kind, ==, op->kind);
     g_assert_cmpstr(pa->ops[i].name, ==, op->name);
     g_assert_cmpint(pa->ops[i].time, ==, op->time);
+    if (op->kind == PS_OP_FWD || op->kind == PS_OP_RECOMPUTE || op->kind == PS_OP_BWD)
+      g_assert_cmpint(pa->ops[i].act_bytes, ==, op->act_bytes);
     i++;
   }
   g_assert_cmpint(i, ==, pa->n_ops);
   g_assert_cmpint(starts, ==, dones);
   g_assert_cmpint(starts, >=, 2 * layers);
+  g_assert_cmpint(most, ==, 24);
+  g_assert_cmpint(in_flight, ==, 0);
   g_assert_cmpfloat(up, ==, (double)(layers * 5 * d * b * s * 2));
   g_assert_cmpfloat(down, ==, up);
   int64_t left_a = 0, left_b = 0;

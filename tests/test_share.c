@@ -8,7 +8,9 @@
  *   ends alone at 2 B / W;
  * - servers are independent: a transfer on another server changes
  *   nothing;
- * - bytes carried equal bytes begun once all have ended.
+ * - bytes carried equal bytes begun once all have ended;
+ * - a transfer that would end past 2^63 ps is scheduled at PS_TIME_NEVER
+ *   (no overflow) and does not end within any horizon.
  * Every end is within two ticks (picoseconds) of the real-valued one. */
 #include "exec/share.h"
 
@@ -139,11 +141,26 @@ static void test_chained(void)
   bench_clear(&b);
 }
 
+/* 1e12 bytes at 1e-3 B/s: 1e15 s, past the clock's 2^63 ps (106 days). */
+static void test_beyond_the_clock(void)
+{
+  Log log = {ps_engine_new(), g_array_new(FALSE, FALSE, sizeof(End))};
+  PsShareSet *set = ps_share_set_new(log.engine, 1, 1e-3, on_done, &log);
+  ps_share_add(set, 0, 1e12, 1);
+  ps_engine_run(log.engine, ps_time_from_s(3600));
+  g_assert_cmpuint(log.ends->len, ==, 0);
+  g_assert_cmpint(ps_share_active(set, 0), ==, 1);
+  ps_share_set_free(set);
+  ps_engine_free(log.engine);
+  g_array_free(log.ends, TRUE);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/share/alone-and-together", test_alone_and_together);
   g_test_add_func("/share/staggered", test_staggered);
   g_test_add_func("/share/chained", test_chained);
+  g_test_add_func("/share/beyond-the-clock", test_beyond_the_clock);
   return g_test_run();
 }

@@ -67,8 +67,8 @@ static void schedule(PsShareSet *set, int i)
   for (int j = 0; j < k; j++)
     least = MIN(least, g_array_index(s->on, Transfer, j).left);
   double dt = least * k / set->bw;
-  ps_time_t ticks = ps_time_from_s(dt);
-  if (ps_time_to_s(ticks) < dt)
+  ps_time_t ticks = ps_time_from_s(dt); /* saturates at PS_TIME_NEVER */
+  if (ticks < PS_TIME_NEVER && ps_time_to_s(ticks) < dt)
     ticks++;
   ps_engine_after(set->engine, ticks, set->ev, (uint32_t)i, s->gen);
 }

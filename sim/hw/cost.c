@@ -669,14 +669,16 @@ static void update_pass(const PsTopology *topo, const char *what, double bytes, 
   c->time += ps_time_from_s(k.busy_s + launch);
 }
 
-void ps_cost_clip(const PsTopology *topo, int64_t params, int scale_bytes, PsOpCost *out)
+void ps_cost_clip(const PsTopology *topo, int64_t params, int grad_bytes, int scale_bytes,
+                  PsOpCost *out)
 {
-  g_return_if_fail(topo != NULL && out != NULL && params >= 0 && scale_bytes >= 0);
+  g_return_if_fail(topo != NULL && out != NULL && params >= 0 && grad_bytes > 0 &&
+                   scale_bytes >= 0);
   PsOpCost c = {0};
   double p = (double)params;
-  update_pass(topo, "clip", 4.0 * p, 2.0 * p, 1, &c);
+  update_pass(topo, "clip", grad_bytes * p, 2.0 * p, 1, &c);
   if (scale_bytes > 0)
-    update_pass(topo, "clip", (4.0 + scale_bytes) * p, p, 1, &c);
+    update_pass(topo, "clip", (grad_bytes + scale_bytes) * p, p, 1, &c);
   c.memory_bound = c.memory_s >= c.mxu_s;
   *out = c;
 }

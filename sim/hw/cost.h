@@ -156,13 +156,15 @@ typedef struct {
  * costs its summed traffic's time plus a launch per kernel. */
 void ps_cost_optimizer(const PsTopology *topo, const PsUpdateShape *u, PsOpCost *out);
 
-/* Gradient clipping by global norm over `params` float32 gradients: a
- * reduction reading them (4 bytes, 2 FLOPs each: square, add); with
+/* Gradient clipping by global norm over `params` gradients of grad_bytes
+ * each (4 in float32, 2 where the weights are stored in bf16): a
+ * reduction reading them (grad_bytes, 2 FLOPs each: square, add); with
  * scale_bytes > 0 a second pass reads them again and writes each scaled,
  * in scale_bytes (the cross-replica reduction's element size: XLA fuses the
  * cast to it into the multiply), 1 FLOP each.  scale_bytes 0: the factor
  * is folded into the update that follows, no second pass. */
-void ps_cost_clip(const PsTopology *topo, int64_t params, int scale_bytes, PsOpCost *out);
+void ps_cost_clip(const PsTopology *topo, int64_t params, int grad_bytes, int scale_bytes,
+                  PsOpCost *out);
 
 const char *ps_cost_bound_name(PsBound bound);
 

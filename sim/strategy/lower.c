@@ -277,7 +277,7 @@ static gboolean clip_local(const PsBuckets *b)
 static PsOp clip_op(const PsBuckets *b, int64_t param_off, int64_t param_len, gboolean local)
 {
   PsOpCost c;
-  ps_cost_clip(b->exp->topology, param_len,
+  ps_cost_clip(b->exp->topology, param_len, ps_lower_weight_bytes(b->exp),
                local ? ps_strategy_reduce_bytes(b->rep->reduce_precision) : 0, &c);
   PsOp op = {.kind = PS_OP_CLIP, .coll = -1, .param_off = param_off, .param_len = param_len,
              .clip_local = local};

@@ -290,19 +290,18 @@ static void offload_done(Lower *w)
 }
 
 /* After group g's forward: what it offloads goes up to the host (the
- * core goes on); the oldest copy is waited for once more than the window
- * are in flight. */
+ * core goes on), once the oldest copy is waited for if the window is
+ * full: at most `window` copies are in flight. */
 static void offload_after(Lower *w, int g)
 {
   int64_t b = ps_shard_offload_bytes(w, g);
   if (b <= 0)
     return;
+  while ((int)w->up->len >= w->window)
+    offload_done(w);
   UpCopy u = {w->copies++, g, b};
   copy_op(w, PS_OP_COPY_START, TRUE, u.tag, g, (double)b, 0);
   g_array_append_val(w->up, u);
-  while ((int)w->up->len > w->window)
-    while (w->up->len > 0)
-    offload_done(w);
 }
 
 /* Backward brings group g's offloaded bytes back down, started once
@@ -799,7 +798,6 @@ static void shard_backward(Lower *w, int *pending)
       copy_op(w, PS_OP_COPY_DONE, FALSE, down[g], g, 0, 0);
     PsOp bw = compute_op(w, PS_OP_BWD, g);
     bw.act_bytes -= w->F > 1 ? group_params(w, g) * ps_lower_weight_bytes(w->exp) : 0;
-    bw.act_bytes -= ps_shard_offload_bytes(w, g); /* brought back by its copy */
     if (w->c->remat == PS_REMAT_FULL) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
       r.act_bytes = ps_shard_recompute_live(w, g, r.act_bytes);
@@ -809,7 +807,9 @@ static void shard_backward(Lower *w, int *pending)
       /* forward kept the products; the rest is live again until backward
        * frees the whole group's, as without rematerialization */
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
-      int64_t kept = ps_shard_products_bytes(w, g), own = r.act_bytes;
+      /* in HBM already: what it kept, and what its copy brought back */
+      int64_t kept = ps_shard_products_bytes(w, g) + ps_shard_offload_bytes(w, g),
+              own = r.act_bytes;
       r.act_bytes -= MIN(own, kept);
       bw.act_bytes -= MAX(kept - own, 0); /* frees what both left */
       emit(w, &r);
