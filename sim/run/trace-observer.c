@@ -82,11 +82,14 @@ static char *op_args(const PsOp *op, int64_t step)
 void ps_run_trace_op_done(Run *r, int device, int64_t step, const PsOp *op, ps_time_t start,
                           ps_time_t end)
 {
-  if (!r->trace || end <= start)
+  if (!r->trace)
     return;
-  g_autofree char *args = op_args(op, step);
-  ps_trace_complete(r->trace, chip_pid(r, device), ps_pod_device_core(r->pod, device), op->name,
-                    ps_op_kind_name(op->kind), start, end - start, args);
+  if (end > start) {
+    g_autofree char *args = op_args(op, step);
+    ps_trace_complete(r->trace, chip_pid(r, device), ps_pod_device_core(r->pod, device),
+                      op->name, ps_op_kind_name(op->kind), start, end - start, args);
+  }
+  /* HBM moves with ops that take no time too (a copy's start or done) */
   if (op->act_bytes != 0 && ps_pod_device_core(r->pod, device) == 0)
     ps_trace_counter(r->trace, chip_pid(r, device), "hbm core 0 (bytes)", end,
                      (double)(ps_plan_program(r->plan, device)->hbm_static_bytes +
