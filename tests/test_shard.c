@@ -449,6 +449,14 @@ static void test_remat_offload(void)
   int64_t peak_a = act_peak(a, &left_a), peak_b = act_peak(pb, &left_b);
   g_assert_cmpint(left_b, ==, 0);
   g_assert_cmpint(peak_b, <, peak_a);
+  /* the run reports them, a step's of a device */
+  PsSummary sum;
+  GError *error = NULL;
+  g_assert_true(ps_run(e2, &(PsRunOptions){0}, &sum, &error));
+  g_assert_no_error(error);
+  g_assert_cmpfloat(sum.copy_up_bytes, ==, up);
+  g_assert_cmpfloat(sum.copy_down_bytes, ==, down);
+  ps_summary_clear(&sum);
   ps_plan_free(a);
   ps_plan_free(pb);
   ps_experiment_free(e1);

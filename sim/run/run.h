@@ -44,6 +44,8 @@ typedef struct {
   double step_time_s;       /* mean over measured steps */
   double breakdown[PS_TIME_N_CATEGORIES]; /* seconds per step */
   double host_loop_s;       /* of `host`: the steps_per_run round trip, per step */
+  double copy_up_bytes, copy_down_bytes; /* per step, the reporting device's copies to
+                               and from host memory (host offloading), 0 without */
   const char *collective_algorithm; /* the gradients' collective ("ring", ...), or NULL */
   int reporting_device;     /* whose view the breakdown is (see stats.c) */
   int devices, replicas, stages, micro_batches, buckets;

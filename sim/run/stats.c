@@ -193,6 +193,8 @@ static void summarise(Run *r, PsSummary *s)
     s->compute_mxu_s += prog->ops[i].mxu_s;
     s->compute_memory_s += prog->ops[i].memory_s;
     s->compute_overhead_s += prog->ops[i].overhead_s;
+    if (prog->ops[i].kind == PS_OP_COPY_START)
+      *(prog->ops[i].to_host ? &s->copy_up_bytes : &s->copy_down_bytes) += prog->ops[i].bytes;
   }
   int64_t peak = 0;
   for (int i = 0; i < r->n_dev; i++)
@@ -391,6 +393,12 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
                            json_object_new_string(s->collective_algorithm));
   json_object_object_add(o, "steps_per_run", json_object_new_int64(exp->steps_per_run));
   json_object_object_add(o, "host_loop_s", json_object_new_double(s->host_loop_s));
+  if (s->copy_up_bytes > 0 || s->copy_down_bytes > 0) {
+    json_object *hc = json_object_new_object();
+    json_object_object_add(hc, "up_bytes", json_object_new_double(s->copy_up_bytes));
+    json_object_object_add(hc, "down_bytes", json_object_new_double(s->copy_down_bytes));
+    json_object_object_add(o, "host_copies", hc);
+  }
   json_object_object_add(o, "examples_per_s", json_object_new_double(s->examples_per_s));
   json_object_object_add(o, "mxu_utilization", json_object_new_double(s->mxu_utilization));
   add_utilization_json(o, s);
@@ -489,6 +497,9 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
                                                  exp->steps_per_run);
   fprintf(f, "  (host loop      %10.3f %s per step: the host relaunches the device loop %s)\n",
           s->host_loop_s * u.scale, u.name, every);
+  if (s->copy_up_bytes > 0 || s->copy_down_bytes > 0)
+    fprintf(f, "  (host copies    %10.3f GB up, %.3f GB down a step and device over PCIe: "
+               "their waits are host time)\n", s->copy_up_bytes / 1e9, s->copy_down_bytes / 1e9);
   fprintf(f, "  (compute        %10.3f %s MXU-bound, %.3f %s memory-bound (HBM or VPU), %.3f %s "
              "launch overhead)\n", s->compute_mxu_s * u.scale, u.name,
           s->compute_memory_s * u.scale, u.name, s->compute_overhead_s * u.scale, u.name);
