@@ -1,10 +1,13 @@
 /* shard-lower-private.h: what the lowering of a sharded step
  * (shard-lower.c) shares with the rematerialization policies
- * (shard-remat.c): the lowering's state, the layouts and requests of its
- * template, its op groups, and what each policy keeps and reruns.
+ * (shard-remat.c) and the host-offloading copies (shard-offload.c): the
+ * lowering's state, the layouts and requests of its template, its op
+ * groups, what each policy keeps and reruns, and the copies it makes.
  *
  * Invariant: a Lower's op groups (starts) cover its stage's layers in
- * order; the functions below read a Lower and never change it. */
+ * order; the rematerialization functions read a Lower and never change
+ * it; the offloading ones only append copy ops to its template and keep
+ * its copies' count and window state (copies, up). */
 #ifndef PS_SHARD_LOWER_PRIVATE_H
 #define PS_SHARD_LOWER_PRIVATE_H
 
@@ -104,5 +107,28 @@ int64_t ps_shard_recompute_live(const Lower *w, int g, int64_t own);
 int64_t ps_shard_products_bytes(const Lower *w, int g);
 /* Bytes "custom" offloads of group g to the host (remat_offload). */
 int64_t ps_shard_offload_bytes(const Lower *w, int g);
+
+/* ---- host offloading (shard-offload.c) ------------------------------------ */
+
+/* Copies to or from the host a device has in flight each way at most:
+ * XLA's xla_tpu_host_transfer_overlap_limit as MaxText's host-offloading
+ * flags set it (24: HOST_OFFLOAD_FLAGS in benchmarks/xla_flags_library.py,
+ * which Google's Trillium recipes with offloaded checkpoints pass, e.g.
+ * tpu-recipes training/trillium/Llama3.1-8B-MaxText/v6e-8), read as the
+ * number of transfers the scheduler keeps in flight.  A copy holds its
+ * bytes in HBM until done, so lower_init halves the window until the
+ * step fits, as the scheduler's memory-pressure tracking
+ * (xla_tpu_enable_scheduler_memory_pressure_tracking, same flags) would. */
+#define PS_HOST_COPIES_IN_FLIGHT 24
+
+/* After group g's forward: its offloaded bytes go up to the host. */
+void ps_shard_offload_after(Lower *w, int g);
+/* At the forward's end: every copy up is done. */
+void ps_shard_offload_flush(Lower *w);
+/* Before group g's backward: its bytes and the window's next come down
+ * (down[h]: the tag of group h's copy, -1 before it starts). */
+void ps_shard_prefetch_ahead(Lower *w, int *down, int g);
+/* Group g's copy down is done, if it has one. */
+void ps_shard_prefetch_done(Lower *w, const int *down, int g);
 
 #endif

@@ -254,69 +254,6 @@ static void coll_now(Lower *w, int req)
   coll(w, PS_OP_COLL_DONE, req);
 }
 
-/* A copy between HBM and the host's memory (host offloading): its start,
- * `bytes` of group g's, or its done; act: what the op adds to the live
- * bytes in HBM. */
-static void copy_op(Lower *w, PsOpKind kind, gboolean to_host, int tag, int g, double bytes,
-                    int64_t act)
-{
-  PsOp op = {.kind = kind, .to_host = to_host, .tag = tag, .mb = w->mb, .batch = w->batch,
-             .first = group_first(w, g), .last = group_last(w, g),
-             .bytes = kind == PS_OP_COPY_START ? bytes : 0, .act_bytes = act};
-  snprintf(op.name, sizeof op.name, "%s %s host %.40s",
-           kind == PS_OP_COPY_START ? "start" : "done", to_host ? "to" : "from",
-           w->m->layers[op.first].name);
-  emit(w, &op);
-}
-
-/* Copies to or from the host a device has in flight each way at most:
- * XLA's xla_tpu_host_transfer_overlap_limit as MaxText's host-offloading
- * flags set it (24: HOST_OFFLOAD_FLAGS in benchmarks/xla_flags_library.py,
- * which Google's Trillium recipes with offloaded checkpoints pass, e.g.
- * tpu-recipes training/trillium/Llama3.1-8B-MaxText/v6e-8), read as the
- * number of transfers the scheduler keeps in flight.  A copy holds its
- * bytes in HBM until done, so lower_init halves the window until the
- * step fits, as the scheduler's memory-pressure tracking
- * (xla_tpu_enable_scheduler_memory_pressure_tracking, same flags) would. */
-#define PS_HOST_COPIES_IN_FLIGHT 24
-
-/* The forward's oldest copy to the host still in flight is done: its
- * bytes leave HBM. */
-static void offload_done(Lower *w)
-{
-  UpCopy u = g_array_index(w->up, UpCopy, 0);
-  copy_op(w, PS_OP_COPY_DONE, TRUE, u.tag, u.g, 0, -u.bytes);
-  g_array_remove_index(w->up, 0);
-}
-
-/* After group g's forward: what it offloads goes up to the host (the
- * core goes on), once the oldest copy is waited for if the window is
- * full: at most `window` copies are in flight. */
-static void offload_after(Lower *w, int g)
-{
-  int64_t b = ps_shard_offload_bytes(w, g);
-  if (b <= 0)
-    return;
-  while ((int)w->up->len >= w->window)
-    offload_done(w);
-  UpCopy u = {w->copies++, g, b};
-  copy_op(w, PS_OP_COPY_START, TRUE, u.tag, g, (double)b, 0);
-  g_array_append_val(w->up, u);
-}
-
-/* Backward brings group g's offloaded bytes back down, started once
- * (down[g] holds its tag), at least a group ahead of its use. */
-static void prefetch(Lower *w, int *down, int g)
-{
-  if (g < 0 || down[g] >= 0)
-    return;
-  int64_t b = ps_shard_offload_bytes(w, g);
-  if (b <= 0)
-    return;
-  down[g] = w->copies++;
-  copy_op(w, PS_OP_COPY_START, FALSE, down[g], g, (double)b, b);
-}
-
 static PsAxis model_axis(const Lower *w, int op)
 {
   return w->sp && op != PS_COLL_ALL_REDUCE ? PS_AXIS_SEQUENCE : PS_AXIS_TENSOR;
@@ -642,7 +579,7 @@ static void shard_forward(Lower *w, int *pending)
     else
       emit(w, &f);
     ps_lower_host_calls(w->exp, &f, w->ops);
-    offload_after(w, g);
+    ps_shard_offload_after(w, g);
     if (lp->vocab_loss) {
       int64_t rows = w->batch * MAX(w->m->labels_per_example, 1);
       coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_MODEL, PS_AXIS_TENSOR, rows,
@@ -651,8 +588,7 @@ static void shard_forward(Lower *w, int *pending)
                           PS_BUFFER_ACTIVATIONS, last, "loss sum"));
     }
   }
-  while (w->up->len > 0)
-    offload_done(w);
+  ps_shard_offload_flush(w);
 }
 
 /* ---- backward, gradients and the update -------------------------------- */
@@ -772,14 +708,7 @@ static void shard_backward(Lower *w, int *pending)
   for (int g = 0; g < n; g++)
     down[g] = -1;
   for (int g = n - 1; g >= 0; g--) {
-    /* what the host holds for this group and the next that have any, up
-     * to the window */
-    prefetch(w, down, g);
-    for (int h = g - 1, k = 1; h >= 0 && k < w->window; h--)
-      if (ps_shard_offload_bytes(w, h) > 0) {
-        prefetch(w, down, h);
-        k++;
-      }
+    ps_shard_prefetch_ahead(w, down, g);
     if (gather && group_params(w, g) > 0) {
       if (!w->c->prefetch) {
         pending[g] = gather_req(w, g, "bwd");
@@ -794,8 +723,7 @@ static void shard_backward(Lower *w, int *pending)
       g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes =
           group_params(w, g) * ps_lower_weight_bytes(w->exp);
     }
-    if (down[g] >= 0)
-      copy_op(w, PS_OP_COPY_DONE, FALSE, down[g], g, 0, 0);
+    ps_shard_prefetch_done(w, down, g);
     PsOp bw = compute_op(w, PS_OP_BWD, g);
     bw.act_bytes -= w->F > 1 ? group_params(w, g) * ps_lower_weight_bytes(w->exp) : 0;
     if (w->c->remat == PS_REMAT_FULL) {
