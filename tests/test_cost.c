@@ -331,6 +331,26 @@ static void test_precision_passes(void)
   g_assert_nonnull(strstr(error->message, "f16"));
   g_assert_cmpint(error->code, ==, PS_INPUT_ERROR_VALUE);
   g_clear_error(&error);
+  /* collective.on_core: none by default; a list of distinct kinds */
+  e = ps_experiment_load("resnet50-v3-8", NULL, &error);
+  g_assert_no_error(error);
+  g_assert_cmpuint(e->collective.on_core, ==, 0);
+  ps_experiment_free(e);
+  const char *on[] = {"collective.on_core=[\"reduce-scatter\", \"all-gather\"]", NULL};
+  e = ps_experiment_load("resnet50-v3-8", on, &error);
+  g_assert_no_error(error);
+  g_assert_cmpuint(e->collective.on_core, ==,
+                   1u << PS_COLL_REDUCE_SCATTER | 1u << PS_COLL_ALL_GATHER);
+  ps_experiment_free(e);
+  const char *bad_on[][2] = {{"collective.on_core=[\"all-gather\", \"all-gather\"]", NULL},
+                             {"collective.on_core=[\"broadcast\"]", NULL},
+                             {"collective.on_core=\"all-reduce\"", NULL}};
+  for (guint i = 0; i < G_N_ELEMENTS(bad_on); i++) {
+    g_assert_null(ps_experiment_load("resnet50-v3-8", bad_on[i], &error));
+    g_assert_nonnull(strstr(error->message, "collective.on_core"));
+    g_assert_cmpint(error->code, ==, PS_INPUT_ERROR_VALUE);
+    g_clear_error(&error);
+  }
 }
 
 /* One step of ResNet-50's compute on a v3 core: no fusion costs at least

@@ -23,7 +23,8 @@
  *   other at a + 4(N-1) n round(c/B); from then on the links never idle
  *   (a < n c/B), so every step lasts 4(N-1) n round(c/B), latency hidden.
  * - overlap: COLL_START, compute of T, COLL_DONE: a step lasts max(T, Tc)
- *   and the collective wait is max(0, Tc - T); START, DONE, compute: T + Tc.
+ *   and the collective wait is max(0, Tc - T); START, DONE, compute: T + Tc;
+ *   T + Tc either way when collective.on_core names the collective's kind.
  * - deadlock: two devices that RECV from each other first, or that start
  *   two collectives in opposite orders, pass ps_plan_validate but stop;
  *   ps_pod_check_finished names the device and the op.  ps_plan_validate
@@ -544,11 +545,14 @@ static void test_disjoint_groups(void)
 /* ---- 3. overlap ----------------------------------------------------- */
 
 /* Row 0's ring all-reduce with a compute op of T; `after` puts the compute
- * after the COLL_DONE instead of between START and DONE.  Returns the step
- * time (all steps equal) and device 0's collective wait per step. */
-static void run_overlap(ps_time_t T, gboolean after, ps_time_t *step, ps_time_t *wait)
+ * after the COLL_DONE instead of between START and DONE; `on_core` is
+ * collective.on_core.  Returns the step time (all steps equal) and device
+ * 0's collective wait per step. */
+static void run_overlap_on(ps_time_t T, gboolean after, unsigned on_core, ps_time_t *step,
+                           ps_time_t *wait)
 {
   PsExperiment *e = load(torus_ov);
+  e->collective.on_core = on_core;
   PsPlan *plan = ps_plan_new(16);
   int idle = add_idle(plan);
   for (int d = 0; d < 16; d++)
@@ -587,6 +591,11 @@ static void run_overlap(ps_time_t T, gboolean after, ps_time_t *step, ps_time_t 
   sim_clear(&s);
 }
 
+static void run_overlap(ps_time_t T, gboolean after, ps_time_t *step, ps_time_t *wait)
+{
+  run_overlap_on(T, after, 0, step, wait);
+}
+
 static void test_overlap(void)
 {
   ps_time_t Tc, w;
@@ -606,6 +615,16 @@ static void test_overlap(void)
     run_overlap(T, TRUE, &step, &wait);
     g_assert_cmpint(step, ==, T + Tc);
     g_assert_cmpint(wait, ==, Tc);
+    /* an all-reduce the TensorCore runs itself holds the core from its
+     * start: nothing overlaps it, wherever its COLL_DONE is */
+    run_overlap_on(T, FALSE, 1u << PS_COLL_ALL_REDUCE, &step, &wait);
+    g_assert_cmpint(step, ==, T + Tc);
+    g_assert_cmpint(wait, ==, Tc);
+    /* on the core are other kinds only: the all-reduce stays asynchronous */
+    run_overlap_on(T, FALSE, 1u << PS_COLL_ALL_GATHER | 1u << PS_COLL_REDUCE_SCATTER, &step,
+                   &wait);
+    g_assert_cmpint(step, ==, MAX(T, Tc));
+    g_assert_cmpint(wait, ==, MAX(0, Tc - T));
   }
 }
 

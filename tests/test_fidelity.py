@@ -96,6 +96,11 @@ def same_value(cell, value):
             return False
     if isinstance(value, str):
         return cell == value
+    if isinstance(value, list):
+        try:
+            return json.loads(cell) == value
+        except ValueError:
+            return False
     return False
 
 

@@ -775,6 +775,45 @@ static void test_fsdp_gathers(void)
   ps_experiment_free(k);
 }
 
+/* collective.on_core: BERT-large fsdp 4 x tensor 4 with every collective
+ * on the TensorCore exposes all of each axis's collective time (exposed
+ * equals busy on every axis), its step is the sum of its breakdown and
+ * longer than with the same collectives asynchronous, which hide some. */
+static void test_on_core(void)
+{
+  const char *async[] = {"strategy.mesh.fsdp=4", "strategy.mesh.tensor=4", "steps=2", NULL};
+  const char *core[] = {"strategy.mesh.fsdp=4", "strategy.mesh.tensor=4", "steps=2",
+                        "collective.on_core=[\"all-reduce\", \"reduce-scatter\", "
+                        "\"all-gather\"]",
+                        NULL};
+  PsSummary s[2];
+  for (int k = 0; k < 2; k++) {
+    GError *error = NULL;
+    PsExperiment *e = load(k ? core : async, &error);
+    g_assert_no_error(error);
+    PsRunOptions opt = {0};
+    g_assert_true(ps_run(e, &opt, &s[k], &error));
+    g_assert_no_error(error);
+    ps_experiment_free(e);
+  }
+  double hidden = 0;
+  for (int a = 0; a < PS_N_AXES; a++) {
+    hidden += s[0].axis_busy_s[a] - s[0].axis_exposed_s[a];
+    g_assert_cmpfloat_with_epsilon(s[1].axis_exposed_s[a], s[1].axis_busy_s[a],
+                                   1e-9 * s[1].step_time_s);
+  }
+  g_assert_cmpfloat(s[1].axis_busy_s[PS_AXIS_FSDP], >, 0);
+  g_assert_cmpfloat(s[1].axis_busy_s[PS_AXIS_TENSOR], >, 0);
+  g_assert_cmpfloat(hidden, >, 0.01 * s[0].step_time_s);
+  g_assert_cmpfloat(s[1].step_time_s, >, s[0].step_time_s + 0.5 * hidden);
+  double sum = 0;
+  for (int c = 0; c < PS_TIME_N_CATEGORIES; c++)
+    sum += s[1].breakdown[c];
+  g_assert_cmpfloat_with_epsilon(sum, s[1].step_time_s, 1e-9 * s[1].step_time_s);
+  ps_summary_clear(&s[0]);
+  ps_summary_clear(&s[1]);
+}
+
 /* tests/data/good/experiments/shard-mlp-v4-8.json: tensor 4 on a 2x2
  * ring, one all-reduce of the row-parallel fc2's B x 8192 partial sums a
  * step, nothing else to share the links: the step's exposed collective
@@ -988,6 +1027,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/collectives/sequence", test_sequence);
   g_test_add_func("/shard/collectives/sequence-parallel", test_sequence_parallel);
   g_test_add_func("/shard/collectives/wgrad-overlap", test_wgrad_overlap);
+  g_test_add_func("/shard/collectives/on-core", test_on_core);
   g_test_add_func("/shard/bad-input", test_bad_input);
   g_test_add_func("/shard/programs/shared", test_shared_programs);
   g_test_add_func("/shard/numerics/data-only", test_data_only_numerics);

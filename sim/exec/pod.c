@@ -657,9 +657,17 @@ static gboolean start_op(PsPod *pod, Device *d)
     d->waiting = WAIT_HOST_CALL;
     send_xfer(pod, XFER_CALL_UP, d->host, d->index, d->index, host_ep(pod, d->host), op->bytes);
     return FALSE;
-  case PS_OP_COLL_START:
+  case PS_OP_COLL_START: {
     coll_start(pod, d, op);
-    break;
+    int c = ps_plan_op_coll(pod->plan, d->index, op);
+    if (!(pod->cfg.collective->on_core & (1u << pod->plan->colls[c].op)))
+      break; /* asynchronous: the core goes on */
+    const Member *m = &pod->colls[c].members[member_of(pod, d->index, c)];
+    if (m->rounds_done > d->step)
+      break;
+    start_wait(d, WAIT_COLL); /* on the TensorCore: it holds the core */
+    return FALSE;
+  }
   case PS_OP_COLL_DONE: {
     int c = ps_plan_op_coll(pod->plan, d->index, op);
     const Member *m = &pod->colls[c].members[member_of(pod, d->index, c)];

@@ -138,7 +138,10 @@ static const char *const experiment_keys[] = {
     "strategy",      "input",       "optimizer",        "numerics", "outside_compilation",
     "collective",    "faults",      NULL};
 static const char *const collective_keys[] = {"algorithm", "chunk_bytes", "max_in_flight",
-                                                 "fast_path", NULL};
+                                                 "fast_path", "on_core", NULL};
+/* collective.on_core's names, in PsCollOp order (collectives/collective.h) */
+static const char *const on_core_kinds[] = {"all-reduce", "reduce-scatter", "all-gather", NULL};
+#define ON_CORE_DEFAULT 0u
 static const char *const collective_algorithms[] = {"auto",  "ring",      "bidir",
                                                      "torus", "multiring", "hierarchical",
                                                      NULL};
@@ -379,6 +382,37 @@ static gboolean parse_host_calls(json_object *root, const char *file, PsExperime
   return TRUE;
 }
 
+/* "on_core": a list of collective kinds the TensorCore runs itself, each
+ * at most once. */
+static gboolean parse_on_core(json_object *o, const char *file, PsCollectiveConfig *c,
+                              GError **error)
+{
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, "on_core", &v) || !v)
+    return TRUE;
+  if (!json_object_is_type(v, json_type_array))
+    goto bad;
+  c->on_core = 0;
+  for (size_t i = 0; i < json_object_array_length(v); i++) {
+    json_object *x = json_object_array_get_idx(v, i);
+    const char *s = json_object_is_type(x, json_type_string) ? json_object_get_string(x) : "";
+    int k = 0;
+    while (on_core_kinds[k] && strcmp(on_core_kinds[k], s) != 0)
+      k++;
+    if (!on_core_kinds[k] || (c->on_core & (1u << k)))
+      goto bad;
+    c->on_core |= 1u << k;
+  }
+  return TRUE;
+bad:
+  ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, "collective.on_core",
+                  "must be a list of distinct collective kinds among \"all-reduce\", "
+                  "\"reduce-scatter\" and \"all-gather\" (the ones the TensorCore runs "
+                  "itself, not offloaded to the SparseCores), e.g. [\"all-gather\", "
+                  "\"reduce-scatter\"]; [] (the default) for none");
+  return FALSE;
+}
+
 /* "collective": {"algorithm": "auto"|"ring"|"bidir"|"torus"|"multiring", "chunk_bytes",
  *                "max_in_flight", "fast_path"} */
 static gboolean parse_collective(json_object *root, const char *file, PsCollectiveConfig *c,
@@ -388,6 +422,7 @@ static gboolean parse_collective(json_object *root, const char *file, PsCollecti
   c->chunk_bytes = INT64_C(1) << 20;
   c->max_in_flight = 1; /* XLA's all_reduce_overlap_limit (config.h) */
   c->fast_path = FALSE;
+  c->on_core = ON_CORE_DEFAULT;
   json_object *o;
   if (!ps_config__get_object(root, file, "", "collective", FALSE, &o, error))
     return FALSE;
@@ -399,7 +434,8 @@ static gboolean parse_collective(json_object *root, const char *file, PsCollecti
             !ps_json_get_int(o, file, "collective", "max_in_flight", FALSE, 0, 1 << 20,
                              &c->max_in_flight, error) ||
             !ps_json_get_bool(o, file, "collective", "fast_path", FALSE, &c->fast_path,
-                              error)))
+                              error) ||
+            !parse_on_core(o, file, c, error)))
     return FALSE;
   c->algorithm = g_strdup(collective_algorithms[algo]);
   return TRUE;
@@ -633,6 +669,11 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(co, "max_in_flight",
                          json_object_new_int64(e->collective.max_in_flight));
   json_object_object_add(co, "fast_path", json_object_new_boolean(e->collective.fast_path));
+  json_object *oc = json_object_new_array();
+  for (int k = 0; on_core_kinds[k]; k++)
+    if (e->collective.on_core & (1u << k))
+      json_object_array_add(oc, json_object_new_string(on_core_kinds[k]));
+  json_object_object_add(co, "on_core", oc);
   json_object_object_add(o, "collective", co);
   if (e->n_host_calls > 0) {
     json_object *hc = json_object_new_array();

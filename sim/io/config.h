@@ -171,6 +171,15 @@ typedef struct {
    * Off by default: the overlapping gradient buckets of a data-parallel
    * step are the common case, and there it moves predictions. */
   gboolean fast_path;
+  /* Collective kinds the TensorCore runs itself (bit 1 << PsCollOp): a
+   * device's COLL_START of such a kind holds its core until the collective
+   * is done, so nothing overlaps it.  XLA runs a collective on the
+   * TensorCore unless it is offloaded to the SparseCores
+   * (xla_tpu_enable_sparse_core_collective_offload_*), and only an
+   * offloaded one runs asynchronously with the TensorCore's computation
+   * (docs/model.md, "Collectives on the TensorCore").  0 (the default):
+   * every collective is asynchronous, the core goes on. */
+  unsigned on_core;
 } PsCollectiveConfig;
 
 typedef struct {
