@@ -880,6 +880,18 @@ static void test_summary_words(void)
                              NULL), ==, 0);
   g_assert_nonnull(strstr(out, "(one step's loss: the first step's, the last's)"));
   g_assert_nonnull(strstr(out, "what-ifs         add --set numerics.enabled=false"));
+  g_assert_nonnull(strstr(out, ", overlapping backward, "));
+  g_assert_null(strstr(out, "(on the core"));
+  g_free(out);
+  g_free(err);
+  /* collectives on the TensorCore: the gradients' line and one line naming them */
+  g_assert_cmpint(podsim_run(&out, &err, "run", "default", "--no-trace", "--quiet", "--steps", "2",
+                             "--set", "numerics.enabled=false", "--set",
+                             "collective.on_core=[\"all-gather\", \"all-reduce\"]", NULL),
+                  ==, 0);
+  g_assert_nonnull(strstr(out, " over 8 replicas, on the TensorCore, chunks of"));
+  g_assert_nonnull(strstr(out, "(on the core    all-reduce, all-gather: each holds its "
+                               "TensorCore until done, collective.on_core)\n"));
   g_free(out);
   g_free(err);
 }

@@ -142,6 +142,11 @@ static const char *const collective_keys[] = {"algorithm", "chunk_bytes", "max_i
 /* collective.on_core's names, in PsCollOp order (collectives/collective.h) */
 static const char *const on_core_kinds[] = {"all-reduce", "reduce-scatter", "all-gather", NULL};
 #define ON_CORE_DEFAULT 0u
+
+const char *ps_config_on_core_name(int k)
+{
+  return k >= 0 && k < (int)G_N_ELEMENTS(on_core_kinds) ? on_core_kinds[k] : NULL;
+}
 static const char *const collective_algorithms[] = {"auto",  "ring",      "bidir",
                                                      "torus", "multiring", "hierarchical",
                                                      NULL};

@@ -182,6 +182,10 @@ typedef struct {
   unsigned on_core;
 } PsCollectiveConfig;
 
+/* collective.on_core's name of bit k ("all-reduce", "reduce-scatter",
+ * "all-gather", in PsCollOp order), NULL past the last. */
+const char *ps_config_on_core_name(int k);
+
 typedef struct {
   gboolean enabled;
   PsPrecision precision;

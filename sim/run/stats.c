@@ -507,13 +507,18 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
   g_autofree char *chunk_text = chunk % 1048576 == 0
                                     ? g_strdup_printf("%" G_GINT64_FORMAT " MiB", chunk / 1048576)
                                     : g_strdup_printf("%.3g MB", chunk / 1e6);
+  gboolean wus = strategy_flag(exp, "weight_update_sharding");
+  unsigned on_core = exp->collective.on_core;
+  unsigned grad_kinds = wus ? 1u << PS_COLL_REDUCE_SCATTER | 1u << PS_COLL_ALL_GATHER
+                            : 1u << PS_COLL_ALL_REDUCE;
+  const char *when = (on_core & grad_kinds) ? ", on the TensorCore"
+                     : strategy_flag(exp, "overlap") ? ", overlapping backward"
+                                                     : "";
   if (s->collective_algorithm)
     fprintf(f, "  (gradients      %d bucket%s, %s %s over %d replicas%s, chunks of %s)\n",
             s->buckets, s->buckets == 1 ? "" : "s",
-            strategy_flag(exp, "weight_update_sharding") ? "reduce-scatter + all-gather"
-                                                         : "all-reduce",
-            s->collective_algorithm, s->replicas,
-            strategy_flag(exp, "overlap") ? ", overlapping backward" : "", chunk_text);
+            wus ? "reduce-scatter + all-gather" : "all-reduce", s->collective_algorithm,
+            s->replicas, when, chunk_text);
   if (s->stages > 1) {
     int K = s->stages, M = s->micro_batches;
     fprintf(f, "  (pipeline       %d stages x %d micro-batches, %s%s: bubble %.1f%% of the step; "
@@ -524,6 +529,15 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
             100.0 * (K - 1) / (M + K - 1));
   }
   print_axes(s, u, f);
+  if (on_core) {
+    GString *names = g_string_new(NULL);
+    for (int k = 0; ps_config_on_core_name(k); k++)
+      if (on_core & (1u << k))
+        g_string_append_printf(names, "%s%s", names->len ? ", " : "", ps_config_on_core_name(k));
+    fprintf(f, "  (on the core    %s: each holds its TensorCore until done, "
+               "collective.on_core)\n", names->str);
+    g_string_free(names, TRUE);
+  }
   fprintf(f, "examples/s       %10.0f\n", s->examples_per_s);
   if (s->sequence > 0)
     fprintf(f, "tokens/s         %10.0f  (examples/s x %" G_GINT64_FORMAT " tokens)\n",
