@@ -1022,7 +1022,8 @@ gboolean ps_pod_check_finished(const PsPod *pod, GError **error)
   static const char *const waits[] = {"running", "waiting for infeed", "waiting for outfeed",
                                       "waiting for a collective", "waiting for a message",
                                       "waiting for the host loop", "waiting for a host call",
-                                      "in its straggler delay"};
+                                      "in its straggler delay", "waiting for a host copy"};
+  G_STATIC_ASSERT(G_N_ELEMENTS(waits) == WAIT_COPY + 1);
   for (int i = 0; i < pod->n_devices; i++) {
     const Device *d = &pod->devices[i];
     if (d->step == pod->cfg.steps)

@@ -404,8 +404,16 @@ static gboolean parse_on_core(json_object *o, const char *file, PsCollectiveConf
     int k = 0;
     while (on_core_kinds[k] && strcmp(on_core_kinds[k], s) != 0)
       k++;
-    if (!on_core_kinds[k] || (c->on_core & (1u << k)))
-      goto bad;
+    if (!on_core_kinds[k] || (c->on_core & (1u << k))) {
+      g_autofree char *path = g_strdup_printf("collective.on_core[%zu]", i);
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, path,
+                      "%s %s: each entry is one of \"all-reduce\", \"reduce-scatter\" and "
+                      "\"all-gather\" (the collective kinds the TensorCore runs itself, not "
+                      "offloaded to the SparseCores), at most once",
+                      on_core_kinds[k] ? "repeats" : "is not a collective kind:",
+                      json_object_to_json_string_ext(x, JSON_C_TO_STRING_PLAIN));
+      return FALSE;
+    }
     c->on_core |= 1u << k;
   }
   return TRUE;

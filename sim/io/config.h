@@ -177,7 +177,9 @@ typedef struct {
    * TensorCore unless it is offloaded to the SparseCores
    * (xla_tpu_enable_sparse_core_collective_offload_*), and only an
    * offloaded one runs asynchronously with the TensorCore's computation
-   * (docs/model.md, "Collectives on the TensorCore").  0 (the default):
+   * (docs/model.md, collective.on_core; docs/fidelity.md, "The collectives
+   * on the TensorCore").  By kind, not by axis: a kind named holds the core
+   * on every axis.  0 (the default):
    * every collective is asynchronous, the core goes on. */
   unsigned on_core;
 } PsCollectiveConfig;

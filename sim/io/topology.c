@@ -848,8 +848,11 @@ json_object *ps_config__topology_to_json(const PsTopology *t, json_object *sourc
                          json_object_new_int(t->ici_links_per_neighbor));
   json_object_object_add(o, "ici", ici);
 
-  if (t->slices > 1) {
+  if (t->slices > 1)
     json_object_object_add(o, "slices", json_object_new_int(t->slices));
+  /* the network between slices, also on one slice where the file gives it
+   * (its sources cite it, and --set slices=S uses it) */
+  if (t->slices > 1 || t->dcn.nic_bandwidth_Bps > 0) {
     json_object *d = json_object_new_object();
     json_object_object_add(d, "nic_bandwidth_Bps", ps_config__new_double(t->dcn.nic_bandwidth_Bps));
     json_object_object_add(d, "nic_latency_s", ps_config__new_double(t->dcn.nic_latency_s));

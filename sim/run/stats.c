@@ -378,6 +378,11 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
                                                                                         : "f32"));
   json_object_object_add(o, "gradient_buckets", json_object_new_int(s->buckets));
   json_object_object_add(o, "overlap", json_object_new_boolean(strategy_flag(exp, "overlap")));
+  json_object *oc = json_object_new_array();
+  for (int k = 0; ps_config_on_core_name(k); k++)
+    if (exp->collective.on_core & (1u << k))
+      json_object_array_add(oc, json_object_new_string(ps_config_on_core_name(k)));
+  json_object_object_add(o, "collective_on_core", oc);
   json_object_object_add(o, "weight_update_sharding",
                          json_object_new_boolean(strategy_flag(exp, "weight_update_sharding")));
   json_object_object_add(o, "reporting_device", json_object_new_int(s->reporting_device));
@@ -511,9 +516,16 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
   unsigned on_core = exp->collective.on_core;
   unsigned grad_kinds = wus ? 1u << PS_COLL_REDUCE_SCATTER | 1u << PS_COLL_ALL_GATHER
                             : 1u << PS_COLL_ALL_REDUCE;
-  const char *when = (on_core & grad_kinds) ? ", on the TensorCore"
-                     : strategy_flag(exp, "overlap") ? ", overlapping backward"
-                                                     : "";
+  gboolean overlap = strategy_flag(exp, "overlap");
+  const char *when = (on_core & grad_kinds) == grad_kinds ? ", on the TensorCore"
+                     : (on_core & grad_kinds) && overlap
+                         ? (on_core & 1u << PS_COLL_ALL_GATHER
+                                ? ", the reduce-scatter overlapping backward, the all-gather on "
+                                  "the TensorCore"
+                                : ", the reduce-scatter on the TensorCore, the all-gather "
+                                  "overlapping backward")
+                     : overlap ? ", overlapping backward"
+                               : "";
   if (s->collective_algorithm)
     fprintf(f, "  (gradients      %d bucket%s, %s %s over %d replicas%s, chunks of %s)\n",
             s->buckets, s->buckets == 1 ? "" : "s",
