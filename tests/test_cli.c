@@ -904,6 +904,16 @@ static void test_summary_words(void)
                                "TensorCore until done, collective.on_core)\n"));
   g_free(out);
   g_free(err);
+  /* weight-update sharding with only its all-gather held */
+  g_assert_cmpint(podsim_run(&out, &err, "run", "default", "--no-trace", "--quiet", "--steps", "2",
+                             "--set", "numerics.enabled=false", "--set",
+                             "strategy.weight_update_sharding=true", "--set",
+                             "collective.on_core=[\"all-gather\"]", NULL),
+                  ==, 0);
+  g_assert_nonnull(strstr(out, ", the reduce-scatter overlapping backward, the all-gather on the "
+                               "TensorCore, chunks of"));
+  g_free(out);
+  g_free(err);
 }
 
 /* describe --kernels gives each kernel's MXU use, the model's share of
