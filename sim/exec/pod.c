@@ -610,17 +610,23 @@ static void coll_begin(PsPod *pod, Device *d, int c_index)
 }
 
 /* COLL_START: the collective begins now, or after the device's earlier
- * ones of its kind when max_in_flight of them are running; the core goes
- * on either way. */
-static void coll_start(PsPod *pod, Device *d, const PsOp *op)
+ * ones of its kind when max_in_flight of them are running.  Returns its
+ * index. */
+static int coll_start(PsPod *pod, Device *d, const PsOp *op)
 {
   int64_t limit = pod->cfg.collective->max_in_flight;
   int c = ps_plan_op_coll(pod->plan, d->index, op);
-  if (limit > 0 && d->coll_busy[pod->plan->colls[c].op] >= limit) {
+  if (limit > 0 && d->coll_busy[pod->plan->colls[c].op] >= limit)
     g_array_append_val(d->coll_queue, c);
-    return;
-  }
-  coll_begin(pod, d, c);
+  else
+    coll_begin(pod, d, c);
+  return c;
+}
+
+/* TRUE while collective c's round of the device's step is not done. */
+static gboolean coll_pending(const PsPod *pod, const Device *d, int c)
+{
+  return pod->colls[c].members[member_of(pod, d->index, c)].rounds_done <= d->step;
 }
 
 /* ---- devices -------------------------------------------------------- */
@@ -658,24 +664,19 @@ static gboolean start_op(PsPod *pod, Device *d)
     send_xfer(pod, XFER_CALL_UP, d->host, d->index, d->index, host_ep(pod, d->host), op->bytes);
     return FALSE;
   case PS_OP_COLL_START: {
-    coll_start(pod, d, op);
-    int c = ps_plan_op_coll(pod->plan, d->index, op);
-    if (!(pod->cfg.collective->on_core & (1u << pod->plan->colls[c].op)))
-      break; /* asynchronous: the core goes on */
-    const Member *m = &pod->colls[c].members[member_of(pod, d->index, c)];
-    if (m->rounds_done > d->step)
-      break;
-    start_wait(d, WAIT_COLL); /* on the TensorCore: it holds the core */
-    return FALSE;
-  }
-  case PS_OP_COLL_DONE: {
-    int c = ps_plan_op_coll(pod->plan, d->index, op);
-    const Member *m = &pod->colls[c].members[member_of(pod, d->index, c)];
-    if (m->rounds_done > d->step)
+    int c = coll_start(pod, d, op);
+    /* asynchronous, the core goes on; on the TensorCore it holds the core */
+    if (!(pod->cfg.collective->on_core & (1u << pod->plan->colls[c].op)) ||
+        !coll_pending(pod, d, c))
       break;
     start_wait(d, WAIT_COLL);
     return FALSE;
   }
+  case PS_OP_COLL_DONE:
+    if (!coll_pending(pod, d, ps_plan_op_coll(pod->plan, d->index, op)))
+      break;
+    start_wait(d, WAIT_COLL);
+    return FALSE;
   case PS_OP_SEND: {
     Xfer *x = xfer_new(pod);
     *x = (Xfer){pod, XFER_SEND, -1, op->peer, d->index, op->tag, op->bytes, 0, NULL};

@@ -143,9 +143,22 @@ static const char *const collective_keys[] = {"algorithm", "chunk_bytes", "max_i
 static const char *const on_core_kinds[] = {"all-reduce", "reduce-scatter", "all-gather", NULL};
 #define ON_CORE_DEFAULT 0u
 
-const char *ps_config_on_core_name(int k)
+json_object *ps_config_on_core_to_json(unsigned on_core)
 {
-  return k >= 0 && k < (int)G_N_ELEMENTS(on_core_kinds) ? on_core_kinds[k] : NULL;
+  json_object *a = json_object_new_array();
+  for (int k = 0; on_core_kinds[k]; k++)
+    if (on_core & (1u << k))
+      json_object_array_add(a, json_object_new_string(on_core_kinds[k]));
+  return a;
+}
+
+char *ps_config_on_core_text(unsigned on_core)
+{
+  GString *names = g_string_new(NULL);
+  for (int k = 0; on_core_kinds[k]; k++)
+    if (on_core & (1u << k))
+      g_string_append_printf(names, "%s%s", names->len ? ", " : "", on_core_kinds[k]);
+  return g_string_free(names, FALSE);
 }
 static const char *const collective_algorithms[] = {"auto",  "ring",      "bidir",
                                                      "torus", "multiring", "hierarchical",
@@ -682,11 +695,7 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(co, "max_in_flight",
                          json_object_new_int64(e->collective.max_in_flight));
   json_object_object_add(co, "fast_path", json_object_new_boolean(e->collective.fast_path));
-  json_object *oc = json_object_new_array();
-  for (int k = 0; on_core_kinds[k]; k++)
-    if (e->collective.on_core & (1u << k))
-      json_object_array_add(oc, json_object_new_string(on_core_kinds[k]));
-  json_object_object_add(co, "on_core", oc);
+  json_object_object_add(co, "on_core", ps_config_on_core_to_json(e->collective.on_core));
   json_object_object_add(o, "collective", co);
   if (e->n_host_calls > 0) {
     json_object *hc = json_object_new_array();

@@ -184,9 +184,11 @@ typedef struct {
   unsigned on_core;
 } PsCollectiveConfig;
 
-/* collective.on_core's name of bit k ("all-reduce", "reduce-scatter",
- * "all-gather", in PsCollOp order), NULL past the last. */
-const char *ps_config_on_core_name(int k);
+/* collective.on_core's kinds as a JSON array of their names ("all-reduce",
+ * "reduce-scatter", "all-gather", in PsCollOp order), and as text, the names
+ * joined by ", " (g_free it). */
+json_object *ps_config_on_core_to_json(unsigned on_core);
+char *ps_config_on_core_text(unsigned on_core);
 
 typedef struct {
   gboolean enabled;

@@ -378,11 +378,8 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
                                                                                         : "f32"));
   json_object_object_add(o, "gradient_buckets", json_object_new_int(s->buckets));
   json_object_object_add(o, "overlap", json_object_new_boolean(strategy_flag(exp, "overlap")));
-  json_object *oc = json_object_new_array();
-  for (int k = 0; ps_config_on_core_name(k); k++)
-    if (exp->collective.on_core & (1u << k))
-      json_object_array_add(oc, json_object_new_string(ps_config_on_core_name(k)));
-  json_object_object_add(o, "collective_on_core", oc);
+  json_object_object_add(o, "collective_on_core",
+                         ps_config_on_core_to_json(exp->collective.on_core));
   json_object_object_add(o, "weight_update_sharding",
                          json_object_new_boolean(strategy_flag(exp, "weight_update_sharding")));
   json_object_object_add(o, "reporting_device", json_object_new_int(s->reporting_device));
@@ -484,6 +481,22 @@ static void print_axes(const PsSummary *s, TimeUnit u, FILE *f)
   }
 }
 
+/* How the gradients' collectives run beside backward: held on the
+ * TensorCore (collective.on_core), overlapping it (strategy.overlap), or
+ * with weight-update sharding one of each. */
+static const char *gradients_timing(const PsExperiment *exp, gboolean wus, unsigned on_core)
+{
+  gboolean overlap = strategy_flag(exp, "overlap");
+  unsigned rs = on_core & 1u << PS_COLL_REDUCE_SCATTER, ag = on_core & 1u << PS_COLL_ALL_GATHER;
+  if (wus ? rs && ag : on_core & 1u << PS_COLL_ALL_REDUCE)
+    return ", on the TensorCore";
+  if (wus && overlap && ag)
+    return ", the reduce-scatter overlapping backward, the all-gather on the TensorCore";
+  if (wus && overlap && rs)
+    return ", the reduce-scatter on the TensorCore, the all-gather overlapping backward";
+  return overlap ? ", overlapping backward" : "";
+}
+
 void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
 {
   TimeUnit u = unit_for(s->step_time_s);
@@ -514,23 +527,11 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
                                     : g_strdup_printf("%.3g MB", chunk / 1e6);
   gboolean wus = strategy_flag(exp, "weight_update_sharding");
   unsigned on_core = exp->collective.on_core;
-  unsigned grad_kinds = wus ? 1u << PS_COLL_REDUCE_SCATTER | 1u << PS_COLL_ALL_GATHER
-                            : 1u << PS_COLL_ALL_REDUCE;
-  gboolean overlap = strategy_flag(exp, "overlap");
-  const char *when = (on_core & grad_kinds) == grad_kinds ? ", on the TensorCore"
-                     : (on_core & grad_kinds) && overlap
-                         ? (on_core & 1u << PS_COLL_ALL_GATHER
-                                ? ", the reduce-scatter overlapping backward, the all-gather on "
-                                  "the TensorCore"
-                                : ", the reduce-scatter on the TensorCore, the all-gather "
-                                  "overlapping backward")
-                     : overlap ? ", overlapping backward"
-                               : "";
   if (s->collective_algorithm)
     fprintf(f, "  (gradients      %d bucket%s, %s %s over %d replicas%s, chunks of %s)\n",
             s->buckets, s->buckets == 1 ? "" : "s",
             wus ? "reduce-scatter + all-gather" : "all-reduce", s->collective_algorithm,
-            s->replicas, when, chunk_text);
+            s->replicas, gradients_timing(exp, wus, on_core), chunk_text);
   if (s->stages > 1) {
     int K = s->stages, M = s->micro_batches;
     fprintf(f, "  (pipeline       %d stages x %d micro-batches, %s%s: bubble %.1f%% of the step; "
@@ -542,13 +543,9 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
   }
   print_axes(s, u, f);
   if (on_core) {
-    GString *names = g_string_new(NULL);
-    for (int k = 0; ps_config_on_core_name(k); k++)
-      if (on_core & (1u << k))
-        g_string_append_printf(names, "%s%s", names->len ? ", " : "", ps_config_on_core_name(k));
+    g_autofree char *names = ps_config_on_core_text(on_core);
     fprintf(f, "  (on the core    %s: each holds its TensorCore until done, "
-               "collective.on_core)\n", names->str);
-    g_string_free(names, TRUE);
+               "collective.on_core)\n", names);
   }
   fprintf(f, "examples/s       %10.0f\n", s->examples_per_s);
   if (s->sequence > 0)
