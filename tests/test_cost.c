@@ -457,6 +457,48 @@ static void test_flash_attention(void)
   ps_model_free(flash);
 }
 
+/* An embedding looked up as a one-hot matmul (MaxText's use_iota_embed),
+ * V = 1000 rows of D = 256 over S = 512 ids at batch B = 3 on v5e (MXU
+ * 128): forward runs 2 B S V D FLOPs padded to 2 pad8(B S) pad128(V) D
+ * and reads the ids and the table once and writes y; backward is the
+ * table's gradient alone (no input gradient: ids have none), the same
+ * FLOPs, reading ids and dy and writing the float32 table.  A gather runs
+ * no product; the model's FLOPs (PaLM's count) leave both out. */
+static void test_embedding_matmul(void)
+{
+  const char *fmt = "{\"name\": \"e\", \"input\": {\"shape\": [512], \"classes\": 1000,"
+                    " \"tokens\": true}, \"layers\": [{\"type\": \"embedding\", \"vocab\": 1000,"
+                    " \"dim\": 256, \"positions\": false%s}, {\"type\": \"dense\", \"units\": 1000},"
+                    " {\"type\": \"softmax_xent\"}]}";
+  g_autofree char *mt = g_strdup_printf(fmt, ", \"lookup\": \"matmul\"");
+  g_autofree char *gt = g_strdup_printf(fmt, "");
+  PsModel *mm = model_from(mt), *ga = model_from(gt);
+  PsTopology *t = topology_load("tpu-v5e-4", NULL);
+  const double S = 512, V = 1000, D = 256, B = 3, eb = 2;
+  PsOpCost f, b, gf, gb;
+  ps_cost_op(t, mm, 0, 0, (int64_t)B, &xla_bf16, FALSE, NULL, &f);
+  ps_cost_op(t, mm, 0, 0, (int64_t)B, &xla_bf16, TRUE, NULL, &b);
+  g_assert_cmpfloat(f.mxu_flops, ==, 2 * B * S * V * D);
+  g_assert_cmpfloat(f.padded_flops, ==, 2 * B * S * 1024 * D);
+  g_assert_cmpfloat(f.bytes, ==, eb * (B * (S + S * D) + V * D));
+  g_assert_cmpint(b.kernels, ==, 1);
+  g_assert_cmpfloat(b.mxu_flops, ==, 2 * B * S * V * D);
+  g_assert_cmpfloat(b.padded_flops, ==, f.padded_flops);
+  g_assert_cmpfloat(b.bytes, ==, eb * B * (S + S * D) + 4 * V * D);
+  /* MXU-bound here: forward costs its padded FLOPs at the measured rate */
+  double peak = ps_topology_device_peak_flops(t) * t->mxu_efficiency;
+  g_assert_cmpfloat(fabs(ps_time_to_s(f.time) - (f.padded_flops / peak + t->op_overhead_s)), <,
+                    1e-12);
+  ps_cost_op(t, ga, 0, 0, (int64_t)B, &xla_bf16, FALSE, NULL, &gf);
+  ps_cost_op(t, ga, 0, 0, (int64_t)B, &xla_bf16, TRUE, NULL, &gb);
+  g_assert_cmpfloat(gf.mxu_flops + gb.mxu_flops, ==, 0);
+  g_assert_cmpfloat(ps_model_flops_per_example(mm), ==, ps_model_flops_per_example(ga));
+  g_assert_cmpint(mm->params, ==, ga->params);
+  ps_topology_free(t);
+  ps_model_free(mm);
+  ps_model_free(ga);
+}
+
 /* The model file's mistakes about flash attention are refused, naming the
  * field. */
 static void test_flash_errors(void)
@@ -498,5 +540,6 @@ int main(int argc, char **argv)
   g_test_add_func("/cost/fusion-order", test_fusion_order);
   g_test_add_func("/cost/flash-attention", test_flash_attention);
   g_test_add_func("/cost/flash-errors", test_flash_errors);
+  g_test_add_func("/cost/embedding-matmul", test_embedding_matmul);
   return g_test_run();
 }

@@ -742,6 +742,10 @@ static const BadModelCase bad_model_cases[] = {
    PS_INPUT_ERROR_VALUE, "bad.json: layers[0]: d_model 30 is not divisible by heads 4"},
   {IMG "[{'type': 'embedding', 'vocab': 10, 'dim': 4}, " SM "]}", PS_INPUT_ERROR_VALUE,
    "bad.json: layers[0]: embedding needs token ids"},
+  {"{'input': {'shape': [16], 'classes': 10, 'tokens': true}, 'layers': [{'type':"
+   " 'embedding', 'vocab': 10, 'dim': 4, 'lookup': 'onehot'}, " SM "]}",
+   PS_INPUT_ERROR_VALUE,
+   "bad.json: layers[0].lookup: must be one of: gather, matmul; got 'onehot'"},
   {"{'input': {'shape': [16], 'classes': 10, 'tokens': true}, 'layers': [" D10 ", " SM "]}",
    PS_INPUT_ERROR_VALUE, "bad.json: layers[0]: dense cannot take token ids"},
   {IMG "[" FL ", {'type': 'dense', 'units': 'ten'}, " SM "]}", PS_INPUT_ERROR_TYPE,

@@ -550,6 +550,45 @@ static void test_vocab_padded(void)
   ps_experiment_free(e);
 }
 
+/* An embedding looked up by matmul (llama3.1-8b: 128256 x 4096, "lookup":
+ * "matmul") split over tensor 4: each device contracts its 32064 rows of
+ * the table, 2 S (V / 4) D FLOPs an example on the MXU, and backward
+ * computes the table's gradient alone, as much again; over fsdp alone
+ * the whole table, 2 S V D. */
+static void test_vocab_matmul_lookup(void)
+{
+  const double S = 8192, V = 128256, D = 4096;
+  const char *ov4[] = {"model=llama3.1-8b", "global_batch=32", "strategy.mesh.fsdp=8",
+                       "strategy.mesh.tensor=4", NULL};
+  const char *ov1[] = {"model=llama3.1-8b", "global_batch=32", "strategy.mesh.fsdp=32", NULL};
+  const char *const saved = exp_path;
+  exp_path = "experiments/shard-llama2-7b.json";
+  PsExperiment *e4, *e1;
+  PsPlan *p4 = compile(ov4, &e4), *p1 = compile(ov1, &e1);
+  exp_path = saved;
+  const PsProgram *pr = ps_plan_program(p4, 0);
+  double fwd = -1, bwd = -1;
+  for (int i = 0; i < pr->n_ops; i++) {
+    if (g_str_has_prefix(pr->ops[i].name, "fwd embed [vocab/4]"))
+      fwd = pr->ops[i].mxu_flops;
+    if (g_str_has_prefix(pr->ops[i].name, "bwd embed [vocab/4]"))
+      bwd = pr->ops[i].mxu_flops;
+  }
+  /* 32 sequences over fsdp 8: 4 a device at tensor 4, 1 at fsdp 32 */
+  g_assert_cmpfloat(fwd, ==, 4 * 2 * S * (V / 4) * D);
+  g_assert_cmpfloat(bwd, ==, fwd);
+  double whole = -1;
+  pr = ps_plan_program(p1, 0);
+  for (int i = 0; i < pr->n_ops; i++)
+    if (g_str_has_prefix(pr->ops[i].name, "fwd embed"))
+      whole = pr->ops[i].mxu_flops;
+  g_assert_cmpfloat(whole, ==, 2 * S * V * D);
+  ps_plan_free(p4);
+  ps_plan_free(p1);
+  ps_experiment_free(e4);
+  ps_experiment_free(e1);
+}
+
 static int count_colls(const PsPlan *p, PsAxis axis, PsCollOp op, const char *has)
 {
   const PsProgram *pr = ps_plan_program(p, 0);
@@ -1022,6 +1061,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/remat/offload", test_remat_offload);
   g_test_add_func("/shard/weight-precision", test_weight_precision);
   g_test_add_func("/shard/vocab/padded", test_vocab_padded);
+  g_test_add_func("/shard/vocab/matmul-lookup", test_vocab_matmul_lookup);
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);
   g_test_add_func("/shard/collectives/sequence", test_sequence);

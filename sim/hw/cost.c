@@ -235,9 +235,13 @@ static double own_traffic(const Ctx *c, int i, gboolean backward)
 {
   const PsLayer *l = L(c, i);
   if (ps_layer_kind_lower(l->kind)->gathers) {
-    /* rows per example; backward also writes the table's dense gradient */
+    /* rows per example; backward also writes the table's dense gradient;
+     * a lookup by matmul reads the whole table forward instead of rows */
     double per_ex = backward ? l->bwd_bytes : l->fwd_bytes;
-    return c->eb * per_ex * (double)c->batch + (backward ? STAT_BYTES * (double)l->params : 0);
+    double table = backward ? STAT_BYTES * (double)l->params
+                   : l->n_mm > 0 ? c->eb * (double)l->params
+                                 : 0;
+    return c->eb * per_ex * (double)c->batch + table;
   }
   double w = (double)l->params * (backward ? 2.0 : 1.0);
   double per_ex = (backward ? l->bwd_bytes : l->fwd_bytes) - w;
@@ -519,6 +523,18 @@ static void matmul_bwd(Ctx *c, int i)
   const PsFusion fu = c->opt->fusion;
   const double b = (double)c->batch;
   double mm = mm_flops(l, c->batch), mm_w = mm_flops_sel(l, c->batch, TRUE);
+  if (ps_layer_kind_lower(l->kind)->takes_ids) {
+    /* ids have no gradient: the weight-gradient products alone */
+    PsKernel g = kernel(i, "wgrad");
+    g.mxu_flops = mm_w;
+    g.padded_flops = mm_padded(c, l, TRUE);
+    g.bytes = own_bytes(c, i, TRUE);
+    g.vpu_flops = fmax(l->bwd_flops * b - mm_w, 0);
+    if (fu == PS_FUSION_XLA)
+      fuse_consumers_bwd(c, i, &g);
+    emit(c, &g);
+    return;
+  }
   double other = fmax(l->bwd_flops * b - mm - mm_w, 0);
   double w = (double)l->params;
   double act = c->eb * (l->fwd_bytes - w) * b; /* inputs and outputs once */

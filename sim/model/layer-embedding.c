@@ -9,17 +9,27 @@
 
 /* ---- embedding ---------------------------------------------------------- */
 
-static const char *const keys_embedding[] = {"type", "name", "vocab", "dim", "positions", NULL};
+static const char *const keys_embedding[] = {"type", "name", "vocab", "dim", "positions",
+                                             "lookup", NULL};
+
+/* How the rows are looked up: gathered (XLA's gather, and a scatter-add of
+ * the rows' gradients backward), or as MaxText's use_iota_embed does it,
+ * a one-hot matrix (ids == iota) times the table on the MXU. */
+static const char *const lookup_choices[] = {"gather", "matmul", NULL};
 
 static gboolean embedding_parse(PsLayer *L, json_object *obj, const char *file,
                                 const char *path, GError **error)
 {
   L->bias = FALSE;
   L->positions = TRUE;
-  return ps_json_check_keys(obj, file, path, keys_embedding, error) &&
-         ps_layer_get_dim(obj, file, path, "vocab", TRUE, &L->vocab, error) &&
-         ps_layer_get_dim(obj, file, path, "dim", TRUE, &L->dim, error) &&
-         ps_json_get_bool(obj, file, path, "positions", FALSE, &L->positions, error);
+  int lookup = 0;
+  gboolean ok = ps_json_check_keys(obj, file, path, keys_embedding, error) &&
+                ps_layer_get_dim(obj, file, path, "vocab", TRUE, &L->vocab, error) &&
+                ps_layer_get_dim(obj, file, path, "dim", TRUE, &L->dim, error) &&
+                ps_json_get_bool(obj, file, path, "positions", FALSE, &L->positions, error) &&
+                ps_json_get_enum(obj, file, path, "lookup", FALSE, lookup_choices, &lookup, error);
+  L->lookup_matmul = lookup == 1;
+  return ok;
 }
 
 static gboolean embedding_shape(PsLayer *L, const PsLayerIn *in, GError **error)
@@ -39,11 +49,29 @@ static gboolean embedding_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   L->out_shape[0] = s;
   L->out_shape[1] = L->dim;
   L->params = L->vocab * L->dim + (pos ? sd : 0);
+  L->act_elems = s;
+  if (L->lookup_matmul) {
+    /* one_hot(ids) (S x V) times the table (V x D): 2 S V D FLOPs forward
+     * and again for the table's gradient, one_hot^T dy; no input gradient
+     * (PsLayerLowerInfo.takes_ids).  The one-hot operand is made inside
+     * the product's kernel, never written (XLA fuses a matmul's producers
+     * into it: Cloud TPU documentation, "Profile TensorFlow workloads",
+     * tf.matmul), so a step reads the ids, the table (and positions) once
+     * and writes y forward; reads the ids and dy backward, and writes the
+     * dense gradient.  Its numerics are the gather's: exactly one 1 a row
+     * picks the row unrounded, in any precision. */
+    double vd = 2.0 * (double)s * (double)L->vocab * (double)L->dim;
+    ps_layer_add_matmul(L, s, L->vocab, L->dim, 1);
+    L->fwd_flops = vd + (pos ? (double)sd : 0);
+    L->bwd_flops = vd + (pos ? (double)sd : 0); /* the positions' sum over the batch */
+    L->fwd_bytes = (double)s + (double)sd;
+    L->bwd_bytes = (double)s + (double)sd;
+    return TRUE;
+  }
   L->fwd_flops = pos ? (double)sd : 0;           /* gather, then add positions */
   L->bwd_flops = (double)sd;                     /* scatter-add of rows */
   L->fwd_bytes = (double)s + (pos ? 3.0 : 2.0) * (double)sd; /* ids, rows, (pos), y */
   L->bwd_bytes = (double)s + (pos ? 3.0 : 2.0) * (double)sd;
-  L->act_elems = s;
   return TRUE;
 }
 
@@ -106,7 +134,7 @@ const PsLayerOps ps_layer_embedding = {
   .forward = embedding_forward,
   .backward = embedding_backward,
   .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_VOCAB, .kernel = "embedding",
-            .gathers = TRUE},
+            .gathers = TRUE, .takes_ids = TRUE},
 };
 
 /* ---- patch_embedding ---------------------------------------------------- */

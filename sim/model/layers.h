@@ -97,6 +97,9 @@ typedef struct {
    * traffic, and only its backward touches the whole table (writing the
    * dense gradient) */
   gboolean gathers;
+  /* its input is token ids, which have no gradient: backward computes only
+   * the weight gradient of its products, no input gradient */
+  gboolean takes_ids;
 } PsLayerLowerInfo;
 
 /* One matrix product of a layer's forward pass, for one example:
@@ -148,6 +151,8 @@ typedef struct {
                                /* PATCH_EMBEDDING: kernel = stride = P, dim = D */
   gboolean same_padding, bias;
   gboolean positions;          /* EMBEDDING, PATCH_EMBEDDING: learned positions */
+  gboolean lookup_matmul;      /* EMBEDDING: looked up as a one-hot matmul on the
+                                  MXU ("lookup": "matmul"), not gathered by rows */
   gboolean causal;             /* ATTENTION: position i attends to j <= i only */
   int64_t kv_heads;            /* ATTENTION: key/value heads (= heads unless grouped);
                                   its dim is the projection width (d_model unless given) */

@@ -37,8 +37,8 @@ static int64_t vocab_of(const PsLayer *L)
 /* GSPMD's uneven sharding (Xu et al. 2021, arXiv:2105.04663, pads a dimension
  * the mesh does not divide to static equal shards): a dimension of V
  * that k does not divide is padded to k ceil(V / k), each device holding
- * ceil(V / k).  A table grows by its padded rows alone (a lookup costs the
- * same); a head's weights, FLOPs and traffic and the loss's logits grow in
+ * ceil(V / k).  A table grows by its padded rows alone (a gather costs the
+ * same, a lookup by matmul in proportion); a head's weights, FLOPs and traffic and the loss's logits grow in
  * proportion (the input's share of the traffic with them, an excess of
  * under k / V of it). */
 static void pad_layer(PsLayer *L, int64_t k)
@@ -46,6 +46,12 @@ static void pad_layer(PsLayer *L, int64_t k)
   int64_t v = vocab_of(L), padded = (v + k - 1) / k * k;
   if (L->vocab > 0) {
     L->params += (padded - v) * L->dim;
+    if (L->lookup_matmul) { /* the one-hot product's contraction grows with the table */
+      double r = (double)padded / (double)v;
+      L->fwd_flops *= r;
+      L->bwd_flops *= r;
+      L->mm[0].k = padded;
+    }
     return;
   }
   double r = (double)padded / (double)v;
@@ -79,6 +85,8 @@ void ps_shard_local_layer(PsLayer *L, PsShardLocal how, int64_t k, gboolean padd
       mm->rows = MAX(1, mm->rows / k);
     else if (how == PS_LOC_ROW)
       mm->k = MAX(1, mm->k / k);
+    else if (how == PS_LOC_DIV && L->lookup_matmul)
+      mm->k = MAX(1, mm->k / k); /* a lookup by matmul contracts over its share of the table */
     else if (how == PS_LOC_COL || (how == PS_LOC_DIV && j == 0 && mm->count == 1))
       mm->n = MAX(1, mm->n / k);
     else if (mm->count % k == 0)
