@@ -589,6 +589,53 @@ static void test_vocab_matmul_lookup(void)
   ps_experiment_free(e1);
 }
 
+/* Clipping by global norm (optimizer.clip_norm) on fsdp 2 x tensor 4:
+ * before the update a CLIP op reads the device's float32 gradient shard
+ * once, its squares summed (2 FLOPs a weight), the shard being the model's
+ * weights over the 8 (within the vocabulary's padding); then the scalar
+ * sum is all-reduced over the fsdp group and over the tensor group; the
+ * step is longer by at least the CLIP op, and the program is otherwise
+ * the same. */
+static int count_colls(const PsPlan *p, PsAxis axis, PsCollOp op, const char *has);
+
+static void test_clip(void)
+{
+  PsExperiment *e0, *e1;
+  PsPlan *p0 = compile((const char *[]){NULL}, &e0);
+  PsPlan *p1 = compile((const char *[]){"optimizer.clip_norm=1", NULL}, &e1);
+  const PsProgram *a = ps_plan_program(p0, 0), *b = ps_plan_program(p1, 0);
+  const PsOp *clip = NULL;
+  int upd = -1;
+  for (int i = 0; i < b->n_ops; i++) {
+    if (b->ops[i].kind == PS_OP_CLIP)
+      clip = &b->ops[i];
+    if (b->ops[i].kind == PS_OP_UPDATE)
+      upd = i;
+  }
+  g_assert_nonnull(clip);
+  g_assert_cmpint(b->n_ops, ==, a->n_ops + 5); /* CLIP, two START/DONE pairs */
+  g_assert_true(b->ops[upd - 5].kind == PS_OP_CLIP);
+  double P = (double)clip->param_len, whole = (double)e1->model->params / 8.0;
+  g_assert_cmpfloat(P, >=, whole);
+  g_assert_cmpfloat(P, <, whole * 1.001);
+  g_assert_cmpfloat(clip->hbm_bytes, ==, 4.0 * P);
+  g_assert_cmpfloat(clip->flops, ==, 2.0 * P);
+  const PsTopology *t = e1->topology;
+  double want = 4.0 * P / ps_topology_device_hbm_bandwidth(t) + t->op_overhead_s;
+  g_assert_cmpfloat(fabs(ps_time_to_s(clip->time) - want), <, 1e-9);
+  g_assert_cmpint(count_colls(p1, PS_AXIS_FSDP, PS_COLL_ALL_REDUCE, "grad norm"), ==, 1);
+  g_assert_cmpint(count_colls(p1, PS_AXIS_TENSOR, PS_COLL_ALL_REDUCE, "grad norm"), ==, 1);
+  for (int c = 0; c < p1->n_colls; c++)
+    if (strstr(p1->colls[c].name, "grad norm"))
+      g_assert_cmpint(p1->colls[c].count, ==, 1);
+  double t0 = finish_s(e0, p0), t1 = finish_s(e1, p1);
+  g_assert_cmpfloat(t1 - t0, >=, ps_time_to_s(clip->time) * e1->steps - 1e-9);
+  ps_plan_free(p0);
+  ps_plan_free(p1);
+  ps_experiment_free(e0);
+  ps_experiment_free(e1);
+}
+
 static int count_colls(const PsPlan *p, PsAxis axis, PsCollOp op, const char *has)
 {
   const PsProgram *pr = ps_plan_program(p, 0);
@@ -1010,8 +1057,12 @@ static void test_bad_input(void)
   bad(sp, "strategy.sequence_parallel");
   const char *axis[] = {"strategy.mesh.model=2", NULL};
   bad(axis, "model");
-  const char *clip[] = {"optimizer.clip_norm=1", NULL}; /* a sharded gradient's norm */
-  bad(clip, "optimizer.clip_norm");
+  /* clipping: of the reduced gradient only, without stages, timing only */
+  const char *clip[] = {"optimizer.clip_norm=1", "optimizer.clip_before_reduce=true", NULL};
+  bad(clip, "optimizer.clip_before_reduce: a sharded step clips the reduced gradient");
+  const char *clipst[] = {"optimizer.clip_norm=1", "strategy.mesh.stage=2",
+                          "strategy.mesh.data=2", "strategy.mesh.tensor=2", NULL};
+  bad(clipst, "optimizer.clip_norm: clipping by global norm is modelled without pipeline stages");
   const char *num[] = {"numerics.enabled=true", NULL}; /* bert-large */
   bad(num, "numerics.enabled=false");
   /* a model with numerics: what the shard strategy itself refuses */
@@ -1026,6 +1077,10 @@ static void test_bad_input(void)
                            "strategy.mesh.data=4", "strategy.collective_matmul=true",
                            "optimizer.kind=lamb", NULL};
   bad(numlamb, "layer-wise optimizer");
+  const char *numclip[] = {"model=char-decoder", "numerics.enabled=true", TEXT,
+                           "strategy.mesh.fsdp=2", "strategy.mesh.tensor=2",
+                           "strategy.mesh.data=4", "optimizer.clip_norm=1", NULL};
+  bad(numclip, "optimizer.clip_norm: with strategy.kind shard, clipping by global norm is timed");
 #undef TEXT
   const char *batch[] = {"global_batch=10", NULL};
   bad(batch, "global_batch");
@@ -1062,6 +1117,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/weight-precision", test_weight_precision);
   g_test_add_func("/shard/vocab/padded", test_vocab_padded);
   g_test_add_func("/shard/vocab/matmul-lookup", test_vocab_matmul_lookup);
+  g_test_add_func("/shard/clip", test_clip);
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);
   g_test_add_func("/shard/collectives/sequence", test_sequence);

@@ -122,6 +122,15 @@ void ps_lower_update_op(const PsExperiment *exp, PsOp *op, int64_t params)
   set_cost(op, &c);
 }
 
+PsOp ps_lower_clip_op(const PsExperiment *exp, int64_t params, int scale_bytes)
+{
+  PsOpCost c;
+  ps_cost_clip(exp->topology, params, ps_lower_weight_bytes(exp), scale_bytes, &c);
+  PsOp op = {.kind = PS_OP_CLIP, .coll = -1, .param_len = params};
+  set_cost(&op, &c);
+  return op;
+}
+
 int ps_lower_weight_bytes(const PsExperiment *exp)
 {
   return exp->numerics.weight_precision == PS_PRECISION_BF16 ? 2 : 4;
@@ -276,12 +285,10 @@ static gboolean clip_local(const PsBuckets *b)
  * (the update takes the factor). */
 static PsOp clip_op(const PsBuckets *b, int64_t param_off, int64_t param_len, gboolean local)
 {
-  PsOpCost c;
-  ps_cost_clip(b->exp->topology, param_len, ps_lower_weight_bytes(b->exp),
-               local ? ps_strategy_reduce_bytes(b->rep->reduce_precision) : 0, &c);
-  PsOp op = {.kind = PS_OP_CLIP, .coll = -1, .param_off = param_off, .param_len = param_len,
-             .clip_local = local};
-  set_cost(&op, &c);
+  PsOp op = ps_lower_clip_op(b->exp, param_len,
+                             local ? ps_strategy_reduce_bytes(b->rep->reduce_precision) : 0);
+  op.param_off = param_off;
+  op.clip_local = local;
   snprintf(op.name, sizeof op.name, "%s %sgradients", local ? "clip own" : "clip reduced",
            b->prefix);
   return op;

@@ -830,9 +830,31 @@ static void pipe_backward(void *data, int mb, gboolean final)
     xfer(w, PS_OP_SEND, TRUE);
 }
 
+/* Clipping by global norm (optimizer.clip_norm), as optax's
+ * clip_by_global_norm does to GSPMD's reduced gradients: each device sums
+ * the squares of the gradient shard it updates (one read of it, in
+ * float32), the fsdp and then the tensor x sequence group all-reduce that
+ * sum (a scalar: their latency), and the update applies the factor (XLA
+ * fuses the scaling into it).  Data replicas hold the same shards, so
+ * their group takes no part. */
+static void clip_norm(Lower *w)
+{
+  PsOp op = ps_lower_clip_op(w->exp, w->shard_params, 0);
+  snprintf(op.name, sizeof op.name, "clip: norm of the gradient shard");
+  emit(w, &op);
+  if (w->F > 1)
+    coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_FSDP, PS_AXIS_FSDP, 1, PS_BUFFER_GRADS,
+                        -1, "grad norm"));
+  if (w->M > 1)
+    coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_MODEL,
+                        w->c->size[PS_AXIS_TENSOR] > 1 ? PS_AXIS_TENSOR : PS_AXIS_SEQUENCE, 1,
+                        PS_BUFFER_GRADS, -1, "grad norm"));
+}
+
 /* The template program of every device of the stage (colls are request
  * indices): its micro-batches in the schedule's order (one stage, one
- * micro-batch: infeed, forward, backward), the update, the outfeed. */
+ * micro-batch: infeed, forward, backward), the norm when clipping, the
+ * update, the outfeed. */
 static void build_template(Lower *w)
 {
   int n = (int)w->starts->len - 1;
@@ -844,6 +866,8 @@ static void build_template(Lower *w)
     up.param_len = w->m->params;
   ps_lower_update_op(w->exp, &up, w->shard_params);
   snprintf(up.name, sizeof up.name, w->F > 1 || w->M > 1 ? "apply update: shard" : "apply update");
+  if (w->exp->optimizer.clip_norm > 0)
+    clip_norm(w);
   if (w->mbs > 1 && w->F > 1) {
     /* micro-batches accumulate whole gradients until the last one's
      * reduce-scatter: held from the first op to the update */

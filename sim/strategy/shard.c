@@ -399,15 +399,40 @@ static gboolean check_numerics(const PsExperiment *e, const PsShardConfig *c, GE
   return TRUE;
 }
 
+/* Clipping by global norm: of the reduced gradient (as GSPMD and optax
+ * do), timed; its numerics, a norm over every device's shard, and its
+ * norm across pipeline stages are not modelled. */
+static gboolean check_clip(const PsExperiment *e, const PsShardConfig *c, GError **error)
+{
+  if (e->optimizer.clip_before_reduce) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "optimizer.clip_before_reduce",
+                     "a sharded step clips the reduced gradient (GSPMD reduces it inside "
+                     "backward), so clipping each replica's own gradient is for "
+                     "strategy.kind replicate only; set optimizer.clip_before_reduce=false");
+    return FALSE;
+  }
+  if (c->size[PS_AXIS_STAGE] > 1) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "optimizer.clip_norm",
+                     "clipping by global norm is modelled without pipeline stages (got "
+                     "strategy.mesh.stage %d); set optimizer.clip_norm=0 or drop the stages",
+                     c->size[PS_AXIS_STAGE]);
+    return FALSE;
+  }
+  if (e->numerics.enabled) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "optimizer.clip_norm",
+                     "with strategy.kind shard, clipping by global norm is timed but its "
+                     "numerics (the norm over every device's gradient shard) are not "
+                     "modelled; set numerics.enabled=false or optimizer.clip_norm=0");
+    return FALSE;
+  }
+  return TRUE;
+}
+
 static gboolean shard_check(const PsExperiment *e, const void *config, GError **error)
 {
   const PsShardConfig *c = config;
-  if (e->optimizer.clip_norm > 0) { /* the norm of a sharded gradient: not modelled */
-    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "optimizer.clip_norm",
-                     "clipping by global norm is modelled for strategy.kind replicate only "
-                     "(got shard); set optimizer.clip_norm=0");
+  if (e->optimizer.clip_norm > 0 && !check_clip(e, c, error))
     return FALSE;
-  }
   if (!check_mesh(e, c, error) || !check_model(e, c, error) ||
       !ps_shard_pipe_check(e, c, error))
     return FALSE;
