@@ -45,6 +45,8 @@
 #include "run/run.h"
 #include "strategy/strategy.h"
 
+#include <glib/gstdio.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -589,6 +591,58 @@ static void test_vocab_matmul_lookup(void)
   ps_experiment_free(e1);
 }
 
+/* The op of device 0's program whose name starts with prefix. */
+static const PsOp *find_op(const PsPlan *p, const char *prefix)
+{
+  const PsProgram *pr = ps_plan_program(p, 0);
+  for (int i = 0; i < pr->n_ops; i++)
+    if (g_str_has_prefix(pr->ops[i].name, prefix))
+      return &pr->ops[i];
+  g_error("no op %s", prefix);
+  return NULL;
+}
+
+/* A lookup by matmul under rematerialization: its backward reads only the
+ * ids and dy, and its output is kept as the first block's input, so a
+ * rematerialized forward runs none of its product again ("full") and the
+ * memory holds that output once ("minimal": the same live bytes as a
+ * gather).  Llama 3.1 8B (matmul) against a copy of it that gathers. */
+static void test_lookup_remat(void)
+{
+  g_autofree char *text = NULL;
+  g_assert_true(g_file_get_contents("models/llama3.1-8b.json", &text, NULL, NULL));
+  g_autofree char *dir = g_dir_make_tmp("podsim-shard-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "gather-8b.json", NULL);
+  GString *g = g_string_new(text);
+  g_assert_cmpint(g_string_replace(g, "\"lookup\": \"matmul\"", "\"lookup\": \"gather\"", 0),
+                  ==, 1);
+  g_assert_true(g_file_set_contents(path, g->str, -1, NULL));
+  g_string_free(g, TRUE);
+  g_autofree char *gm = g_strconcat("model=", path, NULL);
+  const double S = 8192, V = 128256, D = 4096, B = 2; /* fsdp 32, global batch 64 */
+  const char *const saved = exp_path;
+  exp_path = "experiments/shard-llama2-7b.json";
+  for (int full = 0; full <= 1; full++) {
+    const char *remat = full ? "strategy.rematerialize=full" : "strategy.rematerialize=minimal";
+    PsExperiment *em, *eg;
+    PsPlan *pm = compile((const char *[]){"model=llama3.1-8b", remat, NULL}, &em);
+    PsPlan *pg = compile((const char *[]){gm, remat, NULL}, &eg);
+    const PsOp *fm = find_op(pm, "fwd embed"), *fg = find_op(pg, "fwd embed");
+    g_assert_cmpfloat(fm->mxu_flops - fg->mxu_flops, ==, 2 * B * S * V * D);
+    g_assert_cmpint(fm->act_bytes, ==, fg->act_bytes);
+    g_assert_cmpfloat(find_op(pm, "recompute embed")->mxu_flops, ==, 0);
+    g_assert_cmpint(ps_plan_program(pm, 0)->hbm_peak_bytes, ==,
+                    ps_plan_program(pg, 0)->hbm_peak_bytes);
+    ps_plan_free(pm);
+    ps_plan_free(pg);
+    ps_experiment_free(em);
+    ps_experiment_free(eg);
+  }
+  exp_path = saved;
+  g_remove(path);
+  g_rmdir(dir);
+}
+
 /* Clipping by global norm (optimizer.clip_norm) on fsdp 2 x tensor 4:
  * before the update a CLIP op reads the device's float32 gradient shard
  * once, its squares summed (2 FLOPs a weight), the shard being the model's
@@ -1118,6 +1172,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/vocab/padded", test_vocab_padded);
   g_test_add_func("/shard/vocab/matmul-lookup", test_vocab_matmul_lookup);
   g_test_add_func("/shard/clip", test_clip);
+  g_test_add_func("/shard/vocab/lookup-remat", test_lookup_remat);
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);
   g_test_add_func("/shard/collectives/sequence", test_sequence);

@@ -47,9 +47,10 @@ static void pad_layer(PsLayer *L, int64_t k)
   if (L->vocab > 0) {
     L->params += (padded - v) * L->dim;
     if (L->lookup_matmul) { /* the one-hot product's contraction grows with the table */
-      double r = (double)padded / (double)v;
-      L->fwd_flops *= r;
-      L->bwd_flops *= r;
+      const PsMatmul *mm = &L->mm[0];
+      double grow = 2.0 * (double)mm->rows * (double)(padded - v) * (double)mm->n;
+      L->fwd_flops += grow;
+      L->bwd_flops += grow;
       L->mm[0].k = padded;
     }
     return;

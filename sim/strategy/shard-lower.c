@@ -840,14 +840,14 @@ static void pipe_backward(void *data, int mb, gboolean final)
 static void clip_norm(Lower *w)
 {
   PsOp op = ps_lower_clip_op(w->exp, w->shard_params, 0);
-  snprintf(op.name, sizeof op.name, "clip: norm of the gradient shard");
+  snprintf(op.name, sizeof op.name, "clip: norm of the gradient%s",
+           w->F > 1 || w->M > 1 ? " shard" : "");
   emit(w, &op);
   if (w->F > 1)
     coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_FSDP, PS_AXIS_FSDP, 1, PS_BUFFER_GRADS,
                         -1, "grad norm"));
-  if (w->M > 1)
-    coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_MODEL,
-                        w->c->size[PS_AXIS_TENSOR] > 1 ? PS_AXIS_TENSOR : PS_AXIS_SEQUENCE, 1,
+  if (w->M > 1) /* a sequence axis comes with a tensor axis (check_mesh) */
+    coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_MODEL, PS_AXIS_TENSOR, 1,
                         PS_BUFFER_GRADS, -1, "grad norm"));
 }
 

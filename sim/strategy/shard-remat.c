@@ -103,14 +103,24 @@ static double share_of(const Lower *w, int l, int m, unsigned k)
   }
 }
 
+/* Whether layer l is a lookup of token ids (an embedding) whose output
+ * a full or minimal forward keeps (the first block's input): its backward
+ * reads only the ids and dy, so nothing of its forward is run again, and
+ * its product's output is that kept input, not a product of its own. */
+static gboolean ids_lookup_kept(const Lower *w, int l)
+{
+  return ps_layer_kind_lower(w->m->layers[l].kind)->takes_ids && output_kept(w, l);
+}
+
 /* PsCostOptions.rerun for a rematerialized forward: nothing of a layer
- * whose output backward does not read (output_dead); else each product
- * but its kept share; attention's products of activations run again
- * unless its context was kept (the scores then are not needed either). */
+ * whose output backward does not read (output_dead) or of a lookup whose
+ * output is kept (ids_lookup_kept); else each product but its kept share;
+ * attention's products of activations run again unless its context was
+ * kept (the scores then are not needed either). */
 double ps_shard_rerun_share(const void *ud, int l, int m)
 {
   const Lower *w = ud;
-  if (output_dead(w, l))
+  if (output_dead(w, l) || ids_lookup_kept(w, l))
     return 0;
   const PsLayer *L = &w->m->layers[l];
   unsigned k = w->c->remat_keep | w->c->remat_offload; /* kept anywhere */
@@ -194,8 +204,9 @@ static int64_t products_of(const Lower *w, int g, unsigned mask, gboolean offloa
   const PsLayer *ml = w->m->layers;
   for (int l = group_first(w, g); l <= group_last(w, g); l++) {
     const PsLayer *L = &w->local.layers[l];
-    if (offload && ml[l].unit == 0)
-      continue; /* outside a unit kept in HBM, as "minimal" keeps it */
+    if ((offload && ml[l].unit == 0) || ids_lookup_kept(w, l))
+      continue; /* outside a unit kept in HBM, as "minimal" keeps it; a
+                   lookup's output counted once, as the block input */
     int64_t out = ps_shape_elems(ml[l].out_shape, ml[l].out_rank), own = 0;
     for (int m = 0; m < L->n_mm; m++)
       own += (int64_t)(share_of(w, l, m, mask) *

@@ -154,12 +154,13 @@ gboolean ps_lower_fits(const PsExperiment *exp, const PsMemoryNeed *need, GError
 gboolean ps_lower_memory(const PsExperiment *exp, PsProgram *p, const PsMemoryNeed *need,
                          GError **error);
 
-/* Bytes of a stored weight, its gradient and each optimizer slot element:
- * numerics.weight_precision (4 for f32, 2 for bf16). */
 /* A CLIP op over `params` gradients: the norm's pass over them, and with
  * scale_bytes > 0 the scaling pass writing that many bytes a gradient
  * (else the update applies the factor); param_off 0, not local. */
 PsOp ps_lower_clip_op(const PsExperiment *exp, int64_t params, int scale_bytes);
+
+/* Bytes of a stored weight, its gradient and each optimizer slot element:
+ * numerics.weight_precision (4 for f32, 2 for bf16). */
 
 int ps_lower_weight_bytes(const PsExperiment *exp);
 
