@@ -494,6 +494,14 @@ static void test_embedding_matmul(void)
   g_assert_cmpfloat(gf.mxu_flops + gb.mxu_flops, ==, 0);
   g_assert_cmpfloat(ps_model_flops_per_example(mm), ==, ps_model_flops_per_example(ga));
   g_assert_cmpint(mm->params, ==, ga->params);
+  /* describe says which lookup gives the embedding's FLOPs */
+  GString *dm = g_string_new(NULL), *dg = g_string_new(NULL);
+  ps_model_describe(mm, dm);
+  ps_model_describe(ga, dg);
+  g_assert_nonnull(strstr(dm->str, "looked up as a one-hot matmul"));
+  g_assert_null(strstr(dg->str, "one-hot"));
+  g_string_free(dm, TRUE);
+  g_string_free(dg, TRUE);
   ps_topology_free(t);
   ps_model_free(mm);
   ps_model_free(ga);

@@ -922,4 +922,10 @@ void ps_model_describe(const PsModel *model, GString *out)
                          model->params > PS_NUMERICS_MAX_PARAMS
                              ? " (over the 2^28 parameters numerics compute)"
                              : "");
+  for (int i = 0; i < model->n_layers; i++)
+    if (model->layers[i].lookup_matmul)
+      g_string_append_printf(out,
+                             "%s: looked up as a one-hot matmul (\"lookup\": \"matmul\"), its "
+                             "FLOPs the product's; the model FLOPs of MFU leave it out\n",
+                             model->layers[i].name);
 }
