@@ -532,6 +532,57 @@ static void test_trace_estimate(void)
   }
 }
 
+/* Every track a trace draws on has a name: the 32 devices of shard-llama2-7b
+ * (timing only) outfeed at the same instant at the end of the step, their
+ * hosts' outfeed lanes growing past eight sub-lanes, each named "outfeed
+ * (n)" as the first ones are (they were left bare past eight). */
+static void test_trace_tracks_named(void)
+{
+  g_autofree char *path = g_build_filename(tmpdir, "named.json", NULL);
+  const char *const ov[] = {"steps=1", "model=llama2-7b", NULL};
+  PsExperiment *e = experiment_load("shard-llama2-7b", ov);
+  PsRunOptions opt = {.trace_path = path};
+  PsSummary s;
+  GError *error = NULL;
+  g_assert_true(ps_run(e, &opt, &s, &error));
+  g_assert_no_error(error);
+  json_object *root = json_object_from_file(path);
+  json_object *events = json_object_object_get(root, "traceEvents");
+  GHashTable *named = g_hash_table_new(g_int64_hash, g_int64_equal);
+  GArray *keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+  int max_sub_tid = 0;
+  for (size_t pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < json_object_array_length(events); i++) {
+      json_object *ev = json_object_array_get_idx(events, i);
+      const char *ph = json_object_get_string(json_object_object_get(ev, "ph"));
+      gint64 key = json_object_get_int64(json_object_object_get(ev, "pid")) * 100000 +
+                   json_object_get_int64(json_object_object_get(ev, "tid"));
+      if (pass == 0 && strcmp(ph, "M") == 0 &&
+          strcmp(json_object_get_string(json_object_object_get(ev, "name")), "thread_name") == 0) {
+        g_array_append_val(keys, key);
+      } else if (pass == 1 && strcmp(ph, "X") == 0) {
+        if (json_object_get_int(json_object_object_get(ev, "pid")) >= 100000)
+          max_sub_tid = MAX(max_sub_tid, json_object_get_int(json_object_object_get(ev, "tid")));
+        if (!g_hash_table_contains(named, &key))
+          g_error("a slice on unnamed track pid %d tid %d: %s",
+                  json_object_get_int(json_object_object_get(ev, "pid")),
+                  json_object_get_int(json_object_object_get(ev, "tid")),
+                  json_object_get_string(json_object_object_get(ev, "name")));
+      }
+      if (pass == 0 && i + 1 == json_object_array_length(events))
+        for (guint k = 0; k < keys->len; k++)
+          g_hash_table_add(named, &g_array_index(keys, gint64, k));
+    }
+  /* the outfeed lane did grow past eight sub-lanes */
+  g_assert_cmpint(max_sub_tid, >=, 8 * 4);
+  g_hash_table_destroy(named);
+  g_array_free(keys, TRUE);
+  json_object_put(root);
+  ps_summary_clear(&s);
+  ps_experiment_free(e);
+  g_unlink(path);
+}
+
 /* On a collective's track, the time until the round's last member began
  * is a slice of its own inside the collective's: same start, ending when
  * the last device's slice of that collective and step starts.  ResNet-50
@@ -621,6 +672,7 @@ int main(int argc, char **argv)
   if (g_test_thorough()) /* 30 steps of numerics and ResNet-50 link traces, about 11 s */
     g_test_add_func("/run/trace/estimate", test_trace_estimate);
   g_test_add_func("/run/trace/waiting-for-peers", test_trace_waiting_for_peers);
+  g_test_add_func("/run/trace/tracks-named", test_trace_tracks_named);
   /* 76 s of numerics: `make test-slow` (-m thorough) runs it, `make test` does not */
   if (g_test_thorough())
     g_test_add_func("/run/default/cnn-data-parallel-epoch", test_default_epoch);

@@ -103,7 +103,8 @@ typedef struct {
   GArray **coll_arrivals; /* per collective: ps_time_t its k-th round's last member began */
   int *coll_last;       /* per collective: that member, of the latest round */
   Lanes host_lanes[PS_HOST_N_LANES]; /* per lane, tids shared by all hosts */
-  guint8 *host_named;   /* per host: bit per (lane, sub) named */
+  int *host_subs;       /* per host: sub-lanes 0 .. host_subs - 1 of every
+                           lane have their thread names (sub 0 from the start) */
   int64_t *host_batches; /* per host: batches prepared so far (names slices) */
 } Run;
 

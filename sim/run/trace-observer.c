@@ -141,13 +141,14 @@ void ps_run_trace_host_work(void *ctx, int host, PsHostLane lane, const char *wh
   /* lanes are shared by hosts: a host may leave a gap in a lane, never overlap */
   int sub = lanes_pick(&r->host_lanes[lane], start, end, &is_new);
   int tid = HOST_TID(lane, sub);
-  if (sub < 8 && !(r->host_named[host] & (1u << sub)) && sub > 0) {
+  /* a host's first use of sub-lane sub names it (and any below it) */
+  for (; r->host_subs[host] <= sub; r->host_subs[host]++) {
+    int s = r->host_subs[host];
     char name[64];
     for (int l = 0; l < PS_HOST_N_LANES; l++) {
-      g_snprintf(name, sizeof name, "%s (%d)", ps_host_lane_name(l), sub + 1);
-      ps_trace_thread(r->trace, HOST_PID_BASE + host, HOST_TID(l, sub), name, HOST_TID(l, sub));
+      g_snprintf(name, sizeof name, "%s (%d)", ps_host_lane_name(l), s + 1);
+      ps_trace_thread(r->trace, HOST_PID_BASE + host, HOST_TID(l, s), name, HOST_TID(l, s));
     }
-    r->host_named[host] |= (guint8)(1u << sub);
   }
   char args[64], name[96];
   if (device >= 0)
@@ -349,7 +350,9 @@ gboolean ps_run_trace_open(Run *r, const char *path, gboolean links, GError **er
     r->coll_arrivals[c] = g_array_new(FALSE, FALSE, sizeof(ps_time_t));
 
   r->step_start = g_new0(ps_time_t, r->n_dev);
-  r->host_named = g_new0(guint8, ps_topology_hosts(r->exp->topology));
+  r->host_subs = g_new(int, ps_topology_hosts(r->exp->topology));
+  for (int h = 0; h < ps_topology_hosts(r->exp->topology); h++)
+    r->host_subs[h] = 1; /* sub 0 is named with the host (trace_metadata) */
   r->host_batches = g_new0(int64_t, ps_topology_hosts(r->exp->topology));
   trace_metadata(r);
   if (links) {
@@ -380,7 +383,7 @@ void ps_run_trace_free(Run *r)
   g_free(r->step_start);
   for (int l = 0; l < PS_HOST_N_LANES; l++)
     lanes_clear(&r->host_lanes[l]);
-  g_free(r->host_named);
+  g_free(r->host_subs);
   g_free(r->host_batches);
 }
 
