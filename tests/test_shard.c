@@ -43,6 +43,7 @@
 #include "program/program.h"
 #include "run/experiment.h"
 #include "run/run.h"
+#include "strategy/kernels.h"
 #include "strategy/strategy.h"
 
 #include <glib/gstdio.h>
@@ -643,6 +644,41 @@ static void test_lookup_remat(void)
   g_rmdir(dir);
 }
 
+/* describe --kernels lists the kernels the lowering costed: on each
+ * device's local shard of the layers (a tensor split's share, a padded
+ * vocabulary), a recompute running only what it reruns, an op run as
+ * parts listed once; so the kernels' times add up to the compute ops'
+ * (FWD, BWD, RECOMPUTE, UPDATE) in the program, where they once were
+ * the whole model's. */
+static void test_kernels_local(void)
+{
+  const char *cases[][4] = {
+      {"strategy.mesh.tensor=4", NULL},
+      {"strategy.rematerialize=full", NULL},
+      {"strategy.collective_matmul=true", "strategy.rematerialize=minimal", NULL},
+  };
+  for (guint k = 0; k < G_N_ELEMENTS(cases); k++) {
+    PsExperiment *e;
+    PsPlan *p = compile(cases[k], &e);
+    const PsProgram *pr = ps_plan_program(p, 0);
+    double ops = 0;
+    for (int i = 0; i < pr->n_ops; i++) {
+      PsOpKind kd = pr->ops[i].kind;
+      if (kd == PS_OP_FWD || kd == PS_OP_BWD || kd == PS_OP_RECOMPUTE || kd == PS_OP_UPDATE)
+        ops += ps_time_to_s(pr->ops[i].time);
+    }
+    GString *out = g_string_new(NULL);
+    ps_kernels_describe(e, p, 0, out);
+    const char *tot = strstr(out->str, " kernels, ");
+    g_assert_nonnull(tot);
+    double listed = g_ascii_strtod(tot + strlen(" kernels, "), NULL) / 1e3;
+    g_assert_cmpfloat(fabs(listed - ops), <, 2e-6 + 1e-6 * ops);
+    g_string_free(out, TRUE);
+    ps_plan_free(p);
+    ps_experiment_free(e);
+  }
+}
+
 /* Clipping by global norm (optimizer.clip_norm) on fsdp 2 x tensor 4:
  * before the update a CLIP op reads the device's float32 gradient shard
  * once, its squares summed (2 FLOPs a weight), the shard being the model's
@@ -1172,6 +1208,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/vocab/padded", test_vocab_padded);
   g_test_add_func("/shard/vocab/matmul-lookup", test_vocab_matmul_lookup);
   g_test_add_func("/shard/clip", test_clip);
+  g_test_add_func("/shard/kernels/local", test_kernels_local);
   g_test_add_func("/shard/vocab/lookup-remat", test_lookup_remat);
   g_test_add_func("/shard/collectives/megatron", test_megatron);
   g_test_add_func("/shard/fsdp/gathers", test_fsdp_gathers);

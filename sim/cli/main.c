@@ -596,7 +596,7 @@ static int describe_device(const PsExperiment *exp, const DescribeArgs *a)
     ps_plan_describe_device(plan, device, s);
   if (a->kernels) {
     g_string_append(s, a->program ? "\n" : "");
-    ps_kernels_describe(exp, ps_plan_program(plan, device), s);
+    ps_kernels_describe(exp, plan, device, s);
   }
   printf("\n%s", s->str);
   g_string_free(s, TRUE);

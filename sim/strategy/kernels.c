@@ -6,6 +6,9 @@
 
 #include "hw/cost.h"
 #include "strategy/cost-options.h"
+#include "strategy/strategy.h"
+
+#include <string.h>
 
 typedef struct {
   double by_bound[4], count[4];
@@ -27,11 +30,37 @@ static void row(GString *out, const char *op, const char *layer, const PsKernel 
   t->padded += k->padded_flops;
 }
 
-void ps_kernels_describe(const PsExperiment *exp, const PsProgram *prog, GString *out)
+/* Whether backward op i of prog was split, its weight-gradient tail
+ * following before the next compute op. */
+static gboolean has_tail(const PsProgram *prog, int i)
+{
+  const PsOp *op = &prog->ops[i];
+  for (int j = i + 1; j < prog->n_ops; j++) {
+    const PsOp *x = &prog->ops[j];
+    if (x->kind == PS_OP_BWD && x->tail && x->first == op->first && x->last == op->last)
+      return TRUE;
+    if (x->kind == PS_OP_FWD || x->kind == PS_OP_BWD || x->kind == PS_OP_RECOMPUTE)
+      return FALSE;
+  }
+  return FALSE;
+}
+
+void ps_kernels_describe(const PsExperiment *exp, const PsPlan *plan, int device, GString *out)
+{
+  const PsStrategy *impl = exp->strategy.impl;
+  if (impl && impl->kernels) {
+    impl->kernels(exp, exp->strategy.config, plan, device, out);
+    return;
+  }
+  ps_kernels_describe_model(exp, exp->model, NULL, NULL, ps_plan_program(plan, device), out);
+}
+
+void ps_kernels_describe_model(const PsExperiment *exp, const PsModel *m,
+                               double (*rerun)(const void *ud, int layer, int mm),
+                               const void *rerun_ud, const PsProgram *prog, GString *out)
 {
   PsCostOptions opt;
   ps_strategy_cost_options(exp, &opt);
-  const PsModel *m = exp->model;
   static const char *const fusions[] = {"xla", "none", "ideal"};
   g_string_append_printf(out,
                          "kernels of one step (fusion %s, %d MXU pass%s per matmul, %d-byte "
@@ -44,13 +73,23 @@ void ps_kernels_describe(const PsExperiment *exp, const PsProgram *prog, GString
   GArray *ks = g_array_new(FALSE, FALSE, sizeof(PsKernel));
   for (int i = 0; i < prog->n_ops; i++) {
     const PsOp *op = &prog->ops[i];
+    if (op->part > 1)
+      continue; /* listed whole at its first part */
     if (op->kind == PS_OP_FWD || op->kind == PS_OP_BWD || op->kind == PS_OP_RECOMPUTE) {
       PsOpCost c;
       g_array_set_size(ks, 0);
+      opt.rerun = op->kind == PS_OP_RECOMPUTE ? rerun : NULL;
+      opt.rerun_ud = rerun_ud;
       ps_cost_op(exp->topology, m, op->first, op->last, op->batch, &opt,
                  op->kind == PS_OP_BWD, ks, &c);
+      /* a backward split into its input gradient and a tail of its
+       * weight-gradient kernels (PsOp.tail) lists each part's kernels */
+      gboolean split = op->kind == PS_OP_BWD && !op->tail && has_tail(prog, i);
       for (guint k = 0; k < ks->len; k++) {
         const PsKernel *kn = &g_array_index(ks, PsKernel, k);
+        gboolean wgrad = strcmp(kn->what, "wgrad") == 0;
+        if ((op->tail && !wgrad) || (split && wgrad))
+          continue;
         row(out, op->name, m->layers[kn->layer].name, kn, &t);
       }
     } else if (op->kind == PS_OP_UPDATE) {

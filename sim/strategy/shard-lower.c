@@ -56,6 +56,7 @@
 #include "hw/cost.h"
 #include "model/net-tensor.h"
 #include "strategy/cost-options.h"
+#include "strategy/kernels.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -1143,6 +1144,22 @@ static void plan_tables(PsPlan *plan, const Lower *w, const int *coord, const in
     plan->micro_batches = w->mbs;
   if (P > 1)
     plan->stage_first = g_memdup2(first, sizeof(int) * (size_t)(P + 1));
+}
+
+void ps_shard_kernels(const PsExperiment *exp, const void *config, const PsPlan *plan,
+                      int device, GString *out)
+{
+  const PsShardConfig *c = config;
+  int *first = ps_shard_pipe_bounds(exp, c, NULL); /* the plan compiled: they exist */
+  g_return_if_fail(first != NULL);
+  int s = c->size[PS_AXIS_STAGE] > 1 ? ps_plan_coord(plan, device, PS_AXIS_STAGE) : 0;
+  Lower w;
+  lower_init(&w, exp, c, s, first[s], first[s + 1]);
+  ps_kernels_describe_model(exp, &w.local,
+                            c->remat != PS_REMAT_ATTENTION ? ps_shard_rerun_share : NULL, &w,
+                            ps_plan_program(plan, device), out);
+  lower_clear(&w);
+  g_free(first);
 }
 
 PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError **error)

@@ -106,6 +106,10 @@ void ps_shard_local_layer(PsLayer *L, PsShardLocal how, int64_t k, gboolean padd
 
 /* The plan (transfer full), or NULL with a PS_INPUT_ERROR (HBM). */
 PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError **error);
+/* PsStrategy.kernels: device's kernels costed on its stage's local layers
+ * (its share of the tensor x sequence group), as the lowering costs them. */
+void ps_shard_kernels(const PsExperiment *exp, const void *config, const PsPlan *plan,
+                      int device, GString *out);
 /* Per-device HBM of the sharded step, without building programs for every
  * device: FALSE with PS_INPUT_ERROR_DOES_NOT_FIT and advice. */
 gboolean ps_shard_check_memory(const PsExperiment *exp, const PsShardConfig *c,

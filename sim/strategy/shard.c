@@ -516,4 +516,5 @@ const PsStrategy ps_strategy_shard = {
     .to_json = shard_to_json,
     .devices = shard_devices,
     .describe = shard_describe,
+    .kernels = ps_shard_kernels,
     .free = g_free};

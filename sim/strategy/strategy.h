@@ -44,6 +44,11 @@ struct PsStrategy {
    * when the strategy has nothing to add. */
   gboolean (*describe)(const PsExperiment *exp, const void *config, GString *out,
                        GError **error);
+  /* What `describe --kernels` lists for `device` of `plan`: its compute
+   * ops' kernels as the strategy costed them (e.g. on its local shard of
+   * the model); NULL: each op costed on the experiment's whole layers. */
+  void (*kernels)(const PsExperiment *exp, const void *config, const PsPlan *plan, int device,
+                  GString *out);
   void (*free)(void *config);
 };
 typedef struct PsStrategy PsStrategy;
