@@ -631,7 +631,11 @@ static void test_lookup_remat(void)
     const PsOp *fm = find_op(pm, "fwd embed"), *fg = find_op(pg, "fwd embed");
     g_assert_cmpfloat(fm->mxu_flops - fg->mxu_flops, ==, 2 * B * S * V * D);
     g_assert_cmpint(fm->act_bytes, ==, fg->act_bytes);
+    /* the recompute of the group holding the lookup runs none of it: it
+     * costs what the gathering twin's does, the norm after it alone */
     g_assert_cmpfloat(find_op(pm, "recompute embed")->mxu_flops, ==, 0);
+    g_assert_cmpint(find_op(pm, "recompute embed")->time, ==,
+                    find_op(pg, "recompute embed")->time);
     g_assert_cmpint(ps_plan_program(pm, 0)->hbm_peak_bytes, ==,
                     ps_plan_program(pg, 0)->hbm_peak_bytes);
     ps_plan_free(pm);
@@ -647,15 +651,16 @@ static void test_lookup_remat(void)
 /* describe --kernels lists the kernels the lowering costed: on each
  * device's local shard of the layers (a tensor split's share, a padded
  * vocabulary), a recompute running only what it reruns, an op run as
- * parts listed once; so the kernels' times add up to the compute ops'
- * (FWD, BWD, RECOMPUTE, UPDATE) in the program, where they once were
- * the whole model's. */
+ * parts listed once, clipping's pass; so the kernels' times add up to the
+ * compute ops' (FWD, BWD, RECOMPUTE, UPDATE, CLIP) in the program, where
+ * they once were the whole model's. */
 static void test_kernels_local(void)
 {
   const char *cases[][4] = {
       {"strategy.mesh.tensor=4", NULL},
       {"strategy.rematerialize=full", NULL},
       {"strategy.collective_matmul=true", "strategy.rematerialize=minimal", NULL},
+      {"optimizer.clip_norm=1", NULL},
   };
   for (guint k = 0; k < G_N_ELEMENTS(cases); k++) {
     PsExperiment *e;
@@ -664,7 +669,8 @@ static void test_kernels_local(void)
     double ops = 0;
     for (int i = 0; i < pr->n_ops; i++) {
       PsOpKind kd = pr->ops[i].kind;
-      if (kd == PS_OP_FWD || kd == PS_OP_BWD || kd == PS_OP_RECOMPUTE || kd == PS_OP_UPDATE)
+      if (kd == PS_OP_FWD || kd == PS_OP_BWD || kd == PS_OP_RECOMPUTE || kd == PS_OP_UPDATE ||
+          kd == PS_OP_CLIP)
         ops += ps_time_to_s(pr->ops[i].time);
     }
     GString *out = g_string_new(NULL);

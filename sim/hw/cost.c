@@ -485,6 +485,8 @@ static void layer_fwd(Ctx *c, int i)
     return; /* a view */
   if (c->opt->fusion == PS_FUSION_IDEAL && info->fuses_into_producer && l->input_from >= 0)
     return; /* free riders of their producer, the loss and layer norm too */
+  if (info->takes_ids && c->opt->rerun && c->opt->rerun(c->opt->rerun_ud, i, 0) <= 0)
+    return; /* a lookup a rematerialized forward need not run: its output is kept */
   switch (info->lowering) {
   case PS_LOWER_NORM_STATS:
     norm_stats(c, i, FALSE);

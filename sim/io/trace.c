@@ -433,13 +433,18 @@ void ps_trace_process_labels(PsTrace *t, int pid, const char *labels)
   end_event(t);
 }
 
+gboolean ps_trace_drops(ps_time_t start, ps_time_t dur)
+{
+  return dur > 0 && ns_of(start + dur) == ns_of(start);
+}
+
 gboolean ps_trace_complete(PsTrace *t, int pid, int tid, const char *name, const char *cat,
                            ps_time_t start, ps_time_t dur, const char *args_json)
 {
   g_return_val_if_fail(t != NULL && name != NULL, FALSE);
   g_return_val_if_fail(start >= 0, FALSE);
   g_return_val_if_fail(dur >= 0, FALSE);
-  if (dur > 0 && ns_of(start + dur) == ns_of(start))
+  if (ps_trace_drops(start, dur))
     return FALSE; /* shorter than the file's nanosecond: a viewer would nest it */
   begin_event(t, 'X', pid);
   fprintf(t->f, ",\"tid\":%d,\"name\":", tid);

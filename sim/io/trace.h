@@ -53,6 +53,9 @@ void ps_trace_process_labels(PsTrace *t, int pid, const char *labels);
  * flow must not bind to it then). */
 gboolean ps_trace_complete(PsTrace *t, int pid, int tid, const char *name, const char *cat,
                            ps_time_t start, ps_time_t dur, const char *args_json);
+/* Whether ps_trace_complete would leave out a slice of [start, start +
+ * dur): it starts and ends in the same nanosecond of the file. */
+gboolean ps_trace_drops(ps_time_t start, ps_time_t dur);
 /* A counter sample (ph "C") for track `name` of process pid. */
 void ps_trace_counter(PsTrace *t, int pid, const char *name, ps_time_t time, double value);
 /* Flow events tying a send to its receive: ph "s" at the source, ph "f"

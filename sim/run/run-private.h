@@ -102,9 +102,9 @@ typedef struct {
   GArray **flow_ends;   /* per device: FlowEnd of its collectives' messages (links) */
   GArray **coll_arrivals; /* per collective: ps_time_t its k-th round's last member began */
   int *coll_last;       /* per collective: that member, of the latest round */
-  Lanes host_lanes[PS_HOST_N_LANES]; /* per lane, tids shared by all hosts */
-  int *host_subs;       /* per host: sub-lanes 0 .. host_subs - 1 of every
-                           lane have their thread names (sub 0 from the start) */
+  Lanes *host_lanes;    /* [host * PS_HOST_N_LANES + lane]: its sub-lanes */
+  int *host_subs;       /* [host * PS_HOST_N_LANES + lane]: sub-lanes 0 ..
+                           host_subs - 1 have their thread names (0 from the start) */
   int64_t *host_batches; /* per host: batches prepared so far (names slices) */
 } Run;
 

@@ -135,20 +135,19 @@ void ps_run_trace_host_work(void *ctx, int host, PsHostLane lane, const char *wh
                             ps_time_t start, ps_time_t end)
 {
   Run *r = ctx;
-  if (!r->trace || end <= start)
-    return;
+  if (!r->trace || end <= start || ps_trace_drops(start, end - start))
+    return; /* a slice the file leaves out takes no track */
   gboolean is_new;
-  /* lanes are shared by hosts: a host may leave a gap in a lane, never overlap */
-  int sub = lanes_pick(&r->host_lanes[lane], start, end, &is_new);
+  /* each host's lane is sub-lanes of its own, the first free one taken */
+  int hl = host * PS_HOST_N_LANES + (int)lane;
+  int sub = lanes_pick(&r->host_lanes[hl], start, end, &is_new);
   int tid = HOST_TID(lane, sub);
-  /* a host's first use of sub-lane sub names it (and any below it) */
-  for (; r->host_subs[host] <= sub; r->host_subs[host]++) {
-    int s = r->host_subs[host];
+  /* a sub-lane is named when first drawn on (sub-lanes are taken in order) */
+  for (; r->host_subs[hl] <= sub; r->host_subs[hl]++) {
+    int s = r->host_subs[hl];
     char name[64];
-    for (int l = 0; l < PS_HOST_N_LANES; l++) {
-      g_snprintf(name, sizeof name, "%s (%d)", ps_host_lane_name(l), s + 1);
-      ps_trace_thread(r->trace, HOST_PID_BASE + host, HOST_TID(l, s), name, HOST_TID(l, s));
-    }
+    g_snprintf(name, sizeof name, "%s (%d)", ps_host_lane_name(lane), s + 1);
+    ps_trace_thread(r->trace, HOST_PID_BASE + host, HOST_TID(lane, s), name, HOST_TID(lane, s));
   }
   char args[64], name[96];
   if (device >= 0)
@@ -350,8 +349,10 @@ gboolean ps_run_trace_open(Run *r, const char *path, gboolean links, GError **er
     r->coll_arrivals[c] = g_array_new(FALSE, FALSE, sizeof(ps_time_t));
 
   r->step_start = g_new0(ps_time_t, r->n_dev);
-  r->host_subs = g_new(int, ps_topology_hosts(r->exp->topology));
-  for (int h = 0; h < ps_topology_hosts(r->exp->topology); h++)
+  int host_lanes = ps_topology_hosts(r->exp->topology) * PS_HOST_N_LANES;
+  r->host_lanes = g_new0(Lanes, host_lanes);
+  r->host_subs = g_new(int, host_lanes);
+  for (int h = 0; h < host_lanes; h++)
     r->host_subs[h] = 1; /* sub 0 is named with the host (trace_metadata) */
   r->host_batches = g_new0(int64_t, ps_topology_hosts(r->exp->topology));
   trace_metadata(r);
@@ -381,8 +382,11 @@ void ps_run_trace_free(Run *r)
   g_free(r->flow_ends);
 
   g_free(r->step_start);
-  for (int l = 0; l < PS_HOST_N_LANES; l++)
+  for (int l = 0; r->host_lanes && l < ps_topology_hosts(r->exp->topology) * PS_HOST_N_LANES;
+       l++)
     lanes_clear(&r->host_lanes[l]);
+  g_free(r->host_lanes);
+  r->host_lanes = NULL;
   g_free(r->host_subs);
   g_free(r->host_batches);
 }

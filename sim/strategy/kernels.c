@@ -92,10 +92,13 @@ void ps_kernels_describe_model(const PsExperiment *exp, const PsModel *m,
           continue;
         row(out, op->name, m->layers[kn->layer].name, kn, &t);
       }
-    } else if (op->kind == PS_OP_UPDATE) {
-      /* one kernel over the weights; its cost is the op's */
+    } else if (op->kind == PS_OP_UPDATE || op->kind == PS_OP_CLIP) {
+      /* passes over the weights (the optimizer's, or clipping's norm and
+       * scaling); listed as one kernel whose cost is the op's */
       double busy = ps_time_to_s(op->time) - op->overhead_s;
-      PsKernel k = {.layer = -1, .what = "optimizer", .bytes = op->hbm_bytes,
+      PsKernel k = {.layer = -1,
+                    .what = op->kind == PS_OP_CLIP ? "clip" : "optimizer",
+                    .bytes = op->hbm_bytes,
                     .vpu_flops = op->flops, .time = op->time,
                     .bound = op->overhead_s > busy ? PS_BOUND_LAUNCH
                              : op->memory_bound    ? PS_BOUND_HBM

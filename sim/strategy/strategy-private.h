@@ -161,7 +161,6 @@ PsOp ps_lower_clip_op(const PsExperiment *exp, int64_t params, int scale_bytes);
 
 /* Bytes of a stored weight, its gradient and each optimizer slot element:
  * numerics.weight_precision (4 for f32, 2 for bf16). */
-
 int ps_lower_weight_bytes(const PsExperiment *exp);
 
 /* The one optimizer-slot rule: copies of the weights the optimizer keeps
