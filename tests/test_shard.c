@@ -1176,7 +1176,8 @@ static void test_bad_input(void)
   const char *numclip[] = {"model=char-decoder", "numerics.enabled=true", TEXT,
                            "strategy.mesh.fsdp=2", "strategy.mesh.tensor=2",
                            "strategy.mesh.data=4", "optimizer.clip_norm=1", NULL};
-  bad(numclip, "optimizer.clip_norm: with strategy.kind shard, clipping by global norm is timed");
+  bad(numclip, "optimizer.clip_norm: with numerics.enabled=true, clipping by global norm is "
+               "modelled on data x fsdp meshes");
 #undef TEXT
   const char *batch[] = {"global_batch=10", NULL};
   bad(batch, "global_batch");

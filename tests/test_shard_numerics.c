@@ -222,12 +222,28 @@ static void test_fsdp_gradients(void)
 /* Five Adam steps of the mesh (on topo, NULL: the experiment's) against
  * the replicate strategy on the same batches: replicas identical (replica
  * divergence 0), weights close. */
+static void check_replicas_with(const char *topo, const char *mesh, const char *extra,
+                                PsSummary *out);
+
 static void check_replicas_on(const char *topo, const char *mesh)
+{
+  check_replicas_with(topo, mesh, NULL, NULL);
+}
+
+/* The same with one more override on both runs (NULL: none); out (NULL:
+ * not kept) takes the mesh's summary. */
+static void check_replicas_with(const char *topo, const char *mesh, const char *extra,
+                                PsSummary *out)
 {
   g_autofree char *st = g_strdup_printf("strategy={\"kind\": \"shard\", \"mesh\": %s}", mesh);
   g_autofree char *t = g_strdup_printf("topology=%s", topo ? topo : "tpu-v4-8");
-  const char *rep[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false", NULL};
-  const char *sh[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false", st, t, NULL};
+  const char *rep[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false", extra, NULL};
+  const char *sh[] = {"steps=5", "steps_per_run=5", "numerics.evaluate=false", st, t, extra,
+                      NULL};
+  if (!extra) {
+    rep[3] = NULL;
+    sh[5] = NULL;
+  }
   PsSummary s[2];
   for (int k = 0; k < 2; k++) {
     PsExperiment *e = load(k ? sh : rep);
@@ -262,7 +278,10 @@ static void check_replicas_on(const char *topo, const char *mesh)
   g_assert_cmpfloat(worst, <, 2e-4);
   g_assert_cmpfloat_with_epsilon(s[0].loss_last, s[1].loss_last, 1e-4 * s[0].loss_last);
   ps_summary_clear(&s[0]);
-  ps_summary_clear(&s[1]);
+  if (out)
+    *out = s[1];
+  else
+    ps_summary_clear(&s[1]);
 }
 
 static void check_replicas(const char *mesh)
@@ -273,6 +292,36 @@ static void check_replicas(const char *mesh)
 static void test_fsdp_replicas(void)
 {
   check_replicas("{\"data\": 2, \"fsdp\": 2}");
+}
+
+/* Clipping by global norm on an fsdp mesh: each device's norm of its
+ * gradient shards, added up over the fsdp group, scales them as the
+ * replicate strategy's clipping of the whole reduced gradient does (five
+ * Adam steps, weights within the bound above), on data 2 x fsdp 2 and
+ * fsdp 4; at 0.01 the limit is below every step's norm, so the clipped
+ * run is far from the unclipped one (Adam's steps do not depend on a
+ * constant scale of the gradient, but the scale changes with the norm
+ * from step to step, and epsilon's share with it). */
+static void test_fsdp_clip(void)
+{
+  const char *meshes[] = {"{\"data\": 2, \"fsdp\": 2}", "{\"fsdp\": 4}"};
+  for (guint k = 0; k < G_N_ELEMENTS(meshes); k++) {
+    PsSummary clipped = {0}, plain = {0};
+    check_replicas_with(NULL, meshes[k], "optimizer.clip_norm=0.01", &clipped);
+    check_replicas_with(NULL, meshes[k], NULL, &plain);
+    if (clipped.n_params == 0 || plain.n_params == 0) {
+      ps_summary_clear(&clipped);
+      ps_summary_clear(&plain);
+      return; /* skipped: no fortunes text */
+    }
+    double apart = 0;
+    for (size_t i = 0; i < clipped.n_params; i++)
+      apart = fmax(apart, fabs((double)clipped.params[i] - plain.params[i]));
+    g_test_message("%s: clipped vs not after 5 steps: %.3g", meshes[k], apart);
+    g_assert_cmpfloat(apart, >, 1e-3);
+    ps_summary_clear(&clipped);
+    ps_summary_clear(&plain);
+  }
 }
 
 /* Tensor meshes.  Beyond the batch split bounded above, a tensor mesh
@@ -561,6 +610,7 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/shard-numerics/fsdp/gradients", test_fsdp_gradients);
   g_test_add_func("/shard-numerics/fsdp/replicas", test_fsdp_replicas);
+  g_test_add_func("/shard-numerics/fsdp/clip", test_fsdp_clip);
   g_test_add_func("/shard-numerics/tensor/gradients", test_tensor_gradients);
   g_test_add_func("/shard-numerics/tensor/replicas", test_tensor_replicas);
   g_test_add_func("/shard-numerics/tensor/partials", test_tensor_partials);

@@ -19,6 +19,7 @@
  * of them, and nothing reads them before it. */
 #include "run-private.h"
 
+#include <math.h>
 #include <string.h>
 
 /* The flat weights or gradients the fsdp collectives cut into blocks, and
@@ -69,6 +70,7 @@ void ps_run_fsdp_init(Run *r)
   r->shards = g_new(float *, r->n_dev);
   for (int d = 0; d < r->n_dev; d++)
     r->shards[d] = g_new0(float, (size_t)most);
+  r->clip_ss = g_new0(double, r->n_dev);
 }
 
 void ps_run_fsdp_free(Run *r)
@@ -78,8 +80,10 @@ void ps_run_fsdp_free(Run *r)
       g_free(r->shards[d]);
   g_free(r->shards);
   g_free(r->shard_off);
+  g_free(r->clip_ss);
   r->shards = NULL;
   r->shard_off = NULL;
+  r->clip_ss = NULL;
 }
 
 /* Copies device's pieces of reduce-scatter c between its gradients and
@@ -146,10 +150,59 @@ GArray *ps_run_fsdp_ranges(Run *r, int device)
   return out;
 }
 
+/* Floats of device's shards: its blocks of every reduce-scatter. */
+static int64_t shard_len(Run *r, int device)
+{
+  g_autoptr(GArray) rgs = ps_run_fsdp_ranges(r, device);
+  int64_t n = 0;
+  for (guint j = 0; j < rgs->len; j++)
+    n += g_array_index(rgs, PsParamRange, j).len;
+  return n;
+}
+
+gboolean ps_run_fsdp_clip(Run *r, int device)
+{
+  if (!r->shard_off)
+    return FALSE;
+  const float *s = r->shards[device];
+  double ss = 0;
+  for (int64_t i = 0, n = shard_len(r, device); i < n; i++)
+    ss += (double)s[i] * (double)s[i];
+  r->clip_ss[device] = ss;
+  return TRUE;
+}
+
+/* Scales device's shards as clipping by global norm does: the norm over
+ * its fsdp group's shards (every member has run its CLIP: the norm's
+ * all-reduce, done before the update, waited for them; none runs the next
+ * step's before this update, whose weights its all-gathers need).  The
+ * data replicas hold the same shards and are not counted again. */
+static void clip_shards(Run *r, int device)
+{
+  static const PsAxis others[] = {PS_AXIS_DATA, PS_AXIS_STAGE, PS_AXIS_TENSOR,
+                                  PS_AXIS_SEQUENCE};
+  double ss = 0;
+  for (int e = 0; e < r->n_dev; e++) {
+    gboolean same = TRUE;
+    for (guint a = 0; a < G_N_ELEMENTS(others) && same; a++)
+      same = ps_plan_coord(r->plan, e, others[a]) == ps_plan_coord(r->plan, device, others[a]);
+    if (same)
+      ss += r->clip_ss[e];
+  }
+  double norm = sqrt(ss), limit = r->exp->optimizer.clip_norm;
+  if (!(norm > limit))
+    return; /* within the limit, or not a number: as clip_grads */
+  float f = (float)(limit / norm), *s = r->shards[device];
+  for (int64_t i = 0, n = shard_len(r, device); i < n; i++)
+    s[i] *= f;
+}
+
 gboolean ps_run_fsdp_update(Run *r, int device, int64_t step)
 {
   if (!r->shard_off)
     return FALSE;
+  if (r->exp->optimizer.clip_norm > 0)
+    clip_shards(r, device);
   g_autoptr(GArray) cs = device_rs(r, device);
   for (guint j = 0; j < cs->len; j++)
     move_blocks(r, device, g_array_index(cs, int, j), FALSE);

@@ -381,7 +381,8 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
     update_params(r, net, device, step, op);
     break;
   case PS_OP_CLIP:
-    clip_grads(r, net, op);
+    if (!ps_run_fsdp_clip(r, device)) /* an fsdp mesh: the norm of its shards */
+      clip_grads(r, net, op);
     break;
   case PS_OP_OUTFEED:
     outfeed_loss(r, device, step, op);

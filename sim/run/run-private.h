@@ -71,6 +71,7 @@ typedef struct {
   /* fsdp (numerics-fsdp.c): NULL without an fsdp axis */
   int64_t *shard_off;   /* per collective: its block's place in the shards, or -1 */
   float **shards;       /* per device: its gradient shards (PS_BUFFER_GRAD_SHARDS) */
+  double *clip_ss;      /* per device: the sum of squares of its shards at CLIP */
   PsTensorNum *tensor;  /* numerics-tensor.c: NULL without a tensor axis */
   PsSequenceNum *sequence; /* numerics-sequence.c: NULL without a sequence axis */
   PsRingNum *ring;      /* numerics-ring.c: NULL without collective matmul */
@@ -123,6 +124,11 @@ float *ps_run_fsdp_shards(Run *r, int device, int64_t off);
 /* The parameter ranges device owns, in an array (transfer full), or NULL
  * without an fsdp axis. */
 GArray *ps_run_fsdp_ranges(Run *r, int device);
+/* CLIP on an fsdp mesh: the sum of squares of device's shards, which its
+ * update adds up over its fsdp group (the members the norm's all-reduce
+ * has waited for) to scale them by min(1, clip_norm / norm).  FALSE
+ * without an fsdp axis. */
+gboolean ps_run_fsdp_clip(Run *r, int device);
 
 /* numerics-tensor.c: the numerics of a mesh with a tensor axis.  Each device keeps
  * full-size weights, zero outside its rank's shard of each split layer;

@@ -418,11 +418,13 @@ static gboolean check_clip(const PsExperiment *e, const PsShardConfig *c, GError
                      c->size[PS_AXIS_STAGE]);
     return FALSE;
   }
-  if (e->numerics.enabled) {
+  int M = c->size[PS_AXIS_TENSOR] * c->size[PS_AXIS_SEQUENCE];
+  if (e->numerics.enabled && M > 1) {
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "optimizer.clip_norm",
-                     "with strategy.kind shard, clipping by global norm is timed but its "
-                     "numerics (the norm over every device's gradient shard) are not "
-                     "modelled; set numerics.enabled=false or optimizer.clip_norm=0");
+                     "with numerics.enabled=true, clipping by global norm is modelled on "
+                     "data x fsdp meshes (the norm over the fsdp group's gradient shards), "
+                     "not over a tensor x sequence group of %d; set numerics.enabled=false, "
+                     "optimizer.clip_norm=0 or strategy.mesh.tensor=1", M);
     return FALSE;
   }
   return TRUE;
