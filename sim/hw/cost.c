@@ -485,8 +485,8 @@ static void layer_fwd(Ctx *c, int i)
     return; /* a view */
   if (c->opt->fusion == PS_FUSION_IDEAL && info->fuses_into_producer && l->input_from >= 0)
     return; /* free riders of their producer, the loss and layer norm too */
-  if (info->takes_ids && c->opt->rerun && c->opt->rerun(c->opt->rerun_ud, i, 0) <= 0)
-    return; /* a lookup a rematerialized forward need not run: its output is kept */
+  if (c->opt->rerun && c->opt->rerun(c->opt->rerun_ud, i, -1) <= 0)
+    return; /* a layer a rematerialized forward need not run at all */
   switch (info->lowering) {
   case PS_LOWER_NORM_STATS:
     norm_stats(c, i, FALSE);
@@ -517,6 +517,20 @@ static void elementwise_bwd(Ctx *c, int i)
   emit(c, &k);
 }
 
+/* Layer i's weight-gradient kernel: its products' share mm_w, their
+ * padding, bytes and vector work given. */
+static void wgrad_kernel(Ctx *c, int i, double mm_w, double bytes, double vpu_flops)
+{
+  PsKernel g = kernel(i, "wgrad");
+  g.mxu_flops = mm_w;
+  g.padded_flops = mm_padded(c, L(c, i), TRUE);
+  g.bytes = bytes;
+  g.vpu_flops = vpu_flops;
+  if (c->opt->fusion == PS_FUSION_XLA)
+    fuse_consumers_bwd(c, i, &g);
+  emit(c, &g);
+}
+
 /* A producer with matmuls: the input-gradient and the weight-gradient
  * products. */
 static void matmul_bwd(Ctx *c, int i)
@@ -527,14 +541,7 @@ static void matmul_bwd(Ctx *c, int i)
   double mm = mm_flops(l, c->batch), mm_w = mm_flops_sel(l, c->batch, TRUE);
   if (ps_layer_kind_lower(l->kind)->takes_ids) {
     /* ids have no gradient: the weight-gradient products alone */
-    PsKernel g = kernel(i, "wgrad");
-    g.mxu_flops = mm_w;
-    g.padded_flops = mm_padded(c, l, TRUE);
-    g.bytes = own_bytes(c, i, TRUE);
-    g.vpu_flops = fmax(l->bwd_flops * b - mm_w, 0);
-    if (fu == PS_FUSION_XLA)
-      fuse_consumers_bwd(c, i, &g);
-    emit(c, &g);
+    wgrad_kernel(c, i, mm_w, own_bytes(c, i, TRUE), fmax(l->bwd_flops * b - mm_w, 0));
     return;
   }
   double other = fmax(l->bwd_flops * b - mm - mm_w, 0);
@@ -553,16 +560,7 @@ static void matmul_bwd(Ctx *c, int i)
     fuse_consumers_bwd(c, i, &d);
   emit(c, &d);
   /* dW = x^T dy: reads x and dy, writes dW in float32; bias gradient */
-  PsKernel g = kernel(i, "wgrad");
-  g.mxu_flops = mm_w;
-  g.padded_flops = mm_padded(c, l, TRUE);
-  g.bytes = act + STAT_BYTES * w;
-  g.vpu_flops = 0;
-  if (l->bias)
-    g.vpu_flops += out_elems(c, i);
-  if (fu == PS_FUSION_XLA)
-    fuse_consumers_bwd(c, i, &g);
-  emit(c, &g);
+  wgrad_kernel(c, i, mm_w, act + STAT_BYTES * w, l->bias ? out_elems(c, i) : 0);
 }
 
 static void producer_bwd(Ctx *c, int i)

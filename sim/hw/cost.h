@@ -69,9 +69,9 @@ typedef struct {
    * layer `layer`'s product `mm` that runs again, 0 to 1: 0 where its output
    * was kept (rematerialization "minimal" keeps the weight products) or
    * nothing backward reads reaches it; the element-wise work runs again
-   * whatever it says, but for a lookup of token ids (an embedding), which
-   * runs not at all when its product 0 does not (its output kept, even a
-   * gather's).  NULL runs every product. */
+   * whatever it says.  Asked with mm = -1, whether the layer runs at all
+   * (0: nothing of it, e.g. a lookup whose output was kept).  NULL runs
+   * every product. */
   double (*rerun)(const void *ud, int layer, int mm);
   const void *rerun_ud;
 } PsCostOptions;

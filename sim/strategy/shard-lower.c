@@ -311,6 +311,13 @@ static void name_op(const Lower *w, PsOp *op, int first)
 }
 
 
+/* What a RECOMPUTE op runs of each product (PsCostOptions.rerun): the
+ * rerun share, or all of it when only attention is rematerialized. */
+static double (*recompute_share(const Lower *w))(const void *, int, int)
+{
+  return w->c->remat != PS_REMAT_ATTENTION ? ps_shard_rerun_share : NULL;
+}
+
 static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
 {
   PsOp op = {.kind = kind, .batch = w->batch, .mb = w->mb, .first = group_first(w, g),
@@ -319,10 +326,9 @@ static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
   PsOpCost cost;
   PsCostOptions opt;
   ps_strategy_cost_options(w->exp, &opt);
-  /* a rematerialized forward runs what backward needs and was not kept
-   * (rerun_share) */
-  if (kind == PS_OP_RECOMPUTE && w->c->remat != PS_REMAT_ATTENTION) {
-    opt.rerun = ps_shard_rerun_share;
+  /* a rematerialized forward runs what backward needs and was not kept */
+  if (kind == PS_OP_RECOMPUTE) {
+    opt.rerun = recompute_share(w);
     opt.rerun_ud = w;
   }
   ps_cost_op(w->exp->topology, &w->local, op.first, op.last, op.batch, &opt,
@@ -1155,8 +1161,7 @@ void ps_shard_kernels(const PsExperiment *exp, const void *config, const PsPlan 
   int s = c->size[PS_AXIS_STAGE] > 1 ? ps_plan_coord(plan, device, PS_AXIS_STAGE) : 0;
   Lower w;
   lower_init(&w, exp, c, s, first[s], first[s + 1]);
-  ps_kernels_describe_model(exp, &w.local,
-                            c->remat != PS_REMAT_ATTENTION ? ps_shard_rerun_share : NULL, &w,
+  ps_kernels_describe_model(exp, &w.local, recompute_share(&w), &w,
                             ps_plan_program(plan, device), out);
   lower_clear(&w);
   g_free(first);

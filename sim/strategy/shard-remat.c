@@ -112,15 +112,20 @@ static gboolean ids_lookup_kept(const Lower *w, int l)
   return ps_layer_kind_lower(w->m->layers[l].kind)->takes_ids && output_kept(w, l);
 }
 
-/* PsCostOptions.rerun for a rematerialized forward: nothing of a layer
- * whose output backward does not read (output_dead) or of a lookup whose
- * output is kept (ids_lookup_kept); else each product but its kept share;
- * attention's products of activations run again unless its context was
- * kept (the scores then are not needed either). */
+/* PsCostOptions.rerun for a rematerialized forward: nothing of a lookup
+ * whose output is kept (ids_lookup_kept), not even asked for the layer
+ * (m = -1), which otherwise runs; no product of a layer whose output
+ * backward does not read (output_dead); else each product but its kept
+ * share; attention's products of activations run again unless its
+ * context was kept (the scores then are not needed either). */
 double ps_shard_rerun_share(const void *ud, int l, int m)
 {
   const Lower *w = ud;
-  if (output_dead(w, l) || ids_lookup_kept(w, l))
+  if (ids_lookup_kept(w, l))
+    return 0;
+  if (m < 0)
+    return 1;
+  if (output_dead(w, l))
     return 0;
   const PsLayer *L = &w->m->layers[l];
   unsigned k = w->c->remat_keep | w->c->remat_offload; /* kept anywhere */
