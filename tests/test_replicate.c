@@ -819,7 +819,7 @@ static double l2(const double *x, size_t n)
  * ||A||) + u): the bound carries that through s g - S G.  c is 0.3 times
  * the smallest norm, so every factor clips, and the clipped step must
  * differ from the unclipped one by far more than the bound. */
-static void check_clip_step(Ref *r, gboolean before)
+static void check_clip_step(Ref *r, gboolean before, gboolean wus)
 {
   enum { R = 4 };
   const int b = r->B / R;
@@ -855,6 +855,9 @@ static void check_clip_step(Ref *r, gboolean before)
   } else {
     double gA = gam(R - 1) * l2(A, n);
     dS += S * gA / (l2(G, n) - gA);
+    if (wus) /* each replica's sum of squares of its shard rounded to float,
+              * the R of them added in float by the norm's all-reduce */
+      dS += S * (U + gam(R - 1));
     for (size_t i = 0; i < n; i++) {
       Gs[i] = S * G[i];
       As[i] = S * A[i];
@@ -865,7 +868,8 @@ static void check_clip_step(Ref *r, gboolean before)
   g_snprintf(clip_ov, sizeof clip_ov, "optimizer.clip_norm=%.17g", c);
   g_snprintf(where_ov, sizeof where_ov, "optimizer.clip_before_reduce=%s",
              before ? "true" : "false");
-  PsSummary s = runv("steps=1", rep_ov, clip_ov, where_ov, NULL);
+  const char *wus_ov = wus ? "strategy.weight_update_sharding=true" : NULL;
+  PsSummary s = runv("steps=1", rep_ov, clip_ov, where_ov, wus_ov, NULL);
   double lr = r->lr, worst = 0, apart = 0;
   for (size_t i = 0; i < n; i++) {
     double want = (double)r->w0[i] - lr * Gs[i];
@@ -877,21 +881,22 @@ static void check_clip_step(Ref *r, gboolean before)
                    lr * R * FLT_TRUE_MIN;
     double d = fabs((double)s.params[i] - want);
     if (d > bound)
-      g_error("clip %s the reduction, weight %zu: %.9g, reference %.9g, differs by %.3g > "
-              "bound %.3g", before ? "before" : "after", i, s.params[i], want, d, bound);
+      g_error("clip %s the reduction%s, weight %zu: %.9g, reference %.9g, differs by %.3g > "
+              "bound %.3g", before ? "before" : "after", wus ? " (sharded update)" : "", i,
+              s.params[i], want, d, bound);
     worst = fmax(worst, d / bound);
     apart = fmax(apart, lr * fabs(G[i] - Gs[i]) / bound);
   }
-  g_test_message("clip %s the reduction at %.4g (own norms %.4g %.4g %.4g %.4g, reduced %.4g): "
-                 "worst diff/bound %.3f; the unclipped step is up to %.3g bounds away",
-                 before ? "before" : "after", c, own[0], own[1], own[2], own[3], l2(G, n),
+  g_test_message("clip %s the reduction%s at %.4g (own norms %.4g %.4g %.4g %.4g, reduced "
+                 "%.4g): worst diff/bound %.3f; the unclipped step is up to %.3g bounds away",
+                 before ? "before" : "after", wus ? " (sharded update)" : "", c, own[0], own[1], own[2], own[3], l2(G, n),
                  worst, apart);
   g_assert_cmpfloat(worst, <=, 1.0);
   g_assert_cmpfloat(apart, >, 1e4);
   ps_summary_clear(&s);
   /* a limit above every norm leaves the step bit for bit as without one */
-  PsSummary none = runv("steps=1", rep_ov, NULL);
-  PsSummary loose = runv("steps=1", rep_ov, "optimizer.clip_norm=1e30", where_ov, NULL);
+  PsSummary none = runv("steps=1", rep_ov, wus_ov, NULL);
+  PsSummary loose = runv("steps=1", rep_ov, "optimizer.clip_norm=1e30", where_ov, wus_ov, NULL);
   g_assert_cmpmem(none.params, n * sizeof(float), loose.params, n * sizeof(float));
   ps_summary_clear(&none);
   ps_summary_clear(&loose);
@@ -901,8 +906,10 @@ static void test_clip_numerics(void)
 {
   Ref r;
   ref_init(&r, loadv(NULL, NULL));
-  check_clip_step(&r, TRUE);
-  check_clip_step(&r, FALSE);
+  check_clip_step(&r, TRUE, FALSE);
+  check_clip_step(&r, FALSE, FALSE);
+  check_clip_step(&r, TRUE, TRUE);
+  check_clip_step(&r, FALSE, TRUE);
   ref_clear(&r);
 }
 
@@ -1030,6 +1037,24 @@ static void test_clip_timing(void)
   }
   /* and clipping before the reduction exposes what overlap would hide */
   g_assert_cmpfloat(before.breakdown[PS_TIME_COLLECTIVE], >, on.breakdown[PS_TIME_COLLECTIVE]);
+  /* under weight-update sharding the norm reads the replica's shards, an
+   * eighth of the weights (each bucket's rounded up: within a weight a
+   * bucket), after every reduce-scatter and before any update, and a
+   * one-float all-reduce adds the replicas' sums up: the step grows by
+   * more than the norm's kernel */
+  PsSummary wus = run_path(path, "strategy.weight_update_sharding=true", NULL);
+  PsSummary wus_clip = run_path(path, "strategy.weight_update_sharding=true",
+                                "optimizer.clip_norm=1", NULL);
+  double dc = wus_clip.breakdown[PS_TIME_COMPUTE] - wus.breakdown[PS_TIME_COMPUTE];
+  double want = 4 * (P / 8) / bw + launch, slack = 4.0 * wus.buckets / bw;
+  g_test_message("clip after the reduction, sharded update (%d buckets): compute +%.6g s, step "
+                 "+%.6g s, closed form %.6g s", wus.buckets, dc,
+                 wus_clip.step_time_s - wus.step_time_s, want);
+  g_assert_cmpint(wus.buckets, >, 1);
+  g_assert_cmpfloat(fabs(dc - want), <=, slack + 1e-6 * want);
+  g_assert_cmpfloat(wus_clip.step_time_s - wus.step_time_s, >, want);
+  ps_summary_clear(&wus);
+  ps_summary_clear(&wus_clip);
   ps_summary_clear(&on);
   ps_summary_clear(&off);
   ps_summary_clear(&before);

@@ -85,6 +85,9 @@ typedef struct {
                            collective (their numerics done with that op) */
   gboolean clip_local;  /* CLIP: of the device's own gradient, before the
                            cross-replica reduction (else of the reduced one) */
+  gboolean clip_shards; /* CLIP: of the reduced gradient's blocks the device
+                           updates (weight-update sharding): their sum of
+                           squares, which an all-reduce adds up */
   /* cost on the core, from the compiler */
   ps_time_t time;       /* kernel time plus launch overhead; 0 for communication */
   double flops;         /* useful FLOPs */
@@ -115,7 +118,9 @@ typedef struct {
  * all-reduce of an fsdp mesh reduces).
  * BN_STATS, BN_GRAD_STATS: a batch-normalization layer's (`layer`)
  * per-channel moments of the device's share of its group's batch, forward
- * (mean, mean square) and backward (means of dy and dy xhat). */
+ * (mean, mean square) and backward (means of dy and dy xhat).
+ * NORM: the device's sum of squares of the gradient it clips (one float,
+ * what a clipping norm's all-reduce adds up). */
 typedef enum {
   PS_BUFFER_GRADS,
   PS_BUFFER_PARAMS,
@@ -123,7 +128,8 @@ typedef enum {
   PS_BUFFER_BN_STATS,
   PS_BUFFER_BN_GRAD_STATS,
   PS_BUFFER_ACT_GRADS,
-  PS_BUFFER_GRAD_SHARDS
+  PS_BUFFER_GRAD_SHARDS,
+  PS_BUFFER_NORM
 } PsBufferKind;
 
 /* The axes a plan lays its devices out along (GSPMD's device mesh): data

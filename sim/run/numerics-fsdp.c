@@ -169,6 +169,7 @@ gboolean ps_run_fsdp_clip(Run *r, int device)
   for (int64_t i = 0, n = shard_len(r, device); i < n; i++)
     ss += (double)s[i] * (double)s[i];
   r->clip_ss[device] = ss;
+  r->norm[device] = (float)ss; /* what the norm's all-reduces add up; clip_shards sums clip_ss */
   return TRUE;
 }
 

@@ -68,6 +68,7 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
   r->example_base = g_new0(int64_t, r->n_dev);
   r->grad_step = g_new(int64_t, r->n_dev);
   r->loss_acc = g_new0(double, r->n_dev);
+  r->norm = g_new0(float, r->n_dev);
   r->loss_n = g_new0(int, r->n_dev);
   r->messages = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, message_queue_free);
   for (int d = 0; d < r->n_dev; d++) {
@@ -125,6 +126,7 @@ void ps_run_numerics_free(Run *r)
   g_free(r->example_base);
   g_free(r->grad_step);
   g_free(r->loss_acc);
+  g_free(r->norm);
   g_free(r->loss_n);
   if (r->messages)
     g_hash_table_destroy(r->messages);
@@ -267,13 +269,21 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
       ps_run_tensor_update(r, device, step))  /* a tensor mesh: its shard */
     return;
   /* a reduce-scattered bucket: this device's shard, in one piece or
-   * several (multiring) */
+   * several (multiring), scaled first when clipping the reduced gradient
+   * (the norm's all-reduce left the replicas' sum of squares in norm) */
+  int coll = ps_plan_op_coll(r->plan, device, op);
+  double limit = oc->clip_norm, norm = sqrt((double)r->norm[device]);
+  float f = coll >= 0 && limit > 0 && !oc->clip_before_reduce && norm > limit
+                ? (float)(limit / norm)
+                : 1.0f;
   int pieces = 1;
   for (int k = 0; k < pieces; k++) {
     int64_t boff = 0, blen = len;
-    int coll = ps_plan_op_coll(r->plan, device, op);
     if (coll >= 0)
       pieces = ps_pod_coll_block(r->pod, coll, device, k, &boff, &blen);
+    float *g = ps_net_grads(net) + off + boff;
+    for (int64_t i = 0; f != 1.0f && i < blen; i++)
+      g[i] *= f;
     ps_optimizer_step_range(r->opts[device], ps_net_params(net), ps_net_grads(net),
                             (size_t)(off + boff), (size_t)blen, step + 1);
   }
@@ -298,6 +308,33 @@ static void clip_grads(Run *r, PsNet *net, const PsOp *op)
   float s = (float)(limit / norm);
   for (int64_t i = 0; i < op->param_len; i++)
     g[i] *= s;
+}
+
+/* CLIP of the reduced gradient's shards (weight-update sharding): the sum
+ * of squares, in double, of the device's blocks of its gradient
+ * reduce-scatters, into its NORM buffer for the all-reduce that adds the
+ * replicas' up. */
+static void clip_shard_norm(Run *r, PsNet *net, int device)
+{
+  const PsProgram *pr = ps_plan_program(r->plan, device);
+  const float *grads = ps_net_grads(net);
+  double ss = 0;
+  for (int i = 0; i < pr->n_ops; i++) {
+    int c = pr->ops[i].kind == PS_OP_COLL_START ? ps_plan_op_coll(r->plan, device, &pr->ops[i])
+                                                : -1;
+    const PsPlanColl *pc = c >= 0 ? &r->plan->colls[c] : NULL;
+    if (!pc || pc->op != PS_COLL_REDUCE_SCATTER || pc->buffer != PS_BUFFER_GRADS)
+      continue;
+    int pieces = 1;
+    for (int k = 0; k < pieces; k++) {
+      int64_t off = 0, len = 0;
+      pieces = ps_pod_coll_block(r->pod, c, device, k, &off, &len);
+      const float *g = grads + pc->offset + off;
+      for (int64_t j = 0; j < len; j++)
+        ss += (double)g[j] * (double)g[j];
+    }
+  }
+  r->norm[device] = (float)ss;
 }
 
 /* OUTFEED: the device's loss of the step, the mean over its micro-batches
@@ -381,7 +418,9 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
     update_params(r, net, device, step, op);
     break;
   case PS_OP_CLIP:
-    if (!ps_run_fsdp_clip(r, device)) /* an fsdp mesh: the norm of its shards */
+    if (op->clip_shards)
+      clip_shard_norm(r, net, device);
+    else if (!ps_run_fsdp_clip(r, device)) /* an fsdp mesh: the norm of its shards */
       clip_grads(r, net, op);
     break;
   case PS_OP_OUTFEED:
@@ -424,6 +463,8 @@ float *ps_run_numerics_coll_buffer(void *ctx, int device, int c)
     return ps_net_activation_grad(net, pc->layer, NULL) + pc->offset;
   case PS_BUFFER_GRAD_SHARDS:
     return ps_run_fsdp_shards(r, device, pc->offset);
+  case PS_BUFFER_NORM:
+    return &r->norm[device];
   default:
     return ps_net_activation(net, pc->layer, NULL) + pc->offset;
   }

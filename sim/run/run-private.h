@@ -63,6 +63,7 @@ typedef struct {
   int64_t *example_base; /* per device: its replica's first example */
   int64_t *grad_step;   /* per device: the step its gradients were zeroed for */
   double *loss_acc;     /* per device: micro-batch losses of the step so far */
+  float *norm;          /* per device: PS_BUFFER_NORM, its clipping sum of squares */
   int *loss_n;
   GHashTable *messages; /* (src, dst, tag) -> GQueue of payloads in flight */
   float *batch_x;       /* one global batch */

@@ -333,6 +333,33 @@ int ps_lower_buckets_count(const PsBuckets *b)
   return (int)b->buckets->len;
 }
 
+/* Clipping the reduced gradient under weight-update sharding: every
+ * reduce-scatter done, the norm of the device's shards (one read of them,
+ * as CLIP costs it), their sums of squares all-reduced over the replicas
+ * (one float: its latency), before any shard is updated with the factor. */
+static void clip_shards(PsBuckets *b, GArray *ops)
+{
+  int nb = (int)b->buckets->len;
+  int64_t shards = 0;
+  for (int k = 0; k < nb; k++) {
+    PsOp dn = coll_op(PS_OP_COLL_DONE, g_array_index(b->reduce, int, k));
+    g_array_append_val(ops, dn);
+    shards += (g_array_index(b->buckets, PsBucket, k).count + b->n - 1) / b->n;
+  }
+  PsOp op = ps_lower_clip_op(b->exp, shards, 0);
+  op.clip_shards = TRUE;
+  snprintf(op.name, sizeof op.name, "clip reduced %sgradients: norm of the shards", b->prefix);
+  g_array_append_val(ops, op);
+  PsPlanColl c = {.op = PS_COLL_ALL_REDUCE, .algo = b->exp->collective.algorithm,
+                  .n_members = b->n, .members = (int *)b->members, .count = 1,
+                  .elem_bytes = (int)sizeof(float), .buffer = PS_BUFFER_NORM};
+  snprintf(c.name, sizeof c.name, "all-reduce %sgradient norm (4 B)", b->prefix);
+  int n = ps_plan_add_coll(b->plan, &c);
+  PsOp st = coll_op(PS_OP_COLL_START, n), dn = coll_op(PS_OP_COLL_DONE, n);
+  g_array_append_val(ops, st);
+  g_array_append_val(ops, dn);
+}
+
 int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off, int64_t param_len)
 {
   const PsExperiment *exp = b->exp;
@@ -364,14 +391,20 @@ int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off, in
     }
     return param_len;
   }
-  /* per bucket: wait for its shard, update it, start gathering it */
+  /* per bucket: wait for its shard, update it, start gathering it; when
+   * clipping the reduced gradient, every shard first, for the norm */
+  gboolean clip = exp->optimizer.clip_norm > 0 && !local;
   int64_t slot_params = 0;
+  if (clip)
+    clip_shards(b, ops);
   GArray *gather = g_array_new(FALSE, FALSE, sizeof(int));
   for (int k = 0; k < nb; k++) {
     const PsBucket *bk = &g_array_index(b->buckets, PsBucket, k);
     int rs = g_array_index(b->reduce, int, k);
-    PsOp dn = coll_op(PS_OP_COLL_DONE, rs);
-    g_array_append_val(ops, dn);
+    if (!clip) {
+      PsOp dn = coll_op(PS_OP_COLL_DONE, rs);
+      g_array_append_val(ops, dn);
+    }
     int64_t shard = (bk->count + b->n - 1) / b->n;
     slot_params += shard;
     PsOp up = {.coll = rs, .param_off = bk->off, .param_len = bk->count};

@@ -247,10 +247,10 @@ static gboolean check_stages(const PsExperiment *e, const PsReplicaConfig *c, GE
   return TRUE;
 }
 
-/* Gradient clipping by global norm needs the whole gradient on one device
- * where the norm is taken: each replica's own before the reduction, or the
- * reduced one, which weight-update sharding leaves in shards and a pipeline
- * leaves in stages (their norm would take a reduction of its own). */
+/* Gradient clipping by global norm: each replica's own gradient before the
+ * reduction, or the reduced one (in shards under weight-update sharding,
+ * whose norm an all-reduce adds up); not over pipeline stages, which
+ * would need a reduction of their own. */
 static gboolean check_clip(const PsExperiment *e, const PsReplicaConfig *c, GError **error)
 {
   const PsOptimizerConfig *o = &e->optimizer;
@@ -260,14 +260,6 @@ static gboolean check_clip(const PsExperiment *e, const PsReplicaConfig *c, GErr
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "optimizer.clip_norm",
                      "clipping by global norm is modelled without pipeline stages (got %d); "
                      "set optimizer.clip_norm=0 or strategy.stages=1", c->staging.stages);
-    return FALSE;
-  }
-  if (c->rep.weight_update_sharding && c->rep.replicas > 1 && !o->clip_before_reduce) {
-    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "optimizer.clip_before_reduce",
-                     "clipping the reduced gradient needs it whole on each replica, and "
-                     "strategy.weight_update_sharding leaves it in shards; set "
-                     "optimizer.clip_before_reduce=true or "
-                     "strategy.weight_update_sharding=false");
     return FALSE;
   }
   return TRUE;

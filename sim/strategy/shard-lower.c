@@ -851,11 +851,11 @@ static void clip_norm(Lower *w)
            w->F > 1 || w->M > 1 ? " shard" : "");
   emit(w, &op);
   if (w->F > 1)
-    coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_FSDP, PS_AXIS_FSDP, 1, PS_BUFFER_GRADS,
+    coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_FSDP, PS_AXIS_FSDP, 1, PS_BUFFER_NORM,
                         -1, "grad norm"));
   if (w->M > 1) /* a sequence axis comes with a tensor axis (check_mesh) */
     coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_MODEL, PS_AXIS_TENSOR, 1,
-                        PS_BUFFER_GRADS, -1, "grad norm"));
+                        PS_BUFFER_NORM, -1, "grad norm"));
 }
 
 /* The template program of every device of the stage (colls are request
@@ -943,6 +943,8 @@ static void lower_clear(Lower *w)
  * converts them after the gather, as it does f32 ones). */
 static int req_elem_bytes(const Lower *w, const Req *q)
 {
+  if (q->buffer == PS_BUFFER_NORM)
+    return (int)sizeof(float);
   if (q->buffer == PS_BUFFER_ACTIVATIONS || q->buffer == PS_BUFFER_ACT_GRADS)
     return w->act_b;
   if ((q->buffer == PS_BUFFER_GRADS || q->buffer == PS_BUFFER_GRAD_SHARDS) &&
