@@ -872,7 +872,7 @@ static void test_summary_words(void)
   g_assert_null(strstr(out, "every 1 steps"));
   g_assert_nonnull(strstr(out, "%  the infeed dequeue\n"));
   g_assert_nonnull(strstr(out, "%  the host loop below, outfeed, host calls\n"));
-  g_assert_nonnull(strstr(err, "warning: the host loop takes 54% of the step: steps_per_run is 1"));
+  g_assert_nonnull(strstr(err, "warning: the host loop takes 49% of the step: steps_per_run is 1"));
   g_assert_null(strstr(out, "what-ifs"));
   g_free(out);
   g_free(err);
@@ -890,6 +890,17 @@ static void test_summary_words(void)
                              NULL), ==, 0);
   g_assert_nonnull(strstr(out, "(one step's loss: the first step's, the last's)"));
   g_assert_nonnull(strstr(out, "what-ifs         add --set numerics.enabled=false"));
+  /* by default every collective on the TensorCore, as XLA without offload */
+  g_assert_nonnull(strstr(out, " over 8 replicas, on the TensorCore, chunks of"));
+  g_assert_nonnull(strstr(out, "(on the core    all-reduce, reduce-scatter, all-gather: each "
+                               "holds its TensorCore until done, collective.on_core)\n"));
+  g_free(out);
+  g_free(err);
+  /* offloaded: asynchronous, overlapping backward, no line naming them */
+  g_assert_cmpint(podsim_run(&out, &err, "run", "default", "--no-trace", "--quiet", "--steps", "2",
+                             "--set", "numerics.enabled=false", "--set", "collective.on_core=[]",
+                             NULL),
+                  ==, 0);
   g_assert_nonnull(strstr(out, ", overlapping backward, "));
   g_assert_null(strstr(out, "(on the core"));
   g_free(out);

@@ -331,8 +331,16 @@ static void test_precision_passes(void)
   g_assert_nonnull(strstr(error->message, "f16"));
   g_assert_cmpint(error->code, ==, PS_INPUT_ERROR_VALUE);
   g_clear_error(&error);
-  /* collective.on_core: none by default; a list of distinct kinds */
+  /* collective.on_core: all three kinds by default (XLA without its
+   * SparseCore offload flags); [] for none; a list of distinct kinds */
   e = ps_experiment_load("resnet50-v3-8", NULL, &error);
+  g_assert_no_error(error);
+  g_assert_cmpuint(e->collective.on_core, ==,
+                   1u << PS_COLL_ALL_REDUCE | 1u << PS_COLL_REDUCE_SCATTER |
+                       1u << PS_COLL_ALL_GATHER);
+  ps_experiment_free(e);
+  const char *none[] = {"collective.on_core=[]", NULL};
+  e = ps_experiment_load("resnet50-v3-8", none, &error);
   g_assert_no_error(error);
   g_assert_cmpuint(e->collective.on_core, ==, 0);
   ps_experiment_free(e);

@@ -639,8 +639,9 @@ static void test_overlap(void)
  * which hides latency: a step lasts less than 2 T. */
 static ps_time_t run_two_allreduces(const char *limit, int n_colls, Sim *out)
 {
+  /* asynchronous collectives: the limit is what orders them */
   const char *ov[] = {torus_ov[0], torus_ov[1], torus_ov[2], "steps=2", "steps_per_run=2",
-                      limit, NULL};
+                      limit, "collective.on_core=[]", NULL};
   PsPlan *plan = ps_plan_new(16);
   int idle = add_idle(plan);
   for (int d = 0; d < 16; d++)
@@ -759,7 +760,8 @@ static void test_deadlock_collective_order(void)
   plan->program_of[1] = ps_plan_add_program(plan, p1, 4);
   g_assert_true(ps_plan_validate(plan, NULL));
   Sim s;
-  sim_init(&s, load(NULL), plan);
+  const char *async[] = {"collective.on_core=[]", NULL};
+  sim_init(&s, load(async), plan);
   ps_pod_start(s.pod);
   ps_engine_run(s.engine, PS_TIME_NEVER);
   GError *error = NULL;

@@ -370,8 +370,10 @@ static PsSummary run_meshed(gboolean overlap, double *tc_tensor, double *tc_data
       "             \"host_cost_per_example_s\": 0, \"workers\": 4},"
       " \"numerics\": {\"enabled\": false}}");
   g_autofree char *chunk = g_strdup_printf("collective.chunk_bytes=%d", CHUNK);
+  /* asynchronous collectives, which the overlap can hide */
   const char *const ov[] = {"topology.chip.megacore=true", chunk,
-                            overlap ? "strategy.overlap=true" : "strategy.overlap=false", NULL};
+                            overlap ? "strategy.overlap=true" : "strategy.overlap=false",
+                            "collective.on_core=[]", NULL};
   GError *error = NULL;
   PsExperiment *e = ps_experiment_load_with(reg, path, ov, &error);
   g_assert_no_error(error);

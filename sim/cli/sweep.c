@@ -681,12 +681,31 @@ static gboolean output_header(Output *out, const Sweep *sw, const Outcome *first
   return output_write(out, line, error);
 }
 
+/* A list of strings (collective_on_core) as its words, space-separated,
+ * so that the cell holds no comma (cut and awk read the file as it is). */
+static gboolean csv_words(GString *line, json_object *v)
+{
+  if (!json_object_is_type(v, json_type_array))
+    return FALSE;
+  g_autoptr(GString) words = g_string_new(NULL);
+  for (size_t i = 0; i < json_object_array_length(v); i++) {
+    json_object *x = json_object_array_get_idx(v, i);
+    if (!json_object_is_type(x, json_type_string))
+      return FALSE;
+    g_string_append_printf(words, "%s%s", i ? " " : "", json_object_get_string(x));
+  }
+  csv_cell(line, words->str);
+  return TRUE;
+}
+
 static void csv_value(GString *line, json_object *v)
 {
   if (!v)
     return;
   if (json_object_is_type(v, json_type_string))
     csv_cell(line, json_object_get_string(v));
+  else if (csv_words(line, v))
+    return;
   else
     csv_cell(line, json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN |
                                                          JSON_C_TO_STRING_NOSLASHESCAPE));
@@ -819,11 +838,13 @@ static const char *const description =
     "runs it without a trace, with numerics only if the experiment has them on\n"
     "(Fashion-MNIST is then read once and shared by all points).  A row holds the\n"
     "varied values, every field of `podsim run --json` except the wall-clock ones\n"
-    "(wall_s, events_per_s), nested ones flattened (breakdown.compute, ...), and\n"
-    "an error column: empty, or why the point failed (bad config, does not fit,\n"
-    "...).  The CSV header is the varied keys, the fields of the first point that\n"
-    "runs (alone, before the others start), then error; a field a later point\n"
-    "adds is left out of the CSV with a warning, --format jsonl keeps it.\n"
+    "(wall_s, events_per_s), nested ones flattened (breakdown.compute, ...), a\n"
+    "list of names as its words (collective_on_core: all-reduce reduce-scatter\n"
+    "all-gather), and an error column: empty, or why the point failed (bad\n"
+    "config, does not fit, ...).  The CSV header is the varied keys, the fields\n"
+    "of the first point that runs (alone, before the others start), then error;\n"
+    "a field a later point adds is left out of the CSV with a warning, --format\n"
+    "jsonl keeps it.\n"
     "\n"
     "Rows are appended as points finish.  Run the same command again to resume:\n"
     "points whose values already have a row in --out are skipped (failed ones\n"

@@ -141,7 +141,12 @@ static const char *const collective_keys[] = {"algorithm", "chunk_bytes", "max_i
                                                  "fast_path", "on_core", NULL};
 /* collective.on_core's names, in PsCollOp order (collectives/collective.h) */
 static const char *const on_core_kinds[] = {"all-reduce", "reduce-scatter", "all-gather", NULL};
-#define ON_CORE_DEFAULT 0u
+/* collective.on_core's default: every kind on the TensorCore, as XLA runs
+ * them unless its SparseCore offload flags move them (TPU v2 to v5e have
+ * no such offload; the Trillium and Ironwood recipes set the flags,
+ * xla_tpu_enable_sparse_core_collective_offload_* and their library's
+ * ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE, to turn it on) */
+#define ON_CORE_DEFAULT 7u
 
 json_object *ps_config_on_core_to_json(unsigned on_core)
 {
@@ -435,7 +440,7 @@ bad:
                   "must be a list of distinct collective kinds among \"all-reduce\", "
                   "\"reduce-scatter\" and \"all-gather\" (the ones the TensorCore runs "
                   "itself, not offloaded to the SparseCores), e.g. [\"all-gather\", "
-                  "\"reduce-scatter\"]; [] (the default) for none");
+                  "\"reduce-scatter\"]; [] for none (all offloaded); the default is all three");
   return FALSE;
 }
 
