@@ -110,8 +110,8 @@ def split_commands(path, block_line, body):
         if text.startswith("$ "):
             command = text[2:]
             while command.endswith("\\") and k + 1 < len(body):
-                k += 1
-                command = command[:-1] + "\n" + body[k][1]
+                k += 1  # the shell joins a line ending in a backslash to the next
+                command = command + "\n" + body[k][1]
             cur = Example(path, number, block_line, command)
             examples.append(cur)
         elif cur is not None:
