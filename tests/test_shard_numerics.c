@@ -11,6 +11,8 @@
  * - /shard-numerics/fsdp/replicas: five Adam steps on data 2 x fsdp 2:
  *   the data replicas' weights are identical (replica divergence 0) and
  *   equal those of the replicate strategy on the same batches;
+ * - /shard-numerics/fsdp/clip, /shard-numerics/tensor/clip: the same with
+ *   clipping by global norm, against the replicate strategy's clipping;
  * - /shard-numerics/tensor/gradients: the same step on tensor 4, tensor 2 x
  *   data 2, (data innermost) data 2 x tensor 2, tensor 2 x fsdp 2 (also
  *   without prefetch or regather) of the char decoder, and on tensor 2 x
@@ -224,6 +226,8 @@ static void test_fsdp_gradients(void)
  * divergence 0), weights close. */
 static void check_replicas_with(const char *topo, const char *mesh, const char *extra,
                                 PsSummary *out);
+/* check_replicas_with's largest weight difference, of its last run */
+static double last_worst;
 
 static void check_replicas_on(const char *topo, const char *mesh)
 {
@@ -276,6 +280,7 @@ static void check_replicas_with(const char *topo, const char *mesh, const char *
     }
   g_test_message("%s vs replicate after 5 steps: %.3g at %zu", mesh, worst, wi);
   g_assert_cmpfloat(worst, <, 2e-4);
+  last_worst = worst;
   g_assert_cmpfloat_with_epsilon(s[0].loss_last, s[1].loss_last, 1e-4 * s[0].loss_last);
   ps_summary_clear(&s[0]);
   if (out)
@@ -302,12 +307,16 @@ static void test_fsdp_replicas(void)
  * run is far from the unclipped one (Adam's steps do not depend on a
  * constant scale of the gradient, but the scale changes with the norm
  * from step to step, and epsilon's share with it). */
-static void test_fsdp_clip(void)
+static void clip_meshes(const char *const *meshes, guint n)
 {
-  const char *meshes[] = {"{\"data\": 2, \"fsdp\": 2}", "{\"fsdp\": 4}"};
-  for (guint k = 0; k < G_N_ELEMENTS(meshes); k++) {
+  for (guint k = 0; k < n; k++) {
     PsSummary clipped = {0}, plain = {0};
     check_replicas_with(NULL, meshes[k], "optimizer.clip_norm=0.01", &clipped);
+    /* clipped to 0.01, a gradient of rounding size (the key bias's) is a
+     * hundredth of what Adam's lr |g| / eps turns into the 2e-4 above, so
+     * the clipped runs agree within 2e-6; a norm off by a few percent
+     * (replicated weights counted once per rank) moves them by 1e-5 */
+    g_assert_cmpfloat(last_worst, <, 2e-6);
     check_replicas_with(NULL, meshes[k], NULL, &plain);
     if (clipped.n_params == 0 || plain.n_params == 0) {
       ps_summary_clear(&clipped);
@@ -322,6 +331,23 @@ static void test_fsdp_clip(void)
     ps_summary_clear(&clipped);
     ps_summary_clear(&plain);
   }
+}
+
+static void test_fsdp_clip(void)
+{
+  const char *meshes[] = {"{\"data\": 2, \"fsdp\": 2}", "{\"fsdp\": 4}"};
+  clip_meshes(meshes, G_N_ELEMENTS(meshes));
+}
+
+/* The same on tensor meshes: each device's owned gradients of its split
+ * layers and a 1/T share of the replicated ones (norms, biases kept
+ * whole), added up over the tensor x sequence group by the norm's
+ * all-reduce; on data 2 x tensor 2, tensor 4 and tensor 2 x sequence 2. */
+static void test_tensor_clip(void)
+{
+  const char *meshes[] = {"{\"data\": 2, \"tensor\": 2}", "{\"tensor\": 4}",
+                          "{\"tensor\": 2, \"sequence\": 2}"};
+  clip_meshes(meshes, G_N_ELEMENTS(meshes));
 }
 
 /* Tensor meshes.  Beyond the batch split bounded above, a tensor mesh
@@ -611,6 +637,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard-numerics/fsdp/gradients", test_fsdp_gradients);
   g_test_add_func("/shard-numerics/fsdp/replicas", test_fsdp_replicas);
   g_test_add_func("/shard-numerics/fsdp/clip", test_fsdp_clip);
+  g_test_add_func("/shard-numerics/tensor/clip", test_tensor_clip);
   g_test_add_func("/shard-numerics/tensor/gradients", test_tensor_gradients);
   g_test_add_func("/shard-numerics/tensor/replicas", test_tensor_replicas);
   g_test_add_func("/shard-numerics/tensor/partials", test_tensor_partials);

@@ -338,12 +338,43 @@ void ps_run_tensor_bwd_done(Run *r, int device, const PsOp *op)
     zero_unowned(&r->tensor->dev[device], r->nets[device], ps_net_grads(r->nets[device]), l);
 }
 
+gboolean ps_run_tensor_clip(Run *r, int device)
+{
+  if (!r->tensor || r->tensor->fsdp)
+    return FALSE;
+  const TensorDev *td = &r->tensor->dev[device];
+  const float *g = ps_net_grads(r->nets[device]);
+  double split = 0, whole = 0;
+  for (int l = 0; l < r->tensor->n_layers; l++) {
+    int how = r->plan->layer_split[l];
+    double *acc = how == PS_SPLIT_NONE || how == PS_SPLIT_SEQUENCE ? &whole : &split;
+    for (int k = td->first[l]; k < td->first[l + 1]; k++) {
+      const PsNetRange *rg = &g_array_index(td->ranges, PsNetRange, k);
+      for (size_t i = rg->off; i < rg->off + rg->len; i++)
+        *acc += (double)g[i] * (double)g[i];
+    }
+  }
+  /* every rank holds the replicated layers' same gradient: each adds its
+   * 1/T share, so that the group's sum counts them once */
+  r->norm[device] = (float)(split + whole / r->tensor->T);
+  return TRUE;
+}
+
 gboolean ps_run_tensor_update(Run *r, int device, int64_t step)
 {
   if (!r->tensor)
     return FALSE;
   const GArray *rgs = r->tensor->dev[device].ranges;
   PsNet *net = r->nets[device];
+  /* clipping (ps_run_tensor_clip): the group's norm, all-reduced */
+  double limit = r->exp->optimizer.clip_norm, norm = sqrt((double)r->norm[device]);
+  float f = limit > 0 && !r->tensor->fsdp && norm > limit ? (float)(limit / norm) : 1.0f;
+  for (guint k = 0; f != 1.0f && k < rgs->len; k++) {
+    const PsNetRange *rg = &g_array_index(rgs, PsNetRange, k);
+    float *g = ps_net_grads(net) + rg->off;
+    for (size_t i = 0; i < rg->len; i++)
+      g[i] *= f;
+  }
   for (guint k = 0; k < rgs->len; k++) {
     const PsNetRange *rg = &g_array_index(rgs, PsNetRange, k);
     ps_optimizer_step_range(r->opts[device], ps_net_params(net), ps_net_grads(net), rg->off,

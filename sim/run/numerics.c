@@ -420,7 +420,8 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
   case PS_OP_CLIP:
     if (op->clip_shards)
       clip_shard_norm(r, net, device);
-    else if (!ps_run_fsdp_clip(r, device)) /* an fsdp mesh: the norm of its shards */
+    else if (!ps_run_fsdp_clip(r, device) && /* an fsdp mesh: the norm of its shards */
+             !ps_run_tensor_clip(r, device))  /* a tensor mesh: its owned share */
       clip_grads(r, net, op);
     break;
   case PS_OP_OUTFEED:

@@ -147,6 +147,13 @@ void ps_run_tensor_coll_done(Run *r, int device, int c);
 /* After a BWD op: zeroes the gradients device does not own. */
 void ps_run_tensor_bwd_done(Run *r, int device, const PsOp *op);
 gboolean ps_run_tensor_update(Run *r, int device, int64_t step);
+/* CLIP on a tensor (x sequence) mesh without fsdp: device's share of the
+ * squared global norm into its NORM buffer (its split layers' owned
+ * gradients, its replicated layers' over the group's size), which the
+ * model group's all-reduce adds up; the update then scales its owned
+ * gradients by min(1, clip_norm / norm).  FALSE without a tensor axis or
+ * with fsdp (numerics-fsdp.c clips those). */
+gboolean ps_run_tensor_clip(Run *r, int device);
 /* The parameter ranges device owns (transfer full), or NULL. */
 GArray *ps_run_tensor_ranges(Run *r, int device);
 /* The largest difference of a replicated weight from tensor rank 0's. */
