@@ -1172,12 +1172,6 @@ static void test_bad_input(void)
                            "strategy.mesh.data=4", "strategy.collective_matmul=true",
                            "optimizer.kind=lamb", NULL};
   bad(numlamb, "layer-wise optimizer");
-  const char *numclip[] = {"model=char-decoder", "numerics.enabled=true", TEXT,
-                           "strategy.mesh.fsdp=2", "strategy.mesh.tensor=2",
-                           "strategy.mesh.data=4", "optimizer.clip_norm=1", NULL};
-  bad(numclip, "optimizer.clip_norm: with numerics.enabled=true, clipping by global norm is "
-               "modelled on data x fsdp and data x tensor x sequence meshes, not on fsdp 2 "
-               "with a tensor x sequence group of 2");
 #undef TEXT
   const char *batch[] = {"global_batch=10", NULL};
   bad(batch, "global_batch");

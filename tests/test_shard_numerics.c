@@ -342,11 +342,14 @@ static void test_fsdp_clip(void)
 /* The same on tensor meshes: each device's owned gradients of its split
  * layers and a 1/T share of the replicated ones (norms, biases kept
  * whole), added up over the tensor x sequence group by the norm's
- * all-reduce; on data 2 x tensor 2, tensor 4 and tensor 2 x sequence 2. */
+ * all-reduce (with fsdp, of its packed shards, over the fsdp group too);
+ * on data 2 x tensor 2, tensor 4, tensor 2 x sequence 2 and tensor 2 x
+ * fsdp 2. */
 static void test_tensor_clip(void)
 {
   const char *meshes[] = {"{\"data\": 2, \"tensor\": 2}", "{\"tensor\": 4}",
-                          "{\"tensor\": 2, \"sequence\": 2}"};
+                          "{\"tensor\": 2, \"sequence\": 2}",
+                          "{\"tensor\": 2, \"fsdp\": 2}"};
   clip_meshes(meshes, G_N_ELEMENTS(meshes));
 }
 

@@ -164,24 +164,34 @@ gboolean ps_run_fsdp_clip(Run *r, int device)
 {
   if (!r->shard_off)
     return FALSE;
-  const float *s = r->shards[device];
+  /* each reduce-scatter's blocks, where move_blocks put them; with a
+   * tensor axis, packed gradients, whose replicated layers count 1/T */
   double ss = 0;
-  for (int64_t i = 0, n = shard_len(r, device); i < n; i++)
-    ss += (double)s[i] * (double)s[i];
+  g_autoptr(GArray) cs = device_rs(r, device);
+  for (guint j = 0; j < cs->len; j++) {
+    int c = g_array_index(cs, int, j), pieces = 1;
+    const float *shard = r->shards[device] + r->shard_off[c];
+    for (int k = 0; k < pieces; k++) {
+      int64_t off = 0, len = 0;
+      pieces = ps_pod_coll_block(r->pod, c, device, k, &off, &len);
+      ss += ps_run_tensor_pack_ss(r, device, flat_off(r, c) + off, shard, len);
+      shard += len;
+    }
+  }
   r->clip_ss[device] = ss;
   r->norm[device] = (float)ss; /* what the norm's all-reduces add up; clip_shards sums clip_ss */
   return TRUE;
 }
 
 /* Scales device's shards as clipping by global norm does: the norm over
- * its fsdp group's shards (every member has run its CLIP: the norm's
- * all-reduce, done before the update, waited for them; none runs the next
- * step's before this update, whose weights its all-gathers need).  The
- * data replicas hold the same shards and are not counted again. */
+ * its fsdp x tensor x sequence group's shards (every member has run its
+ * CLIP: the norm's all-reduces, done before the update, waited for them;
+ * none runs the next step's before this update, whose weights its
+ * all-gathers need).  The data replicas hold the same shards and are not
+ * counted again. */
 static void clip_shards(Run *r, int device)
 {
-  static const PsAxis others[] = {PS_AXIS_DATA, PS_AXIS_STAGE, PS_AXIS_TENSOR,
-                                  PS_AXIS_SEQUENCE};
+  static const PsAxis others[] = {PS_AXIS_DATA, PS_AXIS_STAGE};
   double ss = 0;
   for (int e = 0; e < r->n_dev; e++) {
     gboolean same = TRUE;

@@ -360,6 +360,29 @@ gboolean ps_run_tensor_clip(Run *r, int device)
   return TRUE;
 }
 
+double ps_run_tensor_pack_ss(Run *r, int device, int64_t at, const float *x, int64_t len)
+{
+  double split = 0, whole = 0;
+  if (!r->tensor) {
+    for (int64_t i = 0; i < len; i++)
+      split += (double)x[i] * (double)x[i];
+    return split;
+  }
+  const TensorDev *td = &r->tensor->dev[device];
+  int l = 0;
+  for (int64_t i = 0; i < len; i++) {
+    while (l < r->tensor->n_layers - 1 && at + i >= td->pack_off[l + 1])
+      l++;
+    int how = r->plan->layer_split[l];
+    double sq = (double)x[i] * (double)x[i];
+    if (how == PS_SPLIT_NONE || how == PS_SPLIT_SEQUENCE)
+      whole += sq;
+    else
+      split += sq;
+  }
+  return split + whole / r->tensor->T;
+}
+
 gboolean ps_run_tensor_update(Run *r, int device, int64_t step)
 {
   if (!r->tensor)

@@ -154,6 +154,11 @@ gboolean ps_run_tensor_update(Run *r, int device, int64_t step);
  * gradients by min(1, clip_norm / norm).  FALSE without a tensor axis or
  * with fsdp (numerics-fsdp.c clips those). */
 gboolean ps_run_tensor_clip(Run *r, int device);
+/* The sum of squares of x, len gradients at position at of device's
+ * packed gradients (tensor x fsdp), each of a layer its tensor x sequence
+ * group holds whole counted 1/T (the group's sum counts it once); plain
+ * without a tensor axis. */
+double ps_run_tensor_pack_ss(Run *r, int device, int64_t at, const float *x, int64_t len);
 /* The parameter ranges device owns (transfer full), or NULL. */
 GArray *ps_run_tensor_ranges(Run *r, int device);
 /* The largest difference of a replicated weight from tensor rank 0's. */

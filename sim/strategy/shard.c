@@ -418,16 +418,6 @@ static gboolean check_clip(const PsExperiment *e, const PsShardConfig *c, GError
                      c->size[PS_AXIS_STAGE]);
     return FALSE;
   }
-  int M = c->size[PS_AXIS_TENSOR] * c->size[PS_AXIS_SEQUENCE];
-  if (e->numerics.enabled && M > 1 && c->size[PS_AXIS_FSDP] > 1) {
-    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "optimizer.clip_norm",
-                     "with numerics.enabled=true, clipping by global norm is modelled on "
-                     "data x fsdp and data x tensor x sequence meshes, not on fsdp %d with a "
-                     "tensor x sequence group of %d (the fsdp shards pack the group's "
-                     "replicated weights); set numerics.enabled=false, optimizer.clip_norm=0 "
-                     "or strategy.mesh.fsdp=1", c->size[PS_AXIS_FSDP], M);
-    return FALSE;
-  }
   return TRUE;
 }
 
