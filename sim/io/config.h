@@ -179,8 +179,8 @@ typedef struct {
    * offloaded one runs asynchronously with the TensorCore's computation
    * (docs/model.md, collective.on_core; docs/fidelity.md, "The collectives
    * on the TensorCore").  By kind, not by axis: a kind named holds the core
-   * on every axis.  0 (the default):
-   * every collective is asynchronous, the core goes on. */
+   * on every axis.  Default: all three (XLA without its offload flags);
+   * 0: every collective is asynchronous (offloaded), the core goes on. */
   unsigned on_core;
 } PsCollectiveConfig;
 

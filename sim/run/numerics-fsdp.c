@@ -44,12 +44,42 @@ static gboolean is_shard_rs(const PsPlanColl *pc)
          pc->axis == PS_AXIS_FSDP;
 }
 
-void ps_run_fsdp_init(Run *r)
+/* Whether every device's blocks of reduce-scatter c fit the
+ * ceil(count / F) floats its shard holds (the plan's layout of the shards,
+ * which the data axis's all-reduces of them follow); an algorithm whose
+ * streams each round their parts up (multiring) can give a device more. */
+static gboolean blocks_fit(Run *r, int c, int F, GError **error)
+{
+  const PsPlanColl *pc = &r->plan->colls[c];
+  int64_t room = (pc->count + F - 1) / F;
+  for (int m = 0; m < pc->n_members; m++) {
+    int d = pc->members[m], pieces = 1;
+    int64_t total = 0;
+    for (int k = 0; k < pieces; k++) {
+      int64_t off = 0, len = 0;
+      pieces = ps_pod_coll_block(r->pod, c, d, k, &off, &len);
+      total += len;
+    }
+    if (total > room) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                  "%s: collective.algorithm: with numerics.enabled=true on an fsdp axis, "
+                  "the reduce-scatter '%s' gives device %d %" G_GINT64_FORMAT " gradients, "
+                  "more than the %" G_GINT64_FORMAT " (its %" G_GINT64_FORMAT " over fsdp %d) "
+                  "its shard holds: its algorithm rounds each stream's part up; set "
+                  "collective.algorithm to bidir, ring or torus, or numerics.enabled=false",
+                  r->exp->file, pc->name, d, total, room, pc->count, F);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+gboolean ps_run_fsdp_init(Run *r, GError **error)
 {
   const PsPlan *plan = r->plan;
   int F = ps_plan_axis_size(plan, PS_AXIS_FSDP);
   if (F <= 1)
-    return;
+    return TRUE;
   r->shard_off = g_new(int64_t, MAX(plan->n_colls, 1));
   for (int c = 0; c < plan->n_colls; c++)
     r->shard_off[c] = -1;
@@ -62,6 +92,8 @@ void ps_run_fsdp_init(Run *r)
       int c = op->kind == PS_OP_COLL_START ? ps_plan_op_coll(plan, d, op) : -1;
       if (c < 0 || !is_shard_rs(&plan->colls[c]))
         continue;
+      if (r->shard_off[c] < 0 && !blocks_fit(r, c, F, error))
+        return FALSE;
       r->shard_off[c] = off;
       off += (plan->colls[c].count + F - 1) / F;
     }
@@ -71,6 +103,7 @@ void ps_run_fsdp_init(Run *r)
   for (int d = 0; d < r->n_dev; d++)
     r->shards[d] = g_new0(float, (size_t)most);
   r->clip_ss = g_new0(double, r->n_dev);
+  return TRUE;
 }
 
 void ps_run_fsdp_free(Run *r)

@@ -109,8 +109,7 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
   r->batch_x = g_new(float, (size_t)exp->global_batch * elems);
   r->batch_y = g_new(int32_t, (size_t)exp->global_batch * ps_dataset_labels_per_example(r->train));
   r->drawn_step = -1;
-  ps_run_fsdp_init(r);
-  return ps_run_tensor_init(r, error) && ps_run_sequence_init(r, error) &&
+  return ps_run_fsdp_init(r, error) && ps_run_tensor_init(r, error) && ps_run_sequence_init(r, error) &&
          ps_run_ring_init(r, error);
 }
 

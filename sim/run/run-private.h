@@ -115,8 +115,10 @@ typedef struct {
  * gradients: their sums are copied into its shards when the reduce-scatter
  * is done (where the data all-reduce finds them), back when it updates,
  * and the optimizer updates those blocks only; the other weights are
- * stale until the next all-gather overwrites them. */
-void ps_run_fsdp_init(Run *r);
+ * stale until the next all-gather overwrites them.  init fails
+ * (PS_INPUT_ERROR) when a device's blocks of a reduce-scatter outgrow the
+ * ceil(count / fsdp) floats the plan gives its shard. */
+gboolean ps_run_fsdp_init(Run *r, GError **error);
 void ps_run_fsdp_free(Run *r);
 void ps_run_fsdp_coll_done(Run *r, int device, int c);
 /* TRUE if it updated device's blocks (an fsdp mesh), else FALSE. */

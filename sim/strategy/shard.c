@@ -400,8 +400,9 @@ static gboolean check_numerics(const PsExperiment *e, const PsShardConfig *c, GE
 }
 
 /* Clipping by global norm: of the reduced gradient (as GSPMD and optax
- * do), timed; its numerics, a norm over every device's shard, and its
- * norm across pipeline stages are not modelled. */
+ * do), timed, and with numerics the norm of every device's owned shard
+ * added up over its group (run/numerics-fsdp.c, numerics-tensor.c); its
+ * norm across pipeline stages is not modelled. */
 static gboolean check_clip(const PsExperiment *e, const PsShardConfig *c, GError **error)
 {
   if (e->optimizer.clip_before_reduce) {
