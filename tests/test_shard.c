@@ -1172,6 +1172,13 @@ static void test_bad_input(void)
                            "strategy.mesh.data=4", "strategy.collective_matmul=true",
                            "optimizer.kind=lamb", NULL};
   bad(numlamb, "layer-wise optimizer");
+  /* an fsdp shard of a layer alone has no trust ratio */
+  const char *numlars[] = {"model=char-decoder", "numerics.enabled=true", TEXT,
+                           "strategy.mesh.fsdp=2", "strategy.mesh.tensor=1",
+                           "strategy.mesh.data=8", "optimizer.kind=lars", NULL};
+  bad(numlars, "numerics.enabled: true is not yet supported with a layer-wise optimizer "
+               "(optimizer.kind lars or lamb: its trust ratios would need each layer's norms "
+               "over the whole fsdp x tensor group");
 #undef TEXT
   const char *batch[] = {"global_batch=10", NULL};
   bad(batch, "global_batch");
