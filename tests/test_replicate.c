@@ -39,6 +39,7 @@
 #include "hw/network.h"
 #include "io/config.h"
 #include "io/dataset.h"
+#include "model/layers.h"
 #include "model/net.h"
 #include "run/run.h"
 #include "run/experiment.h"
@@ -1063,6 +1064,61 @@ static void test_clip_timing(void)
   ps_summary_clear(&after16);
 }
 
+/* Weight-update sharding with a layer-wise optimizer (timing): a replica
+ * updates its shard of each layer, whose trust ratio needs the layer's
+ * norms, so before the first UPDATE every reduce-scatter is done and one
+ * all-reduce over the replicas carries two floats (the weights' and the
+ * update's norms) for each adapted layer, in the norms' buffer; Adam's
+ * plan has none. */
+static void test_wus_layer_norms(void)
+{
+  g_autofree char *path = g_build_filename(tmpdir, "wus-norms.json", NULL);
+  g_assert_true(g_file_set_contents(path, resnet_json, -1, NULL));
+  const char *kinds[] = {"optimizer.kind=lamb", "optimizer.kind=lars", "optimizer.kind=adam"};
+  for (guint k = 0; k < G_N_ELEMENTS(kinds); k++) {
+    PsExperiment *e = load_va_path(path, "strategy.weight_update_sharding=true", kinds[k], NULL);
+    GError *error = NULL;
+    PsPlan *plan = ps_run_compile(e, &error);
+    g_assert_no_error(error);
+    int64_t layers = 0;
+    for (int l = 0; l < e->model->n_layers; l++)
+      layers += ps_layer_adapted_params(&e->model->layers[l]) > 0;
+    g_assert_cmpint(layers, >, 0);
+    const PsProgram *pr = ps_plan_program(plan, 0);
+    int norms = -1, first_update = -1, last_rs_done = -1, n_norms = 0;
+    for (int i = 0; i < pr->n_ops; i++) {
+      const PsOp *op = &pr->ops[i];
+      int c = op->kind == PS_OP_COLL_START || op->kind == PS_OP_COLL_DONE
+                  ? ps_plan_op_coll(plan, 0, op)
+                  : -1;
+      const PsPlanColl *pc = c >= 0 ? &plan->colls[c] : NULL;
+      if (pc && op->kind == PS_OP_COLL_DONE && pc->op == PS_COLL_REDUCE_SCATTER)
+        last_rs_done = i;
+      if (pc && op->kind == PS_OP_COLL_START && pc->buffer == PS_BUFFER_NORM) {
+        norms = i;
+        n_norms++;
+        g_assert_cmpint(pc->op, ==, PS_COLL_ALL_REDUCE);
+        g_assert_cmpint(pc->count, ==, 2 * layers);
+        g_assert_cmpint(pc->n_members, ==, 8);
+      }
+      if (op->kind == PS_OP_UPDATE && first_update < 0)
+        first_update = i;
+    }
+    g_test_message("%s: %" G_GINT64_FORMAT " adapted layers, norms' all-reduce at op %d, last "
+                   "reduce-scatter done at %d, first update at %d", kinds[k], layers, norms,
+                   last_rs_done, first_update);
+    if (k < 2) {
+      g_assert_cmpint(n_norms, ==, 1);
+      g_assert_cmpint(last_rs_done, <, norms);
+      g_assert_cmpint(norms, <, first_update);
+    } else {
+      g_assert_cmpint(n_norms, ==, 0);
+    }
+    ps_plan_free(plan);
+    ps_experiment_free(e);
+  }
+}
+
 /* ---- 7. replicas default to every device -------------------------------- */
 
 static const char *default_json =
@@ -1105,6 +1161,7 @@ int main(int argc, char **argv)
   g_test_add_func("/replicate/default-replicas-all-devices", test_default_replicas);
   g_test_add_func("/replicate/clip/numerics", test_clip_numerics);
   g_test_add_func("/replicate/clip/timing", test_clip_timing);
+  g_test_add_func("/replicate/wus/layer-norms", test_wus_layer_norms);
   int rc = g_test_run();
   scratch_remove(tmpdir);
   g_free(tmpdir);

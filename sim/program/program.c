@@ -86,7 +86,7 @@ const char *ps_buffer_name(PsBufferKind kind)
 {
   static const char *const names[] = {"gradients", "parameters", "activations",
                                       "batch-norm statistics", "batch-norm gradient statistics",
-                                      "activation gradients", "gradient shards", "clipping norm"};
+                                      "activation gradients", "gradient shards", "norms"};
   g_return_val_if_fail(kind <= PS_BUFFER_NORM, "?");
   return names[kind];
 }

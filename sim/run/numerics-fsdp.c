@@ -212,7 +212,8 @@ gboolean ps_run_fsdp_clip(Run *r, int device)
     }
   }
   r->clip_ss[device] = ss;
-  r->norm[device] = (float)ss; /* what the norm's all-reduces add up; clip_shards sums clip_ss */
+  /* what the norm's all-reduces add up; clip_shards sums clip_ss */
+  *ps_run_norm(r, device) = (float)ss;
   return TRUE;
 }
 

@@ -356,7 +356,7 @@ gboolean ps_run_tensor_clip(Run *r, int device)
   }
   /* every rank holds the replicated layers' same gradient: each adds its
    * 1/T share, so that the group's sum counts them once */
-  r->norm[device] = (float)(split + whole / r->tensor->T);
+  *ps_run_norm(r, device) = (float)(split + whole / r->tensor->T);
   return TRUE;
 }
 
@@ -390,7 +390,7 @@ gboolean ps_run_tensor_update(Run *r, int device, int64_t step)
   const GArray *rgs = r->tensor->dev[device].ranges;
   PsNet *net = r->nets[device];
   /* clipping (ps_run_tensor_clip): the group's norm, all-reduced */
-  double limit = r->exp->optimizer.clip_norm, norm = sqrt((double)r->norm[device]);
+  double limit = r->exp->optimizer.clip_norm, norm = sqrt((double)*ps_run_norm(r, device));
   float f = limit > 0 && !r->tensor->fsdp && norm > limit ? (float)(limit / norm) : 1.0f;
   for (guint k = 0; f != 1.0f && k < rgs->len; k++) {
     const PsNetRange *rg = &g_array_index(rgs, PsNetRange, k);

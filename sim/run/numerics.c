@@ -68,7 +68,11 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
   r->example_base = g_new0(int64_t, r->n_dev);
   r->grad_step = g_new(int64_t, r->n_dev);
   r->loss_acc = g_new0(double, r->n_dev);
-  r->norm = g_new0(float, r->n_dev);
+  r->norm_cap = 1;
+  for (int c = 0; c < plan->n_colls; c++)
+    if (plan->colls[c].buffer == PS_BUFFER_NORM)
+      r->norm_cap = MAX(r->norm_cap, plan->colls[c].count);
+  r->norm = g_new0(float, (size_t)r->n_dev * (size_t)r->norm_cap);
   r->loss_n = g_new0(int, r->n_dev);
   r->messages = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, message_queue_free);
   for (int d = 0; d < r->n_dev; d++) {
@@ -271,7 +275,7 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
    * several (multiring), scaled first when clipping the reduced gradient
    * (the norm's all-reduce left the replicas' sum of squares in norm) */
   int coll = ps_plan_op_coll(r->plan, device, op);
-  double limit = oc->clip_norm, norm = sqrt((double)r->norm[device]);
+  double limit = oc->clip_norm, norm = sqrt((double)*ps_run_norm(r, device));
   float f = coll >= 0 && limit > 0 && !oc->clip_before_reduce && norm > limit
                 ? (float)(limit / norm)
                 : 1.0f;
@@ -333,7 +337,7 @@ static void clip_shard_norm(Run *r, PsNet *net, int device)
         ss += (double)g[j] * (double)g[j];
     }
   }
-  r->norm[device] = (float)ss;
+  *ps_run_norm(r, device) = (float)ss;
 }
 
 /* OUTFEED: the device's loss of the step, the mean over its micro-batches
@@ -464,7 +468,7 @@ float *ps_run_numerics_coll_buffer(void *ctx, int device, int c)
   case PS_BUFFER_GRAD_SHARDS:
     return ps_run_fsdp_shards(r, device, pc->offset);
   case PS_BUFFER_NORM:
-    return &r->norm[device];
+    return ps_run_norm(r, device);
   default:
     return ps_net_activation(net, pc->layer, NULL) + pc->offset;
   }

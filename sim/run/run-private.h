@@ -63,7 +63,9 @@ typedef struct {
   int64_t *example_base; /* per device: its replica's first example */
   int64_t *grad_step;   /* per device: the step its gradients were zeroed for */
   double *loss_acc;     /* per device: micro-batch losses of the step so far */
-  float *norm;          /* per device: PS_BUFFER_NORM, its clipping sum of squares */
+  float *norm;          /* per device, norm_cap floats: PS_BUFFER_NORM (its first, the
+                           clipping sum of squares); ps_run_norm */
+  int64_t norm_cap;     /* the most floats a NORM collective of the plan carries */
   int *loss_n;
   GHashTable *messages; /* (src, dst, tag) -> GQueue of payloads in flight */
   float *batch_x;       /* one global batch */
@@ -156,6 +158,11 @@ gboolean ps_run_tensor_update(Run *r, int device, int64_t step);
  * gradients by min(1, clip_norm / norm).  FALSE without a tensor axis or
  * with fsdp (numerics-fsdp.c clips those). */
 gboolean ps_run_tensor_clip(Run *r, int device);
+/* Device's PS_BUFFER_NORM: its clipping sum of squares first. */
+static inline float *ps_run_norm(Run *r, int device)
+{
+  return r->norm + (size_t)device * (size_t)r->norm_cap;
+}
 /* The sum of squares of x, len gradients at position at of device's
  * packed gradients (tensor x fsdp), each of a layer its tensor x sequence
  * group holds whole counted 1/T (the group's sum counts it once); plain

@@ -333,11 +333,31 @@ int ps_lower_buckets_count(const PsBuckets *b)
   return (int)b->buckets->len;
 }
 
-/* Clipping the reduced gradient under weight-update sharding: every
- * reduce-scatter done, the norm of the device's shards (one read of them,
- * as CLIP costs it), their sums of squares all-reduced over the replicas
- * (one float: its latency), before any shard is updated with the factor. */
-static void clip_shards(PsBuckets *b, GArray *ops)
+/* A one-off all-reduce of `count` floats of norms over the replicas, now
+ * (latency-bound: the norms' sums). */
+static void norms_now(PsBuckets *b, GArray *ops, int64_t count, const char *what)
+{
+  PsPlanColl c = {.op = PS_COLL_ALL_REDUCE, .algo = b->exp->collective.algorithm,
+                  .n_members = b->n, .members = (int *)b->members, .count = count,
+                  .elem_bytes = (int)sizeof(float), .buffer = PS_BUFFER_NORM};
+  snprintf(c.name, sizeof c.name, "all-reduce %s%s (%" G_GINT64_FORMAT " B)", b->prefix, what,
+           count * (int64_t)sizeof(float));
+  int n = ps_plan_add_coll(b->plan, &c);
+  PsOp st = coll_op(PS_OP_COLL_START, n), dn = coll_op(PS_OP_COLL_DONE, n);
+  g_array_append_val(ops, st);
+  g_array_append_val(ops, dn);
+}
+
+/* Under weight-update sharding, before any shard is updated: every
+ * reduce-scatter done; when clipping the reduced gradient, the norm of the
+ * device's shards (one read of them, as CLIP costs it) and the replicas'
+ * sums of squares all-reduced (one float); with a layer-wise optimizer,
+ * whose trust ratios need each layer's norms while a replica holds a shard
+ * of it, those norms all-reduced (two floats an adapted layer: the
+ * weights' and the update's; the update's own passes compute them, and
+ * the all-reduce, between its two passes in the real run, is placed
+ * before them here, which takes the same time). */
+static void shards_whole(PsBuckets *b, GArray *ops, gboolean clip, gboolean layerwise)
 {
   int nb = (int)b->buckets->len;
   int64_t shards = 0;
@@ -346,18 +366,24 @@ static void clip_shards(PsBuckets *b, GArray *ops)
     g_array_append_val(ops, dn);
     shards += (g_array_index(b->buckets, PsBucket, k).count + b->n - 1) / b->n;
   }
-  PsOp op = ps_lower_clip_op(b->exp, shards, 0);
-  op.clip_shards = TRUE;
-  snprintf(op.name, sizeof op.name, "clip reduced %sgradients: norm of the shards", b->prefix);
-  g_array_append_val(ops, op);
-  PsPlanColl c = {.op = PS_COLL_ALL_REDUCE, .algo = b->exp->collective.algorithm,
-                  .n_members = b->n, .members = (int *)b->members, .count = 1,
-                  .elem_bytes = (int)sizeof(float), .buffer = PS_BUFFER_NORM};
-  snprintf(c.name, sizeof c.name, "all-reduce %sgradient norm (4 B)", b->prefix);
-  int n = ps_plan_add_coll(b->plan, &c);
-  PsOp st = coll_op(PS_OP_COLL_START, n), dn = coll_op(PS_OP_COLL_DONE, n);
-  g_array_append_val(ops, st);
-  g_array_append_val(ops, dn);
+  if (clip) {
+    PsOp op = ps_lower_clip_op(b->exp, shards, 0);
+    op.clip_shards = TRUE;
+    snprintf(op.name, sizeof op.name, "clip reduced %sgradients: norm of the shards",
+             b->prefix);
+    g_array_append_val(ops, op);
+    norms_now(b, ops, 1, "gradient norm");
+  }
+  if (layerwise) {
+    int64_t layers = 0;
+    for (int k = 0; k < nb; k++) {
+      const PsBucket *bk = &g_array_index(b->buckets, PsBucket, k);
+      for (int l = bk->first; l <= bk->last; l++)
+        layers += ps_layer_adapted_params(&b->exp->model->layers[l]) > 0;
+    }
+    if (layers > 0)
+      norms_now(b, ops, 2 * layers, "layer norms");
+  }
 }
 
 int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off, int64_t param_len)
@@ -394,14 +420,15 @@ int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off, in
   /* per bucket: wait for its shard, update it, start gathering it; when
    * clipping the reduced gradient, every shard first, for the norm */
   gboolean clip = exp->optimizer.clip_norm > 0 && !local;
+  gboolean layerwise = exp->optimizer.kind == PS_OPT_LARS || exp->optimizer.kind == PS_OPT_LAMB;
   int64_t slot_params = 0;
-  if (clip)
-    clip_shards(b, ops);
+  if (clip || layerwise)
+    shards_whole(b, ops, clip, layerwise);
   GArray *gather = g_array_new(FALSE, FALSE, sizeof(int));
   for (int k = 0; k < nb; k++) {
     const PsBucket *bk = &g_array_index(b->buckets, PsBucket, k);
     int rs = g_array_index(b->reduce, int, k);
-    if (!clip) {
+    if (!clip && !layerwise) {
       PsOp dn = coll_op(PS_OP_COLL_DONE, rs);
       g_array_append_val(ops, dn);
     }
