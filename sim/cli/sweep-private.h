@@ -81,6 +81,10 @@ void ps_sweep_pool_run(gpointer data, gpointer user_data);
 gboolean ps_sweep_output_row(Output *out, const Sweep *sw, const Outcome *o, GError **error);
 /* Counts o in and shows it (a line, or the progress bar on a terminal). */
 void ps_sweep_progress_point(Progress *p, const Sweep *sw, const Outcome *o);
+/* On a terminal, the progress line redrawn (elapsed time, ETA). */
+void ps_sweep_progress_draw(const Progress *p);
+/* Point index's varied values, "k1=v1 k2=v2".  (transfer full) */
+char *ps_sweep_point_label(const Sweep *sw, guint index);
 /* Fills o from the command line; 0, or PS_CLI_EXIT_INPUT after a message. */
 int ps_sweep_options_parse(Options *o, int argc, char **argv);
 void ps_sweep_options_clear(Options *o);

@@ -266,7 +266,7 @@ static const char *point_value(const Sweep *sw, guint index, guint k)
 }
 
 /* "global_batch=128 topology=tpu-v3-32".  (transfer full) */
-static char *point_label(const Sweep *sw, guint index)
+char *ps_sweep_point_label(const Sweep *sw, guint index)
 {
   GString *s = g_string_new(NULL);
   for (guint k = 0; k < sw->varies->len; k++)
@@ -756,7 +756,7 @@ gboolean ps_sweep_output_row(Output *out, const Sweep *sw, const Outcome *o, GEr
           g_string_append_printf(dropped, "%s%s", dropped->len ? ", " : "", k);
       }
       if (dropped->len) {
-        g_autofree char *label = point_label(sw, o->index);
+        g_autofree char *label = ps_sweep_point_label(sw, o->index);
         fprintf(stderr,
                 "podsim: sweep: warning: %s: fields not in the header of %s are left out "
                 "(%s); --format jsonl keeps every field of every point\n",
@@ -768,46 +768,6 @@ gboolean ps_sweep_output_row(Output *out, const Sweep *sw, const Outcome *o, GEr
   }
   g_string_append_c(line, '\n');
   return output_write(out, line, error);
-}
-
-/* ---- progress --------------------------------------------------------- */
-
-static char *duration_text(double s)
-{
-  if (s < 60)
-    return g_strdup_printf("%.1f s", s);
-  if (s < 3600)
-    return g_strdup_printf("%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
-  return g_strdup_printf("%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
-}
-
-static void progress_draw(const Progress *p)
-{
-  if (!p->tty)
-    return;
-  double elapsed = (double)(g_get_monotonic_time() - p->t0) / 1e6;
-  g_autofree char *el = duration_text(elapsed);
-  g_autofree char *eta =
-      p->done ? duration_text(elapsed / p->done * (p->total - p->done)) : g_strdup("?");
-  fprintf(stderr, "\r\033[Ksweep: %u/%u points, %u failed, %s elapsed, ETA %s", p->done,
-          p->total, p->failed, el, eta);
-  fflush(stderr);
-}
-
-void ps_sweep_progress_point(Progress *p, const Sweep *sw, const Outcome *o)
-{
-  p->done++;
-  p->failed += o->error != NULL;
-  g_autofree char *label = point_label(sw, o->index);
-  if (!p->tty || o->error) {
-    json_object *st = o->flat ? json_object_object_get(o->flat, "step_time_s") : NULL;
-    g_autofree char *what =
-        o->error ? g_strdup_printf("failed: %s", o->error)
-                 : g_strdup_printf("step %.3f us", st ? json_object_get_double(st) * 1e6 : 0.0);
-    fprintf(stderr, "%ssweep: [%u/%u] %s: %s (%.2f s)\n", p->tty ? "\r\033[K" : "", p->done,
-            p->total, label, what, o->wall_s);
-  }
-  progress_draw(p);
 }
 
 /* ---- the command ------------------------------------------------------ */
@@ -924,7 +884,7 @@ static gboolean sweep_run_pool(Sweep *sw, Output *out, const GArray *todo, guint
     Outcome *o = prog->tty ? g_async_queue_timeout_pop(sw->done, G_USEC_PER_SEC)
                            : g_async_queue_pop(sw->done);
     if (!o) {
-      progress_draw(prog);
+      ps_sweep_progress_draw(prog);
       continue;
     }
     got++;
@@ -1146,7 +1106,7 @@ int ps_sweep_lead(int argc, char **argv, Ranks *ranks)
   }
   if (o.dry_run) {
     for (guint t = 0; t < todo->len; t++) {
-      g_autofree char *label = point_label(&sw, g_array_index(todo, guint, t));
+      g_autofree char *label = ps_sweep_point_label(&sw, g_array_index(todo, guint, t));
       printf("%s\n", label);
     }
   } else if (out.columns && out.columns->len == sw.varies->len + 1 && todo->len > 0) {

@@ -127,6 +127,12 @@ void ps_shard_offload_after(Lower *w, int g);
 void ps_shard_offload_flush(Lower *w);
 /* Before group g's backward: its bytes and the window's next come down
  * (down[h]: the tag of group h's copy, -1 before it starts). */
+/* shard-fit.c: whether the template's peak of live activations, with the
+ * stage's shards of weights, gradients and slots, fits a device's HBM;
+ * else FALSE with an error naming strategy.mesh and what to change. */
+gboolean ps_shard_template_fits(Lower *w, GError **error);
+/* " sharded" or " sharded, stage 1 (layers 24..47)".  (transfer full) */
+char *ps_shard_stage_what(const Lower *w);
 void ps_shard_prefetch_ahead(Lower *w, int *down, int g);
 /* Group g's copy down is done, if it has one. */
 void ps_shard_prefetch_done(Lower *w, const int *down, int g);

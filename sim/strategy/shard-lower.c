@@ -892,7 +892,6 @@ static void build_template(Lower *w)
 }
 
 /* Stage `stage` of the mesh, layers [lo, hi). */
-static gboolean template_fits(Lower *w, GError **error);
 
 static void lower_init(Lower *w, const PsExperiment *exp, const PsShardConfig *c, int stage,
                        int lo, int hi)
@@ -912,7 +911,7 @@ static void lower_init(Lower *w, const PsExperiment *exp, const PsShardConfig *c
   cut_groups(w);
   w->window = PS_HOST_COPIES_IN_FLIGHT;
   build_template(w);
-  while (w->copies > 0 && w->window > 1 && !template_fits(w, NULL)) {
+  while (w->copies > 0 && w->window > 1 && !ps_shard_template_fits(w, NULL)) {
     w->window /= 2; /* fewer copies in flight, fewer of their bytes in HBM */
     g_array_set_size(w->ops, 0);
     g_array_set_size(w->reqs, 0);
@@ -1047,46 +1046,12 @@ static void set_mesh(PsPlan *plan, const PsShardConfig *c, const int *coord, int
   }
 }
 
-/* What to change when a device's share does not fit: the smallest fsdp
- * (a power-of-two multiple, data shrinking to keep the devices) whose
- * sharded weights, gradients and slots leave room for the activations. */
-static char *advice(const Lower *w, double activations)
-{
-  int slots = ps_lower_optimizer_slots(w->exp);
-  double have = (double)ps_topology_device_hbm_bytes(w->exp->topology);
-  double local = (double)w->shard_params * w->F;
-  for (int f = w->F * 2; f <= w->F * w->D; f *= 2)
-    if (w->D * w->F % f == 0 &&
-        local / f * ps_lower_weight_bytes(w->exp) * (2 + slots) + activations <= have)
-      return g_strdup_printf("raise strategy.mesh.fsdp to %d (and lower strategy.mesh.data to "
-                             "%d)", f, w->D * w->F / f);
-  return g_strdup(w->c->remat == PS_REMAT_NONE
-                      ? "set strategy.rematerialize=\"minimal\" or \"full\", raise "
-                        "strategy.mesh.tensor, or lower global_batch"
-                      : "raise strategy.mesh.tensor or fsdp, or lower global_batch");
-}
-
 /* " sharded" or " sharded, stage 1 (layers 24..47)".  (transfer full) */
-static char *stage_what(const Lower *w)
+char *ps_shard_stage_what(const Lower *w)
 {
   if (w->P == 1)
     return g_strdup(" sharded");
   return g_strdup_printf(" sharded, stage %d (layers %d..%d)", w->stage, w->lo, w->hi - 1);
-}
-
-static gboolean template_fits(Lower *w, GError **error)
-{
-  int64_t live = 0, peak = 0;
-  for (guint i = 0; i < w->ops->len; i++) {
-    live += g_array_index(w->ops, PsOp, i).act_bytes;
-    peak = MAX(peak, live);
-  }
-  g_autofree char *adv = advice(w, (double)peak);
-  g_autofree char *what = stage_what(w);
-  PsMemoryNeed need = {.path = "strategy.mesh", .what = what, .batch = w->batch * w->mbs,
-                       .params = w->shard_params, .slot_params = w->shard_params,
-                       .activations = (double)peak, .advice = adv};
-  return ps_lower_fits(w->exp, &need, error);
 }
 
 gboolean ps_shard_check_memory(const PsExperiment *exp, const PsShardConfig *c,
@@ -1097,7 +1062,7 @@ gboolean ps_shard_check_memory(const PsExperiment *exp, const PsShardConfig *c,
   for (int s = 0; ok && s < c->size[PS_AXIS_STAGE]; s++) {
     Lower w;
     lower_init(&w, exp, c, s, first[s], first[s + 1]);
-    ok = template_fits(&w, error);
+    ok = ps_shard_template_fits(&w, error);
     lower_clear(&w);
   }
   g_free(first);
@@ -1126,9 +1091,9 @@ static gboolean stage_programs(Lower *w, PsPlan *plan, const PsShardGroups *gr, 
   for (int r = 0; r < n_req; r++)
     g_free(inst[r]);
   g_free(inst);
-  if (!template_fits(w, error))
+  if (!ps_shard_template_fits(w, error))
     return FALSE;
-  g_autofree char *what = stage_what(w);
+  g_autofree char *what = ps_shard_stage_what(w);
   PsMemoryNeed need = {.path = "strategy.mesh", .what = what, .batch = w->batch * w->mbs,
                        .params = w->shard_params, .slot_params = w->shard_params,
                        .advice = ""};

@@ -1,0 +1,42 @@
+/* shard-fit.c: whether a stage's template of the sharded step fits a
+ * device's HBM (its weights, gradients and optimizer slots sharded, and
+ * the peak of its ops' live activations), and, when it does not, what to
+ * change: the error names strategy.mesh, the stage, and the smallest fsdp
+ * that would leave room (ps_lower_fits words it). */
+#include "strategy/shard-lower-private.h"
+
+#include "hw/topology.h"
+
+/* What to change when a device's share does not fit: the smallest fsdp
+ * (a power-of-two multiple, data shrinking to keep the devices) whose
+ * sharded weights, gradients and slots leave room for the activations. */
+static char *advice(const Lower *w, double activations)
+{
+  int slots = ps_lower_optimizer_slots(w->exp);
+  double have = (double)ps_topology_device_hbm_bytes(w->exp->topology);
+  double local = (double)w->shard_params * w->F;
+  for (int f = w->F * 2; f <= w->F * w->D; f *= 2)
+    if (w->D * w->F % f == 0 &&
+        local / f * ps_lower_weight_bytes(w->exp) * (2 + slots) + activations <= have)
+      return g_strdup_printf("raise strategy.mesh.fsdp to %d (and lower strategy.mesh.data to "
+                             "%d)", f, w->D * w->F / f);
+  return g_strdup(w->c->remat == PS_REMAT_NONE
+                      ? "set strategy.rematerialize=\"minimal\" or \"full\", raise "
+                        "strategy.mesh.tensor, or lower global_batch"
+                      : "raise strategy.mesh.tensor or fsdp, or lower global_batch");
+}
+
+gboolean ps_shard_template_fits(Lower *w, GError **error)
+{
+  int64_t live = 0, peak = 0;
+  for (guint i = 0; i < w->ops->len; i++) {
+    live += g_array_index(w->ops, PsOp, i).act_bytes;
+    peak = MAX(peak, live);
+  }
+  g_autofree char *adv = advice(w, (double)peak);
+  g_autofree char *what = ps_shard_stage_what(w);
+  PsMemoryNeed need = {.path = "strategy.mesh", .what = what, .batch = w->batch * w->mbs,
+                       .params = w->shard_params, .slot_params = w->shard_params,
+                       .activations = (double)peak, .advice = adv};
+  return ps_lower_fits(w->exp, &need, error);
+}
