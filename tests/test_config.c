@@ -776,13 +776,6 @@ static const BadCase bad_cases[] = {
      PS_INPUT_ERROR_TYPE,
      {"good/experiments/mlp-what-if.json: ", "optimizer.clip_before_reduce: ",
       "must be true or false, got integer"}},
-    {"wus/layerwise-numerics", WHAT_IF_EXPERIMENT,
-     {"numerics.enabled=true", "strategy.weight_update_sharding=true", "optimizer.kind=lamb",
-      NULL},
-     PS_INPUT_ERROR_VALUE,
-     {"good/experiments/mlp-what-if.json: ", "numerics.enabled: ",
-      "a layer-wise optimizer (optimizer.kind lars or lamb) under "
-      "strategy.weight_update_sharding", "set strategy.weight_update_sharding=false"}},
     {"clip/stages", WHAT_IF_EXPERIMENT,
      {"optimizer.clip_norm=1", "strategy.kind=pipeline", "strategy.stages=2", NULL},
      PS_INPUT_ERROR_VALUE,

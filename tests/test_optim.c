@@ -1,6 +1,8 @@
 /* test_optim.c: the layer-wise optimizers and batch normalization.
  * LARS and LAMB against a plain double-precision loop of their update
- * rules over a small set of layers (adapted and not); their update cost
+ * rules over a small set of layers (adapted and not), in one step and as
+ * a sharded update takes it (pieces, their norms summed between two
+ * passes); their update cost
  * against its closed form (bytes, launches, time); the batch
  * normalization kernels against finite differences of a double-precision
  * forward, and G replicas' shares with their moments summed against one
@@ -67,7 +69,23 @@ static void ref_lamb(double *w, const float *g, double *m, double *v, int t,
   }
 }
 
-static void check_layerwise(gboolean lamb)
+/* One step as a sharded update takes it: three devices' pieces of the
+ * range (cutting both adapted segments), each piece's sums of squares
+ * added into one float array (the all-reduce), then each piece stepped. */
+static void split_step(PsOptimizer *opt, float *w, const float *g, int64_t t)
+{
+  static const size_t cut[] = {0, 7, 26, N_PARAMS};
+  float sums[4] = {0};
+  g_assert_cmpint(ps_optimizer_layer_count(opt, 0, N_PARAMS), ==, 2);
+  for (int k = 0; k < 3; k++)
+    g_assert_cmpint(ps_optimizer_layer_sums(opt, w, g, 0, N_PARAMS, cut[k], cut[k + 1] - cut[k],
+                                            t, sums), ==, 2);
+  for (int k = 0; k < 3; k++)
+    g_assert_cmpint(ps_optimizer_layer_apply(opt, w, g, 0, N_PARAMS, cut[k],
+                                             cut[k + 1] - cut[k], t, sums), ==, 2);
+}
+
+static void check_layerwise(gboolean lamb, gboolean split)
 {
   PsLayerwiseConfig c = {.lamb = lamb, .lr = 0.5f, .momentum = 0.9f, .eta = 0.02f,
                          .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .weight_decay = 0.01f};
@@ -80,7 +98,10 @@ static void check_layerwise(gboolean lamb)
     wd[i] = w[i];
   for (int t = 1; t <= 4; t++) {
     fill(rng, g, N_PARAMS, 0.1);
-    ps_optimizer_step(opt, w, g);
+    if (split)
+      split_step(opt, w, g, t);
+    else
+      ps_optimizer_step(opt, w, g);
     if (lamb)
       ref_lamb(wd, g, m, v, t, &c);
     else
@@ -99,16 +120,25 @@ static void check_layerwise(gboolean lamb)
 
 static void test_lars_loop(void)
 {
-  check_layerwise(FALSE);
+  check_layerwise(FALSE, FALSE);
 }
 
 static void test_lamb_loop(void)
 {
-  check_layerwise(TRUE);
+  check_layerwise(TRUE, FALSE);
 }
 
 /* A segment's step touches only its range: a bias segment gets plain
  * momentum even where a weight beside it is huge. */
+/* The two passes over pieces of the range, the norms' sums added up
+ * between them, against the same plain loops: a trust ratio from each
+ * piece's own norms would be far off (the pieces cut both layers). */
+static void test_layerwise_split(void)
+{
+  check_layerwise(FALSE, TRUE);
+  check_layerwise(TRUE, TRUE);
+}
+
 static void test_segments_independent(void)
 {
   PsLayerwiseConfig c = {.lr = 0.1f, .momentum = 0.0f, .eta = 0.001f};
@@ -141,20 +171,46 @@ static void test_update_cost(void)
   const int64_t P = 25000000, A = 24000000;
   const int L = 53;
   PsOpCost c;
-  PsUpdateShape lars = {PS_OPT_LARS, P, A, L, 4};
+  PsUpdateShape lars = {PS_OPT_LARS, P, A, L, 4, 0};
   ps_cost_optimizer(t, &lars, &c);
   g_assert_cmpfloat(c.bytes, ==, 8.0 * A + 20.0 * P);
   g_assert_cmpint(c.kernels, ==, L + 1);
   double want = pass_s(t, 8.0 * A, 4.0 * A, L) + pass_s(t, 20.0 * P, 5.0 * P + 2.0 * A, 1);
   g_assert_cmpfloat(fabs(ps_time_to_s(c.time) - want), <, 1e-9);
-  PsUpdateShape lamb = {PS_OPT_LAMB, P, A, L, 4};
+  PsUpdateShape lamb = {PS_OPT_LAMB, P, A, L, 4, 0};
   ps_cost_optimizer(t, &lamb, &c);
   g_assert_cmpfloat(c.bytes, ==, 40.0 * P);
   g_assert_cmpint(c.kernels, ==, L + 2);
   want = pass_s(t, 24.0 * P, 12.0 * P, L + 1) + pass_s(t, 16.0 * P, 6.0 * P, 1);
   g_assert_cmpfloat(fabs(ps_time_to_s(c.time) - want), <, 1e-9);
+  /* a sharded update runs the two passes apart (pass 1, pass 2): each its
+   * own closed form above, the two adding up to the whole */
+  const struct {
+    PsOptimizerKind kind;
+    double bytes[2], flops[2];
+    int launches[2];
+  } passes[] = {
+      {PS_OPT_LARS, {8.0 * A, 20.0 * P}, {4.0 * A, 5.0 * P + 2.0 * A}, {L, 1}},
+      {PS_OPT_LAMB, {24.0 * P, 16.0 * P}, {12.0 * P, 6.0 * P}, {L + 1, 1}},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(passes); i++) {
+    PsOpCost whole, part[2];
+    PsUpdateShape u = {passes[i].kind, P, A, L, 4, 0};
+    ps_cost_optimizer(t, &u, &whole);
+    for (int k = 0; k < 2; k++) {
+      u.pass = k + 1;
+      ps_cost_optimizer(t, &u, &part[k]);
+      g_assert_cmpfloat(part[k].bytes, ==, passes[i].bytes[k]);
+      g_assert_cmpint(part[k].kernels, ==, passes[i].launches[k]);
+      want = pass_s(t, passes[i].bytes[k], passes[i].flops[k], passes[i].launches[k]);
+      g_assert_cmpfloat(fabs(ps_time_to_s(part[k].time) - want), <, 1e-9);
+    }
+    g_assert_cmpfloat(part[0].bytes + part[1].bytes, ==, whole.bytes);
+    g_assert_cmpint(part[0].kernels + part[1].kernels, ==, whole.kernels);
+    g_assert_cmpfloat(fabs(ps_time_to_s(part[0].time + part[1].time - whole.time)), <, 1e-9);
+  }
   /* SGD and Adam keep their one kernel */
-  PsUpdateShape adam = {PS_OPT_ADAM, P, A, L, 4};
+  PsUpdateShape adam = {PS_OPT_ADAM, P, A, L, 4, 0};
   ps_cost_optimizer(t, &adam, &c);
   g_assert_cmpfloat(c.bytes, ==, 28.0 * P);
   g_assert_cmpint(c.kernels, ==, 1);
@@ -395,6 +451,7 @@ int main(int argc, char **argv)
   g_test_add_func("/optim/lars/plain-loop", test_lars_loop);
   g_test_add_func("/optim/lamb/plain-loop", test_lamb_loop);
   g_test_add_func("/optim/layerwise/segments", test_segments_independent);
+  g_test_add_func("/optim/layerwise/split", test_layerwise_split);
   g_test_add_func("/optim/cost/closed-form", test_update_cost);
   g_test_add_func("/optim/adam/bf16-state", test_adam_bf16_state);
   g_test_add_func("/batchnorm/finite-differences", test_bn_finite_differences);

@@ -728,6 +728,28 @@ static void test_bucketing_unchanged(void)
 
 /* ---- 5. weight-update sharding ------------------------------------------ */
 
+/* The base run at 8 replicas for 3 steps with overrides o (up to 4, NULL
+ * ends them early), weight-update sharding off and on: the largest
+ * difference between their final weights (and how many differ), and the
+ * largest move of the sharded run's from the start (and how many moved).
+ * The caller clears the summaries. */
+typedef struct {
+  PsSummary off, on;
+  size_t differ, moved;
+  double d, dist;
+} WusPair;
+
+static WusPair wus_pair(const Ref *r, const char *const o[4])
+{
+  WusPair p;
+  p.off = runv("strategy.replicas=8", "steps=3", o[0], o[1], o[2], o[3], NULL);
+  p.on = runv("strategy.replicas=8", "steps=3", "strategy.weight_update_sharding=true", o[0],
+              o[1], o[2], o[3], NULL);
+  p.d = max_abs_diff(p.on.params, p.off.params, r->n, &p.differ);
+  p.dist = max_abs_diff(p.on.params, r->w0, r->n, &p.moved);
+  return p;
+}
+
 /* A ring reduce-scatter runs exactly the reduce phase of the ring
  * all-reduce (algorithms.c: all-reduce = reduce-scatter phases, then
  * all-gather phases), so a replica's block of the bucket holds the same
@@ -766,12 +788,10 @@ static void test_wus_unchanged(void)
   };
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const char *const *o = cases[i].ov;
-    PsSummary off = runv("strategy.replicas=8", "steps=3", o[0], o[1], o[2], o[3], NULL);
-    PsSummary on = runv("strategy.replicas=8", "steps=3", "strategy.weight_update_sharding=true",
-                        o[0], o[1], o[2], o[3], NULL);
-    size_t differ, moved;
-    double d = max_abs_diff(on.params, off.params, r.n, &differ);
-    double dist = max_abs_diff(on.params, r.w0, r.n, &moved);
+    WusPair p = wus_pair(&r, o);
+    PsSummary off = p.off, on = p.on;
+    size_t differ = p.differ, moved = p.moved;
+    double d = p.d, dist = p.dist;
     g_test_message("%s (%d buckets; algorithms %s / %s): sharded vs not: %zu weights differ "
                    "(max %.3g); moved %zu, up to %.3g", cases[i].what, on.buckets,
                    on.collective_algorithm, off.collective_algorithm, differ, d, moved, dist);
@@ -795,6 +815,56 @@ static void test_wus_unchanged(void)
   double worst = check_step_any_order(&r, r.w0, s.params, 1, 8, 1.0f / 8, NULL);
   g_test_message("sharded step 1 vs exact sum: worst diff/bound %.3f", worst);
   ps_summary_clear(&s);
+  ref_clear(&r);
+}
+
+/* A layer-wise optimizer under weight-update sharding: each replica takes
+ * its shard's sums of squares of each layer (LAMB after its moments), an
+ * all-reduce adds the replicas' up, and each shard is updated with its
+ * layers' whole norms.  Against the same run unsharded, whose update takes
+ * each layer's norms in one pass over the whole layer: the same weights
+ * but for the norms' summation order (a float sum of 8 partial sums), far
+ * below what three steps moved them; taking a shard's own norms instead
+ * (each piece its own trust ratio) moves the weights by a sizeable part of
+ * a step.  LARS and LAMB, one bucket and one a layer, ring and multiring
+ * (a shard in pieces, one a stream), and with the reduced gradient
+ * clipped first (its norm all-reduced before the layers' sums are taken). */
+static void test_wus_layerwise(void)
+{
+  Ref r;
+  ref_init(&r, loadv("strategy.replicas=8", NULL));
+  const char *lars[] = {"optimizer.kind=\"lars\"", "optimizer.learning_rate=0.5"};
+  const char *lamb[] = {"optimizer.kind=\"lamb\"", "optimizer.learning_rate=0.01"};
+  const struct {
+    const char *what;
+    const char *const *opt;
+    const char *ov[3];
+  } cases[] = {
+      {"LARS, ring", lars, {"collective.algorithm=\"ring\"", NULL}},
+      {"LAMB, ring", lamb, {"collective.algorithm=\"ring\"", NULL}},
+      {"LARS, ring, bucket per layer", lars,
+       {"collective.algorithm=\"ring\"", "strategy.bucket_bytes=1", NULL}},
+      {"LAMB, multiring, bucket per layer", lamb,
+       {"collective.algorithm=\"multiring\"", "strategy.bucket_bytes=1", NULL}},
+      {"LAMB, ring, clipped", lamb, {"collective.algorithm=\"ring\"", "optimizer.clip_norm=0.05"}},
+      {"LARS, multiring, clipped", lars,
+       {"collective.algorithm=\"multiring\"", "optimizer.clip_norm=0.05"}},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    const char *const *k = cases[i].opt;
+    const char *o[4] = {k[0], k[1], cases[i].ov[0], cases[i].ov[1]};
+    WusPair p = wus_pair(&r, o);
+    g_test_message("%s (%d buckets, %s): sharded vs not: %zu weights differ (max %.3g); "
+                   "moved %zu, up to %.3g; loss %.6f / %.6f", cases[i].what, p.on.buckets,
+                   p.on.collective_algorithm, p.differ, p.d, p.moved, p.dist, p.on.loss_last,
+                   p.off.loss_last);
+    g_assert_cmpstr(p.on.collective_algorithm, ==, p.off.collective_algorithm);
+    g_assert_cmpuint(p.moved, >, r.n / 2);
+    g_assert_cmpfloat(p.d, <, 1e-4 * p.dist);
+    g_assert_cmpfloat(fabs(p.on.loss_last - p.off.loss_last), <, 1e-5 * fabs(p.off.loss_last));
+    ps_summary_clear(&p.on);
+    ps_summary_clear(&p.off);
+  }
   ref_clear(&r);
 }
 
@@ -1064,12 +1134,13 @@ static void test_clip_timing(void)
   ps_summary_clear(&after16);
 }
 
-/* Weight-update sharding with a layer-wise optimizer (timing): a replica
+/* Weight-update sharding with a layer-wise optimizer (the plan): a replica
  * updates its shard of each layer, whose trust ratio needs the layer's
- * norms, so before the first UPDATE every reduce-scatter is done and one
- * all-reduce over the replicas carries two floats (the weights' and the
- * update's norms) for each adapted layer, in the norms' buffer; Adam's
- * plan has none. */
+ * norms, so every reduce-scatter is done, then each shard's first pass
+ * (its sums of squares of each layer), then one all-reduce over the
+ * replicas carries two floats (the weights' and the update's) for each
+ * adapted layer, in the norms' buffer after the clipping norm's float,
+ * then the second passes; Adam's plan has none, and one pass a shard. */
 static void test_wus_layer_norms(void)
 {
   g_autofree char *path = g_build_filename(tmpdir, "wus-norms.json", NULL);
@@ -1085,7 +1156,8 @@ static void test_wus_layer_norms(void)
       layers += ps_layer_adapted_params(&e->model->layers[l]) > 0;
     g_assert_cmpint(layers, >, 0);
     const PsProgram *pr = ps_plan_program(plan, 0);
-    int norms = -1, first_update = -1, last_rs_done = -1, n_norms = 0;
+    int norms = -1, last_rs_done = -1, n_norms = 0, last_pass1 = -1, first_pass2 = -1;
+    int n_pass1 = 0, n_pass2 = 0, n_whole = 0, first_whole = -1;
     for (int i = 0; i < pr->n_ops; i++) {
       const PsOp *op = &pr->ops[i];
       int c = op->kind == PS_OP_COLL_START || op->kind == PS_OP_COLL_DONE
@@ -1099,20 +1171,40 @@ static void test_wus_layer_norms(void)
         n_norms++;
         g_assert_cmpint(pc->op, ==, PS_COLL_ALL_REDUCE);
         g_assert_cmpint(pc->count, ==, 2 * layers);
+        g_assert_cmpint(pc->offset, ==, 1); /* after the clipping norm's float */
         g_assert_cmpint(pc->n_members, ==, 8);
       }
-      if (op->kind == PS_OP_UPDATE && first_update < 0)
-        first_update = i;
+      if (op->kind != PS_OP_UPDATE)
+        continue;
+      if (op->update_pass == 1) {
+        last_pass1 = i;
+        n_pass1++;
+      } else if (op->update_pass == 2) {
+        first_pass2 = first_pass2 < 0 ? i : first_pass2;
+        n_pass2++;
+      } else {
+        first_whole = first_whole < 0 ? i : first_whole;
+        n_whole++;
+      }
     }
     g_test_message("%s: %" G_GINT64_FORMAT " adapted layers, norms' all-reduce at op %d, last "
-                   "reduce-scatter done at %d, first update at %d", kinds[k], layers, norms,
-                   last_rs_done, first_update);
+                   "reduce-scatter done at %d, updates: %d first passes (last at %d), %d "
+                   "second (first at %d), %d whole (first at %d)", kinds[k], layers, norms,
+                   last_rs_done, n_pass1, last_pass1, n_pass2, first_pass2, n_whole,
+                   first_whole);
     if (k < 2) {
+      /* every reduce-scatter, every first pass, the norms, every second pass */
       g_assert_cmpint(n_norms, ==, 1);
-      g_assert_cmpint(last_rs_done, <, norms);
-      g_assert_cmpint(norms, <, first_update);
+      g_assert_cmpint(n_pass1, ==, n_pass2);
+      g_assert_cmpint(n_pass1, >, 0);
+      g_assert_cmpint(n_whole, ==, 0);
+      g_assert_cmpint(last_rs_done, <, last_pass1);
+      g_assert_cmpint(last_pass1, <, norms);
+      g_assert_cmpint(norms, <, first_pass2);
     } else {
       g_assert_cmpint(n_norms, ==, 0);
+      g_assert_cmpint(n_pass1 + n_pass2, ==, 0);
+      g_assert_cmpint(n_whole, >, 0);
     }
     ps_plan_free(plan);
     ps_experiment_free(e);
@@ -1162,6 +1254,7 @@ int main(int argc, char **argv)
   g_test_add_func("/replicate/clip/numerics", test_clip_numerics);
   g_test_add_func("/replicate/clip/timing", test_clip_timing);
   g_test_add_func("/replicate/wus/layer-norms", test_wus_layer_norms);
+  g_test_add_func("/replicate/wus/layerwise", test_wus_layerwise);
   int rc = g_test_run();
   scratch_remove(tmpdir);
   g_free(tmpdir);

@@ -711,13 +711,14 @@ void ps_cost_optimizer(const PsTopology *topo, const PsUpdateShape *u, PsOpCost 
   PsOpCost c = {0};
   double p = (double)u->params, a = (double)u->adapted, s = eb / 4.0;
   int layers = u->adapted > 0 ? MAX(u->layers, 1) : 0;
+  gboolean one = u->pass != 2, two = u->pass != 1;
   if (u->kind == PS_OPT_LARS) {
-    update_pass(topo, "optimizer", 8.0 * a * s, 4.0 * a, layers, &c);
-    update_pass(topo, "optimizer", 20.0 * p * s, 5.0 * p + 2.0 * a, 1, &c);
+    update_pass(topo, "optimizer", 8.0 * a * s, 4.0 * a, one ? layers : 0, &c);
+    update_pass(topo, "optimizer", 20.0 * p * s, 5.0 * p + 2.0 * a, two, &c);
   } else {
-    update_pass(topo, "optimizer", 24.0 * p * s, 12.0 * p, layers + (u->params > u->adapted),
-                &c);
-    update_pass(topo, "optimizer", 16.0 * p * s, 6.0 * p, 1, &c);
+    update_pass(topo, "optimizer", 24.0 * p * s, 12.0 * p,
+                one ? layers + (u->params > u->adapted) : 0, &c);
+    update_pass(topo, "optimizer", 16.0 * p * s, 6.0 * p, two, &c);
   }
   c.memory_bound = c.memory_s >= c.mxu_s;
   *out = c;

@@ -140,6 +140,7 @@ typedef struct {
   int64_t params, adapted;
   int layers;
   int state_bytes;  /* of a weight, gradient and slot element: 4 (0 means 4) or 2 */
+  int pass;         /* LARS, LAMB: 1 or 2 for that pass alone, 0 both */
 } PsUpdateShape;
 
 /* The update's kernels (float32; each byte count below times
@@ -155,7 +156,10 @@ typedef struct {
  *   (24 bytes, 12 FLOPs per weight); pass two, one kernel reading w, m, v
  *   and writing w with the ratio (16 bytes, 6 FLOPs per weight).
  * A pass's kernels are alike (memory-bound at one intensity), so the pass
- * costs its summed traffic's time plus a launch per kernel. */
+ * costs its summed traffic's time plus a launch per kernel.  `pass` 1 or 2
+ * costs LARS's or LAMB's first or second pass alone (a sharded update runs
+ * them apart, the layers' norms all-reduced between); the two add up to
+ * pass 0's cost. */
 void ps_cost_optimizer(const PsTopology *topo, const PsUpdateShape *u, PsOpCost *out);
 
 /* Gradient clipping by global norm over `params` gradients of grad_bytes

@@ -34,14 +34,9 @@ double ps_sum_squares(const float *x, size_t n)
   return s;
 }
 
-void ps_lars_update(float *w, const float *g, float *velocity, size_t n, float lr,
-                    float momentum, float eta, float weight_decay, gboolean adapt)
+void ps_lars_apply(float *w, const float *g, float *velocity, size_t n, float lr,
+                   float momentum, float eta, float weight_decay, double wn, double gn)
 {
-  if (!adapt) {
-    ps_sgd_momentum_update(w, g, velocity, n, lr, momentum);
-    return;
-  }
-  double wn = sqrt(ps_sum_squares(w, n)), gn = sqrt(ps_sum_squares(g, n));
   double ratio = wn > 0 && gn > 0 ? eta * wn / (gn + weight_decay * wn) : 1.0;
   const float scaled = (float)(lr * ratio);
   for (size_t i = 0; i < n; i++) {
@@ -50,28 +45,70 @@ void ps_lars_update(float *w, const float *g, float *velocity, size_t n, float l
   }
 }
 
+void ps_lars_update(float *w, const float *g, float *velocity, size_t n, float lr,
+                    float momentum, float eta, float weight_decay, gboolean adapt)
+{
+  if (!adapt) {
+    ps_sgd_momentum_update(w, g, velocity, n, lr, momentum);
+    return;
+  }
+  ps_lars_apply(w, g, velocity, n, lr, momentum, eta, weight_decay,
+                sqrt(ps_sum_squares(w, n)), sqrt(ps_sum_squares(g, n)));
+}
+
+/* Adam's bias corrections at step t: 1 / (1 - beta^t). */
+static float bias_correction(float beta, int64_t t)
+{
+  return (float)(1.0 / (1.0 - pow(beta, (double)t)));
+}
+
+/* The update u of element i from its moments. */
+static inline float lamb_u(const PsLambStep *s, float w, float m, float v)
+{
+  return m * s->c1 / (sqrtf(v * s->c2) + s->epsilon) + s->wd * w;
+}
+
+PsLambStep ps_lamb_step(float beta1, float beta2, float epsilon, float weight_decay,
+                        gboolean adapt, int64_t t)
+{
+  PsLambStep s = {beta1, beta2, epsilon, adapt ? weight_decay : 0.0f, 1.0f, 1.0f};
+  g_return_val_if_fail(t >= 1, s);
+  s.c1 = bias_correction(beta1, t);
+  s.c2 = bias_correction(beta2, t);
+  return s;
+}
+
+double ps_lamb_moments(const PsLambStep *s, const float *w, const float *g, float *m, float *v,
+                       size_t n)
+{
+  double un = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    m[i] = s->beta1 * m[i] + (1.0f - s->beta1) * g[i];
+    v[i] = s->beta2 * v[i] + (1.0f - s->beta2) * g[i] * g[i];
+    float u = lamb_u(s, w[i], m[i], v[i]);
+    un += (double)u * (double)u;
+  }
+  return un;
+}
+
+void ps_lamb_apply(const PsLambStep *s, float *w, const float *m, const float *v, size_t n,
+                   float lr, gboolean adapt, double wn, double un)
+{
+  const float step = (float)(adapt && wn > 0 && un > 0 ? lr * wn / un : lr);
+  for (size_t i = 0; i < n; i++)
+    w[i] -= step * lamb_u(s, w[i], m[i], v[i]);
+}
+
 void ps_lamb_update(float *w, const float *g, float *m, float *v, size_t n, float lr,
                     float beta1, float beta2, float epsilon, float weight_decay,
                     gboolean adapt, int64_t t)
 {
   g_return_if_fail(t >= 1);
-  const float c1 = (float)(1.0 / (1.0 - pow(beta1, (double)t)));
-  const float c2 = (float)(1.0 / (1.0 - pow(beta2, (double)t)));
-  const float wd = adapt ? weight_decay : 0.0f;
-  /* pass one: the moments, and the norm of the update */
-  double un = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
-    v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-    float u = m[i] * c1 / (sqrtf(v[i] * c2) + epsilon) + wd * w[i];
-    un += (double)u * (double)u;
-  }
-  double wn = sqrt(ps_sum_squares(w, n));
-  un = sqrt(un);
-  const float step = (float)(adapt && wn > 0 && un > 0 ? lr * wn / un : lr);
-  /* pass two: the update, recomputed from the moments */
-  for (size_t i = 0; i < n; i++)
-    w[i] -= step * (m[i] * c1 / (sqrtf(v[i] * c2) + epsilon) + wd * w[i]);
+  PsLambStep s = ps_lamb_step(beta1, beta2, epsilon, weight_decay, adapt, t);
+  /* pass one: the moments, and the norm of the update; pass two: the
+   * update, recomputed from the moments */
+  double un = sqrt(ps_lamb_moments(&s, w, g, m, v, n));
+  ps_lamb_apply(&s, w, m, v, n, lr, adapt, sqrt(ps_sum_squares(w, n)), un);
 }
 
 /* ---- batch normalization ------------------------------------------------ */

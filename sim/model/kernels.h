@@ -259,10 +259,31 @@ double ps_sum_squares(const float *x, size_t n);
  * no weight decay (a bias or a normalization's parameters). */
 void ps_lars_update(float *w, const float *g, float *velocity, size_t n, float lr,
                     float momentum, float eta, float weight_decay, gboolean adapt);
+/* LARS's step of a piece of a layer whose whole weights and gradients
+ * have the norms wn and gn (a layer split among devices: each sums its
+ * piece's squares, the sums are all-reduced). */
+void ps_lars_apply(float *w, const float *g, float *velocity, size_t n, float lr,
+                   float momentum, float eta, float weight_decay, double wn, double gn);
 /* One layer's LAMB step, t from 1; `adapt` FALSE: Adam without decay. */
 void ps_lamb_update(float *w, const float *g, float *m, float *v, size_t n, float lr,
                     float beta1, float beta2, float epsilon, float weight_decay,
                     gboolean adapt, int64_t t);
+
+/* LAMB in its two passes, for a layer split among devices: the step's
+ * constants (weight decay 0 where not adapted, the bias corrections of
+ * step t); pass one over a piece updates its moments and returns the sum
+ * of squares of its update u; pass two, given the whole layer's norms of
+ * w and u, updates the piece's weights (the ratio 1 where not adapted or
+ * a norm is zero).  ps_lamb_update is the two over one whole layer. */
+typedef struct {
+  float beta1, beta2, epsilon, wd, c1, c2;
+} PsLambStep;
+PsLambStep ps_lamb_step(float beta1, float beta2, float epsilon, float weight_decay,
+                        gboolean adapt, int64_t t);
+double ps_lamb_moments(const PsLambStep *s, const float *w, const float *g, float *m, float *v,
+                       size_t n);
+void ps_lamb_apply(const PsLambStep *s, float *w, const float *m, const float *v, size_t n,
+                   float lr, gboolean adapt, double wn, double un);
 
 /* Training batch normalization of rows x C (channels last), in two
  * phases around an optional all-reduce of 2C floats over `group` replicas

@@ -750,6 +750,19 @@ PsOptimizer *ps_optimizer_new_layerwise(const PsLayerwiseConfig *c, size_t n,
   return opt;
 }
 
+/* Rounds the range's weights and slots to bf16 where the state is kept
+ * in bf16. */
+static void state_round(PsOptimizer *opt, float *params, size_t off, size_t len)
+{
+  if (!opt->state_bf16)
+    return;
+  ps_bf16_round_array(params + off, params + off, len);
+  if (opt->slot1)
+    ps_bf16_round_array(opt->slot1 + off, opt->slot1 + off, len);
+  if (opt->slot2)
+    ps_bf16_round_array(opt->slot2 + off, opt->slot2 + off, len);
+}
+
 /* LARS or LAMB over [off, off + len): each layer's piece in it. */
 static void layerwise_step(PsOptimizer *opt, float *params, const float *grads, size_t off,
                            size_t len, int64_t t)
@@ -788,13 +801,117 @@ void ps_optimizer_step_range(PsOptimizer *opt, float *params, const float *grads
     layerwise_step(opt, params, grads, off, len, t);
     break;
   }
-  if (opt->state_bf16) {
-    ps_bf16_round_array(params + off, params + off, len);
-    if (opt->slot1)
-      ps_bf16_round_array(opt->slot1 + off, opt->slot1 + off, len);
-    if (opt->slot2)
-      ps_bf16_round_array(opt->slot2 + off, opt->slot2 + off, len);
+  state_round(opt, params, off, len);
+}
+
+/* The segments of [roff, roff + rlen), which must be whole ones: calls
+ * fn for each one's piece in [off, off + len) with the index of its norms
+ * among the range's adapted segments (-1 for one not adapted); returns
+ * their count, or -1 if the range cuts a segment. */
+typedef void (*PieceFn)(PsOptimizer *opt, const PsOptSegment *sg, size_t a, size_t b, int j,
+                        void *data);
+static int range_pieces(PsOptimizer *opt, size_t roff, size_t rlen, size_t off, size_t len,
+                        PieceFn fn, void *data)
+{
+  int j = 0;
+  for (int i = 0; i < opt->n_segs; i++) {
+    const PsOptSegment *sg = &opt->segs[i];
+    if (sg->off + sg->len <= roff || sg->off >= roff + rlen)
+      continue;
+    if (sg->off < roff || sg->off + sg->len > roff + rlen)
+      return -1;
+    size_t a = MAX(sg->off, off), b = MIN(sg->off + sg->len, off + len);
+    if (a < b)
+      fn(opt, sg, a, b, sg->adapt ? j : -1, data);
+    j += sg->adapt;
   }
+  return j;
+}
+
+typedef struct {
+  const float *params, *grads;
+  float *params_w; /* pass two */
+  float *sums;
+  PsLambStep lamb[2]; /* not adapted, adapted */
+} PieceArgs;
+
+static void piece_sums(PsOptimizer *opt, const PsOptSegment *sg, size_t a, size_t b, int j,
+                       void *data)
+{
+  PieceArgs *p = data;
+  double other = 0;
+  if (opt->kind == OPT_LAMB)
+    other = ps_lamb_moments(&p->lamb[sg->adapt], p->params + a, p->grads + a, opt->slot1 + a,
+                            opt->slot2 + a, b - a);
+  else if (j >= 0)
+    other = ps_sum_squares(p->grads + a, b - a);
+  if (j < 0)
+    return;
+  p->sums[2 * j] += (float)ps_sum_squares(p->params + a, b - a);
+  p->sums[2 * j + 1] += (float)other;
+}
+
+static void piece_apply(PsOptimizer *opt, const PsOptSegment *sg, size_t a, size_t b, int j,
+                        void *data)
+{
+  PieceArgs *p = data;
+  double wn = j >= 0 ? sqrt(p->sums[2 * j]) : 0, on = j >= 0 ? sqrt(p->sums[2 * j + 1]) : 0;
+  if (opt->kind == OPT_LAMB)
+    ps_lamb_apply(&p->lamb[sg->adapt], p->params_w + a, opt->slot1 + a, opt->slot2 + a, b - a,
+                  opt->lr, sg->adapt, wn, on);
+  else if (sg->adapt)
+    ps_lars_apply(p->params_w + a, p->grads + a, opt->slot1 + a, b - a, opt->lr, opt->momentum,
+                  opt->eta, opt->wd, wn, on);
+  else
+    ps_sgd_momentum_update(p->params_w + a, p->grads + a, opt->slot1 + a, b - a, opt->lr,
+                           opt->momentum);
+}
+
+static PieceArgs piece_args(const PsOptimizer *opt, const float *params, const float *grads,
+                            int64_t t, float *sums)
+{
+  PieceArgs p = {.params = params, .grads = grads, .sums = sums};
+  if (opt->kind == OPT_LAMB)
+    for (int adapt = 0; adapt < 2; adapt++)
+      p.lamb[adapt] = ps_lamb_step(opt->beta1, opt->beta2, opt->eps, opt->wd, adapt, t);
+  return p;
+}
+
+int ps_optimizer_layer_sums(PsOptimizer *opt, const float *params, const float *grads,
+                            size_t roff, size_t rlen, size_t off, size_t len, int64_t t,
+                            float *sums)
+{
+  g_return_val_if_fail(opt != NULL && (opt->kind == OPT_LARS || opt->kind == OPT_LAMB), -1);
+  g_return_val_if_fail(off >= roff && off + len <= roff + rlen && roff + rlen <= opt->n, -1);
+  g_return_val_if_fail(t >= 1, -1);
+  PieceArgs p = piece_args(opt, params, grads, t, sums);
+  return range_pieces(opt, roff, rlen, off, len, piece_sums, &p);
+}
+
+int ps_optimizer_layer_apply(PsOptimizer *opt, float *params, const float *grads, size_t roff,
+                             size_t rlen, size_t off, size_t len, int64_t t, const float *sums)
+{
+  g_return_val_if_fail(opt != NULL && (opt->kind == OPT_LARS || opt->kind == OPT_LAMB), -1);
+  g_return_val_if_fail(off >= roff && off + len <= roff + rlen && roff + rlen <= opt->n, -1);
+  g_return_val_if_fail(t >= 1, -1);
+  PieceArgs p = piece_args(opt, params, grads, t, (float *)sums);
+  p.params_w = params;
+  int n = range_pieces(opt, roff, rlen, off, len, piece_apply, &p);
+  if (n >= 0)
+    state_round(opt, params, off, len);
+  return n;
+}
+
+int ps_optimizer_layer_count(const PsOptimizer *opt, size_t roff, size_t rlen)
+{
+  g_return_val_if_fail(opt != NULL, -1);
+  int j = 0;
+  for (int i = 0; i < opt->n_segs; i++) {
+    const PsOptSegment *sg = &opt->segs[i];
+    if (sg->off >= roff && sg->off + sg->len <= roff + rlen)
+      j += sg->adapt;
+  }
+  return j;
 }
 
 void ps_optimizer_set_state_bf16(PsOptimizer *opt, gboolean bf16)

@@ -164,6 +164,24 @@ typedef struct {
  * the range.  (transfer full) */
 PsOptimizer *ps_optimizer_new_layerwise(const PsLayerwiseConfig *c, size_t n,
                                         const PsOptSegment *segs, int n_segs);
+/* A layer-wise step of a range [roff, roff + rlen) of whole segments (a
+ * bucket) whose update is split among devices, each over its piece
+ * [off, off + len) of it, in two passes.  Pass one (LAMB: the piece's
+ * moments) adds the piece's sums of squares of each adapted segment of the
+ * range, the j-th in order, to sums[2 j] (the weights) and sums[2 j + 1]
+ * (LARS: the gradients; LAMB: the update).  Once the devices' sums are
+ * added up (an all-reduce), pass two updates the piece with the whole
+ * segments' norms.  Both return the number of adapted segments in the
+ * range (-1 if it cuts a segment); the pieces of every device together
+ * give what one ps_optimizer_step_range over the range gives, but for the
+ * norms' summation order. */
+int ps_optimizer_layer_sums(PsOptimizer *opt, const float *params, const float *grads,
+                            size_t roff, size_t rlen, size_t off, size_t len, int64_t t,
+                            float *sums);
+int ps_optimizer_layer_apply(PsOptimizer *opt, float *params, const float *grads, size_t roff,
+                             size_t rlen, size_t off, size_t len, int64_t t, const float *sums);
+/* The adapted segments lying whole in [roff, roff + rlen). */
+int ps_optimizer_layer_count(const PsOptimizer *opt, size_t roff, size_t rlen);
 /* Sets the learning rate of the following steps. */
 void ps_optimizer_set_lr(PsOptimizer *opt, float lr);
 

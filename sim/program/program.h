@@ -88,6 +88,14 @@ typedef struct {
   gboolean clip_shards; /* CLIP: of the reduced gradient's blocks the device
                            updates (weight-update sharding): their sum of
                            squares, which an all-reduce adds up */
+  int update_pass;      /* UPDATE of a layer-wise optimizer's shard (weight-update
+                           sharding): 1, its first pass (LAMB's moments, the
+                           shard's sums of squares of each layer into NORM from
+                           norm_slot, which an all-reduce adds up); 2, its
+                           second (the weights, with the layers' whole norms);
+                           0, both at once */
+  int norm_slot;        /* UPDATE with update_pass: the NORM float of its
+                           bucket's first adapted layer's norms */
   /* cost on the core, from the compiler */
   ps_time_t time;       /* kernel time plus launch overhead; 0 for communication */
   double flops;         /* useful FLOPs */

@@ -71,7 +71,7 @@ gboolean ps_run_numerics_init(Run *r, GError **error)
   r->norm_cap = 1;
   for (int c = 0; c < plan->n_colls; c++)
     if (plan->colls[c].buffer == PS_BUFFER_NORM)
-      r->norm_cap = MAX(r->norm_cap, plan->colls[c].count);
+      r->norm_cap = MAX(r->norm_cap, plan->colls[c].offset + plan->colls[c].count);
   r->norm = g_new0(float, (size_t)r->n_dev * (size_t)r->norm_cap);
   r->loss_n = g_new0(int, r->n_dev);
   r->messages = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, message_queue_free);
@@ -276,9 +276,18 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
    * (the norm's all-reduce left the replicas' sum of squares in norm) */
   int coll = ps_plan_op_coll(r->plan, device, op);
   double limit = oc->clip_norm, norm = sqrt((double)*ps_run_norm(r, device));
-  float f = coll >= 0 && limit > 0 && !oc->clip_before_reduce && norm > limit
+  float f = coll >= 0 && limit > 0 && !oc->clip_before_reduce && norm > limit &&
+                    op->update_pass != 2 /* its first pass scaled them */
                 ? (float)(limit / norm)
                 : 1.0f;
+  /* a layer-wise update in two passes: the layers' sums of squares of the
+   * device's blocks, from the op's slot of NORM (the bucket's zeroed
+   * first), which an all-reduce adds up before the second pass */
+  float *sums = ps_run_norm(r, device) + op->norm_slot;
+  PsOptimizer *opt = r->opts[device];
+  if (op->update_pass == 1)
+    memset(sums, 0,
+           2 * sizeof *sums * (size_t)ps_optimizer_layer_count(opt, (size_t)off, (size_t)len));
   int pieces = 1;
   for (int k = 0; k < pieces; k++) {
     int64_t boff = 0, blen = len;
@@ -287,8 +296,15 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
     float *g = ps_net_grads(net) + off + boff;
     for (int64_t i = 0; f != 1.0f && i < blen; i++)
       g[i] *= f;
-    ps_optimizer_step_range(r->opts[device], ps_net_params(net), ps_net_grads(net),
-                            (size_t)(off + boff), (size_t)blen, step + 1);
+    size_t at = (size_t)(off + boff), n = (size_t)blen;
+    if (op->update_pass == 1)
+      ps_optimizer_layer_sums(opt, ps_net_params(net), ps_net_grads(net), (size_t)off,
+                              (size_t)len, at, n, step + 1, sums);
+    else if (op->update_pass == 2)
+      ps_optimizer_layer_apply(opt, ps_net_params(net), ps_net_grads(net), (size_t)off,
+                               (size_t)len, at, n, step + 1, sums);
+    else
+      ps_optimizer_step_range(opt, ps_net_params(net), ps_net_grads(net), at, n, step + 1);
   }
 }
 
@@ -468,7 +484,7 @@ float *ps_run_numerics_coll_buffer(void *ctx, int device, int c)
   case PS_BUFFER_GRAD_SHARDS:
     return ps_run_fsdp_shards(r, device, pc->offset);
   case PS_BUFFER_NORM:
-    return ps_run_norm(r, device);
+    return ps_run_norm(r, device) + pc->offset;
   default:
     return ps_net_activation(net, pc->layer, NULL) + pc->offset;
   }

@@ -64,7 +64,8 @@ typedef struct {
   int64_t *grad_step;   /* per device: the step its gradients were zeroed for */
   double *loss_acc;     /* per device: micro-batch losses of the step so far */
   float *norm;          /* per device, norm_cap floats: PS_BUFFER_NORM (its first, the
-                           clipping sum of squares); ps_run_norm */
+                           clipping sum of squares; then a sharded layer-wise
+                           update's sums of squares, two a layer); ps_run_norm */
   int64_t norm_cap;     /* the most floats a NORM collective of the plan carries */
   int *loss_n;
   GHashTable *messages; /* (src, dst, tag) -> GQueue of payloads in flight */

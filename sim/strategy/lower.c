@@ -95,7 +95,7 @@ static PsUpdateShape update_shape(const PsExperiment *exp, const PsOp *op, int64
 {
   const PsModel *m = exp->model;
   PsUpdateShape u = {.kind = exp->optimizer.kind, .params = params,
-                     .state_bytes = ps_lower_weight_bytes(exp)};
+                     .state_bytes = ps_lower_weight_bytes(exp), .pass = op->update_pass};
   int64_t off = 0, end = op->param_off + op->param_len, adapted = 0;
   for (int l = 0; l < m->n_layers; off += m->layers[l].params, l++) {
     int64_t a = ps_layer_adapted_params(&m->layers[l]);
@@ -334,12 +334,14 @@ int ps_lower_buckets_count(const PsBuckets *b)
 }
 
 /* A one-off all-reduce of `count` floats of norms over the replicas, now
- * (latency-bound: the norms' sums). */
-static void norms_now(PsBuckets *b, GArray *ops, int64_t count, const char *what)
+ * (latency-bound: the norms' sums), from float `offset` of NORM. */
+static void norms_now(PsBuckets *b, GArray *ops, int64_t offset, int64_t count,
+                      const char *what)
 {
   PsPlanColl c = {.op = PS_COLL_ALL_REDUCE, .algo = b->exp->collective.algorithm,
                   .n_members = b->n, .members = (int *)b->members, .count = count,
-                  .elem_bytes = (int)sizeof(float), .buffer = PS_BUFFER_NORM};
+                  .elem_bytes = (int)sizeof(float), .buffer = PS_BUFFER_NORM,
+                  .offset = offset};
   snprintf(c.name, sizeof c.name, "all-reduce %s%s (%" G_GINT64_FORMAT " B)", b->prefix, what,
            count * (int64_t)sizeof(float));
   int n = ps_plan_add_coll(b->plan, &c);
@@ -351,12 +353,13 @@ static void norms_now(PsBuckets *b, GArray *ops, int64_t count, const char *what
 /* Under weight-update sharding, before any shard is updated: every
  * reduce-scatter done; when clipping the reduced gradient, the norm of the
  * device's shards (one read of them, as CLIP costs it) and the replicas'
- * sums of squares all-reduced (one float); with a layer-wise optimizer,
- * whose trust ratios need each layer's norms while a replica holds a shard
- * of it, those norms all-reduced (two floats an adapted layer: the
- * weights' and the update's; the update's own passes compute them, and
- * the all-reduce, between its two passes in the real run, is placed
- * before them here, which takes the same time). */
+ * sums of squares all-reduced (one float, NORM's first); with a layer-wise
+ * optimizer, whose trust ratios need each layer's norms while a replica
+ * holds a shard of it, the first pass of each shard's update (LAMB's
+ * moments; the sums of squares of the shard's piece of each layer, two
+ * floats an adapted layer: the weights' and the gradient's or update's,
+ * from NORM's second), then those sums all-reduced; the second passes
+ * follow, per bucket (ps_lower_buckets_finish). */
 static void shards_whole(PsBuckets *b, GArray *ops, gboolean clip, gboolean layerwise)
 {
   int nb = (int)b->buckets->len;
@@ -372,17 +375,22 @@ static void shards_whole(PsBuckets *b, GArray *ops, gboolean clip, gboolean laye
     snprintf(op.name, sizeof op.name, "clip reduced %sgradients: norm of the shards",
              b->prefix);
     g_array_append_val(ops, op);
-    norms_now(b, ops, 1, "gradient norm");
+    norms_now(b, ops, 0, 1, "gradient norm");
   }
   if (layerwise) {
     int64_t layers = 0;
     for (int k = 0; k < nb; k++) {
       const PsBucket *bk = &g_array_index(b->buckets, PsBucket, k);
+      PsOp up = {.coll = g_array_index(b->reduce, int, k), .param_off = bk->off,
+                 .param_len = bk->count, .update_pass = 1, .norm_slot = 1 + 2 * (int)layers};
+      ps_lower_update_op(b->exp, &up, (bk->count + b->n - 1) / b->n);
+      snprintf(up.name, sizeof up.name, "update, pass one: shard of %sb%d", b->prefix, k);
+      g_array_append_val(ops, up);
       for (int l = bk->first; l <= bk->last; l++)
         layers += ps_layer_adapted_params(&b->exp->model->layers[l]) > 0;
     }
     if (layers > 0)
-      norms_now(b, ops, 2 * layers, "layer norms");
+      norms_now(b, ops, 1, 2 * layers, "layer norms");
   }
 }
 
@@ -421,7 +429,7 @@ int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off, in
    * clipping the reduced gradient, every shard first, for the norm */
   gboolean clip = exp->optimizer.clip_norm > 0 && !local;
   gboolean layerwise = exp->optimizer.kind == PS_OPT_LARS || exp->optimizer.kind == PS_OPT_LAMB;
-  int64_t slot_params = 0;
+  int64_t slot_params = 0, layers = 0;
   if (clip || layerwise)
     shards_whole(b, ops, clip, layerwise);
   GArray *gather = g_array_new(FALSE, FALSE, sizeof(int));
@@ -434,7 +442,10 @@ int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off, in
     }
     int64_t shard = (bk->count + b->n - 1) / b->n;
     slot_params += shard;
-    PsOp up = {.coll = rs, .param_off = bk->off, .param_len = bk->count};
+    PsOp up = {.coll = rs, .param_off = bk->off, .param_len = bk->count,
+               .update_pass = layerwise ? 2 : 0, .norm_slot = 1 + 2 * (int)layers};
+    for (int l = bk->first; layerwise && l <= bk->last; l++) /* its first pass's slot */
+      layers += ps_layer_adapted_params(&exp->model->layers[l]) > 0;
     ps_lower_update_op(exp, &up, shard);
     snprintf(up.name, sizeof up.name, "apply update: shard of %sb%d", b->prefix, k);
     g_array_append_val(ops, up);

@@ -292,18 +292,6 @@ gboolean ps_replica_check(const PsExperiment *e, const PsReplicaConfig *c, GErro
                      s->stages > 1 ? s->stages : r->bn_group);
     return FALSE;
   }
-  /* a replica updates its shard of each bucket: a layer-wise optimizer's
-   * trust ratio needs the layer's norms over every shard */
-  if (e->numerics.enabled && r->weight_update_sharding && r->replicas > 1 &&
-      (e->optimizer.kind == PS_OPT_LARS || e->optimizer.kind == PS_OPT_LAMB)) {
-    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "numerics.enabled",
-                     "true is not yet supported with a layer-wise optimizer (optimizer.kind "
-                     "lars or lamb) under strategy.weight_update_sharding: each replica "
-                     "updates its shard of a layer, whose trust ratio needs the whole layer's "
-                     "norms; numerics.enabled=false runs it (timing only), or set "
-                     "strategy.weight_update_sharding=false");
-    return FALSE;
-  }
   return check_clip(e, c, error) && check_stages(e, c, error);
 }
 
