@@ -488,9 +488,13 @@ static void describe_op(const PsPlan *plan, int device, int i, const PsOp *op, G
     break;
   case PS_OP_UPDATE:
   case PS_OP_CLIP:
-    g_string_append_printf(out, "params [%" G_GINT64_FORMAT ", +%" G_GINT64_FORMAT ")%s %s",
-                           op->param_off, op->param_len,
-                           c >= 0 ? " (this device's shard)" : "", op->name);
+    if (op->kind == PS_OP_CLIP && op->clip_shards)
+      g_string_append_printf(out, "its shards, %" G_GINT64_FORMAT " params %s", op->param_len,
+                             op->name);
+    else
+      g_string_append_printf(out, "params [%" G_GINT64_FORMAT ", +%" G_GINT64_FORMAT ")%s %s",
+                             op->param_off, op->param_len,
+                             c >= 0 ? " (this device's shard)" : "", op->name);
     if (op->time > 0)
       g_string_append_printf(out, "  %.3f us%s", ps_time_to_s(op->time) * 1e6,
                              op->memory_bound ? " (HBM-bound)" : " (MXU-bound)");

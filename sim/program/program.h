@@ -86,8 +86,9 @@ typedef struct {
   gboolean clip_local;  /* CLIP: of the device's own gradient, before the
                            cross-replica reduction (else of the reduced one) */
   gboolean clip_shards; /* CLIP: of the reduced gradient's blocks the device
-                           updates (weight-update sharding): their sum of
-                           squares, which an all-reduce adds up */
+                           updates (weight-update sharding, a shard mesh's
+                           shards): their sum of squares, which an all-reduce
+                           adds up; param_len counts them (no range) */
   int update_pass;      /* UPDATE of a layer-wise optimizer's shard (weight-update
                            sharding): 1, its first pass (LAMB's moments, the
                            shard's sums of squares of each layer into NORM from

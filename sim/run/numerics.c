@@ -437,10 +437,12 @@ void ps_run_numerics_op(void *ctx, int device, int64_t step, const PsOp *op)
     update_params(r, net, device, step, op);
     break;
   case PS_OP_CLIP:
-    if (op->clip_shards)
+    if (ps_run_fsdp_clip(r, device) || /* an fsdp mesh: the norm of its shards */
+        ps_run_tensor_clip(r, device))  /* a tensor mesh: its owned share */
+      break;
+    if (op->clip_shards) /* weight-update sharding: its blocks of the reduce-scatters */
       clip_shard_norm(r, net, device);
-    else if (!ps_run_fsdp_clip(r, device) && /* an fsdp mesh: the norm of its shards */
-             !ps_run_tensor_clip(r, device))  /* a tensor mesh: its owned share */
+    else
       clip_grads(r, net, op);
     break;
   case PS_OP_OUTFEED:

@@ -847,8 +847,9 @@ static void pipe_backward(void *data, int mb, gboolean final)
 static void clip_norm(Lower *w)
 {
   PsOp op = ps_lower_clip_op(w->exp, w->shard_params, 0);
+  op.clip_shards = w->F > 1 || w->M > 1;
   snprintf(op.name, sizeof op.name, "clip: norm of the gradient%s",
-           w->F > 1 || w->M > 1 ? " shard" : "");
+           op.clip_shards ? " shard" : "");
   emit(w, &op);
   if (w->F > 1)
     coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_FSDP, PS_AXIS_FSDP, 1, PS_BUFFER_NORM,
