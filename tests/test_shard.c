@@ -732,6 +732,56 @@ static void test_clip(void)
   ps_experiment_free(e1);
 }
 
+/* LARS or LAMB where a device updates a shard of each layer: the update
+ * in two passes, between them an all-reduce of two floats an adapted
+ * layer (after the clipping norm's float) over the fsdp group and one
+ * over the tensor group; Adam's update is one op. */
+static void test_layerwise_norms(void)
+{
+  const char *kinds[] = {"optimizer.kind=lamb", "optimizer.kind=lars", "optimizer.kind=adam"};
+  for (guint k = 0; k < G_N_ELEMENTS(kinds); k++) {
+    PsExperiment *e;
+    PsPlan *p = compile((const char *[]){kinds[k], NULL}, &e);
+    int64_t layers = 0;
+    for (int l = 0; l < e->model->n_layers; l++)
+      layers += ps_layer_adapted_params(&e->model->layers[l]) > 0;
+    const PsProgram *pr = ps_plan_program(p, 0);
+    int pass[3] = {-1, -1, -1}, norms[2] = {-1, -1};
+    for (int i = 0; i < pr->n_ops; i++) {
+      const PsOp *o = &pr->ops[i];
+      if (o->kind == PS_OP_UPDATE) {
+        g_assert_cmpint(pass[o->update_pass], <, 0);
+        pass[o->update_pass] = i;
+      }
+      if (o->kind != PS_OP_COLL_START || !strstr(p->colls[o->coll].name, "layer norms"))
+        continue;
+      const PsPlanColl *c = &p->colls[o->coll];
+      g_assert_cmpint(c->op, ==, PS_COLL_ALL_REDUCE);
+      g_assert_cmpint(c->buffer, ==, PS_BUFFER_NORM);
+      g_assert_cmpint(c->count, ==, 2 * layers);
+      g_assert_cmpint(c->offset, ==, 1);
+      int a = c->axis == PS_AXIS_FSDP ? 0 : 1;
+      g_assert_cmpint(norms[a], <, 0);
+      norms[a] = i;
+    }
+    g_test_message("%s: %" G_GINT64_FORMAT " adapted layers; updates at %d / %d, %d; norms' "
+                   "all-reduces at %d (fsdp), %d (tensor)", kinds[k], layers, pass[0], pass[1],
+                   pass[2], norms[0], norms[1]);
+    if (k < 2) {
+      g_assert_cmpint(pass[0], <, 0);
+      for (int a = 0; a < 2; a++) {
+        g_assert_cmpint(pass[1], <, norms[a]);
+        g_assert_cmpint(norms[a], <, pass[2]);
+      }
+    } else {
+      g_assert_cmpint(pass[0], >=, 0);
+      g_assert_cmpint(pass[1] + pass[2] + norms[0] + norms[1], ==, -4);
+    }
+    ps_plan_free(p);
+    ps_experiment_free(e);
+  }
+}
+
 static int count_colls(const PsPlan *p, PsAxis axis, PsCollOp op, const char *has)
 {
   const PsProgram *pr = ps_plan_program(p, 0);
@@ -1172,13 +1222,12 @@ static void test_bad_input(void)
                            "strategy.mesh.data=4", "strategy.collective_matmul=true",
                            "optimizer.kind=lamb", NULL};
   bad(numlamb, "layer-wise optimizer");
-  /* an fsdp shard of a layer alone has no trust ratio */
+  /* a tensor shard of a layer: its packed shards carry no layer's norms */
   const char *numlars[] = {"model=char-decoder", "numerics.enabled=true", TEXT,
-                           "strategy.mesh.fsdp=2", "strategy.mesh.tensor=1",
+                           "strategy.mesh.fsdp=1", "strategy.mesh.tensor=2",
                            "strategy.mesh.data=8", "optimizer.kind=lars", NULL};
   bad(numlars, "numerics.enabled: true is not yet supported with a layer-wise optimizer "
-               "(optimizer.kind lars or lamb: its trust ratios would need each layer's norms "
-               "over the whole fsdp x tensor group");
+               "(optimizer.kind lars or lamb) on a tensor axis");
 #undef TEXT
   const char *batch[] = {"global_batch=10", NULL};
   bad(batch, "global_batch");
@@ -1216,6 +1265,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/vocab/padded", test_vocab_padded);
   g_test_add_func("/shard/vocab/matmul-lookup", test_vocab_matmul_lookup);
   g_test_add_func("/shard/clip", test_clip);
+  g_test_add_func("/shard/layerwise-norms", test_layerwise_norms);
   g_test_add_func("/shard/kernels/local", test_kernels_local);
   g_test_add_func("/shard/vocab/lookup-remat", test_lookup_remat);
   g_test_add_func("/shard/collectives/megatron", test_megatron);

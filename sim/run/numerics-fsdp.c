@@ -7,7 +7,8 @@
  * device's gradient shards, a flat buffer laid out as the lowering lays
  * out its data all-reduce buckets (each reduce-scatter in the order of its
  * start, ceil(count / fsdp) floats), so the data axis reduces exactly the
- * shards.  The update copies them back and steps only the owned blocks.
+ * shards; without a data axis each takes as many floats as its largest
+ * blocks (multiring's streams round their parts up).  The update copies them back and steps only the owned blocks.
  *
  * On a tensor x fsdp mesh the flat buffers are the device's packed tensor
  * shard (numerics-tensor.c): its owned weights and gradients in layer
@@ -44,14 +45,13 @@ static gboolean is_shard_rs(const PsPlanColl *pc)
          pc->axis == PS_AXIS_FSDP;
 }
 
-/* Whether every device's blocks of reduce-scatter c fit the
- * ceil(count / F) floats its shard holds (the plan's layout of the shards,
- * which the data axis's all-reduces of them follow); an algorithm whose
- * streams each round their parts up (multiring) can give a device more. */
-static gboolean blocks_fit(Run *r, int c, int F, GError **error)
+/* The most floats any device's blocks of reduce-scatter c hold: its
+ * count over F, or more where the algorithm's streams each round their
+ * parts up (multiring). */
+static int64_t blocks_most(Run *r, int c)
 {
   const PsPlanColl *pc = &r->plan->colls[c];
-  int64_t room = (pc->count + F - 1) / F;
+  int64_t most = 0;
   for (int m = 0; m < pc->n_members; m++) {
     int d = pc->members[m], pieces = 1;
     int64_t total = 0;
@@ -60,18 +60,34 @@ static gboolean blocks_fit(Run *r, int c, int F, GError **error)
       pieces = ps_pod_coll_block(r->pod, c, d, k, &off, &len);
       total += len;
     }
-    if (total > room) {
-      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
-                  "%s: collective.algorithm: with numerics.enabled=true on an fsdp axis, "
-                  "the reduce-scatter '%s' gives device %d %" G_GINT64_FORMAT " gradients, "
-                  "more than the %" G_GINT64_FORMAT " (its %" G_GINT64_FORMAT " over fsdp %d) "
-                  "its shard holds: its algorithm rounds each stream's part up; set "
-                  "collective.algorithm to bidir, ring or torus, or numerics.enabled=false",
-                  r->exp->file, pc->name, d, total, room, pc->count, F);
-      return FALSE;
-    }
+    most = MAX(most, total);
   }
-  return TRUE;
+  return most;
+}
+
+/* The floats reduce-scatter c's slot of the shards holds: with a data
+ * axis, ceil(count / F), the plan's layout of the shards, which the data
+ * axis's all-reduces of them follow (an error if some device's blocks do
+ * not fit it); without one, as many as its largest blocks, the layout
+ * being the run's own.  -1 on error. */
+static int64_t slot_floats(Run *r, int c, int F, GError **error)
+{
+  const PsPlanColl *pc = &r->plan->colls[c];
+  int64_t room = (pc->count + F - 1) / F, most = blocks_most(r, c);
+  if (ps_plan_axis_size(r->plan, PS_AXIS_DATA) <= 1)
+    return MAX(room, most);
+  if (most > room) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: collective.algorithm: with numerics.enabled=true on a data x fsdp mesh, "
+                "the reduce-scatter '%s' gives a device %" G_GINT64_FORMAT " gradients, "
+                "more than the %" G_GINT64_FORMAT " (its %" G_GINT64_FORMAT " over fsdp %d) "
+                "its shard holds for the data axis's all-reduce: its algorithm rounds each "
+                "stream's part up; set collective.algorithm to bidir, ring or torus, or "
+                "numerics.enabled=false",
+                r->exp->file, pc->name, most, room, pc->count, F);
+    return -1;
+  }
+  return room;
 }
 
 gboolean ps_run_fsdp_init(Run *r, GError **error)
@@ -81,8 +97,9 @@ gboolean ps_run_fsdp_init(Run *r, GError **error)
   if (F <= 1)
     return TRUE;
   r->shard_off = g_new(int64_t, MAX(plan->n_colls, 1));
+  int64_t *floats = g_new(int64_t, MAX(plan->n_colls, 1));
   for (int c = 0; c < plan->n_colls; c++)
-    r->shard_off[c] = -1;
+    r->shard_off[c] = floats[c] = -1;
   int64_t most = 1;
   for (int d = 0; d < r->n_dev; d++) { /* by device: programs may be shared */
     const PsProgram *pr = ps_plan_program(plan, d);
@@ -92,13 +109,16 @@ gboolean ps_run_fsdp_init(Run *r, GError **error)
       int c = op->kind == PS_OP_COLL_START ? ps_plan_op_coll(plan, d, op) : -1;
       if (c < 0 || !is_shard_rs(&plan->colls[c]))
         continue;
-      if (r->shard_off[c] < 0 && !blocks_fit(r, c, F, error))
+      if (floats[c] < 0 && (floats[c] = slot_floats(r, c, F, error)) < 0) {
+        g_free(floats);
         return FALSE;
+      }
       r->shard_off[c] = off;
-      off += (plan->colls[c].count + F - 1) / F;
+      off += floats[c];
     }
     most = MAX(most, off);
   }
+  g_free(floats);
   r->shards = g_new(float *, r->n_dev);
   for (int d = 0; d < r->n_dev; d++)
     r->shards[d] = g_new0(float, (size_t)most);
@@ -242,21 +262,35 @@ static void clip_shards(Run *r, int device)
     s[i] *= f;
 }
 
-gboolean ps_run_fsdp_update(Run *r, int device, int64_t step)
+gboolean ps_run_fsdp_update(Run *r, int device, int64_t step, const PsOp *op)
 {
   if (!r->shard_off)
     return FALSE;
-  if (r->exp->optimizer.clip_norm > 0)
+  if (r->exp->optimizer.clip_norm > 0 && op->update_pass != 2) /* once */
     clip_shards(r, device);
   g_autoptr(GArray) cs = device_rs(r, device);
   for (guint j = 0; j < cs->len; j++)
     move_blocks(r, device, g_array_index(cs, int, j), FALSE);
+  /* a layer-wise update in two passes (an fsdp mesh without a tensor
+   * axis: the flat layout is the net's): its blocks' sums of squares of
+   * each layer of the op's range, from the op's slot of NORM, which the
+   * fsdp group's all-reduce adds up before the second pass */
+  PsOptimizer *opt = r->opts[device];
+  size_t roff = (size_t)op->param_off, rlen = (size_t)op->param_len;
+  float *sums = ps_run_norm(r, device) + op->norm_slot;
+  if (op->update_pass == 1)
+    memset(sums, 0, 2 * sizeof *sums * (size_t)ps_optimizer_layer_count(opt, roff, rlen));
+  float *params = flat(r, device, FALSE), *grads = flat(r, device, TRUE);
   g_autoptr(GArray) rgs = ps_run_fsdp_ranges(r, device);
   for (guint j = 0; j < rgs->len; j++) {
     const PsParamRange *rg = &g_array_index(rgs, PsParamRange, j);
-    ps_optimizer_step_range(r->opts[device], flat(r, device, FALSE), flat(r, device, TRUE),
-                            (size_t)rg->off, (size_t)rg->len,
-                            step + 1);
+    size_t off = (size_t)rg->off, len = (size_t)rg->len;
+    if (op->update_pass == 1)
+      ps_optimizer_layer_sums(opt, params, grads, roff, rlen, off, len, step + 1, sums);
+    else if (op->update_pass == 2)
+      ps_optimizer_layer_apply(opt, params, grads, roff, rlen, off, len, step + 1, sums);
+    else
+      ps_optimizer_step_range(opt, params, grads, off, len, step + 1);
   }
   return TRUE;
 }

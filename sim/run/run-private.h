@@ -124,8 +124,9 @@ typedef struct {
 gboolean ps_run_fsdp_init(Run *r, GError **error);
 void ps_run_fsdp_free(Run *r);
 void ps_run_fsdp_coll_done(Run *r, int device, int c);
-/* TRUE if it updated device's blocks (an fsdp mesh), else FALSE. */
-gboolean ps_run_fsdp_update(Run *r, int device, int64_t step);
+/* TRUE if it updated device's blocks (an fsdp mesh; op's pass of a
+ * layer-wise update, op->update_pass), else FALSE. */
+gboolean ps_run_fsdp_update(Run *r, int device, int64_t step, const PsOp *op);
 float *ps_run_fsdp_shards(Run *r, int device, int64_t off);
 /* The parameter ranges device owns, in an array (transfer full), or NULL
  * without an fsdp axis. */

@@ -859,10 +859,49 @@ static void clip_norm(Lower *w)
                         PS_BUFFER_NORM, -1, "grad norm"));
 }
 
+/* A layer-wise optimizer (LARS, LAMB) whose device updates a shard of each
+ * layer (fsdp, tensor): the first pass of its update (LAMB's moments; the
+ * shard's sums of squares of each adapted layer of the stage), then the
+ * fsdp and the tensor x sequence group all-reduce those sums (two floats a
+ * layer, after the clipping norm's float), as the real runs all-reduce
+ * the partial norms; the second pass (up, whose update_pass it sets)
+ * follows.  Data replicas hold the same shards. */
+static void layer_norms(Lower *w, PsOp *up)
+{
+  gboolean layerwise =
+      w->exp->optimizer.kind == PS_OPT_LARS || w->exp->optimizer.kind == PS_OPT_LAMB;
+  if (!layerwise || (w->F <= 1 && w->M <= 1))
+    return;
+  int64_t layers = 0;
+  for (int l = w->lo; l < w->hi; l++)
+    layers += ps_layer_adapted_params(&w->m->layers[l]) > 0;
+  PsOp one = *up;
+  one.update_pass = 1;
+  one.norm_slot = 1;
+  ps_lower_update_op(w->exp, &one, w->shard_params);
+  snprintf(one.name, sizeof one.name, "update, pass one: shard");
+  emit(w, &one);
+  up->update_pass = 2;
+  up->norm_slot = 1;
+  ps_lower_update_op(w->exp, up, w->shard_params);
+  if (layers == 0)
+    return;
+  for (int k = 0; k < 2; k++) {
+    if (k == 0 ? w->F <= 1 : w->M <= 1)
+      continue;
+    int r = add_req(w, PS_COLL_ALL_REDUCE, k == 0 ? PS_GROUP_FSDP : PS_GROUP_MODEL,
+                    k == 0 ? PS_AXIS_FSDP : PS_AXIS_TENSOR, 2 * layers, PS_BUFFER_NORM, -1,
+                    "layer norms");
+    g_array_index(w->reqs, Req, r).offset = 1;
+    coll_now(w, r);
+  }
+}
+
 /* The template program of every device of the stage (colls are request
  * indices): its micro-batches in the schedule's order (one stage, one
  * micro-batch: infeed, forward, backward), the norm when clipping, the
- * update, the outfeed. */
+ * update (a layer-wise one in two passes, the layers' norms all-reduced
+ * between them), the outfeed. */
 static void build_template(Lower *w)
 {
   int n = (int)w->starts->len - 1;
@@ -883,6 +922,7 @@ static void build_template(Lower *w)
     g_array_index(w->ops, PsOp, 0).act_bytes += whole;
     up.act_bytes = -whole;
   }
+  layer_norms(w, &up);
   emit(w, &up);
   if (w->stage == w->P - 1) {
     PsOp out = ps_lower_outfeed(w->exp, w->batch * w->mbs, 1.0 / ((double)w->D * w->F * w->M));
