@@ -1,6 +1,7 @@
 /* shard-lower-private.h: what the lowering of a sharded step
  * (shard-lower.c) shares with the rematerialization policies
- * (shard-remat.c) and the host-offloading copies (shard-offload.c): the
+ * (shard-remat.c), the host-offloading copies (shard-offload.c), the HBM
+ * check (shard-fit.c) and the ops before the update (shard-update.c): the
  * lowering's state, the layouts and requests of its template, its op
  * groups, what each policy keeps and reruns, and the copies it makes.
  *
@@ -127,14 +128,35 @@ void ps_shard_offload_after(Lower *w, int g);
 void ps_shard_offload_flush(Lower *w);
 /* Before group g's backward: its bytes and the window's next come down
  * (down[h]: the tag of group h's copy, -1 before it starts). */
-/* shard-fit.c: whether the template's peak of live activations, with the
- * stage's shards of weights, gradients and slots, fits a device's HBM;
- * else FALSE with an error naming strategy.mesh and what to change. */
-gboolean ps_shard_template_fits(Lower *w, GError **error);
-/* " sharded" or " sharded, stage 1 (layers 24..47)".  (transfer full) */
-char *ps_shard_stage_what(const Lower *w);
 void ps_shard_prefetch_ahead(Lower *w, int *down, int g);
 /* Group g's copy down is done, if it has one. */
 void ps_shard_prefetch_done(Lower *w, const int *down, int g);
+
+/* ---- fitting HBM (shard-fit.c) ---------------------------------------------- */
+
+/* Whether the template's peak of live activations, with the stage's shards
+ * of weights, gradients and slots, fits a device's HBM; else FALSE with an
+ * error naming strategy.mesh and what to change. */
+gboolean ps_shard_template_fits(Lower *w, GError **error);
+/* " sharded" or " sharded, stage 1 (layers 24..47)".  (transfer full) */
+char *ps_shard_stage_what(const Lower *w);
+
+/* ---- the template's requests and ops (shard-lower.c) ------------------------ */
+
+/* A request for a collective of no layer's buffer (a norm); its index. */
+int ps_shard_add_req(Lower *w, PsCollOp op, PsShardGroup g, PsAxis axis, int64_t count,
+                     PsBufferKind buf, const char *what);
+/* Appends op to the template. */
+void ps_shard_emit(Lower *w, const PsOp *op);
+/* Request req's collective started and waited for, now. */
+void ps_shard_coll_now(Lower *w, int req);
+
+/* ---- before the update (shard-update.c) ------------------------------------- */
+
+/* The clipping norm: the device's CLIP op, its groups' all-reduces. */
+void ps_shard_clip_norm(Lower *w);
+/* A layer-wise update of shards: its first pass and the layers' norms'
+ * all-reduces; up becomes the second pass.  Else nothing. */
+void ps_shard_layer_norms(Lower *w, PsOp *up);
 
 #endif

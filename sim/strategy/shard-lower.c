@@ -255,6 +255,22 @@ static void coll_now(Lower *w, int req)
   coll(w, PS_OP_COLL_DONE, req);
 }
 
+int ps_shard_add_req(Lower *w, PsCollOp op, PsShardGroup g, PsAxis axis, int64_t count,
+                     PsBufferKind buf, const char *what)
+{
+  return add_req(w, op, g, axis, count, buf, -1, what);
+}
+
+void ps_shard_emit(Lower *w, const PsOp *op)
+{
+  emit(w, op);
+}
+
+void ps_shard_coll_now(Lower *w, int req)
+{
+  coll_now(w, req);
+}
+
 static PsAxis model_axis(const Lower *w, int op)
 {
   return w->sp && op != PS_COLL_ALL_REDUCE ? PS_AXIS_SEQUENCE : PS_AXIS_TENSOR;
@@ -837,66 +853,6 @@ static void pipe_backward(void *data, int mb, gboolean final)
     xfer(w, PS_OP_SEND, TRUE);
 }
 
-/* Clipping by global norm (optimizer.clip_norm), as optax's
- * clip_by_global_norm does to GSPMD's reduced gradients: each device sums
- * the squares of the gradient shard it updates (one read of it, in
- * float32), the fsdp and then the tensor x sequence group all-reduce that
- * sum (a scalar: their latency), and the update applies the factor (XLA
- * fuses the scaling into it).  Data replicas hold the same shards, so
- * their group takes no part. */
-static void clip_norm(Lower *w)
-{
-  PsOp op = ps_lower_clip_op(w->exp, w->shard_params, 0);
-  op.clip_shards = w->F > 1 || w->M > 1;
-  snprintf(op.name, sizeof op.name, "clip: norm of the gradient%s",
-           op.clip_shards ? " shard" : "");
-  emit(w, &op);
-  if (w->F > 1)
-    coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_FSDP, PS_AXIS_FSDP, 1, PS_BUFFER_NORM,
-                        -1, "grad norm"));
-  if (w->M > 1) /* a sequence axis comes with a tensor axis (check_mesh) */
-    coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_MODEL, PS_AXIS_TENSOR, 1,
-                        PS_BUFFER_NORM, -1, "grad norm"));
-}
-
-/* A layer-wise optimizer (LARS, LAMB) whose device updates a shard of each
- * layer (fsdp, tensor): the first pass of its update (LAMB's moments; the
- * shard's sums of squares of each adapted layer of the stage), then the
- * fsdp and the tensor x sequence group all-reduce those sums (two floats a
- * layer, after the clipping norm's float), as the real runs all-reduce
- * the partial norms; the second pass (up, whose update_pass it sets)
- * follows.  Data replicas hold the same shards. */
-static void layer_norms(Lower *w, PsOp *up)
-{
-  gboolean layerwise =
-      w->exp->optimizer.kind == PS_OPT_LARS || w->exp->optimizer.kind == PS_OPT_LAMB;
-  if (!layerwise || (w->F <= 1 && w->M <= 1))
-    return;
-  int64_t layers = 0;
-  for (int l = w->lo; l < w->hi; l++)
-    layers += ps_layer_adapted_params(&w->m->layers[l]) > 0;
-  PsOp one = *up;
-  one.update_pass = 1;
-  one.norm_slot = 1;
-  ps_lower_update_op(w->exp, &one, w->shard_params);
-  snprintf(one.name, sizeof one.name, "update, pass one: shard");
-  emit(w, &one);
-  up->update_pass = 2;
-  up->norm_slot = 1;
-  ps_lower_update_op(w->exp, up, w->shard_params);
-  if (layers == 0)
-    return;
-  for (int k = 0; k < 2; k++) {
-    if (k == 0 ? w->F <= 1 : w->M <= 1)
-      continue;
-    int r = add_req(w, PS_COLL_ALL_REDUCE, k == 0 ? PS_GROUP_FSDP : PS_GROUP_MODEL,
-                    k == 0 ? PS_AXIS_FSDP : PS_AXIS_TENSOR, 2 * layers, PS_BUFFER_NORM, -1,
-                    "layer norms");
-    g_array_index(w->reqs, Req, r).offset = 1;
-    coll_now(w, r);
-  }
-}
-
 /* The template program of every device of the stage (colls are request
  * indices): its micro-batches in the schedule's order (one stage, one
  * micro-batch: infeed, forward, backward), the norm when clipping, the
@@ -914,7 +870,7 @@ static void build_template(Lower *w)
   ps_lower_update_op(w->exp, &up, w->shard_params);
   snprintf(up.name, sizeof up.name, w->F > 1 || w->M > 1 ? "apply update: shard" : "apply update");
   if (w->exp->optimizer.clip_norm > 0)
-    clip_norm(w);
+    ps_shard_clip_norm(w);
   if (w->mbs > 1 && w->F > 1) {
     /* micro-batches accumulate whole gradients until the last one's
      * reduce-scatter: held from the first op to the update */
@@ -922,7 +878,7 @@ static void build_template(Lower *w)
     g_array_index(w->ops, PsOp, 0).act_bytes += whole;
     up.act_bytes = -whole;
   }
-  layer_norms(w, &up);
+  ps_shard_layer_norms(w, &up);
   emit(w, &up);
   if (w->stage == w->P - 1) {
     PsOp out = ps_lower_outfeed(w->exp, w->batch * w->mbs, 1.0 / ((double)w->D * w->F * w->M));
