@@ -735,13 +735,16 @@ static void test_clip(void)
 /* LARS or LAMB where a device updates a shard of each layer: the update
  * in two passes, between them an all-reduce of two floats an adapted
  * layer (after the clipping norm's float) over the fsdp group and one
- * over the tensor group; Adam's update is one op. */
+ * over the tensor group; Adam's update is one op.  With micro-batches
+ * the gradients held until the update are freed once: a step's ops leave
+ * nothing live. */
 static void test_layerwise_norms(void)
 {
   const char *kinds[] = {"optimizer.kind=lamb", "optimizer.kind=lars", "optimizer.kind=adam"};
-  for (guint k = 0; k < G_N_ELEMENTS(kinds); k++) {
+  for (guint k = 0; k < 2 * G_N_ELEMENTS(kinds); k++) {
     PsExperiment *e;
-    PsPlan *p = compile((const char *[]){kinds[k], NULL}, &e);
+    const char *mbs = k >= G_N_ELEMENTS(kinds) ? "strategy.micro_batches=2" : NULL;
+    PsPlan *p = compile((const char *[]){kinds[k % 3], mbs, NULL}, &e);
     int64_t layers = 0;
     for (int l = 0; l < e->model->n_layers; l++)
       layers += ps_layer_adapted_params(&e->model->layers[l]) > 0;
@@ -764,10 +767,15 @@ static void test_layerwise_norms(void)
       g_assert_cmpint(norms[a], <, 0);
       norms[a] = i;
     }
-    g_test_message("%s: %" G_GINT64_FORMAT " adapted layers; updates at %d / %d, %d; norms' "
-                   "all-reduces at %d (fsdp), %d (tensor)", kinds[k], layers, pass[0], pass[1],
-                   pass[2], norms[0], norms[1]);
-    if (k < 2) {
+    int64_t live = 0;
+    for (int i = 0; i < pr->n_ops; i++)
+      live += pr->ops[i].act_bytes;
+    g_test_message("%s%s: %" G_GINT64_FORMAT " adapted layers; updates at %d / %d, %d; norms' "
+                   "all-reduces at %d (fsdp), %d (tensor); %" G_GINT64_FORMAT " bytes left live",
+                   kinds[k % 3], mbs ? ", 2 micro-batches" : "", layers, pass[0], pass[1],
+                   pass[2], norms[0], norms[1], live);
+    g_assert_cmpint(live, ==, 0);
+    if (k % 3 < 2) {
       g_assert_cmpint(pass[0], <, 0);
       for (int a = 0; a < 2; a++) {
         g_assert_cmpint(pass[1], <, norms[a]);

@@ -8,7 +8,8 @@
  * out its data all-reduce buckets (each reduce-scatter in the order of its
  * start, ceil(count / fsdp) floats), so the data axis reduces exactly the
  * shards; without a data axis each takes as many floats as its largest
- * blocks (multiring's streams round their parts up).  The update copies them back and steps only the owned blocks.
+ * blocks (multiring's streams round their parts up).  The update copies
+ * them back and steps only the owned blocks.
  *
  * On a tensor x fsdp mesh the flat buffers are the device's packed tensor
  * shard (numerics-tensor.c): its owned weights and gradients in layer
@@ -203,16 +204,6 @@ GArray *ps_run_fsdp_ranges(Run *r, int device)
   return out;
 }
 
-/* Floats of device's shards: its blocks of every reduce-scatter. */
-static int64_t shard_len(Run *r, int device)
-{
-  g_autoptr(GArray) rgs = ps_run_fsdp_ranges(r, device);
-  int64_t n = 0;
-  for (guint j = 0; j < rgs->len; j++)
-    n += g_array_index(rgs, PsParamRange, j).len;
-  return n;
-}
-
 gboolean ps_run_fsdp_clip(Run *r, int device)
 {
   if (!r->shard_off)
@@ -257,9 +248,21 @@ static void clip_shards(Run *r, int device)
   double norm = sqrt(ss), limit = r->exp->optimizer.clip_norm;
   if (!(norm > limit))
     return; /* within the limit, or not a number: as clip_grads */
-  float f = (float)(limit / norm), *s = r->shards[device];
-  for (int64_t i = 0, n = shard_len(r, device); i < n; i++)
-    s[i] *= f;
+  /* each reduce-scatter's blocks, from its slot (which may hold more than
+   * this device's blocks: ring's uneven ones, multiring's rounded up) */
+  float f = (float)(limit / norm);
+  g_autoptr(GArray) cs = device_rs(r, device);
+  for (guint j = 0; j < cs->len; j++) {
+    int c = g_array_index(cs, int, j), pieces = 1;
+    float *s = r->shards[device] + r->shard_off[c];
+    for (int k = 0; k < pieces; k++) {
+      int64_t off = 0, len = 0;
+      pieces = ps_pod_coll_block(r->pod, c, device, k, &off, &len);
+      for (int64_t i = 0; i < len; i++)
+        s[i] *= f;
+      s += len;
+    }
+  }
 }
 
 gboolean ps_run_fsdp_update(Run *r, int device, int64_t step, const PsOp *op)
@@ -278,18 +281,22 @@ gboolean ps_run_fsdp_update(Run *r, int device, int64_t step, const PsOp *op)
   PsOptimizer *opt = r->opts[device];
   size_t roff = (size_t)op->param_off, rlen = (size_t)op->param_len;
   float *sums = ps_run_norm(r, device) + op->norm_slot;
+  int64_t n_sums = op->update_pass ? 2 * (int64_t)ps_optimizer_layer_count(opt, roff, rlen) : 0;
+  g_assert(op->norm_slot + n_sums <= r->norm_cap); /* the lowering counted these layers */
   if (op->update_pass == 1)
-    memset(sums, 0, 2 * sizeof *sums * (size_t)ps_optimizer_layer_count(opt, roff, rlen));
+    memset(sums, 0, sizeof *sums * (size_t)n_sums);
   float *params = flat(r, device, FALSE), *grads = flat(r, device, TRUE);
   g_autoptr(GArray) rgs = ps_run_fsdp_ranges(r, device);
   for (guint j = 0; j < rgs->len; j++) {
     const PsParamRange *rg = &g_array_index(rgs, PsParamRange, j);
     size_t off = (size_t)rg->off, len = (size_t)rg->len;
+    int layers = 0;
     if (op->update_pass == 1)
-      ps_optimizer_layer_sums(opt, params, grads, roff, rlen, off, len, step + 1, sums);
+      layers = ps_optimizer_layer_sums(opt, params, grads, roff, rlen, off, len, step + 1, sums);
     else if (op->update_pass == 2)
-      ps_optimizer_layer_apply(opt, params, grads, roff, rlen, off, len, step + 1, sums);
-    else
+      layers = ps_optimizer_layer_apply(opt, params, grads, roff, rlen, off, len, step + 1, sums);
+    g_assert(layers >= 0); /* the piece's range cuts no layer */
+    if (op->update_pass == 0)
       ps_optimizer_step_range(opt, params, grads, off, len, step + 1);
   }
   return TRUE;

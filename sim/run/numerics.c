@@ -285,9 +285,11 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
    * first), which an all-reduce adds up before the second pass */
   float *sums = ps_run_norm(r, device) + op->norm_slot;
   PsOptimizer *opt = r->opts[device];
+  int64_t n_sums =
+      op->update_pass ? 2 * (int64_t)ps_optimizer_layer_count(opt, (size_t)off, (size_t)len) : 0;
+  g_assert(op->norm_slot + n_sums <= r->norm_cap); /* the lowering counted these layers */
   if (op->update_pass == 1)
-    memset(sums, 0,
-           2 * sizeof *sums * (size_t)ps_optimizer_layer_count(opt, (size_t)off, (size_t)len));
+    memset(sums, 0, sizeof *sums * (size_t)n_sums);
   int pieces = 1;
   for (int k = 0; k < pieces; k++) {
     int64_t boff = 0, blen = len;
@@ -297,14 +299,16 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
     for (int64_t i = 0; f != 1.0f && i < blen; i++)
       g[i] *= f;
     size_t at = (size_t)(off + boff), n = (size_t)blen;
+    int layers = 0; /* the bucket cuts no layer */
     if (op->update_pass == 1)
-      ps_optimizer_layer_sums(opt, ps_net_params(net), ps_net_grads(net), (size_t)off,
-                              (size_t)len, at, n, step + 1, sums);
+      layers = ps_optimizer_layer_sums(opt, ps_net_params(net), ps_net_grads(net), (size_t)off,
+                                       (size_t)len, at, n, step + 1, sums);
     else if (op->update_pass == 2)
-      ps_optimizer_layer_apply(opt, ps_net_params(net), ps_net_grads(net), (size_t)off,
-                               (size_t)len, at, n, step + 1, sums);
+      layers = ps_optimizer_layer_apply(opt, ps_net_params(net), ps_net_grads(net),
+                                        (size_t)off, (size_t)len, at, n, step + 1, sums);
     else
       ps_optimizer_step_range(opt, ps_net_params(net), ps_net_grads(net), at, n, step + 1);
+    g_assert(layers >= 0);
   }
 }
 

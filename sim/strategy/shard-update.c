@@ -50,6 +50,7 @@ void ps_shard_layer_norms(Lower *w, PsOp *up)
   for (int l = w->lo; l < w->hi; l++)
     layers += ps_layer_adapted_params(&w->m->layers[l]) > 0;
   PsOp one = *up;
+  one.act_bytes = 0; /* the second pass frees what the update holds */
   one.update_pass = 1;
   one.norm_slot = 1;
   ps_lower_update_op(w->exp, &one, w->shard_params);
