@@ -1230,12 +1230,12 @@ static void test_bad_input(void)
                            "strategy.mesh.data=4", "strategy.collective_matmul=true",
                            "optimizer.kind=lamb", NULL};
   bad(numlamb, "layer-wise optimizer");
-  /* a tensor shard of a layer: its packed shards carry no layer's norms */
+  /* tensor x fsdp: its packed shards carry no layer's norms */
   const char *numlars[] = {"model=char-decoder", "numerics.enabled=true", TEXT,
-                           "strategy.mesh.fsdp=1", "strategy.mesh.tensor=2",
-                           "strategy.mesh.data=8", "optimizer.kind=lars", NULL};
+                           "strategy.mesh.fsdp=2", "strategy.mesh.tensor=2",
+                           "strategy.mesh.data=4", "optimizer.kind=lars", NULL};
   bad(numlars, "numerics.enabled: true is not yet supported with a layer-wise optimizer "
-               "(optimizer.kind lars or lamb) on a tensor axis");
+               "(optimizer.kind lars or lamb) on a tensor x fsdp mesh");
 #undef TEXT
   const char *batch[] = {"global_batch=10", NULL};
   bad(batch, "global_batch");

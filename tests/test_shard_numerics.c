@@ -371,19 +371,35 @@ static void test_fsdp_blocks_fit(void)
  * pass), within check_replicas_with's bound of 2e-4 (each block taking its
  * own norms: 0.016 with LAMB, 7.8 with LARS); clipped too, the norm's
  * all-reduce first. */
-static void test_fsdp_layerwise(void)
+static void layerwise_meshes(const char *const *meshes, guint n)
 {
-  const char *meshes[] = {"{\"fsdp\": 4}", "{\"data\": 2, \"fsdp\": 2}"};
   const char *opts[] = {
       "optimizer={\"kind\": \"lamb\", \"learning_rate\": 0.003}",
       "optimizer={\"kind\": \"lars\", \"learning_rate\": 20}",
       "optimizer={\"kind\": \"lamb\", \"learning_rate\": 0.003, \"clip_norm\": 0.1}",
   };
-  for (guint k = 0; k < G_N_ELEMENTS(meshes); k++)
+  for (guint k = 0; k < n; k++)
     for (guint o = 0; o < G_N_ELEMENTS(opts); o++) {
       g_test_message("%s", opts[o]);
       check_replicas_with(NULL, meshes[k], opts[o], NULL);
     }
+}
+
+static void test_fsdp_layerwise(void)
+{
+  const char *meshes[] = {"{\"fsdp\": 4}", "{\"data\": 2, \"fsdp\": 2}"};
+  layerwise_meshes(meshes, G_N_ELEMENTS(meshes));
+}
+
+/* The same on tensor meshes: each device sums the squares of its owned
+ * part of each split layer and 1/T of each layer its group holds whole
+ * (ps_run_tensor_clip's rule; the char decoder's whole layers are its
+ * norms, which no trust ratio adapts), the tensor x sequence group
+ * all-reduces them between the passes (each piece's own norms: 0.016). */
+static void test_tensor_layerwise(void)
+{
+  const char *meshes[] = {"{\"data\": 2, \"tensor\": 2}", "{\"tensor\": 2, \"sequence\": 2}"};
+  layerwise_meshes(meshes, G_N_ELEMENTS(meshes));
 }
 
 static void test_fsdp_clip(void)
@@ -695,6 +711,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard-numerics/fsdp/clip", test_fsdp_clip);
   g_test_add_func("/shard-numerics/fsdp/blocks-fit", test_fsdp_blocks_fit);
   g_test_add_func("/shard-numerics/fsdp/layerwise", test_fsdp_layerwise);
+  g_test_add_func("/shard-numerics/tensor/layerwise", test_tensor_layerwise);
   g_test_add_func("/shard-numerics/tensor/clip", test_tensor_clip);
   g_test_add_func("/shard-numerics/tensor/gradients", test_tensor_gradients);
   g_test_add_func("/shard-numerics/tensor/replicas", test_tensor_replicas);

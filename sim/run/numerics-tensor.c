@@ -383,25 +383,73 @@ double ps_run_tensor_pack_ss(Run *r, int device, int64_t at, const float *x, int
   return split + whole / r->tensor->T;
 }
 
-gboolean ps_run_tensor_update(Run *r, int device, int64_t step)
+/* A layer-wise update's first pass over device's owned ranges: each
+ * adapted layer's sums of squares into sums, its replicated layers' (held
+ * whole by every rank of the group) over the group's size, so that the
+ * group's all-reduce counts them once, as ps_run_tensor_clip does. */
+static void tensor_layer_sums(Run *r, int device, int64_t step, const PsOp *op, float *sums,
+                              int64_t n_sums)
+{
+  const TensorDev *td = &r->tensor->dev[device];
+  PsNet *net = r->nets[device];
+  PsOptimizer *opt = r->opts[device];
+  size_t roff = (size_t)op->param_off, rlen = (size_t)op->param_len;
+  g_autofree float *whole = g_new0(float, (size_t)MAX(n_sums, 1));
+  for (int l = 0; l < r->tensor->n_layers; l++) {
+    int how = r->plan->layer_split[l];
+    float *to = how == PS_SPLIT_NONE || how == PS_SPLIT_SEQUENCE ? whole : sums;
+    for (int k = td->first[l]; k < td->first[l + 1]; k++) {
+      const PsNetRange *rg = &g_array_index(td->ranges, PsNetRange, k);
+      int n = ps_optimizer_layer_sums(opt, ps_net_params(net), ps_net_grads(net), roff, rlen,
+                                      rg->off, rg->len, step + 1, to);
+      g_assert(n >= 0 && 2 * (int64_t)n <= n_sums);
+    }
+  }
+  for (int64_t i = 0; i < n_sums; i++)
+    sums[i] += whole[i] / (float)r->tensor->T;
+}
+
+gboolean ps_run_tensor_update(Run *r, int device, int64_t step, const PsOp *op)
 {
   if (!r->tensor)
     return FALSE;
   const GArray *rgs = r->tensor->dev[device].ranges;
   PsNet *net = r->nets[device];
-  /* clipping (ps_run_tensor_clip): the group's norm, all-reduced */
+  /* clipping (ps_run_tensor_clip): the group's norm, all-reduced; a
+   * layer-wise update's first pass scales, its second does not */
   double limit = r->exp->optimizer.clip_norm, norm = sqrt((double)*ps_run_norm(r, device));
-  float f = limit > 0 && !r->tensor->fsdp && norm > limit ? (float)(limit / norm) : 1.0f;
+  float f = limit > 0 && !r->tensor->fsdp && norm > limit && op->update_pass != 2
+                ? (float)(limit / norm)
+                : 1.0f;
   for (guint k = 0; f != 1.0f && k < rgs->len; k++) {
     const PsNetRange *rg = &g_array_index(rgs, PsNetRange, k);
     float *g = ps_net_grads(net) + rg->off;
     for (size_t i = 0; i < rg->len; i++)
       g[i] *= f;
   }
+  /* a layer-wise update in two passes: the layers' sums of squares from
+   * the op's slot of NORM (zeroed first), which the tensor group's
+   * all-reduce adds up before the second pass */
+  PsOptimizer *opt = r->opts[device];
+  size_t roff = (size_t)op->param_off, rlen = (size_t)op->param_len;
+  float *sums = ps_run_norm(r, device) + op->norm_slot;
+  int64_t n_sums = op->update_pass ? 2 * (int64_t)ps_optimizer_layer_count(opt, roff, rlen) : 0;
+  g_assert(op->norm_slot + n_sums <= r->norm_cap); /* the lowering counted these layers */
+  if (op->update_pass == 1) {
+    memset(sums, 0, sizeof *sums * (size_t)n_sums);
+    tensor_layer_sums(r, device, step, op, sums, n_sums);
+    return TRUE;
+  }
   for (guint k = 0; k < rgs->len; k++) {
     const PsNetRange *rg = &g_array_index(rgs, PsNetRange, k);
-    ps_optimizer_step_range(r->opts[device], ps_net_params(net), ps_net_grads(net), rg->off,
-                            rg->len, step + 1);
+    if (op->update_pass == 2) {
+      int n = ps_optimizer_layer_apply(opt, ps_net_params(net), ps_net_grads(net), roff, rlen,
+                                       rg->off, rg->len, step + 1, sums);
+      g_assert(n >= 0); /* the range cuts no layer */
+    } else {
+      ps_optimizer_step_range(opt, ps_net_params(net), ps_net_grads(net), rg->off, rg->len,
+                              step + 1);
+    }
   }
   return TRUE;
 }

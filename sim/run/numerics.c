@@ -269,7 +269,7 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
                         (float)(oc->learning_rate * 0.5 *
                                 (1.0 + cos(G_PI * (double)step / (double)r->exp->steps))));
   if (ps_run_fsdp_update(r, device, step, op) || /* an fsdp mesh: the blocks it owns */
-      ps_run_tensor_update(r, device, step))  /* a tensor mesh: its shard */
+      ps_run_tensor_update(r, device, step, op))  /* a tensor mesh: its shard */
     return;
   /* a reduce-scattered bucket: this device's shard, in one piece or
    * several (multiring), scaled first when clipping the reduced gradient

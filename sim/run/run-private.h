@@ -152,7 +152,9 @@ float *ps_run_tensor_coll_buffer(Run *r, int device, int c);
 void ps_run_tensor_coll_done(Run *r, int device, int c);
 /* After a BWD op: zeroes the gradients device does not own. */
 void ps_run_tensor_bwd_done(Run *r, int device, const PsOp *op);
-gboolean ps_run_tensor_update(Run *r, int device, int64_t step);
+/* UPDATE on a tensor mesh without fsdp: device's owned ranges (op's pass
+ * of a layer-wise update, op->update_pass).  FALSE off a tensor mesh. */
+gboolean ps_run_tensor_update(Run *r, int device, int64_t step, const PsOp *op);
 /* CLIP on a tensor (x sequence) mesh without fsdp: device's share of the
  * squared global norm into its NORM buffer (its split layers' owned
  * gradients, its replicated layers' over the group's size), which the

@@ -366,15 +366,17 @@ static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError
 /* Real numerics run on data x fsdp meshes (run/numerics-fsdp.c) and on
  * tensor (x sequence) x fsdp x data meshes (run/numerics-tensor.c,
  * numerics-sequence.c), with collective matmul or without
- * (numerics-ring.c), a layer-wise optimizer on data x fsdp meshes only;
- * the rest is timing only. */
+ * (numerics-ring.c), a layer-wise optimizer on data x fsdp and on data x
+ * tensor (x sequence) meshes, not on tensor x fsdp; the rest is timing
+ * only. */
 static gboolean check_numerics(const PsExperiment *e, const PsShardConfig *c, GError **error)
 {
   int T = c->size[PS_AXIS_TENSOR], M = ps_shard_model_ways(c);
   const char *why = NULL;
-  if (M > 1 && (e->optimizer.kind == PS_OPT_LARS || e->optimizer.kind == PS_OPT_LAMB))
-    why = "a layer-wise optimizer (optimizer.kind lars or lamb) on a tensor axis (its "
-          "trust ratios would need each layer's norms over the tensor group's packed "
+  if (M > 1 && c->size[PS_AXIS_FSDP] > 1 &&
+      (e->optimizer.kind == PS_OPT_LARS || e->optimizer.kind == PS_OPT_LAMB))
+    why = "a layer-wise optimizer (optimizer.kind lars or lamb) on a tensor x fsdp mesh "
+          "(its trust ratios would need each layer's norms over the group's packed "
           "shards)";
   if (why) {
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "numerics.enabled",
