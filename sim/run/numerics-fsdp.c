@@ -91,6 +91,54 @@ static int64_t slot_floats(Run *r, int c, int F, GError **error)
   return room;
 }
 
+/* Whether member m's blocks of collectives a and b are the same pieces. */
+static gboolean same_blocks(Run *r, int a, int b, int device)
+{
+  int pa = 1, pb = 1;
+  for (int k = 0; k < pa; k++) {
+    int64_t oa = 0, la = 0, ob = 0, lb = 0;
+    pa = ps_pod_coll_block(r->pod, a, device, k, &oa, &la);
+    pb = ps_pod_coll_block(r->pod, b, device, k < pb ? k : 0, &ob, &lb);
+    if (pa != pb || oa != ob || la != lb)
+      return FALSE;
+  }
+  return TRUE;
+}
+
+/* A device updates the blocks its fsdp reduce-scatter of a layer's
+ * gradients gave it and hands the same blocks to the all-gathers of the
+ * layer's weights; two algorithms can cut a buffer differently (auto picks
+ * each collective's by its bytes, and a bf16 reduction or bf16 weights
+ * give the two different sizes), which would gather stale weights.  An
+ * error naming collective.algorithm if some all-gather's blocks are not
+ * its reduce-scatter's. */
+static gboolean gathers_match(Run *r, int c, GError **error)
+{
+  const PsPlan *plan = r->plan;
+  const PsPlanColl *rs = &plan->colls[c];
+  for (int a = 0; a < plan->n_colls; a++) {
+    const PsPlanColl *ag = &plan->colls[a];
+    if (ag->op != PS_COLL_ALL_GATHER || ag->buffer != PS_BUFFER_PARAMS ||
+        ag->axis != PS_AXIS_FSDP || ag->offset != rs->offset || ag->count != rs->count ||
+        ag->n_members != rs->n_members ||
+        memcmp(ag->members, rs->members, sizeof(int) * (size_t)rs->n_members) != 0)
+      continue;
+    for (int m = 0; m < rs->n_members; m++)
+      if (!same_blocks(r, c, a, rs->members[m])) {
+        g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                    "%s: collective.algorithm: with numerics.enabled=true on an fsdp axis, "
+                    "'%s' (%s) and '%s' (%s) cut the layer's weights into different blocks "
+                    "(auto picks each by its bytes: %d and %d a weight), so a device would "
+                    "gather weights it did not update; set collective.algorithm to ring, "
+                    "bidir or torus, or numerics.enabled=false",
+                    r->exp->file, rs->name, ps_pod_coll_algorithm(r->pod, c), ag->name,
+                    ps_pod_coll_algorithm(r->pod, a), rs->elem_bytes, ag->elem_bytes);
+        return FALSE;
+      }
+  }
+  return TRUE;
+}
+
 gboolean ps_run_fsdp_init(Run *r, GError **error)
 {
   const PsPlan *plan = r->plan;
@@ -110,7 +158,8 @@ gboolean ps_run_fsdp_init(Run *r, GError **error)
       int c = op->kind == PS_OP_COLL_START ? ps_plan_op_coll(plan, d, op) : -1;
       if (c < 0 || !is_shard_rs(&plan->colls[c]))
         continue;
-      if (floats[c] < 0 && (floats[c] = slot_floats(r, c, F, error)) < 0) {
+      if (floats[c] < 0 &&
+          (!gathers_match(r, c, error) || (floats[c] = slot_floats(r, c, F, error)) < 0)) {
         g_free(floats);
         return FALSE;
       }
