@@ -327,26 +327,14 @@ gboolean ps_run_fsdp_update(Run *r, int device, int64_t step, const PsOp *op)
    * axis: the flat layout is the net's): its blocks' sums of squares of
    * each layer of the op's range, from the op's slot of NORM, which the
    * fsdp group's all-reduce adds up before the second pass */
-  PsOptimizer *opt = r->opts[device];
-  size_t roff = (size_t)op->param_off, rlen = (size_t)op->param_len;
-  float *sums = ps_run_norm(r, device) + op->norm_slot;
-  int64_t n_sums = op->update_pass ? 2 * (int64_t)ps_optimizer_layer_count(opt, roff, rlen) : 0;
-  g_assert(op->norm_slot + n_sums <= r->norm_cap); /* the lowering counted these layers */
-  if (op->update_pass == 1)
-    memset(sums, 0, sizeof *sums * (size_t)n_sums);
+  int64_t n_sums;
+  float *sums = ps_run_update_sums(r, device, op, &n_sums);
   float *params = flat(r, device, FALSE), *grads = flat(r, device, TRUE);
   g_autoptr(GArray) rgs = ps_run_fsdp_ranges(r, device);
   for (guint j = 0; j < rgs->len; j++) {
     const PsParamRange *rg = &g_array_index(rgs, PsParamRange, j);
-    size_t off = (size_t)rg->off, len = (size_t)rg->len;
-    int layers = 0;
-    if (op->update_pass == 1)
-      layers = ps_optimizer_layer_sums(opt, params, grads, roff, rlen, off, len, step + 1, sums);
-    else if (op->update_pass == 2)
-      layers = ps_optimizer_layer_apply(opt, params, grads, roff, rlen, off, len, step + 1, sums);
-    g_assert(layers >= 0); /* the piece's range cuts no layer */
-    if (op->update_pass == 0)
-      ps_optimizer_step_range(opt, params, grads, off, len, step + 1);
+    ps_run_update_piece(r, device, step, op, params, grads, (size_t)rg->off, (size_t)rg->len,
+                        sums);
   }
   return TRUE;
 }

@@ -392,17 +392,14 @@ static void tensor_layer_sums(Run *r, int device, int64_t step, const PsOp *op, 
 {
   const TensorDev *td = &r->tensor->dev[device];
   PsNet *net = r->nets[device];
-  PsOptimizer *opt = r->opts[device];
-  size_t roff = (size_t)op->param_off, rlen = (size_t)op->param_len;
   g_autofree float *whole = g_new0(float, (size_t)MAX(n_sums, 1));
   for (int l = 0; l < r->tensor->n_layers; l++) {
     int how = r->plan->layer_split[l];
     float *to = how == PS_SPLIT_NONE || how == PS_SPLIT_SEQUENCE ? whole : sums;
     for (int k = td->first[l]; k < td->first[l + 1]; k++) {
       const PsNetRange *rg = &g_array_index(td->ranges, PsNetRange, k);
-      int n = ps_optimizer_layer_sums(opt, ps_net_params(net), ps_net_grads(net), roff, rlen,
-                                      rg->off, rg->len, step + 1, to);
-      g_assert(n >= 0 && 2 * (int64_t)n <= n_sums);
+      ps_run_update_piece(r, device, step, op, ps_net_params(net), ps_net_grads(net), rg->off,
+                          rg->len, to);
     }
   }
   for (int64_t i = 0; i < n_sums; i++)
@@ -430,26 +427,16 @@ gboolean ps_run_tensor_update(Run *r, int device, int64_t step, const PsOp *op)
   /* a layer-wise update in two passes: the layers' sums of squares from
    * the op's slot of NORM (zeroed first), which the tensor group's
    * all-reduce adds up before the second pass */
-  PsOptimizer *opt = r->opts[device];
-  size_t roff = (size_t)op->param_off, rlen = (size_t)op->param_len;
-  float *sums = ps_run_norm(r, device) + op->norm_slot;
-  int64_t n_sums = op->update_pass ? 2 * (int64_t)ps_optimizer_layer_count(opt, roff, rlen) : 0;
-  g_assert(op->norm_slot + n_sums <= r->norm_cap); /* the lowering counted these layers */
+  int64_t n_sums;
+  float *sums = ps_run_update_sums(r, device, op, &n_sums);
   if (op->update_pass == 1) {
-    memset(sums, 0, sizeof *sums * (size_t)n_sums);
     tensor_layer_sums(r, device, step, op, sums, n_sums);
     return TRUE;
   }
   for (guint k = 0; k < rgs->len; k++) {
     const PsNetRange *rg = &g_array_index(rgs, PsNetRange, k);
-    if (op->update_pass == 2) {
-      int n = ps_optimizer_layer_apply(opt, ps_net_params(net), ps_net_grads(net), roff, rlen,
-                                       rg->off, rg->len, step + 1, sums);
-      g_assert(n >= 0); /* the range cuts no layer */
-    } else {
-      ps_optimizer_step_range(opt, ps_net_params(net), ps_net_grads(net), rg->off, rg->len,
-                              step + 1);
-    }
+    ps_run_update_piece(r, device, step, op, ps_net_params(net), ps_net_grads(net), rg->off,
+                        rg->len, sums);
   }
   return TRUE;
 }

@@ -260,6 +260,34 @@ static void recv_message(Run *r, PsNet *net, int device, int64_t step, const PsO
   memcpy(x, payload, n * sizeof *x);
 }
 
+float *ps_run_update_sums(Run *r, int device, const PsOp *op, int64_t *n)
+{
+  float *sums = ps_run_norm(r, device) + op->norm_slot;
+  *n = op->update_pass ? 2 * (int64_t)ps_optimizer_layer_count(r->opts[device],
+                                                               (size_t)op->param_off,
+                                                               (size_t)op->param_len)
+                       : 0;
+  g_assert(op->norm_slot + *n <= r->norm_cap); /* the lowering counted these layers */
+  if (op->update_pass == 1)
+    memset(sums, 0, sizeof *sums * (size_t)*n);
+  return sums;
+}
+
+void ps_run_update_piece(Run *r, int device, int64_t step, const PsOp *op, float *params,
+                         const float *grads, size_t off, size_t len, float *sums)
+{
+  PsOptimizer *opt = r->opts[device];
+  size_t roff = (size_t)op->param_off, rlen = (size_t)op->param_len;
+  int layers = 0;
+  if (op->update_pass == 1)
+    layers = ps_optimizer_layer_sums(opt, params, grads, roff, rlen, off, len, step + 1, sums);
+  else if (op->update_pass == 2)
+    layers = ps_optimizer_layer_apply(opt, params, grads, roff, rlen, off, len, step + 1, sums);
+  else
+    ps_optimizer_step_range(opt, params, grads, off, len, step + 1);
+  g_assert(layers >= 0); /* the op's range cuts no layer */
+}
+
 static void update_params(Run *r, PsNet *net, int device, int64_t step, const PsOp *op)
 {
   int64_t off = op->param_off, len = op->param_len;
@@ -281,15 +309,10 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
                 ? (float)(limit / norm)
                 : 1.0f;
   /* a layer-wise update in two passes: the layers' sums of squares of the
-   * device's blocks, from the op's slot of NORM (the bucket's zeroed
-   * first), which an all-reduce adds up before the second pass */
-  float *sums = ps_run_norm(r, device) + op->norm_slot;
-  PsOptimizer *opt = r->opts[device];
-  int64_t n_sums =
-      op->update_pass ? 2 * (int64_t)ps_optimizer_layer_count(opt, (size_t)off, (size_t)len) : 0;
-  g_assert(op->norm_slot + n_sums <= r->norm_cap); /* the lowering counted these layers */
-  if (op->update_pass == 1)
-    memset(sums, 0, sizeof *sums * (size_t)n_sums);
+   * device's blocks, from the op's slot of NORM, which an all-reduce adds
+   * up before the second pass */
+  int64_t n_sums;
+  float *sums = ps_run_update_sums(r, device, op, &n_sums);
   int pieces = 1;
   for (int k = 0; k < pieces; k++) {
     int64_t boff = 0, blen = len;
@@ -298,17 +321,8 @@ static void update_params(Run *r, PsNet *net, int device, int64_t step, const Ps
     float *g = ps_net_grads(net) + off + boff;
     for (int64_t i = 0; f != 1.0f && i < blen; i++)
       g[i] *= f;
-    size_t at = (size_t)(off + boff), n = (size_t)blen;
-    int layers = 0; /* the bucket cuts no layer */
-    if (op->update_pass == 1)
-      layers = ps_optimizer_layer_sums(opt, ps_net_params(net), ps_net_grads(net), (size_t)off,
-                                       (size_t)len, at, n, step + 1, sums);
-    else if (op->update_pass == 2)
-      layers = ps_optimizer_layer_apply(opt, ps_net_params(net), ps_net_grads(net),
-                                        (size_t)off, (size_t)len, at, n, step + 1, sums);
-    else
-      ps_optimizer_step_range(opt, ps_net_params(net), ps_net_grads(net), at, n, step + 1);
-    g_assert(layers >= 0);
+    ps_run_update_piece(r, device, step, op, ps_net_params(net), ps_net_grads(net),
+                        (size_t)(off + boff), (size_t)blen, sums);
   }
 }
 

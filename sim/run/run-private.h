@@ -162,6 +162,14 @@ gboolean ps_run_tensor_update(Run *r, int device, int64_t step, const PsOp *op);
  * gradients by min(1, clip_norm / norm).  FALSE without a tensor axis or
  * with fsdp (numerics-fsdp.c clips those). */
 gboolean ps_run_tensor_clip(Run *r, int device);
+/* numerics.c.  A layer-wise update's pass (op->update_pass 1 or 2): its
+ * slot of device's NORM, its *n floats zeroed for pass one (0 for a whole
+ * update). */
+float *ps_run_update_sums(Run *r, int device, const PsOp *op, int64_t *n);
+/* Steps piece [off, off + len) of op's range as its pass says: the whole
+ * update, pass one's sums of squares into sums, or pass two with them. */
+void ps_run_update_piece(Run *r, int device, int64_t step, const PsOp *op, float *params,
+                         const float *grads, size_t off, size_t len, float *sums);
 /* Device's PS_BUFFER_NORM: its clipping sum of squares first. */
 static inline float *ps_run_norm(Run *r, int device)
 {
