@@ -2,8 +2,8 @@
  * LARS and LAMB against a plain double-precision loop of their update
  * rules over a small set of layers (adapted and not), in one step and as
  * a sharded update takes it (pieces, their norms summed between two
- * passes); their update cost
- * against its closed form (bytes, launches, time); the batch
+ * passes); their update cost against its closed form (bytes, launches,
+ * time; gradients read in bf16 after a bf16 reduction); the batch
  * normalization kernels against finite differences of a double-precision
  * forward, and G replicas' shares with their moments summed against one
  * device's whole batch, within a bound derived from float rounding. */
@@ -171,13 +171,13 @@ static void test_update_cost(void)
   const int64_t P = 25000000, A = 24000000;
   const int L = 53;
   PsOpCost c;
-  PsUpdateShape lars = {PS_OPT_LARS, P, A, L, 4, 0};
+  PsUpdateShape lars = {PS_OPT_LARS, P, A, L, 4, 0, 0};
   ps_cost_optimizer(t, &lars, &c);
   g_assert_cmpfloat(c.bytes, ==, 8.0 * A + 20.0 * P);
   g_assert_cmpint(c.kernels, ==, L + 1);
   double want = pass_s(t, 8.0 * A, 4.0 * A, L) + pass_s(t, 20.0 * P, 5.0 * P + 2.0 * A, 1);
   g_assert_cmpfloat(fabs(ps_time_to_s(c.time) - want), <, 1e-9);
-  PsUpdateShape lamb = {PS_OPT_LAMB, P, A, L, 4, 0};
+  PsUpdateShape lamb = {PS_OPT_LAMB, P, A, L, 4, 0, 0};
   ps_cost_optimizer(t, &lamb, &c);
   g_assert_cmpfloat(c.bytes, ==, 40.0 * P);
   g_assert_cmpint(c.kernels, ==, L + 2);
@@ -195,7 +195,7 @@ static void test_update_cost(void)
   };
   for (guint i = 0; i < G_N_ELEMENTS(passes); i++) {
     PsOpCost whole, part[2];
-    PsUpdateShape u = {passes[i].kind, P, A, L, 4, 0};
+    PsUpdateShape u = {passes[i].kind, P, A, L, 4, 0, 0};
     ps_cost_optimizer(t, &u, &whole);
     for (int k = 0; k < 2; k++) {
       u.pass = k + 1;
@@ -210,7 +210,7 @@ static void test_update_cost(void)
     g_assert_cmpfloat(fabs(ps_time_to_s(part[0].time + part[1].time - whole.time)), <, 1e-9);
   }
   /* SGD and Adam keep their one kernel */
-  PsUpdateShape adam = {PS_OPT_ADAM, P, A, L, 4, 0};
+  PsUpdateShape adam = {PS_OPT_ADAM, P, A, L, 4, 0, 0};
   ps_cost_optimizer(t, &adam, &c);
   g_assert_cmpfloat(c.bytes, ==, 28.0 * P);
   g_assert_cmpint(c.kernels, ==, 1);
@@ -223,6 +223,25 @@ static void test_update_cost(void)
   lamb.state_bytes = 2;
   ps_cost_optimizer(t, &lamb, &c);
   g_assert_cmpfloat(c.bytes, ==, 20.0 * P);
+  /* float32 state, gradients read in bf16 after a bf16 reduction: each
+   * pass that reads g reads 2 bytes of it, not 4; the FLOPs stay */
+  PsUpdateShape g16[] = {{PS_OPT_ADAM, P, A, L, 4, 0, 2},
+                         {PS_OPT_SGD, P, A, L, 4, 0, 2},
+                         {PS_OPT_LARS, P, A, L, 4, 0, 2},
+                         {PS_OPT_LAMB, P, A, L, 4, 0, 2},
+                         {PS_OPT_LAMB, P, A, L, 4, 2, 2}};
+  const double g16_bytes[] = {26.0 * P, 18.0 * P, 6.0 * A + 18.0 * P, 22.0 * P + 16.0 * P,
+                              16.0 * P};
+  for (guint i = 0; i < G_N_ELEMENTS(g16); i++) {
+    PsOpCost f32;
+    PsUpdateShape u = g16[i];
+    ps_cost_optimizer(t, &u, &c);
+    u.grad_bytes = 0;
+    ps_cost_optimizer(t, &u, &f32);
+    g_assert_cmpfloat(c.bytes, ==, g16_bytes[i]);
+    g_assert_cmpfloat(c.flops, ==, f32.flops);
+    g_assert_cmpint(c.kernels, ==, f32.kernels);
+  }
   ps_topology_free(t);
 }
 

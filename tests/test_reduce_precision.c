@@ -16,6 +16,12 @@
  *   (replicate, replicate with weight-update sharding whose weight
  *   all-gathers stay at 4, pipeline, shard), "f32" and the default 4; a bad
  *   value is an error naming strategy.reduce_precision;
+ * - the update and a clip of the reduced gradients read them at the
+ *   reduction's 2 bytes (XLA fuses the conversion back to float32 into
+ *   them): Adam's 28 bytes a weight become 26, SGD's 20 become 18, the
+ *   norm's 4 become 2 (replicate, weight-update sharding, shard with an
+ *   fsdp or a data axis); with one replica nothing is reduced and nothing
+ *   moves;
  * - a numeric replicate run with bf16 reduction trains (finite loss) and its
  *   weights differ from the f32 run's. */
 #include "collectives/collective.h"
@@ -228,6 +234,60 @@ static void test_plan_elem_bytes(void)
   }
 }
 
+/* Device 0's HBM bytes of its UPDATE and of its CLIP ops. */
+static void op_bytes(const char *path, const char *const *ov, double *update, double *clip)
+{
+  PsExperiment *e = experiment_load(path, ov);
+  GError *error = NULL;
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  const PsProgram *pr = ps_plan_program(p, 0);
+  *update = *clip = 0;
+  for (int i = 0; i < pr->n_ops; i++) {
+    if (pr->ops[i].kind == PS_OP_UPDATE)
+      *update += pr->ops[i].hbm_bytes;
+    else if (pr->ops[i].kind == PS_OP_CLIP)
+      *clip += pr->ops[i].hbm_bytes;
+  }
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
+static void test_update_reads(void)
+{
+  struct {
+    const char *file, *extra;
+    double ratio; /* the update's bytes with bf16 reduction over f32's */
+  } cases[] = {
+      {"default.json", "optimizer.kind=adam", 26.0 / 28.0},
+      {"default.json", "optimizer.kind=sgd", 18.0 / 20.0},
+      {"default.json", "strategy.replicas=1", 1.0},
+      {"shard-bert-large.json", "optimizer.kind=adam", 26.0 / 28.0},
+      {"shard-bert-large.json", "strategy.mesh.fsdp=1", 26.0 / 28.0}, /* data 8 */
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++)
+    for (int wus = 0; wus < 2; wus++) {
+      if (wus && strstr(cases[i].file, "shard"))
+        continue;
+      g_autofree char *path = g_strconcat("experiments/", cases[i].file, NULL);
+      const char *sharding = wus ? "strategy.weight_update_sharding=true" : "steps=1";
+      const char *ov32[] = {cases[i].extra, sharding, "optimizer.clip_norm=1",
+                            "optimizer.clip_before_reduce=false", NULL};
+      const char *ov16[] = {cases[i].extra, sharding, "optimizer.clip_norm=1",
+                            "optimizer.clip_before_reduce=false",
+                            "strategy.reduce_precision=bf16", NULL};
+      double u32, c32, u16, c16;
+      op_bytes(path, ov32, &u32, &c32);
+      op_bytes(path, ov16, &u16, &c16);
+      g_test_message("%s %s %s: update %.0f -> %.0f bytes, clip %.0f -> %.0f", cases[i].file,
+                     cases[i].extra, sharding, u32, u16, c32, c16);
+      g_assert_cmpfloat(u32, >, 0);
+      g_assert_cmpfloat(c32, >, 0);
+      g_assert_cmpfloat(fabs(u16 - u32 * cases[i].ratio), <=, 1e-9 * u32);
+      g_assert_cmpfloat(fabs(c16 - c32 * (cases[i].ratio < 1 ? 0.5 : 1.0)), <=, 1e-9 * c32);
+    }
+}
+
 static void test_bad_value(void)
 {
   GError *error = NULL;
@@ -273,6 +333,7 @@ int main(int argc, char **argv)
   g_test_add_func("/reduce-precision/ring/f32-unchanged", test_ring_f32_unchanged);
   g_test_add_func("/reduce-precision/torus-and-reduce-scatter", test_torus_and_reduce_scatter);
   g_test_add_func("/reduce-precision/plan-elem-bytes", test_plan_elem_bytes);
+  g_test_add_func("/reduce-precision/update-reads", test_update_reads);
   g_test_add_func("/reduce-precision/bad-value", test_bad_value);
   g_test_add_func("/reduce-precision/numeric-run", test_numeric_run);
   return g_test_run();

@@ -1123,8 +1123,11 @@ static void test_data_only_numerics(void)
 /* Weights stored in bf16 (numerics.weight_precision): LLaMA-2 7B over
  * fsdp 32 holds exactly half the static HBM (weights, gradients, Adam's
  * two slots: 2 x 4 bytes a weight's share against 4 x 4), its weight
- * all-gathers carry 2-byte elements, its update reads and writes half the
- * bytes, and the compute ops are unchanged; with numerics on (the char
+ * all-gathers and its gradients' reduce-scatters carry 2-byte elements
+ * (bf16 gradients are reduced in bf16, reduce_precision "f32" or not),
+ * its update reads and writes half the bytes, and the compute ops (the
+ * ops but the collectives', whose buckets now hold twice the weights) are
+ * unchanged; with numerics on (the char
  * decoder over fsdp 2, 3 steps) every weight the run ends with is a bf16
  * value and the loss falls as it does in f32. */
 static void test_weight_precision(void)
@@ -1135,23 +1138,42 @@ static void test_weight_precision(void)
   const PsProgram *pa = ps_plan_program(a, 0), *pb = ps_plan_program(b, 0);
   g_assert_cmpint(pa->hbm_static_bytes, ==, 2 * pb->hbm_static_bytes);
   g_assert_cmpint(pa->hbm_static_bytes, ==, (int64_t)ceil(e32->model->params / 32.0) * 4 * 4);
-  g_assert_cmpint(pa->n_ops, ==, pb->n_ops);
-  int gathers = 0;
-  for (int i = 0; i < pa->n_ops; i++) {
-    const PsOp *x = &pa->ops[i], *y = &pb->ops[i];
+  int ia = 0, ib = 0, compute = 0;
+  for (;; ia++, ib++) {
+    while (ia < pa->n_ops &&
+           (pa->ops[ia].kind == PS_OP_COLL_START || pa->ops[ia].kind == PS_OP_COLL_DONE))
+      ia++;
+    while (ib < pb->n_ops &&
+           (pb->ops[ib].kind == PS_OP_COLL_START || pb->ops[ib].kind == PS_OP_COLL_DONE))
+      ib++;
+    g_assert_cmpint(ia < pa->n_ops, ==, ib < pb->n_ops);
+    if (ia == pa->n_ops)
+      break;
+    const PsOp *x = &pa->ops[ia], *y = &pb->ops[ib];
     g_assert_cmpint(x->kind, ==, y->kind);
     if (x->kind == PS_OP_UPDATE)
       g_assert_cmpfloat(x->hbm_bytes, ==, 2 * y->hbm_bytes);
-    else if (x->kind != PS_OP_COLL_START && x->kind != PS_OP_COLL_DONE)
+    else
       g_assert_cmpint(x->time, ==, y->time);
+    compute++;
   }
-  for (int c = 0; c < a->n_colls; c++)
-    if (a->colls[c].buffer == PS_BUFFER_PARAMS && a->colls[c].op == PS_COLL_ALL_GATHER) {
-      g_assert_cmpint(a->colls[c].elem_bytes, ==, 4);
-      g_assert_cmpint(b->colls[c].elem_bytes, ==, 2);
-      gathers++;
+  g_assert_cmpint(compute, >, 0);
+  int gathers = 0, scatters = 0;
+  for (int k = 0; k < 2; k++) {
+    const PsPlan *p = k ? b : a;
+    for (int c = 0; c < p->n_colls; c++) {
+      const PsPlanColl *pc = &p->colls[c];
+      if (pc->buffer == PS_BUFFER_PARAMS && pc->op == PS_COLL_ALL_GATHER) {
+        g_assert_cmpint(pc->elem_bytes, ==, k ? 2 : 4);
+        gathers++;
+      } else if (pc->buffer == PS_BUFFER_GRADS && pc->op == PS_COLL_REDUCE_SCATTER) {
+        g_assert_cmpint(pc->elem_bytes, ==, k ? 2 : 4);
+        scatters++;
+      }
     }
+  }
   g_assert_cmpint(gathers, >, 0);
+  g_assert_cmpint(scatters, >, 0);
   ps_plan_free(a);
   ps_plan_free(b);
   ps_experiment_free(e32);

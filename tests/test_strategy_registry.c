@@ -85,7 +85,7 @@ static PsPlan *isolated_compile(const PsExperiment *exp, const void *config, GEr
       g_array_append_val(ops, op);
     }
   PsOp up = {.coll = -1, .param_off = 0, .param_len = m->params};
-  ps_lower_update_op(exp, &up, m->params);
+  ps_lower_update_op(exp, &up, m->params, 0);
   g_array_append_val(ops, up);
   PsOp out = ps_lower_outfeed(exp, b, 1.0 / N);
   g_array_append_val(ops, out);
@@ -198,7 +198,7 @@ static PsPlan *gathered_compile(const PsExperiment *exp, const void *config, GEr
   ps_lower_compute_op(exp, &bw);
   g_array_append_val(ops, bw);
   PsOp up = {.coll = -1, .param_off = 0, .param_len = m->params};
-  ps_lower_update_op(exp, &up, m->params);
+  ps_lower_update_op(exp, &up, m->params, 0);
   g_array_append_val(ops, up);
   PsOp out = ps_lower_outfeed(exp, b, 0.5);
   g_array_append_val(ops, out);

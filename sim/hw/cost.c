@@ -630,12 +630,14 @@ void ps_cost_layers(const PsTopology *topo, const PsModel *model, int first, int
   ps_cost_op(topo, model, first, last, batch, &o, backward, NULL, out);
 }
 
-/* The one update kernel with elements of eb bytes. */
-static void update_kernel(const PsTopology *topo, int64_t params, int slots, int eb, PsKernel *out)
+/* The one update kernel with weights and slots of eb bytes and gradients
+ * of gb. */
+static void update_kernel(const PsTopology *topo, int64_t params, int slots, int eb, int gb,
+                          PsKernel *out)
 {
   /* read w, g, slots; write w, slots; ~2 FLOPs per state vector element */
   PsKernel k = {.layer = -1, .what = "optimizer"};
-  k.bytes = (double)params * eb * (2.0 + 2.0 * slots + 1.0);
+  k.bytes = (double)params * (eb * (2.0 + 2.0 * slots) + gb);
   k.vpu_flops = (double)params * (2.0 + 3.0 * slots);
   kernel_finish(topo, &k);
   *out = k;
@@ -643,13 +645,14 @@ static void update_kernel(const PsTopology *topo, int64_t params, int slots, int
 
 void ps_cost_update_kernel(const PsTopology *topo, int64_t params, int slots, PsKernel *out)
 {
-  update_kernel(topo, params, slots, 4, out);
+  update_kernel(topo, params, slots, 4, 4, out);
 }
 
-static void update_cost(const PsTopology *topo, int64_t params, int slots, int eb, PsOpCost *out)
+static void update_cost(const PsTopology *topo, int64_t params, int slots, int eb, int gb,
+                        PsOpCost *out)
 {
   PsKernel k;
-  update_kernel(topo, params, slots, eb, &k);
+  update_kernel(topo, params, slots, eb, gb, &k);
   PsOpCost c = {.flops = k.vpu_flops, .bytes = k.bytes, .time = k.time, .kernels = 1,
                 .overhead_s = k.launch_s};
   if (k.bound == PS_BOUND_MXU)
@@ -662,7 +665,7 @@ static void update_cost(const PsTopology *topo, int64_t params, int slots, int e
 
 void ps_cost_update(const PsTopology *topo, int64_t params, int slots, PsOpCost *out)
 {
-  update_cost(topo, params, slots, 4, out);
+  update_cost(topo, params, slots, 4, 4, out);
 }
 
 /* Adds a pass of `launches` like kernels with that traffic and work. */
@@ -704,21 +707,22 @@ void ps_cost_optimizer(const PsTopology *topo, const PsUpdateShape *u, PsOpCost 
   g_return_if_fail(topo != NULL && u != NULL && out != NULL);
   g_return_if_fail(u->params >= 0 && u->adapted >= 0 && u->adapted <= u->params);
   int eb = u->state_bytes > 0 ? u->state_bytes : 4;
+  int gb = u->grad_bytes > 0 ? u->grad_bytes : eb;
   if (u->kind == PS_OPT_SGD || u->kind == PS_OPT_ADAM) {
-    update_cost(topo, u->params, u->kind == PS_OPT_ADAM ? 2 : 1, eb, out);
+    update_cost(topo, u->params, u->kind == PS_OPT_ADAM ? 2 : 1, eb, gb, out);
     return;
   }
   PsOpCost c = {0};
-  double p = (double)u->params, a = (double)u->adapted, s = eb / 4.0;
+  double p = (double)u->params, a = (double)u->adapted;
   int layers = u->adapted > 0 ? MAX(u->layers, 1) : 0;
   gboolean one = u->pass != 2, two = u->pass != 1;
   if (u->kind == PS_OPT_LARS) {
-    update_pass(topo, "optimizer", 8.0 * a * s, 4.0 * a, one ? layers : 0, &c);
-    update_pass(topo, "optimizer", 20.0 * p * s, 5.0 * p + 2.0 * a, two, &c);
+    update_pass(topo, "optimizer", (eb + gb) * a, 4.0 * a, one ? layers : 0, &c);
+    update_pass(topo, "optimizer", (4.0 * eb + gb) * p, 5.0 * p + 2.0 * a, two, &c);
   } else {
-    update_pass(topo, "optimizer", 24.0 * p * s, 12.0 * p,
+    update_pass(topo, "optimizer", (5.0 * eb + gb) * p, 12.0 * p,
                 one ? layers + (u->params > u->adapted) : 0, &c);
-    update_pass(topo, "optimizer", 16.0 * p * s, 6.0 * p, two, &c);
+    update_pass(topo, "optimizer", 4.0 * eb * p, 6.0 * p, two, &c);
   }
   c.memory_bound = c.memory_s >= c.mxu_s;
   *out = c;

@@ -141,11 +141,15 @@ typedef struct {
   int layers;
   int state_bytes;  /* of a weight, gradient and slot element: 4 (0 means 4) or 2 */
   int pass;         /* LARS, LAMB: 1 or 2 for that pass alone, 0 both */
+  int grad_bytes;   /* of a gradient element as the update reads it: 0 means
+                     * state_bytes; 2 where a bf16 reduction left it so (XLA
+                     * fuses the conversion back to float32 into the update) */
 } PsUpdateShape;
 
 /* The update's kernels (float32; each byte count below times
  * state_bytes / 4 where the weights, gradients and slots are stored in
- * bf16):
+ * bf16, a gradient's 4 bytes grad_bytes where it is read in bf16 after a
+ * bf16 reduction):
  * - SGD, Adam: ps_cost_update's one kernel (1 and 2 slots);
  * - LARS: a reduction per adapted layer reading its weights and gradients
  *   (||w||, ||g||: 8 bytes and 4 FLOPs per adapted weight, one launch per
@@ -163,7 +167,8 @@ typedef struct {
 void ps_cost_optimizer(const PsTopology *topo, const PsUpdateShape *u, PsOpCost *out);
 
 /* Gradient clipping by global norm over `params` gradients of grad_bytes
- * each (4 in float32, 2 where the weights are stored in bf16): a
+ * each (4 in float32, 2 where the weights are stored in bf16 or a bf16
+ * reduction left them so): a
  * reduction reading them (grad_bytes, 2 FLOPs each: square, add); with
  * scale_bytes > 0 a second pass reads them again and writes each scaled,
  * in scale_bytes (the cross-replica reduction's element size: XLA fuses the

@@ -91,11 +91,13 @@ int ps_lower_optimizer_slots(const PsExperiment *exp)
  * layer-wise optimizer adapts, and the layers they are in; a device
  * updating a shard of `params` of the range takes its share of them and
  * of the layers (plus one cut at its ends). */
-static PsUpdateShape update_shape(const PsExperiment *exp, const PsOp *op, int64_t params)
+static PsUpdateShape update_shape(const PsExperiment *exp, const PsOp *op, int64_t params,
+                                  int grad_bytes)
 {
   const PsModel *m = exp->model;
   PsUpdateShape u = {.kind = exp->optimizer.kind, .params = params,
-                     .state_bytes = ps_lower_weight_bytes(exp), .pass = op->update_pass};
+                     .state_bytes = ps_lower_weight_bytes(exp), .pass = op->update_pass,
+                     .grad_bytes = grad_bytes};
   int64_t off = 0, end = op->param_off + op->param_len, adapted = 0;
   for (int l = 0; l < m->n_layers; off += m->layers[l].params, l++) {
     int64_t a = ps_layer_adapted_params(&m->layers[l]);
@@ -113,19 +115,20 @@ static PsUpdateShape update_shape(const PsExperiment *exp, const PsOp *op, int64
   return u;
 }
 
-void ps_lower_update_op(const PsExperiment *exp, PsOp *op, int64_t params)
+void ps_lower_update_op(const PsExperiment *exp, PsOp *op, int64_t params, int grad_bytes)
 {
   PsOpCost c;
-  PsUpdateShape u = update_shape(exp, op, params);
+  PsUpdateShape u = update_shape(exp, op, params, grad_bytes);
   ps_cost_optimizer(exp->topology, &u, &c);
   op->kind = PS_OP_UPDATE;
   set_cost(op, &c);
 }
 
-PsOp ps_lower_clip_op(const PsExperiment *exp, int64_t params, int scale_bytes)
+PsOp ps_lower_clip_op(const PsExperiment *exp, int64_t params, int grad_bytes, int scale_bytes)
 {
   PsOpCost c;
-  ps_cost_clip(exp->topology, params, ps_lower_weight_bytes(exp), scale_bytes, &c);
+  ps_cost_clip(exp->topology, params, grad_bytes > 0 ? grad_bytes : ps_lower_weight_bytes(exp),
+               scale_bytes, &c);
   PsOp op = {.kind = PS_OP_CLIP, .coll = -1, .param_len = params};
   set_cost(&op, &c);
   return op;
@@ -134,6 +137,11 @@ PsOp ps_lower_clip_op(const PsExperiment *exp, int64_t params, int scale_bytes)
 int ps_lower_weight_bytes(const PsExperiment *exp)
 {
   return exp->numerics.weight_precision == PS_PRECISION_BF16 ? 2 : 4;
+}
+
+int ps_lower_reduce_bytes(const PsExperiment *exp, PsPrecision reduce_precision)
+{
+  return MIN(ps_strategy_reduce_bytes(reduce_precision), ps_lower_weight_bytes(exp));
 }
 
 ps_time_t ps_lower_launch(const PsExperiment *exp)
@@ -252,7 +260,7 @@ static int bucket_coll(PsBuckets *b, PsCollOp kind, const PsBucket *bk, int k,
   /* gradients travel in the reduce precision; the all-gathered weights
    * of weight-update sharding are the master copy, in the stored weights'
    * precision */
-  int eb = buf == PS_BUFFER_GRADS ? ps_strategy_reduce_bytes(b->rep->reduce_precision)
+  int eb = buf == PS_BUFFER_GRADS ? ps_lower_reduce_bytes(b->exp, b->rep->reduce_precision)
                                   : ps_lower_weight_bytes(b->exp);
   PsPlanColl c = {.op = kind, .algo = b->exp->collective.algorithm, .n_members = b->n,
                   .members = (int *)b->members, .count = bk->count, .elem_bytes = eb,
@@ -272,6 +280,15 @@ void ps_lower_buckets_init(PsBuckets *b, const PsExperiment *exp, const PsReplic
                    .cur_first = -1, .cur_last = -1};
 }
 
+/* Bytes of a gradient element as the clip and the update read it: the
+ * reduction's where replicas reduced it (XLA fuses the conversion of a
+ * bf16 sum back to float32 into its consumer); 0, as the weights are
+ * stored, with one replica. */
+static int reduced_bytes(const PsBuckets *b)
+{
+  return b->n > 1 ? ps_lower_reduce_bytes(b->exp, b->rep->reduce_precision) : 0;
+}
+
 /* Each replica clips its own gradient before the reduction: then no
  * bucket can start before the whole backward pass and the norm. */
 static gboolean clip_local(const PsBuckets *b)
@@ -285,8 +302,8 @@ static gboolean clip_local(const PsBuckets *b)
  * (the update takes the factor). */
 static PsOp clip_op(const PsBuckets *b, int64_t param_off, int64_t param_len, gboolean local)
 {
-  PsOp op = ps_lower_clip_op(b->exp, param_len,
-                             local ? ps_strategy_reduce_bytes(b->rep->reduce_precision) : 0);
+  PsOp op = ps_lower_clip_op(b->exp, param_len, local ? 0 : reduced_bytes(b),
+                             local ? ps_lower_reduce_bytes(b->exp, b->rep->reduce_precision) : 0);
   op.param_off = param_off;
   op.clip_local = local;
   snprintf(op.name, sizeof op.name, "%s %sgradients", local ? "clip own" : "clip reduced",
@@ -310,7 +327,7 @@ void ps_lower_buckets_add(PsBuckets *b, GArray *ops, const PsOp *bwd, gboolean c
   b->cur_count += p;
   /* a bucket holds bucket_bytes on the wire, as XLA's all-reduce
    * combiner counts the combined operands' bytes */
-  if (b->cur_count * ps_strategy_reduce_bytes(b->rep->reduce_precision) <
+  if (b->cur_count * ps_lower_reduce_bytes(b->exp, b->rep->reduce_precision) <
           b->rep->bucket_bytes && !closes)
     return;
   PsBucket bk = {b->cur_first, b->cur_last, ps_lower_param_offset(m, b->cur_first),
@@ -370,7 +387,7 @@ static void shards_whole(PsBuckets *b, GArray *ops, gboolean clip, gboolean laye
     shards += (g_array_index(b->buckets, PsBucket, k).count + b->n - 1) / b->n;
   }
   if (clip) {
-    PsOp op = ps_lower_clip_op(b->exp, shards, 0);
+    PsOp op = ps_lower_clip_op(b->exp, shards, reduced_bytes(b), 0);
     op.clip_shards = TRUE;
     snprintf(op.name, sizeof op.name, "clip reduced %sgradients: norm of the shards",
              b->prefix);
@@ -383,7 +400,7 @@ static void shards_whole(PsBuckets *b, GArray *ops, gboolean clip, gboolean laye
       const PsBucket *bk = &g_array_index(b->buckets, PsBucket, k);
       PsOp up = {.coll = g_array_index(b->reduce, int, k), .param_off = bk->off,
                  .param_len = bk->count, .update_pass = 1, .norm_slot = 1 + 2 * (int)layers};
-      ps_lower_update_op(b->exp, &up, (bk->count + b->n - 1) / b->n);
+      ps_lower_update_op(b->exp, &up, (bk->count + b->n - 1) / b->n, reduced_bytes(b));
       snprintf(up.name, sizeof up.name, "update, pass one: shard of %sb%d", b->prefix, k);
       g_array_append_val(ops, up);
       for (int l = bk->first; l <= bk->last; l++)
@@ -419,7 +436,7 @@ int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off, in
     }
     if (param_len > 0) {
       PsOp up = {.coll = -1, .param_off = param_off, .param_len = param_len};
-      ps_lower_update_op(exp, &up, param_len);
+      ps_lower_update_op(exp, &up, param_len, reduced_bytes(b));
       snprintf(up.name, sizeof up.name, "apply update");
       g_array_append_val(ops, up);
     }
@@ -446,7 +463,7 @@ int64_t ps_lower_buckets_finish(PsBuckets *b, GArray *ops, int64_t param_off, in
                .update_pass = layerwise ? 2 : 0, .norm_slot = 1 + 2 * (int)layers};
     for (int l = bk->first; layerwise && l <= bk->last; l++) /* its first pass's slot */
       layers += ps_layer_adapted_params(&exp->model->layers[l]) > 0;
-    ps_lower_update_op(exp, &up, shard);
+    ps_lower_update_op(exp, &up, shard, reduced_bytes(b));
     snprintf(up.name, sizeof up.name, "apply update: shard of %sb%d", b->prefix, k);
     g_array_append_val(ops, up);
     int ag = bucket_coll(b, PS_COLL_ALL_GATHER, bk, k, PS_BUFFER_PARAMS);

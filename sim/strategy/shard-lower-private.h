@@ -153,6 +153,9 @@ void ps_shard_coll_now(Lower *w, int req);
 
 /* ---- before the update (shard-update.c) ------------------------------------- */
 
+/* Bytes of a gradient element as the clip and the update read it (0: as
+ * the weights are stored). */
+int ps_shard_grad_bytes(const Lower *w);
 /* The clipping norm: the device's CLIP op, its groups' all-reduces. */
 void ps_shard_clip_norm(Lower *w);
 /* A layer-wise update of shards: its first pass and the layers' norms'

@@ -701,7 +701,7 @@ static void gradients(Lower *w, Buckets *b, int g, gboolean closes)
     b->floats += shard;
   }
   if (b->floats == 0 ||
-      (b->floats * ps_strategy_reduce_bytes(w->c->reduce_precision) < w->c->bucket_bytes &&
+      (b->floats * ps_lower_reduce_bytes(w->exp, w->c->reduce_precision) < w->c->bucket_bytes &&
        !closes))
     return;
   if (w->F > 1 && !closes) { /* wait one op for the reduce-scatters */
@@ -867,7 +867,7 @@ static void build_template(Lower *w)
   PsOp up = {.coll = -1, .param_off = off, .param_len = ps_lower_param_offset(w->m, w->hi) - off};
   if (w->P == 1)
     up.param_len = w->m->params;
-  ps_lower_update_op(w->exp, &up, w->shard_params);
+  ps_lower_update_op(w->exp, &up, w->shard_params, ps_shard_grad_bytes(w));
   snprintf(up.name, sizeof up.name, w->F > 1 || w->M > 1 ? "apply update: shard" : "apply update");
   if (w->exp->optimizer.clip_norm > 0)
     ps_shard_clip_norm(w);
@@ -945,7 +945,7 @@ static int req_elem_bytes(const Lower *w, const Req *q)
     return w->act_b;
   if ((q->buffer == PS_BUFFER_GRADS || q->buffer == PS_BUFFER_GRAD_SHARDS) &&
       q->op != PS_COLL_ALL_GATHER)
-    return ps_strategy_reduce_bytes(w->c->reduce_precision);
+    return ps_lower_reduce_bytes(w->exp, w->c->reduce_precision);
   return ps_lower_weight_bytes(w->exp);
 }
 

@@ -11,6 +11,14 @@
 
 #include <stdio.h>
 
+/* Bytes of a gradient element as the clip and the update read it: the
+ * reduction's where the fsdp or data axis reduced it (XLA fuses the
+ * conversion back to float32 into its consumer), else as stored. */
+int ps_shard_grad_bytes(const Lower *w)
+{
+  return w->F > 1 || w->D > 1 ? ps_lower_reduce_bytes(w->exp, w->c->reduce_precision) : 0;
+}
+
 /* Clipping by global norm (optimizer.clip_norm), as optax's
  * clip_by_global_norm does to GSPMD's reduced gradients: each device sums
  * the squares of the gradient shard it updates (one read of it, in
@@ -20,7 +28,7 @@
  * their group takes no part. */
 void ps_shard_clip_norm(Lower *w)
 {
-  PsOp op = ps_lower_clip_op(w->exp, w->shard_params, 0);
+  PsOp op = ps_lower_clip_op(w->exp, w->shard_params, ps_shard_grad_bytes(w), 0);
   op.clip_shards = w->F > 1 || w->M > 1;
   snprintf(op.name, sizeof op.name, "clip: norm of the gradient%s",
            op.clip_shards ? " shard" : "");
@@ -53,12 +61,12 @@ void ps_shard_layer_norms(Lower *w, PsOp *up)
   one.act_bytes = 0; /* the second pass frees what the update holds */
   one.update_pass = 1;
   one.norm_slot = 1;
-  ps_lower_update_op(w->exp, &one, w->shard_params);
+  ps_lower_update_op(w->exp, &one, w->shard_params, ps_shard_grad_bytes(w));
   snprintf(one.name, sizeof one.name, "update, pass one: shard");
   ps_shard_emit(w, &one);
   up->update_pass = 2;
   up->norm_slot = 1;
-  ps_lower_update_op(w->exp, up, w->shard_params);
+  ps_lower_update_op(w->exp, up, w->shard_params, ps_shard_grad_bytes(w));
   if (layers == 0)
     return;
   for (int k = 0; k < 2; k++) {

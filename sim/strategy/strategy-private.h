@@ -117,8 +117,10 @@ int64_t ps_lower_param_offset(const PsModel *model, int layer);
  * and batch are set; act_bytes is what it keeps (FWD, RECOMPUTE) or frees
  * (BWD) of activations. */
 void ps_lower_compute_op(const PsExperiment *exp, PsOp *op);
-/* An UPDATE of `params` weights with the experiment's optimizer. */
-void ps_lower_update_op(const PsExperiment *exp, PsOp *op, int64_t params);
+/* An UPDATE of `params` weights with the experiment's optimizer, reading
+ * gradients of grad_bytes each (0: as the weights are stored; the
+ * reduction's element size where one reduced them). */
+void ps_lower_update_op(const PsExperiment *exp, PsOp *op, int64_t params, int grad_bytes);
 /* The launch overhead of INFEED and OUTFEED ops. */
 ps_time_t ps_lower_launch(const PsExperiment *exp);
 /* Devices 0 .. n - 1 along a data axis of n, each owning every parameter
@@ -154,14 +156,19 @@ gboolean ps_lower_fits(const PsExperiment *exp, const PsMemoryNeed *need, GError
 gboolean ps_lower_memory(const PsExperiment *exp, PsProgram *p, const PsMemoryNeed *need,
                          GError **error);
 
-/* A CLIP op over `params` gradients: the norm's pass over them, and with
- * scale_bytes > 0 the scaling pass writing that many bytes a gradient
- * (else the update applies the factor); param_off 0, not local. */
-PsOp ps_lower_clip_op(const PsExperiment *exp, int64_t params, int scale_bytes);
+/* A CLIP op over `params` gradients of grad_bytes each (0: as the weights
+ * are stored): the norm's pass over them, and with scale_bytes > 0 the
+ * scaling pass writing that many bytes a gradient (else the update
+ * applies the factor); param_off 0, not local. */
+PsOp ps_lower_clip_op(const PsExperiment *exp, int64_t params, int grad_bytes, int scale_bytes);
 
 /* Bytes of a stored weight, its gradient and each optimizer slot element:
  * numerics.weight_precision (4 for f32, 2 for bf16). */
 int ps_lower_weight_bytes(const PsExperiment *exp);
+/* Bytes of a reduced gradient element on the wire: the narrower of
+ * strategy.reduce_precision and the gradients' own type (the weights':
+ * bf16 weights have bf16 gradients, which "f32" does not widen). */
+int ps_lower_reduce_bytes(const PsExperiment *exp, PsPrecision reduce_precision);
 
 /* The one optimizer-slot rule: copies of the weights the optimizer keeps
  * (Adam's two moments; SGD's momentum, costed even at momentum 0). */
