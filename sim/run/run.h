@@ -44,6 +44,9 @@ typedef struct {
   double step_time_s;       /* mean over measured steps */
   double breakdown[PS_TIME_N_CATEGORIES]; /* seconds per step */
   double host_loop_s;       /* of `host`: the steps_per_run round trip, per step */
+  double end_wait_s;        /* per step, in a single loop: the reporting device's wait
+                               for the devices that end the steps after it, part of
+                               `pipeline_bubble` in a pipeline, of `other` else */
   double copy_up_bytes, copy_down_bytes; /* per step, the reporting device's copies to
                                and from host memory (host offloading), 0 without */
   const char *collective_algorithm; /* the gradients' collective ("ring", ...), or NULL */

@@ -174,11 +174,28 @@ static void summarise(Run *r, PsSummary *s)
   s->measured_steps = steps - r->warm;
   int d = reporting_device(r);
   s->reporting_device = d;
-  double measured = ps_time_to_s(r->t1[d] - r->t0[d]);
+  /* the device's measured steps: after a warm-up loop, from its end of
+   * that loop to its end of the last step, which in a steady state holds
+   * one wait at a loop's end for the slice's other devices per loop; in a
+   * single loop, from 0 to the moment every device is past the last step,
+   * since no next loop holds that wait: the reporting device's lag behind
+   * the slice (a pipeline's first stages draining after its last stages
+   * are done, a multislice all-reduce completing apart) is its wait for
+   * the others, the bubble in a pipeline */
+  ps_time_t t0 = r->t0[d], t1 = r->t1[d], end = 0;
+  for (int i = 0; i < r->n_dev; i++)
+    end = MAX(end, r->t1[i]);
+  if (r->warm == 0)
+    t1 = end;
+  double measured = ps_time_to_s(t1 - t0);
+  double lag = ps_time_to_s(t1 - r->t1[d]);
   s->step_time_s = measured / (double)s->measured_steps;
+  s->end_wait_s = MAX(0.0, lag) / (double)s->measured_steps;
   double sum = 0;
   for (int c = 0; c < PS_TIME_N_CATEGORIES; c++) {
     s->breakdown[c] = cat_of(r, d)[c] / (double)s->measured_steps;
+    if (c == PS_TIME_PIPELINE_BUBBLE && ps_plan_axis_size(r->plan, PS_AXIS_STAGE) > 1)
+      s->breakdown[c] += s->end_wait_s;
     if (c != PS_TIME_OTHER)
       sum += s->breakdown[c];
   }
@@ -200,9 +217,6 @@ static void summarise(Run *r, PsSummary *s)
   for (int i = 0; i < r->n_dev; i++)
     peak = MAX(peak, ps_plan_program(r->plan, i)->hbm_static_bytes + r->peak[i]);
   s->hbm_peak_bytes = peak;
-  ps_time_t end = 0;
-  for (int i = 0; i < r->n_dev; i++)
-    end = MAX(end, r->t1[i]);
   s->sim_time_s = ps_time_to_s(end);
   s->devices = r->n_dev;
   s->replicas = ps_plan_axis_size(r->plan, PS_AXIS_DATA);
@@ -395,6 +409,7 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
                            json_object_new_string(s->collective_algorithm));
   json_object_object_add(o, "steps_per_run", json_object_new_int64(exp->steps_per_run));
   json_object_object_add(o, "host_loop_s", json_object_new_double(s->host_loop_s));
+  json_object_object_add(o, "end_wait_s", json_object_new_double(s->end_wait_s));
   if (s->copy_up_bytes > 0 || s->copy_down_bytes > 0) {
     json_object *hc = json_object_new_object();
     json_object_object_add(hc, "up_bytes", json_object_new_double(s->copy_up_bytes));
@@ -461,10 +476,10 @@ static const char *const category_notes[PS_TIME_N_CATEGORIES] = {
     [PS_TIME_OTHER] = "the infeed dequeue",
 };
 
-static void print_time(FILE *f, TimeUnit u, int c, double s, double total)
+static void print_time(FILE *f, TimeUnit u, int c, double s, double total, const char *note)
 {
   fprintf(f, "  %-16s %10.3f %s  %5.1f%%  %s\n", ps_time_category_name(c), s * u.scale, u.name,
-          total > 0 ? 100.0 * s / total : 0, category_notes[c]);
+          total > 0 ? 100.0 * s / total : 0, note);
 }
 
 /* A line per mesh axis that has collectives: exposed and busy time. */
@@ -508,7 +523,10 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
                                  s->measured_steps, s->measured_steps == 1 ? "" : "s");
   fprintf(f, "\nstep time        %10.3f %s  (%s)\n", s->step_time_s * u.scale, u.name, mean);
   for (int c = 0; c < PS_TIME_N_CATEGORIES; c++)
-    print_time(f, u, c, s->breakdown[c], s->step_time_s);
+    print_time(f, u, c, s->breakdown[c], s->step_time_s,
+               c == PS_TIME_OTHER && s->stages <= 1 && s->end_wait_s * u.scale >= 5e-4
+                   ? "the infeed dequeue; waiting for devices that end the step later"
+                   : category_notes[c]);
   g_autofree char *every = exp->steps_per_run == 1
                                ? g_strdup("every step")
                                : g_strdup_printf("every %" G_GINT64_FORMAT " steps (steps_per_run)",
