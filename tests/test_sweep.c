@@ -267,7 +267,11 @@ static char *sweep_again(const char *csv, const char *expect_in_err, guint expec
 }
 
 /* A re-run skips the points already in the file: lose the last row (or
- * cut it short) and only that point runs again; the file ends identical. */
+ * cut it short) and only that point runs again; the file ends identical.
+ * A dry run over a cut file lists that point and leaves the file as it is;
+ * a whole last row that lacks only its newline is kept (nothing runs, a
+ * new point's row follows it on a line of its own); a file that is not a
+ * sweep's is refused and left as it is, a cut last row and all. */
 static void test_resume(void)
 {
   char *dir = scratch_dir("podsim-sweep");
@@ -292,6 +296,60 @@ static void test_resume(void)
   g_assert_nonnull(strstr(err2, "sweep: [1/1] global_batch=256 topology=tpu-v3-32: step"));
   g_autofree char *again2 = slurp(csv);
   g_assert_cmpstr(again2, ==, full);
+
+  /* a dry run lists the cut row's point and changes nothing */
+  g_assert_true(g_file_set_contents(csv, full, (gssize)(last - full) + 20, NULL));
+  g_autofree char *cut = slurp(csv);
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+                             "global_batch=128,256", "--vary", "topology=tpu-v3-8,tpu-v3-32",
+                             "--out", csv, "--dry-run", NULL), ==, 0);
+  g_assert_cmpstr(out, ==, "global_batch=256 topology=tpu-v3-32\n");
+  g_assert_nonnull(strstr(err, "a run would drop it"));
+  g_autofree char *after_dry = slurp(csv);
+  g_assert_cmpstr(after_dry, ==, cut);
+  g_assert_true(g_file_set_contents(csv, full, -1, NULL));
+
+  /* the whole last row without its newline: kept (a dry run lists only
+   * new points and changes nothing; a run with nothing to do ends the
+   * row) */
+  g_assert_true(g_file_set_contents(csv, full, (gssize)len - 1, NULL));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+                             "global_batch=128,256,512", "--vary", "topology=tpu-v3-8,tpu-v3-32",
+                             "--out", csv, "--dry-run", NULL), ==, 0);
+  g_assert_cmpstr(out, ==, "global_batch=512 topology=tpu-v3-8\n"
+                           "global_batch=512 topology=tpu-v3-32\n");
+  g_autofree char *kept = slurp(csv);
+  g_assert_cmpint(strlen(kept), ==, len - 1);
+  g_assert_true(strncmp(kept, full, len - 1) == 0);
+  g_autofree char *err5 = sweep_again(csv, "4 already in", 0);
+  g_assert_null(strstr(err5, "dropped"));
+  g_autofree char *ended = slurp(csv);
+  g_assert_cmpstr(ended, ==, full);
+  g_assert_true(g_file_set_contents(csv, full, (gssize)len - 1, NULL));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--set", "numerics.enabled=false", "--vary",
+                             "global_batch=128,256,512", "--vary", "topology=tpu-v3-8,tpu-v3-32",
+                             "--out", csv, NULL), ==, 0);
+  g_autofree char *grown = slurp(csv);
+  g_assert_true(g_str_has_prefix(grown, full));
+  g_assert_true(g_str_has_prefix(grown + len, "512,tpu-v3-8,"));
+  g_assert_true(g_file_set_contents(csv, full, -1, NULL));
+
+  /* not a sweep's file, its last row cut: refused, untouched */
+  g_autofree char *foreign = g_build_filename(dir, "foreign.csv", NULL);
+  const char *text = "global_batch,error\n64,\"x\n";
+  g_assert_true(g_file_set_contents(foreign, text, -1, NULL));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, "sweep", EXP, "--vary", "global_batch=64,128", "--out",
+                             foreign, NULL), ==, 2);
+  g_autofree char *foreign_after = slurp(foreign);
+  g_assert_cmpstr(foreign_after, ==, text);
 
   /* nothing left to run: the file stays as it is */
   g_autofree char *err3 = sweep_again(csv, "4 already in", 0);

@@ -41,6 +41,9 @@ typedef struct {
   GPtrArray *columns;   /* CSV: the header's names, NULL until known */
   GHashTable *finished; /* point key -> GINT_TO_POINTER(1 ok, 2 failed), rows in the file */
   gboolean warned_dropped;
+  gint64 cut_at;        /* >= 0: the length to cut the file to before writing (its last
+                           row cut short by an interrupted write), else -1 */
+  gboolean add_newline; /* its whole last row lacks only its newline */
 } Output;
 
 /* The writer's count of the points back, drawn on a terminal. */

@@ -611,13 +611,28 @@ static gboolean read_jsonl(Output *out, const Sweep *sw, const char *text, size_
   return TRUE;
 }
 
-/* Reads what an earlier sweep left in the file and drops a last row an
- * interrupted write cut short. */
+static gboolean read_rows(Output *out, const Sweep *sw, const char *text, size_t len,
+                          size_t *complete, GError **error)
+{
+  if (out->columns)
+    g_ptr_array_free(out->columns, TRUE);
+  out->columns = NULL;
+  g_hash_table_remove_all(out->finished);
+  return out->format == FORMAT_CSV ? read_csv(out, sw, text, len, complete, error)
+                                   : read_jsonl(out, sw, text, len, complete, error);
+}
+
+/* Reads what an earlier sweep left in the file, and notes (cut_at) a
+ * last row an interrupted write cut short, to be dropped before the file
+ * is written (output_open): reading changes nothing, so a refused file or
+ * a dry run leaves it as it was.  A last row that lacks only its newline
+ * (every field there) is whole: add_newline. */
 static gboolean output_read(Output *out, const Sweep *sw, GError **error)
 {
   g_autofree char *text = NULL;
   gsize len = 0;
   GError *read_error = NULL;
+  out->cut_at = -1;
   /* a device or a pipe (/dev/null, /dev/full) holds no earlier rows, and
    * reading one may never end */
   GStatBuf st;
@@ -632,17 +647,45 @@ static gboolean output_read(Output *out, const Sweep *sw, GError **error)
     return missing;
   }
   size_t complete = 0;
-  if (!(out->format == FORMAT_CSV ? read_csv(out, sw, text, len, &complete, error)
-                                  : read_jsonl(out, sw, text, len, &complete, error)))
+  if (len > 0 && text[len - 1] != '\n') {
+    g_autofree char *ended = g_strdup_printf("%s\n", text);
+    if (strlen(ended) == len + 1 && read_rows(out, sw, ended, len + 1, &complete, NULL) &&
+        complete == len + 1) {
+      out->add_newline = TRUE;
+      return TRUE;
+    }
+  }
+  if (!read_rows(out, sw, text, len, &complete, error))
     return FALSE;
-  if (complete < len) {
-    if (truncate(out->path, (off_t)complete) != 0) {
-      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s: cannot drop its cut last row: %s",
-                  out->path, g_strerror(errno));
+  if (complete < len)
+    out->cut_at = (gint64)complete;
+  return TRUE;
+}
+
+/* Opens the file to append rows, first dropping a last row cut short or
+ * ending a whole one that lacks its newline. */
+static gboolean output_open(Output *out, GError **error)
+{
+  if (out->cut_at >= 0) {
+    if (truncate(out->path, (off_t)out->cut_at) != 0) {
+      g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE,
+                  "%s: cannot drop its cut last row: %s", out->path, g_strerror(errno));
       return FALSE;
     }
     fprintf(stderr, "podsim: sweep: %s: dropped a last row an interrupted sweep cut short\n",
             out->path);
+  }
+  if (!(out->f = fopen(out->path, "a"))) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s: cannot open for writing: %s",
+                out->path, g_strerror(errno));
+    return FALSE;
+  }
+  if (out->add_newline && (fputc('\n', out->f) == EOF || fflush(out->f) != 0)) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_FILE, "%s: cannot write: %s", out->path,
+                g_strerror(errno));
+    fclose(out->f);
+    out->f = NULL;
+    return FALSE;
   }
   return TRUE;
 }
@@ -1105,6 +1148,9 @@ int ps_sweep_lead(int argc, char **argv, Ranks *ranks)
     failed_before += GPOINTER_TO_INT(seen) == 2;
   }
   if (o.dry_run) {
+    if (out.cut_at >= 0)
+      fprintf(stderr, "podsim: sweep: %s: its last row was cut short by an interrupted sweep; "
+                      "a run would drop it and run its point again\n", out.path);
     for (guint t = 0; t < todo->len; t++) {
       g_autofree char *label = ps_sweep_point_label(&sw, g_array_index(todo, guint, t));
       printf("%s\n", label);
@@ -1113,8 +1159,9 @@ int ps_sweep_lead(int argc, char **argv, Ranks *ranks)
     status = input_error("%s holds only failed points (its header has no summary fields): "
                          "remove it to start again",
                          out.path);
-  } else if (!(out.f = fopen(out.path, "a"))) {
-    status = input_error("%s: cannot open for writing: %s", out.path, g_strerror(errno));
+  } else if (!output_open(&out, &error)) {
+    status = input_error("%s", error->message);
+    g_error_free(error);
   } else {
 #ifdef PS_WITH_MPI
     if (ranks->size > 1)
