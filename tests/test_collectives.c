@@ -11,6 +11,11 @@
  *   alpha' = h alpha holds within 0.5% iff (h-1) c/B <= 0.005 (h alpha + m/B):
  *   checked on both sides, and the exact expression on both;
  * - bidirectional ring 2(N-1)(alpha + S/(2 N B));
+ * - a ring over two chips' four cores (tpu-v3-8: on-chip edges, ICI edges)
+ *   is bound by its ICI links, each carrying 2(N-1) messages of S/N bytes
+ *   back to back: 2(N-1) S/(N B) within 0.5%, and its prediction (which
+ *   keeps a link busy from the reduce-scatter into the all-gather) within
+ *   0.1% of the simulated time;
  * - on a mesh without wrap-around (4x4, 3x4, 4x3, 2x6, 4x4x2, 3x3x2) the
  *   ring and the bidirectional ring go round a Hamiltonian cycle and meet
  *   the same two forms (bidir with two cores a chip too); on 3x3, which
@@ -45,6 +50,7 @@
  * - bad input exits 2 with a "podsim: " message;
  * - --trace writes a trace with the links process. */
 #include "collectives/collective.h"
+#include "support/experiment.h"
 #include "support/network.h"
 
 #include <float.h>
@@ -358,6 +364,28 @@ static void test_torus_formula(void)
     g_free(devs);
     netfix_clear(&f);
   }
+}
+
+/* A ring whose edges alternate between a chip's two cores and the ICI:
+ * the ICI links carry every step's message back to back. */
+static void test_ring_mixed_edges(void)
+{
+  const int64_t S = 64 << 20;
+  const int N = 4;
+  PsTopology *t = topology_load("tpu-v3-8", NULL);
+  const double B = t->ici_bandwidth_Bps;
+  NetFix f;
+  netfix_init(&f, t, 1 << 20);
+  int devs[] = {0, 1, 2, 3};
+  PsCollective *c = coll_new(&f, PS_COLL_ALL_REDUCE, "ring", devs, N, S, 1, 0);
+  double sim = ps_time_to_s(run_round(&f, c, NULL, NULL));
+  double bound = 2.0 * (N - 1) * (double)S / (N * B);
+  g_test_message("ring over 2 chips' 4 cores: %.6g s simulated, ICI bound %.6g s, predicted "
+                 "%.6g s", sim, bound, ps_collective_predict_s(c));
+  g_assert_cmpfloat(rel(sim, bound), <, 0.005);
+  g_assert_cmpfloat(rel(ps_collective_predict_s(c), sim), <, 0.001);
+  ps_collective_free(c);
+  netfix_clear(&f);
 }
 
 /* Reduce-scatter and all-gather alone: half an all-reduce each. */
@@ -1281,6 +1309,7 @@ int main(int argc, char **argv)
   g_test_add_func("/collectives/bidir/alpha-beta", test_bidir_alpha_beta);
   g_test_add_func("/collectives/torus/formula", test_torus_formula);
   g_test_add_func("/collectives/ring/reducescatter-allgather", test_rs_ag_timing);
+  g_test_add_func("/collectives/ring/mixed-edges", test_ring_mixed_edges);
   g_test_add_func("/collectives/broadcast/chain", test_broadcast_chain);
   g_test_add_func("/collectives/p2p/sendrecv", test_sendrecv);
   g_test_add_func("/collectives/arrival/latecomer", test_latecomer);

@@ -456,6 +456,24 @@ static double route_share(const PsCollGroup *g, const int *route, int h, const i
   return eff;
 }
 
+/* The link of route that limits a message on it: the one whose step load
+ * over its bandwidth is largest (the first on ties). */
+static int route_bottleneck(const PsCollGroup *g, const int *route, int h, const int *load)
+{
+  int best = h > 0 ? route[0] : -1;
+  double worst = -1;
+  for (int j = 0; j < h; j++) {
+    PsLinkInfo info;
+    ps_network_link_info(g->net, route[j], &info);
+    double t = load[route[j]] / (info.bandwidth_Bps * info.lanes);
+    if (t > worst) {
+      worst = t;
+      best = route[j];
+    }
+  }
+  return best;
+}
+
 /* Messages of one phase step that cross each link, over every line, from
  * the routes of each member to its next (k = 0) and previous (k = 1)
  * member: route[k][m], hops[k][m]. */
@@ -512,12 +530,16 @@ static void steps_hear(int n, double *restrict w, const double *restrict v,
 /* The L - 1 steps of one phase along axis x (phases_predict's recurrence),
  * advancing each member's end V[m], from each member's message time
  * T[k][m] and serialization ser[k][m] (k = 0: to its next member, 1: to
- * its previous, when bidirectional).  The members are laid out line by
- * line in position order, so that a member's previous and next are its
- * neighbours in memory: the same sums and maxima as member by member,
- * in loops a compiler can vectorize. */
+ * its previous, when bidirectional).  A member's messages start no sooner
+ * than its route's bottleneck link bn[k][m] is free (lfree, by link, kept
+ * from phase to phase: a reduce-scatter's last message may still hold the
+ * link when the all-gather's first would leave), and leave it busy until
+ * their serialization ends.  The members are laid out line by line in
+ * position order, so that a member's previous and next are its neighbours
+ * in memory: the same sums and maxima as member by member, in loops a
+ * compiler can vectorize. */
 static void phase_steps(const Axis *x, int n, double *V, double *const T[2],
-                        double *const ser[2])
+                        double *const ser[2], int *const bn[2], double *lfree)
 {
   int L = x->L, ndir = x->bidir ? 2 : 1, *ord = g_new(int, n), len = 0;
   for (int m = 0; m < n; m++)
@@ -535,7 +557,7 @@ static void phase_steps(const Axis *x, int n, double *V, double *const T[2],
     for (int i = 0; i < n; i++) {
       pt[k][i] = T[k][ord[i]];
       ps[k][i] = ser[k][ord[i]];
-      pf[k][i] = 0;
+      pf[k][i] = bn[k][ord[i]] >= 0 ? lfree[bn[k][ord[i]]] : 0;
     }
   }
   for (int i = 0; i < n; i++)
@@ -560,6 +582,10 @@ static void phase_steps(const Axis *x, int n, double *V, double *const T[2],
   }
   for (int i = 0; i < n; i++)
     V[ord[i]] = v[i];
+  for (int k = 0; k < ndir; k++)
+    for (int i = 0; i < n; i++)
+      if (bn[k][ord[i]] >= 0)
+        lfree[bn[k][ord[i]]] = MAX(lfree[bn[k][ord[i]]], pf[k][i]);
   g_free(buf);
   g_free(ord);
 }
@@ -583,8 +609,10 @@ static double phases_predict(const PsCollPlan *p)
   double *V = g_new0(double, n);
   double *T[2], *ser[2];
   const int **route[2];
-  int *hops[2], *block[2] = {NULL, NULL};
+  int *hops[2], *block[2] = {NULL, NULL}, *bn[2];
+  double *lfree = g_new0(double, ps_network_n_links(g->net));
   for (int k = 0; k < 2; k++) {
+    bn[k] = g_new(int, n);
     T[k] = g_new(double, n);
     ser[k] = g_new(double, n);
     route[k] = g_new0(const int *, n);
@@ -609,6 +637,7 @@ static double phases_predict(const PsCollPlan *p)
         const int *r = route[k][m];
         gboolean mixed;
         double share = route_share(g, r, h, load, &mixed);
+        bn[k][m] = route_bottleneck(g, r, h, load);
         int64_t own = part * p->p.elem_bytes;
         double bw = route_bandwidth(g, r, h);
         if (!mixed) {
@@ -632,13 +661,15 @@ static double phases_predict(const PsCollPlan *p)
         V[m] += (x->L - 1) * T[0][0];
       continue;
     }
-    phase_steps(x, n, V, T, ser);
+    phase_steps(x, n, V, T, ser, bn, lfree);
   }
   double total = 0;
   for (int m = 0; m < n; m++)
     total = MAX(total, V[m]);
   g_free(V);
+  g_free(lfree);
   for (int k = 0; k < 2; k++) {
+    g_free(bn[k]);
     g_free(T[k]);
     g_free(ser[k]);
     g_free(block[k]);
