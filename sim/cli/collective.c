@@ -380,8 +380,9 @@ static void print_table(const Report *rp, const GArray *rows)
 {
   const PsTopology *topo = rp->topo;
   g_autofree char *cs = human_size(rp->chunk);
-  printf("# podsim collective: %s on %s, %u members, algorithm %s, chunk %s\n",
-         ps_coll_op_name(rp->op), topo->name, rp->members, rp->picked, cs);
+  printf("# podsim collective: %s on %s, %u member%s, algorithm %s, chunk %s\n",
+         ps_coll_op_name(rp->op), topo->name, rp->members, rp->members == 1 ? "" : "s",
+         rp->picked, cs);
   printf("# %s\n", rp->why);
   printf("# ICI %.4g GB/s per link each way x %d, %.3g us per hop; on-chip %.4g GB/s\n",
          topo->ici_bandwidth_Bps / 1e9, topo->ici_links_per_neighbor,

@@ -21,6 +21,7 @@
 
 #include <json-c/json.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define EXIT_INPUT 2
@@ -201,7 +202,12 @@ static void print_table(const GArray *rows, const PsExperiment *ea, const PsSumm
     printf(" ");
     printf(m->format, vb * m->scale);
     printf(" ");
-    printf(m->dformat, (vb - va) * m->scale);
+    char d[64];
+    snprintf(d, sizeof d, m->dformat, (vb - va) * m->scale);
+    char *minus = strchr(d, '-');
+    if (minus && strtod(d, NULL) == 0) /* a difference that rounds to zero has no sign */
+      *minus = '+';
+    printf("%s", d);
     if (va != 0)
       printf(" %10.4f\n", vb / va);
     else

@@ -264,8 +264,8 @@ static GOptionContext *run_context(RunArgs *a)
       {"trace-links", 0, 0, G_OPTION_ARG_NONE, &a->trace_links,
        "Also trace every chunk on every interconnect link (large on big slices)", NULL},
       {"links-csv", 0, 0, G_OPTION_ARG_FILENAME, &a->links_csv,
-       "At the end, write what every link direction carried (bytes, busy time, "
-       "utilization) here as CSV", "FILE"},
+       "At the end, write what every link direction carried (bytes, chunks, busy "
+       "time, utilization) here as CSV", "FILE"},
       {"trace-max", 0, 0, G_OPTION_ARG_INT64, &a->trace_max_mb,
        "Write no trace when it would take more than this many MB on disk (estimated before "
        "the run, compressed for a .gz trace; default " G_STRINGIFY(TRACE_MAX_MB_DEFAULT)

@@ -546,14 +546,15 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
   gboolean wus = strategy_flag(exp, "weight_update_sharding");
   unsigned on_core = exp->collective.on_core;
   if (s->collective_algorithm)
-    fprintf(f, "  (gradients      %d bucket%s, %s %s over %d replicas%s, chunks of %s)\n",
+    fprintf(f, "  (gradients      %d bucket%s, %s %s over %d replica%s%s, chunks of %s)\n",
             s->buckets, s->buckets == 1 ? "" : "s",
             wus ? "reduce-scatter + all-gather" : "all-reduce", s->collective_algorithm,
-            s->replicas, gradients_timing(exp, wus, on_core), chunk_text);
+            s->replicas, s->replicas == 1 ? "" : "s", gradients_timing(exp, wus, on_core),
+            chunk_text);
   if (s->stages > 1) {
     int K = s->stages, M = s->micro_batches;
-    fprintf(f, "  (pipeline       %d stages x %d micro-batches, %s%s: bubble %.1f%% of the step; "
-               "with equal stages (K-1)/(M+K-1) = %.1f%%)\n", K, M,
+    fprintf(f, "  (pipeline       %d stages x %d micro-batch%s, %s%s: bubble %.1f%% of the step; "
+               "with equal stages (K-1)/(M+K-1) = %.1f%%)\n", K, M, M == 1 ? "" : "es",
             strategy_word(exp, "schedule"),
             strategy_flag(exp, "rematerialize") ? ", re-materialized" : "",
             100.0 * s->breakdown[PS_TIME_PIPELINE_BUBBLE] / s->step_time_s,
@@ -571,8 +572,8 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
             s->tokens_per_s, s->sequence);
   fprintf(f, "MXU utilization  %10.2f%%\n", 100.0 * s->mxu_utilization);
   fprintf(f, "MFU              %10.2f%%  (model FLOPs: %.4g per step, PaLM's count, over %d "
-             "chip%s' bf16 peak)\n", 100.0 * s->mfu, s->model_flops_per_step, s->chips,
-          s->chips == 1 ? "" : "s");
+             "%s bf16 peak)\n", 100.0 * s->mfu, s->model_flops_per_step, s->chips,
+          s->chips == 1 ? "chip's" : "chips'");
   fprintf(f, "HFU              %10.2f%%  (matmul FLOPs executed, re-materialization "
              "included)\n", 100.0 * s->hfu);
   fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)%s\n",
@@ -591,8 +592,9 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
             s->test_perplexity);
   if (s->host_calls_json)
     fprintf(f, "host calls       %s\n", s->host_calls_json);
-  fprintf(f, "simulated        %10.3f ms for %" G_GINT64_FORMAT " steps; %" G_GUINT64_FORMAT
+  fprintf(f, "simulated        %10.3f ms for %" G_GINT64_FORMAT " step%s; %" G_GUINT64_FORMAT
              " events in %.2f s wall (%.3g events/s%s)\n",
-          s->sim_time_s * 1e3, s->steps, s->events, s->wall_s, s->events_per_s,
+          s->sim_time_s * 1e3, s->steps, s->steps == 1 ? "" : "s", s->events, s->wall_s,
+          s->events_per_s,
           s->has_numerics ? ", numerics included" : "");
 }

@@ -186,17 +186,26 @@ gboolean ps_lower_fits(const PsExperiment *exp, const PsMemoryNeed *need, GError
   int64_t have = ps_topology_device_hbm_bytes(exp->topology);
   if (total <= (double)have)
     return TRUE;
-  const double gib = 1073741824.0;
+  /* one unit for the message, the largest that the device's HBM fills
+   * (a topology edited down to a few bytes still reads) */
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB"};
+  int k = 3;
+  double gib = 1073741824.0;
+  while (k > 0 && (double)have < gib) {
+    gib /= 1024.0;
+    k--;
+  }
+  const char *u = units[k];
   ps_strategy_fail(error, PS_INPUT_ERROR_DOES_NOT_FIT, exp->file, need->path,
-                   "model '%s'%s needs %.1f GiB per device at batch %" G_GINT64_FORMAT
-                   " (weights and gradients %.1f GiB, %d optimizer slot%s %.1f GiB%s, "
-                   "activations %.1f GiB at %d bytes at the peak), %s has %.1f GiB per "
+                   "model '%s'%s needs %.1f %s per device at batch %" G_GINT64_FORMAT
+                   " (weights and gradients %.1f %s, %d optimizer slot%s %.1f %s%s, "
+                   "activations %.1f %s at %d bytes at the peak), %s has %.1f %s per "
                    "device; %s",
-                   m->name, need->what, total / gib, need->batch, weights / gib, slots,
-                   slots == 1 ? "" : "s", slot_bytes / gib,
+                   m->name, need->what, total / gib, u, need->batch, weights / gib, u, slots,
+                   slots == 1 ? "" : "s", slot_bytes / gib, u,
                    need->slot_params < need->params ? " for its shard of the weights" : "",
-                   need->activations / gib, ps_cost_act_bytes(exp->numerics.precision),
-                   exp->topology->name, (double)have / gib, need->advice);
+                   need->activations / gib, u, ps_cost_act_bytes(exp->numerics.precision),
+                   exp->topology->name, (double)have / gib, u, need->advice);
   return FALSE;
 }
 

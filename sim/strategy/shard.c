@@ -313,14 +313,22 @@ static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError
     return FALSE;
   }
   if (n != devices) {
+    /* a product that fits: data alone changed, else fsdp, else tensor x
+     * sequence must divide the devices first */
+    int D = c->size[PS_AXIS_DATA], F = c->size[PS_AXIS_FSDP];
+    int ts = c->size[PS_AXIS_TENSOR] * c->size[PS_AXIS_SEQUENCE];
+    g_autofree char *fit =
+        devices % (n / D) == 0 ? g_strdup_printf("e.g. data = %d", devices / (n / D))
+        : devices % (ts * D) == 0
+            ? g_strdup_printf("e.g. fsdp = %d", devices / (ts * D))
+        : devices % ts == 0
+            ? g_strdup_printf("e.g. data = 1, fsdp = %d", devices / ts)
+            : g_strdup_printf("tensor x sequence = %d does not divide %d", ts, devices);
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh",
                      "data x fsdp x tensor x sequence = %d x %d x %d x %d = %d devices, but %s "
-                     "has %d; choose sizes whose product is %d (e.g. data = %d)",
-                     c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP], c->size[PS_AXIS_TENSOR],
-                     c->size[PS_AXIS_SEQUENCE], n, e->topology->name, devices, devices,
-                     devices % (n / c->size[PS_AXIS_DATA]) == 0
-                         ? devices / (n / c->size[PS_AXIS_DATA])
-                         : devices);
+                     "has %d; choose sizes whose product is %d (%s)",
+                     D, F, c->size[PS_AXIS_TENSOR], c->size[PS_AXIS_SEQUENCE], n,
+                     e->topology->name, devices, devices, fit);
     return FALSE;
   }
   int slices = e->topology->slices;
