@@ -39,26 +39,34 @@ static void test_version_and_help(void)
 static void test_usage_errors(void)
 {
   struct {
-    const char *a, *b, *c;
+    const char *a, *b, *c, *d, *e;
     const char *msg;
   } cases[] = {
-      {"frobnicate", NULL, NULL, "unknown command 'frobnicate'"},
-      {"run", NULL, NULL, "run needs exactly one EXPERIMENT"},
-      {"run", "no-such-experiment", NULL, "no-such-experiment"},
-      {"run", "default", "--bogus", "Unknown option --bogus"},
-      {"run", "default", "--steps=0", "--steps must be at least 1, got 0"},
-      {"run", "default", "--steps=-3", "--steps must be at least 1"},
-      {"run", "default", "--trace=", "--trace needs a file name (or use --no-trace)"},
-      {"list", "planets", NULL, "unknown kind 'planets'"},
-      {"describe", "nothing-by-this-name", NULL, "nothing-by-this-name"},
+      {"frobnicate", NULL, NULL, NULL, NULL, "unknown command 'frobnicate'"},
+      {"run", NULL, NULL, NULL, NULL, "run needs exactly one EXPERIMENT"},
+      {"run", "no-such-experiment", NULL, NULL, NULL, "no-such-experiment"},
+      {"run", "default", "--bogus", NULL, NULL, "Unknown option --bogus"},
+      {"run", "default", "--steps=0", NULL, NULL, "--steps must be at least 1, got 0"},
+      {"run", "default", "--steps=-3", NULL, NULL, "--steps must be at least 1"},
+      {"run", "default", "--trace=", NULL, NULL, "--trace needs a file name (or use --no-trace)"},
+      {"list", "planets", NULL, NULL, NULL, "unknown kind 'planets'"},
+      {"list", "experiments", "extra", NULL, NULL, "list: one KIND, got 2 words"},
+      {"describe", "nothing-by-this-name", NULL, NULL, NULL, "nothing-by-this-name"},
+      /* a value that opens JSON must be JSON, not a string by accident */
+      {"run", "default", "--set", "strategy={\"kind\":", NULL,
+       "--set strategy: the value opens a JSON object but is not valid JSON"},
+      /* a bad --device prints no config first */
+      {"describe", "default", "--program", "--device", "99", "--device 99: the plan has devices"},
   };
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     g_autofree char *out = NULL, *err = NULL;
-    int st = podsim_run(&out, &err, cases[i].a, cases[i].b, cases[i].c, NULL);
+    int st = podsim_run(&out, &err, cases[i].a, cases[i].b, cases[i].c, cases[i].d, cases[i].e,
+                        NULL);
     g_test_message("%s %s: %d: %s", cases[i].a, cases[i].b ? cases[i].b : "", st, err);
     g_assert_cmpint(st, ==, 2);
     g_assert_nonnull(strstr(err, cases[i].msg));
     g_assert_true(g_str_has_prefix(err, "podsim: "));
+    g_assert_cmpstr(out, ==, "");
   }
 }
 

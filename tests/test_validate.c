@@ -350,7 +350,7 @@ static void test_missing_field(void)
   }
 }
 
-/* A wrong type or an unknown experiment is a bad file too. */
+/* A wrong type, an unknown experiment or an unknown key is a bad file too. */
 static void test_bad_values(void)
 {
   static const struct {
@@ -363,6 +363,9 @@ static void test_bad_values(void)
        "broken.json: set[0]: must be a \"key=value\" string"},
       {"\"model\": \"resnet50\"", "\"model\": \"bert-large\"",
        "broken.json: model: 'bert-large', but experiment 'resnet50-v3-8' runs model 'resnet50'"},
+      /* a misspelt key is a slip, not a comment */
+      {"\"calibration\": false", "\"calibration\": false, \"measured_step_range_sec\": [1, 2]",
+       "unknown key 'measured_step_range_sec'"},
   };
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     GError *error = NULL;

@@ -119,6 +119,10 @@ int ps_cli_list(int argc, char **argv)
 {
   static const char *const kinds[] = {"topologies", "models", "experiments"};
   if (argc != 2 || (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    if (argc > 2)
+      fprintf(stderr, "podsim: list: one KIND, got %d words ('%s' ...)\n", argc - 1, argv[1]);
+    else if (argc < 2)
+      fprintf(stderr, "podsim: list: which KIND?\n");
     fprintf(argc == 2 ? stdout : stderr,
             "Usage: podsim list topologies|models|experiments\n\n"
             "Names in counting order; topologies grouped by generation under a '# ...' line\n"

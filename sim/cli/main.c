@@ -573,20 +573,34 @@ static gboolean name_chosen_algorithms(const PsExperiment *exp, PsPlan *plan, GE
   return ok;
 }
 
-/* --program, --kernels: a device's program or kernels. */
-static int describe_device(const PsExperiment *exp, const DescribeArgs *a)
+/* The plan of exp, or NULL with the error printed (status set) when it
+ * does not compile or has no device `device`. */
+static PsPlan *device_plan(const PsExperiment *exp, int device, int *status)
 {
   GError *error = NULL;
   PsPlan *plan = ps_run_compile(exp, &error);
-  if (!plan)
-    return fail(error);
-  int device = a->device == G_MININT ? 0 : a->device;
+  if (!plan) {
+    *status = fail(error);
+    return NULL;
+  }
   if (device < 0 || device >= plan->n_devices) {
     fprintf(stderr, "podsim: describe: --device %d: the plan has devices 0..%d\n", device,
             plan->n_devices - 1);
     ps_plan_free(plan);
-    return EXIT_INPUT;
+    *status = EXIT_INPUT;
+    return NULL;
   }
+  return plan;
+}
+
+/* --program, --kernels: a device's program or kernels. */
+static int describe_device(const PsExperiment *exp, const DescribeArgs *a)
+{
+  GError *error = NULL;
+  int device = a->device == G_MININT ? 0 : a->device, status = 0;
+  PsPlan *plan = device_plan(exp, device, &status);
+  if (!plan)
+    return status;
   if (a->program && !name_chosen_algorithms(exp, plan, &error)) {
     ps_plan_free(plan);
     return fail(error);
@@ -615,6 +629,11 @@ static int describe_experiment(GOptionContext *ctx, const DescribeArgs *a, const
   int status = 0;
   if (a->stages && !exp->strategy.impl->describe)
     status = describe_stages(ctx, exp); /* refused before anything prints */
+  if (!status && (a->program || a->kernels) && a->device != G_MININT) {
+    PsPlan *plan = device_plan(exp, a->device, &status); /* a bad --device prints nothing */
+    if (plan)
+      ps_plan_free(plan);
+  }
   if (!status)
     print_json(exp->resolved);
   if (!status && a->stages)

@@ -142,6 +142,15 @@ static char *source_text(json_object *root, const char *file, GError **error)
   return g_strdup_printf("%s, %s", paper, table);
 }
 
+/* A point file's keys: those validate reads and those that document the
+ * point (tests/measured/README.md); any other is a slip (a misspelt key
+ * would be ignored). */
+static const char *const point_keys[] = {
+    "name",       "model",       "topology",  "global_batch", "precision",
+    "experiment", "set",         "measured_step_s", "measured_step_range_s", "confidence",
+    "uncertainty", "source",     "derivation", "settings",    "podsim",
+    "calibration", "notes",      NULL};
+
 /* Reads and checks one point file.  (transfer full) */
 static Point *point_load(const char *path, GError **error)
 {
@@ -154,6 +163,7 @@ static Point *point_load(const char *path, GError **error)
   const char *name = NULL, *model = NULL, *topology = NULL, *experiment = NULL,
              *precision = NULL;
   if (!ps_json_expect_object(root, path, "", error) ||
+      !ps_json_check_keys(root, path, "", point_keys, error) ||
       !get_text(root, path, "", "name", &name, error) ||
       !get_text(root, path, "", "model", &model, error) ||
       !get_text(root, path, "", "topology", &topology, error) ||

@@ -714,17 +714,32 @@ fail:
 
 /* Parses an override value: JSON if the whole text is JSON, else a plain
  * string.  (transfer full) */
-static json_object *parse_value(const char *text)
+/* A --set value: JSON, or else the text as a string; text that opens an
+ * object or an array must be JSON (a quoting slip is an error, not a
+ * string).  FALSE with error on that. */
+static gboolean parse_value(const char *text, json_object **out, const char *origin,
+                            const char *path, GError **error)
 {
   size_t off;
   const char *reason;
+  *out = NULL;
   g_autofree char *stripped = g_strstrip(g_strdup(text));
   if (strcmp(stripped, "null") == 0)
-    return NULL; /* json-c represents null as NULL */
+    return TRUE; /* json-c represents null as NULL */
   json_object *v = parse_whole(text, strlen(text), JSON_TOKENER_STRICT, &off, &reason);
-  if (v)
-    return v;
-  return json_object_new_string(text);
+  if (v) {
+    *out = v;
+    return TRUE;
+  }
+  if (stripped[0] == '{' || stripped[0] == '[') {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_SYNTAX,
+                "%s %s: the value opens a JSON %s but is not valid JSON (%s at character %zu); "
+                "quote it for the shell, e.g. --set '%s=...'",
+                origin, path, stripped[0] == '{' ? "object" : "array", reason, off + 1, path);
+    return FALSE;
+  }
+  *out = json_object_new_string(text);
+  return TRUE;
 }
 
 gboolean ps_json_apply_override(json_object *root, const char *assignment, const char *origin,
@@ -765,7 +780,10 @@ gboolean ps_json_apply_override(json_object *root, const char *assignment, const
     g_string_append(walked, st->key);
 
     if (last_step && st->indices->len == 0) {
-      json_object_object_add(cur, st->key, parse_value(eq + 1));
+      json_object *v;
+      if (!parse_value(eq + 1, &v, origin, path, error))
+        goto out;
+      json_object_object_add(cur, st->key, v);
       ok = TRUE;
       goto out;
     }
@@ -795,7 +813,10 @@ gboolean ps_json_apply_override(json_object *root, const char *assignment, const
       }
       g_string_append_printf(walked, "[%d]", idx);
       if (last_step && i + 1 == st->indices->len) {
-        json_object_array_put_idx(cur, (size_t)idx, parse_value(eq + 1));
+        json_object *v;
+        if (!parse_value(eq + 1, &v, origin, path, error))
+          goto out;
+        json_object_array_put_idx(cur, (size_t)idx, v);
         ok = TRUE;
         goto out;
       }
