@@ -495,9 +495,11 @@ static void test_shipped_summaries(void)
 }
 
 /* The trace-size estimate --trace-max acts on (ps_run_trace_estimate) is
- * no less than the trace written and no more than three times it: on a
- * data-parallel run, the same with every link chunk and flow, and a
- * pipeline with links. */
+ * no less than the trace written and no more than 1.5 times it (it was
+ * 1.5-2 times, refusing traces that would fit): on a data-parallel run,
+ * the same with every link chunk and flow, a pipeline with links, and two
+ * language models' (a pipeline, a mesh), whose ops' names and figures
+ * make longer lines. */
 static void test_trace_estimate(void)
 {
   struct {
@@ -509,6 +511,8 @@ static void test_trace_estimate(void)
       {"resnet50-v3-8", {"steps=2", "steps_per_run=2", NULL}, TRUE},
       {"vit-pipeline", {"steps=3", "numerics.enabled=false", NULL}, TRUE},
       {"default", {"steps=30", NULL}, FALSE},
+      {"gpipe-transformer", {"steps=2", "numerics.enabled=false", NULL}, FALSE},
+      {"shard-llama2-7b", {"steps=1", NULL}, FALSE},
   };
   g_autofree char *path = g_build_filename(tmpdir, "estimate.json", NULL);
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
@@ -525,7 +529,7 @@ static void test_trace_estimate(void)
                    cases[i].name, cases[i].links ? " --trace-links" : "",
                    s.trace_estimate_bytes, (long long)st.st_size, ratio);
     g_assert_cmpfloat(ratio, >=, 1.0);
-    g_assert_cmpfloat(ratio, <=, 3.0);
+    g_assert_cmpfloat(ratio, <=, 1.5);
     ps_summary_clear(&s);
     ps_experiment_free(e);
     g_unlink(path);

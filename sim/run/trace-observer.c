@@ -8,6 +8,9 @@
  * observes: nothing here changes what the pod does or when. */
 #include "run-private.h"
 
+#include <math.h>
+#include <string.h>
+
 #define HOST_PID_BASE 100000
 #define LINKS_PID 99999 /* and LINKS_PID - 1, the DCN's links (hw/network.h) */
 /* several slices: the sort indices of slice s's processes start here,
@@ -56,14 +59,18 @@ static int chip_pid(Run *r, int device)
   return ps_pod_device_chip(r->pod, device) + 1;
 }
 
+/* Whether op's slice carries the cost model's figures (kernels, FLOPs,
+ * bytes and the time's split), else a transfer's bytes. */
+static gboolean has_cost_args(const PsOp *op)
+{
+  PsOpKind k = op->kind;
+  return k == PS_OP_FWD || k == PS_OP_BWD || k == PS_OP_RECOMPUTE || k == PS_OP_UPDATE ||
+         k == PS_OP_CLIP;
+}
+
 static char *op_args(const PsOp *op, int64_t step)
 {
-  switch (op->kind) {
-  case PS_OP_FWD:
-  case PS_OP_BWD:
-  case PS_OP_RECOMPUTE:
-  case PS_OP_UPDATE:
-  case PS_OP_CLIP:
+  if (has_cost_args(op))
     /* the time split as the cost model made it: MXU-bound kernels,
      * HBM/VPU-bound kernels, launches (us) */
     return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"mb\":%d,\"kernels\":%d,"
@@ -73,10 +80,8 @@ static char *op_args(const PsOp *op, int64_t step)
                            step, op->mb, op->kernels, op->flops, op->mxu_flops, op->hbm_bytes,
                            op->memory_bound ? "hbm" : "mxu", op->mxu_s * 1e6,
                            op->memory_s * 1e6, op->overhead_s * 1e6);
-  default:
-    return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"mb\":%d,\"bytes\":%.0f}", step,
-                           op->mb, op->bytes);
-  }
+  return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"mb\":%d,\"bytes\":%.0f}", step,
+                         op->mb, op->bytes);
 }
 
 void ps_run_trace_op_done(Run *r, int device, int64_t step, const PsOp *op, ps_time_t start,
@@ -391,15 +396,35 @@ void ps_run_trace_free(Run *r)
   g_free(r->host_batches);
 }
 
+/* Characters of x printed as %.0f. */
+static double digits(double x)
+{
+  return x >= 10 ? floor(log10(x)) + 1 : 1;
+}
+
+/* Bytes of op's slice line: the line's fixed text (about 110: pid, tid,
+ * category, start, duration, step and micro-batch), its name, and a
+ * compute op's figures (op_args). */
+static double op_line_bytes(const PsOp *op)
+{
+  double line = 110 + (double)strlen(op->name);
+  if (has_cost_args(op))
+    return line + 110 + digits(op->flops) + digits(op->mxu_flops) + digits(op->hbm_bytes);
+  return line + 10 + digits(op->bytes);
+}
+
 int64_t ps_run_trace_estimate(const PsExperiment *exp, const PsPlan *plan, gboolean links)
 {
-  /* bytes of one event line, measured on shipped traces: an op slice with
-   * its args about 260, a wait or collective slice about 150, a flow event
-   * about 110, a counter sample about 90, a link's chunk with its args
-   * about 220 (every op is counted, though those of no time are not drawn:
-   * an upper side) */
-  const double op_line = 260, short_line = 150, flow_line = 110, counter_line = 90,
-               chunk_line = 220;
+  /* bytes of one event line, measured on shipped traces: an op slice as
+   * op_line_bytes counts it (220-320), a wait slice about 150, a
+   * collective's slice on a member about 130 and its name, a flow event
+   * about 110, a counter sample about 95, a link's chunk with its args
+   * about 220.  An op is drawn when it takes a nanosecond or more (the
+   * file's unit) and moves its chip's HBM counter (core 0's) when it
+   * changes what is live; every wait is counted as if it waited: an upper
+   * side */
+  const double short_line = 150, flow_line = 110, counter_line = 95, chunk_line = 220;
+  const int per_chip = ps_topology_devices_per_chip(exp->topology);
   double per_step = 0;
   for (int d = 0; d < plan->n_devices; d++) {
     const PsProgram *p = ps_plan_program(plan, d);
@@ -407,6 +432,8 @@ int64_t ps_run_trace_estimate(const PsExperiment *exp, const PsPlan *plan, gbool
     for (int i = 0; i < p->n_ops; i++) {
       const PsOp *op = &p->ops[i];
       waits += op->kind == PS_OP_COLL_DONE || op->kind == PS_OP_RECV || op->kind == PS_OP_INFEED;
+      per_step += (op->time >= 1000 ? op_line_bytes(op) : 0) +
+                  (op->act_bytes != 0 ? counter_line / per_chip : 0);
       /* with links: the chunks of a batch over PCIe, of a SEND over ICI */
       if (links && (op->kind == PS_OP_INFEED || op->kind == PS_OP_SEND))
         per_step += MAX(1.0, op->bytes / (double)exp->collective.chunk_bytes) * chunk_line +
@@ -414,12 +441,11 @@ int64_t ps_run_trace_estimate(const PsExperiment *exp, const PsPlan *plan, gbool
     }
     /* an op, and the HBM counter it may move; the step slice; the host's
      * input slices and the infeed-depth counter, a few per device */
-    per_step += p->n_ops * (op_line + counter_line) + waits * short_line + short_line +
-                4 * (short_line + counter_line);
+    per_step += waits * short_line + short_line + 4 * (short_line + counter_line);
   }
   for (int c = 0; c < plan->n_colls; c++) {
     const PsPlanColl *pc = &plan->colls[c];
-    per_step += pc->n_members * short_line;
+    per_step += pc->n_members * (130 + (double)strlen(pc->name));
     if (links) { /* chunks of a ring: 2 (n - 1) steps of count / n each, per member */
       double bytes = (double)pc->count * pc->elem_bytes;
       double chunks = MAX(1.0, bytes / pc->n_members / (double)exp->collective.chunk_bytes);
@@ -427,6 +453,8 @@ int64_t ps_run_trace_estimate(const PsExperiment *exp, const PsPlan *plan, gbool
       per_step += messages * (chunks * chunk_line + 3 * flow_line);
     }
   }
-  double bytes = per_step * (double)exp->steps;
+  /* the sum of the lines came 0.8-1.1 times the shipped experiments'
+   * traces: 1.15 of it keeps to the upper side */
+  double bytes = 1.15 * per_step * (double)exp->steps;
   return bytes > 9e18 ? INT64_MAX : (int64_t)bytes;
 }
