@@ -70,6 +70,56 @@ static PsPlan *compile(const char *const *ov, PsExperiment **out)
   return p;
 }
 
+/* The data axis's gradient all-reduces a device starts in a step. */
+static int data_all_reduces(const PsPlan *p, int device)
+{
+  const PsProgram *pr = ps_plan_program(p, device);
+  int n = 0;
+  for (int i = 0; i < pr->n_ops; i++) {
+    if (pr->ops[i].kind != PS_OP_COLL_START)
+      continue;
+    const PsPlanColl *pc = &p->colls[ps_plan_op_coll(p, device, &pr->ops[i])];
+    n += pc->op == PS_COLL_ALL_REDUCE && pc->axis == PS_AXIS_DATA &&
+         (pc->buffer == PS_BUFFER_GRADS || pc->buffer == PS_BUFFER_GRAD_SHARDS);
+  }
+  return n;
+}
+
+/* The plan counts the data axis's gradient buckets as replicate's does
+ * (the summary's "N buckets", which read 0 for every shard plan): data 16
+ * alone the same buckets as replicate over 16 replicas, data 2 x fsdp 8 its
+ * device's all-reduces of shards, none without a data axis. */
+static void test_buckets_counted(void)
+{
+  PsExperiment *e;
+  const char *data[] = {"strategy.mesh={\"data\": 16}", NULL};
+  PsPlan *p = compile(data, &e);
+  const char *rep_ov[] = {"strategy={\"kind\": \"replicate\", \"replicas\": 16}", NULL};
+  GError *error = NULL;
+  PsExperiment *re = ps_experiment_load(exp_path, rep_ov, &error);
+  g_assert_no_error(error);
+  PsPlan *rp = ps_strategy_compile(re, &error);
+  g_assert_no_error(error);
+  g_assert_cmpint(rp->n_buckets, >, 1);
+  g_assert_cmpint(p->n_buckets, ==, rp->n_buckets);
+  g_assert_cmpint(p->n_buckets, ==, data_all_reduces(p, 0));
+  ps_plan_free(rp);
+  ps_experiment_free(re);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+  const char *mixed[] = {"strategy.mesh={\"data\": 2, \"fsdp\": 8}", NULL};
+  p = compile(mixed, &e);
+  g_assert_cmpint(p->n_buckets, >, 0);
+  g_assert_cmpint(p->n_buckets, ==, data_all_reduces(p, 0));
+  ps_plan_free(p);
+  ps_experiment_free(e);
+  const char *fsdp[] = {"strategy.mesh={\"fsdp\": 16}", NULL};
+  p = compile(fsdp, &e);
+  g_assert_cmpint(p->n_buckets, ==, 0);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
 /* The same plan without slots: every device a program of its own, its
  * COLL_START/DONE naming instances directly (as plans did before slots). */
 static PsPlan *own_programs(const PsPlan *p)
@@ -1284,6 +1334,7 @@ int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/shard/mesh/tensor-neighbours", test_mesh_neighbours);
+  g_test_add_func("/shard/buckets-counted", test_buckets_counted);
   g_test_add_func("/shard/flops/tensor-split", test_flops_tensor);
   g_test_add_func("/shard/remat/minimal", test_remat_minimal);
   g_test_add_func("/shard/remat/units", test_remat_units);

@@ -52,6 +52,7 @@ typedef struct {
   const PsModel *m;
   PsModel local;
   int M, F, D;
+  int buckets;        /* the data axis's gradient all-reduces (buckets) a step, 0 without */
   gboolean sp;
   int64_t batch;
   int act_b;

@@ -794,6 +794,8 @@ static void shard_backward(Lower *w, int *pending)
     coll(w, PS_OP_COLL_DONE, g_array_index(b.rs, int, j));
   for (guint j = 0; j < b.done->len; j++)
     coll(w, PS_OP_COLL_DONE, g_array_index(b.done, int, j));
+  if (w->final)
+    w->buckets = b.k; /* the data axis's all-reduces of the step's gradients */
   g_array_free(b.rs, TRUE);
   g_array_free(b.ready, TRUE);
   g_array_free(b.done, TRUE);
@@ -1146,6 +1148,8 @@ PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError *
   int *peer = ps_shard_pipe_peers(c, coord, n);
   PsPlan *plan = ps_plan_new(n);
   plan_tables(plan, &w[0], coord, first);
+  for (int s = 0; s < P; s++)
+    plan->n_buckets += w[s].buckets;
   PsShardGroups gr;
   ps_shard_groups_init(&gr, c, coord, n);
   if (n_slots > 0)
