@@ -470,6 +470,19 @@ static void test_trace_failures(void)
   g_rmdir(dir);
 }
 
+/* One row of `podsim timeline`: FALSE for a comment or an empty line,
+ * else its fields (asserted all there, the stage in [0, stages)). */
+static gboolean timeline_row(const char *line, int stages, int *stage, double *start,
+                             double *end, int *mb, char kind[16])
+{
+  if (line[0] == '#' || !line[0])
+    return FALSE;
+  g_assert_cmpint(sscanf(line, "%d %lf %lf %d %15s", stage, start, end, mb, kind), ==, 5);
+  g_assert_cmpint(*stage, >=, 0);
+  g_assert_cmpint(*stage, <, stages);
+  return TRUE;
+}
+
 /* `podsim timeline` reads a pipeline's trace back: one row per compute op
  * of replica 0 in the last step, every stage's forwards and backwards for
  * every micro-batch, in time order per stage; `describe --stages` prints the
@@ -495,12 +508,8 @@ static void test_pipeline_timeline(void)
     int stage, mb;
     double start, end;
     char kind[16];
-    if (lines[i][0] == '#' || !lines[i][0])
+    if (!timeline_row(lines[i], 2, &stage, &start, &end, &mb, kind))
       continue;
-    g_assert_cmpint(sscanf(lines[i], "%d %lf %lf %d %15s", &stage, &start, &end, &mb, kind), ==,
-                    5);
-    g_assert_cmpint(stage, >=, 0);
-    g_assert_cmpint(stage, <, 2);
     g_assert_cmpfloat(end, >, start);
     g_assert_cmpfloat(start, >=, last_start[stage]); /* sorted by start within a stage */
     last_start[stage] = start;
@@ -529,6 +538,34 @@ static void test_pipeline_timeline(void)
   g_free(err);
   g_assert_cmpint(podsim_run(&out, &err, "timeline", "no/such/trace.json", NULL), ==, 2);
   g_assert_nonnull(strstr(err, "no/such/trace.json"));
+  g_free(out);
+  g_free(err);
+
+  /* stages laid out over a mesh (2 stages x fsdp 4 of a shard plan): one
+   * device a stage, so a stage's ops never overlap (all four devices'
+   * interleaved did) */
+  g_assert_cmpint(podsim_run(&out, &err, "run", "char-decoder-v4-8", "--set",
+                             "strategy={\"kind\": \"shard\", \"mesh\": {\"stage\": 2, "
+                             "\"fsdp\": 2}, \"micro_batches\": 4}",
+                             "--set", "numerics.enabled=false", "--steps", "2", "--trace", trace,
+                             NULL), ==, 0);
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, "timeline", trace, NULL), ==, 0);
+  g_auto(GStrv) mesh_lines = g_strsplit(out, "\n", -1);
+  double last_end[2] = {-1, -1};
+  int rows = 0;
+  for (int i = 0; mesh_lines[i]; i++) {
+    int stage, mb;
+    double start, end;
+    char kind[16];
+    if (!timeline_row(mesh_lines[i], 2, &stage, &start, &end, &mb, kind))
+      continue;
+    g_assert_cmpfloat(start, >=, last_end[stage] - 1e-3);
+    last_end[stage] = end;
+    rows++;
+  }
+  g_assert_cmpint(rows, >, 0);
   g_free(out);
   g_free(err);
 

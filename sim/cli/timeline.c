@@ -111,15 +111,21 @@ static void take_event(Events *e, json_object *ev)
     }
 }
 
-/* Threads of the chosen replica -> stage + 1.  (transfer full) */
+/* Threads of the chosen replica -> stage + 1: one thread a stage, its
+ * first named (the stage's lowest device), so that a stage laid out over
+ * a mesh (fsdp, tensor: devices of one replica and stage) gives one
+ * device's ops, not all of theirs interleaved.  (transfer full) */
 static GHashTable *replica_stages(const Events *e, int replica)
 {
   GHashTable *stage_of = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
+  g_autoptr(GHashTable) taken = g_hash_table_new(g_direct_hash, g_direct_equal);
   for (guint i = 0; i < e->threads->len; i++) {
     const Thread *t = &g_array_index(e->threads, Thread, i);
-    if (t->replica == replica)
-      g_hash_table_insert(stage_of, g_memdup2(&t->thread, sizeof t->thread),
-                          GINT_TO_POINTER(t->stage + 1));
+    if (t->replica != replica || g_hash_table_contains(taken, GINT_TO_POINTER(t->stage + 1)))
+      continue;
+    g_hash_table_add(taken, GINT_TO_POINTER(t->stage + 1));
+    g_hash_table_insert(stage_of, g_memdup2(&t->thread, sizeof t->thread),
+                        GINT_TO_POINTER(t->stage + 1));
   }
   return stage_of;
 }
@@ -300,7 +306,8 @@ static int print_timeline(const char *file, const Events *events, int step, int 
   int rc = 0;
   if (g_hash_table_size(stage_of) == 0) {
     fprintf(stderr, "podsim: timeline: %s: no pipeline stage of replica %d in the trace (a "
-                    "trace of a run with strategy.kind=pipeline is needed)\n", file, replica);
+                    "trace of a pipelined run is needed: strategy.kind=pipeline, or a shard "
+                    "mesh with a stage axis)\n", file, replica);
     g_hash_table_destroy(stage_of);
     return EXIT_INPUT;
   }
@@ -338,7 +345,8 @@ int ps_cli_timeline(int argc, char **argv)
       "for gnuplot");
   g_option_context_set_description(
       ctx, "Rows: stage, start and end (us, from the step's first op), micro-batch, kind "
-           "(FWD, BWD, RECOMPUTE).\nplots/pipeline-timeline.sh draws them.");
+           "(FWD, BWD, RECOMPUTE), one device a stage (its lowest, where a stage is a mesh).\n"
+           "plots/pipeline-timeline.sh draws them.");
   g_option_context_add_main_entries(ctx, entries, NULL);
   GError *error = NULL;
   if (!g_option_context_parse(ctx, &argc, &argv, &error) || argc != 2) {
