@@ -19,6 +19,14 @@
  * - /shard/pipe/placement: stages are outermost on the torus: the devices
  *   of a stage are a block of neighbouring chips, and on two slices each
  *   stage is one slice;
+ * - /shard/pipe/accumulate: BERT-large on one stage of fsdp 2 x tensor 4
+ *   (x data 2) in 4 micro-batches: "sharded" reduce-scatters each
+ *   micro-batch's gradients (4 times "whole"'s reduce-scatters of the
+ *   gradients), "whole" holds the whole gradients instead, so its HBM peak
+ *   is exactly (F - 1) shards of weights' bytes above; the data axis
+ *   all-reduces the same buckets once either way; on one stage the
+ *   default order is 1f1b (each micro-batch's forward then its backward)
+ *   and gpipe when asked;
  * - /shard/pipe/bad-input: stages not dividing the devices with the rest
  *   of the mesh, more stages than the model has cuttable units,
  *   micro-batches not dividing the batch of a data x fsdp row, and
@@ -47,6 +55,64 @@ static PsPlan *compile(const char *path, const char *const *ov, PsExperiment **o
   g_assert_true(ps_plan_validate(p, &error));
   *out = e;
   return p;
+}
+
+/* Per device 0: gradient reduce-scatters over fsdp, gradient all-reduces
+ * over data. */
+static void grad_colls(const PsPlan *p, int *rs, int *ar)
+{
+  const PsProgram *pr = ps_plan_program(p, 0);
+  *rs = *ar = 0;
+  for (int i = 0; i < pr->n_ops; i++) {
+    if (pr->ops[i].kind != PS_OP_COLL_START)
+      continue;
+    const PsPlanColl *pc = &p->colls[ps_plan_op_coll(p, 0, &pr->ops[i])];
+    *rs += pc->op == PS_COLL_REDUCE_SCATTER && pc->buffer == PS_BUFFER_GRADS &&
+           pc->axis == PS_AXIS_FSDP;
+    *ar += pc->op == PS_COLL_ALL_REDUCE && pc->axis == PS_AXIS_DATA &&
+           (pc->buffer == PS_BUFFER_GRADS || pc->buffer == PS_BUFFER_GRAD_SHARDS);
+  }
+}
+
+static void test_accumulate(void)
+{
+  const char *mesh = "strategy.mesh={\"data\": 2, \"fsdp\": 2, \"tensor\": 4}";
+  const char *sharded[] = {mesh, "strategy.micro_batches=4", NULL};
+  const char *whole[] = {mesh, "strategy.micro_batches=4", "strategy.accumulate=whole", NULL};
+  PsExperiment *es, *ew;
+  PsPlan *s = compile(bert, sharded, &es), *w = compile(bert, whole, &ew);
+  int rs_s, ar_s, rs_w, ar_w;
+  grad_colls(s, &rs_s, &ar_s);
+  grad_colls(w, &rs_w, &ar_w);
+  g_test_message("reduce-scatters %d sharded, %d whole; all-reduces %d, %d", rs_s, rs_w, ar_s,
+                 ar_w);
+  g_assert_cmpint(rs_w, >, 0);
+  g_assert_cmpint(rs_s, ==, 4 * rs_w);
+  g_assert_cmpint(ar_s, ==, ar_w);
+  g_assert_cmpint(ar_s, >, 0);
+  /* the held whole gradients: F - 1 = 1 more shard of gradients; the
+   * static bytes are a shard's weights, gradients and Adam's two slots, 4
+   * float32 arrays of the shard */
+  const PsProgram *ps = ps_plan_program(s, 0), *pw = ps_plan_program(w, 0);
+  g_assert_cmpint(ps->hbm_static_bytes, ==, pw->hbm_static_bytes);
+  g_assert_cmpint(ps->hbm_static_bytes % 4, ==, 0);
+  g_assert_cmpint(pw->hbm_peak_bytes - ps->hbm_peak_bytes, ==, (2 - 1) * ps->hbm_static_bytes / 4);
+  ps_plan_free(s);
+  ps_plan_free(w);
+  /* the order on one stage: 1f1b unless asked */
+  json_object *st = NULL, *sched = NULL;
+  g_assert_true(json_object_object_get_ex(es->resolved, "strategy", &st));
+  g_assert_true(json_object_object_get_ex(st, "schedule", &sched));
+  g_assert_cmpstr(json_object_get_string(sched), ==, "1f1b");
+  ps_experiment_free(es);
+  ps_experiment_free(ew);
+  const char *gpipe[] = {mesh, "strategy.micro_batches=4", "strategy.schedule=gpipe", NULL};
+  PsPlan *g = compile(bert, gpipe, &es);
+  g_assert_true(json_object_object_get_ex(es->resolved, "strategy", &st));
+  g_assert_true(json_object_object_get_ex(st, "schedule", &sched));
+  g_assert_cmpstr(json_object_get_string(sched), ==, "gpipe");
+  ps_plan_free(g);
+  ps_experiment_free(es);
 }
 
 static void test_stage_one(void)
@@ -293,6 +359,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/pipe/bubble", test_bubble);
   g_test_add_func("/shard/pipe/groups", test_groups);
   g_test_add_func("/shard/pipe/placement", test_placement);
+  g_test_add_func("/shard/pipe/accumulate", test_accumulate);
   g_test_add_func("/shard/pipe/bad-input", test_bad_input);
   return g_test_run();
 }

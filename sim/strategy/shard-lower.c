@@ -787,6 +787,16 @@ static void shard_backward(Lower *w, int *pending)
     if (w->final) { /* (the step's last micro-batch) */
       norm_grads(w, &b, g);
       gradients(w, &b, g, g == 0);
+    } else if (w->F > 1 && !w->c->accumulate_whole && group_params(w, g) > 0) {
+      /* an earlier micro-batch's gradients reduce-scattered into the
+       * shards the step accumulates (GSPMD's accumulator sharded as the
+       * weights are), done by the end of its backward */
+      char what[48];
+      snprintf(what, sizeof what, "%.33s grad mb", w->m->layers[group_first(w, g)].name);
+      int r = add_req(w, PS_COLL_REDUCE_SCATTER, PS_GROUP_FSDP, PS_AXIS_FSDP,
+                      group_params(w, g), PS_BUFFER_GRADS, group_first(w, g), what);
+      coll(w, PS_OP_COLL_START, r);
+      g_array_append_val(b.done, r);
     }
   }
   norm_done(w, &b);
@@ -873,9 +883,10 @@ static void build_template(Lower *w)
   snprintf(up.name, sizeof up.name, w->F > 1 || w->M > 1 ? "apply update: shard" : "apply update");
   if (w->exp->optimizer.clip_norm > 0)
     ps_shard_clip_norm(w);
-  if (w->mbs > 1 && w->F > 1) {
+  if (w->mbs > 1 && w->F > 1 && w->c->accumulate_whole) {
     /* micro-batches accumulate whole gradients until the last one's
-     * reduce-scatter: held from the first op to the update */
+     * reduce-scatter ("accumulate": "whole"): held from the first op to
+     * the update */
     int64_t whole = w->shard_params * (w->F - 1) * ps_lower_weight_bytes(w->exp);
     g_array_index(w->ops, PsOp, 0).act_bytes += whole;
     up.act_bytes = -whole;

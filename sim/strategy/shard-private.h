@@ -63,6 +63,9 @@ typedef struct {
   PsPrecision reduce_precision; /* of the gradients' reductions */
   int micro_batches;            /* per data x fsdp row's batch, in a step */
   PsSchedule schedule;          /* of the stages' micro-batches */
+  gboolean accumulate_whole;    /* fsdp with micro-batches: hold whole gradients and
+                                   reduce-scatter them once ("whole"), else reduce-scatter
+                                   each micro-batch's into the shards ("sharded") */
 } PsShardConfig;
 
 /* Devices the mesh occupies: the product of its sizes, stages included. */

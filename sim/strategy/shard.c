@@ -22,7 +22,8 @@ static const char *const keys[] = {"kind",           "mesh",     "mesh_order",
                                    "collective_matmul", "sequence_parallel",
                                    "rematerialize", "remat_keep", "remat_offload", "prefetch",
                                    "regather",       "bucket_bytes", "loss_reduction",
-                                   "reduce_precision", "micro_batches", "schedule", NULL};
+                                   "reduce_precision", "micro_batches", "schedule",
+                                   "accumulate", NULL};
 static const char *const mesh_keys[] = {"data", "fsdp", "tensor", "sequence", NULL};
 static const PsAxis mesh_axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR,
                                    PS_AXIS_SEQUENCE};
@@ -46,6 +47,7 @@ static const struct {
                   {"mlpwo", PS_KEEP_WO}};
 static const char *const loss_reductions[] = {"mean", "sum", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", NULL};
+static const char *const accumulates[] = {"sharded", "whole", NULL};
 static const char *const mesh_keys_all[] = {"data", "fsdp", "tensor", "sequence", "stage",
                                             NULL};
 
@@ -179,7 +181,8 @@ static json_object *keep_json(unsigned mask)
 static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, GError **error)
 {
   const char *p = "strategy";
-  int remat = c->remat, red = c->loss_reduction, sched = c->schedule;
+  int remat = c->remat, red = c->loss_reduction, sched = c->schedule,
+      acc = c->accumulate_whole ? 1 : 0;
   if (!ps_json_check_keys(o, file, p, keys, error) || !parse_mesh(o, file, c, error) ||
       !parse_order(o, file, c, error) ||
       !ps_json_get_bool(o, file, p, "collective_matmul", FALSE, &c->collective_matmul,
@@ -195,9 +198,16 @@ static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, G
       !ps_strategy_parse_reduce_precision(o, file, &c->reduce_precision, error) ||
       !ps_json_get_int32(o, file, p, "micro_batches", FALSE, 1, 1 << 24, &c->micro_batches,
                          error) ||
-      !ps_json_get_enum(o, file, p, "schedule", FALSE, schedules, &sched, error))
+      !ps_json_get_enum(o, file, p, "schedule", FALSE, schedules, &sched, error) ||
+      !ps_json_get_enum(o, file, p, "accumulate", FALSE, accumulates, &acc, error))
     return FALSE;
   c->schedule = (PsSchedule)sched;
+  /* one stage's micro-batches are gradient accumulation: each one's
+   * forward then its backward (1f1b's order on one stage), unless the
+   * file asks for another order */
+  if (c->size[PS_AXIS_STAGE] <= 1 && !json_object_object_get_ex(o, "schedule", NULL))
+    c->schedule = PS_SCHEDULE_1F1B;
+  c->accumulate_whole = acc == 1;
   c->remat = (PsRemat)remat;
   c->loss_reduction = (PsLossReduction)red;
   if (!parse_keep(o, file, c, "remat_keep", &c->remat_keep, error) ||
@@ -465,6 +475,8 @@ static json_object *shard_to_json(const void *config)
     json_object_object_add(m, "stage", json_object_new_int(c->size[PS_AXIS_STAGE]));
     json_object_object_add(so, "micro_batches", json_object_new_int(c->micro_batches));
     json_object_object_add(so, "schedule", json_object_new_string(schedules[c->schedule]));
+    json_object_object_add(so, "accumulate",
+                           json_object_new_string(accumulates[c->accumulate_whole ? 1 : 0]));
   }
   json_object_object_add(so, "mesh", m);
   json_object *order = json_object_new_array();
