@@ -120,6 +120,34 @@ static void test_buckets_counted(void)
   ps_experiment_free(e);
 }
 
+/* A mesh that does not split into whole torus axes compiles row-major and
+ * says so (fsdp 64 x data 2 on tpu-v5p-256's 4x4x8: 64 takes half of the
+ * 8); fsdp 128 there, whole axes, says nothing. */
+static void test_row_major_warning(void)
+{
+  const char *path = "experiments/shard-llama2-7b.json";
+  const char *bad[] = {"topology=tpu-v5p-256", "strategy.mesh={\"data\": 2, \"fsdp\": 64}",
+                       "global_batch=128", NULL};
+  const char *good[] = {"topology=tpu-v5p-256", "strategy.mesh={\"fsdp\": 128}",
+                        "global_batch=128", NULL};
+  for (int k = 0; k < 2; k++) {
+    GError *error = NULL;
+    PsExperiment *e = ps_experiment_load(path, k ? good : bad, &error);
+    g_assert_no_error(error);
+    PsPlan *p = ps_strategy_compile(e, &error);
+    g_assert_no_error(error);
+    if (k)
+      g_assert_null(p->warning);
+    else {
+      g_assert_nonnull(p->warning);
+      g_assert_nonnull(strstr(p->warning, "row-major"));
+      g_assert_nonnull(strstr(p->warning, "data 2 x fsdp 64"));
+    }
+    ps_plan_free(p);
+    ps_experiment_free(e);
+  }
+}
+
 /* The same plan without slots: every device a program of its own, its
  * COLL_START/DONE naming instances directly (as plans did before slots). */
 static PsPlan *own_programs(const PsPlan *p)
@@ -1335,6 +1363,7 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/shard/mesh/tensor-neighbours", test_mesh_neighbours);
   g_test_add_func("/shard/buckets-counted", test_buckets_counted);
+  g_test_add_func("/shard/row-major-warning", test_row_major_warning);
   g_test_add_func("/shard/flops/tensor-split", test_flops_tensor);
   g_test_add_func("/shard/remat/minimal", test_remat_minimal);
   g_test_add_func("/shard/remat/units", test_remat_units);

@@ -180,6 +180,8 @@ static gboolean announce_run(const PsExperiment *exp, FILE *log, GError **error)
   if (!plan)
     return FALSE;
   warn_idle_devices(exp, plan);
+  if (plan->warning)
+    fprintf(stderr, "podsim: warning: %s: %s\n", exp->file, plan->warning);
   if (log) {
     g_autofree char *header = run_header(exp, plan);
     fprintf(log, "%s\n", header);

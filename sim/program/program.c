@@ -32,6 +32,7 @@ void ps_plan_free(PsPlan *plan)
   g_free(plan->programs);
   g_free(plan->colls);
   g_free(plan->coll_of);
+  g_free(plan->warning);
   g_free(plan->program_of);
   g_free(plan->stage_first);
   g_free(plan->layer_split);

@@ -205,6 +205,7 @@ typedef struct {
   float loss_scale;         /* applied to d(loss)/d(logits): 1/replicas for "mean",
                                1/(replicas x micro_batches) in a pipeline */
   int n_buckets;
+  char *warning;            /* what the compiler warns of in its layout, or NULL (owned) */
 } PsPlan;
 
 /* An empty plan for n_devices, each with program 0; the caller fills in

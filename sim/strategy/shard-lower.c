@@ -1155,12 +1155,23 @@ PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError *
     lower_init(&w[s], exp, c, s, first[s], first[s + 1]);
     n_slots = MAX(n_slots, (int)w[s].reqs->len);
   }
-  int *coord = ps_shard_mesh_map(exp->topology, c, NULL);
+  g_autoptr(GString) how = g_string_new(NULL);
+  int *coord = ps_shard_mesh_map(exp->topology, c, how);
   int *peer = ps_shard_pipe_peers(c, coord, n);
   PsPlan *plan = ps_plan_new(n);
   plan_tables(plan, &w[0], coord, first);
   for (int s = 0; s < P; s++)
     plan->n_buckets += w[s].buckets;
+  if (strstr(how->str, PS_SHARD_ROW_MAJOR))
+    plan->warning = g_strdup_printf(
+        "strategy.mesh: data %d x fsdp %d x tensor %d x sequence %d (x %d stages) does not "
+        "split into whole axes of %s's torus, so its devices are taken in order (row-major) "
+        "and its groups are blocks whose collectives cannot use every link (jax's "
+        "create_device_mesh makes such a mesh only with allow_split_physical_axes); sizes "
+        "that are products of the torus's axes are faster (podsim describe --stages shows "
+        "the layout)",
+        c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP], c->size[PS_AXIS_TENSOR],
+        c->size[PS_AXIS_SEQUENCE], P, exp->topology->name);
   PsShardGroups gr;
   ps_shard_groups_init(&gr, c, coord, n);
   if (n_slots > 0)

@@ -191,7 +191,7 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
   if (!ok) {
     fallback(c, ord, n, coord);
     if (how)
-      g_string_append(how, "  no axis-aligned layout: row-major over devices, "
+      g_string_append(how, "  " PS_SHARD_ROW_MAJOR ": row-major over devices, "
                            "the heaviest axis fastest\n");
     return coord;
   }

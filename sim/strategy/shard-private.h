@@ -81,6 +81,9 @@ int ps_shard_dcn_axis(const PsShardConfig *c, int slices);
  * (transfer full): the rule of shard-mesh.c.  `how` (may be NULL) gets a
  * line per axis saying which physical axes it took. */
 int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *how);
+/* The words ps_shard_mesh_map's `how` opens its line with where no
+ * axis-aligned layout exists. */
+#define PS_SHARD_ROW_MAJOR "no axis-aligned layout"
 
 /* The groups a collective request runs over, one of each kind per
  * device: the tensor x sequence group, the fsdp group, the data group,
