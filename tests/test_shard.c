@@ -1356,6 +1356,13 @@ static void test_bad_input(void)
                        "topology.chip.hbm_bytes=4GiB", NULL};
   bad(fit, "4.0 GiB per device; raise strategy.mesh.fsdp to 2 (and lower strategy.mesh.data "
            "to 8)");
+  /* fsdp over every device and still too big: what applies instead (no
+   * fsdp to raise; full rematerialization, micro-batches, a smaller batch) */
+  const char *whole[] = {"strategy.mesh={\"fsdp\": 16}", "strategy.rematerialize=minimal",
+                         "global_batch=64", "topology.chip.hbm_bytes=1GiB", NULL};
+  bad(whole, "per device; set strategy.rematerialize=\"full\"");
+  bad(whole, "split each device's 4 examples into strategy.micro_batches");
+  bad(whole, "or lower global_batch");
 }
 
 int main(int argc, char **argv)

@@ -20,10 +20,22 @@ static char *advice(const Lower *w, double activations)
         local / f * ps_lower_weight_bytes(w->exp) * (2 + slots) + activations <= have)
       return g_strdup_printf("raise strategy.mesh.fsdp to %d (and lower strategy.mesh.data to "
                              "%d)", f, w->D * w->F / f);
-  return g_strdup(w->c->remat == PS_REMAT_NONE
-                      ? "set strategy.rematerialize=\"minimal\" or \"full\", raise "
-                        "strategy.mesh.tensor, or lower global_batch"
-                      : "raise strategy.mesh.tensor or fsdp, or lower global_batch");
+  /* else what applies: fewer activations kept (a fuller rematerialization,
+   * micro-batches, a smaller batch) or the weights split further */
+  GString *s = g_string_new(NULL);
+  if (w->c->remat == PS_REMAT_NONE)
+    g_string_append(s, "set strategy.rematerialize=\"minimal\" or \"full\"");
+  else if (w->c->remat != PS_REMAT_FULL)
+    g_string_append(s, "set strategy.rematerialize=\"full\" (or keep fewer checkpoints, or "
+                       "offload them with strategy.remat_offload)");
+  g_string_append_printf(s, "%sraise strategy.mesh.tensor", s->len ? ", " : "");
+  if (w->batch > 1)
+    g_string_append_printf(s, ", split each device's %" G_GINT64_FORMAT " examples into "
+                              "strategy.micro_batches (gradient accumulation; now %d)",
+                           w->batch * w->mbs, w->mbs);
+  if (w->batch * w->mbs > 1)
+    g_string_append(s, ", or lower global_batch");
+  return g_string_free(s, FALSE);
 }
 
 gboolean ps_shard_template_fits(Lower *w, GError **error)
