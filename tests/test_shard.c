@@ -120,6 +120,42 @@ static void test_buckets_counted(void)
   ps_experiment_free(e);
 }
 
+/* A mesh axis given as -1 takes the devices the others leave (MaxText's
+ * convention): fsdp -1 x tensor 4 on the 16 devices of tpu-v4-32 is fsdp
+ * 4, data 1; two axes at -1, a rest that does not divide, and 0 are
+ * errors naming strategy.mesh. */
+static void test_mesh_rest(void)
+{
+  PsExperiment *e;
+  const char *rest[] = {"strategy.mesh={\"fsdp\": -1, \"tensor\": 4}", NULL};
+  PsPlan *p = compile(rest, &e);
+  g_assert_cmpint(ps_plan_axis_size(p, PS_AXIS_FSDP), ==, 4);
+  g_assert_cmpint(ps_plan_axis_size(p, PS_AXIS_TENSOR), ==, 4);
+  g_assert_cmpint(ps_plan_axis_size(p, PS_AXIS_DATA), ==, 1);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+  const char *with_data[] = {"strategy.mesh={\"data\": 2, \"fsdp\": -1}", NULL};
+  p = compile(with_data, &e);
+  g_assert_cmpint(ps_plan_axis_size(p, PS_AXIS_FSDP), ==, 8);
+  g_assert_cmpint(ps_plan_axis_size(p, PS_AXIS_DATA), ==, 2);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+  const char *two[] = {"strategy.mesh={\"fsdp\": -1, \"tensor\": -1}", NULL};
+  const char *odd[] = {"strategy.mesh={\"fsdp\": -1, \"tensor\": 3}", NULL};
+  const char *zero[] = {"strategy.mesh={\"fsdp\": 0}", NULL};
+  const char *const *cases[] = {two, odd, zero};
+  const char *msg[] = {"for one axis only", "does not divide", "0 is not a size"};
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    GError *error = NULL;
+    PsExperiment *x = load(cases[i], &error);
+    g_assert_null(x);
+    g_assert_nonnull(error);
+    g_assert_nonnull(strstr(error->message, "strategy.mesh"));
+    g_assert_nonnull(strstr(error->message, msg[i]));
+    g_clear_error(&error);
+  }
+}
+
 /* A mesh that does not split into whole torus axes compiles row-major and
  * says so (fsdp 64 x data 2 on tpu-v5p-256's 4x4x8: 64 takes half of the
  * 8); fsdp 128 there, whole axes, says nothing. */
@@ -1371,6 +1407,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/mesh/tensor-neighbours", test_mesh_neighbours);
   g_test_add_func("/shard/buckets-counted", test_buckets_counted);
   g_test_add_func("/shard/row-major-warning", test_row_major_warning);
+  g_test_add_func("/shard/mesh/rest", test_mesh_rest);
   g_test_add_func("/shard/flops/tensor-split", test_flops_tensor);
   g_test_add_func("/shard/remat/minimal", test_remat_minimal);
   g_test_add_func("/shard/remat/units", test_remat_units);

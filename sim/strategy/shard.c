@@ -73,12 +73,59 @@ static gboolean parse_mesh(json_object *o, const char *file, PsShardConfig *c, G
       !ps_json_check_keys(m, file, "strategy.mesh", mesh_keys_all, error))
     return FALSE;
   c->mesh_given = TRUE;
+  /* -1 (MaxText's "the rest"): the devices the other axes leave, one axis
+   * at most (shard_parse) */
   for (int i = 0; i < PS_SHARD_AXES; i++)
-    if (!ps_json_get_int32(m, file, "strategy.mesh", mesh_keys[i], FALSE, 1, 1 << 20,
+    if (!ps_json_get_int32(m, file, "strategy.mesh", mesh_keys[i], FALSE, -1, 1 << 20,
                            &c->size[mesh_axes[i]], error))
       return FALSE;
-  return ps_json_get_int32(m, file, "strategy.mesh", "stage", FALSE, 1, 1 << 20,
-                           &c->size[PS_AXIS_STAGE], error);
+  if (!ps_json_get_int32(m, file, "strategy.mesh", "stage", FALSE, -1, 1 << 20,
+                         &c->size[PS_AXIS_STAGE], error))
+    return FALSE;
+  for (int a = 0; a < PS_N_AXES; a++)
+    if (c->size[a] == 0 && json_object_object_get_ex(m, ps_axis_name((PsAxis)a), NULL)) {
+      ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.mesh",
+                       "%s: 0 is not a size; give 1 or more, or -1 for the devices the other "
+                       "axes leave", ps_axis_name((PsAxis)a));
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/* The one axis given as -1 takes the devices the others leave.  FALSE
+ * with an error naming the mesh if two are -1 or the rest does not
+ * divide. */
+static gboolean fill_rest(PsShardConfig *c, const PsTopology *topo, const char *file,
+                          GError **error)
+{
+  int rest = -1, others = 1, minus = 0;
+  for (int a = 0; a < PS_N_AXES; a++) {
+    if (c->size[a] == -1) {
+      rest = a;
+      minus++;
+    } else if (c->size[a] > 0) {
+      others *= c->size[a];
+    }
+  }
+  if (minus == 0)
+    return TRUE;
+  int devices = ps_topology_devices(topo);
+  if (minus > 1) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.mesh",
+                     "-1 (the devices the other axes leave) may be given for one axis only, "
+                     "got %d", minus);
+    return FALSE;
+  }
+  if (devices % others != 0) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.mesh",
+                     "%s -1: the other axes' product %d does not divide %s's %d devices",
+                     ps_axis_name((PsAxis)rest), others, topo->name, devices);
+    return FALSE;
+  }
+  c->size[rest] = devices / others;
+  if (c->size[PS_AXIS_DATA] == 0)
+    c->size[PS_AXIS_DATA] = 1;
+  return TRUE;
 }
 
 /* "mesh_order": the four axis names, outermost (least communication)
@@ -243,7 +290,7 @@ static gboolean shard_parse(json_object *obj, const PsTopology *topo, const char
   c->loss_reduction = PS_LOSS_MEAN;
   c->micro_batches = 1;
   c->schedule = PS_SCHEDULE_GPIPE;
-  if (obj && !parse_keys(obj, file, c, error)) {
+  if ((obj && !parse_keys(obj, file, c, error)) || !fill_rest(c, topo, file, error)) {
     g_free(c);
     return FALSE;
   }
