@@ -495,11 +495,11 @@ static void test_shipped_summaries(void)
 }
 
 /* The trace-size estimate --trace-max acts on (ps_run_trace_estimate) is
- * no less than the trace written and no more than 1.5 times it (it was
- * 1.5-2 times, refusing traces that would fit): on a data-parallel run,
- * the same with every link chunk and flow, a pipeline with links, and two
- * language models' (a pipeline, a mesh), whose ops' names and figures
- * make longer lines. */
+ * no less than the trace written and no more than 1.6 times it (2.5 with
+ * every link chunk, whose count is coarser): on a data-parallel run, the
+ * same with links, a pipeline with links, two language models' (a
+ * pipeline, a mesh), whose ops' names and figures make longer lines, and
+ * host calls and a decoder's chunks, lines it leaves out. */
 static void test_trace_estimate(void)
 {
   struct {
@@ -513,6 +513,10 @@ static void test_trace_estimate(void)
       {"default", {"steps=30", NULL}, FALSE},
       {"gpipe-transformer", {"steps=2", "numerics.enabled=false", NULL}, FALSE},
       {"shard-llama2-7b", {"steps=1", NULL}, FALSE},
+      /* host calls, and a decoder's link chunks: lines the count leaves out */
+      {"mlp-outside-compilation", {"steps=2", NULL}, FALSE},
+      {"mlp-outside-compilation", {"steps=2", NULL}, TRUE},
+      {"char-decoder-v4-8", {"steps=2", "numerics.enabled=false", NULL}, TRUE},
   };
   g_autofree char *path = g_build_filename(tmpdir, "estimate.json", NULL);
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
@@ -529,7 +533,7 @@ static void test_trace_estimate(void)
                    cases[i].name, cases[i].links ? " --trace-links" : "",
                    s.trace_estimate_bytes, (long long)st.st_size, ratio);
     g_assert_cmpfloat(ratio, >=, 1.0);
-    g_assert_cmpfloat(ratio, <=, 1.5);
+    g_assert_cmpfloat(ratio, <=, cases[i].links ? 2.5 : 1.6);
     ps_summary_clear(&s);
     ps_experiment_free(e);
     g_unlink(path);

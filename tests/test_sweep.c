@@ -351,6 +351,30 @@ static void test_resume(void)
   g_autofree char *foreign_after = slurp(foreign);
   g_assert_cmpstr(foreign_after, ==, text);
 
+  /* a failed point's row cut inside its message (unquoted, so every
+   * field is there): dropped and the point run again, not kept */
+  g_autofree char *failing = g_build_filename(dir, "failing.csv", NULL);
+  const char *fail_args[] = {"sweep", "default", "--set", "numerics.enabled=false", "--set",
+                             "steps=2", "--vary", "strategy.replicas=1,3", "--out", failing,
+                             NULL};
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, fail_args[0], fail_args[1], fail_args[2], fail_args[3],
+                             fail_args[4], fail_args[5], fail_args[6], fail_args[7],
+                             fail_args[8], fail_args[9], NULL), ==, 1);
+  g_autofree char *failed_full = slurp(failing);
+  size_t flen = strlen(failed_full);
+  g_assert_true(g_str_has_suffix(failed_full, "\n"));
+  g_assert_true(g_file_set_contents(failing, failed_full, (gssize)flen - 10, NULL));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, fail_args[0], fail_args[1], fail_args[2], fail_args[3],
+                             fail_args[4], fail_args[5], fail_args[6], fail_args[7],
+                             fail_args[8], fail_args[9], NULL), ==, 1);
+  g_assert_nonnull(strstr(err, "dropped a last row"));
+  g_autofree char *failed_again = slurp(failing);
+  g_assert_cmpstr(failed_again, ==, failed_full);
+
   /* nothing left to run: the file stays as it is */
   g_autofree char *err3 = sweep_again(csv, "4 already in", 0);
   g_autofree char *again3 = slurp(csv);

@@ -712,8 +712,6 @@ fail:
   return NULL;
 }
 
-/* Parses an override value: JSON if the whole text is JSON, else a plain
- * string.  (transfer full) */
 /* A --set value: JSON, or else the text as a string; text that opens an
  * object or an array must be JSON (a quoting slip is an error, not a
  * string).  FALSE with error on that. */

@@ -108,8 +108,9 @@ static gboolean same_blocks(Run *r, int a, int b, int device)
 /* A device updates the blocks its fsdp reduce-scatter of a layer's
  * gradients gave it and hands the same blocks to the all-gathers of the
  * layer's weights; two algorithms can cut a buffer differently (auto picks
- * each collective's by its bytes, and a bf16 reduction or bf16 weights
- * give the two different sizes), which would gather stale weights.  An
+ * each collective's by its bytes, and a bf16 reduction of float32
+ * weights gives the two different sizes), which would gather stale
+ * weights.  An
  * error naming collective.algorithm if some all-gather's blocks are not
  * its reduce-scatter's. */
 static gboolean gathers_match(Run *r, int c, GError **error)
