@@ -16,6 +16,12 @@
 typedef enum { FORMAT_CSV, FORMAT_JSONL } Format;
 
 /* What became of one point; made by a worker, consumed by the writer. */
+/* One --vary option: its key and values. */
+typedef struct {
+  char *key;
+  GPtrArray *values; /* char *: as given, or a range's expansion */
+} Vary;
+
 typedef struct {
   guint index;
   json_object *flat; /* the summary, flattened, without varied or wall-clock keys; NULL if failed */
@@ -82,6 +88,24 @@ gboolean ps_sweep_parse_json_value(const char *text, json_object **out);
 void ps_sweep_pool_run(gpointer data, gpointer user_data);
 /* Appends o's row; FALSE if it could not be written. */
 gboolean ps_sweep_output_row(Output *out, const Sweep *sw, const Outcome *o, GError **error);
+/* sweep-output.c: reads what an earlier sweep left in out's file (its
+ * finished points; cut_at, add_newline), changing nothing. */
+gboolean ps_sweep_output_read(Output *out, const Sweep *sw, GError **error);
+/* Opens out's file to append, first dropping a cut last row or ending a
+ * whole one. */
+gboolean ps_sweep_output_open(Output *out, GError **error);
+/* The CSV header from the first point that ran. */
+gboolean ps_sweep_output_header(Output *out, const Sweep *sw, const Outcome *first,
+                                GError **error);
+/* A JSON value's canonical text, and a cell's (its number as JSON prints
+ * it, else the text): the keys rows and points are matched by.
+ * (transfer full) */
+char *ps_sweep_canonical_json(json_object *v);
+char *ps_sweep_canonical_text(const char *text);
+/* Point index's value of its k-th varied key. */
+const char *ps_sweep_point_value(const Sweep *sw, guint index, guint k);
+/* The --vary index of key, or -1. */
+int ps_sweep_vary_index(const Sweep *sw, const char *key);
 /* Counts o in and shows it (a line, or the progress bar on a terminal). */
 void ps_sweep_progress_point(Progress *p, const Sweep *sw, const Outcome *o);
 /* On a terminal, the progress line redrawn (elapsed time, ETA). */
