@@ -94,7 +94,8 @@ const char *ps_buffer_name(PsBufferKind kind)
 
 const char *ps_axis_name(PsAxis axis)
 {
-  static const char *const names[PS_N_AXES] = {"data", "stage", "fsdp", "tensor", "sequence"};
+  static const char *const names[PS_N_AXES] = {"data", "stage", "fsdp", "tensor", "sequence",
+                                                "context"};
   g_return_val_if_fail(axis < PS_N_AXES, "?");
   return names[axis];
 }

@@ -142,14 +142,15 @@ typedef enum {
 } PsBufferKind;
 
 /* The axes a plan lays its devices out along (GSPMD's device mesh): data
- * (replicas), stage (pipeline stages), and room for fsdp, tensor and
- * sequence sharding. */
+ * (replicas), stage (pipeline stages), and room for fsdp, tensor,
+ * sequence and context sharding. */
 typedef enum {
   PS_AXIS_DATA,
   PS_AXIS_STAGE,
   PS_AXIS_FSDP,
   PS_AXIS_TENSOR,
   PS_AXIS_SEQUENCE,
+  PS_AXIS_CONTEXT,
   PS_N_AXES
 } PsAxis;
 

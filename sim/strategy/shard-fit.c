@@ -14,10 +14,11 @@ static char *advice(const Lower *w, double activations)
 {
   int slots = ps_lower_optimizer_slots(w->exp);
   double have = (double)ps_topology_device_hbm_bytes(w->exp->topology);
-  double local = (double)w->shard_params * w->F;
+  double local = (double)w->shard_params * w->Fw;
   for (int f = w->F * 2; f <= w->F * w->D; f *= 2)
     if (w->D * w->F % f == 0 &&
-        local / f * ps_lower_weight_bytes(w->exp) * (2 + slots) + activations <= have)
+        local / ((double)f * w->C) * ps_lower_weight_bytes(w->exp) * (2 + slots) + activations <=
+            have)
       return g_strdup_printf("raise strategy.mesh.fsdp to %d (and lower strategy.mesh.data to "
                              "%d)", f, w->D * w->F / f);
   /* else what applies: fewer activations kept (a fuller rematerialization,
@@ -29,6 +30,8 @@ static char *advice(const Lower *w, double activations)
     g_string_append(s, "set strategy.rematerialize=\"full\" (or keep fewer checkpoints, or "
                        "offload them with strategy.remat_offload)");
   g_string_append_printf(s, "%sraise strategy.mesh.tensor", s->len ? ", " : "");
+  if (w->m->token_input && w->c->size[PS_AXIS_SEQUENCE] == 1 && !w->c->sequence_parallel)
+    g_string_append(s, " or strategy.mesh.context (each sequence split over its devices)");
   if (w->batch > 1)
     g_string_append_printf(s, ", split each device's %" G_GINT64_FORMAT " examples into "
                               "strategy.micro_batches (gradient accumulation; now %d)",

@@ -52,6 +52,8 @@ typedef struct {
   const PsModel *m;
   PsModel local;
   int M, F, D;
+  int C;              /* context ways: each example's positions split C ways */
+  int Fw;             /* weight shards: fsdp x context (ps_shard_weight_ways) */
   int buckets;        /* the data axis's gradient all-reduces (buckets) a step, 0 without */
   gboolean sp;
   int64_t batch;

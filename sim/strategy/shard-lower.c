@@ -65,12 +65,14 @@
 static const char *const coll_word[PS_COLL_N_OPS] = {"all-reduce", "reduce-scatter",
                                                      "all-gather", "broadcast", "permute"};
 
+/* Elements of layer p's output (p < 0: the input) on a device: its
+ * examples, its share of their positions with a context axis. */
 static int64_t out_elems(const Lower *w, int p)
 {
   const PsModel *m = w->m;
   return (p < 0 ? ps_shape_elems(m->in_shape, m->in_rank)
                 : ps_shape_elems(m->layers[p].out_shape, m->layers[p].out_rank)) *
-         w->batch;
+         w->batch / w->C;
 }
 
 /* ---- layouts ---------------------------------------------------------- */
@@ -211,6 +213,25 @@ static void plan_layouts(Lower *w)
 
 /* ---- the local model -------------------------------------------------- */
 
+/* A layer's share of each example's positions on one device of a context
+ * group of C (MaxText's context parallelism, balanced: the causal
+ * attention's work is dealt out evenly, as its load-balanced reordering
+ * does): every row-wise cost and activation divided by C, its queries
+ * too, so attention's products run C-th of the queries against every key
+ * (the gathered keys and values: context_kv).  The device still reads
+ * the whole gathered weights, so their traffic is put back. */
+static void context_local(PsLayer *L, int C)
+{
+  if (C == 1)
+    return;
+  ps_shard_local_layer(L, PS_LOC_ROWS, C, FALSE);
+  if (ps_layer_kind_lower(L->kind)->gathers)
+    return; /* its traffic is per example; the cost model adds the table's */
+  double back = (double)L->params * (1.0 - 1.0 / C); /* bytes hold the weights' once */
+  L->fwd_bytes += back;
+  L->bwd_bytes += 2.0 * back;
+}
+
 static void build_local(Lower *w)
 {
   w->local = *w->m;
@@ -218,6 +239,7 @@ static void build_local(Lower *w)
   w->local.params = 0;
   for (int i = 0; i < w->m->n_layers; i++) {
     ps_shard_local_layer(&w->local.layers[i], w->lp[i].local, w->M, w->lp[i].padded);
+    context_local(&w->local.layers[i], w->C);
     w->local.params += w->local.layers[i].params;
   }
 }
@@ -540,10 +562,78 @@ static gboolean split_wgrad(const Lower *w, int g, PsOp *bw, PsOp *tail)
 }
 
 
+/* ---- context parallelism: attention's keys and values ------------------ */
+
+/* Elements of layer l's keys and values over every position of a
+ * device's examples (its heads' share of the tensor group): what each
+ * member of the context group holds once they are gathered, as MaxText's
+ * context parallelism all-gathers them before attention (each device's
+ * queries attend to every key); 0 without heads or a context axis. */
+static int64_t context_kv(const Lower *w, int l)
+{
+  const PsLayer *L = &w->m->layers[l];
+  if (w->C == 1 || ps_layer_kind_lower(L->kind)->tensor != PS_TP_HEADS || L->heads <= 0)
+    return 0;
+  int64_t dh = L->dim / L->heads, kvw = L->kv_heads * dh;
+  if (w->M > 1 && w->lp[l].local != PS_LOC_NONE)
+    kvw = MAX(dh, kvw / w->M);
+  return 2 * w->batch * L->in_shape[0] * kvw;
+}
+
+/* Bytes the gathered keys and values of layer l add to the device's own. */
+static int64_t context_kv_extra(const Lower *w, int l)
+{
+  return context_kv(w, l) / w->C * (w->C - 1) * w->act_b;
+}
+
+/* Whether the gathered keys and values stay in HBM from forward to
+ * backward: only when nothing is rematerialized (XLA keeps them as the
+ * attention's residuals); else backward gathers them again. */
+static gboolean context_kv_kept(const Lower *w)
+{
+  return w->c->remat == PS_REMAT_NONE;
+}
+
+/* Before group g's attention: its keys and values all-gathered over the
+ * context group, live from the gather's DONE; the bytes they add. */
+static int64_t context_gather(Lower *w, int g, const char *when)
+{
+  int64_t held = 0;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++) {
+    int64_t n = context_kv(w, l);
+    if (n == 0)
+      continue;
+    char what[48];
+    snprintf(what, sizeof what, "%.32s k,v %s", w->m->layers[l].name, when);
+    coll_now(w, add_req(w, PS_COLL_ALL_GATHER, PS_GROUP_CONTEXT, PS_AXIS_CONTEXT, n,
+                        PS_BUFFER_ACTIVATIONS, l, what));
+    g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes = context_kv_extra(w, l);
+    held += context_kv_extra(w, l);
+  }
+  return held;
+}
+
+/* After group g's backward: the gradients of its gathered keys and values,
+ * partial sums over the context group, reduce-scattered onto each
+ * device's positions; the gathered copies freed. */
+static void context_scatter(Lower *w, int g)
+{
+  for (int l = group_first(w, g); l <= group_last(w, g); l++) {
+    int64_t n = context_kv(w, l);
+    if (n == 0)
+      continue;
+    char what[48];
+    snprintf(what, sizeof what, "%.33s k,v grad", w->m->layers[l].name);
+    coll_now(w, add_req(w, PS_COLL_REDUCE_SCATTER, PS_GROUP_CONTEXT, PS_AXIS_CONTEXT, n,
+                        PS_BUFFER_ACT_GRADS, l, what));
+    g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes = -context_kv_extra(w, l);
+  }
+}
+
 /* The fsdp all-gather of group g's weights (a request), or -1. */
 static int gather_req(Lower *w, int g, const char *when)
 {
-  if (w->F == 1 || group_params(w, g) == 0)
+  if (w->Fw == 1 || group_params(w, g) == 0)
     return -1;
   char what[48];
   snprintf(what, sizeof what, "%.30s w %s", w->m->layers[group_first(w, g)].name, when);
@@ -562,7 +652,7 @@ static int next_param_group(const Lower *w, int g, int dir, int n)
 static void shard_forward(Lower *w, int *pending)
 {
   int n = (int)w->starts->len - 1;
-  int next = w->F > 1 ? next_param_group(w, -1, 1, n) : -1;
+  int next = w->Fw > 1 ? next_param_group(w, -1, 1, n) : -1;
   if (next >= 0 && w->c->prefetch) {
     pending[next] = gather_req(w, next, "fwd");
     coll(w, PS_OP_COLL_START, pending[next]);
@@ -570,7 +660,7 @@ static void shard_forward(Lower *w, int *pending)
   for (int g = 0; g < n; g++) {
     int first = group_first(w, g), last = group_last(w, g);
     int64_t wbytes = group_params(w, g) * ps_lower_weight_bytes(w->exp);
-    if (w->F > 1 && wbytes > 0) {
+    if (w->Fw > 1 && wbytes > 0) {
       if (!w->c->prefetch) {
         pending[g] = gather_req(w, g, "fwd");
         coll(w, PS_OP_COLL_START, pending[g]);
@@ -584,6 +674,7 @@ static void shard_forward(Lower *w, int *pending)
       g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes = wbytes;
     }
     forward_comps(w, first);
+    int64_t kv = context_gather(w, g, "fwd");
     PsOp f = compute_op(w, PS_OP_FWD, g);
     if (w->c->remat == PS_REMAT_FULL)
       f.act_bytes = ps_shard_kept_bytes(w, g);
@@ -591,9 +682,11 @@ static void shard_forward(Lower *w, int *pending)
       f.act_bytes = ps_shard_products_bytes(w, g);
     else if (w->c->remat == PS_REMAT_ATTENTION)
       f.act_bytes -= ps_shard_score_bytes(w, g);
-    if (w->F > 1 && wbytes > 0) /* the gathered copy, live from its DONE */
+    if (w->Fw > 1 && wbytes > 0) /* the gathered copy, live from its DONE */
       f.act_bytes -= w->c->regather ? wbytes : 0;
     f.act_bytes += ps_shard_offload_bytes(w, g); /* in HBM until its copy is done */
+    if (!context_kv_kept(w))
+      f.act_bytes -= kv; /* backward gathers them again */
     const LayerPlan *lp = &w->lp[last];
     gboolean ring = w->c->collective_matmul && w->M > 1 &&
                     (lp->out_comp == PS_COLL_ALL_REDUCE || lp->out_comp == PS_COLL_REDUCE_SCATTER);
@@ -666,8 +759,8 @@ static void flush_bucket(Lower *w, Buckets *b, GArray *rs, int first, int last,
            w->m->layers[last].name);
   /* with fsdp the bucket is the device's shards of its ops' gradients */
   int r = add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_DATA, PS_AXIS_DATA, floats,
-                  w->F > 1 ? PS_BUFFER_GRAD_SHARDS : PS_BUFFER_GRADS, first, what);
-  if (w->F > 1)
+                  w->Fw > 1 ? PS_BUFFER_GRAD_SHARDS : PS_BUFFER_GRADS, first, what);
+  if (w->Fw > 1)
     g_array_index(w->reqs, Req, r).offset = w->shard_params - floats;
   coll(w, PS_OP_COLL_START, r);
   g_array_append_val(b->done, r);
@@ -684,9 +777,9 @@ static void gradients(Lower *w, Buckets *b, int g, gboolean closes)
   if (p == 0 && !closes)
     return;
   if (p > 0) {
-    int64_t shard = (p + w->F - 1) / w->F;
+    int64_t shard = (p + w->Fw - 1) / w->Fw;
     w->shard_params += shard;
-    if (w->F > 1) {
+    if (w->Fw > 1) {
       norm_done(w, b);
       char what[48];
       snprintf(what, sizeof what, "%.36s grad", w->m->layers[group_first(w, g)].name);
@@ -704,7 +797,7 @@ static void gradients(Lower *w, Buckets *b, int g, gboolean closes)
       (b->floats * ps_lower_reduce_bytes(w->exp, w->c->reduce_precision) < w->c->bucket_bytes &&
        !closes))
     return;
-  if (w->F > 1 && !closes) { /* wait one op for the reduce-scatters */
+  if (w->Fw > 1 && !closes) { /* wait one op for the reduce-scatters */
     g_array_append_vals(b->ready, b->rs->data, b->rs->len);
     g_array_set_size(b->rs, 0);
     return;
@@ -717,7 +810,7 @@ static void gradients(Lower *w, Buckets *b, int g, gboolean closes)
 static void shard_backward(Lower *w, int *pending)
 {
   int n = (int)w->starts->len - 1;
-  gboolean gather = w->F > 1 && w->c->regather;
+  gboolean gather = w->Fw > 1 && w->c->regather;
   Buckets b = {.rs = g_array_new(FALSE, FALSE, sizeof(int)),
                .ready = g_array_new(FALSE, FALSE, sizeof(int)),
                .done = g_array_new(FALSE, FALSE, sizeof(int)),
@@ -747,8 +840,10 @@ static void shard_backward(Lower *w, int *pending)
           group_params(w, g) * ps_lower_weight_bytes(w->exp);
     }
     ps_shard_prefetch_done(w, down, g);
+    if (!context_kv_kept(w))
+      context_gather(w, g, "bwd");
     PsOp bw = compute_op(w, PS_OP_BWD, g);
-    bw.act_bytes -= w->F > 1 ? group_params(w, g) * ps_lower_weight_bytes(w->exp) : 0;
+    bw.act_bytes -= w->Fw > 1 ? group_params(w, g) * ps_lower_weight_bytes(w->exp) : 0;
     if (w->c->remat == PS_REMAT_FULL) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
       r.act_bytes = ps_shard_recompute_live(w, g, r.act_bytes);
@@ -784,10 +879,11 @@ static void shard_backward(Lower *w, int *pending)
       emit(w, &tail);
     for (int k = 0; k < nr; k++)
       coll(w, PS_OP_COLL_DONE, reqs[k]);
+    context_scatter(w, g);
     if (w->final) { /* (the step's last micro-batch) */
       norm_grads(w, &b, g);
       gradients(w, &b, g, g == 0);
-    } else if (w->F > 1 && !w->c->accumulate_whole && group_params(w, g) > 0) {
+    } else if (w->Fw > 1 && !w->c->accumulate_whole && group_params(w, g) > 0) {
       /* an earlier micro-batch's gradients reduce-scattered into the
        * shards the step accumulates (GSPMD's accumulator sharded as the
        * weights are), done by the end of its backward */
@@ -880,21 +976,22 @@ static void build_template(Lower *w)
   if (w->P == 1)
     up.param_len = w->m->params;
   ps_lower_update_op(w->exp, &up, w->shard_params, ps_shard_grad_bytes(w));
-  snprintf(up.name, sizeof up.name, w->F > 1 || w->M > 1 ? "apply update: shard" : "apply update");
+  snprintf(up.name, sizeof up.name, w->Fw > 1 || w->M > 1 ? "apply update: shard" : "apply update");
   if (w->exp->optimizer.clip_norm > 0)
     ps_shard_clip_norm(w);
-  if (w->mbs > 1 && w->F > 1 && w->c->accumulate_whole) {
+  if (w->mbs > 1 && w->Fw > 1 && w->c->accumulate_whole) {
     /* micro-batches accumulate whole gradients until the last one's
      * reduce-scatter ("accumulate": "whole"): held from the first op to
      * the update */
-    int64_t whole = w->shard_params * (w->F - 1) * ps_lower_weight_bytes(w->exp);
+    int64_t whole = w->shard_params * (w->Fw - 1) * ps_lower_weight_bytes(w->exp);
     g_array_index(w->ops, PsOp, 0).act_bytes += whole;
     up.act_bytes = -whole;
   }
   ps_shard_layer_norms(w, &up);
   emit(w, &up);
   if (w->stage == w->P - 1) {
-    PsOp out = ps_lower_outfeed(w->exp, w->batch * w->mbs, 1.0 / ((double)w->D * w->F * w->M));
+    PsOp out = ps_lower_outfeed(w->exp, w->batch * w->mbs,
+                                1.0 / ((double)w->D * w->F * w->M * w->C));
     emit(w, &out);
   }
   g_free(w->pending);
@@ -908,6 +1005,7 @@ static void lower_init(Lower *w, const PsExperiment *exp, const PsShardConfig *c
 {
   *w = (Lower){.exp = exp, .c = c, .m = exp->model, .M = ps_shard_model_ways(c),
                .F = c->size[PS_AXIS_FSDP], .D = c->size[PS_AXIS_DATA],
+               .C = c->size[PS_AXIS_CONTEXT], .Fw = ps_shard_weight_ways(c),
                .sp = c->size[PS_AXIS_SEQUENCE] > 1 || c->sequence_parallel,
                .act_b = ps_cost_act_bytes(exp->numerics.precision),
                .reqs = g_array_new(FALSE, FALSE, sizeof(Req)),
@@ -1039,8 +1137,8 @@ static int *layer_splits(const Lower *w)
 static void set_mesh(PsPlan *plan, const PsShardConfig *c, const int *coord, int n,
                      const PsModel *m, const int *first)
 {
-  static const PsAxis axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR, PS_AXIS_SEQUENCE,
-                                PS_AXIS_STAGE};
+  static const PsAxis axes[] = {PS_AXIS_DATA,     PS_AXIS_FSDP,    PS_AXIS_TENSOR,
+                                PS_AXIS_SEQUENCE, PS_AXIS_CONTEXT, PS_AXIS_STAGE};
   int n_axes = PS_SHARD_AXES + (c->size[PS_AXIS_STAGE] > 1);
   for (int i = 0; i < n_axes; i++)
     ps_plan_set_axis(plan, axes[i], c->size[axes[i]]);
@@ -1164,14 +1262,15 @@ PsPlan *ps_shard_lower(const PsExperiment *exp, const PsShardConfig *c, GError *
     plan->n_buckets += w[s].buckets;
   if (strstr(how->str, PS_SHARD_ROW_MAJOR))
     plan->warning = g_strdup_printf(
-        "strategy.mesh: data %d x fsdp %d x tensor %d x sequence %d (x %d stages) does not "
+        "strategy.mesh: data %d x fsdp %d x tensor %d x sequence %d x context %d (x %d stages) "
+        "does not "
         "split into whole axes of %s's torus, so its devices are taken in order (row-major) "
         "and its groups are blocks whose collectives cannot use every link (jax's "
         "create_device_mesh makes such a mesh only with allow_split_physical_axes); sizes "
         "that are products of the torus's axes are faster (podsim describe --stages shows "
         "the layout)",
         c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP], c->size[PS_AXIS_TENSOR],
-        c->size[PS_AXIS_SEQUENCE], P, exp->topology->name);
+        c->size[PS_AXIS_SEQUENCE], c->size[PS_AXIS_CONTEXT], P, exp->topology->name);
   PsShardGroups gr;
   ps_shard_groups_init(&gr, c, coord, n);
   if (n_slots > 0)

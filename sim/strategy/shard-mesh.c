@@ -1,4 +1,4 @@
-/* shard-mesh.c: the logical mesh (data, fsdp, sequence, tensor) laid on
+/* shard-mesh.c: the logical mesh (data, fsdp, sequence, context, tensor) laid on
  * the slice's physical axes, as JAX's mesh_utils.create_device_mesh lays
  * a mesh on a TPU torus (its _create_device_mesh_for_nd_torus).
  *
@@ -6,7 +6,7 @@
  * cores of a chip when a chip has more than one device, then the slices
  * of a multislice topology, each with its extent.  The logical axes are
  * taken from the most communication-heavy to the least (by default
- * tensor, sequence, fsdp, data; "mesh_order" lists them the other way,
+ * tensor, context, sequence, fsdp, data; "mesh_order" lists them the other way,
  * outermost first).  Each takes the first subset of still-free physical
  * axes whose extents multiply to its size, trying subsets of as many axes
  * as there are first, then one fewer, down to one, each size's subsets in
@@ -228,10 +228,11 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
 void ps_shard_groups_init(PsShardGroups *gr, const PsShardConfig *c, const int *coord, int n)
 {
   int D = c->size[PS_AXIS_DATA], F = c->size[PS_AXIS_FSDP], T = c->size[PS_AXIS_TENSOR],
-      S = c->size[PS_AXIS_SEQUENCE];
+      S = c->size[PS_AXIS_SEQUENCE], C = c->size[PS_AXIS_CONTEXT];
   gr->size[PS_GROUP_MODEL] = T * S;
-  gr->size[PS_GROUP_FSDP] = F;
+  gr->size[PS_GROUP_FSDP] = F * C;
   gr->size[PS_GROUP_DATA] = D;
+  gr->size[PS_GROUP_CONTEXT] = C;
   for (int k = 0; k < PS_GROUP_N; k++) {
     gr->gid[k] = g_new(int, n);
     gr->pos[k] = g_new(int, n);
@@ -240,13 +241,18 @@ void ps_shard_groups_init(PsShardGroups *gr, const PsShardConfig *c, const int *
   for (int d = 0; d < n; d++) {
     const int *x = coord + d * PS_N_AXES;
     int dd = x[PS_AXIS_DATA], f = x[PS_AXIS_FSDP], t = x[PS_AXIS_TENSOR],
-        s = x[PS_AXIS_SEQUENCE], st = x[PS_AXIS_STAGE]; /* a group is one stage's */
-    gr->gid[PS_GROUP_MODEL][d] = (st * D + dd) * F + f;
+        s = x[PS_AXIS_SEQUENCE], cx = x[PS_AXIS_CONTEXT],
+        st = x[PS_AXIS_STAGE]; /* a group is one stage's */
+    gr->gid[PS_GROUP_MODEL][d] = ((st * D + dd) * F + f) * C + cx;
     gr->pos[PS_GROUP_MODEL][d] = s * T + t;
+    /* the weights' group: fsdp x context, context fastest and running back
+     * on odd fsdp rows, so consecutive members stay neighbours */
     gr->gid[PS_GROUP_FSDP][d] = ((st * D + dd) * S + s) * T + t;
-    gr->pos[PS_GROUP_FSDP][d] = f;
-    gr->gid[PS_GROUP_DATA][d] = ((st * F + f) * S + s) * T + t;
+    gr->pos[PS_GROUP_FSDP][d] = f * C + (f % 2 ? C - 1 - cx : cx);
+    gr->gid[PS_GROUP_DATA][d] = (((st * F + f) * C + cx) * S + s) * T + t;
     gr->pos[PS_GROUP_DATA][d] = dd;
+    gr->gid[PS_GROUP_CONTEXT][d] = (((st * D + dd) * F + f) * S + s) * T + t;
+    gr->pos[PS_GROUP_CONTEXT][d] = cx;
     for (int k = 0; k < PS_GROUP_N; k++)
       gr->members[k][gr->gid[k][d] * gr->size[k] + gr->pos[k][d]] = d;
   }

@@ -42,12 +42,12 @@ typedef enum {
   PS_KEEP_INPUT = 1 << 8 /* the unit's input: every policy but "none" keeps it */
 } PsRematKeep;
 
-/* The four axes a shard mesh has, in the default order of increasing
+/* The five axes a shard mesh has, in the default order of increasing
  * communication (outermost first). */
-#define PS_SHARD_AXES 4
+#define PS_SHARD_AXES 5
 
 typedef struct {
-  int size[PS_N_AXES];          /* DATA, FSDP, TENSOR, SEQUENCE, STAGE */
+  int size[PS_N_AXES];          /* DATA, FSDP, TENSOR, SEQUENCE, STAGE, CONTEXT */
   gboolean mesh_given;          /* "mesh" in the file (else data = every device) */
   PsAxis order[PS_SHARD_AXES];  /* increasing communication: data .. tensor */
   gboolean order_given;
@@ -72,6 +72,10 @@ typedef struct {
 int ps_shard_devices(const PsShardConfig *c);
 /* The tensor x sequence group's size: the ways a layer's work is split. */
 int ps_shard_model_ways(const PsShardConfig *c);
+/* The ways the weights, their gradients and the optimizer's slots are
+ * sharded: fsdp x context (MaxText shards a weight's embedding dimension
+ * over both axes, so context parallelism is also ZeRO-3 over its group). */
+int ps_shard_weight_ways(const PsShardConfig *c);
 
 /* The axis the slices of a multislice topology go to: the outermost (first
  * in c->order) whose size `slices` divides; -1 when none does or slices
@@ -86,9 +90,16 @@ int *ps_shard_mesh_map(const PsTopology *topo, const PsShardConfig *c, GString *
 #define PS_SHARD_ROW_MAJOR "no axis-aligned layout"
 
 /* The groups a collective request runs over, one of each kind per
- * device: the tensor x sequence group, the fsdp group, the data group,
- * each within one pipeline stage. */
-typedef enum { PS_GROUP_MODEL, PS_GROUP_FSDP, PS_GROUP_DATA, PS_GROUP_N } PsShardGroup;
+ * device: the tensor x sequence group, the fsdp (x context) group that
+ * shards the weights, the data group, the context group, each within one
+ * pipeline stage. */
+typedef enum {
+  PS_GROUP_MODEL,
+  PS_GROUP_FSDP,
+  PS_GROUP_DATA,
+  PS_GROUP_CONTEXT,
+  PS_GROUP_N
+} PsShardGroup;
 
 /* Device d's group of kind k is gid[k][d] and its place in it pos[k][d];
  * members[k] lists each group's devices in order, gid-major. */

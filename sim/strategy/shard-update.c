@@ -16,7 +16,7 @@
  * conversion back to float32 into its consumer), else as stored. */
 int ps_shard_grad_bytes(const Lower *w)
 {
-  return w->F > 1 || w->D > 1 ? ps_lower_reduce_bytes(w->exp, w->c->reduce_precision) : 0;
+  return w->Fw > 1 || w->D > 1 ? ps_lower_reduce_bytes(w->exp, w->c->reduce_precision) : 0;
 }
 
 /* Clipping by global norm (optimizer.clip_norm), as optax's
@@ -29,11 +29,11 @@ int ps_shard_grad_bytes(const Lower *w)
 void ps_shard_clip_norm(Lower *w)
 {
   PsOp op = ps_lower_clip_op(w->exp, w->shard_params, ps_shard_grad_bytes(w), 0);
-  op.clip_shards = w->F > 1 || w->M > 1;
+  op.clip_shards = w->Fw > 1 || w->M > 1;
   snprintf(op.name, sizeof op.name, "clip: norm of the gradient%s",
            op.clip_shards ? " shard" : "");
   ps_shard_emit(w, &op);
-  if (w->F > 1)
+  if (w->Fw > 1)
     ps_shard_coll_now(w, ps_shard_add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_FSDP, PS_AXIS_FSDP,
                                           1, PS_BUFFER_NORM, "grad norm"));
   if (w->M > 1) /* a sequence axis comes with a tensor axis (check_mesh) */
@@ -52,7 +52,7 @@ void ps_shard_layer_norms(Lower *w, PsOp *up)
 {
   gboolean layerwise =
       w->exp->optimizer.kind == PS_OPT_LARS || w->exp->optimizer.kind == PS_OPT_LAMB;
-  if (!layerwise || (w->F <= 1 && w->M <= 1))
+  if (!layerwise || (w->Fw <= 1 && w->M <= 1))
     return;
   int64_t layers = 0;
   for (int l = w->lo; l < w->hi; l++)
@@ -70,7 +70,7 @@ void ps_shard_layer_norms(Lower *w, PsOp *up)
   if (layers == 0)
     return;
   for (int k = 0; k < 2; k++) {
-    if (k == 0 ? w->F <= 1 : w->M <= 1)
+    if (k == 0 ? w->Fw <= 1 : w->M <= 1)
       continue;
     int r = ps_shard_add_req(w, PS_COLL_ALL_REDUCE, k == 0 ? PS_GROUP_FSDP : PS_GROUP_MODEL,
                              k == 0 ? PS_AXIS_FSDP : PS_AXIS_TENSOR, 2 * layers,

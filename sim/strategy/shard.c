@@ -24,9 +24,9 @@ static const char *const keys[] = {"kind",           "mesh",     "mesh_order",
                                    "regather",       "bucket_bytes", "loss_reduction",
                                    "reduce_precision", "micro_batches", "schedule",
                                    "accumulate", NULL};
-static const char *const mesh_keys[] = {"data", "fsdp", "tensor", "sequence", NULL};
+static const char *const mesh_keys[] = {"data", "fsdp", "tensor", "sequence", "context", NULL};
 static const PsAxis mesh_axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR,
-                                   PS_AXIS_SEQUENCE};
+                                   PS_AXIS_SEQUENCE, PS_AXIS_CONTEXT};
 static const char *const remats[] = {"none", "full", "attention_only", "minimal", "custom",
                                      NULL};
 /* remat_keep's and remat_offload's names (MaxText's checkpoint names of a
@@ -48,8 +48,8 @@ static const struct {
 static const char *const loss_reductions[] = {"mean", "sum", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", NULL};
 static const char *const accumulates[] = {"sharded", "whole", NULL};
-static const char *const mesh_keys_all[] = {"data", "fsdp", "tensor", "sequence", "stage",
-                                            NULL};
+static const char *const mesh_keys_all[] = {"data", "fsdp", "tensor", "sequence", "context",
+                                            "stage", NULL};
 
 int ps_shard_devices(const PsShardConfig *c)
 {
@@ -62,6 +62,11 @@ int ps_shard_devices(const PsShardConfig *c)
 int ps_shard_model_ways(const PsShardConfig *c)
 {
   return c->size[PS_AXIS_TENSOR] * c->size[PS_AXIS_SEQUENCE];
+}
+
+int ps_shard_weight_ways(const PsShardConfig *c)
+{
+  return c->size[PS_AXIS_FSDP] * c->size[PS_AXIS_CONTEXT];
 }
 
 static gboolean parse_mesh(json_object *o, const char *file, PsShardConfig *c, GError **error)
@@ -128,8 +133,10 @@ static gboolean fill_rest(PsShardConfig *c, const PsTopology *topo, const char *
   return TRUE;
 }
 
-/* "mesh_order": the four axis names, outermost (least communication)
- * first; each exactly once. */
+/* "mesh_order": the five axis names, outermost (least communication)
+ * first; each exactly once.  A list of the other four (written before the
+ * context axis) gets "context" just before "tensor", where the default
+ * has it. */
 static gboolean parse_order(json_object *o, const char *file, PsShardConfig *c,
                             GError **error)
 {
@@ -137,10 +144,12 @@ static gboolean parse_order(json_object *o, const char *file, PsShardConfig *c,
   if (!json_object_object_get_ex(o, "mesh_order", &v) || !v)
     return TRUE;
   gboolean seen[PS_SHARD_AXES] = {FALSE};
-  if (!json_object_is_type(v, json_type_array) ||
-      json_object_array_length(v) != PS_SHARD_AXES)
+  if (!json_object_is_type(v, json_type_array))
     goto bad;
-  for (int i = 0; i < PS_SHARD_AXES; i++) {
+  int len = (int)json_object_array_length(v), at = 0;
+  if (len != PS_SHARD_AXES && len != PS_SHARD_AXES - 1)
+    goto bad;
+  for (int i = 0; i < len; i++) {
     json_object *x = json_object_array_get_idx(v, i);
     const char *s = json_object_is_type(x, json_type_string) ? json_object_get_string(x) : "";
     int k = 0;
@@ -149,15 +158,20 @@ static gboolean parse_order(json_object *o, const char *file, PsShardConfig *c,
     if (k == PS_SHARD_AXES || seen[k])
       goto bad;
     seen[k] = TRUE;
-    c->order[i] = mesh_axes[k];
+    if (len < PS_SHARD_AXES && mesh_axes[k] == PS_AXIS_TENSOR)
+      c->order[at++] = PS_AXIS_CONTEXT;
+    c->order[at++] = mesh_axes[k];
   }
+  if (len < PS_SHARD_AXES && seen[4])
+    goto bad; /* four names, context among them: one is missing */
   c->order_given = TRUE;
   return TRUE;
 bad:
   ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, file, "strategy.mesh_order",
-                   "must list each of \"data\", \"fsdp\", \"sequence\", \"tensor\" once, "
-                   "outermost first (the default is [\"data\", \"fsdp\", \"sequence\", "
-                   "\"tensor\"]), got %s",
+                   "must list each of \"data\", \"fsdp\", \"sequence\", \"context\", "
+                   "\"tensor\" once, outermost first (the default is [\"data\", \"fsdp\", "
+                   "\"sequence\", \"context\", \"tensor\"]; without \"context\" it goes "
+                   "just before \"tensor\"), got %s",
                    json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
   return FALSE;
 }
@@ -282,8 +296,9 @@ static gboolean shard_parse(json_object *obj, const PsTopology *topo, const char
     c->size[a] = 1;
   c->size[PS_AXIS_DATA] = 0; /* absent: what the other axes leave */
   memcpy(c->order, mesh_axes, sizeof c->order);
-  c->order[2] = PS_AXIS_SEQUENCE; /* data, fsdp, sequence, tensor */
-  c->order[3] = PS_AXIS_TENSOR;
+  c->order[2] = PS_AXIS_SEQUENCE; /* data, fsdp, sequence, context, tensor (MaxText's order) */
+  c->order[3] = PS_AXIS_CONTEXT;
+  c->order[4] = PS_AXIS_TENSOR;
   c->prefetch = TRUE;
   c->regather = TRUE;
   c->bucket_bytes = PS_DEFAULT_BUCKET_BYTES;
@@ -299,7 +314,7 @@ static gboolean shard_parse(json_object *obj, const PsTopology *topo, const char
      * do not divide the slice, which the check then reports) */
     int rest = ps_topology_devices(topo),
         others = c->size[PS_AXIS_FSDP] * c->size[PS_AXIS_TENSOR] *
-                 c->size[PS_AXIS_SEQUENCE] * c->size[PS_AXIS_STAGE];
+                 c->size[PS_AXIS_SEQUENCE] * c->size[PS_AXIS_CONTEXT] * c->size[PS_AXIS_STAGE];
     c->size[PS_AXIS_DATA] = rest % others == 0 ? rest / others : 1;
   }
   *config = c;
@@ -350,8 +365,48 @@ static gboolean check_model(const PsExperiment *e, const PsShardConfig *c, GErro
   return TRUE;
 }
 
+/* "data 2 x fsdp 4 x tensor 1 x sequence 1", with " x context C" when
+ * there is one.  (transfer full) */
+static char *mesh_str(const PsShardConfig *c)
+{
+  g_autofree char *ctx = c->size[PS_AXIS_CONTEXT] > 1
+                             ? g_strdup_printf(" x context %d", c->size[PS_AXIS_CONTEXT])
+                             : g_strdup("");
+  return g_strdup_printf("data %d x fsdp %d x tensor %d x sequence %d%s", c->size[PS_AXIS_DATA],
+                         c->size[PS_AXIS_FSDP], c->size[PS_AXIS_TENSOR],
+                         c->size[PS_AXIS_SEQUENCE], ctx);
+}
+
+/* Context parallelism (MaxText's ici_context_parallelism) splits each
+ * example's sequence: a model of token sequences whose length the
+ * context ways divide, not with the sequence axis or Megatron's sequence
+ * parallelism (both split the rows over the tensor group). */
+static gboolean check_context(const PsExperiment *e, const PsShardConfig *c, GError **error)
+{
+  int C = c->size[PS_AXIS_CONTEXT];
+  const PsModel *m = e->model;
+  if (C == 1)
+    return TRUE;
+  if (!m->token_input || m->in_rank != 1) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh.context",
+                     "%d splits each example's token sequence, but model '%s' does not take "
+                     "token sequences; use context = 1", C, m->name);
+    return FALSE;
+  }
+  if (c->size[PS_AXIS_SEQUENCE] > 1 || c->sequence_parallel) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh.context",
+                     "%d with %s is not modelled (both split the rows); use one of them",
+                     C, c->sequence_parallel ? "strategy.sequence_parallel"
+                                             : "strategy.mesh.sequence");
+    return FALSE;
+  }
+  return divides(e, "strategy.mesh.context", C, m->in_shape[0], "positions of a sequence",
+                 NULL, error);
+}
+
 static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError **error)
 {
+  g_autofree char *mesh = mesh_str(c);
   int devices = ps_topology_devices(e->topology), n = ps_shard_devices(c);
   int P = c->size[PS_AXIS_STAGE];
   if (P > 1 && n != devices) {
@@ -363,29 +418,28 @@ static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError
             : g_strdup_printf("no stage count fits a mesh of %d devices; choose sizes whose "
                               "product with the stages is %d", rest, devices);
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh.stage",
-                     "%d stages x data %d x fsdp %d x tensor %d x sequence %d = %d devices, "
-                     "but %s has %d; %s",
-                     P, c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP], c->size[PS_AXIS_TENSOR],
-                     c->size[PS_AXIS_SEQUENCE], n, e->topology->name, devices, fit);
+                     "%d stages x %s = %d devices, but %s has %d; %s", P, mesh, n,
+                     e->topology->name, devices, fit);
     return FALSE;
   }
   if (n != devices) {
     /* a product that fits: data alone changed, else fsdp, else tensor x
      * sequence must divide the devices first */
-    int D = c->size[PS_AXIS_DATA], F = c->size[PS_AXIS_FSDP];
-    int ts = c->size[PS_AXIS_TENSOR] * c->size[PS_AXIS_SEQUENCE];
+    int D = c->size[PS_AXIS_DATA];
+    int ts = c->size[PS_AXIS_TENSOR] * c->size[PS_AXIS_SEQUENCE] * c->size[PS_AXIS_CONTEXT];
     g_autofree char *fit =
         devices % (n / D) == 0 ? g_strdup_printf("e.g. data = %d", devices / (n / D))
         : devices % (ts * D) == 0
             ? g_strdup_printf("e.g. fsdp = %d", devices / (ts * D))
         : devices % ts == 0
             ? g_strdup_printf("e.g. data = 1, fsdp = %d", devices / ts)
-            : g_strdup_printf("tensor x sequence = %d does not divide %d", ts, devices);
+            : g_strdup_printf("%s = %d does not divide %d",
+                              c->size[PS_AXIS_CONTEXT] > 1 ? "tensor x sequence x context"
+                                                           : "tensor x sequence",
+                              ts, devices);
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh",
-                     "data x fsdp x tensor x sequence = %d x %d x %d x %d = %d devices, but %s "
-                     "has %d; choose sizes whose product is %d (%s)",
-                     D, F, c->size[PS_AXIS_TENSOR], c->size[PS_AXIS_SEQUENCE], n,
-                     e->topology->name, devices, devices, fit);
+                     "%s = %d devices, but %s has %d; choose sizes whose product is %d (%s)",
+                     mesh, n, e->topology->name, devices, devices, fit);
     return FALSE;
   }
   int slices = e->topology->slices;
@@ -436,20 +490,22 @@ static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError
  * only. */
 static gboolean check_numerics(const PsExperiment *e, const PsShardConfig *c, GError **error)
 {
-  int T = c->size[PS_AXIS_TENSOR], M = ps_shard_model_ways(c);
+  int M = ps_shard_model_ways(c);
   const char *why = NULL;
+  if (c->size[PS_AXIS_CONTEXT] > 1)
+    why = "a context axis (its attention's gathered keys and values are timed, not computed)";
   if (M > 1 && c->size[PS_AXIS_FSDP] > 1 &&
       (e->optimizer.kind == PS_OPT_LARS || e->optimizer.kind == PS_OPT_LAMB))
     why = "a layer-wise optimizer (optimizer.kind lars or lamb) on a tensor x fsdp mesh "
           "(its trust ratios would need each layer's norms over the group's packed "
           "shards)";
   if (why) {
+    g_autofree char *mesh = mesh_str(c);
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "numerics.enabled",
-                     "true is not yet supported with %s (strategy.mesh is data %d x fsdp %d x "
-                     "tensor %d x sequence %d); numerics.enabled=false runs it (timing only), "
-                     "as does optimizer.kind sgd or adam, or a data-only mesh",
-                     why, c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP], T,
-                     c->size[PS_AXIS_SEQUENCE]);
+                     "true is not yet supported with %s (strategy.mesh is %s); "
+                     "numerics.enabled=false runs it (timing only)%s",
+                     why, mesh, c->size[PS_AXIS_CONTEXT] > 1 ? ""
+                         : ", as does optimizer.kind sgd or adam, or a data-only mesh");
     return FALSE;
   }
   for (int i = 0; i < e->model->n_layers && M > 1; i++) {
@@ -496,7 +552,7 @@ static gboolean shard_check(const PsExperiment *e, const void *config, GError **
   const PsShardConfig *c = config;
   if (e->optimizer.clip_norm > 0 && !check_clip(e, c, error))
     return FALSE;
-  if (!check_mesh(e, c, error) || !check_model(e, c, error) ||
+  if (!check_mesh(e, c, error) || !check_context(e, c, error) || !check_model(e, c, error) ||
       !ps_shard_pipe_check(e, c, error))
     return FALSE;
   if (e->numerics.enabled && !check_numerics(e, c, error))
@@ -563,17 +619,15 @@ static gboolean shard_describe(const PsExperiment *exp, const void *config, GStr
   g_autofree char *stages = c->size[PS_AXIS_STAGE] > 1
                                 ? g_strdup_printf("stage %d x ", c->size[PS_AXIS_STAGE])
                                 : g_strdup("");
-  g_string_append_printf(out, "mesh: %sdata %d x fsdp %d x tensor %d x sequence %d on %s\n",
-                         stages, c->size[PS_AXIS_DATA], c->size[PS_AXIS_FSDP],
-                         c->size[PS_AXIS_TENSOR], c->size[PS_AXIS_SEQUENCE],
-                         exp->topology->name);
+  g_autofree char *mesh = mesh_str(c);
+  g_string_append_printf(out, "mesh: %s%s on %s\n", stages, mesh, exp->topology->name);
   g_free(ps_shard_mesh_map(exp->topology, c, out));
   return ps_shard_pipe_describe(exp, c, out, error);
 }
 
 const PsStrategy ps_strategy_shard = {
     .name = "shard",
-    .summary = "SPMD sharding over a device mesh: data, fsdp, tensor and sequence axes, "
+    .summary = "SPMD sharding over a device mesh: data, fsdp, tensor, sequence and context axes, "
                "optionally in pipeline stages",
     .parse = shard_parse,
     .check = shard_check,
