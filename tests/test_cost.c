@@ -542,6 +542,71 @@ static void test_flash_errors(void)
   }
 }
 
+
+/* numerics.quantization fp8 (MaxText's fp8_full): every product with a
+ * weight operand runs at the chip's fp8 rate, so its padded FLOPs count at
+ * bf16 peak / fp8 peak (0.5 on TPU7x: 2307 and 4614 TFLOP/s); the token
+ * embedding, the head the loss scores and attention's products of two
+ * activations keep the bf16 rate.  Layer by layer, forward and backward,
+ * on Llama 3.1 70B. */
+static void test_fp8(void)
+{
+  const char *fp8[] = {"numerics.quantization=fp8", NULL};
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load("maxtext-tpu7x", fp8, &error);
+  g_assert_no_error(error);
+  PsCostOptions q, b;
+  ps_strategy_cost_options(e, &q);
+  g_assert_cmpfloat(q.fp8_share, ==, 2307e12 / 4614e12);
+  b = q;
+  b.fp8_share = 0;
+  const PsModel *m = e->model;
+  int halved = 0, kept = 0, attn = 0;
+  for (int i = 0; i < m->n_layers; i++) {
+    const PsLayer *l = &m->layers[i];
+    if (l->n_mm == 0)
+      continue;
+    for (int bwd = 0; bwd <= 1; bwd++) {
+      PsOpCost cq, cb;
+      ps_cost_op(e->topology, m, i, i, 2, &q, bwd, NULL, &cq);
+      ps_cost_op(e->topology, m, i, i, 2, &b, bwd, NULL, &cb);
+      g_assert_cmpfloat(cq.mxu_flops, ==, cb.mxu_flops); /* the same work */
+      gboolean head = i + 1 < m->n_layers && m->layers[i + 1].kind == PS_LAYER_SOFTMAX_XENT;
+      if (l->kind == PS_LAYER_EMBEDDING || head) {
+        g_assert_cmpfloat(cq.padded_flops, ==, cb.padded_flops);
+        kept++;
+      } else if (l->kind == PS_LAYER_ATTENTION) {
+        /* its projections halve, its score and context products do not */
+        g_assert_cmpfloat(cq.padded_flops, <, cb.padded_flops);
+        g_assert_cmpfloat(cq.padded_flops, >, 0.5 * cb.padded_flops * (1 + 1e-9));
+        attn++;
+      } else {
+        g_assert_cmpfloat(fabs(cq.padded_flops - 0.5 * cb.padded_flops), <=,
+                          1e-12 * cb.padded_flops);
+        halved++;
+      }
+    }
+  }
+  g_test_message("%d layer passes halved, %d kept, %d attention", halved, kept, attn);
+  g_assert_cmpint(halved, >=, 2 * 2 * 80); /* the gated product and the down projection */
+  g_assert_cmpint(kept, ==, 4);            /* the embedding and the head, each way */
+  g_assert_cmpint(attn, ==, 2 * 80);
+  ps_experiment_free(e);
+
+  /* no fp8 rate on the chip, numerics on, an unknown value: errors naming the key */
+  const char *v6e[] = {"numerics.quantization=fp8", "topology=tpu-v6e-256", NULL};
+  const char *num[] = {"numerics.quantization=fp8", "numerics.enabled=true", NULL};
+  const char *bad[] = {"numerics.quantization=int4", NULL};
+  const char *const *cases[] = {v6e, num, bad};
+  for (size_t k = 0; k < G_N_ELEMENTS(cases); k++) {
+    g_assert_null(ps_experiment_load("maxtext-tpu7x", cases[k], &error));
+    g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE);
+    g_test_message("%s", error->message);
+    g_assert_nonnull(strstr(error->message, "numerics.quantization"));
+    g_clear_error(&error);
+  }
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -557,5 +622,6 @@ int main(int argc, char **argv)
   g_test_add_func("/cost/flash-attention", test_flash_attention);
   g_test_add_func("/cost/flash-errors", test_flash_errors);
   g_test_add_func("/cost/embedding-matmul", test_embedding_matmul);
+  g_test_add_func("/cost/fp8", test_fp8);
   return g_test_run();
 }

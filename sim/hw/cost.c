@@ -207,6 +207,17 @@ static double conv_padded(const Ctx *c, const PsLayer *l, const PsMatmul *mm, gb
          (double)pad_to(mm->n, go) * (double)mm->count;
 }
 
+/* Whether product mm of layer l runs with fp8 operands (PsCostOptions.fp8_share). */
+static gboolean quantized(const Ctx *c, const PsLayer *l, const PsMatmul *mm)
+{
+  const PsLayerLowerInfo *k = ps_layer_kind_lower(l->kind);
+  if (c->opt->fp8_share <= 0 || mm->activations || k->gathers || k->window_contraction)
+    return FALSE;
+  int i = (int)(l - c->m->layers);
+  return !(c->m->token_input && i + 1 < c->m->n_layers && c->m->layers[i + 1].input_from == i &&
+           ps_layer_kind_lower(c->m->layers[i + 1].kind)->tensor == PS_TP_LOSS);
+}
+
 /* A layer's products on the MXU, padded: a matmul's rows (the batch side)
  * to PS_MXU_ROW_TILE, its contraction and output sides to the MXU size
  * (performance guide); a convolution's as conv_padded lays it out, the
@@ -221,12 +232,14 @@ static double mm_padded(const Ctx *c, const PsLayer *l, gboolean wgrad)
     double run = wgrad ? 1.0 : rerun(c, l, m); /* a kept output is not recomputed */
     if (run <= 0)
       continue;
-    f += run * (conv ? conv_padded(c, l, mm, wgrad)
-                     : 2.0 * (double)pad_to(mm->rows * c->batch, PS_MXU_ROW_TILE) *
-                           (double)pad_to(mm->k, tile) * (double)pad_to(mm->n, tile) *
-                           (double)mm->count * mm_share(mm, wgrad));
+    double one = run * (conv ? conv_padded(c, l, mm, wgrad)
+                             : 2.0 * (double)pad_to(mm->rows * c->batch, PS_MXU_ROW_TILE) *
+                                   (double)pad_to(mm->k, tile) * (double)pad_to(mm->n, tile) *
+                                   (double)mm->count * mm_share(mm, wgrad));
+    /* fp8 operands: one pass at the fp8 rate, whatever the step's precision */
+    f += one * (quantized(c, l, mm) ? c->opt->fp8_share : (double)c->opt->passes);
   }
-  return f * c->opt->passes;
+  return f;
 }
 
 /* The unfused traffic of layer i's kernel, elements at the activation

@@ -65,6 +65,14 @@ typedef struct {
   int act_bytes;  /* bytes of one activation element in HBM */
   PsFusion fusion;
   gboolean masks_recomputed; /* dropout masks drawn again in backward, never in HBM */
+  /* With fp8 weight products (numerics.quantization): the MXU time of such a
+   * product against the same product in bf16, the chip's bf16 peak over its
+   * fp8 peak (0.5 on TPU7x); 0 without quantization.  A product is quantized
+   * when one operand is a weight, except the token embedding's lookup, a
+   * language model's head (the dense layer the loss scores) and a
+   * convolution, as MaxText's fp8_full rule quantizes its decoder layers'
+   * dot_generals; its padded FLOPs count at this share. */
+  double fp8_share;
   /* In a forward run again for backward (rematerialization), the share of
    * layer `layer`'s product `mm` that runs again, 0 to 1: 0 where its output
    * was kept (rematerialization "minimal" keeps the weight products) or

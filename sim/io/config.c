@@ -179,8 +179,11 @@ static const char *const optimizer_keys[] = {"kind",         "learning_rate",   
                                              "schedule",     "weight_decay",      "trust_coefficient",
                                              "clip_norm",    "clip_before_reduce", NULL};
 static const char *const lr_schedules[] = {"constant", "cosine", NULL};
-static const char *const numerics_keys[] = {"enabled", "precision", "seed", "evaluate",
-                                            "matmul_precision", "weight_precision", NULL};
+static const char *const numerics_keys[] = {"enabled",          "precision",
+                                            "seed",             "evaluate",
+                                            "matmul_precision", "weight_precision",
+                                            "quantization",     NULL};
+static const char *const quantizations[] = {"none", "fp8", NULL};
 /* XLA's PrecisionConfig (jax.lax.Precision): bf16 MXU passes of a float32
  * matmul are 1, 3 and 6 (docs.jax.dev "Matmul precision"; jax issue #1856:
  * the TPU default multiplies float32 in bfloat16 with float32 accumulation). */
@@ -549,7 +552,7 @@ static gboolean parse_numerics(json_object *root, const char *file, gboolean def
   const char *p = "numerics";
   int prec = n->precision, wprec = n->weight_precision;
   int64_t seed = 1;
-  int mp = 0;
+  int mp = 0, quant = PS_QUANT_NONE;
   if (!ps_json_check_keys(o, file, p, numerics_keys, error) ||
       !ps_json_get_enum(o, file, p, "matmul_precision", FALSE, matmul_precisions, &mp,
                         error) ||
@@ -557,8 +560,10 @@ static gboolean parse_numerics(json_object *root, const char *file, gboolean def
       !ps_json_get_enum(o, file, p, "precision", FALSE, precisions, &prec, error) ||
       !ps_json_get_enum(o, file, p, "weight_precision", FALSE, precisions, &wprec, error) ||
       !ps_json_get_int(o, file, p, "seed", FALSE, 0, INT64_MAX, &seed, error) ||
-      !ps_json_get_bool(o, file, p, "evaluate", FALSE, &n->evaluate, error))
+      !ps_json_get_bool(o, file, p, "evaluate", FALSE, &n->evaluate, error) ||
+      !ps_json_get_enum(o, file, p, "quantization", FALSE, quantizations, &quant, error))
     return FALSE;
+  n->quantization = (PsQuantization)quant;
   n->precision = (PsPrecision)prec;
   n->weight_precision = (PsPrecision)wprec;
   n->seed = (uint64_t)seed;
@@ -582,6 +587,20 @@ static gboolean check_experiment(PsExperiment *e, GError **error)
   const char *f = e->file;
   const PsModel *m = e->model;
 
+  if (e->numerics.quantization == PS_QUANT_FP8 && e->topology->fp8_peak_flops <= 0) {
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "numerics.quantization",
+         "fp8 runs the weight products at the chip's fp8 rate, but %s gives none "
+         "(chip.fp8_peak_flops; TPU7x has one); use numerics.quantization=\"none\" or such a "
+         "topology",
+         e->topology->name);
+    return FALSE;
+  }
+  if (e->numerics.quantization != PS_QUANT_NONE && e->numerics.enabled) {
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "numerics.quantization",
+         "fp8 is timing only: its operands are not rounded to fp8 by the numeric kernels; "
+         "set numerics.enabled=false or numerics.quantization=\"none\"");
+    return FALSE;
+  }
   if (e->numerics.enabled && !m->numerics_supported) {
     ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "numerics.enabled",
          "model '%s' is timing-only (a layer without a numeric kernel, or over 2^28 "
@@ -689,6 +708,7 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(no, "evaluate", json_object_new_boolean(n->evaluate));
   json_object_object_add(no, "weight_precision",
                          json_object_new_string(precisions[n->weight_precision]));
+  json_object_object_add(no, "quantization", json_object_new_string(quantizations[n->quantization]));
   for (int i = 0; matmul_precisions[i]; i++)
     if (matmul_precision_passes[i] == n->matmul_passes)
       json_object_object_add(no, "matmul_precision",

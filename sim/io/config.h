@@ -190,6 +190,14 @@ typedef struct {
 json_object *ps_config_on_core_to_json(unsigned on_core);
 char *ps_config_on_core_text(unsigned on_core);
 
+/* numerics.quantization: the weight products' operands as the step
+ * feeds the MXU.  PS_QUANT_FP8 is MaxText's "fp8_full" (its Qwix rule
+ * over the decoder layers' dot_generals): weights and activations in fp8
+ * (e4m3) forward, the gradients (e5m2) backward, each product at the
+ * chip's fp8 rate; the token embedding, a language model's head and
+ * attention's products of two activations stay in the step's precision. */
+typedef enum { PS_QUANT_NONE, PS_QUANT_FP8 } PsQuantization;
+
 typedef struct {
   gboolean enabled;
   PsPrecision precision;
@@ -201,6 +209,7 @@ typedef struct {
                           optimizer's slots (MaxText's weight_dtype): HBM, the
                           update's traffic, weight all-gathers; with numerics on
                           they are rounded to it after every update */
+  PsQuantization quantization; /* of the weight products' operands (timing only) */
 } PsNumericsConfig;
 
 /* How element-wise work is fused into kernels (top-level "fusion"). */
