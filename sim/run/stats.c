@@ -572,8 +572,11 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
             s->tokens_per_s, s->sequence);
   fprintf(f, "MXU utilization  %10.2f%%\n", 100.0 * s->mxu_utilization);
   fprintf(f, "MFU              %10.2f%%  (model FLOPs: %.4g per step, PaLM's count, over %d "
-             "%s bf16 peak)\n", 100.0 * s->mfu, s->model_flops_per_step, s->chips,
-          s->chips == 1 ? "chip's" : "chips'");
+             "%s bf16 peak%s)\n", 100.0 * s->mfu, s->model_flops_per_step, s->chips,
+          s->chips == 1 ? "chip's" : "chips'",
+          exp->numerics.quantization == PS_QUANT_FP8
+              ? "; the fp8 products run at up to the fp8 peak, so both may pass 100%"
+              : "");
   fprintf(f, "HFU              %10.2f%%  (matmul FLOPs executed, re-materialization "
              "included)\n", 100.0 * s->hfu);
   fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)%s\n",
