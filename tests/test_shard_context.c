@@ -22,11 +22,18 @@
  *   parameters (the HBM of weights, gradients and slots as fsdp F x C's);
  * - /shard/context/memory: with the same tokens a device, fsdp 8 x
  *   context 4 keeps fsdp 32's activations plus at most two layers'
- *   gathered keys and values;
+ *   gathered keys and values, under full, attention-only and minimal
+ *   rematerialization;
+ * - /shard/context/pipeline: stages of tensor 4 x context 2 send each
+ *   device's activations to the device of the next stage with the same
+ *   context and tensor coordinates, every SEND meeting its RECV;
  * - /shard/context/run: a run takes part in those 96 collectives a
- *   device, busy for part of the step;
+ *   device, busy for part of the step; a forward gather of keys and values
+ *   starts before the next layer's weights are prefetched, so it does not
+ *   queue behind them;
  * - /shard/context/bad-input: a model without token sequences, a context
- *   that does not divide the sequence, context with the sequence axis,
+ *   that does not divide the sequence, a model that pools its positions,
+ *   context with the sequence axis,
  *   numerics on, and a mesh_order naming context among four: each a
  *   PS_INPUT_ERROR naming its key; a mesh_order of the four older names
  *   puts context just before tensor. */
@@ -174,10 +181,11 @@ static void test_weights(void)
  * fsdp 32's plus the gathered keys and values of the layer at the peak:
  * at least fsdp's, and no more than two layers' gathers above (backward's
  * gather of the keys and values, and forward's still held at most). */
-static void test_memory(void)
+static void check_memory(const char *remat)
 {
-  const char *f[] = {"global_batch=32", NULL};
-  const char *c[] = {"global_batch=32", "strategy.mesh={\"fsdp\": 8, \"context\": 4}", NULL};
+  const char *f[] = {"global_batch=32", remat, NULL};
+  const char *c[] = {"global_batch=32", "strategy.mesh={\"fsdp\": 8, \"context\": 4}", remat,
+                     NULL};
   PsExperiment *ef, *ec;
   PsPlan *pf = compile(f, &ef), *pc = compile(c, &ec);
   const PsProgram *a = ps_plan_program(pf, 0), *b = ps_plan_program(pc, 0);
@@ -187,9 +195,9 @@ static void test_memory(void)
    * 2 (K, V) x 4 examples x 4096 positions x 4096 (32 heads of 128) x
    * 2 bytes x 3 / 4 */
   int64_t extra = INT64_C(2) * 4 * 4096 * 4096 * 2 / 4 * 3;
-  g_test_message("activations: fsdp %" G_GINT64_FORMAT ", context %" G_GINT64_FORMAT
+  g_test_message("%s: activations: fsdp %" G_GINT64_FORMAT ", context %" G_GINT64_FORMAT
                  ", one layer's gathered keys and values %" G_GINT64_FORMAT,
-                 act_f, act_c, extra);
+                 remat, act_f, act_c, extra);
   g_assert_cmpint(act_c, >=, act_f);
   g_assert_cmpint(act_c, <=, act_f + 2 * extra);
   ps_plan_free(pf);
@@ -198,12 +206,50 @@ static void test_memory(void)
   ps_experiment_free(ec);
 }
 
+static void test_memory(void)
+{
+  check_memory("strategy.rematerialize=full");
+  check_memory("strategy.rematerialize=attention_only"); /* the scores: S / C rows by S keys */
+  check_memory("strategy.rematerialize=minimal");
+}
+
+/* Stages with a context axis: every SEND meets its RECV (ps_plan_validate)
+ * at the device of the next stage with the same context coordinate. */
+static void test_pipeline(void)
+{
+  const char *ov[] = {"strategy.mesh={\"fsdp\": 1, \"tensor\": 4, \"context\": 2, "
+                      "\"stage\": 4}",
+                      NULL};
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load("experiments/shard-pipe-llama2-7b.json", ov, &error);
+  g_assert_no_error(error);
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  g_assert_true(ps_plan_validate(p, &error));
+  int sends = 0;
+  for (int d = 0; d < p->n_devices; d++) {
+    const PsProgram *pr = ps_plan_program(p, d);
+    for (int i = 0; i < pr->n_ops; i++)
+      if (pr->ops[i].kind == PS_OP_SEND) {
+        int q = pr->ops[i].peer;
+        g_assert_cmpint(ps_plan_coord(p, q, PS_AXIS_CONTEXT), ==,
+                        ps_plan_coord(p, d, PS_AXIS_CONTEXT));
+        g_assert_cmpint(ps_plan_coord(p, q, PS_AXIS_TENSOR), ==,
+                        ps_plan_coord(p, d, PS_AXIS_TENSOR));
+        sends++;
+      }
+  }
+  g_assert_cmpint(sends, >, 0);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
 /* A run: each device takes part in 3 context collectives a layer (96),
  * busy for some of the step, exposed no longer than the step. */
 static void test_run(void)
 {
   const char *ov[] = {"strategy.mesh={\"fsdp\": 8, \"context\": 4}", "global_batch=16",
-                      "steps=2", NULL};
+                      "steps=2", "collective.on_core=[]", NULL};
   PsExperiment *e = experiment_load(llama, ov);
   PsSummary s = experiment_run(e);
   g_test_message("step %.6f s; context axis: %.1f collectives a device, busy %.6f s, exposed "
@@ -213,6 +259,31 @@ static void test_run(void)
   g_assert_cmpfloat(s.axis_busy_s[PS_AXIS_CONTEXT], >, 0);
   g_assert_cmpfloat(s.axis_exposed_s[PS_AXIS_CONTEXT], >=, 0);
   g_assert_cmpfloat(s.axis_exposed_s[PS_AXIS_CONTEXT], <, s.step_time_s);
+  /* the keys' forward gathers start before the next layer's weights are
+   * prefetched (an all-gather started after that prefetch would queue
+   * behind it): no fsdp weight gather starts between the forward op before
+   * a keys' gather and the gather */
+  GError *error = NULL;
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  const PsProgram *pr = ps_plan_program(p, 0);
+  int weights_since_fwd = 0, kv = 0;
+  for (int i = 0; i < pr->n_ops; i++) {
+    const PsOp *op = &pr->ops[i];
+    if (op->kind == PS_OP_FWD)
+      weights_since_fwd = 0;
+    if (op->kind != PS_OP_COLL_START)
+      continue;
+    const PsPlanColl *pc = &p->colls[ps_plan_op_coll(p, 0, op)];
+    if (pc->buffer == PS_BUFFER_PARAMS && strstr(op->name, "w fwd"))
+      weights_since_fwd++;
+    if (pc->axis == PS_AXIS_CONTEXT && strstr(op->name, "k,v fwd")) {
+      g_assert_cmpint(weights_since_fwd, ==, 0);
+      kv++;
+    }
+  }
+  g_assert_cmpint(kv, ==, 32);
+  ps_plan_free(p);
   ps_summary_clear(&s);
   ps_experiment_free(e);
 }
@@ -237,6 +308,9 @@ static void test_bad_input(void)
   const char *resnet[] = {"model=resnet50", "global_batch=64",
                           "strategy.mesh={\"fsdp\": 8, \"context\": 4}", NULL};
   bad(llama, resnet, "strategy.mesh.context");
+  const char *pooled[] = {"model=tests/data/good/models/token-pooled.json", "global_batch=32",
+                          "strategy.mesh={\"fsdp\": 8, \"context\": 4}", NULL};
+  bad(llama, pooled, "layer 'pool'");
   const char *odd[] = {"model.input.shape=[4100]", "strategy.mesh={\"fsdp\": 1, \"context\": 32}",
                        NULL};
   bad(llama, odd, "strategy.mesh.context");
@@ -272,6 +346,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/context/kv", test_kv);
   g_test_add_func("/shard/context/weights", test_weights);
   g_test_add_func("/shard/context/memory", test_memory);
+  g_test_add_func("/shard/context/pipeline", test_pipeline);
   g_test_add_func("/shard/context/run", test_run);
   g_test_add_func("/shard/context/bad-input", test_bad_input);
   return g_test_run();

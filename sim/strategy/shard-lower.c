@@ -659,12 +659,17 @@ static void shard_forward(Lower *w, int *pending)
   }
   for (int g = 0; g < n; g++) {
     int first = group_first(w, g), last = group_last(w, g);
-    int64_t wbytes = group_params(w, g) * ps_lower_weight_bytes(w->exp);
+    int64_t wbytes = group_params(w, g) * ps_lower_weight_bytes(w->exp), kv = 0;
+    gboolean kv_done = FALSE;
     if (w->Fw > 1 && wbytes > 0) {
       if (!w->c->prefetch) {
         pending[g] = gather_req(w, g, "fwd");
         coll(w, PS_OP_COLL_START, pending[g]);
       }
+      /* this group's keys and values before the next group's weights:
+       * an all-gather started after that prefetch waits for it */
+      kv = context_gather(w, g, "fwd");
+      kv_done = TRUE;
       int nx = next_param_group(w, g, 1, n);
       if (w->c->prefetch && nx >= 0) {
         pending[nx] = gather_req(w, nx, "fwd");
@@ -674,7 +679,8 @@ static void shard_forward(Lower *w, int *pending)
       g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes = wbytes;
     }
     forward_comps(w, first);
-    int64_t kv = context_gather(w, g, "fwd");
+    if (!kv_done)
+      kv = context_gather(w, g, "fwd");
     PsOp f = compute_op(w, PS_OP_FWD, g);
     if (w->c->remat == PS_REMAT_FULL)
       f.act_bytes = ps_shard_kept_bytes(w, g);
@@ -697,7 +703,7 @@ static void shard_forward(Lower *w, int *pending)
     ps_lower_host_calls(w->exp, &f, w->ops);
     ps_shard_offload_after(w, g);
     if (lp->vocab_loss) {
-      int64_t rows = w->batch * MAX(w->m->labels_per_example, 1);
+      int64_t rows = w->batch * MAX(w->m->labels_per_example, 1) / w->C; /* its positions' */
       coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_MODEL, PS_AXIS_TENSOR, rows,
                           PS_BUFFER_ACTIVATIONS, last, "loss max"));
       coll_now(w, add_req(w, PS_COLL_ALL_REDUCE, PS_GROUP_MODEL, PS_AXIS_TENSOR, rows,
@@ -825,11 +831,15 @@ static void shard_backward(Lower *w, int *pending)
     down[g] = -1;
   for (int g = n - 1; g >= 0; g--) {
     ps_shard_prefetch_ahead(w, down, g);
+    gboolean kv_done = FALSE;
     if (gather && group_params(w, g) > 0) {
       if (!w->c->prefetch) {
         pending[g] = gather_req(w, g, "bwd");
         coll(w, PS_OP_COLL_START, pending[g]);
       }
+      if (!context_kv_kept(w))
+        context_gather(w, g, "bwd"); /* before the next group's prefetch */
+      kv_done = TRUE;
       int nx = next_param_group(w, g, -1, n);
       if (w->c->prefetch && nx >= 0) {
         pending[nx] = gather_req(w, nx, "bwd");
@@ -840,7 +850,7 @@ static void shard_backward(Lower *w, int *pending)
           group_params(w, g) * ps_lower_weight_bytes(w->exp);
     }
     ps_shard_prefetch_done(w, down, g);
-    if (!context_kv_kept(w))
+    if (!context_kv_kept(w) && !kv_done)
       context_gather(w, g, "bwd");
     PsOp bw = compute_op(w, PS_OP_BWD, g);
     bw.act_bytes -= w->Fw > 1 ? group_params(w, g) * ps_lower_weight_bytes(w->exp) : 0;

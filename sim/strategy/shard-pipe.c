@@ -108,12 +108,13 @@ int *ps_shard_pipe_bounds(const PsExperiment *exp, const PsShardConfig *c, GErro
 int *ps_shard_pipe_peers(const PsShardConfig *c, const int *coord, int n)
 {
   int P = c->size[PS_AXIS_STAGE], inner = n / P;
-  int F = c->size[PS_AXIS_FSDP], S = c->size[PS_AXIS_SEQUENCE], T = c->size[PS_AXIS_TENSOR];
+  int F = c->size[PS_AXIS_FSDP], S = c->size[PS_AXIS_SEQUENCE], T = c->size[PS_AXIS_TENSOR],
+      C = c->size[PS_AXIS_CONTEXT];
   int *at = g_new(int, n), *key = g_new(int, n), *peer = g_new(int, 2 * (size_t)n);
   for (int d = 0; d < n; d++) {
     const int *x = coord + (size_t)d * PS_N_AXES;
-    key[d] = ((x[PS_AXIS_DATA] * F + x[PS_AXIS_FSDP]) * S + x[PS_AXIS_SEQUENCE]) * T +
-             x[PS_AXIS_TENSOR];
+    key[d] = (((x[PS_AXIS_DATA] * F + x[PS_AXIS_FSDP]) * C + x[PS_AXIS_CONTEXT]) * S +
+              x[PS_AXIS_SEQUENCE]) * T + x[PS_AXIS_TENSOR];
     at[x[PS_AXIS_STAGE] * inner + key[d]] = d;
   }
   for (int d = 0; d < n; d++) {

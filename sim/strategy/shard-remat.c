@@ -150,7 +150,8 @@ int64_t ps_shard_score_bytes(const Lower *w, int g)
   for (int l = group_first(w, g); l <= group_last(w, g); l++) {
     const PsLayer *L = &w->local.layers[l];
     if (ps_layer_kind_lower(L->kind)->tensor == PS_TP_HEADS && L->flash_block == 0)
-      b += L->heads / w->M * L->in_shape[0] * L->in_shape[0];
+      b += L->heads / w->M * L->in_shape[0] * w->m->layers[l].in_shape[0]; /* its rows
+                                                     (a context axis's share) by every key */
   }
   return b * w->batch * w->act_b;
 }
@@ -212,7 +213,7 @@ static int64_t products_of(const Lower *w, int g, unsigned mask, gboolean offloa
     if ((offload && ml[l].unit == 0) || ids_lookup_kept(w, l))
       continue; /* outside a unit kept in HBM, as "minimal" keeps it; a
                    lookup's output counted once, as the block input */
-    int64_t out = ps_shape_elems(ml[l].out_shape, ml[l].out_rank), own = 0;
+    int64_t out = ps_shape_elems(ml[l].out_shape, ml[l].out_rank) / w->C, own = 0;
     for (int m = 0; m < L->n_mm; m++)
       own += (int64_t)(share_of(w, l, m, mask) *
                        (double)(L->mm[m].rows * L->mm[m].n * L->mm[m].count));

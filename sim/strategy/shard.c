@@ -400,8 +400,25 @@ static gboolean check_context(const PsExperiment *e, const PsShardConfig *c, GEr
                                              : "strategy.mesh.sequence");
     return FALSE;
   }
-  return divides(e, "strategy.mesh.context", C, m->in_shape[0], "positions of a sequence",
-                 NULL, error);
+  if (!divides(e, "strategy.mesh.context", C, m->in_shape[0], "positions of a sequence", NULL,
+               error))
+    return FALSE;
+  /* every layer but the loss keeps one row per position: a layer that
+   * pools over them would need the whole sequence */
+  for (int i = 0; i < m->n_layers; i++) {
+    const PsLayer *l = &m->layers[i];
+    if (ps_layer_kind_lower(l->kind)->tensor == PS_TP_LOSS)
+      continue;
+    if (l->out_rank < 2 || l->out_shape[0] != m->in_shape[0]) {
+      ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh.context",
+                       "%d splits each sequence's positions, but layer '%s' of model '%s' "
+                       "does not keep one row per position (it pools or reshapes them); use "
+                       "context = 1",
+                       C, l->name, m->name);
+      return FALSE;
+    }
+  }
+  return TRUE;
 }
 
 static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError **error)
