@@ -10,6 +10,7 @@
 #include "common/json.h"
 #include "model/layers.h"
 #include "model/net.h"
+#include "support/experiment.h"
 
 #include <math.h>
 #include <string.h>
@@ -30,18 +31,6 @@ static PsModel *decoder_load(const char *name)
     params += m->layers[i].params;
   g_assert_cmpint(m->params, ==, params);
   g_assert_true(m->token_input);
-  return m;
-}
-
-/* A model from JSON written with ' for "; NULL and *error on failure. */
-static PsModel *decoder_parse(const char *text, GError **error)
-{
-  g_autofree char *t = g_strdelimit(g_strdup(text), "'", '"');
-  GError *perr = NULL;
-  json_object *o = ps_json_parse(t, "t.json", &perr);
-  g_assert_no_error(perr);
-  PsModel *m = ps_model_from_json(o, "t.json", "", error);
-  json_object_put(o);
   return m;
 }
 
@@ -168,7 +157,7 @@ static PsModel *gqa_model(const GqaForm *c)
       c->s, c->d, c->d, c->h, c->kv, c->inner, c->bias ? "true" : "false",
       c->rope ? "true" : "false");
   GError *err = NULL;
-  PsModel *m = decoder_parse(text, &err);
+  PsModel *m = model_parse_quoted(text, &err);
   g_assert_no_error(err);
   return m;
 }
@@ -260,7 +249,7 @@ static double decoder_loss(PsNet *net, const float *x, const int32_t *labels, in
 static void test_decoder_net(void)
 {
   GError *err = NULL;
-  PsModel *m = decoder_parse(decoder_net, &err);
+  PsModel *m = model_parse_quoted(decoder_net, &err);
   g_assert_no_error(err);
   g_assert_true(m->numerics_supported);
   PsNet *net = ps_net_new(m, 4, PS_PRECISION_F32, 7, &err);
@@ -310,7 +299,7 @@ static void test_decoder_net(void)
 static void test_kinds(void)
 {
   GError *err = NULL;
-  PsModel *m = decoder_parse("{'input': {'shape': [6], 'classes': 11, 'tokens': true}, "
+  PsModel *m = model_parse_quoted("{'input': {'shape': [6], 'classes': 11, 'tokens': true}, "
                              "'layers': [{'type': 'embedding', 'vocab': 11, 'dim': 8, "
                              "'positions': false}, {'type': 'rmsnorm'}, "
                              "{'type': 'swiglu', 'units': 20}, {'type': 'dense', 'units': 11},"
@@ -336,7 +325,7 @@ static void expect_error(const char *layer, const char *want)
       "{'input': {'shape': [8, 24], 'classes': 24}, 'layers': [%s, {'type': 'softmax_xent'}]}",
       layer);
   GError *err = NULL;
-  PsModel *m = decoder_parse(text, &err);
+  PsModel *m = model_parse_quoted(text, &err);
   g_assert_null(m);
   g_assert_nonnull(err);
   g_assert_true(err->domain == PS_INPUT_ERROR);

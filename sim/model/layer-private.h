@@ -254,7 +254,7 @@ extern const PsLayerOps ps_layer_embedding, ps_layer_patch_embedding;
 extern const PsLayerOps ps_layer_attention;
 extern const PsLayerOps ps_layer_maxpool, ps_layer_avgpool, ps_layer_global_avgpool;
 extern const PsLayerOps ps_layer_batchnorm, ps_layer_layernorm, ps_layer_rmsnorm;
-extern const PsLayerOps ps_layer_swiglu;
+extern const PsLayerOps ps_layer_swiglu, ps_layer_moe;
 extern const PsLayerOps ps_layer_relu, ps_layer_gelu, ps_layer_tanh, ps_layer_flatten;
 extern const PsLayerOps ps_layer_add, ps_layer_softmax_xent, ps_layer_dropout;
 

@@ -9,7 +9,7 @@ const PsLayerOps *const ps_layer_table[] = {
   &ps_layer_global_avgpool, &ps_layer_batchnorm, &ps_layer_layernorm, &ps_layer_embedding,
   &ps_layer_patch_embedding, &ps_layer_attention, &ps_layer_relu,   &ps_layer_gelu,
   &ps_layer_tanh,       &ps_layer_flatten,   &ps_layer_softmax_xent, &ps_layer_add,
-  &ps_layer_rmsnorm,    &ps_layer_swiglu,    &ps_layer_dropout,
+  &ps_layer_rmsnorm,    &ps_layer_swiglu,    &ps_layer_dropout,   &ps_layer_moe,
   NULL,
 };
 

@@ -35,6 +35,7 @@ typedef enum {
   PS_LAYER_RMSNORM,      /* RMS normalization over the last dimension, a gain */
   PS_LAYER_SWIGLU,       /* (.., D) -> (.., F): silu(x W_g) o (x W_u) */
   PS_LAYER_DROPOUT,      /* training: each element kept with 1 - rate, scaled */
+  PS_LAYER_MOE,          /* (S, D) -> (S, D): a router and top-k of E gated experts */
   PS_LAYER_N_KINDS
 } PsLayerKind;
 
@@ -127,7 +128,7 @@ typedef struct {
 #define PS_MASK_BYTES 1
 
 #define PS_MAX_RANK 3
-#define PS_MAX_MATMULS 4
+#define PS_MAX_MATMULS 5
 
 /* Which tensor between layers a kind's backward reads, besides what it
  * keeps of its own (act_elems as its shape function sets it): its input
@@ -166,6 +167,8 @@ typedef struct {
                                   context out, and the scores unless flash) */
   double rate;                 /* DROPOUT: the fraction dropped; ATTENTION: that of
                                   its probabilities (0: none) */
+  int64_t experts, top_k;      /* MOE: experts, and those each position is routed to */
+  int64_t shared_experts;      /* MOE: experts every position passes through too */
   int shortcut_of;             /* ADD: index of the first layer of the
                                   block whose input feeds the shortcut */
   int unit;                    /* the iteration of an outermost "repeat" it was

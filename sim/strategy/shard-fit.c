@@ -29,9 +29,15 @@ static char *advice(const Lower *w, double activations)
   else if (w->c->remat != PS_REMAT_FULL)
     g_string_append(s, "set strategy.rematerialize=\"full\" (or keep fewer checkpoints, or "
                        "offload them with strategy.remat_offload)");
-  g_string_append_printf(s, "%sraise strategy.mesh.tensor", s->len ? ", " : "");
+  gboolean moe = FALSE;
+  for (int i = 0; i < w->m->n_layers; i++)
+    moe = moe || w->m->layers[i].kind == PS_LAYER_MOE;
+  if (!moe)
+    g_string_append_printf(s, "%sraise strategy.mesh.tensor", s->len ? ", " : "");
   if (w->m->token_input && w->c->size[PS_AXIS_SEQUENCE] == 1 && !w->c->sequence_parallel)
-    g_string_append(s, " or strategy.mesh.context (each sequence split over its devices)");
+    g_string_append_printf(s, "%s%s strategy.mesh.context (each sequence split over its "
+                              "devices)",
+                           s->len ? (moe ? ", raise" : " or") : "", s->len ? "" : "raise");
   if (w->batch > 1)
     g_string_append_printf(s, ", split each device's %" G_GINT64_FORMAT " examples into "
                               "strategy.micro_batches (gradient accumulation; now %d)",

@@ -352,6 +352,14 @@ static gboolean check_model(const PsExperiment *e, const PsShardConfig *c, GErro
   for (int i = 0; i < m->n_layers; i++) {
     const PsLayer *l = &m->layers[i];
     PsTensorRole r = ps_layer_kind_lower(l->kind)->tensor;
+    if (l->kind == PS_LAYER_MOE) {
+      ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, key,
+                       "%d: the mixture of experts '%s' is not split by a tensor axis here "
+                       "(MaxText shards its experts' width over one); lay the model out over "
+                       "fsdp, data and context",
+                       ways, l->name);
+      return FALSE;
+    }
     if (r == PS_TP_HEADS &&
         (!divides(e, key, ways, l->heads, "heads", l->name, error) ||
          !divides(e, key, ways, l->in_shape[l->in_rank - 1], "hidden units", l->name, error)))

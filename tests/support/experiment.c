@@ -2,6 +2,8 @@
  * experiment.h). */
 #include "experiment.h"
 
+#include "common/json.h"
+
 PsTopology *topology_load(const char *name_or_path, const char *const *ov)
 {
   GError *error = NULL;
@@ -29,4 +31,15 @@ PsSummary experiment_run(const PsExperiment *e)
   g_assert_no_error(error);
   g_assert_true(ok);
   return s;
+}
+
+PsModel *model_parse_quoted(const char *text, GError **error)
+{
+  g_autofree char *t = g_strdelimit(g_strdup(text), "'", '"');
+  GError *perr = NULL;
+  json_object *o = ps_json_parse(t, "t.json", &perr);
+  g_assert_no_error(perr);
+  PsModel *m = ps_model_from_json(o, "t.json", "", error);
+  json_object_put(o);
+  return m;
 }

@@ -14,6 +14,10 @@ PsTopology *topology_load(const char *name_or_path, const char *const *ov);
 /* The experiment file path with the overrides ov (NULL-terminated; NULL
  * for none), asserting it loads.  (transfer full) */
 PsExperiment *experiment_load(const char *path, const char *const *ov);
+/* A model from JSON text written with ' for " (file "t.json"); NULL and
+ * *error when it does not load (a parse error of the text fails the test).
+ * (transfer full) */
+PsModel *model_parse_quoted(const char *text, GError **error);
 /* Runs e keeping device 0's final weights, asserting the run succeeds
  * (ps_summary_clear frees the summary). */
 PsSummary experiment_run(const PsExperiment *e);

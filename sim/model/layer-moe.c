@@ -1,0 +1,116 @@
+/* layer-moe.c: moe, a mixture-of-experts feed-forward block (Shazeer et
+ * al., "Outrageously Large Neural Networks", 2017, arXiv:1701.06538;
+ * GShard, Lepikhin et al. 2020, arXiv:2006.16668), (S, D) -> (S, D), as an
+ * entry of the layer table (layer-private.h): a router (D x E) scores each
+ * position's E experts, the top k of them take it, each expert a gated
+ * (SwiGLU) feed-forward of F units (W_g, W_u: D x F, W_o: F x D), and the
+ * position's output is the router-weighted sum of its k experts' outputs;
+ * "shared_experts" more of the same width every position passes through
+ * as well (DeepSeekMoE's shared experts, Dai et al. 2024,
+ * arXiv:2401.06066).  Keys: "experts" (E), "top_k" (k), "units" (F),
+ * "shared_experts" (default 0).
+ *
+ * Costs, as a dropless grouped matmul (MaxText's sparse_matmul, megablox
+ * or tokamax gmm) lays them out: the router's product (S x D by D x E);
+ * each expert's gate and up products and its down product on its share
+ * of the routed positions, S k / E rows an example (rounded up: routing
+ * balanced, as MaxText's use_random_routing makes it and as its load
+ * balancing loss aims for; an imbalance's straggling expert is not
+ * modelled), so the experts' FLOPs are k / E of a dense block's E times
+ * wider; the shared experts' on every position.  Element-wise: the
+ * router's softmax and top-k (8 FLOPs a score forward, 10 backward), the
+ * gating (SwiGLU's 5 and 8 an element) and the weighted combination
+ * (2 and 4 an element of the k outputs).  Traffic: the input read, the
+ * scores written and read, the routed copies of the input written (the
+ * sort) and read, the projections as swiglu's, the experts' outputs
+ * written and read by the combination, the output written, the weights
+ * once.  Kept for backward: the scores, the routed input, both
+ * projections and the experts' outputs.  Timing only (no numeric
+ * kernel); a tensor axis does not split it (strategies refuse that).
+ * Invariant: params = D E + (E + shared) 3 D F. */
+#include "model/layer-private.h"
+
+#define PS_MOE_ROUTE_FWD 8.0
+#define PS_MOE_ROUTE_BWD 10.0
+#define PS_MOE_GATE_FWD 5.0 /* as swiglu */
+#define PS_MOE_GATE_BWD 8.0
+#define PS_MOE_COMBINE_FWD 2.0
+#define PS_MOE_COMBINE_BWD 4.0
+
+static const char *const keys_moe[] = {"type", "name", "experts", "top_k", "units",
+                                       "shared_experts", NULL};
+
+static gboolean moe_parse(PsLayer *L, json_object *obj, const char *file, const char *path,
+                          GError **error)
+{
+  L->bias = FALSE;
+  L->shared_experts = 0;
+  if (!ps_json_check_keys(obj, file, path, keys_moe, error) ||
+      !ps_layer_get_dim(obj, file, path, "experts", TRUE, &L->experts, error) ||
+      !ps_layer_get_dim(obj, file, path, "top_k", TRUE, &L->top_k, error) ||
+      !ps_layer_get_dim(obj, file, path, "units", TRUE, &L->units, error) ||
+      !ps_json_get_int(obj, file, path, "shared_experts", FALSE, 0, 1 << 16,
+                       &L->shared_experts, error))
+    return FALSE;
+  if (L->top_k > L->experts) {
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, path,
+                   "top_k %" G_GINT64_FORMAT " is more than the %" G_GINT64_FORMAT
+                   " experts; use at most %" G_GINT64_FORMAT,
+                   L->top_k, L->experts, L->experts);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean moe_shape(PsLayer *L, const PsLayerIn *in, GError **error)
+{
+  if (in->rank > 2) {
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, in->file, in->path,
+                   "moe needs a rank-1 or rank-2 (S, D) input, got %s", in->str);
+    return FALSE;
+  }
+  int64_t s = in->rank == 2 ? in->shape[0] : 1, d = in->shape[in->rank - 1];
+  int64_t e = L->experts, k = L->top_k, f = L->units, sh = L->shared_experts;
+  int64_t per = (s * k + e - 1) / e; /* routed positions per expert, an example */
+  if (!ps_layer_check_size((double)(e + sh) * 3.0 * (double)d * (double)f, "expert weights",
+                           in, error) ||
+      !ps_layer_check_size(2.0 * (double)s * (double)k * (double)f, "projections", in, error))
+    return FALSE;
+  L->out_rank = in->rank;
+  memcpy(L->out_shape, in->shape, sizeof L->out_shape);
+  L->params = d * e + (e + sh) * 3 * d * f;
+  ps_layer_add_matmul(L, s, d, e, 1);         /* the router's scores */
+  ps_layer_add_matmul(L, per, d, f, 2 * e);   /* each expert's gate and up */
+  ps_layer_add_matmul(L, per, f, d, e);       /* each expert's down */
+  if (sh > 0) {
+    ps_layer_add_matmul(L, s, d, sh * f, 2);  /* the shared experts' gate and up */
+    ps_layer_add_matmul(L, s, sh * f, d, 1);  /* and down */
+  }
+  double mm = ps_layer_matmul_flops(L);
+  double scores = (double)(s * e), routed = (double)(s * k);
+  double gated = (routed + (double)(s * sh)) * (double)f, comb = routed * (double)d;
+  L->fwd_flops = mm + PS_MOE_ROUTE_FWD * scores + PS_MOE_GATE_FWD * gated +
+                 PS_MOE_COMBINE_FWD * comb;
+  L->bwd_flops = 2 * mm + PS_MOE_ROUTE_BWD * scores + PS_MOE_GATE_BWD * gated +
+                 PS_MOE_COMBINE_BWD * comb;
+  /* x read; scores written and read; routed copies written and read; the
+   * gated projections as swiglu's (5 an element) and read again by the
+   * down products; the experts' outputs written and read; y written;
+   * the weights */
+  double sd = (double)(s * d), shared_out = sh > 0 ? sd : 0;
+  L->fwd_bytes = sd + 2.0 * scores + 2.0 * comb + 6.0 * gated + 2.0 * (comb + shared_out) +
+                 sd + (double)L->params;
+  L->bwd_bytes = 2 * L->fwd_bytes;
+  L->saves = PS_SAVES_INPUT;
+  L->act_elems = (int64_t)(scores + comb + 2.0 * gated + comb);
+  return TRUE;
+}
+
+const PsLayerOps ps_layer_moe = {
+  .kind = PS_LAYER_MOE,
+  .name = "moe",
+  .keys = keys_moe,
+  .parse = moe_parse,
+  .shape = moe_shape,
+  .lower = {.lowering = PS_LOWER_PRODUCER, .tensor = PS_TP_REPLICATED, .kernel = "moe"},
+};

@@ -1,0 +1,221 @@
+/* test_moe.c: the mixture-of-experts layer (model/layer-moe.c) against
+ * closed forms written here from the architecture.
+ *
+ * - /moe/closed-form: a block of E experts of F units, top k, over (S, D):
+ *   params D E + 3 (E + shared) D F; matmul FLOPs 2 S (D E + 3 k D F +
+ *   3 shared D F) when E divides S k, and each expert's rows rounded up to
+ *   ceil(S k / E) when it does not; the output keeps the input's shape;
+ * - /moe/qwen3: models/qwen3-235b-a22b.json has the parameters its
+ *   configuration gives (94 layers of grouped-query attention and 128
+ *   experts of 1536, 8 a token), 235,093,610,496, and its matmul FLOPs a
+ *   token are 2 x its active weights (the router, 8 experts, attention's
+ *   projections, the head) plus attention's products;
+ * - /moe/run: the Qwen3 decoder, cut to 2 layers, fully sharded over a
+ *   tpu7x-8 compiles and runs; each MoE layer's weights are gathered
+ *   whole (fsdp), with its norm's, before its forward; fp8 quantization halves every one of
+ *   its products' padded FLOPs (the router's and the experts'), and a
+ *   tensor axis is refused naming strategy.mesh.tensor;
+ * - /moe/errors: top_k above experts, a rank-3 input, a missing key, and
+ *   numerics on a model with a MoE layer (timing only): errors naming the
+ *   file's path or key. */
+#include "common/json.h"
+#include "hw/cost.h"
+#include "model/layers.h"
+#include "program/program.h"
+#include "run/experiment.h"
+#include "strategy/cost-options.h"
+#include "strategy/strategy.h"
+#include "support/experiment.h"
+
+#include <math.h>
+#include <string.h>
+
+static PsModel *block(int64_t s, int64_t d, int64_t e, int64_t k, int64_t f, int64_t sh)
+{
+  g_autofree char *text = g_strdup_printf(
+      "{'name': 'm', 'input': {'shape': [%" G_GINT64_FORMAT "], 'classes': 16, 'tokens': true},"
+      " 'layers': [{'type': 'embedding', 'name': 'embed', 'vocab': 16, 'dim': %" G_GINT64_FORMAT
+      "},"
+      " {'type': 'moe', 'name': 'moe', 'experts': %" G_GINT64_FORMAT ", 'top_k': %" G_GINT64_FORMAT
+      ", 'units': %" G_GINT64_FORMAT ", 'shared_experts': %" G_GINT64_FORMAT "},"
+      " {'type': 'dense', 'name': 'head', 'units': 16}, {'type': 'softmax_xent', 'name': 'loss'}]}",
+      s, d, e, k, f, sh);
+  GError *error = NULL;
+  PsModel *m = model_parse_quoted(text, &error);
+  g_assert_no_error(error);
+  return m;
+}
+
+/* A layer's matmul FLOPs a example, from its product list. */
+static double mm_flops(const PsLayer *L)
+{
+  double f = 0;
+  for (int j = 0; j < L->n_mm; j++)
+    f += 2.0 * (double)L->mm[j].rows * (double)L->mm[j].k * (double)L->mm[j].n *
+         (double)L->mm[j].count;
+  return f;
+}
+
+static void check_block(int64_t s, int64_t d, int64_t e, int64_t k, int64_t f, int64_t sh)
+{
+  PsModel *m = block(s, d, e, k, f, sh);
+  const PsLayer *L = &m->layers[1];
+  g_assert_cmpint(L->kind, ==, PS_LAYER_MOE);
+  g_assert_cmpint(L->params, ==, d * e + 3 * (e + sh) * d * f);
+  g_assert_cmpint(L->out_rank, ==, 2);
+  g_assert_cmpint(L->out_shape[0], ==, s);
+  g_assert_cmpint(L->out_shape[1], ==, d);
+  int64_t rows = (s * k + e - 1) / e * e; /* every expert's rows, rounded up */
+  double want = 2.0 * (double)s * (double)(d * e) + 2.0 * (double)rows * 3.0 * (double)(d * f) +
+                2.0 * (double)s * 3.0 * (double)(sh * d * f);
+  g_test_message("S %" G_GINT64_FORMAT " E %" G_GINT64_FORMAT " k %" G_GINT64_FORMAT
+                 ": matmul FLOPs %.6e, closed form %.6e",
+                 s, e, k, mm_flops(L), want);
+  g_assert_cmpfloat(fabs(mm_flops(L) - want), <=, 1e-12 * want);
+  g_assert_cmpfloat(L->fwd_flops, >, mm_flops(L));
+  g_assert_cmpfloat(L->bwd_flops, >, 2 * mm_flops(L));
+  g_assert_cmpint(L->act_elems, >, 0);
+  g_assert_false(m->numerics_supported);
+  ps_model_free(m);
+}
+
+static void test_closed_form(void)
+{
+  check_block(64, 32, 8, 2, 48, 0);  /* 16 rows an expert */
+  check_block(64, 32, 8, 2, 48, 1);  /* with a shared expert */
+  check_block(10, 32, 8, 2, 48, 0);  /* 20 / 8: 3 rows an expert */
+  check_block(64, 32, 4, 4, 16, 2);  /* every expert for every position */
+}
+
+static void test_qwen3(void)
+{
+  const char *dir = g_getenv("PODSIM_DATA_DIR");
+  g_autofree char *path =
+      g_build_filename(dir && *dir ? dir : ".", "models", "qwen3-235b-a22b.json", NULL);
+  GError *error = NULL;
+  PsModel *m = ps_model_load_file(path, &error);
+  g_assert_no_error(error);
+  const int64_t L = 94, d = 4096, h = 64, kv = 4, dh = 128, e = 128, k = 8, f = 1536;
+  const int64_t v = 151936, s = 4096, inner = h * dh;
+  int64_t attn = d * (inner + 2 * kv * dh) + inner * d;
+  int64_t moe = d * e + 3 * e * d * f;
+  int64_t params = v * d + L * (attn + moe + 2 * d) + d + d * v;
+  g_assert_cmpint(params, ==, INT64_C(235093610496));
+  g_assert_cmpint(m->params, ==, params);
+  /* active weights a token: the router, k experts, attention's
+   * projections, the head (the embedding is looked up) */
+  double active = (double)(L * (attn + d * e + 3 * k * d * f) + d * v);
+  /* attention's two products, causal blocks not halved in the layer's
+   * matmul list: 2 x 2 S inner FLOPs a token, a layer */
+  double attn_core = (double)L * 4.0 * (double)s * (double)inner;
+  double per_token = ps_model_flops_per_example(m) / 3.0 / (double)s;
+  g_test_message("matmul FLOPs a token %.6e; 2 x active weights %.6e (%.1f B) + attention "
+                 "%.6e", per_token, 2 * active, active / 1e9, attn_core);
+  g_assert_cmpfloat(fabs(per_token - (2 * active + attn_core)), <=, 1e-9 * per_token);
+  ps_model_free(m);
+}
+
+/* The Qwen3 decoder cut to 2 layers on a tpu7x-8 (8 devices). */
+static const char *const small[] = {"model=qwen3-235b-a22b", "topology=tpu7x-8",
+                                    "global_batch=8", "strategy.mesh={\"fsdp\": 8}",
+                                    "model.layers[1].count=2", NULL};
+
+static void test_run(void)
+{
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load("maxtext-tpu7x", small, &error);
+  g_assert_no_error(error);
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  /* each MoE layer's weights gathered whole before its forward */
+  int moe_gathers = 0;
+  const PsProgram *pr = ps_plan_program(p, 0);
+  for (int i = 0; i < pr->n_ops; i++) {
+    if (pr->ops[i].kind != PS_OP_COLL_START)
+      continue;
+    const PsPlanColl *c = &p->colls[ps_plan_op_coll(p, 0, &pr->ops[i])];
+    if (c->buffer == PS_BUFFER_PARAMS && c->layer >= 0 &&
+        e->model->layers[c->layer].kind == PS_LAYER_MOE && strstr(pr->ops[i].name, "w fwd")) {
+      /* the block's weights whole, with the norm before it (its 4096 gains) */
+      g_assert_cmpint(c->count, ==, e->model->layers[c->layer].params + 4096);
+      moe_gathers++;
+    }
+  }
+  g_assert_cmpint(moe_gathers, ==, 2);
+  ps_plan_free(p);
+  PsSummary s = experiment_run(e);
+  g_assert_cmpfloat(s.step_time_s, >, 0);
+  ps_summary_clear(&s);
+
+  /* fp8: every product of the block at half the padded FLOPs */
+  PsCostOptions q, b;
+  ps_strategy_cost_options(e, &b);
+  q = b;
+  q.fp8_share = e->topology->peak_flops / e->topology->fp8_peak_flops;
+  int l = 0;
+  while (e->model->layers[l].kind != PS_LAYER_MOE)
+    l++;
+  for (int bwd = 0; bwd <= 1; bwd++) {
+    PsOpCost cq, cb;
+    ps_cost_op(e->topology, e->model, l, l, 1, &q, bwd, NULL, &cq);
+    ps_cost_op(e->topology, e->model, l, l, 1, &b, bwd, NULL, &cb);
+    g_assert_cmpfloat(fabs(cq.padded_flops - 0.5 * cb.padded_flops), <=,
+                      1e-12 * cb.padded_flops);
+  }
+  ps_experiment_free(e);
+
+  const char *tensor[] = {"model=qwen3-235b-a22b", "topology=tpu7x-8", "global_batch=8",
+                          "strategy.mesh={\"fsdp\": 4, \"tensor\": 2}",
+                          "model.layers[1].count=2", NULL};
+  g_assert_null(ps_experiment_load("maxtext-tpu7x", tensor, &error));
+  g_test_message("%s", error->message);
+  g_assert_nonnull(strstr(error->message, "strategy.mesh.tensor"));
+  g_clear_error(&error);
+}
+
+static void test_errors(void)
+{
+  static const struct {
+    const char *layer, *want;
+  } cases[] = {
+      {"{'type': 'moe', 'name': 'x', 'experts': 4, 'top_k': 5, 'units': 8}", "top_k 5"},
+      {"{'type': 'moe', 'name': 'x', 'experts': 4, 'units': 8}", "top_k"},
+      {"{'type': 'moe', 'name': 'x', 'experts': 4, 'top_k': 2, 'units': 8, 'gated': true}",
+       "gated"},
+      {"{'type': 'moe', 'name': 'x', 'experts': 0, 'top_k': 1, 'units': 8}", "experts"},
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *text = g_strdup_printf(
+        "{'name': 'm', 'input': {'shape': [8], 'classes': 16, 'tokens': true},"
+        " 'layers': [{'type': 'embedding', 'name': 'embed', 'vocab': 16, 'dim': 8}, %s,"
+        " {'type': 'dense', 'name': 'head', 'units': 16}, {'type': 'softmax_xent', 'name': "
+        "'loss'}]}",
+        cases[i].layer);
+    GError *error = NULL;
+    g_assert_null(model_parse_quoted(text, &error));
+    g_assert_true(error->domain == PS_INPUT_ERROR);
+    g_test_message("%s", error->message);
+    g_assert_nonnull(strstr(error->message, cases[i].want));
+    g_error_free(error);
+  }
+  /* an image's (H, W, C) is rank 3 */
+  GError *error = NULL;
+  g_assert_null(model_parse_quoted("{'name': 'm', 'input': {'shape': [4, 4, 8], 'classes': 16},"
+                      " 'layers': [{'type': 'moe', 'name': 'x', 'experts': 4, 'top_k': 2, "
+                      "'units': 8}, {'type': 'flatten', 'name': 'f'}, {'type': 'dense', "
+                      "'name': 'head', 'units': 16}, {'type': 'softmax_xent', 'name': 'loss'}]}",
+                      &error));
+  g_test_message("%s", error->message);
+  g_assert_nonnull(strstr(error->message, "rank-1 or rank-2"));
+  g_clear_error(&error);
+}
+
+int main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/moe/closed-form", test_closed_form);
+  g_test_add_func("/moe/qwen3", test_qwen3);
+  g_test_add_func("/moe/run", test_run);
+  g_test_add_func("/moe/errors", test_errors);
+  return g_test_run();
+}
