@@ -571,6 +571,15 @@ static void test_fp8(void)
       ps_cost_op(e->topology, m, i, i, 2, &q, bwd, NULL, &cq);
       ps_cost_op(e->topology, m, i, i, 2, &b, bwd, NULL, &cb);
       g_assert_cmpfloat(cq.mxu_flops, ==, cb.mxu_flops); /* the same work */
+      /* and the same padded work, which `describe --kernels` divides by */
+      GArray *kq = g_array_new(FALSE, FALSE, sizeof(PsKernel));
+      PsOpCost unused;
+      ps_cost_op(e->topology, m, i, i, 2, &q, bwd, kq, &unused);
+      double work = 0;
+      for (guint j = 0; j < kq->len; j++)
+        work += g_array_index(kq, PsKernel, j).padded_work;
+      g_assert_cmpfloat(fabs(work - cb.padded_flops), <=, 1e-12 * cb.padded_flops);
+      g_array_free(kq, TRUE);
       gboolean head = i + 1 < m->n_layers && m->layers[i + 1].kind == PS_LAYER_SOFTMAX_XENT;
       if (l->kind == PS_LAYER_EMBEDDING || head) {
         g_assert_cmpfloat(cq.padded_flops, ==, cb.padded_flops);

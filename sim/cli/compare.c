@@ -160,7 +160,7 @@ static char *side_text(const PsExperiment *e, const PsSummary *s)
                          ", %s, numerics %s",
                          e->name, e->model->name, e->topology->name, s->replicas,
                          s->replicas == 1 ? "" : "s", stages, e->global_batch,
-                         e->numerics.precision == PS_PRECISION_BF16 ? "bf16" : "f32",
+                         ps_config_precision_text(&e->numerics),
                          e->numerics.enabled ? "on" : "off");
 }
 

@@ -138,7 +138,7 @@ static char *run_header(const PsExperiment *e, const PsPlan *plan)
       ", %" G_GINT64_FORMAT " step%s, %s, numerics %s",
       PS_VERSION, e->name, e->model->name, e->topology->name, of, devices == 1 ? "" : "s",
       placement, e->global_batch, e->steps, e->steps == 1 ? "" : "s",
-      e->numerics.precision == PS_PRECISION_BF16 ? "bf16" : "f32",
+      ps_config_precision_text(&e->numerics),
       e->numerics.enabled ? "on" : "off");
 }
 

@@ -222,11 +222,11 @@ static gboolean quantized(const Ctx *c, const PsLayer *l, const PsMatmul *mm)
  * to PS_MXU_ROW_TILE, its contraction and output sides to the MXU size
  * (performance guide); a convolution's as conv_padded lays it out, the
  * kernel-gradient product (wgrad) its own way. */
-static double mm_padded(const Ctx *c, const PsLayer *l, gboolean wgrad)
+static double mm_padded(const Ctx *c, const PsLayer *l, gboolean wgrad, double *work)
 {
   const int64_t tile = c->topo->mxu_size;
   const gboolean conv = ps_layer_kind_lower(l->kind)->window_contraction;
-  double f = 0;
+  double f = 0, wk = 0;
   for (int m = 0; m < l->n_mm; m++) {
     const PsMatmul *mm = &l->mm[m];
     double run = wgrad ? 1.0 : rerun(c, l, m); /* a kept output is not recomputed */
@@ -237,8 +237,11 @@ static double mm_padded(const Ctx *c, const PsLayer *l, gboolean wgrad)
                                    (double)pad_to(mm->k, tile) * (double)pad_to(mm->n, tile) *
                                    (double)mm->count * mm_share(mm, wgrad));
     /* fp8 operands: one pass at the fp8 rate, whatever the step's precision */
-    f += one * (quantized(c, l, mm) ? c->opt->fp8_share : (double)c->opt->passes);
+    gboolean q = quantized(c, l, mm);
+    f += one * (q ? c->opt->fp8_share : (double)c->opt->passes);
+    wk += one * (q ? 1.0 : (double)c->opt->passes); /* the MXU's work, at any rate */
   }
+  *work = wk;
   return f;
 }
 
@@ -457,7 +460,7 @@ static void producer_fwd(Ctx *c, int i)
   const PsLayer *l = L(c, i);
   PsKernel k = kernel(i, ps_layer_kind_lower(l->kind)->kernel);
   k.mxu_flops = mm_flops(l, c->batch);
-  k.padded_flops = mm_padded(c, l, FALSE);
+  k.padded_flops = mm_padded(c, l, FALSE, &k.padded_work);
   k.bytes = own_bytes(c, i, FALSE);
   k.vpu_flops = l->fwd_flops * (double)c->batch - k.mxu_flops;
   double run = mm_run_flops(c, l);
@@ -536,7 +539,7 @@ static void wgrad_kernel(Ctx *c, int i, double mm_w, double bytes, double vpu_fl
 {
   PsKernel g = kernel(i, "wgrad");
   g.mxu_flops = mm_w;
-  g.padded_flops = mm_padded(c, L(c, i), TRUE);
+  g.padded_flops = mm_padded(c, L(c, i), TRUE, &g.padded_work);
   g.bytes = bytes;
   g.vpu_flops = vpu_flops;
   if (c->opt->fusion == PS_FUSION_XLA)
@@ -566,7 +569,7 @@ static void matmul_bwd(Ctx *c, int i)
    * the same (a refinement left for later). */
   PsKernel d = kernel(i, "dgrad");
   d.mxu_flops = mm;
-  d.padded_flops = mm_padded(c, l, FALSE);
+  d.padded_flops = mm_padded(c, l, FALSE, &d.padded_work);
   d.bytes = act + c->eb * w + mask_bytes(c, i); /* attention's dropout mask */
   d.vpu_flops = other + mask_redraw_flops(c, i);
   if (fu == PS_FUSION_XLA)

@@ -89,7 +89,10 @@ typedef struct {
   int layer;          /* the layer whose op launches it */
   const char *what;   /* static: "conv", "dgrad", "wgrad", "bn stats", ... */
   double mxu_flops;   /* useful matmul FLOPs */
-  double padded_flops;/* matmul FLOPs after padding, times passes */
+  double padded_flops;/* matmul FLOPs after padding, times passes; an fp8
+                         product's at fp8_share (bf16-peak time equivalent) */
+  double padded_work; /* matmul FLOPs after padding, times passes, an fp8
+                         product's counted once: what padding costs, at any rate */
   double vpu_flops;   /* element-wise FLOPs on the vector unit */
   double bytes;       /* HBM traffic */
   double busy_s;      /* max(MXU, HBM, VPU) time */

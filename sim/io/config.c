@@ -708,7 +708,8 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
   json_object_object_add(no, "evaluate", json_object_new_boolean(n->evaluate));
   json_object_object_add(no, "weight_precision",
                          json_object_new_string(precisions[n->weight_precision]));
-  json_object_object_add(no, "quantization", json_object_new_string(quantizations[n->quantization]));
+  json_object_object_add(no, "quantization",
+                         json_object_new_string(quantizations[n->quantization]));
   for (int i = 0; matmul_precisions[i]; i++)
     if (matmul_precision_passes[i] == n->matmul_passes)
       json_object_object_add(no, "matmul_precision",
@@ -903,4 +904,13 @@ void ps_experiment_free(PsExperiment *e)
   if (e->resolved)
     json_object_put(e->resolved);
   g_free(e);
+}
+
+const char *ps_config_precision_text(const PsNumericsConfig *n)
+{
+  g_return_val_if_fail(n != NULL, "?");
+  gboolean fp8 = n->quantization == PS_QUANT_FP8;
+  if (n->precision == PS_PRECISION_BF16)
+    return fp8 ? "bf16 (fp8 weight products)" : "bf16";
+  return fp8 ? "f32 (fp8 weight products)" : "f32";
 }

@@ -212,6 +212,10 @@ typedef struct {
   PsQuantization quantization; /* of the weight products' operands (timing only) */
 } PsNumericsConfig;
 
+/* The step's precision as headers print it: "bf16", "f32", with " (fp8
+ * weight products)" when numerics.quantization is fp8.  (static) */
+const char *ps_config_precision_text(const PsNumericsConfig *n);
+
 /* How element-wise work is fused into kernels (top-level "fusion"). */
 typedef enum {
   PS_FUSION_XLA,   /* as XLA emits kernels: see hw/cost.h */

@@ -20,14 +20,14 @@ static void row(GString *out, const char *op, const char *layer, const PsKernel 
   g_string_append_printf(out, "%-28.28s %-30.30s %-14s %12.3f %12.3f %11.3f  %-6s", op, layer,
                          k->what, (k->mxu_flops + k->vpu_flops) / 1e9, k->bytes / 1e6,
                          ps_time_to_s(k->time) * 1e6, ps_cost_bound_name(k->bound));
-  if (k->padded_flops > 0)
-    g_string_append_printf(out, " %6.1f%%\n", 100 * k->mxu_flops / k->padded_flops);
+  if (k->padded_work > 0)
+    g_string_append_printf(out, " %6.1f%%\n", 100 * k->mxu_flops / k->padded_work);
   else
     g_string_append(out, "       -\n");
   t->by_bound[k->bound] += ps_time_to_s(k->time);
   t->count[k->bound] += 1;
   t->mxu += k->mxu_flops;
-  t->padded += k->padded_flops;
+  t->padded += k->padded_work;
 }
 
 /* Whether backward op i of prog was split, its weight-gradient tail
@@ -64,9 +64,11 @@ void ps_kernels_describe_model(const PsExperiment *exp, const PsModel *m,
   static const char *const fusions[] = {"xla", "none", "ideal"};
   g_string_append_printf(out,
                          "kernels of one step (fusion %s, %d MXU pass%s per matmul, %d-byte "
-                         "activations)\n",
+                         "activations%s)\n",
                          fusions[opt.fusion], opt.passes, opt.passes == 1 ? "" : "es",
-                         opt.act_bytes);
+                         opt.act_bytes,
+                         opt.fp8_share > 0 ? "; weight products in fp8, one pass at the fp8 peak"
+                                           : "");
   g_string_append_printf(out, "%-28s %-30s %-14s %12s %12s %11s  %-6s %7s\n", "op", "layer",
                          "kernel", "GFLOP", "HBM MB", "time us", "bound", "MXU use");
   Totals t = {0};
