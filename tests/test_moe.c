@@ -3,8 +3,9 @@
  *
  * - /moe/closed-form: a block of E experts of F units, top k, over (S, D):
  *   params D E + 3 (E + shared) D F; matmul FLOPs 2 S (D E + 3 k D F +
- *   3 shared D F) when E divides S k, and each expert's rows rounded up to
- *   ceil(S k / E) when it does not; the output keeps the input's shape;
+ *   3 shared D F), whether or not E divides S k (no rounding to whole rows
+ *   an expert: a short sequence costs its active experts only); the output
+ *   keeps the input's shape;
  * - /moe/qwen3: models/qwen3-235b-a22b.json has the parameters its
  *   configuration gives (94 layers of grouped-query attention and 128
  *   experts of 1536, 8 a token), 235,093,610,496, and its matmul FLOPs a
@@ -15,9 +16,13 @@
  *   whole (fsdp), with its norm's, before its forward; fp8 quantization halves every one of
  *   its products' padded FLOPs (the router's and the experts'), and a
  *   tensor axis is refused naming strategy.mesh.tensor;
+ * - /moe/remat: a full recompute runs the router and the experts' gate
+ *   and up products again; remat_keep's mlpwi and mlpwo keep them;
  * - /moe/errors: top_k above experts, a rank-3 input, a missing key, and
  *   numerics on a model with a MoE layer (timing only): errors naming the
- *   file's path or key. */
+ *   file's path or key;
+ * - /moe/advice: a layout over HBM is refused with advice that is well
+ *   formed and does not name the tensor axis. */
 #include "common/json.h"
 #include "hw/cost.h"
 #include "model/layers.h"
@@ -65,8 +70,8 @@ static void check_block(int64_t s, int64_t d, int64_t e, int64_t k, int64_t f, i
   g_assert_cmpint(L->out_rank, ==, 2);
   g_assert_cmpint(L->out_shape[0], ==, s);
   g_assert_cmpint(L->out_shape[1], ==, d);
-  int64_t rows = (s * k + e - 1) / e * e; /* every expert's rows, rounded up */
-  double want = 2.0 * (double)s * (double)(d * e) + 2.0 * (double)rows * 3.0 * (double)(d * f) +
+  /* the router on every position, k experts' three products on each */
+  double want = 2.0 * (double)s * (double)(d * e) + 2.0 * (double)(s * k) * 3.0 * (double)(d * f) +
                 2.0 * (double)s * 3.0 * (double)(sh * d * f);
   g_test_message("S %" G_GINT64_FORMAT " E %" G_GINT64_FORMAT " k %" G_GINT64_FORMAT
                  ": matmul FLOPs %.6e, closed form %.6e",
@@ -83,7 +88,8 @@ static void test_closed_form(void)
 {
   check_block(64, 32, 8, 2, 48, 0);  /* 16 rows an expert */
   check_block(64, 32, 8, 2, 48, 1);  /* with a shared expert */
-  check_block(10, 32, 8, 2, 48, 0);  /* 20 / 8: 3 rows an expert */
+  check_block(10, 32, 8, 2, 48, 0);  /* 20 routed copies over 8 experts */
+  check_block(1, 32, 128, 1, 48, 0); /* one position: one expert's work, not 128 */
   check_block(64, 32, 4, 4, 16, 2);  /* every expert for every position */
 }
 
@@ -173,6 +179,67 @@ static void test_run(void)
   g_clear_error(&error);
 }
 
+/* Device 0's RECOMPUTE matmul FLOPs of the ops that hold a MoE layer, and
+ * its program's HBM peak. */
+static void remat_figures(const char *const *ov, double *recompute, int64_t *peak)
+{
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load("maxtext-tpu7x", ov, &error);
+  g_assert_no_error(error);
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  const PsProgram *pr = ps_plan_program(p, 0);
+  *recompute = 0;
+  for (int i = 0; i < pr->n_ops; i++) {
+    const PsOp *op = &pr->ops[i];
+    gboolean moe = FALSE;
+    for (int l = op->first; l <= op->last && op->kind == PS_OP_RECOMPUTE; l++)
+      moe = moe || e->model->layers[l].kind == PS_LAYER_MOE;
+    if (moe)
+      *recompute += op->mxu_flops;
+  }
+  *peak = pr->hbm_peak_bytes;
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
+/* Rematerialization of a mixture of experts: its output only feeds the
+ * residual add, but its backward reads its own scores and projections, so
+ * a full recompute runs the router and the experts' gate and up products
+ * again, and the down products only where backward reads their output
+ * (the last layer's, through the final norm): 2 x 4096 positions x
+ * (2 (D E + 2 k D F) + k F D) FLOPs; and
+ * remat_keep's mlpwi and mlpwo keep its products (more HBM, less rerun). */
+static void test_remat(void)
+{
+  const char *full[] = {"model=qwen3-235b-a22b", "topology=tpu7x-8", "global_batch=8",
+                        "strategy.mesh={\"fsdp\": 8}", "model.layers[1].count=2",
+                        "strategy.rematerialize=full", "strategy.remat_keep=null", NULL};
+  const char *input[] = {"model=qwen3-235b-a22b", "topology=tpu7x-8", "global_batch=8",
+                         "strategy.mesh={\"fsdp\": 8}", "model.layers[1].count=2",
+                         "strategy.remat_keep=[\"decoder_layer_input\"]", NULL};
+  const char *kept[] = {"model=qwen3-235b-a22b", "topology=tpu7x-8", "global_batch=8",
+                        "strategy.mesh={\"fsdp\": 8}", "model.layers[1].count=2",
+                        "strategy.remat_keep=[\"decoder_layer_input\", \"mlpwi\", "
+                        "\"mlpwo\"]",
+                        NULL};
+  double r_full, r_input, r_kept;
+  int64_t p_full, p_input, p_kept;
+  remat_figures(full, &r_full, &p_full);
+  remat_figures(input, &r_input, &p_input);
+  remat_figures(kept, &r_kept, &p_kept);
+  const double d = 4096, e = 128, k = 8, f = 1536, tokens = 4096; /* one example a device */
+  /* both layers' router, gate and up; the last layer's down too, whose
+   * output the final norm's backward reads through the residual add */
+  double moe_rerun = 2.0 * 2.0 * tokens * (d * e + 2.0 * k * d * f) + 2.0 * tokens * k * f * d;
+  g_test_message("MoE recompute FLOPs: full %.4e (closed form %.4e), custom input %.4e, "
+                 "custom mlpwi+mlpwo %.4e; HBM peak %" G_GINT64_FORMAT " / %" G_GINT64_FORMAT,
+                 r_full, moe_rerun, r_input, r_kept, p_input, p_kept);
+  g_assert_cmpfloat(fabs(r_full - moe_rerun), <=, 1e-9 * moe_rerun);
+  g_assert_cmpfloat(r_kept, <, r_input);
+  g_assert_cmpint(p_kept, >, p_input);
+}
+
 static void test_errors(void)
 {
   static const struct {
@@ -210,12 +277,36 @@ static void test_errors(void)
   g_clear_error(&error);
 }
 
+/* A refusal for HBM names what to change, well formed, without the
+ * tensor axis a MoE cannot use: for a model of rows (no context axis
+ * either), at one and at two examples a device. */
+static void test_advice(void)
+{
+  for (int batch = 32; batch <= 64; batch *= 2) {
+    g_autofree char *gb = g_strdup_printf("global_batch=%d", batch);
+    const char *ov[] = {"model=tests/data/good/models/moe-rows.json", gb,
+                        "input.source=synthetic", NULL};
+    GError *error = NULL;
+    g_assert_null(ps_experiment_load("experiments/shard-llama2-7b.json", ov, &error));
+    g_test_message("%s", error->message);
+    const char *advice = strstr(error->message, "per device; ");
+    g_assert_nonnull(advice);
+    advice += strlen("per device; ");
+    g_assert_cmpint(strlen(advice), >, 10);
+    g_assert_null(strstr(error->message, "; ,"));
+    g_assert_null(strstr(error->message, "strategy.mesh.tensor"));
+    g_clear_error(&error);
+  }
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/moe/closed-form", test_closed_form);
   g_test_add_func("/moe/qwen3", test_qwen3);
   g_test_add_func("/moe/run", test_run);
+  g_test_add_func("/moe/remat", test_remat);
   g_test_add_func("/moe/errors", test_errors);
+  g_test_add_func("/moe/advice", test_advice);
   return g_test_run();
 }

@@ -12,12 +12,13 @@
  *
  * Costs, as a dropless grouped matmul (MaxText's sparse_matmul, megablox
  * or tokamax gmm) lays them out: the router's product (S x D by D x E);
- * each expert's gate and up products and its down product on its share
- * of the routed positions, S k / E rows an example (rounded up: routing
- * balanced, as MaxText's use_random_routing makes it and as its load
- * balancing loss aims for; an imbalance's straggling expert is not
- * modelled), so the experts' FLOPs are k / E of a dense block's E times
- * wider; the shared experts' on every position.  Element-wise: the
+ * the experts' gate, up and down products over the S k routed copies of
+ * the positions, each expert taking its share (the grouped matmul's rows
+ * of all groups together, padded once: routing balanced, as MaxText's
+ * use_random_routing makes it and as its load balancing loss aims for;
+ * a group's padding to the kernel's tile and an imbalance's straggling
+ * expert are not modelled), so the experts' FLOPs are 6 k D F a position;
+ * the shared experts' on every position.  Element-wise: the
  * router's softmax and top-k (8 FLOPs a score forward, 10 backward), the
  * gating (SwiGLU's 5 and 8 an element) and the weighted combination
  * (2 and 4 an element of the k outputs).  Traffic: the input read, the
@@ -71,7 +72,6 @@ static gboolean moe_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   }
   int64_t s = in->rank == 2 ? in->shape[0] : 1, d = in->shape[in->rank - 1];
   int64_t e = L->experts, k = L->top_k, f = L->units, sh = L->shared_experts;
-  int64_t per = (s * k + e - 1) / e; /* routed positions per expert, an example */
   if (!ps_layer_check_size((double)(e + sh) * 3.0 * (double)d * (double)f, "expert weights",
                            in, error) ||
       !ps_layer_check_size(2.0 * (double)s * (double)k * (double)f, "projections", in, error))
@@ -80,8 +80,10 @@ static gboolean moe_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   memcpy(L->out_shape, in->shape, sizeof L->out_shape);
   L->params = d * e + (e + sh) * 3 * d * f;
   ps_layer_add_matmul(L, s, d, e, 1);         /* the router's scores */
-  ps_layer_add_matmul(L, per, d, f, 2 * e);   /* each expert's gate and up */
-  ps_layer_add_matmul(L, per, f, d, e);       /* each expert's down */
+  /* the experts' grouped products over every routed copy: S k rows in all,
+   * each expert's share of them (S k / E when balanced) */
+  ps_layer_add_matmul(L, s * k, d, f, 2); /* gate and up */
+  ps_layer_add_matmul(L, s * k, f, d, 1); /* down */
   if (sh > 0) {
     ps_layer_add_matmul(L, s, d, sh * f, 2);  /* the shared experts' gate and up */
     ps_layer_add_matmul(L, s, sh * f, d, 1);  /* and down */

@@ -39,11 +39,13 @@ static char *advice(const Lower *w, double activations)
                               "devices)",
                            s->len ? (moe ? ", raise" : " or") : "", s->len ? "" : "raise");
   if (w->batch > 1)
-    g_string_append_printf(s, ", split each device's %" G_GINT64_FORMAT " examples into "
+    g_string_append_printf(s, "%ssplit each device's %" G_GINT64_FORMAT " examples into "
                               "strategy.micro_batches (gradient accumulation; now %d)",
-                           w->batch * w->mbs, w->mbs);
+                           s->len ? ", " : "", w->batch * w->mbs, w->mbs);
   if (w->batch * w->mbs > 1)
-    g_string_append(s, ", or lower global_batch");
+    g_string_append(s, s->len ? ", or lower global_batch" : "lower global_batch");
+  if (s->len == 0)
+    g_string_append(s, "use a topology with more devices or memory");
   return g_string_free(s, FALSE);
 }
 

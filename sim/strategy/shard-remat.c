@@ -94,6 +94,10 @@ static double share_of(const Lower *w, int l, int m, unsigned k)
   }
   case PS_LAYER_SWIGLU:
     return (k & PS_KEEP_WI0 ? 0.5 : 0) + (k & PS_KEEP_WI1 ? 0.5 : 0);
+  case PS_LAYER_MOE: /* the experts' gate and up, and their down, as a dense block's */
+    if (m == 1 || m == 3)
+      return (k & PS_KEEP_WI0 ? 0.5 : 0) + (k & PS_KEEP_WI1 ? 0.5 : 0);
+    return (m == 2 || m == 4) && (k & PS_KEEP_WO) ? 1 : 0;
   case PS_LAYER_DENSE:
     if (feeds_join(w, l))
       return k & PS_KEEP_WO ? 1 : 0; /* the feed-forward's output product */
@@ -125,9 +129,14 @@ double ps_shard_rerun_share(const void *ud, int l, int m)
     return 0;
   if (m < 0)
     return 1;
-  if (output_dead(w, l))
-    return 0;
   const PsLayer *L = &w->m->layers[l];
+  if (output_dead(w, l)) {
+    /* a mixture of experts is a whole block: its backward reads its own
+     * scores, routed input and projections, so only the down products
+     * (2, and the shared experts' 4) are dead */
+    if (L->kind != PS_LAYER_MOE || m == 2 || m == 4)
+      return 0;
+  }
   unsigned k = w->c->remat_keep | w->c->remat_offload; /* kept anywhere */
   if (L->kind == PS_LAYER_ATTENTION && L->mm[m].activations)
     return 1 - share_of(w, l, 2, k);
