@@ -543,7 +543,7 @@ static void test_flash_errors(void)
 }
 
 
-/* numerics.quantization fp8 (MaxText's fp8_full): every product with a
+/* numerics.quantization fp8 (MaxText's fp8_full), and int8: every product with a
  * weight operand runs at the chip's fp8 rate, so its padded FLOPs count at
  * bf16 peak / fp8 peak (0.5 on TPU7x: 2307 and 4614 TFLOP/s); the token
  * embedding, the head the loss scores and attention's products of two
@@ -557,9 +557,9 @@ static void test_fp8(void)
   g_assert_no_error(error);
   PsCostOptions q, b;
   ps_strategy_cost_options(e, &q);
-  g_assert_cmpfloat(q.fp8_share, ==, 2307e12 / 4614e12);
+  g_assert_cmpfloat(q.quant_share, ==, 2307e12 / 4614e12);
   b = q;
-  b.fp8_share = 0;
+  b.quant_share = 0;
   const PsModel *m = e->model;
   int halved = 0, kept = 0, attn = 0;
   for (int i = 0; i < m->n_layers; i++) {
@@ -602,11 +602,31 @@ static void test_fp8(void)
   g_assert_cmpint(attn, ==, 2 * 80);
   ps_experiment_free(e);
 
+  /* int8 (MaxText's quantization=int8) on v6e: its products at the int8
+   * peak, 1836 against 918 TOP/s, a dense layer's padded FLOPs halved */
+  const char *int8[] = {"numerics.quantization=int8", "topology=tpu-v6e-256", "model=llama3.1-8b",
+                        "global_batch=256", "strategy.mesh.fsdp=256", NULL};
+  e = ps_experiment_load("maxtext-tpu7x", int8, &error);
+  g_assert_no_error(error);
+  ps_strategy_cost_options(e, &q);
+  g_assert_cmpfloat(q.quant_share, ==, 918e12 / 1836e12);
+  b = q;
+  b.quant_share = 0;
+  int dense = 0;
+  while (e->model->layers[dense].kind != PS_LAYER_SWIGLU)
+    dense++;
+  PsOpCost cq, cb;
+  ps_cost_op(e->topology, e->model, dense, dense, 2, &q, FALSE, NULL, &cq);
+  ps_cost_op(e->topology, e->model, dense, dense, 2, &b, FALSE, NULL, &cb);
+  g_assert_cmpfloat(fabs(cq.padded_flops - 0.5 * cb.padded_flops), <=, 1e-12 * cb.padded_flops);
+  ps_experiment_free(e);
+
   /* no fp8 rate on the chip, numerics on, an unknown value: errors naming the key */
   const char *v6e[] = {"numerics.quantization=fp8", "topology=tpu-v6e-256", NULL};
   const char *num[] = {"numerics.quantization=fp8", "numerics.enabled=true", NULL};
   const char *bad[] = {"numerics.quantization=int4", NULL};
-  const char *const *cases[] = {v6e, num, bad};
+  const char *no_int8[] = {"numerics.quantization=int8", NULL}; /* TPU7x lists no int8 peak */
+  const char *const *cases[] = {v6e, num, bad, no_int8};
   for (size_t k = 0; k < G_N_ELEMENTS(cases); k++) {
     g_assert_null(ps_experiment_load("maxtext-tpu7x", cases[k], &error));
     g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE);

@@ -157,7 +157,7 @@ static void test_run(void)
   PsCostOptions q, b;
   ps_strategy_cost_options(e, &b);
   q = b;
-  q.fp8_share = e->topology->peak_flops / e->topology->fp8_peak_flops;
+  q.quant_share = e->topology->peak_flops / e->topology->fp8_peak_flops;
   int l = 0;
   while (e->model->layers[l].kind != PS_LAYER_MOE)
     l++;

@@ -207,11 +207,12 @@ static double conv_padded(const Ctx *c, const PsLayer *l, const PsMatmul *mm, gb
          (double)pad_to(mm->n, go) * (double)mm->count;
 }
 
-/* Whether product mm of layer l runs with fp8 operands (PsCostOptions.fp8_share). */
+/* Whether product mm of layer l runs with quantized (fp8 or int8) operands
+ * (PsCostOptions.quant_share). */
 static gboolean quantized(const Ctx *c, const PsLayer *l, const PsMatmul *mm)
 {
   const PsLayerLowerInfo *k = ps_layer_kind_lower(l->kind);
-  if (c->opt->fp8_share <= 0 || mm->activations || k->gathers || k->window_contraction)
+  if (c->opt->quant_share <= 0 || mm->activations || k->gathers || k->window_contraction)
     return FALSE;
   int i = (int)(l - c->m->layers);
   return !(c->m->token_input && i + 1 < c->m->n_layers && c->m->layers[i + 1].input_from == i &&
@@ -238,7 +239,7 @@ static double mm_padded(const Ctx *c, const PsLayer *l, gboolean wgrad, double *
                                    (double)mm->count * mm_share(mm, wgrad));
     /* fp8 operands: one pass at the fp8 rate, whatever the step's precision */
     gboolean q = quantized(c, l, mm);
-    f += one * (q ? c->opt->fp8_share : (double)c->opt->passes);
+    f += one * (q ? c->opt->quant_share : (double)c->opt->passes);
     wk += one * (q ? 1.0 : (double)c->opt->passes); /* the MXU's work, at any rate */
   }
   *work = wk;

@@ -65,14 +65,15 @@ typedef struct {
   int act_bytes;  /* bytes of one activation element in HBM */
   PsFusion fusion;
   gboolean masks_recomputed; /* dropout masks drawn again in backward, never in HBM */
-  /* With fp8 weight products (numerics.quantization): the MXU time of such a
-   * product against the same product in bf16, the chip's bf16 peak over its
-   * fp8 peak (0.5 on TPU7x); 0 without quantization.  A product is quantized
+  /* With quantized weight products (numerics.quantization fp8 or int8): the
+   * MXU time of such a product against the same product in bf16, the chip's
+   * bf16 peak over its fp8 or int8 peak (0.5 on TPU7x in fp8, on v5e and
+   * v6e in int8); 0 without quantization.  A product is quantized
    * when one operand is a weight, except the token embedding's lookup, a
    * language model's head (the dense layer the loss scores) and a
    * convolution, as MaxText's fp8_full rule quantizes its decoder layers'
    * dot_generals; its padded FLOPs count at this share. */
-  double fp8_share;
+  double quant_share;
   /* In a forward run again for backward (rematerialization), the share of
    * layer `layer`'s product `mm` that runs again, 0 to 1: 0 where its output
    * was kept (rematerialization "minimal" keeps the weight products) or
@@ -90,7 +91,7 @@ typedef struct {
   const char *what;   /* static: "conv", "dgrad", "wgrad", "bn stats", ... */
   double mxu_flops;   /* useful matmul FLOPs */
   double padded_flops;/* matmul FLOPs after padding, times passes; an fp8
-                         product's at fp8_share (bf16-peak time equivalent) */
+                         product's at quant_share (bf16-peak time equivalent) */
   double padded_work; /* matmul FLOPs after padding, times passes, an fp8
                          product's counted once: what padding costs, at any rate */
   double vpu_flops;   /* element-wise FLOPs on the vector unit */

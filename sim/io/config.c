@@ -183,7 +183,7 @@ static const char *const numerics_keys[] = {"enabled",          "precision",
                                             "seed",             "evaluate",
                                             "matmul_precision", "weight_precision",
                                             "quantization",     NULL};
-static const char *const quantizations[] = {"none", "fp8", NULL};
+static const char *const quantizations[] = {"none", "fp8", "int8", NULL};
 /* XLA's PrecisionConfig (jax.lax.Precision): bf16 MXU passes of a float32
  * matmul are 1, 3 and 6 (docs.jax.dev "Matmul precision"; jax issue #1856:
  * the TPU default multiplies float32 in bfloat16 with float32 accumulation). */
@@ -587,18 +587,21 @@ static gboolean check_experiment(PsExperiment *e, GError **error)
   const char *f = e->file;
   const PsModel *m = e->model;
 
-  if (e->numerics.quantization == PS_QUANT_FP8 && e->topology->fp8_peak_flops <= 0) {
+  const char *q = quantizations[e->numerics.quantization];
+  if (e->numerics.quantization != PS_QUANT_NONE &&
+      ps_config_quant_peak(e->topology, e->numerics.quantization) <= 0) {
     ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "numerics.quantization",
-         "fp8 runs the weight products at the chip's fp8 rate, but %s gives none "
-         "(chip.fp8_peak_flops; TPU7x has one); use numerics.quantization=\"none\" or such a "
-         "topology",
-         e->topology->name);
+         "%s runs the weight products at the chip's %s rate, but %s gives none "
+         "(chip.%s_peak_flops; %s); use numerics.quantization=\"none\" or such a topology",
+         q, q, e->topology->name, q,
+         e->numerics.quantization == PS_QUANT_FP8 ? "TPU7x has one" : "v5e, v5p and v6e have one");
     return FALSE;
   }
   if (e->numerics.quantization != PS_QUANT_NONE && e->numerics.enabled) {
     ps_config__fail(error, PS_INPUT_ERROR_VALUE, f, "numerics.quantization",
-         "fp8 is timing only: its operands are not rounded to fp8 by the numeric kernels; "
-         "set numerics.enabled=false or numerics.quantization=\"none\"");
+         "%s is timing only: its operands are not rounded to %s by the numeric kernels; "
+         "set numerics.enabled=false or numerics.quantization=\"none\"",
+         q, q);
     return FALSE;
   }
   if (e->numerics.enabled && !m->numerics_supported) {
@@ -909,8 +912,19 @@ void ps_experiment_free(PsExperiment *e)
 const char *ps_config_precision_text(const PsNumericsConfig *n)
 {
   g_return_val_if_fail(n != NULL, "?");
-  gboolean fp8 = n->quantization == PS_QUANT_FP8;
-  if (n->precision == PS_PRECISION_BF16)
-    return fp8 ? "bf16 (fp8 weight products)" : "bf16";
-  return fp8 ? "f32 (fp8 weight products)" : "f32";
+  gboolean bf16 = n->precision == PS_PRECISION_BF16;
+  switch (n->quantization) {
+  case PS_QUANT_FP8:
+    return bf16 ? "bf16 (fp8 weight products)" : "f32 (fp8 weight products)";
+  case PS_QUANT_INT8:
+    return bf16 ? "bf16 (int8 weight products)" : "f32 (int8 weight products)";
+  default:
+    return bf16 ? "bf16" : "f32";
+  }
+}
+
+double ps_config_quant_peak(const PsTopology *t, PsQuantization q)
+{
+  g_return_val_if_fail(t != NULL, 0);
+  return q == PS_QUANT_FP8 ? t->fp8_peak_flops : q == PS_QUANT_INT8 ? t->int8_peak_flops : 0;
 }

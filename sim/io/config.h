@@ -194,9 +194,15 @@ char *ps_config_on_core_text(unsigned on_core);
  * feeds the MXU.  PS_QUANT_FP8 is MaxText's "fp8_full" (its Qwix rule
  * over the decoder layers' dot_generals): weights and activations in fp8
  * (e4m3) forward, the gradients (e5m2) backward, each product at the
- * chip's fp8 rate; the token embedding, a language model's head and
- * attention's products of two activations stay in the step's precision. */
-typedef enum { PS_QUANT_NONE, PS_QUANT_FP8 } PsQuantization;
+ * chip's fp8 rate; PS_QUANT_INT8 MaxText's "int8" (AQT's int8 training:
+ * weights, activations and gradients in int8) at the chip's int8 rate;
+ * the token embedding, a language model's head and attention's products
+ * of two activations stay in the step's precision. */
+typedef enum { PS_QUANT_NONE, PS_QUANT_FP8, PS_QUANT_INT8 } PsQuantization;
+
+/* The chip's peak for quantization q (PsTopology's fp8 or int8 peak; 0
+ * when it has none or q is none). */
+double ps_config_quant_peak(const PsTopology *t, PsQuantization q);
 
 typedef struct {
   gboolean enabled;

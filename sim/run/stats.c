@@ -390,8 +390,11 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
   json_object_object_add(o, "precision", json_object_new_string(
                                            exp->numerics.precision == PS_PRECISION_BF16 ? "bf16"
                                                                                         : "f32"));
-  if (exp->numerics.quantization == PS_QUANT_FP8) /* as "schedule": only when it applies */
-    json_object_object_add(o, "quantization", json_object_new_string("fp8"));
+  if (exp->numerics.quantization != PS_QUANT_NONE) /* as "schedule": only when it applies */
+    json_object_object_add(o, "quantization",
+                           json_object_new_string(exp->numerics.quantization == PS_QUANT_FP8
+                                                      ? "fp8"
+                                                      : "int8"));
   json_object_object_add(o, "gradient_buckets", json_object_new_int(s->buckets));
   json_object_object_add(o, "overlap", json_object_new_boolean(strategy_flag(exp, "overlap")));
   json_object_object_add(o, "collective_on_core",
@@ -576,9 +579,9 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
   fprintf(f, "MFU              %10.2f%%  (model FLOPs: %.4g per step, PaLM's count, over %d "
              "%s bf16 peak%s)\n", 100.0 * s->mfu, s->model_flops_per_step, s->chips,
           s->chips == 1 ? "chip's" : "chips'",
-          exp->numerics.quantization == PS_QUANT_FP8
-              ? "; the fp8 products run at up to the fp8 peak, so it, HFU and MXU "
-                "utilization may pass 100%"
+          exp->numerics.quantization != PS_QUANT_NONE
+              ? "; the quantized products run at up to their faster peak, so it, HFU and "
+                "MXU utilization may pass 100%"
               : "");
   fprintf(f, "HFU              %10.2f%%  (matmul FLOPs executed, re-materialization "
              "included)\n", 100.0 * s->hfu);

@@ -9,9 +9,8 @@ void ps_strategy_cost_options(const PsExperiment *exp, PsCostOptions *out)
   out->act_bytes = ps_cost_act_bytes(exp->numerics.precision);
   out->fusion = exp->fusion;
   out->masks_recomputed = exp->masks_recomputed;
-  out->fp8_share = exp->numerics.quantization == PS_QUANT_FP8 && exp->topology->fp8_peak_flops > 0
-                       ? exp->topology->peak_flops / exp->topology->fp8_peak_flops
-                       : 0;
+  double qpeak = ps_config_quant_peak(exp->topology, exp->numerics.quantization);
+  out->quant_share = qpeak > 0 ? exp->topology->peak_flops / qpeak : 0;
   out->rerun = NULL; /* set by the lowering for a rematerialized forward */
   out->rerun_ud = NULL;
 }

@@ -67,7 +67,7 @@ void ps_kernels_describe_model(const PsExperiment *exp, const PsModel *m,
                          "activations%s)\n",
                          fusions[opt.fusion], opt.passes, opt.passes == 1 ? "" : "es",
                          opt.act_bytes,
-                         opt.fp8_share > 0 ? "; weight products in fp8, one pass at the fp8 peak"
+                         opt.quant_share > 0 ? "; weight products quantized, one pass at its peak"
                                            : "");
   g_string_append_printf(out, "%-28s %-30s %-14s %12s %12s %11s  %-6s %7s\n", "op", "layer",
                          "kernel", "GFLOP", "HBM MB", "time us", "bound", "MXU use");
