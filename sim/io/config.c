@@ -594,7 +594,8 @@ static gboolean check_experiment(PsExperiment *e, GError **error)
          "%s runs the weight products at the chip's %s rate, but %s gives none "
          "(chip.%s_peak_flops; %s); use numerics.quantization=\"none\" or such a topology",
          q, q, e->topology->name, q,
-         e->numerics.quantization == PS_QUANT_FP8 ? "TPU7x has one" : "v5e, v5p and v6e have one");
+         e->numerics.quantization == PS_QUANT_FP8 ? "TPU7x has one, twice its bf16 peak"
+                                                  : "v5e, v5p and v6e have one");
     return FALSE;
   }
   if (e->numerics.quantization != PS_QUANT_NONE && e->numerics.enabled) {

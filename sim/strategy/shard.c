@@ -1,6 +1,6 @@
 /* shard.c: the shard strategy, SPMD sharding over a logical device mesh
  * as GSPMD lays out a training step (Xu et al., "GSPMD", 2021; MaxText's
- * data, fsdp, tensor and sequence axes): its keys with their defaults,
+ * data, fsdp, tensor, sequence and context axes): its keys with their defaults,
  * their checks against the model, batch and slice, and the registry
  * entry.  The mesh is mapped onto the torus by shard-mesh.c, each
  * layer is lowered by shard-lower.c, and a pipeline stage axis (each stage
