@@ -1,6 +1,6 @@
 /* shard-lower-private.h: what the lowering of a sharded step
  * (shard-lower.c) shares with the rematerialization policies
- * (shard-remat.c), the host-offloading copies (shard-offload.c), the HBM
+ * (shard-remat.c), the plan (shard-plan.c), the host-offloading copies (shard-offload.c), the HBM
  * check (shard-fit.c) and the ops before the update (shard-update.c): the
  * lowering's state, the layouts and requests of its template, its op
  * groups, what each policy keeps and reruns, and the copies it makes.
@@ -143,6 +143,14 @@ void ps_shard_prefetch_done(Lower *w, const int *down, int g);
 gboolean ps_shard_template_fits(Lower *w, GError **error);
 /* " sharded" or " sharded, stage 1 (layers 24..47)".  (transfer full) */
 char *ps_shard_stage_what(const Lower *w);
+
+/* ---- the lowering's state (shard-lower.c) and the plan (shard-plan.c) -------- */
+
+/* Stage `stage` of the mesh, layers [lo, hi): its layouts, local model, op
+ * groups and template, with the window of host copies that fits. */
+void ps_shard_lower_init(Lower *w, const PsExperiment *exp, const PsShardConfig *c, int stage,
+                         int lo, int hi);
+void ps_shard_lower_clear(Lower *w);
 
 /* ---- the template's requests and ops (shard-lower.c) ------------------------ */
 
