@@ -465,6 +465,78 @@ static void test_flash_attention(void)
   ps_model_free(flash);
 }
 
+/* Score elements of a head at block granularity, by brute force: a b x b
+ * block counts whole when any query of it sees any key of it (causal: j <=
+ * i; window w: |i - j| < w). */
+static double blocks_seen(int S, int b, gboolean causal, int w)
+{
+  double n = 0;
+  for (int i0 = 0; i0 < S; i0 += b)
+    for (int j0 = 0; j0 < S; j0 += b) {
+      gboolean any = FALSE;
+      for (int i = i0; i < MIN(S, i0 + b) && !any; i++)
+        for (int j = j0; j < MIN(S, j0 + b) && !any; j++)
+          any = (!causal || j <= i) && abs(i - j) < w;
+      if (any)
+        n += (double)MIN(b, S - i0) * MIN(b, S - j0);
+    }
+  return n;
+}
+
+/* A sliding window (MaxText's sliding_window_size): flash attention runs
+ * the blocks some query of which sees some key within the window, as
+ * splash attention skips the rest: one causal layer of S = 4096, window
+ * 1024, blocks of 512 runs 512 x (512 + 1024 + 6 x 1536) = 5,505,024
+ * scores a head, against 10,747,904 causal alone; brute-force block
+ * counts for windows both ways and for ones that do not divide the
+ * blocks.  Model FLOPs count S min(S, W) scores a head causal, S min(S,
+ * 2W - 1) both ways; the kernels without flash run the whole square. */
+static void test_flash_window(void)
+{
+  const char *fmt =
+      "{\"name\": \"fw\", \"input\": {\"shape\": [%d, 512], \"classes\": 512},"
+      " \"layers\": [{\"type\": \"attention\", \"name\": \"attn\", \"heads\": 4,"
+      " \"causal\": %s, \"bias\": false, \"window\": %d%s}, {\"type\": \"softmax_xent\"}]}";
+  const double S = 4096, D = 512, h = 4, dh = 128, W = 1024;
+  const double proj = 2 * S * D * 3 * D + 2 * S * D * D;
+  g_autofree char *ft = g_strdup_printf(fmt, 4096, "true", 1024, ", \"flash\": true, "
+                                                                  "\"flash_block\": 512");
+  g_autofree char *pt = g_strdup_printf(fmt, 4096, "true", 1024, "");
+  PsModel *flash = model_from(ft), *plain = model_from(pt);
+  const double seen = 512.0 * (512 + 1024 + 6 * 1536);
+  g_assert_cmpfloat(seen, ==, blocks_seen(4096, 512, TRUE, 1024));
+  g_assert_cmpfloat(flash->layers[0].mm[1].done, ==, seen / (S * S));
+  g_assert_cmpfloat(plain->layers[0].mm[1].done, ==, 0); /* the whole square, masked */
+  g_assert_cmpfloat(ps_model_flops_per_example(flash), ==, 3 * (proj + 4 * h * dh * S * W));
+  g_assert_cmpfloat(ps_model_flops_per_example(plain), ==, ps_model_flops_per_example(flash));
+  PsTopology *t = topology_load("tpu-v5e-4", NULL);
+  PsOpCost f;
+  ps_cost_op(t, flash, 0, 0, 2, &xla_bf16, FALSE, NULL, &f);
+  g_assert_cmpfloat(fabs(f.mxu_flops - 2 * (proj + 4 * h * dh * seen)), <, 1e-9 * f.mxu_flops);
+  ps_topology_free(t);
+  ps_model_free(flash);
+  ps_model_free(plain);
+  const struct {
+    int S, b, w;
+    gboolean causal;
+  } cases[] = {{2048, 256, 600, TRUE}, {2048, 256, 600, FALSE}, {1000, 128, 300, FALSE},
+               {1000, 128, 2000, TRUE}, {512, 512, 100, TRUE}};
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *blk = g_strdup_printf(", \"flash\": true, \"flash_block\": %d", cases[i].b);
+    g_autofree char *text = g_strdup_printf(fmt, cases[i].S, cases[i].causal ? "true" : "false",
+                                            cases[i].w, blk);
+    PsModel *m = model_from(text);
+    const double s = cases[i].S, w = cases[i].w;
+    const double want = blocks_seen(cases[i].S, cases[i].b, cases[i].causal, cases[i].w);
+    g_assert_cmpfloat(fabs(m->layers[0].mm[1].done * s * s - want), <, 1e-6);
+    const double keys = MIN(s, cases[i].causal ? w : 2 * w - 1);
+    const double pj = 2 * s * D * 3 * D + 2 * s * D * D;
+    g_assert_cmpfloat(fabs(ps_model_flops_per_example(m) - 3 * (pj + 4 * h * dh * s * keys)), <,
+                      1e-9 * ps_model_flops_per_example(m));
+    ps_model_free(m);
+  }
+}
+
 /* An embedding looked up as a one-hot matmul (MaxText's use_iota_embed),
  * V = 1000 rows of D = 256 over S = 512 ids at batch B = 3 on v5e (MXU
  * 128): forward runs 2 B S V D FLOPs padded to 2 pad8(B S) pad128(V) D
@@ -524,6 +596,8 @@ static void test_flash_errors(void)
       {"\"flash_block\": 128", "flash_block"},
       {"\"flash_fused_backward\": true", "flash_fused_backward"},
       {"\"flash\": true, \"flash_block\": 0", "flash_block"},
+      {"\"window\": 0", "window"},
+      {"\"window\": -4", "window"},
   };
   for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
     g_autofree char *text = g_strdup_printf(
@@ -650,6 +724,7 @@ int main(int argc, char **argv)
   g_test_add_func("/cost/fusion-order", test_fusion_order);
   g_test_add_func("/cost/flash-attention", test_flash_attention);
   g_test_add_func("/cost/flash-errors", test_flash_errors);
+  g_test_add_func("/cost/flash-window", test_flash_window);
   g_test_add_func("/cost/embedding-matmul", test_embedding_matmul);
   g_test_add_func("/cost/fp8", test_fp8);
   return g_test_run();

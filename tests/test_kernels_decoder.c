@@ -175,20 +175,30 @@ typedef struct {
   int batch, seq, dim, heads, kv_heads, inner;
   gboolean causal, rope, bias;
   int flash_block; /* 0: the plain kernels */
+  int window;      /* 0: none; > 0: position i sees the j with |i - j| < window */
 } GqaCase;
 
 static const GqaCase gqa_cases[] = {
-  {"gqa-4-2-rope-causal", 2, 5, 6, 4, 2, 8, TRUE, TRUE, FALSE, 0},
-  {"mqa-3-1-bias", 1, 4, 5, 3, 1, 6, FALSE, FALSE, TRUE, 0},
-  {"mha-rope", 1, 6, 8, 2, 2, 8, TRUE, TRUE, TRUE, 0},
+  {"gqa-4-2-rope-causal", 2, 5, 6, 4, 2, 8, TRUE, TRUE, FALSE, 0, 0},
+  {"mqa-3-1-bias", 1, 4, 5, 3, 1, 6, FALSE, FALSE, TRUE, 0, 0},
+  {"mha-rope", 1, 6, 8, 2, 2, 8, TRUE, TRUE, TRUE, 0, 0},
   /* flash attention: blocks that do not divide the sequence, causal heads
    * that skip blocks, a block as long as the sequence and one longer */
-  {"flash-gqa-4-2-rope-causal-b2", 2, 5, 6, 4, 2, 8, TRUE, TRUE, FALSE, 2},
-  {"flash-mha-b4", 1, 7, 6, 2, 2, 6, FALSE, FALSE, TRUE, 4},
-  {"flash-mqa-3-1-causal-b3", 2, 7, 5, 3, 1, 6, TRUE, FALSE, TRUE, 3},
-  {"flash-mha-rope-causal-b1", 1, 4, 8, 2, 2, 8, TRUE, TRUE, FALSE, 1},
-  {"flash-causal-whole", 1, 6, 8, 2, 2, 8, TRUE, TRUE, TRUE, 6},
-  {"flash-causal-longer", 1, 5, 4, 2, 1, 4, TRUE, FALSE, FALSE, 512},
+  {"flash-gqa-4-2-rope-causal-b2", 2, 5, 6, 4, 2, 8, TRUE, TRUE, FALSE, 2, 0},
+  {"flash-mha-b4", 1, 7, 6, 2, 2, 6, FALSE, FALSE, TRUE, 4, 0},
+  {"flash-mqa-3-1-causal-b3", 2, 7, 5, 3, 1, 6, TRUE, FALSE, TRUE, 3, 0},
+  {"flash-mha-rope-causal-b1", 1, 4, 8, 2, 2, 8, TRUE, TRUE, FALSE, 1, 0},
+  {"flash-causal-whole", 1, 6, 8, 2, 2, 8, TRUE, TRUE, TRUE, 6, 0},
+  {"flash-causal-longer", 1, 5, 4, 2, 1, 4, TRUE, FALSE, FALSE, 512, 0},
+  /* sliding windows: causal and both ways, plain and flash; flash blocks
+   * wholly before the window are skipped, and with window 2 and blocks of
+   * 3 rows 4 and 5 see nothing of the first key block their block visits */
+  {"window-causal-2", 2, 6, 6, 4, 2, 8, TRUE, TRUE, FALSE, 0, 2},
+  {"window-both-3", 1, 7, 5, 3, 1, 6, FALSE, FALSE, TRUE, 0, 3},
+  {"flash-window-causal-3-b2", 2, 9, 6, 4, 2, 8, TRUE, TRUE, FALSE, 2, 3},
+  {"flash-window-causal-2-b3", 1, 8, 6, 2, 2, 6, TRUE, FALSE, TRUE, 3, 2},
+  {"flash-window-both-2-b2", 1, 8, 5, 3, 1, 6, FALSE, TRUE, FALSE, 2, 2},
+  {"flash-window-wider", 1, 5, 4, 2, 1, 4, TRUE, FALSE, FALSE, 2, 64},
 };
 
 typedef struct {
@@ -250,20 +260,24 @@ static void ref_gqa_example(const GqaCase *c, const GqaSizes *z, const double *x
     int g = h / (c->heads / c->kv_heads);
     int qo = h * dh, ko = c->inner + g * dh, vo = c->inner + z->kvw + g * dh;
     for (int i = 0; i < S; i++) {
-      int n = c->causal ? i + 1 : S;
+      int n = c->causal ? i + 1 : S, j0 = 0;
+      if (c->window > 0) {
+        j0 = MAX(0, i - c->window + 1);
+        n = MIN(n, i + c->window);
+      }
       double mx = -INFINITY, sum = 0.0;
-      for (int j = 0; j < n; j++) {
+      for (int j = j0; j < n; j++) {
         double s = 0.0;
         for (int k = 0; k < dh; k++)
           s += qkv[(size_t)i * P + qo + k] * qkv[(size_t)j * P + ko + k];
         p[j] = s / sqrt((double)dh);
         mx = fmax(mx, p[j]);
       }
-      for (int j = 0; j < n; j++)
+      for (int j = j0; j < n; j++)
         sum += (p[j] = exp(p[j] - mx));
       for (int k = 0; k < dh; k++) {
         double s = 0.0;
-        for (int j = 0; j < n; j++)
+        for (int j = j0; j < n; j++)
           s += p[j] / sum * qkv[(size_t)j * P + vo + k];
         ctx[(size_t)i * c->inner + qo + k] = s;
       }
@@ -299,7 +313,7 @@ static void test_gqa(gconstpointer data)
   GqaSizes z = gqa_sizes(c);
   PsAttnShape s = {.batch = c->batch, .seq = c->seq, .dim = c->dim, .heads = c->heads,
                    .causal = c->causal, .kv_heads = c->kv_heads, .inner = c->inner,
-                   .rope = c->rope, .flash_block = c->flash_block};
+                   .rope = c->rope, .flash_block = c->flash_block, .window = c->window};
   g_assert_true(ps_attention_valid(&s));
   g_assert_cmpuint(ps_attention_weights(&s), ==, z.nw);
   g_assert_cmpuint(ps_attention_biases(&s), ==, (size_t)z.proj + c->dim);

@@ -39,7 +39,7 @@ gboolean ps_attention_valid(const PsAttnShape *s)
   if (s == NULL || s->heads <= 0 || s->seq <= 0 || s->dim <= 0 || s->kv_heads < 0 ||
       s->inner < 0)
     return FALSE;
-  if (s->flash_block < 0 || (s->flash_block > 0 && s->dropout > 0.0f))
+  if (s->flash_block < 0 || (s->flash_block > 0 && s->dropout > 0.0f) || s->window < 0)
     return FALSE;
   AttnDims d = attn_dims(s);
   return d.I % d.H == 0 && d.H % d.KV == 0 && (!s->rope || d.dh % 2 == 0);
@@ -146,25 +146,36 @@ static void rope_rotate(float *qkvh, int batch, const AttnDims *d, int n, float 
     }
 }
 
-/* Row-wise softmax of scale * scores in place (max subtracted first); a
- * causal row i keeps columns j <= i and zeroes the rest. */
-static void attention_softmax(float *p, int seq, float scale, gboolean causal)
+/* The columns [*lo, *hi) row i of shape s sees: j <= i when causal, and
+ * |i - j| < window when it has one (MaxText's sliding window). */
+static void visible_span(const PsAttnShape *s, int seq, int i, int *lo, int *hi)
+{
+  *lo = s->window > 0 ? MAX(0, i - s->window + 1) : 0;
+  *hi = s->causal ? i + 1 : s->window > 0 ? MIN(seq, i + s->window) : seq;
+}
+
+/* Row-wise softmax of scale * scores in place (max subtracted first); row
+ * i keeps the columns it sees (visible_span) and zeroes the rest. */
+static void attention_softmax(const PsAttnShape *s, float *p, int seq, float scale)
 {
   for (int i = 0; i < seq; i++) {
     float *row = p + (size_t)i * seq;
-    int n = causal ? i + 1 : seq;
-    float mx = row[0] * scale;
-    for (int j = 1; j < n; j++)
+    int lo, hi;
+    visible_span(s, seq, i, &lo, &hi);
+    float mx = row[lo] * scale;
+    for (int j = lo + 1; j < hi; j++)
       mx = fmaxf(mx, row[j] * scale);
     float sum = 0.0f;
-    for (int j = 0; j < n; j++) {
+    for (int j = lo; j < hi; j++) {
       row[j] = expf(row[j] * scale - mx);
       sum += row[j];
     }
     const float inv = 1.0f / sum;
-    for (int j = 0; j < n; j++)
+    for (int j = lo; j < hi; j++)
       row[j] *= inv;
-    for (int j = n; j < seq; j++)
+    for (int j = 0; j < lo; j++)
+      row[j] = 0.0f;
+    for (int j = hi; j < seq; j++)
       row[j] = 0.0f;
   }
 }
@@ -183,17 +194,19 @@ static void head_blocks(const AttnDims *d, int e, int h, size_t *qo, size_t *ko,
 
 /* ---- flash attention (ps_attention_* with flash_block > 0) ------------- */
 
-/* Query block [i0, i0 + bq) against key block [j0, j0 + bk): a causal
- * head sees none of it when j0 > its last row, and all of it when the
- * block's last column is at or before its first row. */
-static gboolean block_hidden(const PsAttnShape *s, int i0, int bq, int j0)
+/* Query block [i0, i0 + bq) against key block [j0, j0 + bk): hidden when
+ * no row of it sees a column of it: a causal head's block wholly above
+ * the diagonal, a windowed head's wholly W or more away from every row. */
+static gboolean block_hidden(const PsAttnShape *s, int i0, int bq, int j0, int bk)
 {
-  return s->causal && j0 > i0 + bq - 1;
+  if (s->causal && j0 > i0 + bq - 1)
+    return TRUE;
+  return s->window > 0 && (j0 + bk - 1 <= i0 - s->window || j0 >= i0 + bq - 1 + s->window);
 }
 
 static gboolean visible(const PsAttnShape *s, int i, int j)
 {
-  return !s->causal || j <= i;
+  return (!s->causal || j <= i) && (s->window <= 0 || (i - j < s->window && j - i < s->window));
 }
 
 /* One query head: o (S x dh) = softmax(scale q k^T) v block by block with
@@ -213,8 +226,10 @@ static void flash_head_forward(PsPrecision prec, const PsAttnShape *s, const Att
       l[r] = 0.0f;
     }
     memset(acc, 0, (size_t)bq * dh * sizeof *acc);
-    for (int j0 = 0; j0 < S && !block_hidden(s, i0, bq, j0); j0 += B) {
+    for (int j0 = 0; j0 < S; j0 += B) {
       const int bk = MIN(B, S - j0);
+      if (block_hidden(s, i0, bq, j0, bk))
+        continue;
       ps_gemm(prec, FALSE, TRUE, bq, bk, dh, q + (size_t)i0 * dh, k + (size_t)j0 * dh, FALSE,
               sc);
       for (int r = 0; r < bq; r++) {
@@ -222,6 +237,10 @@ static void flash_head_forward(PsPrecision prec, const PsAttnShape *s, const Att
         for (int c = 0; c < bk; c++)
           if (visible(s, i0 + r, j0 + c))
             mx = fmaxf(mx, row[c] * scale);
+        if (mx == -INFINITY) { /* a window's row that sees none of this block yet */
+          memset(row, 0, (size_t)bk * sizeof *row);
+          continue;
+        }
         const float alpha = expf(m[r] - mx); /* 0 on the first block */
         for (int c = 0; c < bk; c++) {
           row[c] = visible(s, i0 + r, j0 + c) ? expf(row[c] * scale - mx) : 0.0f;
@@ -270,8 +289,10 @@ static void flash_head_backward(PsPrecision prec, const PsAttnShape *s, const At
         sum += in->dout[(size_t)(i0 + r) * dh + t] * in->o[(size_t)(i0 + r) * in->ld + t];
       D[r] = sum;
     }
-    for (int j0 = 0; j0 < S && !block_hidden(s, i0, bq, j0); j0 += B) {
+    for (int j0 = 0; j0 < S; j0 += B) {
       const int bk = MIN(B, S - j0);
+      if (block_hidden(s, i0, bq, j0, bk))
+        continue;
       const float *qb = in->q + (size_t)i0 * dh, *kb = in->k + (size_t)j0 * dh;
       const float *dob = in->dout + (size_t)i0 * dh;
       ps_gemm(prec, FALSE, TRUE, bq, bk, dh, qb, kb, FALSE, p);
@@ -321,7 +342,7 @@ void ps_attention_forward(PsPrecision prec, const PsAttnShape *s, const float *x
       } else {
         float *p = probs + ((size_t)e * d.H + h) * S * S;
         ps_gemm(prec, FALSE, TRUE, S, S, dh, qkvh + qo, qkvh + ko, FALSE, p);
-        attention_softmax(p, S, scale, s->causal);
+        attention_softmax(s, p, S, scale);
         ps_gemm(prec, FALSE, FALSE, S, dh, S, probs_dropped(s, e, h, p, dropped),
                 qkvh + vo, FALSE, head_ctx);
       }

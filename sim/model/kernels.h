@@ -141,7 +141,8 @@ void ps_dropout_row(const PsDropoutKey *key, float rate, int64_t e, uint64_t off
  * dim)], biases b = [b_qkv (inner + 2 kv_heads dh), b_o (dim)] or NULL;
  * head h owns columns [h dh, (h+1) dh) of Q and of the context, K head g
  * columns [inner + g dh, ...), V head g the kv_heads dh after K.  With
- * `causal`, position i attends to j <= i only; with `rope`, Q and K are
+ * `causal`, position i attends to j <= i only; with `window` W > 0, to
+ * the j with |i - j| < W only (both: the W positions up to i); with `rope`, Q and K are
  * turned by rotary position embedding (Su et al. 2021, arXiv:2104.09864,
  * eq. 34: pairs (2p, 2p+1) of a head by angle i 10000^(-2p/dh) at
  * position i; dh even) before the scores.  With `dropout` > 0 and a key,
@@ -169,6 +170,9 @@ typedef struct {
   int flash_block;         /* 0: the scores kept whole; > 0: flash attention
                               over square blocks of this many positions
                               (the last one shorter), no dropout */
+  int window;              /* 0: none; > 0: a sliding window of this many
+                              positions each way (flash skips the blocks
+                              wholly outside it) */
 } PsAttnShape;
 
 /* Heads dividing inner, kv_heads dividing heads, dh even with rope, a

@@ -4,7 +4,9 @@
  * context P V, output projection.  Keys beyond "heads": "kv_heads" (grouped
  * key/value heads, default heads), "dim" (the projection width, default
  * d_model, head_dim = dim / heads), "rope" (rotary position embedding on
- * Q and K, default false), "causal", "bias" (default true), "dropout"
+ * Q and K, default false), "causal", "window" (a sliding window: position
+ * i attends to the j with |i - j| < window only, as MaxText's
+ * sliding_window_size; default none), "bias" (default true), "dropout"
  * (the rate of dropout on the probabilities, after the softmax and
  * before the product with V, training only; default 0).  A head-split
  * shard of one (heads / T, kv_heads / T, dim / T) is an attention layer.
@@ -15,8 +17,9 @@
 #include "model/layer-private.h"
 
 static const char *const keys_attention[] = {"type",   "name", "heads", "kv_heads", "dim",
-                                             "bias", "causal", "rope", "dropout", "flash",
-                                             "flash_block", "flash_fused_backward", NULL};
+                                             "bias", "causal", "window", "rope", "dropout",
+                                             "flash", "flash_block", "flash_fused_backward",
+                                             NULL};
 
 /* The flash kernel's default block: MaxText's splash attention blocks of
  * 512 query and key positions, forward and in both backward kernels
@@ -43,8 +46,8 @@ static const char *const keys_attention[] = {"type",   "name", "heads", "kv_head
  * products against forward's 2, and the softmax's vector work once. */
 #define PS_FLASH_FUSED_BWD_PRODUCTS 2.5
 
-/* causal is a mask: the same counted cost (but flash attention's skipped
- * blocks), and the numerics honour it */
+/* causal and window are masks: the same counted cost (but flash
+ * attention's skipped blocks), and the numerics honour them */
 static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
                                 const char *path, GError **error)
 {
@@ -56,6 +59,7 @@ static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
       !ps_layer_get_dim(obj, file, path, "dim", FALSE, &L->dim, error) ||
       !ps_json_get_bool(obj, file, path, "bias", FALSE, &L->bias, error) ||
       !ps_json_get_bool(obj, file, path, "causal", FALSE, &L->causal, error) ||
+      !ps_layer_get_dim(obj, file, path, "window", FALSE, &L->window, error) ||
       !ps_json_get_bool(obj, file, path, "rope", FALSE, &L->rope, error) ||
       !ps_layer_get_rate(obj, file, path, "dropout", FALSE, &L->rate, error) ||
       !ps_json_get_bool(obj, file, path, "flash", FALSE, &flash, error) ||
@@ -89,15 +93,36 @@ static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
 }
 
 /* Score elements flash attention computes per head over a sequence of s
- * in blocks of b: every block but those above a causal head's diagonal. */
-static double flash_scores(int64_t s, int64_t b, gboolean causal)
+ * in square blocks of b: every block some row of which sees some column
+ * of it (causal: not wholly above the diagonal; window w: not wholly w or
+ * more away from every row), as splash attention skips the others. */
+static double flash_scores(int64_t s, int64_t b, gboolean causal, int64_t w)
 {
-  if (!causal)
+  if (!causal && w <= 0)
     return (double)s * (double)s;
   double n = 0;
-  for (int64_t i0 = 0; i0 < s; i0 += b)
-    n += (double)MIN(b, s - i0) * (double)MIN(s, i0 + b); /* rows x visible columns */
+  for (int64_t i0 = 0; i0 < s; i0 += b) {
+    int64_t bq = MIN(b, s - i0), last = i0 + bq - 1, lo = 0, hi = s; /* columns [lo, hi) */
+    if (w > 0) {
+      lo = MAX(0, i0 - w + 1) / b * b;                    /* first block it reaches */
+      hi = MIN(s, (last + w - 1) / b * b + b);            /* past the last one */
+    }
+    if (causal)
+      hi = MIN(hi, MIN(s, i0 + b));
+    n += (double)bq * (double)(hi - lo); /* rows x visible columns */
+  }
   return n;
+}
+
+/* The score elements per head that model FLOPs count: those the mask lets
+ * a query see at most, PaLM's whole square (causal not halved) narrowed
+ * to the window: s min(s, 2w - 1), or s min(s, w) when causal. */
+double ps_attention_model_scores(const PsLayer *L, int64_t s)
+{
+  g_return_val_if_fail(L != NULL, 0);
+  if (L->window <= 0)
+    return (double)s * (double)s;
+  return (double)s * (double)MIN(s, L->causal ? L->window : 2 * L->window - 1);
 }
 
 /* Heads against the widths: heads divide dim, kv_heads divide heads, an
@@ -153,7 +178,7 @@ typedef struct {
 static void flash_shape(PsLayer *L, const AttnTerms *t, int64_t s, int64_t dh)
 {
   const int64_t h = L->heads, b = MIN(L->flash_block, s);
-  const double seen = flash_scores(s, b, L->causal), frac = seen / ((double)s * (double)s);
+  const double seen = flash_scores(s, b, L->causal, L->window), frac = seen / ((double)s * (double)s);
   const double bwd = L->flash_fused_bwd ? PS_FLASH_FUSED_BWD_PRODUCTS : PS_FLASH_BWD_PRODUCTS;
   const int passes = L->flash_fused_bwd ? 1 : 2; /* backward kernels rerunning the softmax */
   for (int m = 1; m <= 2; m++) {
@@ -245,6 +270,7 @@ static gboolean attention_plan(const NetPlan *p, NetLayer *nl, GError **error)
   int64_t d = p->shape[1];
   nl->attn = (PsAttnShape){.batch = 1, .seq = (int)p->shape[0], .dim = (int)d,
                            .heads = (int)l->heads, .causal = l->causal,
+                           .window = (int)MIN(l->window, G_MAXINT32),
                            .kv_heads = (int)l->kv_heads, .inner = (int)l->dim,
                            .rope = l->rope, .dropout = (float)l->rate,
                            .flash_block = (int)MIN(l->flash_block, G_MAXINT32)};

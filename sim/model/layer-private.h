@@ -57,6 +57,11 @@ gboolean ps_layer_check_size(double n, const char *what, const PsLayerIn *in, GE
 void ps_layer_add_matmul(PsLayer *L, int64_t rows, int64_t k, int64_t n, int64_t count);
 /* FLOPs of the layer's matmuls for one example. */
 double ps_layer_matmul_flops(const PsLayer *L);
+
+/* Attention layer L's score elements per head over a sequence of s that
+ * model FLOPs count: s^2 (PaLM's whole square), narrowed to what a
+ * sliding window lets a query see (layer-attention.c). */
+double ps_attention_model_scores(const PsLayer *L, int64_t s);
 /* Output size of a window sweep along one axis. */
 int64_t ps_layer_sweep_out(int64_t in, int64_t window, int64_t stride, gboolean same);
 /* out = in, fwd and bwd FLOPs per element, read x and write y forward,

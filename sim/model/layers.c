@@ -857,7 +857,8 @@ int64_t ps_model_memory_bytes(const PsModel *model, int first, int last, int64_t
  * a decoder this is PaLM's 6N + 12 L H Q T per token: each weight matrix
  * a token passes through gives 6 FLOPs per weight, and attention's score
  * and context products 4 L H Q T forward, over the whole T x T square
- * (PaLM does not halve causal attention, nor does this).  Token embedding
+ * (PaLM does not halve causal attention, nor does this; a sliding window
+ * narrows T to the keys it lets a query see).  Token embedding
  * lookups are no matmul and count nothing; PaLM's N holds its embedding
  * because its output layer reuses that table, which here is the output
  * dense layer's matmul. */
@@ -878,13 +879,28 @@ int64_t ps_layer_adapted_params(const PsLayer *L)
   }
 }
 
+/* The score and context FLOPs an attention layer's window hides from a
+ * query: none without one. */
+static double window_unseen(const PsLayer *L)
+{
+  if (L->kind != PS_LAYER_ATTENTION || L->window <= 0 || L->n_mm < 3)
+    return 0;
+  const int64_t s = L->in_shape[0];
+  const double share = 1.0 - ps_attention_model_scores(L, s) / ((double)s * (double)s);
+  double f = 0;
+  for (int m = 1; m <= 2; m++)
+    f += 2.0 * (double)L->mm[m].rows * (double)L->mm[m].k * (double)L->mm[m].n *
+         (double)L->mm[m].count;
+  return f * share;
+}
+
 double ps_model_flops_per_example(const PsModel *model)
 {
   g_return_val_if_fail(model != NULL, 0);
   double fwd = 0;
   for (int i = 0; i < model->n_layers; i++)
     if (model->layers[i].kind != PS_LAYER_EMBEDDING)
-      fwd += ps_layer_matmul_flops(&model->layers[i]);
+      fwd += ps_layer_matmul_flops(&model->layers[i]) - window_unseen(&model->layers[i]);
   return 3.0 * fwd;
 }
 

@@ -155,6 +155,8 @@ typedef struct {
   gboolean lookup_matmul;      /* EMBEDDING: looked up as a one-hot matmul on the
                                   MXU ("lookup": "matmul"), not gathered by rows */
   gboolean causal;             /* ATTENTION: position i attends to j <= i only */
+  int64_t window;              /* ATTENTION: 0, or a sliding window: position i
+                                  attends to the j with |i - j| < window only */
   int64_t kv_heads;            /* ATTENTION: key/value heads (= heads unless grouped);
                                   its dim is the projection width (d_model unless given) */
   gboolean rope;               /* ATTENTION: rotary position embedding on Q and K */
