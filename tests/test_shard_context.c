@@ -49,14 +49,7 @@ static const char *llama = "experiments/shard-llama2-7b.json";
 
 static PsPlan *compile(const char *const *ov, PsExperiment **out)
 {
-  GError *error = NULL;
-  PsExperiment *e = ps_experiment_load(llama, ov, &error);
-  g_assert_no_error(error);
-  PsPlan *p = ps_strategy_compile(e, &error);
-  g_assert_no_error(error);
-  g_assert_true(ps_plan_validate(p, &error));
-  *out = e;
-  return p;
+  return experiment_compile(llama, ov, out);
 }
 
 /* Device 0's compute: FLOPs and matmul FLOPs of its FWD, BWD and

@@ -47,14 +47,7 @@ static const char *uniform = "tests/data/good/experiments/shard-pipe-uniform.jso
 
 static PsPlan *compile(const char *path, const char *const *ov, PsExperiment **out)
 {
-  GError *error = NULL;
-  PsExperiment *e = ps_experiment_load(path, ov, &error);
-  g_assert_no_error(error);
-  PsPlan *p = ps_strategy_compile(e, &error);
-  g_assert_no_error(error);
-  g_assert_true(ps_plan_validate(p, &error));
-  *out = e;
-  return p;
+  return experiment_compile(path, ov, out);
 }
 
 /* Per device 0: gradient reduce-scatters over fsdp, gradient all-reduces

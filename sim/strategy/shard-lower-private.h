@@ -97,6 +97,10 @@ static inline int group_last(const Lower *w, int g)
 
 /* The activation bytes group g's layers keep for backward (local). */
 int64_t ps_shard_group_act(const Lower *w, int g);
+/* Whether strategy.vocab_tiling runs layer l's forward again in backward
+ * (the final norm, the head and the loss), and whether group g has one. */
+gboolean ps_shard_vocab_rerun(const Lower *w, int l);
+gboolean ps_shard_group_vocab_rerun(const Lower *w, int g);
 /* PsCostOptions.rerun for a rematerialized forward (ud: the Lower). */
 double ps_shard_rerun_share(const void *ud, int l, int m);
 /* Whether group g holds an attention layer. */

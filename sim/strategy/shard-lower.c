@@ -349,13 +349,6 @@ static void name_op(const Lower *w, PsOp *op, int first)
 }
 
 
-/* What a RECOMPUTE op runs of each product (PsCostOptions.rerun): the
- * rerun share, or all of it when only attention is rematerialized. */
-static double (*recompute_share(const Lower *w))(const void *, int, int)
-{
-  return w->c->remat != PS_REMAT_ATTENTION ? ps_shard_rerun_share : NULL;
-}
-
 static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
 {
   PsOp op = {.kind = kind, .batch = w->batch, .mb = w->mb, .first = group_first(w, g),
@@ -364,9 +357,10 @@ static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
   PsOpCost cost;
   PsCostOptions opt;
   ps_strategy_cost_options(w->exp, &opt);
-  /* a rematerialized forward runs what backward needs and was not kept */
+  /* a rematerialized forward runs what backward needs and was not kept
+   * (ps_shard_rerun_share) */
   if (kind == PS_OP_RECOMPUTE) {
-    opt.rerun = recompute_share(w);
+    opt.rerun = ps_shard_rerun_share;
     opt.rerun_ud = w;
   }
   ps_cost_op(w->exp->topology, &w->local, op.first, op.last, op.batch, &opt,
@@ -873,6 +867,12 @@ static void shard_backward(Lower *w, int *pending)
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
       r.act_bytes = ps_shard_score_bytes(w, g);
       emit(w, &r);
+    } else if (ps_shard_group_vocab_rerun(w, g)) {
+      /* vocabulary tiling without rematerialization: each tile's logits
+       * again, one tile live at a time (counted with the loss's) */
+      PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
+      r.act_bytes = 0;
+      emit(w, &r);
     }
     int first = group_first(w, g);
     gboolean ring = ring_backward(w, first);
@@ -1060,7 +1060,7 @@ void ps_shard_kernels(const PsExperiment *exp, const void *config, const PsPlan 
   int s = c->size[PS_AXIS_STAGE] > 1 ? ps_plan_coord(plan, device, PS_AXIS_STAGE) : 0;
   Lower w;
   ps_shard_lower_init(&w, exp, c, s, first[s], first[s + 1]);
-  ps_kernels_describe_model(exp, &w.local, recompute_share(&w), &w,
+  ps_kernels_describe_model(exp, &w.local, ps_shard_rerun_share, &w,
                             ps_plan_program(plan, device), out);
   ps_shard_lower_clear(&w);
   g_free(first);

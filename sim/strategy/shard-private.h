@@ -62,11 +62,18 @@ typedef struct {
   PsLossReduction loss_reduction;
   PsPrecision reduce_precision; /* of the gradients' reductions */
   int micro_batches;            /* per data x fsdp row's batch, in a step */
+  int vocab_tiling;             /* MaxText's num_vocab_tiling: the head's logits and
+                                   the loss in this many tiles of positions, each
+                                   tile's logits computed again in backward (1: none) */
   PsSchedule schedule;          /* of the stages' micro-batches */
   gboolean accumulate_whole;    /* fsdp with micro-batches: hold whole gradients and
                                    reduce-scatter them once ("whole"), else reduce-scatter
                                    each micro-batch's into the shards ("sharded") */
 } PsShardConfig;
+
+/* The language model's head of m: the dense layer whose output the loss
+ * scores, in a model of token sequences; -1 for none. */
+int ps_shard_vocab_head(const PsModel *m);
 
 /* Devices the mesh occupies: the product of its sizes, stages included. */
 int ps_shard_devices(const PsShardConfig *c);

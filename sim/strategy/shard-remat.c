@@ -12,14 +12,59 @@
 
 #include "model/layers.h"
 
-/* The activation bytes group g's layers keep for backward (local). */
+int ps_shard_vocab_head(const PsModel *m)
+{
+  g_return_val_if_fail(m != NULL, -1);
+  if (!m->token_input)
+    return -1;
+  for (int i = 0; i + 1 < m->n_layers; i++)
+    if (m->layers[i].kind == PS_LAYER_DENSE && m->layers[i + 1].input_from == i &&
+        ps_layer_kind_lower(m->layers[i + 1].kind)->tensor == PS_TP_LOSS)
+      return i;
+  return -1;
+}
+
+/* Whether vocabulary tiling (strategy.vocab_tiling > 1) runs layer l's
+ * forward again in backward: each tile's logits are computed again from
+ * the hidden states, through the final norm, the head and the loss
+ * (MaxText's vocabulary_tiling.py: its custom VJP's backward takes
+ * jax.vjp of logits_from_hidden_states and the cross entropy per tile,
+ * at commit 48445cf00e73064e87886539714a8ba1794ee019). */
+gboolean ps_shard_vocab_rerun(const Lower *w, int l)
+{
+  if (w->c->vocab_tiling <= 1)
+    return FALSE;
+  const int h = ps_shard_vocab_head(w->m);
+  if (h < 0)
+    return FALSE;
+  const PsLayer *ml = w->m->layers;
+  const gboolean norm = ml[l].kind == PS_LAYER_RMSNORM || ml[l].kind == PS_LAYER_LAYERNORM;
+  return l == h || l == h + 1 || (norm && ml[h].input_from == l && l == h - 1);
+}
+
+/* The activation bytes group g's layers keep for backward (local); with
+ * vocabulary tiling the loss keeps one tile's logits, not all of them
+ * (its backward makes each tile's again). */
 int64_t ps_shard_group_act(const Lower *w, int g)
 {
   int64_t act = 0;
-  for (int l = group_first(w, g); l <= group_last(w, g); l++)
-    act += ps_layer_kept_bytes(&w->local.layers[l], w->batch, w->act_b) -
-           (w->exp->masks_recomputed ? ps_layer_mask_bytes(&w->local.layers[l], w->batch) : 0);
+  const int h = w->c->vocab_tiling > 1 ? ps_shard_vocab_head(w->m) : -1;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++) {
+    int64_t kept = ps_layer_kept_bytes(&w->local.layers[l], w->batch, w->act_b) -
+                   (w->exp->masks_recomputed ? ps_layer_mask_bytes(&w->local.layers[l], w->batch)
+                                             : 0);
+    act += h >= 0 && l == h + 1 ? kept / w->c->vocab_tiling : kept;
+  }
   return act;
+}
+
+/* Whether group g holds a layer vocabulary tiling runs again. */
+gboolean ps_shard_group_vocab_rerun(const Lower *w, int g)
+{
+  for (int l = group_first(w, g); l <= group_last(w, g); l++)
+    if (ps_shard_vocab_rerun(w, l))
+      return TRUE;
+  return FALSE;
 }
 
 /* Whether a full or minimal forward keeps layer l's output: it feeds a
@@ -77,6 +122,8 @@ static gboolean output_dead(const Lower *w, int l)
 static double share_of(const Lower *w, int l, int m, unsigned k)
 {
   const PsLayer *L = &w->m->layers[l];
+  if (ps_shard_vocab_rerun(w, l))
+    return 0; /* vocabulary tiling keeps no logits: backward makes them again */
   if (m >= L->n_mm || (w->c->remat != PS_REMAT_MINIMAL && w->c->remat != PS_REMAT_CUSTOM))
     return 0;
   if (w->c->remat == PS_REMAT_MINIMAL || L->unit == 0) /* outside a unit, as minimal */
@@ -125,6 +172,17 @@ static gboolean ids_lookup_kept(const Lower *w, int l)
 double ps_shard_rerun_share(const void *ud, int l, int m)
 {
   const Lower *w = ud;
+  if (ps_shard_vocab_rerun(w, l))
+    return 1;
+  if (w->c->remat == PS_REMAT_NONE)
+    return 0; /* only vocabulary tiling reruns a layer then */
+  if (w->c->remat == PS_REMAT_ATTENTION) { /* the whole of a group with attention */
+    int n = (int)w->starts->len - 1;
+    for (int g = 0; g < n; g++)
+      if (l >= group_first(w, g) && l <= group_last(w, g))
+        return ps_shard_has_heads(w, g) ? 1 : 0;
+    return 0;
+  }
   if (ids_lookup_kept(w, l))
     return 0;
   if (m < 0)

@@ -22,7 +22,7 @@ static const char *const keys[] = {"kind",           "mesh",     "mesh_order",
                                    "collective_matmul", "sequence_parallel",
                                    "rematerialize", "remat_keep", "remat_offload", "prefetch",
                                    "regather",       "bucket_bytes", "loss_reduction",
-                                   "reduce_precision", "micro_batches", "schedule",
+                                   "reduce_precision", "micro_batches", "schedule", "vocab_tiling",
                                    "accumulate", NULL};
 static const char *const mesh_keys[] = {"data", "fsdp", "tensor", "sequence", "context", NULL};
 static const PsAxis mesh_axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR,
@@ -259,6 +259,8 @@ static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, G
       !ps_strategy_parse_reduce_precision(o, file, &c->reduce_precision, error) ||
       !ps_json_get_int32(o, file, p, "micro_batches", FALSE, 1, 1 << 24, &c->micro_batches,
                          error) ||
+      !ps_json_get_int32(o, file, p, "vocab_tiling", FALSE, 1, 1 << 24, &c->vocab_tiling,
+                         error) ||
       !ps_json_get_enum(o, file, p, "schedule", FALSE, schedules, &sched, error) ||
       !ps_json_get_enum(o, file, p, "accumulate", FALSE, accumulates, &acc, error))
     return FALSE;
@@ -304,6 +306,7 @@ static gboolean shard_parse(json_object *obj, const PsTopology *topo, const char
   c->bucket_bytes = PS_DEFAULT_BUCKET_BYTES;
   c->loss_reduction = PS_LOSS_MEAN;
   c->micro_batches = 1;
+  c->vocab_tiling = 1;
   c->schedule = PS_SCHEDULE_GPIPE;
   if ((obj && !parse_keys(obj, file, c, error)) || !fill_rest(c, topo, file, error)) {
     g_free(c);
@@ -572,13 +575,37 @@ static gboolean check_clip(const PsExperiment *e, const PsShardConfig *c, GError
   return TRUE;
 }
 
+/* Vocabulary tiling (MaxText's num_vocab_tiling) splits the positions a
+ * device scores into tiles: a language model's head, and as many tiles as
+ * divide the positions of a device's micro-batch (MaxText reshapes them
+ * to tiles x positions / tiles). */
+static gboolean check_vocab_tiling(const PsExperiment *e, const PsShardConfig *c,
+                                   GError **error)
+{
+  const int N = c->vocab_tiling;
+  const PsModel *m = e->model;
+  if (N <= 1)
+    return TRUE;
+  if (ps_shard_vocab_head(m) < 0) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.vocab_tiling",
+                     "%d tiles a language model's logits, but model '%s' has no dense head "
+                     "feeding a loss over token sequences; use vocab_tiling = 1",
+                     N, m->name);
+    return FALSE;
+  }
+  int64_t rows = (int64_t)c->size[PS_AXIS_DATA] * c->size[PS_AXIS_FSDP] * c->micro_batches;
+  int64_t positions = e->global_batch / MAX(rows, 1) * (m->in_shape[0] / c->size[PS_AXIS_CONTEXT]);
+  return divides(e, "strategy.vocab_tiling", N, positions,
+                 "positions a device scores in a micro-batch", NULL, error);
+}
+
 static gboolean shard_check(const PsExperiment *e, const void *config, GError **error)
 {
   const PsShardConfig *c = config;
   if (e->optimizer.clip_norm > 0 && !check_clip(e, c, error))
     return FALSE;
   if (!check_mesh(e, c, error) || !check_context(e, c, error) || !check_model(e, c, error) ||
-      !ps_shard_pipe_check(e, c, error))
+      !check_vocab_tiling(e, c, error) || !ps_shard_pipe_check(e, c, error))
     return FALSE;
   if (e->numerics.enabled && !check_numerics(e, c, error))
     return FALSE;
@@ -598,6 +625,8 @@ static json_object *shard_to_json(const void *config)
   json_object *m = json_object_new_object();
   for (int i = 0; i < PS_SHARD_AXES; i++)
     json_object_object_add(m, mesh_keys[i], json_object_new_int(c->size[mesh_axes[i]]));
+  if (c->vocab_tiling > 1)
+    json_object_object_add(so, "vocab_tiling", json_object_new_int(c->vocab_tiling));
   if (c->size[PS_AXIS_STAGE] > 1 || c->micro_batches > 1) {
     /* the stage axis's keys, shown when they are used */
     json_object_object_add(m, "stage", json_object_new_int(c->size[PS_AXIS_STAGE]));

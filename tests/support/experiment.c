@@ -3,6 +3,8 @@
 #include "experiment.h"
 
 #include "common/json.h"
+#include "program/program.h"
+#include "strategy/strategy.h"
 
 PsTopology *topology_load(const char *name_or_path, const char *const *ov)
 {
@@ -20,6 +22,17 @@ PsExperiment *experiment_load(const char *path, const char *const *ov)
   g_assert_no_error(error);
   g_assert_nonnull(e);
   return e;
+}
+
+PsPlan *experiment_compile(const char *path, const char *const *ov, PsExperiment **out)
+{
+  GError *error = NULL;
+  PsExperiment *e = experiment_load(path, ov);
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  g_assert_true(ps_plan_validate(p, &error));
+  *out = e;
+  return p;
 }
 
 PsSummary experiment_run(const PsExperiment *e)

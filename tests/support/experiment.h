@@ -14,6 +14,10 @@ PsTopology *topology_load(const char *name_or_path, const char *const *ov);
 /* The experiment file path with the overrides ov (NULL-terminated; NULL
  * for none), asserting it loads.  (transfer full) */
 PsExperiment *experiment_load(const char *path, const char *const *ov);
+/* The experiment file path with the overrides ov compiled by its
+ * strategy, asserting it loads, compiles and validates (every SEND meets
+ * its RECV); *out is the experiment.  (transfer full) */
+PsPlan *experiment_compile(const char *path, const char *const *ov, PsExperiment **out);
 /* A model from JSON text written with ' for " (file "t.json"); NULL and
  * *error when it does not load (a parse error of the text fails the test).
  * (transfer full) */
