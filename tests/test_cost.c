@@ -425,6 +425,10 @@ static void test_flash_attention(void)
   const double proj = 2 * S * D * 3 * D + 2 * S * D * D;
   g_assert_cmpfloat(flash->layers[0].mm[1].done, ==, seen / (S * S));
   g_assert_cmpfloat(ps_model_flops_per_example(flash), ==, ps_model_flops_per_example(plain));
+  GString *d = g_string_new(NULL);
+  ps_model_describe(flash, d);
+  g_assert_null(strstr(d->str, "sliding window"));
+  g_string_free(d, TRUE);
   g_assert_cmpfloat(ps_model_flops_per_example(flash), ==, 3 * (proj + 4 * h * dh * S * S));
   const int64_t B = 2;
   PsOpCost f, b, pf;
@@ -514,6 +518,12 @@ static void test_flash_window(void)
   ps_cost_op(t, flash, 0, 0, 2, &xla_bf16, FALSE, NULL, &f);
   g_assert_cmpfloat(fabs(f.mxu_flops - 2 * (proj + 4 * h * dh * seen)), <, 1e-9 * f.mxu_flops);
   ps_topology_free(t);
+  /* describe names the window and how many attention layers have it */
+  GString *d = g_string_new(NULL);
+  ps_model_describe(flash, d);
+  g_assert_nonnull(strstr(d->str, "attn: a sliding window of 1024 positions (\"window\"), as 1 "
+                                  "of the 1 attention layers"));
+  g_string_free(d, TRUE);
   ps_model_free(flash);
   ps_model_free(plain);
   const struct {

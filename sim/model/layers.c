@@ -944,4 +944,22 @@ void ps_model_describe(const PsModel *model, GString *out)
                              "%s: looked up as a one-hot matmul (\"lookup\": \"matmul\"), its "
                              "FLOPs the product's; the model FLOPs of MFU leave it out\n",
                              model->layers[i].name);
+  /* each sliding window once: how many attention layers have it, the first */
+  for (int i = 0; i < model->n_layers; i++) {
+    const PsLayer *L = &model->layers[i];
+    gboolean seen = FALSE;
+    for (int j = 0; j < i && !seen; j++)
+      seen = model->layers[j].kind == PS_LAYER_ATTENTION && model->layers[j].window == L->window;
+    if (L->kind != PS_LAYER_ATTENTION || L->window <= 0 || seen)
+      continue;
+    int n = 0, all = 0;
+    for (int j = 0; j < model->n_layers; j++) {
+      all += model->layers[j].kind == PS_LAYER_ATTENTION;
+      n += model->layers[j].kind == PS_LAYER_ATTENTION && model->layers[j].window == L->window;
+    }
+    g_string_append_printf(out,
+                           "%s: a sliding window of %" G_GINT64_FORMAT " positions (\"window\"), "
+                           "as %d of the %d attention layers\n",
+                           L->name, L->window, n, all);
+  }
 }
