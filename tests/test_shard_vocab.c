@@ -14,8 +14,12 @@
  *   elements fewer live, and the plan's peak falls by the same;
  * - /shard/vocab/bad-input: tiles that do not divide a device's positions
  *   and a model without a language-model head are refused naming
- *   strategy.vocab_tiling; the resolved strategy says the tiling. */
+ *   strategy.vocab_tiling; the resolved strategy says the tiling;
+ * - /shard/vocab/advice: Gemma 3 12B at two sequences of 32768 tokens a
+ *   v6e chip does not fit, its logits (262144 a position, 32 GiB a chip)
+ *   most of it: the refusal says to tile them; with 16 tiles it fits. */
 #include "hw/cost.h"
+#include "hw/topology.h"
 #include "program/program.h"
 #include "run/experiment.h"
 #include "strategy/strategy.h"
@@ -152,11 +156,36 @@ static void test_bad_input(void)
   ps_experiment_free(e);
 }
 
+static void test_advice(void)
+{
+  const char *ov[] = {"model=gemma3-12b", "topology=tpu-v6e-256", "global_batch=512",
+                      "strategy.mesh.fsdp=256", "strategy.rematerialize=\"custom\"",
+                      "strategy.remat_keep=[\"decoder_layer_input\"]", "strategy.remat_offload=[]",
+                      NULL};
+  GError *error = NULL;
+  PsExperiment *e = ps_experiment_load("experiments/maxtext-tpu7x.json", ov, &error);
+  g_assert_null(e); /* loading checks that the step fits */
+  g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_DOES_NOT_FIT);
+  g_test_message("%s", error->message);
+  g_assert_nonnull(strstr(error->message, "tile the logits with strategy.vocab_tiling (32.0 GiB"));
+  g_clear_error(&error);
+  const char *tiled[] = {"model=gemma3-12b", "topology=tpu-v6e-256", "global_batch=512",
+                         "strategy.mesh.fsdp=256", "strategy.rematerialize=\"custom\"",
+                         "strategy.remat_keep=[\"decoder_layer_input\"]",
+                         "strategy.remat_offload=[]", "strategy.vocab_tiling=16", NULL};
+  PsPlan *p = experiment_compile("experiments/maxtext-tpu7x.json", tiled, &e);
+  g_assert_cmpint(ps_plan_program(p, 0)->hbm_peak_bytes, <=,
+                  ps_topology_device_hbm_bytes(e->topology));
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/shard/vocab/compute", test_compute);
   g_test_add_func("/shard/vocab/memory", test_memory);
   g_test_add_func("/shard/vocab/bad-input", test_bad_input);
+  g_test_add_func("/shard/vocab/advice", test_advice);
   return g_test_run();
 }

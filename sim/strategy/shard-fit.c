@@ -6,6 +6,18 @@
 #include "strategy/shard-lower-private.h"
 
 #include "hw/topology.h"
+#include "model/layers.h"
+
+/* The bytes of logits a device keeps for its loss without vocabulary
+ * tiling (strategy.vocab_tiling 1), 0 with it or without a language-model
+ * head. */
+static double vocab_logits(const Lower *w)
+{
+  const int h = w->c->vocab_tiling == 1 ? ps_shard_vocab_head(w->m) : -1;
+  if (h < 0 || h + 1 < w->lo || h + 1 >= w->hi)
+    return 0;
+  return (double)ps_layer_kept_bytes(&w->local.layers[h + 1], w->batch, w->act_b);
+}
 
 /* What to change when a device's share does not fit: the smallest fsdp
  * (a power-of-two multiple, data shrinking to keep the devices) whose
@@ -38,6 +50,11 @@ static char *advice(const Lower *w, double activations)
     g_string_append_printf(s, "%s%s strategy.mesh.context (each sequence split over its "
                               "devices)",
                            s->len ? (moe ? ", raise" : " or") : "", s->len ? "" : "raise");
+  double logits = vocab_logits(w);
+  if (logits >= activations / 8)
+    g_string_append_printf(s, "%stile the logits with strategy.vocab_tiling (%.1f GiB of them "
+                              "a device now)",
+                           s->len ? ", " : "", logits / (1024.0 * 1024.0 * 1024.0));
   if (w->batch > 1)
     g_string_append_printf(s, "%ssplit each device's %" G_GINT64_FORMAT " examples into "
                               "strategy.micro_batches (gradient accumulation; now %d)",
