@@ -267,7 +267,8 @@ static void test_only(void)
 
 /* BERT-large at 32 sequences per v3 TensorCore needs more than its 16 GiB:
  * a row with the message and no prediction, left out of the summary, and
- * exit 1 after the other rows. */
+ * exit 1 after the other rows; --csv gives the same rows, the failure in
+ * the last field. */
 static void test_does_not_fit(void)
 {
   double predicted[G_N_ELEMENTS(specs)];
@@ -300,12 +301,46 @@ static void test_does_not_fit(void)
   g_assert_cmpint(json_object_get_int(json_object_object_get(o, "failed")), ==, 1);
   g_assert_cmpfloat(fabs(num(o, "median_abs_error") - 0.375), <, 1e-9);
   g_assert_cmpfloat(fabs(num(o, "worst_abs_error") - 0.5), <, 1e-9);
-  json_object_put(o);
 
   g_autofree char *tout = NULL, *terr = NULL;
   g_assert_cmpint(podsim_run(&tout, &terr, "validate", "--dir", dir, NULL), ==, 1);
   g_assert_nonnull(strstr(tout, "not simulated: "));
   g_assert_nonnull(strstr(tout, "1 not simulated"));
+
+  /* --csv: a header and one row a point, the same numbers as --json's
+   * (every double read back exactly), the source quoted for its commas,
+   * the failure in the last field of the point that did not run */
+  g_autofree char *cout = NULL, *cerr = NULL;
+  g_assert_cmpint(podsim_run(&cout, &cerr, "validate", "--csv", "--dir", dir, NULL), ==, 1);
+  g_auto(GStrv) lines = g_strsplit(g_strchomp(cout), "\n", -1);
+  g_assert_cmpuint(g_strv_length(lines), ==, 5);
+  g_assert_cmpstr(lines[0], ==, "name,model,topology,generation,global_batch,predicted_s,"
+                                "measured_s,error,calibration,source,failure");
+  for (int i = 1; i < 5; i++) {
+    g_auto(GStrv) f = g_strsplit(lines[i], ",", 9); /* the first 8 fields hold no comma */
+    json_object *jr = row_named(rows, f[0]);
+    g_assert_cmpstr(f[1], ==, json_object_get_string(json_object_object_get(jr, "model")));
+    g_assert_cmpstr(f[2], ==, json_object_get_string(json_object_object_get(jr, "topology")));
+    g_assert_cmpint(g_ascii_strtoll(f[4], NULL, 10), ==,
+                    json_object_get_int64(json_object_object_get(jr, "global_batch")));
+    g_assert_cmpfloat(g_ascii_strtod(f[6], NULL), ==, num(jr, "measured_s"));
+    if (strcmp(f[0], "test-bert-v3-8") == 0) {
+      g_assert_cmpstr(f[5], ==, "");
+      g_assert_cmpstr(f[7], ==, "");
+      g_assert_nonnull(strstr(f[8], "false,\"MLPerf v0.0, X, Y\",\""));
+      g_assert_nonnull(strstr(f[8], "GiB per device"));
+    } else {
+      g_assert_cmpfloat(g_ascii_strtod(f[5], NULL), ==, num(jr, "predicted_s"));
+      g_assert_cmpfloat(g_ascii_strtod(f[7], NULL), ==, num(jr, "error"));
+      g_assert_true(g_str_has_suffix(f[8], "\","));
+    }
+  }
+  g_autofree char *bout = NULL, *berr = NULL;
+  g_assert_cmpint(podsim_run(&bout, &berr, "validate", "--csv", "--json", "--dir", dir, NULL),
+                  ==, 2);
+  g_assert_nonnull(strstr(berr, "--json and --csv"));
+  g_assert_cmpstr(bout, ==, "");
+  json_object_put(o);
   remove_dir(dir);
 }
 

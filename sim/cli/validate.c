@@ -1,6 +1,6 @@
 /* validate.c: `podsim validate` (see validate.h).
  *
- *   podsim validate [--json] [--dir DIR] [--only SUBSTRING]
+ *   podsim validate [--json | --csv] [--dir DIR] [--only SUBSTRING]
  *
  * A point file (tests/measured/README.md) gives a run's shape (topology,
  * global_batch, precision), its measured step time and its source, and
@@ -498,6 +498,63 @@ static void print_json(const GPtrArray *points, const Summary *s)
   json_object_put(o);
 }
 
+/* A CSV field: as is, or in double quotes (its quotes doubled) when it
+ * holds a comma, a quote or a line break (RFC 4180). */
+static void csv_field(const char *v, gboolean last)
+{
+  if (v && strpbrk(v, ",\"\r\n")) {
+    putchar('"');
+    for (const char *c = v; *c; c++) {
+      if (*c == '"')
+        putchar('"');
+      putchar(*c);
+    }
+    putchar('"');
+  } else if (v) {
+    fputs(v, stdout);
+  }
+  putchar(last ? '\n' : ',');
+}
+
+/* v in the fewest significant digits (15 to 17) that read back as v. */
+static void shortest(char *buf, size_t n, double v)
+{
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(buf, n, "%.*g", digits, v);
+    if (g_ascii_strtod(buf, NULL) == v)
+      return;
+  }
+}
+
+/* One row a point, the table's order; a point that did not run has empty
+ * predicted_s and error and its failure; every double reads back exactly. */
+static void print_csv(const GPtrArray *points)
+{
+  printf("name,model,topology,generation,global_batch,predicted_s,measured_s,error,"
+         "calibration,source,failure\n");
+  for (guint i = 0; i < points->len; i++) {
+    const Point *p = points->pdata[i];
+    char batch[32], pred[40] = "", meas[40], err[40] = "";
+    snprintf(batch, sizeof batch, "%" G_GINT64_FORMAT, p->global_batch);
+    shortest(meas, sizeof meas, p->measured_s);
+    if (p->ran) {
+      shortest(pred, sizeof pred, p->predicted_s);
+      shortest(err, sizeof err, rel_error(p));
+    }
+    csv_field(p->name, FALSE);
+    csv_field(p->model, FALSE);
+    csv_field(p->topology, FALSE);
+    csv_field(p->generation ? p->generation : "", FALSE);
+    csv_field(batch, FALSE);
+    csv_field(pred, FALSE);
+    csv_field(meas, FALSE);
+    csv_field(err, FALSE);
+    csv_field(p->calibration ? "true" : "false", FALSE);
+    csv_field(p->source, FALSE);
+    csv_field(p->failure && !p->ran ? p->failure : "", TRUE);
+  }
+}
+
 /* The footnote of several calibration points (one per TPU generation):
  * each one's error. */
 static void print_calibration(const GPtrArray *points, guint n_cal)
@@ -610,10 +667,12 @@ static GPtrArray *point_files(const char *dir, GError **error)
 int ps_cli_validate(int argc, char **argv)
 {
   g_autofree char *dir = NULL, *only = NULL;
-  gboolean json = FALSE;
+  gboolean json = FALSE, csv = FALSE;
   GOptionEntry entries[] = {
       {"json", 'j', 0, G_OPTION_ARG_NONE, &json, "Print one JSON object instead of a table",
        NULL},
+      {"csv", 0, 0, G_OPTION_ARG_NONE, &csv,
+       "Print one CSV row a point (with a header) instead of a table", NULL},
       {"dir", 'd', 0, G_OPTION_ARG_FILENAME, &dir,
        "The point files (default: tests/measured of the data directory)", "DIR"},
       {"only", 'o', 0, G_OPTION_ARG_STRING, &only,
@@ -639,6 +698,8 @@ int ps_cli_validate(int argc, char **argv)
     return parse_status;
   if (argc > 1)
     return input_error("unexpected argument '%s' (see podsim validate --help)", argv[1]);
+  if (json && csv)
+    return input_error("--json and --csv: one output format at a time");
   if (!dir)
     dir = ps_cli_data_path("tests/measured", G_FILE_TEST_IS_DIR);
 
@@ -679,6 +740,8 @@ int ps_cli_validate(int argc, char **argv)
   Summary s = summarise(points);
   if (json)
     print_json(points, &s);
+  else if (csv)
+    print_csv(points);
   else
     print_table(points, &s, dir);
   if (s.failed) {
