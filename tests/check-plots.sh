@@ -22,7 +22,7 @@ if [ "$before" != "$after" ]; then
 fi
 n=0
 for f in batch-sweep workers-sweep scaling breakdown links-heatmap topology-whatif \
-         multislice-study pipeline-timeline long-context; do
+         multislice-study pipeline-timeline long-context validation; do
   [ -s "build/plots/$f.png" ] || { echo "check-plots: build/plots/$f.png missing" >&2; exit 1; }
   n=$((n + 1))
 done
