@@ -491,7 +491,7 @@ static double blocks_seen(int S, int b, gboolean causal, int w)
  * the blocks some query of which sees some key within the window, as
  * splash attention skips the rest: one causal layer of S = 4096, window
  * 1024, blocks of 512 runs 512 x (512 + 1024 + 6 x 1536) = 5,505,024
- * scores a head, against 10,747,904 causal alone; brute-force block
+ * scores a head, against 9,437,184 causal alone; brute-force block
  * counts for windows both ways and for ones that do not divide the
  * blocks.  Model FLOPs count S min(S, W) scores a head causal, S min(S,
  * 2W - 1) both ways; the kernels without flash run the whole square. */
