@@ -7,7 +7,8 @@
  * - /shard/vocab/compute: tiling in N tiles computes each tile's logits
  *   again in backward, so a device's matmul FLOPs grow by exactly the
  *   head's forward product, 2 S D V, where a policy kept its output
- *   (none, minimal, custom), and not at all under full rematerialization,
+ *   (none, attention_only, minimal, custom), and not at all under full
+ *   rematerialization,
  *   which recomputes it already;
  * - /shard/vocab/memory: the loss keeps one tile's logits, not all of
  *   them: the head group's forward leaves (1 - 1/N) S V activation
@@ -82,6 +83,7 @@ static void check_compute(const char *remat, gboolean kept)
 static void test_compute(void)
 {
   check_compute("strategy.rematerialize=\"none\"", TRUE);
+  check_compute("strategy.rematerialize=\"attention_only\"", TRUE);
   check_compute("strategy.rematerialize=\"minimal\"", TRUE);
   check_compute("strategy.rematerialize=\"custom\"", TRUE);
   check_compute("strategy.rematerialize=\"full\"", FALSE);
