@@ -292,6 +292,12 @@ static gboolean point_prepare(Point *p, GError **error)
         (err->code == PS_INPUT_ERROR_DOES_NOT_FIT || err->code == PS_INPUT_ERROR_VALUE)) {
       p->failure = g_strdup(err->message);
       g_error_free(err);
+      /* its row still says its generation: the topology alone */
+      PsTopology *t = ps_topology_load(p->topology, NULL, NULL);
+      if (t) {
+        p->generation = g_strdup(t->generation ? t->generation : "");
+        ps_topology_free(t);
+      }
       return TRUE;
     }
     g_propagate_prefixed_error(error, err, "%s: experiment '%s' with the point's overrides: ",
