@@ -22,7 +22,22 @@
  *   numerics on a model with a MoE layer (timing only): errors naming the
  *   file's path or key;
  * - /moe/advice: a layout over HBM is refused with advice that is well
- *   formed and does not name the tensor axis. */
+ *   formed and does not name the tensor axis;
+ * - /moe/capacity/closed-form: with a capacity factor cf (MaxText's
+ *   dropping path) each expert has C = floor(max(ceil(S k / E) cf, cf))
+ *   slots, computed here in integers; the products are the router's, the
+ *   experts' three over all E C slots and the dispatch and combine (2 S E C
+ *   D each); on a device, forward executes them once, backward twice but
+ *   the dispatch once (its mask has no gradient); params do not change;
+ * - /moe/capacity/mixtral: models/mixtral-8x7b.json has Mixtral's
+ *   46,702,792,704 parameters and 1280 slots an expert (4096 positions, 2
+ *   of 8 experts, cf 1.25); its model FLOPs (MFU) are the dropless
+ *   layout's, capacity_factor set to 0 by --set;
+ * - /moe/capacity/remat: a full recompute of two capacity layers runs each
+ *   one's router, gate, up and dispatch again, and the last one's down and
+ *   combine too (the final norm reads its output);
+ * - /moe/capacity/errors: a negative factor, a string, and a factor that
+ *   leaves an expert no slot are refused naming the key and the fix. */
 #include "common/json.h"
 #include "hw/cost.h"
 #include "model/layers.h"
@@ -299,6 +314,157 @@ static void test_advice(void)
   }
 }
 
+/* A block of E experts with capacity factor cf over (S, D). */
+static PsModel *capacity_block(int64_t s, int64_t d, int64_t e, int64_t k, int64_t f,
+                               const char *cf, GError **error)
+{
+  g_autofree char *text = g_strdup_printf(
+      "{'name': 'm', 'input': {'shape': [%" G_GINT64_FORMAT "], 'classes': 16, 'tokens': true},"
+      " 'layers': [{'type': 'embedding', 'name': 'embed', 'vocab': 16, 'dim': %" G_GINT64_FORMAT
+      "},"
+      " {'type': 'moe', 'name': 'moe', 'experts': %" G_GINT64_FORMAT ", 'top_k': %" G_GINT64_FORMAT
+      ", 'units': %" G_GINT64_FORMAT ", 'capacity_factor': %s},"
+      " {'type': 'dense', 'name': 'head', 'units': 16}, {'type': 'softmax_xent', 'name': 'loss'}]}",
+      s, d, e, k, f, cf);
+  return model_parse_quoted(text, error);
+}
+
+/* MaxText's int(max(ceil(S k / E) cf, cf)) for cf = num / den, in
+ * integers. */
+static int64_t slots_of(int64_t s, int64_t k, int64_t e, int64_t num, int64_t den)
+{
+  int64_t per = (s * k + e - 1) / e;
+  return MAX(per * num, num) / den;
+}
+
+static void test_capacity_closed_form(void)
+{
+  static const struct {
+    int64_t s, e, k, num, den;
+  } cases[] = {
+      {64, 8, 2, 5, 4},   /* 16 an expert, 20 slots */
+      {10, 8, 2, 3, 2},   /* ceil(20 / 8) = 3, 4.5 slots: 4 */
+      {64, 4, 4, 1, 1},   /* every expert for every position: 64 slots */
+      {1, 64, 1, 2, 1},   /* one position: cf's 2 slots an expert, 64 experts */
+      {96, 16, 1, 25, 10} /* 6 an expert, 15 slots */
+  };
+  const int64_t d = 32, f = 48;
+  GError *error = NULL;
+  PsExperiment *ex = ps_experiment_load("maxtext-tpu7x", small, &error);
+  g_assert_no_error(error);
+  PsCostOptions o;
+  ps_strategy_cost_options(ex, &o);
+  o.rerun = NULL;
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    int64_t s = cases[i].s, e = cases[i].e, k = cases[i].k;
+    g_autofree char *cf = g_strdup_printf("%g", (double)cases[i].num / (double)cases[i].den);
+    PsModel *m = capacity_block(s, d, e, k, f, cf, &error);
+    g_assert_no_error(error);
+    const PsLayer *L = &m->layers[1];
+    int64_t c = slots_of(s, k, e, cases[i].num, cases[i].den);
+    g_assert_cmpint(L->capacity, ==, c);
+    g_assert_cmpint(L->params, ==, d * e + 3 * e * d * f);
+    double router = 2.0 * (double)(s * d * e), experts = 6.0 * (double)(e * c * d * f);
+    double move = 2.0 * (double)(s * e * c * d); /* the dispatch's, and the combine's */
+    g_test_message("S %" G_GINT64_FORMAT " E %" G_GINT64_FORMAT " k %" G_GINT64_FORMAT
+                   " cf %s: %" G_GINT64_FORMAT " slots, matmul FLOPs %.6e, closed form %.6e",
+                   s, e, k, cf, c, mm_flops(L), router + experts + 2 * move);
+    g_assert_cmpfloat(fabs(mm_flops(L) - (router + experts + 2 * move)), <=,
+                      1e-12 * mm_flops(L));
+    PsOpCost fw, bw;
+    ps_cost_op(ex->topology, m, 1, 1, 1, &o, FALSE, NULL, &fw);
+    ps_cost_op(ex->topology, m, 1, 1, 1, &o, TRUE, NULL, &bw);
+    double want_bw = 2.0 * (router + experts + move) + move;
+    g_assert_cmpfloat(fabs(fw.mxu_flops - (router + experts + 2 * move)), <=, 1e-9 * fw.mxu_flops);
+    g_assert_cmpfloat(fabs(bw.mxu_flops - want_bw), <=, 1e-9 * want_bw);
+    ps_model_free(m);
+  }
+  ps_experiment_free(ex);
+}
+
+static void test_capacity_mixtral(void)
+{
+  const char *cap[] = {"model=mixtral-8x7b", "topology=tpu-v6e-8", "global_batch=8",
+                       "strategy.mesh={\"fsdp\": 8}", "model.layers[1].count=2", NULL};
+  const char *dropless[] = {"model=mixtral-8x7b", "topology=tpu-v6e-8", "global_batch=8",
+                            "strategy.mesh={\"fsdp\": 8}", "model.layers[1].count=2",
+                            "model.layers[1].body[1].body[1].capacity_factor=0", NULL};
+  GError *error = NULL;
+  const char *dir = g_getenv("PODSIM_DATA_DIR");
+  g_autofree char *path =
+      g_build_filename(dir && *dir ? dir : ".", "models", "mixtral-8x7b.json", NULL);
+  PsModel *full = ps_model_load_file(path, &error);
+  g_assert_no_error(error);
+  const int64_t L = 32, d = 4096, h = 32, kv = 8, dh = 128, e = 8, f = 14336, v = 32000;
+  int64_t attn = d * (h * dh + 2 * kv * dh) + h * dh * d;
+  g_assert_cmpint(full->params, ==, v * d + L * (attn + d * e + 3 * e * d * f + 2 * d) + d + d * v);
+  g_assert_cmpint(full->params, ==, INT64_C(46702792704));
+  ps_model_free(full);
+
+  PsExperiment *a = ps_experiment_load("maxtext-tpu7x", cap, &error);
+  g_assert_no_error(error);
+  PsExperiment *b = ps_experiment_load("maxtext-tpu7x", dropless, &error);
+  g_assert_no_error(error);
+  int l = 0;
+  while (a->model->layers[l].kind != PS_LAYER_MOE)
+    l++;
+  g_assert_cmpint(a->model->layers[l].capacity, ==, 4096 * 2 / 8 * 5 / 4);
+  g_assert_cmpint(b->model->layers[l].capacity, ==, 0);
+  double fa = ps_model_flops_per_example(a->model), fb = ps_model_flops_per_example(b->model);
+  g_test_message("model FLOPs an example: capacity %.6e, dropless %.6e; executed forward "
+                 "matmul FLOPs of a block %.6e vs %.6e",
+                 fa, fb, mm_flops(&a->model->layers[l]), mm_flops(&b->model->layers[l]));
+  g_assert_cmpfloat(fabs(fa - fb), <=, 1e-12 * fb);
+  g_assert_cmpfloat(mm_flops(&a->model->layers[l]), >, 1.2 * mm_flops(&b->model->layers[l]));
+  /* the step does more work with slots, dispatch and combine */
+  PsSummary sa = experiment_run(a), sb = experiment_run(b);
+  g_test_message("step %.4f s with capacity, %.4f s dropless", sa.step_time_s, sb.step_time_s);
+  g_assert_cmpfloat(sa.step_time_s, >, sb.step_time_s);
+  ps_summary_clear(&sa);
+  ps_summary_clear(&sb);
+  ps_experiment_free(a);
+  ps_experiment_free(b);
+}
+
+static void test_capacity_remat(void)
+{
+  const char *full[] = {"model=mixtral-8x7b", "topology=tpu-v6e-8", "global_batch=8",
+                        "strategy.mesh={\"fsdp\": 8}", "model.layers[1].count=2",
+                        "strategy.rematerialize=full", "strategy.remat_keep=null", NULL};
+  double r;
+  int64_t peak;
+  remat_figures(full, &r, &peak);
+  const double s = 4096, d = 4096, e = 8, k = 2, f = 14336, c = 1280;
+  (void)k;
+  double router = 2 * s * d * e, gate_up = 4 * e * c * d * f, down = 2 * e * c * f * d;
+  double move = 2 * s * e * c * d;
+  double want = 2 * (router + gate_up + move) + down + move;
+  g_test_message("capacity MoE recompute FLOPs: %.6e, closed form %.6e", r, want);
+  g_assert_cmpfloat(fabs(r - want), <=, 1e-9 * want);
+}
+
+static void test_capacity_errors(void)
+{
+  static const struct {
+    int64_t s, e, k;
+    const char *cf, *want[2];
+  } cases[] = {
+      {8, 4, 2, "-1", {"capacity_factor", ">= 0"}},
+      {8, 4, 2, "'lots'", {"capacity_factor", "number"}},
+      {1, 64, 1, "0.5", {"capacity_factor 0.5", "use at least 1"}},
+      {4096, 8, 2, "0.0001", {"no slot", "use at least 0.000976562"}},
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    GError *error = NULL;
+    g_assert_null(capacity_block(cases[i].s, 32, cases[i].e, cases[i].k, 48, cases[i].cf, &error));
+    g_assert_true(error->domain == PS_INPUT_ERROR);
+    g_test_message("%s", error->message);
+    for (int j = 0; j < 2; j++)
+      g_assert_nonnull(strstr(error->message, cases[i].want[j]));
+    g_error_free(error);
+  }
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -308,5 +474,9 @@ int main(int argc, char **argv)
   g_test_add_func("/moe/remat", test_remat);
   g_test_add_func("/moe/errors", test_errors);
   g_test_add_func("/moe/advice", test_advice);
+  g_test_add_func("/moe/capacity/closed-form", test_capacity_closed_form);
+  g_test_add_func("/moe/capacity/mixtral", test_capacity_mixtral);
+  g_test_add_func("/moe/capacity/remat", test_capacity_remat);
+  g_test_add_func("/moe/capacity/errors", test_capacity_errors);
   return g_test_run();
 }

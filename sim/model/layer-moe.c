@@ -26,9 +26,28 @@
  * sort) and read, the projections as swiglu's, the experts' outputs
  * written and read by the combination, the output written, the weights
  * once.  Kept for backward: the scores, the routed input, both
- * projections and the experts' outputs.  Timing only (no numeric
- * kernel); a tensor axis does not split it (strategies refuse that).
- * Invariant: params = D E + (E + shared) 3 D F. */
+ * projections and the experts' outputs.
+ *
+ * With "capacity_factor" cf > 0, as MaxText's dropping path lays it out
+ * (its dense_matmul when capacity_factor > 0 and sparse_matmul is off;
+ * GShard's expert capacity): each expert takes at most C = ceil(S k / E) cf
+ * positions of a sequence (at least cf; truncated to an integer, as
+ * MaxText's int()), the rest dropped.  The experts' products run over all
+ * E C slots, full or not; the positions reach them by a dispatch product
+ * of the input with a one-hot mask (S D by S x E C, contracted over S) and
+ * leave by a combine product of the experts' outputs with the router-
+ * weighted mask (E C D by S x E C, contracted over E C): 2 S E C D FLOPs
+ * each on the MXU.  The dispatch mask has no gradient, so its backward is
+ * one product (the input's gradient), the combine's two.  The masks cost
+ * 2 FLOPs an element to build forward and 2 backward (the router's
+ * gradient through the combine weights); the combine mask (S E C) is
+ * written, read by both products and kept for backward.  The model FLOPs
+ * of MFU leave the padding of the slots and both products out (they count
+ * the useful 6 k D F a position, as the dropless layout's).
+ *
+ * Timing only (no numeric kernel); a tensor axis does not split it
+ * (strategies refuse that).  Invariant: params = D E + (E + shared) 3 D F,
+ * whatever the capacity. */
 #include "model/layer-private.h"
 
 #define PS_MOE_ROUTE_FWD 8.0
@@ -37,21 +56,30 @@
 #define PS_MOE_GATE_BWD 8.0
 #define PS_MOE_COMBINE_FWD 2.0
 #define PS_MOE_COMBINE_BWD 4.0
+#define PS_MOE_MASK_FWD 2.0
+#define PS_MOE_MASK_BWD 2.0
+/* The largest capacity factor accepted: each expert then has room for
+ * every routed copy many times over. */
+#define PS_MOE_MAX_CAPACITY_FACTOR 1024.0
 
-static const char *const keys_moe[] = {"type", "name", "experts", "top_k", "units",
-                                       "shared_experts", NULL};
+static const char *const keys_moe[] = {"type",           "name",           "experts", "top_k",
+                                       "units",          "shared_experts", "capacity_factor",
+                                       NULL};
 
 static gboolean moe_parse(PsLayer *L, json_object *obj, const char *file, const char *path,
                           GError **error)
 {
   L->bias = FALSE;
   L->shared_experts = 0;
+  L->capacity_factor = 0;
   if (!ps_json_check_keys(obj, file, path, keys_moe, error) ||
       !ps_layer_get_dim(obj, file, path, "experts", TRUE, &L->experts, error) ||
       !ps_layer_get_dim(obj, file, path, "top_k", TRUE, &L->top_k, error) ||
       !ps_layer_get_dim(obj, file, path, "units", TRUE, &L->units, error) ||
       !ps_json_get_int(obj, file, path, "shared_experts", FALSE, 0, 1 << 16,
-                       &L->shared_experts, error))
+                       &L->shared_experts, error) ||
+      !ps_json_get_double(obj, file, path, "capacity_factor", FALSE, 0, FALSE,
+                          PS_MOE_MAX_CAPACITY_FACTOR, &L->capacity_factor, error))
     return FALSE;
   if (L->top_k > L->experts) {
     ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, path,
@@ -63,6 +91,18 @@ static gboolean moe_parse(PsLayer *L, json_object *obj, const char *file, const 
   return TRUE;
 }
 
+PsMoeProduct ps_moe_product(const PsLayer *L, int m)
+{
+  int extra = L->shared_experts > 0 ? 5 : 3; /* the first product after the experts' */
+  if (m == 0)
+    return PS_MOE_ROUTER;
+  if (m == 1 || (m == 3 && extra == 5))
+    return PS_MOE_GATE_UP;
+  if (m == 2 || (m == 4 && extra == 5))
+    return PS_MOE_DOWN;
+  return m == extra ? PS_MOE_DISPATCH : PS_MOE_COMBINE;
+}
+
 static gboolean moe_shape(PsLayer *L, const PsLayerIn *in, GError **error)
 {
   if (in->rank > 2) {
@@ -72,39 +112,68 @@ static gboolean moe_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   }
   int64_t s = in->rank == 2 ? in->shape[0] : 1, d = in->shape[in->rank - 1];
   int64_t e = L->experts, k = L->top_k, f = L->units, sh = L->shared_experts;
+  /* the experts' rows: every routed copy when dropless (S k in all, each
+   * expert its share, S k / E when balanced), else every slot */
+  double cap = L->capacity_factor > 0 ? MAX(ceil((double)(s * k) / (double)e) *
+                                                L->capacity_factor,
+                                            L->capacity_factor)
+                                      : 0;
+  double rows_d = cap > 0 ? (double)e * floor(cap) : (double)(s * k);
+  if (cap > 0 && floor(cap) < 1) {
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, in->file, in->path,
+                   "capacity_factor %g leaves each of the %" G_GINT64_FORMAT
+                   " experts no slot for a sequence of %" G_GINT64_FORMAT
+                   " positions (top_k %" G_GINT64_FORMAT "): every position would be "
+                   "dropped; use at least %g, or 0 for no capacity (dropless)",
+                   L->capacity_factor, e, s, k, 1.0 / ceil((double)(s * k) / (double)e));
+    return FALSE;
+  }
   if (!ps_layer_check_size((double)(e + sh) * 3.0 * (double)d * (double)f, "expert weights",
                            in, error) ||
-      !ps_layer_check_size(2.0 * (double)s * (double)k * (double)f, "projections", in, error))
+      !ps_layer_check_size(2.0 * rows_d * (double)f, "projections", in, error) ||
+      !ps_layer_check_size((double)s * rows_d, "combine mask", in, error))
     return FALSE;
   L->out_rank = in->rank;
   memcpy(L->out_shape, in->shape, sizeof L->out_shape);
   L->params = d * e + (e + sh) * 3 * d * f;
-  ps_layer_add_matmul(L, s, d, e, 1);         /* the router's scores */
-  /* the experts' grouped products over every routed copy: S k rows in all,
-   * each expert's share of them (S k / E when balanced) */
-  ps_layer_add_matmul(L, s * k, d, f, 2); /* gate and up */
-  ps_layer_add_matmul(L, s * k, f, d, 1); /* down */
+  L->capacity = (int64_t)floor(cap); /* MaxText's int() */
+  int64_t rows = (int64_t)rows_d;
+  ps_layer_add_matmul(L, s, d, e, 1);    /* the router's scores */
+  ps_layer_add_matmul(L, rows, d, f, 2); /* the experts' gate and up */
+  ps_layer_add_matmul(L, rows, f, d, 1); /* down */
   if (sh > 0) {
     ps_layer_add_matmul(L, s, d, sh * f, 2);  /* the shared experts' gate and up */
     ps_layer_add_matmul(L, s, sh * f, d, 1);  /* and down */
   }
+  double slots = 0; /* elements of the combine mask, S E C */
+  if (L->capacity > 0) {
+    slots = (double)s * (double)rows;
+    ps_layer_add_matmul(L, rows, s, d, 1); /* dispatch: S positions into E C slots */
+    L->mm[L->n_mm - 1].activations = TRUE;
+    L->mm[L->n_mm - 1].bwd = 1.0; /* the mask has no gradient */
+    ps_layer_add_matmul(L, s, rows, d, 1); /* combine: E C slots back to S positions */
+    L->mm[L->n_mm - 1].activations = TRUE;
+  }
   double mm = ps_layer_matmul_flops(L);
-  double scores = (double)(s * e), routed = (double)(s * k);
+  double scores = (double)(s * e), routed = (double)rows;
   double gated = (routed + (double)(s * sh)) * (double)f, comb = routed * (double)d;
   L->fwd_flops = mm + PS_MOE_ROUTE_FWD * scores + PS_MOE_GATE_FWD * gated +
-                 PS_MOE_COMBINE_FWD * comb;
+                 (L->capacity > 0 ? PS_MOE_MASK_FWD * slots : PS_MOE_COMBINE_FWD * comb);
   L->bwd_flops = 2 * mm + PS_MOE_ROUTE_BWD * scores + PS_MOE_GATE_BWD * gated +
-                 PS_MOE_COMBINE_BWD * comb;
-  /* x read; scores written and read; routed copies written and read; the
-   * gated projections as swiglu's (5 an element) and read again by the
-   * down products; the experts' outputs written and read; y written;
-   * the weights */
+                 (L->capacity > 0 ? PS_MOE_MASK_BWD * slots : PS_MOE_COMBINE_BWD * comb);
+  if (L->capacity > 0) /* the dispatch's backward is one product, not two */
+    L->bwd_flops -= 2.0 * (double)rows * (double)s * (double)d;
+  /* x read; scores written and read; routed copies (or slots) written and
+   * read; the gated projections as swiglu's (5 an element) and read again
+   * by the down products; the experts' outputs written and read; y
+   * written; the weights; with a capacity, the combine mask written and
+   * read by both products */
   double sd = (double)(s * d), shared_out = sh > 0 ? sd : 0;
   L->fwd_bytes = sd + 2.0 * scores + 2.0 * comb + 6.0 * gated + 2.0 * (comb + shared_out) +
-                 sd + (double)L->params;
+                 sd + (double)L->params + 3.0 * slots;
   L->bwd_bytes = 2 * L->fwd_bytes;
   L->saves = PS_SAVES_INPUT;
-  L->act_elems = (int64_t)(scores + comb + 2.0 * gated + comb);
+  L->act_elems = (int64_t)(scores + comb + 2.0 * gated + comb + slots);
   return TRUE;
 }
 

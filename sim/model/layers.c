@@ -894,13 +894,35 @@ static double window_unseen(const PsLayer *L)
   return f * share;
 }
 
+/* The FLOPs a mixture of experts with a capacity spends beyond the useful
+ * ones: its dispatch and combine products and its experts' empty slots
+ * (E C rows where S k are routed); none when dropless. */
+static double moe_overhead(const PsLayer *L)
+{
+  if (L->kind != PS_LAYER_MOE || L->capacity <= 0)
+    return 0;
+  const double routed = (double)(L->in_rank == 2 ? L->in_shape[0] : 1) * (double)L->top_k;
+  double f = 0;
+  for (int m = 0; m < L->n_mm; m++) {
+    const PsMatmul *mm = &L->mm[m];
+    double one = 2.0 * (double)mm->rows * (double)mm->k * (double)mm->n * (double)mm->count;
+    PsMoeProduct r = ps_moe_product(L, m);
+    if (r == PS_MOE_DISPATCH || r == PS_MOE_COMBINE)
+      f += one;
+    else if ((r == PS_MOE_GATE_UP || r == PS_MOE_DOWN) && m <= 2) /* the routed experts' */
+      f += one * MAX(0.0, 1.0 - routed / (double)mm->rows);
+  }
+  return f;
+}
+
 double ps_model_flops_per_example(const PsModel *model)
 {
   g_return_val_if_fail(model != NULL, 0);
   double fwd = 0;
   for (int i = 0; i < model->n_layers; i++)
     if (model->layers[i].kind != PS_LAYER_EMBEDDING)
-      fwd += ps_layer_matmul_flops(&model->layers[i]) - window_unseen(&model->layers[i]);
+      fwd += ps_layer_matmul_flops(&model->layers[i]) - window_unseen(&model->layers[i]) -
+             moe_overhead(&model->layers[i]);
   return 3.0 * fwd;
 }
 
@@ -944,6 +966,24 @@ void ps_model_describe(const PsModel *model, GString *out)
                              "%s: looked up as a one-hot matmul (\"lookup\": \"matmul\"), its "
                              "FLOPs the product's; the model FLOPs of MFU leave it out\n",
                              model->layers[i].name);
+  /* each expert capacity once: how many mixtures of experts have it, the first */
+  for (int i = 0; i < model->n_layers; i++) {
+    const PsLayer *L = &model->layers[i];
+    gboolean seen = FALSE;
+    for (int j = 0; j < i && !seen; j++)
+      seen = model->layers[j].kind == PS_LAYER_MOE && model->layers[j].capacity == L->capacity;
+    if (L->kind != PS_LAYER_MOE || L->capacity <= 0 || seen)
+      continue;
+    int n = 0;
+    for (int j = 0; j < model->n_layers; j++)
+      n += model->layers[j].kind == PS_LAYER_MOE && model->layers[j].capacity == L->capacity;
+    g_string_append_printf(out,
+                           "%s: each expert takes at most %" G_GINT64_FORMAT
+                           " positions of a sequence (\"capacity_factor\": %g), the rest "
+                           "dropped; dispatch and combine products, as %d mixture%s of experts; "
+                           "the model FLOPs of MFU leave them and the empty slots out\n",
+                           L->name, L->capacity, L->capacity_factor, n, n == 1 ? "" : "s");
+  }
   /* each sliding window once: how many attention layers have it, the first */
   for (int i = 0; i < model->n_layers; i++) {
     const PsLayer *L = &model->layers[i];

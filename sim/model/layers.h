@@ -128,7 +128,7 @@ typedef struct {
 #define PS_MASK_BYTES 1
 
 #define PS_MAX_RANK 3
-#define PS_MAX_MATMULS 5
+#define PS_MAX_MATMULS 7
 
 /* Which tensor between layers a kind's backward reads, besides what it
  * keeps of its own (act_elems as its shape function sets it): its input
@@ -171,6 +171,10 @@ typedef struct {
                                   its probabilities (0: none) */
   int64_t experts, top_k;      /* MOE: experts, and those each position is routed to */
   int64_t shared_experts;      /* MOE: experts every position passes through too */
+  double capacity_factor;      /* MOE: 0 dropless; else each expert takes at most
+                                  `capacity` positions of a sequence (MaxText's
+                                  dropping path, its capacity_factor) */
+  int64_t capacity;            /* MOE: that capacity (0 when dropless) */
   int shortcut_of;             /* ADD: index of the first layer of the
                                   block whose input feeds the shortcut */
   int unit;                    /* the iteration of an outermost "repeat" it was
@@ -267,6 +271,20 @@ int64_t ps_model_memory_bytes(const PsModel *model, int first, int last, int64_t
  * and attention's score and context products; no embedding lookup, no
  * element-wise work, no re-materialization). */
 double ps_model_flops_per_example(const PsModel *model);
+
+/* The role of a mixture of experts' product m, in the order layer-moe.c
+ * adds them: the router's; the experts' gate and up, their down (and the
+ * shared experts' the same again); with a capacity, the dispatch of the
+ * positions into the experts' slots and the combination of their outputs
+ * (both products of activations). */
+typedef enum {
+  PS_MOE_ROUTER,
+  PS_MOE_GATE_UP,
+  PS_MOE_DOWN,
+  PS_MOE_DISPATCH,
+  PS_MOE_COMBINE,
+} PsMoeProduct;
+PsMoeProduct ps_moe_product(const PsLayer *L, int m);
 
 /* Parameters of a layer that a layer-wise optimizer (LARS, LAMB) adapts
  * with a trust ratio: its weights but the bias, none of a normalization's

@@ -141,10 +141,16 @@ static double share_of(const Lower *w, int l, int m, unsigned k)
   }
   case PS_LAYER_SWIGLU:
     return (k & PS_KEEP_WI0 ? 0.5 : 0) + (k & PS_KEEP_WI1 ? 0.5 : 0);
-  case PS_LAYER_MOE: /* the experts' gate and up, and their down, as a dense block's */
-    if (m == 1 || m == 3)
+  case PS_LAYER_MOE: /* the experts' gate and up, and their down, as a dense block's; the
+                       dispatch and combine are named nothing a policy keeps */
+    switch (ps_moe_product(L, m)) {
+    case PS_MOE_GATE_UP:
       return (k & PS_KEEP_WI0 ? 0.5 : 0) + (k & PS_KEEP_WI1 ? 0.5 : 0);
-    return (m == 2 || m == 4) && (k & PS_KEEP_WO) ? 1 : 0;
+    case PS_MOE_DOWN:
+      return k & PS_KEEP_WO ? 1 : 0;
+    default:
+      return 0;
+    }
   case PS_LAYER_DENSE:
     if (feeds_join(w, l))
       return k & PS_KEEP_WO ? 1 : 0; /* the feed-forward's output product */
@@ -190,9 +196,10 @@ double ps_shard_rerun_share(const void *ud, int l, int m)
   const PsLayer *L = &w->m->layers[l];
   if (output_dead(w, l)) {
     /* a mixture of experts is a whole block: its backward reads its own
-     * scores, routed input and projections, so only the down products
-     * (2, and the shared experts' 4) are dead */
-    if (L->kind != PS_LAYER_MOE || m == 2 || m == 4)
+     * scores, routed (dispatched) input and projections, so only the down
+     * products and the combine, which make its output, are dead */
+    if (L->kind != PS_LAYER_MOE || ps_moe_product(L, m) == PS_MOE_DOWN ||
+        ps_moe_product(L, m) == PS_MOE_COMBINE)
       return 0;
   }
   unsigned k = w->c->remat_keep | w->c->remat_offload; /* kept anywhere */
