@@ -71,13 +71,15 @@ static void test_dense_bytes(void)
  * roofline (its padding to the MXU included) and its fixed cost. */
 static double matmul_time_any(const char *name, int64_t n, PsTopology **out, PsOpCost *c)
 {
+  /* the benchmarks' clock: v7's run at DVFS p-state 7 (chip.clock_factor) */
+  static const char *const locked[] = {"chip.clock_factor=1", NULL};
   g_autofree char *text = g_strdup_printf(
       "{\"name\": \"mm\", \"input\": {\"shape\": [%" G_GINT64_FORMAT "], \"classes\": 8},"
       " \"layers\": [{\"type\": \"dense\", \"units\": %" G_GINT64_FORMAT ", \"bias\": false},"
       " {\"type\": \"dense\", \"units\": 8}, {\"type\": \"softmax_xent\"}]}",
       n, n);
   PsModel *m = model_from(text);
-  PsTopology *t = topology_load(name, NULL);
+  PsTopology *t = topology_load(name, locked);
   ps_cost_op(t, m, 0, 0, n, &xla_bf16, FALSE, NULL, c);
   ps_model_free(m);
   *out = t;
@@ -136,6 +138,50 @@ static void test_matmul_points(void)
     g_assert_cmpfloat(r, >, 0.8 * rates[i]); /* podsim is never much slower */
     ps_topology_free(t);
   }
+}
+
+/* The core's clock (chip.clock_factor f): a kernel's MXU and vector-unit
+ * times and its fixed cost take 1/f as long, its HBM time the same.  On
+ * tpu7x-8, whose shipped factor is below 1 (a run at the default DVFS
+ * state against the benchmarks' locked p-state 7): a 32768^3 matmul
+ * (MXU-bound) takes 1/f of its locked time; a 16384 x 16384 dense layer
+ * at batch 1 (HBM-bound: its weights read once) its HBM time plus 1/f of
+ * the fixed cost. */
+static void test_clock_factor(void)
+{
+  PsTopology *t = topology_load("tpu7x-8", NULL);
+  const double f = t->clock_factor;
+  g_assert_cmpfloat(f, >, 0.5);
+  g_assert_cmpfloat(f, <, 1.0);
+  PsTopology *locked = NULL;
+  PsOpCost c;
+  const double n = 32768;
+  double s1 = matmul_time("tpu7x-8", (int64_t)n, &locked);
+  PsModel *m = model_from("{\"name\": \"mm\", \"input\": {\"shape\": [32768], \"classes\": 8},"
+                          " \"layers\": [{\"type\": \"dense\", \"units\": 32768, \"bias\": false},"
+                          " {\"type\": \"dense\", \"units\": 8}, {\"type\": \"softmax_xent\"}]}");
+  ps_cost_op(t, m, 0, 0, (int64_t)n, &xla_bf16, FALSE, NULL, &c);
+  g_test_message("32768^3 on tpu7x-8: %.6f ms locked, %.6f ms at clock %.4f", s1 * 1e3,
+                 ps_time_to_s(c.time) * 1e3, f);
+  g_assert_cmpfloat(fabs(ps_time_to_s(c.time) - s1 / f), <, 1e-9 * s1);
+  ps_model_free(m);
+  m = model_from("{\"name\": \"mv\", \"input\": {\"shape\": [16384], \"classes\": 8},"
+                 " \"layers\": [{\"type\": \"dense\", \"units\": 16384, \"bias\": false},"
+                 " {\"type\": \"dense\", \"units\": 8}, {\"type\": \"softmax_xent\"}]}");
+  ps_cost_op(t, m, 0, 0, 1, &xla_bf16, FALSE, NULL, &c);
+  double t_mem = c.bytes / ps_topology_device_hbm_bandwidth(t);
+  g_assert_cmpfloat(c.memory_s, >, 0);
+  g_assert_cmpfloat(fabs(ps_time_to_s(c.time) - (t_mem + t->op_overhead_s / f)), <, 2e-12);
+  ps_model_free(m);
+  ps_topology_free(locked);
+  ps_topology_free(t);
+  /* a factor out of (0, 2] is refused, naming the key */
+  static const char *const bad[] = {"chip.clock_factor=0", NULL};
+  GError *error = NULL;
+  g_assert_null(ps_topology_load("tpu7x-8", bad, &error));
+  g_test_message("%s", error->message);
+  g_assert_nonnull(strstr(error->message, "clock_factor"));
+  g_clear_error(&error);
 }
 
 /* A 3x3 convolution of 64 channels to 100 filters on 5x5 images, laid out
@@ -737,5 +783,6 @@ int main(int argc, char **argv)
   g_test_add_func("/cost/flash-window", test_flash_window);
   g_test_add_func("/cost/embedding-matmul", test_embedding_matmul);
   g_test_add_func("/cost/fp8", test_fp8);
+  g_test_add_func("/cost/clock-factor", test_clock_factor);
   return g_test_run();
 }

@@ -49,15 +49,20 @@ const char *ps_cost_bound_name(PsBound b)
 
 /* ---- kernels ---------------------------------------------------------- */
 
+/* The core clock (chip.clock_factor) scales what the core computes, the
+ * MXU's and the vector unit's rates and a launch's fixed cost, all
+ * measured at the clock the factor is relative to; HBM's bandwidth does
+ * not follow it. */
 static void kernel_finish(const PsTopology *topo, PsKernel *k)
 {
-  double peak = ps_topology_device_peak_flops(topo) * topo->mxu_efficiency;
+  const double clock = topo->clock_factor > 0 ? topo->clock_factor : 1.0;
+  double peak = ps_topology_device_peak_flops(topo) * topo->mxu_efficiency * clock;
   double t_mxu = k->padded_flops / peak;
   double t_mem = k->bytes / ps_topology_device_hbm_bandwidth(topo);
-  double vpu = topo->vpu_flops / ps_topology_devices_per_chip(topo);
+  double vpu = topo->vpu_flops * clock / ps_topology_devices_per_chip(topo);
   double t_vpu = vpu > 0 ? k->vpu_flops / vpu : 0;
   k->busy_s = fmax(t_mxu, fmax(t_mem, t_vpu));
-  k->launch_s = topo->op_overhead_s;
+  k->launch_s = topo->op_overhead_s / clock;
   k->bound = t_mxu >= t_mem && t_mxu >= t_vpu ? PS_BOUND_MXU
              : t_mem >= t_vpu                 ? PS_BOUND_HBM
                                               : PS_BOUND_VPU;

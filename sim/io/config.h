@@ -32,6 +32,10 @@ typedef struct {
   double hbm_bandwidth_Bps;  /* per chip */
   double mxu_efficiency;     /* fraction of peak a padded matmul reaches */
   double op_overhead_s;      /* fixed cost per kernel launched on a core */
+  double clock_factor;       /* the core clock a run gets, as a fraction of the one
+                                mxu_efficiency, vpu_flops and op_overhead_s were
+                                measured at (1: the same; v7's default DVFS state
+                                against its locked benchmarks' p-state 7) */
   double vpu_flops;          /* vector-unit FLOP/s per chip (element-wise work) */
   double on_chip_bandwidth_Bps; /* between the cores of one chip */
   /* host */

@@ -38,6 +38,7 @@ static const char *const chip_keys[] = {"cores",
                                         "on_chip_bandwidth_Bps",
                                         "int8_peak_flops",
                                         "fp8_peak_flops",
+                                        "clock_factor",
                                         NULL};
 static const char *const host_keys[] = {"chips",     "cpu_threads",     "pcie_bandwidth_Bps",
                                         "cpu_flops", "loop_overhead_s",
@@ -282,6 +283,7 @@ static gboolean parse_chip(json_object *root, const char *file, const char *path
   t->mxu_efficiency = 1.0;
   t->op_overhead_s = 1e-6;
   t->vpu_flops = 0; /* absent: element-wise work bound by HBM only */
+  t->clock_factor = 1.0;
   if (!ps_json_check_keys(c, file, p, chip_keys, error) ||
       !ps_json_get_int32(c, file, p, "cores", TRUE, 1, 1024, &t->cores_per_chip, error) ||
       !ps_json_get_bool(c, file, p, "megacore", FALSE, &t->megacore, error) ||
@@ -298,6 +300,8 @@ static gboolean parse_chip(json_object *root, const char *file, const char *path
       !ps_json_get_double(c, file, p, "op_overhead_s", FALSE, 0, FALSE, INFINITY,
                           &t->op_overhead_s, error) ||
       !ps_json_get_double(c, file, p, "vpu_flops", FALSE, 0, FALSE, INFINITY, &t->vpu_flops,
+                          error) ||
+      !ps_json_get_double(c, file, p, "clock_factor", FALSE, 0, TRUE, 2.0, &t->clock_factor,
                           error) ||
       !ps_json_get_double(c, file, p, "on_chip_bandwidth_Bps", TRUE, 0, TRUE, INFINITY,
                           &t->on_chip_bandwidth_Bps, error) ||
@@ -805,6 +809,7 @@ json_object *ps_config__topology_to_json(const PsTopology *t, json_object *sourc
   json_object_object_add(c, "mxu_efficiency", ps_config__new_double(t->mxu_efficiency));
   json_object_object_add(c, "op_overhead_s", ps_config__new_double(t->op_overhead_s));
   json_object_object_add(c, "vpu_flops", ps_config__new_double(t->vpu_flops));
+  json_object_object_add(c, "clock_factor", ps_config__new_double(t->clock_factor));
   json_object_object_add(c, "on_chip_bandwidth_Bps",
                          ps_config__new_double(t->on_chip_bandwidth_Bps));
   if (t->int8_peak_flops > 0)
