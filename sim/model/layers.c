@@ -980,8 +980,10 @@ void ps_model_describe(const PsModel *model, GString *out)
     g_string_append_printf(out,
                            "%s: each expert takes at most %" G_GINT64_FORMAT
                            " positions of a sequence (\"capacity_factor\": %g), the rest "
-                           "dropped; dispatch and combine products, as %d mixture%s of experts; "
-                           "the model FLOPs of MFU leave them and the empty slots out\n",
+                           "dropped; positions reach the experts and return through dispatch and "
+                           "combine products "
+                           "(%d such layer%s); the model FLOPs of MFU leave those and the empty "
+                           "slots out\n",
                            L->name, L->capacity, L->capacity_factor, n, n == 1 ? "" : "s");
   }
   /* each sliding window once: how many attention layers have it, the first */
