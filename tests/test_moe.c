@@ -34,8 +34,9 @@
  *   of 8 experts, cf 1.25); its model FLOPs (MFU) are the dropless
  *   layout's, capacity_factor set to 0 by --set;
  * - /moe/capacity/remat: a full recompute of two capacity layers runs each
- *   one's router, gate, up and dispatch again, and the last one's down and
- *   combine too (the final norm reads its output);
+ *   one's router, gate, up, down and dispatch again (the combine's backward
+ *   reads the experts' outputs for the router's gradient), and the last
+ *   one's combine too (the final norm reads its output);
  * - /moe/capacity/errors: a negative factor, a string, and a factor that
  *   leaves an expert no slot are refused naming the key and the fix. */
 #include "common/json.h"
@@ -219,11 +220,10 @@ static void remat_figures(const char *const *ov, double *recompute, int64_t *pea
 }
 
 /* Rematerialization of a mixture of experts: its output only feeds the
- * residual add, but its backward reads its own scores and projections, so
- * a full recompute runs the router and the experts' gate and up products
- * again, and the down products only where backward reads their output
- * (the last layer's, through the final norm): 2 x 4096 positions x
- * (2 (D E + 2 k D F) + k F D) FLOPs; and
+ * residual add, but its backward reads its own scores and projections and
+ * its experts' outputs (the router weights' gradient of the weighted sum),
+ * so a full recompute runs the router and the experts' gate, up and down
+ * products again: 2 x 4096 positions x 2 (D E + 3 k D F) FLOPs; and
  * remat_keep's mlpwi and mlpwo keep its products (more HBM, less rerun). */
 static void test_remat(void)
 {
@@ -244,9 +244,8 @@ static void test_remat(void)
   remat_figures(input, &r_input, &p_input);
   remat_figures(kept, &r_kept, &p_kept);
   const double d = 4096, e = 128, k = 8, f = 1536, tokens = 4096; /* one example a device */
-  /* both layers' router, gate and up; the last layer's down too, whose
-   * output the final norm's backward reads through the residual add */
-  double moe_rerun = 2.0 * 2.0 * tokens * (d * e + 2.0 * k * d * f) + 2.0 * tokens * k * f * d;
+  /* both layers' router, gate, up and down */
+  double moe_rerun = 2.0 * 2.0 * tokens * (d * e + 3.0 * k * d * f);
   g_test_message("MoE recompute FLOPs: full %.4e (closed form %.4e), custom input %.4e, "
                  "custom mlpwi+mlpwo %.4e; HBM peak %" G_GINT64_FORMAT " / %" G_GINT64_FORMAT,
                  r_full, moe_rerun, r_input, r_kept, p_input, p_kept);
@@ -314,19 +313,27 @@ static void test_advice(void)
   }
 }
 
-/* A block of E experts with capacity factor cf over (S, D). */
-static PsModel *capacity_block(int64_t s, int64_t d, int64_t e, int64_t k, int64_t f,
-                               const char *cf, GError **error)
+/* A block of E experts (and sh shared ones) with capacity factor cf over
+ * (S, D). */
+static PsModel *capacity_block_shared(int64_t s, int64_t d, int64_t e, int64_t k, int64_t f,
+                                      int64_t sh, const char *cf, GError **error)
 {
   g_autofree char *text = g_strdup_printf(
       "{'name': 'm', 'input': {'shape': [%" G_GINT64_FORMAT "], 'classes': 16, 'tokens': true},"
       " 'layers': [{'type': 'embedding', 'name': 'embed', 'vocab': 16, 'dim': %" G_GINT64_FORMAT
       "},"
       " {'type': 'moe', 'name': 'moe', 'experts': %" G_GINT64_FORMAT ", 'top_k': %" G_GINT64_FORMAT
-      ", 'units': %" G_GINT64_FORMAT ", 'capacity_factor': %s},"
+      ", 'units': %" G_GINT64_FORMAT ", 'shared_experts': %" G_GINT64_FORMAT
+      ", 'capacity_factor': %s},"
       " {'type': 'dense', 'name': 'head', 'units': 16}, {'type': 'softmax_xent', 'name': 'loss'}]}",
-      s, d, e, k, f, cf);
+      s, d, e, k, f, sh, cf);
   return model_parse_quoted(text, error);
+}
+
+static PsModel *capacity_block(int64_t s, int64_t d, int64_t e, int64_t k, int64_t f,
+                               const char *cf, GError **error)
+{
+  return capacity_block_shared(s, d, e, k, f, 0, cf, error);
 }
 
 /* MaxText's int(max(ceil(S k / E) cf, cf)) for cf = num / den, in
@@ -340,13 +347,15 @@ static int64_t slots_of(int64_t s, int64_t k, int64_t e, int64_t num, int64_t de
 static void test_capacity_closed_form(void)
 {
   static const struct {
-    int64_t s, e, k, num, den;
+    int64_t s, e, k, sh, num, den;
   } cases[] = {
-      {64, 8, 2, 5, 4},   /* 16 an expert, 20 slots */
-      {10, 8, 2, 3, 2},   /* ceil(20 / 8) = 3, 4.5 slots: 4 */
-      {64, 4, 4, 1, 1},   /* every expert for every position: 64 slots */
-      {1, 64, 1, 2, 1},   /* one position: cf's 2 slots an expert, 64 experts */
-      {96, 16, 1, 25, 10} /* 6 an expert, 15 slots */
+      {64, 8, 2, 0, 5, 4},   /* 16 an expert, 20 slots */
+      {10, 8, 2, 0, 3, 2},   /* ceil(20 / 8) = 3, 4.5 slots: 4 */
+      {64, 4, 4, 0, 1, 1},   /* every expert for every position: 64 slots */
+      {1, 64, 1, 0, 2, 1},   /* one position: cf's 2 slots an expert, 64 experts */
+      {96, 16, 1, 0, 25, 10}, /* 6 an expert, 15 slots */
+      {64, 8, 2, 2, 5, 4},   /* with 2 shared experts: seven products */
+      {64, 8, 2, 0, 1, 2},   /* a factor under 1: 8 slots for 16 an expert */
   };
   const int64_t d = 32, f = 48;
   GError *error = NULL;
@@ -356,15 +365,18 @@ static void test_capacity_closed_form(void)
   ps_strategy_cost_options(ex, &o);
   o.rerun = NULL;
   for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
-    int64_t s = cases[i].s, e = cases[i].e, k = cases[i].k;
+    int64_t s = cases[i].s, e = cases[i].e, k = cases[i].k, sh = cases[i].sh;
     g_autofree char *cf = g_strdup_printf("%g", (double)cases[i].num / (double)cases[i].den);
-    PsModel *m = capacity_block(s, d, e, k, f, cf, &error);
+    PsModel *m = capacity_block_shared(s, d, e, k, f, sh, cf, &error);
     g_assert_no_error(error);
     const PsLayer *L = &m->layers[1];
     int64_t c = slots_of(s, k, e, cases[i].num, cases[i].den);
     g_assert_cmpint(L->capacity, ==, c);
-    g_assert_cmpint(L->params, ==, d * e + 3 * e * d * f);
-    double router = 2.0 * (double)(s * d * e), experts = 6.0 * (double)(e * c * d * f);
+    g_assert_cmpint(L->params, ==, d * e + 3 * (e + sh) * d * f);
+    g_assert_cmpint(L->n_mm, ==, sh > 0 ? 7 : 5);
+    /* the shared experts' products on every position count as the routed ones do */
+    double router = 2.0 * (double)(s * d * e),
+           experts = 6.0 * (double)(e * c * d * f) + 6.0 * (double)(s * sh * d * f);
     double move = 2.0 * (double)(s * e * c * d); /* the dispatch's, and the combine's */
     g_test_message("S %" G_GINT64_FORMAT " E %" G_GINT64_FORMAT " k %" G_GINT64_FORMAT
                    " cf %s: %" G_GINT64_FORMAT " slots, matmul FLOPs %.6e, closed form %.6e",
@@ -377,6 +389,18 @@ static void test_capacity_closed_form(void)
     double want_bw = 2.0 * (router + experts + move) + move;
     g_assert_cmpfloat(fabs(fw.mxu_flops - (router + experts + 2 * move)), <=, 1e-9 * fw.mxu_flops);
     g_assert_cmpfloat(fabs(bw.mxu_flops - want_bw), <=, 1e-9 * want_bw);
+    /* MFU's model FLOPs: the useful S k routed copies (and the shared
+     * experts' positions), whatever the slots, under a factor of 1 too;
+     * the same block dropless gives them */
+    PsModel *dl = capacity_block_shared(s, d, e, k, f, sh, "0", &error);
+    g_assert_no_error(error);
+    double useful = 3.0 * (router + 6.0 * (double)(s * k * d * f) + 6.0 * (double)(s * sh * d * f));
+    double head = 3.0 * 2.0 * (double)(s * d * 16);
+    g_assert_cmpfloat(fabs(ps_model_flops_per_example(m) - (useful + head)), <=,
+                      1e-9 * (useful + head));
+    g_assert_cmpfloat(fabs(ps_model_flops_per_example(m) - ps_model_flops_per_example(dl)), <=,
+                      1e-9 * (useful + head));
+    ps_model_free(dl);
     ps_model_free(m);
   }
   ps_experiment_free(ex);
@@ -438,7 +462,7 @@ static void test_capacity_remat(void)
   (void)k;
   double router = 2 * s * d * e, gate_up = 4 * e * c * d * f, down = 2 * e * c * f * d;
   double move = 2 * s * e * c * d;
-  double want = 2 * (router + gate_up + move) + down + move;
+  double want = 2 * (router + gate_up + down + move) + move;
   g_test_message("capacity MoE recompute FLOPs: %.6e, closed form %.6e", r, want);
   g_assert_cmpfloat(fabs(r - want), <=, 1e-9 * want);
 }
@@ -451,8 +475,9 @@ static void test_capacity_errors(void)
   } cases[] = {
       {8, 4, 2, "-1", {"capacity_factor", ">= 0"}},
       {8, 4, 2, "'lots'", {"capacity_factor", "number"}},
-      {1, 64, 1, "0.5", {"capacity_factor 0.5", "use at least 1"}},
-      {4096, 8, 2, "0.0001", {"no slot", "use at least 0.000976562"}},
+      {1, 64, 1, "0.5", {"capacity_factor: 0.5", "use at least 1"}},
+      {4096, 8, 2, "0.0001", {"capacity_factor: 0.0001 leaves", "use at least 0.000977"}},
+      {90, 8, 3, "0.02", {"no slot", "use at least 0.029412"}}, /* 1 / ceil(270 / 8) = 1/34 */
   };
   for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
     GError *error = NULL;
@@ -461,6 +486,16 @@ static void test_capacity_errors(void)
     g_test_message("%s", error->message);
     for (int j = 0; j < 2; j++)
       g_assert_nonnull(strstr(error->message, cases[i].want[j]));
+    /* the factor it suggests is accepted and gives each expert one slot */
+    const char *at = strstr(error->message, "use at least ");
+    if (at) {
+      g_autofree char *least = g_strndup(at + strlen("use at least "),
+                                         strcspn(at + strlen("use at least "), ", "));
+      PsModel *m = capacity_block(cases[i].s, 32, cases[i].e, cases[i].k, 48, least, NULL);
+      g_assert_nonnull(m);
+      g_assert_cmpint(m->layers[1].capacity, ==, 1);
+      ps_model_free(m);
+    }
     g_error_free(error);
   }
 }

@@ -120,12 +120,16 @@ static gboolean moe_shape(PsLayer *L, const PsLayerIn *in, GError **error)
                                       : 0;
   double rows_d = cap > 0 ? (double)e * floor(cap) : (double)(s * k);
   if (cap > 0 && floor(cap) < 1) {
-    ps_layer_error(error, PS_INPUT_ERROR_VALUE, in->file, in->path,
-                   "capacity_factor %g leaves each of the %" G_GINT64_FORMAT
+    /* the least factor that gives one slot, 1 / ceil(S k / E), rounded up
+     * to six decimals so that the value printed is itself accepted */
+    double least = ceil(1e6 / ceil((double)(s * k) / (double)e)) / 1e6;
+    g_autofree char *p = ps_json_path_join(in->path, "capacity_factor");
+    ps_layer_error(error, PS_INPUT_ERROR_VALUE, in->file, p,
+                   "%g leaves each of the %" G_GINT64_FORMAT
                    " experts no slot for a sequence of %" G_GINT64_FORMAT
                    " positions (top_k %" G_GINT64_FORMAT "): every position would be "
                    "dropped; use at least %g, or 0 for no capacity (dropless)",
-                   L->capacity_factor, e, s, k, 1.0 / ceil((double)(s * k) / (double)e));
+                   L->capacity_factor, e, s, k, least);
     return FALSE;
   }
   if (!ps_layer_check_size((double)(e + sh) * 3.0 * (double)d * (double)f, "expert weights",

@@ -896,7 +896,8 @@ static double window_unseen(const PsLayer *L)
 
 /* The FLOPs a mixture of experts with a capacity spends beyond the useful
  * ones: its dispatch and combine products and its experts' empty slots
- * (E C rows where S k are routed); none when dropless. */
+ * (E C rows where S k are routed; fewer slots than S k, a factor under 1,
+ * subtract, so the model FLOPs stay S k's); none when dropless. */
 static double moe_overhead(const PsLayer *L)
 {
   if (L->kind != PS_LAYER_MOE || L->capacity <= 0)
@@ -909,8 +910,10 @@ static double moe_overhead(const PsLayer *L)
     PsMoeProduct r = ps_moe_product(L, m);
     if (r == PS_MOE_DISPATCH || r == PS_MOE_COMBINE)
       f += one;
-    else if ((r == PS_MOE_GATE_UP || r == PS_MOE_DOWN) && m <= 2) /* the routed experts' */
-      f += one * MAX(0.0, 1.0 - routed / (double)mm->rows);
+    else if ((r == PS_MOE_GATE_UP || r == PS_MOE_DOWN) && m <= 2)
+      f += one * (1.0 - routed / (double)mm->rows); /* the routed experts': negative
+                                                       when the slots hold fewer than
+                                                       the S k routed copies */
   }
   return f;
 }

@@ -146,7 +146,8 @@ int ps_lower_reduce_bytes(const PsExperiment *exp, PsPrecision reduce_precision)
 
 ps_time_t ps_lower_launch(const PsExperiment *exp)
 {
-  return ps_time_from_s(exp->topology->op_overhead_s);
+  const double clock = exp->topology->clock_factor > 0 ? exp->topology->clock_factor : 1.0;
+  return ps_time_from_s(exp->topology->op_overhead_s / clock); /* as cost.c's kernels */
 }
 
 void ps_lower_data_axis(PsPlan *plan, const PsModel *model, int n)

@@ -196,10 +196,12 @@ double ps_shard_rerun_share(const void *ud, int l, int m)
   const PsLayer *L = &w->m->layers[l];
   if (output_dead(w, l)) {
     /* a mixture of experts is a whole block: its backward reads its own
-     * scores, routed (dispatched) input and projections, so only the down
-     * products and the combine, which make its output, are dead */
-    if (L->kind != PS_LAYER_MOE || ps_moe_product(L, m) == PS_MOE_DOWN ||
-        ps_moe_product(L, m) == PS_MOE_COMBINE)
+     * scores, routed (dispatched) input and projections, and the routed
+     * experts' outputs (the router weights' gradient: the weighted sum's,
+     * or the combine product's second one), so only the combine and the
+     * shared experts' down products, which make its output, are dead */
+    gboolean shared_down = L->kind == PS_LAYER_MOE && L->shared_experts > 0 && m == 4;
+    if (L->kind != PS_LAYER_MOE || shared_down || ps_moe_product(L, m) == PS_MOE_COMBINE)
       return 0;
   }
   unsigned k = w->c->remat_keep | w->c->remat_offload; /* kept anywhere */
