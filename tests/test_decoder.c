@@ -235,6 +235,18 @@ static const char decoder_net[] =
     "{'type': 'rmsnorm'}, {'type': 'global_avgpool'}, {'type': 'dense', 'units': 5},"
     "{'type': 'softmax_xent'}]}";
 
+/* The same with a GeGLU feed-forward block: the gate's activation reaches
+ * the kernels (a silu gate would miss the differences). */
+static const char decoder_net_geglu[] =
+    "{'input': {'shape': [8], 'classes': 5, 'tokens': true}, 'layers': ["
+    "{'type': 'embedding', 'vocab': 7, 'dim': 8, 'positions': false},"
+    "{'type': 'residual', 'body': [{'type': 'rmsnorm'}, {'type': 'attention', 'heads': 4, "
+    "'kv_heads': 2, 'rope': true, 'causal': true, 'bias': false}]},"
+    "{'type': 'residual', 'body': [{'type': 'rmsnorm'}, {'type': 'swiglu', 'units': 12, "
+    "'activation': 'gelu'}, {'type': 'dense', 'units': 8, 'bias': false}]},"
+    "{'type': 'rmsnorm'}, {'type': 'global_avgpool'}, {'type': 'dense', 'units': 5},"
+    "{'type': 'softmax_xent'}]}";
+
 static double decoder_loss(PsNet *net, const float *x, const int32_t *labels, int batch)
 {
   ps_net_set_input(net, x, labels, batch);
@@ -246,10 +258,10 @@ static double decoder_loss(PsNet *net, const float *x, const int32_t *labels, in
  * test_net.c's bound: float rounding puts ~1e-7 on the loss, ~5e-5 on a
  * difference over 2h with h = 1e-3, so 3e-4 + 2% of the entry; the
  * parameter count is the plan's and the closed form's. */
-static void test_decoder_net(void)
+static void test_decoder_net(gconstpointer text)
 {
   GError *err = NULL;
-  PsModel *m = model_parse_quoted(decoder_net, &err);
+  PsModel *m = model_parse_quoted(text, &err);
   g_assert_no_error(err);
   g_assert_true(m->numerics_supported);
   PsNet *net = ps_net_new(m, 4, PS_PRECISION_F32, 7, &err);
@@ -317,6 +329,20 @@ static void test_kinds(void)
   g_assert_cmpint(m->labels_per_example, ==, 6);
   g_assert_true(m->numerics_supported);
   ps_model_free(m);
+
+  /* GeGLU: the same weights and products; gelu and the product 11 FLOPs
+   * an output forward, 20 backward, against silu's 5 and 8 */
+  m = model_parse_quoted("{'input': {'shape': [6, 8], 'classes': 11}, 'layers': ["
+                         "{'type': 'swiglu', 'units': 20, 'activation': 'gelu'}, "
+                         "{'type': 'dense', 'units': 11}, {'type': 'softmax_xent'}]}", &err);
+  g_assert_no_error(err);
+  g = &m->layers[0];
+  const double mm = 2.0 * 2 * 6 * 8 * 20;
+  g_assert_true(g->gelu_gate);
+  g_assert_cmpint(g->params, ==, 2 * 8 * 20);
+  g_assert_cmpfloat(g->fwd_flops, ==, mm + 11.0 * 6 * 20);
+  g_assert_cmpfloat(g->bwd_flops, ==, 2 * mm + 20.0 * 6 * 20);
+  ps_model_free(m);
 }
 
 static void expect_error(const char *layer, const char *want)
@@ -334,6 +360,30 @@ static void expect_error(const char *layer, const char *want)
   g_error_free(err);
 }
 
+/* The gate's activation reaches the net's kernels: the SwiGLU and GeGLU
+ * nets, built with the same seed (the same weights), give the losses of
+ * their own activation, which differ. */
+static void test_geglu_differs(void)
+{
+  GError *err = NULL;
+  double loss[2];
+  const char *texts[2] = {decoder_net, decoder_net_geglu};
+  float x[32];
+  int32_t labels[4] = {0, 3, 1, 4};
+  for (int i = 0; i < 32; i++)
+    x[i] = (float)((i * 5 + i / 8) % 7);
+  for (int k = 0; k < 2; k++) {
+    PsModel *m = model_parse_quoted(texts[k], &err);
+    g_assert_no_error(err);
+    PsNet *net = ps_net_new(m, 4, PS_PRECISION_F32, 7, &err);
+    g_assert_no_error(err);
+    loss[k] = decoder_loss(net, x, labels, 4);
+    ps_net_free(net);
+    ps_model_free(m);
+  }
+  g_assert_cmpfloat(fabs(loss[0] - loss[1]), >, 1e-6);
+}
+
 static void test_errors(void)
 {
   expect_error("{'type': 'attention', 'heads': 4, 'kv_heads': 3}",
@@ -345,6 +395,8 @@ static void test_errors(void)
   expect_error("{'type': 'attention', 'heads': 8, 'rope': true}",
                "rope needs an even head_dim, got d_model 24 / heads 8 = 3");
   expect_error("{'type': 'swiglu'}", "units");
+  expect_error("{'type': 'swiglu', 'units': 4, 'activation': 'relu'}",
+               "t.json: layers[0].activation: must be one of: silu, gelu; got 'relu'");
   expect_error("{'type': 'rmsnorm', 'units': 3}", "units");
 }
 
@@ -357,7 +409,9 @@ int main(int argc, char **argv)
   g_test_add_func("/decoder/gqa/closed-form", test_gqa_closed_form);
   g_test_add_func("/decoder/gqa/shard", test_gqa_shard);
   g_test_add_func("/decoder/kinds", test_kinds);
-  g_test_add_func("/decoder/net", test_decoder_net);
+  g_test_add_data_func("/decoder/net", decoder_net, test_decoder_net);
+  g_test_add_data_func("/decoder/net-geglu", decoder_net_geglu, test_decoder_net);
+  g_test_add_func("/decoder/net-geglu/differs", test_geglu_differs);
   g_test_add_func("/decoder/errors", test_errors);
   return g_test_run();
 }

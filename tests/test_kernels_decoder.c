@@ -95,9 +95,19 @@ static void test_rmsnorm(void)
 
 typedef struct {
   int rows, in, units;
-  gboolean bias;
+  gboolean bias, gelu;
   const double *r;
 } GluCtx;
+
+/* The gate's activation in double: silu a sigmoid(a), or gelu's tanh
+ * form 0.5 a (1 + tanh(sqrt(2 / pi) (a + 0.044715 a^3))) (Hendrycks and
+ * Gimpel 2016, eq. 2's approximation). */
+static double ref_gate(double a, gboolean gelu)
+{
+  if (gelu)
+    return 0.5 * a * (1.0 + tanh(sqrt(2.0 / G_PI) * (a + 0.044715 * a * a * a)));
+  return a / (1.0 + exp(-a));
+}
 
 static size_t glu_nv(const GluCtx *c)
 {
@@ -106,7 +116,7 @@ static size_t glu_nv(const GluCtx *c)
 }
 
 /* v = [x (rows x in), W_g, W_u (in x units each), b_g, b_u]; Shazeer
- * 2020, eq. 5: silu(x W_g + b_g) * (x W_u + b_u). */
+ * 2020, eqs. 5 and 6: act(x W_g + b_g) * (x W_u + b_u). */
 static void ref_swiglu(const GluCtx *c, const double *v, double *y)
 {
   const size_t wn = (size_t)c->in * c->units;
@@ -119,7 +129,7 @@ static void ref_swiglu(const GluCtx *c, const double *v, double *y)
         a += x[(size_t)i * c->in + k] * wg[(size_t)k * c->units + o];
         u += x[(size_t)i * c->in + k] * wu[(size_t)k * c->units + o];
       }
-      y[(size_t)i * c->units + o] = a / (1.0 + exp(-a)) * u;
+      y[(size_t)i * c->units + o] = ref_gate(a, c->gelu) * u;
     }
 }
 
@@ -132,12 +142,14 @@ static double swiglu_objective(const double *v, const void *ctx)
   return weighted_sum(c->r, y, n);
 }
 
-/* y, dx, both weight gradients and (with biases) both bias gradients. */
+/* y, dx, both weight gradients and (with biases) both bias gradients;
+ * data: bit 0 biases, bit 1 a gelu gate (GeGLU). */
 static void test_swiglu(gconstpointer data)
 {
-  const gboolean bias = GPOINTER_TO_INT(data);
+  const gboolean bias = GPOINTER_TO_INT(data) & 1, gelu = (GPOINTER_TO_INT(data) >> 1) & 1;
+  const PsGluGate act = gelu ? PS_GLU_GELU : PS_GLU_SILU;
   GRand *r = g_rand_new_with_seed(73);
-  GluCtx c = {6, 10, 7, bias, NULL};
+  GluCtx c = {6, 10, 7, bias, gelu, NULL};
   const size_t nx = (size_t)c.rows * c.in, ny = (size_t)c.rows * c.units, nv = glu_nv(&c);
   const size_t nw = 2 * (size_t)c.in * c.units;
   g_autofree float *v = g_new(float, nv), *y = g_new(float, ny), *dy = g_new(float, ny);
@@ -152,13 +164,13 @@ static void test_swiglu(gconstpointer data)
 
   ref_swiglu(&c, vd, yref);
   const float *b = bias ? v + nx + nw : NULL;
-  ps_swiglu_forward(PS_PRECISION_F32, v, v + nx, b, y, saved, c.rows, c.in, c.units);
+  ps_swiglu_forward(PS_PRECISION_F32, act, v, v + nx, b, y, saved, c.rows, c.in, c.units);
   assert_close("swiglu y", y, yref, ny, 1.0);
 
   fd_gradient(swiglu_objective, &c, vd, nv, g);
   for (size_t i = 0; i < nx; i++)
     dv[i] = 1e30f;
-  ps_swiglu_backward(PS_PRECISION_F32, v, v + nx, saved, dy, dv, dv + nx,
+  ps_swiglu_backward(PS_PRECISION_F32, act, v, v + nx, saved, dy, dv, dv + nx,
                      bias ? dv + nx + nw : NULL, ws, c.rows, c.in, c.units);
   assert_close("swiglu dx", dv, g, nx, 1.0);
   assert_close("swiglu dW_g", dv + nx, g + nx, nw / 2, 1.0);
@@ -434,7 +446,9 @@ int main(int argc, char **argv)
   ps_kernels_init();
   g_test_add_func("/kernels/rmsnorm", test_rmsnorm);
   g_test_add_data_func("/kernels/swiglu/plain", GINT_TO_POINTER(FALSE), test_swiglu);
-  g_test_add_data_func("/kernels/swiglu/bias", GINT_TO_POINTER(TRUE), test_swiglu);
+  g_test_add_data_func("/kernels/swiglu/bias", GINT_TO_POINTER(1), test_swiglu);
+  g_test_add_data_func("/kernels/geglu/plain", GINT_TO_POINTER(2), test_swiglu);
+  g_test_add_data_func("/kernels/geglu/bias", GINT_TO_POINTER(3), test_swiglu);
   for (size_t i = 0; i < G_N_ELEMENTS(gqa_cases); i++) {
     g_autofree char *path = g_strdup_printf("/kernels/attention-gqa/%s", gqa_cases[i].name);
     g_test_add_data_func(path, &gqa_cases[i], test_gqa);

@@ -65,33 +65,49 @@ size_t ps_swiglu_workspace(int rows, int in, int units)
   return 2 * (size_t)rows * units;
 }
 
-void ps_swiglu_forward(PsPrecision prec, const float *x, const float *w, const float *b,
-                       float *y, float *saved, int rows, int in, int units)
+void ps_swiglu_forward(PsPrecision prec, PsGluGate act, const float *x, const float *w,
+                       const float *b, float *y, float *saved, int rows, int in, int units)
 {
   g_return_if_fail(x && w && y && saved && rows >= 0 && in > 0 && units > 0);
   const size_t n = (size_t)rows * units;
   float *gate = saved, *up = saved + n;
   ps_dense_forward(prec, x, w, b, gate, rows, in, units);
   ps_dense_forward(prec, x, w + (size_t)in * units, b ? b + units : NULL, up, rows, in, units);
+  if (act == PS_GLU_GELU) {
+    ps_gelu_forward(gate, y, n);
+    for (size_t i = 0; i < n; i++)
+      y[i] *= up[i];
+    return;
+  }
   for (size_t i = 0; i < n; i++)
     y[i] = gate[i] * sigmoidf(gate[i]) * up[i];
 }
 
-/* du = dy silu(a), da = dy u silu'(a) with silu'(a) = s (1 + a (1 - s)),
- * s = sigmoid(a); then both projections as dense layers, dx their sum. */
-void ps_swiglu_backward(PsPrecision prec, const float *x, const float *w, const float *saved,
-                        const float *dy, float *dx, float *dw, float *db, float *workspace,
-                        int rows, int in, int units)
+/* du = dy act(a), da = dy u act'(a): for silu act'(a) = s (1 + a (1 -
+ * s)), s = sigmoid(a); for gelu ps_gelu_backward's derivative.  Then
+ * both projections as dense layers, dx their sum. */
+void ps_swiglu_backward(PsPrecision prec, PsGluGate act, const float *x, const float *w,
+                        const float *saved, const float *dy, float *dx, float *dw, float *db,
+                        float *workspace, int rows, int in, int units)
 {
   g_return_if_fail(x && w && saved && dy && dw && workspace && rows >= 0 && in > 0 &&
                    units > 0);
   const size_t n = (size_t)rows * units, wn = (size_t)in * units;
   const float *gate = saved, *up = saved + n;
   float *dgate = workspace, *dup = workspace + n;
-  for (size_t i = 0; i < n; i++) {
-    const float a = gate[i], s = sigmoidf(a);
-    dup[i] = dy[i] * (a * s);
-    dgate[i] = dy[i] * up[i] * (s * (1.0f + a * (1.0f - s)));
+  if (act == PS_GLU_GELU) {
+    ps_gelu_forward(gate, dup, n);
+    for (size_t i = 0; i < n; i++) {
+      dup[i] *= dy[i];
+      dgate[i] = dy[i] * up[i];
+    }
+    ps_gelu_backward(gate, dgate, dgate, n);
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      const float a = gate[i], s = sigmoidf(a);
+      dup[i] = dy[i] * (a * s);
+      dgate[i] = dy[i] * up[i] * (s * (1.0f + a * (1.0f - s)));
+    }
   }
   ps_dense_backward(prec, x, w, dgate, dx, dw, db, rows, in, units);
   ps_dense_backward(prec, x, w + wn, dup, NULL, dw + wn, db ? db + units : NULL, rows, in,

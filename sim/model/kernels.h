@@ -206,20 +206,22 @@ void ps_rmsnorm_forward(const float *x, const float *gain, float *y, float *stat
 void ps_rmsnorm_backward(const float *x, const float *gain, const float *stats,
                          const float *dy, float *dx, float *dgain, int rows, int dim);
 
-/* SwiGLU feed-forward input (Shazeer, "GLU Variants Improve Transformer",
- * 2020, arXiv:2002.05202, eq. 5 without the down projection): y (rows x
- * units) = silu(x W_g + b_g) o (x W_u + b_u), silu(a) = a sigmoid(a);
+/* Gated feed-forward input (Shazeer, "GLU Variants Improve Transformer",
+ * 2020, arXiv:2002.05202, eqs. 5 and 6 without the down projection): y
+ * (rows x units) = act(x W_g + b_g) o (x W_u + b_u), act silu(a) = a
+ * sigmoid(a) (SwiGLU) or the tanh-form gelu of ps_gelu_forward (GeGLU);
  * w = [W_g (in x units), W_u (in x units)], b = [b_g, b_u] or NULL.
  * `saved` (2 rows units: the gate's and the up projection's outputs) is
  * written by forward and read by backward; backward's workspace is
  * ps_swiglu_workspace floats.  In kernels-decoder.c. */
+typedef enum { PS_GLU_SILU, PS_GLU_GELU } PsGluGate;
 size_t ps_swiglu_workspace(int rows, int in, int units);
-void ps_swiglu_forward(PsPrecision prec, const float *x, const float *w, const float *b,
-                       float *y, float *saved, int rows, int in, int units);
+void ps_swiglu_forward(PsPrecision prec, PsGluGate gate, const float *x, const float *w,
+                       const float *b, float *y, float *saved, int rows, int in, int units);
 /* dx may be NULL; b/db may be NULL (no biases). */
-void ps_swiglu_backward(PsPrecision prec, const float *x, const float *w, const float *saved,
-                        const float *dy, float *dx, float *dw, float *db, float *workspace,
-                        int rows, int in, int units);
+void ps_swiglu_backward(PsPrecision prec, PsGluGate gate, const float *x, const float *w,
+                        const float *saved, const float *dy, float *dx, float *dw, float *db,
+                        float *workspace, int rows, int in, int units);
 
 /* Token embedding: row r of y (rows x dim) = table[ids[r]], plus pos[r %
  * seq] when pos is not NULL; ids are token ids held exactly in floats

@@ -1,29 +1,43 @@
-/* layer-glu.c: swiglu, the gated input half of a SwiGLU feed-forward block
- * (Shazeer, "GLU Variants Improve Transformer", 2020, arXiv:2002.05202,
- * eq. 5), (.., D) -> (.., F) = silu(x W_g) o (x W_u), as an entry of the
- * layer table (layer-private.h); a dense layer of D units after it is the
- * block's down projection.  Keys: "units" (F), "bias" (default false, as
- * in the paper and Llama 2).
+/* layer-glu.c: swiglu, the gated input half of a SwiGLU or GeGLU
+ * feed-forward block (Shazeer, "GLU Variants Improve Transformer", 2020,
+ * arXiv:2002.05202, eqs. 5 and 6), (.., D) -> (.., F) = act(x W_g) o (x
+ * W_u), as an entry of the layer table (layer-private.h); a dense layer of
+ * D units after it is the block's down projection.  Keys: "units" (F),
+ * "bias" (default false, as in the paper and Llama 2), "activation"
+ * ("silu", the default: SwiGLU; "gelu": GeGLU, gelu in its tanh form, as
+ * Gemma's MLP and MaxText's mlp_activations ["gelu", "linear"]).
  *
  * Costs: two matrix products of (rows x D) by (D x F), backward twice
  * their FLOPs; silu and the product 5 FLOPs per output forward, 8
- * backward; it keeps its input and both projections' outputs.
+ * backward; gelu and the product 11 forward (the gelu layer's 10, and
+ * the product), 20 backward (gelu's derivative, 16 as the gelu layer's
+ * backward, its value from the same exponential, 2, and the gradient's
+ * products by dy and by the up projection, 2); it keeps its input and
+ * both projections' outputs.
  * Invariant: its weights are [W_g (D x F), W_u (D x F)] (and biases [b_g,
  * b_u]); the shape's parameter count equals the plan's w_len + b_len. */
 #include "model/layer-private.h"
 
 #define PS_SWIGLU_FWD 5.0
 #define PS_SWIGLU_BWD 8.0
+#define PS_GEGLU_FWD 11.0
+#define PS_GEGLU_BWD 20.0
 
-static const char *const keys_swiglu[] = {"type", "name", "units", "bias", NULL};
+static const char *const keys_swiglu[] = {"type", "name", "units", "bias", "activation", NULL};
+static const char *const glu_activations[] = {"silu", "gelu", NULL};
 
 static gboolean swiglu_parse(PsLayer *L, json_object *obj, const char *file, const char *path,
                              GError **error)
 {
+  int act = 0;
   L->bias = FALSE;
-  return ps_json_check_keys(obj, file, path, keys_swiglu, error) &&
-         ps_layer_get_dim(obj, file, path, "units", TRUE, &L->units, error) &&
-         ps_json_get_bool(obj, file, path, "bias", FALSE, &L->bias, error);
+  if (!ps_json_check_keys(obj, file, path, keys_swiglu, error) ||
+      !ps_layer_get_dim(obj, file, path, "units", TRUE, &L->units, error) ||
+      !ps_json_get_bool(obj, file, path, "bias", FALSE, &L->bias, error) ||
+      !ps_json_get_enum(obj, file, path, "activation", FALSE, glu_activations, &act, error))
+    return FALSE;
+  L->gelu_gate = act == 1;
+  return TRUE;
 }
 
 static gboolean swiglu_shape(PsLayer *L, const PsLayerIn *in, GError **error)
@@ -46,8 +60,8 @@ static gboolean swiglu_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   ps_layer_add_matmul(L, rows, d, f, 2); /* gate and up projections */
   double mm = ps_layer_matmul_flops(L), out = (double)(rows * f);
   double nb = L->bias ? 2 * out : 0;
-  L->fwd_flops = mm + PS_SWIGLU_FWD * out + nb;
-  L->bwd_flops = 2 * mm + PS_SWIGLU_BWD * out + nb;
+  L->fwd_flops = mm + (L->gelu_gate ? PS_GEGLU_FWD : PS_SWIGLU_FWD) * out + nb;
+  L->bwd_flops = 2 * mm + (L->gelu_gate ? PS_GEGLU_BWD : PS_SWIGLU_BWD) * out + nb;
   /* x read, weights read, both projections written and read back, y
    * written */
   L->fwd_bytes = (double)in->elems + (double)L->params + 5.0 * out;
@@ -66,6 +80,7 @@ static gboolean swiglu_plan(const NetPlan *p, NetLayer *nl, GError **error)
   nl->w_len *= 2;
   nl->b_len *= 2;
   nl->cache_elems = 2 * (size_t)nl->groups * nl->units;
+  nl->glu = p->l->gelu_gate ? PS_GLU_GELU : PS_GLU_SILU;
   return TRUE;
 }
 
@@ -85,14 +100,14 @@ static size_t swiglu_workspace(const NetLayer *nl, int max_batch)
 static void swiglu_forward(const NetStep *st)
 {
   const NetLayer *nl = st->nl;
-  ps_swiglu_forward(st->net->prec, st->x, st->w, st->b, st->sl->out, st->sl->cache,
+  ps_swiglu_forward(st->net->prec, nl->glu, st->x, st->w, st->b, st->sl->out, st->sl->cache,
                     st->batch * nl->groups, nl->in_dim, nl->units);
 }
 
 static gboolean swiglu_backward(const NetStep *st)
 {
   const NetLayer *nl = st->nl;
-  ps_swiglu_backward(st->net->prec, st->x, st->w, st->sl->cache, st->dy, st->dx, st->dw,
+  ps_swiglu_backward(st->net->prec, nl->glu, st->x, st->w, st->sl->cache, st->dy, st->dx, st->dw,
                      st->db, st->net->workspace, st->batch * nl->groups, nl->in_dim,
                      nl->units);
   return TRUE;

@@ -119,6 +119,7 @@ typedef struct {
   int bn_group;                 /* BATCHNORM: > 1, its moments are a group's,
                                    reduced between the phases by the caller */
   float rate;                   /* DROPOUT: the fraction dropped */
+  PsGluGate glu;                /* SWIGLU: the gate's activation */
   int index;                    /* the layer's index in the model (dropout's key) */
 } NetLayer;
 

@@ -160,6 +160,8 @@ typedef struct {
   int64_t kv_heads;            /* ATTENTION: key/value heads (= heads unless grouped);
                                   its dim is the projection width (d_model unless given) */
   gboolean rope;               /* ATTENTION: rotary position embedding on Q and K */
+  gboolean gelu_gate;          /* SWIGLU: the gate's activation is gelu (GeGLU,
+                                  "activation": "gelu"), not silu */
   int64_t flash_block;         /* ATTENTION: 0, or flash attention over blocks of
                                   this many positions (at most the sequence) */
   gboolean flash_fused_bwd;    /* ATTENTION, flash: one backward kernel for dq, dk
