@@ -518,19 +518,24 @@ static void test_flash_attention(void)
 /* Score elements of a head at block granularity, by brute force: a b x b
  * block counts whole when any query of it sees any key of it (causal: j <=
  * i; window w: |i - j| < w). */
-static double blocks_seen(int S, int b, gboolean causal, int w)
+static double blocks_seen_rect(int S, int bq, int bk, gboolean causal, int w)
 {
   double n = 0;
-  for (int i0 = 0; i0 < S; i0 += b)
-    for (int j0 = 0; j0 < S; j0 += b) {
+  for (int i0 = 0; i0 < S; i0 += bq)
+    for (int j0 = 0; j0 < S; j0 += bk) {
       gboolean any = FALSE;
-      for (int i = i0; i < MIN(S, i0 + b) && !any; i++)
-        for (int j = j0; j < MIN(S, j0 + b) && !any; j++)
-          any = (!causal || j <= i) && abs(i - j) < w;
+      for (int i = i0; i < MIN(S, i0 + bq) && !any; i++)
+        for (int j = j0; j < MIN(S, j0 + bk) && !any; j++)
+          any = (!causal || j <= i) && (w <= 0 || abs(i - j) < w);
       if (any)
-        n += (double)MIN(b, S - i0) * MIN(b, S - j0);
+        n += (double)MIN(bq, S - i0) * MIN(bk, S - j0);
     }
   return n;
+}
+
+static double blocks_seen(int S, int b, gboolean causal, int w)
+{
+  return blocks_seen_rect(S, b, b, causal, w);
 }
 
 /* A sliding window (MaxText's sliding_window_size): flash attention runs
@@ -593,6 +598,73 @@ static void test_flash_window(void)
   }
 }
 
+/* Each flash kernel with blocks of its own ("flash_blocks", splash
+ * attention's BlockSizes): forward, dk/dv and dq each compute the scores
+ * of the blocks their own mask skipping leaves, counted by brute force
+ * over the blocks; backward executes 4 score-sized products over the dkv
+ * kernel's scores and 3 over the dq kernel's (5 over the dkv kernel's
+ * with the fused kernel).  Square blocks of the default give what
+ * flash_block alone gives. */
+static void test_flash_blocks(void)
+{
+  const char *fmt =
+      "{\"name\": \"fb\", \"input\": {\"shape\": [%d, 512], \"classes\": 512},"
+      " \"layers\": [{\"type\": \"attention\", \"name\": \"attn\", \"heads\": 4,"
+      " \"causal\": %s, \"bias\": false, \"flash\": true%s%s}, {\"type\": \"softmax_xent\"}]}";
+  const double D = 512, h = 4, dh = 128;
+  PsTopology *t = topology_load("tpu-v5e-4", NULL);
+  const struct {
+    int S, w, q, kv, q_dkv, kv_dkv, q_dq, kv_dq;
+    gboolean causal, fused;
+  } cases[] = {{2048, 0, 512, 1024, 256, 2048, 1024, 256, TRUE, FALSE},
+               {2048, 600, 1024, 1024, 512, 2048, 1024, 512, TRUE, FALSE},
+               {1000, 300, 128, 256, 64, 512, 256, 128, FALSE, FALSE},
+               {4096, 1024, 2048, 1024, 1024, 4096, 0, 0, TRUE, TRUE},
+               {2048, 0, 2048, 2048, 1024, 4096, 0, 0, TRUE, TRUE}};
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    const double S = cases[i].S;
+    g_autofree char *win =
+        cases[i].w > 0 ? g_strdup_printf(", \"window\": %d", cases[i].w) : g_strdup("");
+    g_autofree char *dq = cases[i].fused ? g_strdup(", \"flash_fused_backward\": true")
+                                         : g_strdup_printf(", \"q_dq\": %d, \"kv_dq\": %d",
+                                                           cases[i].q_dq, cases[i].kv_dq);
+    g_autofree char *blk = g_strdup_printf(
+        "%s, \"flash_blocks\": {\"q\": %d, \"kv\": %d, \"q_dkv\": %d, \"kv_dkv\": %d%s}",
+        win, cases[i].q, cases[i].kv, cases[i].q_dkv, cases[i].kv_dkv,
+        cases[i].fused ? "" : dq);
+    g_autofree char *text = g_strdup_printf(fmt, cases[i].S, cases[i].causal ? "true" : "false",
+                                            cases[i].fused ? dq : "", blk);
+    PsModel *m = model_from(text);
+    const double fwd = blocks_seen_rect(cases[i].S, cases[i].q, cases[i].kv, cases[i].causal,
+                                        cases[i].w);
+    const double dkv = blocks_seen_rect(cases[i].S, cases[i].q_dkv, cases[i].kv_dkv,
+                                        cases[i].causal, cases[i].w);
+    const double dqs = cases[i].fused ? 0
+                                      : blocks_seen_rect(cases[i].S, cases[i].q_dq, cases[i].kv_dq,
+                                                         cases[i].causal, cases[i].w);
+    g_assert_cmpfloat(fabs(m->layers[0].mm[1].done * S * S - fwd), <, 1e-6);
+    const double proj = 2 * S * D * 3 * D + 2 * S * D * D;
+    const double prods = cases[i].fused ? 5 * dkv : 4 * dkv + 3 * dqs;
+    PsOpCost f, b;
+    ps_cost_op(t, m, 0, 0, 2, &xla_bf16, FALSE, NULL, &f);
+    ps_cost_op(t, m, 0, 0, 2, &xla_bf16, TRUE, NULL, &b);
+    g_assert_cmpfloat(fabs(f.mxu_flops - 2 * (proj + 4 * h * dh * fwd)), <, 1e-9 * f.mxu_flops);
+    g_assert_cmpfloat(fabs(b.mxu_flops - 2 * (2 * proj + 2 * h * dh * prods)), <,
+                      1e-9 * b.mxu_flops);
+    ps_model_free(m);
+  }
+  /* blocks all of the default size cost what no flash_blocks does */
+  g_autofree char *sq = g_strdup_printf(fmt, 2048, "true", "", ", \"flash_blocks\": {\"q\": "
+                                        "512, \"kv_dkv\": 512}");
+  g_autofree char *none = g_strdup_printf(fmt, 2048, "true", "", "");
+  PsModel *a = model_from(sq), *n = model_from(none);
+  g_assert_cmpfloat(a->layers[0].bwd_flops, ==, n->layers[0].bwd_flops);
+  g_assert_cmpfloat(a->layers[0].fwd_bytes, ==, n->layers[0].fwd_bytes);
+  ps_model_free(a);
+  ps_model_free(n);
+  ps_topology_free(t);
+}
+
 /* An embedding looked up as a one-hot matmul (MaxText's use_iota_embed),
  * V = 1000 rows of D = 256 over S = 512 ids at batch B = 3 on v5e (MXU
  * 128): forward runs 2 B S V D FLOPs padded to 2 pad8(B S) pad128(V) D
@@ -652,6 +724,10 @@ static void test_flash_errors(void)
       {"\"flash_block\": 128", "flash_block"},
       {"\"flash_fused_backward\": true", "flash_fused_backward"},
       {"\"flash\": true, \"flash_block\": 0", "flash_block"},
+      {"\"flash_blocks\": {\"q\": 8}", "flash_blocks"},
+      {"\"flash\": true, \"flash_blocks\": {\"q\": 0}", "flash_blocks.q"},
+      {"\"flash\": true, \"flash_fused_backward\": true, \"flash_blocks\": {\"kv_dq\": 8}",
+       "kv_dq"},
       {"\"window\": 0", "window"},
       {"\"window\": -4", "window"},
   };
@@ -667,6 +743,23 @@ static void test_flash_errors(void)
     g_assert_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE);
     g_assert_nonnull(strstr(error->message, "bad.json"));
     g_assert_nonnull(strstr(error->message, bad[i][1]));
+    g_clear_error(&error);
+    json_object_put(o);
+  }
+  /* a misspelt block or a block list: refused, naming the key */
+  const char *shape[][2] = {{"{\"k\": 8}", "unknown key 'k'"}, {"[8]", "must be an object"}};
+  for (size_t i = 0; i < G_N_ELEMENTS(shape); i++) {
+    g_autofree char *text = g_strdup_printf(
+        "{\"name\": \"fa\", \"input\": {\"shape\": [16, 8], \"classes\": 8},"
+        " \"layers\": [{\"type\": \"attention\", \"heads\": 2, \"flash\": true,"
+        " \"flash_blocks\": %s}, {\"type\": \"softmax_xent\"}]}",
+        shape[i][0]);
+    json_object *o = json_tokener_parse(text);
+    GError *error = NULL;
+    g_assert_null(ps_model_from_json(o, "bad.json", "", &error));
+    g_assert_nonnull(error);
+    g_assert_nonnull(strstr(error->message, "bad.json: layers[0].flash_blocks"));
+    g_assert_nonnull(strstr(error->message, shape[i][1]));
     g_clear_error(&error);
     json_object_put(o);
   }
@@ -781,6 +874,7 @@ int main(int argc, char **argv)
   g_test_add_func("/cost/flash-attention", test_flash_attention);
   g_test_add_func("/cost/flash-errors", test_flash_errors);
   g_test_add_func("/cost/flash-window", test_flash_window);
+  g_test_add_func("/cost/flash-blocks", test_flash_blocks);
   g_test_add_func("/cost/embedding-matmul", test_embedding_matmul);
   g_test_add_func("/cost/fp8", test_fp8);
   g_test_add_func("/cost/clock-factor", test_clock_factor);

@@ -747,9 +747,9 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
 }
 
 /* Sets "flash" on every attention layer of a model's layer list, those
- * inside blocks included (removing "flash_block" and "flash_fused_backward"
- * when it turns flash off), for "attention_kernel"; the resolved model
- * then says so. */
+ * inside blocks included (removing "flash_block", "flash_blocks" and
+ * "flash_fused_backward" when it turns flash off), for
+ * "attention_kernel"; the resolved model then says so. */
 static void set_attention_kernel(json_object *layers, gboolean flash)
 {
   if (!json_object_is_type(layers, json_type_array))
@@ -764,6 +764,7 @@ static void set_attention_kernel(json_object *layers, gboolean flash)
       if (!flash) {
         json_object_object_del(l, "flash_block");
         json_object_object_del(l, "flash_fused_backward");
+        json_object_object_del(l, "flash_blocks");
       }
     }
     json_object_object_foreach(l, key, val)

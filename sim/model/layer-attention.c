@@ -8,7 +8,9 @@
  * i attends to the j with |i - j| < window only, as MaxText's
  * sliding_window_size; default none), "bias" (default true), "dropout"
  * (the rate of dropout on the probabilities, after the softmax and
- * before the product with V, training only; default 0).  A head-split
+ * before the product with V, training only; default 0), "flash",
+ * "flash_block", "flash_blocks" (each flash kernel's blocks) and
+ * "flash_fused_backward" (docs/models.md, flash attention).  A head-split
  * shard of one (heads / T, kv_heads / T, dim / T) is an attention layer.
  * Invariant: its projections are one weight block, [W_qkv (D x (dim + 2
  * kv_heads head_dim)), W_o (dim x D)] (and one bias block when it has
@@ -18,8 +20,13 @@
 
 static const char *const keys_attention[] = {"type",   "name", "heads", "kv_heads", "dim",
                                              "bias", "causal", "window", "rope", "dropout",
-                                             "flash", "flash_block", "flash_fused_backward",
-                                             NULL};
+                                             "flash", "flash_block", "flash_blocks",
+                                             "flash_fused_backward", NULL};
+
+/* "flash_blocks"' keys, MaxText's sa_block_* names without the prefix:
+ * each kernel's query and key/value blocks (PsFlashKernel's order). */
+static const char *const keys_flash_blocks[] = {"q", "kv", "q_dkv", "kv_dkv", "q_dq", "kv_dq",
+                                                NULL};
 
 /* The flash kernel's default block: MaxText's splash attention blocks of
  * 512 query and key positions, forward and in both backward kernels
@@ -40,11 +47,53 @@ static const char *const keys_attention[] = {"type",   "name", "heads", "kv_head
  * 047c691c8f31fe00f68c335cf818d1a96b8c7c17). */
 #define PS_FLASH_BWD_PRODUCTS 3.5
 
+/* Of those 7, the dkv kernel's: q k^T, dP, dV and dK. */
+#define PS_FLASH_DKV_PRODUCTS 4.0
+
 /* The same with "flash_fused_backward" (BlockSizes.use_fused_bwd_kernel =
  * True, MaxText's sa_use_fused_bwd_kernel): one kernel computes the scores
  * again once, dP = dO v^T, dV = P^T dO, dQ = dS k and dK = dS^T q: 5
  * products against forward's 2, and the softmax's vector work once. */
 #define PS_FLASH_FUSED_BWD_PRODUCTS 2.5
+
+/* "flash_blocks": each kernel's blocks (splash attention's BlockSizes:
+ * block_q and block_kv, block_q_dkv and block_kv_dkv, block_q_dq and
+ * block_kv_dq), each defaulting to the square flash_block.  With the
+ * fused backward kernel the dq blocks go unused, and are refused. */
+static gboolean flash_blocks_parse(PsLayer *L, json_object *obj, const char *file,
+                                   const char *path, gboolean flash, int64_t block, GError **error)
+{
+  json_object *fb = NULL;
+  for (int k = 0; k < PS_FLASH_KERNELS; k++)
+    L->flash_q[k] = L->flash_kv[k] = flash ? block : 0;
+  if (!json_object_object_get_ex(obj, "flash_blocks", &fb))
+    return TRUE;
+  g_autofree char *p = ps_json_path_join(path, "flash_blocks");
+  if (!flash) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: %s: block sizes are for flash attention; set \"flash\": true too, or "
+                "leave flash_blocks out",
+                file, p);
+    return FALSE;
+  }
+  if (!ps_json_expect_object(fb, file, p, error) ||
+      !ps_json_check_keys(fb, file, p, keys_flash_blocks, error))
+    return FALSE;
+  for (int k = 0; k < PS_FLASH_KERNELS; k++)
+    if (!ps_layer_get_dim(fb, file, p, keys_flash_blocks[2 * k], FALSE, &L->flash_q[k], error) ||
+        !ps_layer_get_dim(fb, file, p, keys_flash_blocks[2 * k + 1], FALSE, &L->flash_kv[k],
+                          error))
+      return FALSE;
+  if (L->flash_fused_bwd && (json_object_object_get_ex(fb, "q_dq", NULL) ||
+                             json_object_object_get_ex(fb, "kv_dq", NULL))) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: %s: the fused backward kernel (flash_fused_backward) computes dq with the "
+                "dkv blocks; leave q_dq and kv_dq out",
+                file, p);
+    return FALSE;
+  }
+  return TRUE;
+}
 
 /* causal and window are masks: the same counted cost (but flash
  * attention's skipped blocks), and the numerics honour them */
@@ -89,29 +138,39 @@ static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
     return FALSE;
   }
   L->flash_block = flash ? (block > 0 ? block : PS_FLASH_BLOCK) : 0;
-  return TRUE;
+  return flash_blocks_parse(L, obj, file, path, flash, L->flash_block, error);
 }
 
 /* Score elements flash attention computes per head over a sequence of s
- * in square blocks of b: every block some row of which sees some column
- * of it (causal: not wholly above the diagonal; window w: not wholly w or
- * more away from every row), as splash attention skips the others. */
-static double flash_scores(int64_t s, int64_t b, gboolean causal, int64_t w)
+ * in blocks of bq query rows by bk key columns: every block some row of
+ * which sees some column of it (causal: not wholly above the diagonal;
+ * window w: not wholly w or more away from every row), as splash
+ * attention skips the others. */
+static double flash_scores(int64_t s, int64_t bq, int64_t bk, gboolean causal, int64_t w)
 {
   if (!causal && w <= 0)
     return (double)s * (double)s;
+  bq = MIN(bq, s);
+  bk = MIN(bk, s);
   double n = 0;
-  for (int64_t i0 = 0; i0 < s; i0 += b) {
-    int64_t bq = MIN(b, s - i0), last = i0 + bq - 1, lo = 0, hi = s; /* columns [lo, hi) */
+  for (int64_t i0 = 0; i0 < s; i0 += bq) {
+    int64_t rows = MIN(bq, s - i0), last = i0 + rows - 1, lo = 0, hi = s; /* columns [lo, hi) */
     if (w > 0) {
-      lo = MAX(0, i0 - w + 1) / b * b;                    /* first block it reaches */
-      hi = MIN(s, (last + w - 1) / b * b + b);            /* past the last one */
+      lo = MAX(0, i0 - w + 1) / bk * bk;                  /* first block it reaches */
+      hi = MIN(s, (last + w - 1) / bk * bk + bk);         /* past the last one */
     }
     if (causal)
-      hi = MIN(hi, MIN(s, i0 + b));
-    n += (double)bq * (double)(hi - lo); /* rows x visible columns */
+      hi = MIN(hi, MIN(s, last / bk * bk + bk));          /* past the last row's block */
+    n += (double)rows * (double)(hi - lo); /* rows x visible columns */
   }
   return n;
+}
+
+/* The score elements per head kernel k of a flash layer computes over a
+ * sequence of s. */
+static double flash_kernel_scores(const PsLayer *L, PsFlashKernel k, int64_t s)
+{
+  return flash_scores(s, L->flash_q[k], L->flash_kv[k], L->causal, L->window);
 }
 
 /* The score elements per head that model FLOPs count: those the mask lets
@@ -177,19 +236,28 @@ typedef struct {
 
 static void flash_shape(PsLayer *L, const AttnTerms *t, int64_t s, int64_t dh)
 {
-  const int64_t h = L->heads, b = MIN(L->flash_block, s);
-  const double seen = flash_scores(s, b, L->causal, L->window), frac = seen / ((double)s * (double)s);
-  const double bwd = L->flash_fused_bwd ? PS_FLASH_FUSED_BWD_PRODUCTS : PS_FLASH_BWD_PRODUCTS;
-  const int passes = L->flash_fused_bwd ? 1 : 2; /* backward kernels rerunning the softmax */
+  const int64_t h = L->heads, b = MIN(L->flash_q[PS_FLASH_FWD], s);
+  /* the scores each kernel computes, its own blocks skipping what the
+   * mask hides: forward, dk/dv (or the fused backward), dq */
+  const double seen = flash_kernel_scores(L, PS_FLASH_FWD, s);
+  const double dkv = flash_kernel_scores(L, PS_FLASH_DKV, s);
+  const double dq = L->flash_fused_bwd ? 0 : flash_kernel_scores(L, PS_FLASH_DQ, s);
+  /* backward's score-sized products, executed: 2 PS_FLASH_*BWD_PRODUCTS
+   * of them over the forward's scores when the blocks are the same */
+  const double bprod = L->flash_fused_bwd ? 2 * PS_FLASH_FUSED_BWD_PRODUCTS * dkv
+                                          : PS_FLASH_DKV_PRODUCTS * dkv +
+                                                (2 * PS_FLASH_BWD_PRODUCTS - PS_FLASH_DKV_PRODUCTS) * dq;
   for (int m = 1; m <= 2; m++) {
-    L->mm[m].done = frac;
-    L->mm[m].bwd = bwd;
+    L->mm[m].done = seen / ((double)s * (double)s);
+    L->mm[m].bwd = bprod / (2 * seen);
   }
   double core = 4.0 * (double)h * seen * (double)dh; /* q k^T and P v, executed */
   double scores = (double)h * seen;
   L->fwd_flops = t->proj + core + (1 + PS_SOFTMAX_FWD) * scores + t->nb + t->rot;
-  L->bwd_flops = 2 * t->proj + bwd * core +
-                 (passes * (1 + PS_SOFTMAX_FWD) + PS_SOFTMAX_BWD) * scores + t->nb + t->rot;
+  /* each backward kernel runs the softmax again over its scores */
+  L->bwd_flops = 2 * t->proj + 2.0 * (double)h * (double)dh * bprod +
+                 ((1 + PS_SOFTMAX_FWD) * (dkv + dq) + PS_SOFTMAX_BWD * dkv) * (double)h + t->nb +
+                 t->rot;
   /* x read, Q K V written, Q read once, the visible key and value blocks
    * read once per query head and block row (kv_reads), context written
    * and read, output written */

@@ -127,6 +127,11 @@ typedef struct {
  * random draws). */
 #define PS_MASK_BYTES 1
 
+/* Flash attention's kernels, each with blocks of its own (splash
+ * attention's BlockSizes): forward, backward's dk/dv kernel (the fused
+ * backward kernel when there is one) and its dq kernel. */
+typedef enum { PS_FLASH_FWD, PS_FLASH_DKV, PS_FLASH_DQ, PS_FLASH_KERNELS } PsFlashKernel;
+
 #define PS_MAX_RANK 3
 #define PS_MAX_MATMULS 7
 
@@ -166,6 +171,11 @@ typedef struct {
                                   this many positions (at most the sequence) */
   gboolean flash_fused_bwd;    /* ATTENTION, flash: one backward kernel for dq, dk
                                   and dv (5 block products, not 7) */
+  int64_t flash_q[PS_FLASH_KERNELS], flash_kv[PS_FLASH_KERNELS];
+                               /* ATTENTION, flash: each kernel's query and key/value
+                                  blocks (PsFlashKernel; "flash_blocks", default
+                                  flash_block square), whose mask skipping the
+                                  costs follow */
   double core_bytes;           /* ATTENTION: elements per example its products of
                                   activations read and write (Q, K, V in, the
                                   context out, and the scores unless flash) */
