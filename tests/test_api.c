@@ -59,8 +59,9 @@ static void test_unknown_key(void)
   g_assert_true(g_str_has_suffix(ps_api_error_message(error),
                                  "unknown key 'chip' (expected one of: name, description, "
                                  "topology, model, global_batch, steps, epochs, steps_per_run, "
-                                 "log_every, fuse_elementwise, fusion, attention_kernel, strategy, input, "
-                                 "optimizer, numerics, outside_compilation, collective, faults); "
+                                 "log_every, fuse_elementwise, fusion, attention_kernel, "
+                                 "attention_blocks, strategy, input, optimizer, numerics, "
+                                 "outside_compilation, collective, faults); "
                                  "did you mean --set topology.chip.peak_flops=1e12?"));
   ps_api_error_free(error);
 

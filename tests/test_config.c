@@ -400,6 +400,53 @@ static void test_attention_kernel(void)
   g_error_free(err);
 }
 
+/* "attention_blocks" gives every flash attention layer of the model its
+ * kernels' blocks (the run's sa_block_* flags), in repeated blocks too;
+ * a fused backward kernel keeps no dq blocks (it has none), its dk/dv
+ * blocks are the experiment's; a model with no flash layer, a misspelt
+ * block and a block of 0 are refused naming the experiment's key. */
+static void test_attention_blocks(void)
+{
+  g_autofree char *f = data_path("experiments/maxtext-v5e.json");
+  const char *ov[] = {"attention_blocks={\"q\": 1024, \"kv_dkv\": 2048, \"q_dq\": 256}", NULL};
+  g_autofree char *f7 = data_path("experiments/maxtext-tpu7x.json"); /* fused backward */
+  for (int k = 0; k < 2; k++) {
+    GError *err = NULL;
+    PsExperiment *e = ps_experiment_load(k == 0 ? f : f7, ov, &err);
+    g_assert_no_error(err);
+    int attention = 0;
+    for (int i = 0; i < e->model->n_layers; i++) {
+      const PsLayer *L = &e->model->layers[i];
+      if (L->kind != PS_LAYER_ATTENTION)
+        continue;
+      g_assert_cmpint(L->flash_q[PS_FLASH_FWD], ==, 1024);
+      g_assert_cmpint(L->flash_kv[PS_FLASH_FWD], ==, L->flash_block);
+      g_assert_cmpint(L->flash_kv[PS_FLASH_DKV], ==, 2048);
+      g_assert_cmpint(L->flash_q[PS_FLASH_DKV], ==, L->flash_block);
+      g_assert_cmpint(L->flash_q[PS_FLASH_DQ], ==, L->flash_fused_bwd ? L->flash_block : 256);
+      g_assert_true(L->flash_fused_bwd == (k == 1));
+      attention++;
+    }
+    g_assert_cmpint(attention, >, 0);
+    ps_experiment_free(e);
+  }
+  const char *bad[][3] = {
+      {"attention_kernel=unfused", "attention_blocks={\"q\": 512}", "no flash attention layer"},
+      {"attention_blocks={\"k\": 512}", NULL, "unknown key 'k'"},
+      {"attention_blocks={\"kv\": 0}", NULL, "attention_blocks.kv"},
+      {"attention_blocks=[512]", NULL, "attention_blocks"},
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+    const char *o[] = {bad[i][0], bad[i][1], NULL};
+    GError *err = NULL;
+    g_assert_null(ps_experiment_load(f, o, &err));
+    g_assert_nonnull(err);
+    g_assert_nonnull(strstr(err->message, "maxtext-v5e.json"));
+    g_assert_nonnull(strstr(err->message, bad[i][2]));
+    g_error_free(err);
+  }
+}
+
 static void test_experiment_defaults(void)
 {
   PsExperiment *e = load_good(NULL);
@@ -970,6 +1017,7 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/config/topology/list", test_list_sorted_and_complete);
   g_test_add_func("/config/attention-kernel", test_attention_kernel);
+  g_test_add_func("/config/attention-blocks", test_attention_blocks);
   g_test_add_func("/config/topology/all-load", test_all_topologies_load);
   g_test_add_func("/config/topology/sourced", test_all_topologies_sourced);
   g_test_add_func("/config/topology/derived", test_derived_numbers);

@@ -134,7 +134,7 @@ char *ps_config__override_key(const char *assignment)
 static const char *const experiment_keys[] = {
     "name",          "description", "topology",         "model",    "global_batch",
     "steps",         "epochs",      "steps_per_run",    "log_every", "fuse_elementwise",
-    "fusion",        "attention_kernel",
+    "fusion",        "attention_kernel", "attention_blocks",
     "strategy",      "input",       "optimizer",        "numerics", "outside_compilation",
     "collective",    "faults",      NULL};
 static const char *const collective_keys[] = {"algorithm", "chunk_bytes", "max_in_flight",
@@ -776,6 +776,69 @@ static void set_attention_kernel(json_object *layers, gboolean flash)
   }
 }
 
+/* "attention_blocks": each flash kernel's blocks for every flash attention
+ * layer of the model (a run's MaxText sa_block_* flags), written over the
+ * layers' own "flash_blocks"; a layer with the fused backward kernel takes
+ * no dq blocks (MaxText ignores them there too).  Checked here so that a
+ * mistake names the experiment's key. */
+static const char *const attention_block_keys[] = {"q", "kv", "q_dkv", "kv_dkv", "q_dq", "kv_dq",
+                                                   NULL};
+
+static int set_attention_blocks(json_object *layers, json_object *blocks)
+{
+  int n = 0;
+  if (!json_object_is_type(layers, json_type_array))
+    return 0;
+  for (size_t i = 0; i < json_object_array_length(layers); i++) {
+    json_object *l = json_object_array_get_idx(layers, i), *type = NULL, *v = NULL;
+    if (!json_object_is_type(l, json_type_object))
+      continue;
+    if (json_object_object_get_ex(l, "type", &type) &&
+        g_strcmp0(json_object_get_string(type), "attention") == 0 &&
+        json_object_object_get_ex(l, "flash", &v) && json_object_get_boolean(v)) {
+      json_object *b = ps_config__deep_copy(blocks);
+      if (json_object_object_get_ex(l, "flash_fused_backward", &v) && json_object_get_boolean(v)) {
+        json_object_object_del(b, "q_dq");
+        json_object_object_del(b, "kv_dq");
+      }
+      json_object_object_add(l, "flash_blocks", b);
+      n++;
+    }
+    json_object_object_foreach(l, key, val)
+    {
+      (void)key;
+      if (json_object_is_type(val, json_type_array))
+        n += set_attention_blocks(val, blocks);
+    }
+  }
+  return n;
+}
+
+static gboolean apply_attention_blocks(json_object *root, json_object *model, const char *f,
+                                       GError **error)
+{
+  json_object *blocks = NULL;
+  if (!json_object_object_get_ex(root, "attention_blocks", &blocks))
+    return TRUE;
+  if (!ps_json_expect_object(blocks, f, "attention_blocks", error) ||
+      !ps_json_check_keys(blocks, f, "attention_blocks", attention_block_keys, error))
+    return FALSE;
+  for (int k = 0; attention_block_keys[k]; k++) {
+    int64_t v = 0;
+    if (!ps_json_get_int(blocks, f, "attention_blocks", attention_block_keys[k], FALSE, 1,
+                         G_MAXINT32, &v, error))
+      return FALSE;
+  }
+  if (set_attention_blocks(json_object_object_get(model, "layers"), blocks) == 0) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: attention_blocks: the model has no flash attention layer to take them; "
+                "set \"attention_kernel\": \"flash\" or leave attention_blocks out",
+                f);
+    return FALSE;
+  }
+  return TRUE;
+}
+
 static PsExperiment *experiment_parse(Resolution *r, GError **error)
 {
   json_object *root = r->root;
@@ -804,6 +867,8 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
     goto fail;
   if (kernel > 0)
     set_attention_kernel(json_object_object_get(model, "layers"), kernel == 1);
+  if (!apply_attention_blocks(root, model, f, error))
+    goto fail;
   e->model = ps_model_from_json(model, r->model_file, r->model_path, error);
   if (!e->model)
     goto fail;
