@@ -403,8 +403,10 @@ static void test_attention_kernel(void)
 /* "attention_blocks" gives every flash attention layer of the model its
  * kernels' blocks (the run's sa_block_* flags), in repeated blocks too;
  * a fused backward kernel keeps no dq blocks (it has none), its dk/dv
- * blocks are the experiment's; a model with no flash layer, a misspelt
- * block and a block of 0 are refused naming the experiment's key. */
+ * blocks are the experiment's; "fused_backward" sets the layers' fused
+ * kernel either way; a model with no flash layer, a misspelt block, a
+ * block of 0 and a fused_backward not a boolean are refused naming the
+ * experiment's key. */
 static void test_attention_blocks(void)
 {
   g_autofree char *f = data_path("experiments/maxtext-v5e.json");
@@ -430,8 +432,31 @@ static void test_attention_blocks(void)
     g_assert_cmpint(attention, >, 0);
     ps_experiment_free(e);
   }
+  /* "fused_backward" turns each layer's fused kernel on or off: off, the
+   * dq blocks reach the layers; on, they are dropped */
+  const char *sep[] = {
+      "attention_blocks={\"q_dq\": 256, \"kv_dq\": 128, \"fused_backward\": false}", NULL};
+  const char *fuse[] = {"attention_blocks={\"q_dq\": 256, \"fused_backward\": true}", NULL};
+  for (int k = 0; k < 2; k++) {
+    GError *err = NULL;
+    PsExperiment *e = ps_experiment_load(k == 0 ? f7 : f, k == 0 ? sep : fuse, &err);
+    g_assert_no_error(err);
+    int attention = 0;
+    for (int i = 0; i < e->model->n_layers; i++) {
+      const PsLayer *L = &e->model->layers[i];
+      if (L->kind != PS_LAYER_ATTENTION)
+        continue;
+      g_assert_true(L->flash_fused_bwd == (k == 1));
+      g_assert_cmpint(L->flash_q[PS_FLASH_DQ], ==, k == 0 ? 256 : L->flash_block);
+      g_assert_cmpint(L->flash_kv[PS_FLASH_DQ], ==, k == 0 ? 128 : L->flash_block);
+      attention++;
+    }
+    g_assert_cmpint(attention, >, 0);
+    ps_experiment_free(e);
+  }
   const char *bad[][3] = {
       {"attention_kernel=unfused", "attention_blocks={\"q\": 512}", "no flash attention layer"},
+      {"attention_blocks={\"fused_backward\": 1}", NULL, "attention_blocks.fused_backward"},
       {"attention_blocks={\"k\": 512}", NULL, "unknown key 'k'"},
       {"attention_blocks={\"kv\": 0}", NULL, "attention_blocks.kv"},
       {"attention_blocks=[512]", NULL, "attention_blocks"},

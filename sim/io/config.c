@@ -778,11 +778,14 @@ static void set_attention_kernel(json_object *layers, gboolean flash)
 
 /* "attention_blocks": each flash kernel's blocks for every flash attention
  * layer of the model (a run's MaxText sa_block_* flags), written over the
- * layers' own "flash_blocks"; a layer with the fused backward kernel takes
- * no dq blocks (MaxText ignores them there too).  Checked here so that a
- * mistake names the experiment's key. */
-static const char *const attention_block_keys[] = {"q", "kv", "q_dkv", "kv_dkv", "q_dq", "kv_dq",
-                                                   NULL};
+ * layers' own "flash_blocks", and with "fused_backward" (splash attention's
+ * BlockSizes.use_fused_bwd_kernel, MaxText's sa_use_fused_bwd_kernel) over
+ * their "flash_fused_backward"; a layer with the fused backward kernel
+ * takes no dq blocks (MaxText ignores them there too).  Checked here so
+ * that a mistake names the experiment's key. */
+static const char *const attention_block_keys[] = {"q",    "kv",    "q_dkv",          "kv_dkv",
+                                                   "q_dq", "kv_dq", "fused_backward", NULL};
+#define N_ATTENTION_BLOCKS 6 /* the sizes among them, before fused_backward */
 
 static int set_attention_blocks(json_object *layers, json_object *blocks)
 {
@@ -796,7 +799,11 @@ static int set_attention_blocks(json_object *layers, json_object *blocks)
     if (json_object_object_get_ex(l, "type", &type) &&
         g_strcmp0(json_object_get_string(type), "attention") == 0 &&
         json_object_object_get_ex(l, "flash", &v) && json_object_get_boolean(v)) {
-      json_object *b = ps_config__deep_copy(blocks);
+      json_object *b = ps_config__deep_copy(blocks), *fused = NULL;
+      if (json_object_object_get_ex(b, "fused_backward", &fused)) {
+        json_object_object_add(l, "flash_fused_backward", json_object_get(fused));
+        json_object_object_del(b, "fused_backward");
+      }
       if (json_object_object_get_ex(l, "flash_fused_backward", &v) && json_object_get_boolean(v)) {
         json_object_object_del(b, "q_dq");
         json_object_object_del(b, "kv_dq");
@@ -823,12 +830,15 @@ static gboolean apply_attention_blocks(json_object *root, json_object *model, co
   if (!ps_json_expect_object(blocks, f, "attention_blocks", error) ||
       !ps_json_check_keys(blocks, f, "attention_blocks", attention_block_keys, error))
     return FALSE;
-  for (int k = 0; attention_block_keys[k]; k++) {
+  for (int k = 0; k < N_ATTENTION_BLOCKS; k++) {
     int64_t v = 0;
     if (!ps_json_get_int(blocks, f, "attention_blocks", attention_block_keys[k], FALSE, 1,
                          G_MAXINT32, &v, error))
       return FALSE;
   }
+  gboolean fused = FALSE;
+  if (!ps_json_get_bool(blocks, f, "attention_blocks", "fused_backward", FALSE, &fused, error))
+    return FALSE;
   if (set_attention_blocks(json_object_object_get(model, "layers"), blocks) == 0) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                 "%s: attention_blocks: the model has no flash attention layer to take them; "
