@@ -219,8 +219,10 @@ run: deps all
 # under Debian's python3) against this build's libpodsim.so and podsim.
 # tests/test_fidelity.py holds docs/fidelity.md to the topology files, the
 # loaders' keys, the cost code's constants and the calibration points.
+# tests/test_model_flops.py holds podsim's model FLOPs (MaxText's causal
+# count) to the MFU and TFLOP/s/device the recipes publish beside their steps.
 TEST_SCRIPTS := tests/test_install.sh tests/test_examples.py tests/test_python.sh \
-  tests/test_fidelity.py
+  tests/test_fidelity.py tests/test_model_flops.py
 
 TEST_ENV = PODSIM=$(abspath $(PODSIM_BIN)) PODSIM_DATA_DIR=$(CURDIR) \
   PODSIM_TEST_LDFLAGS="$(LDFLAGS)" PODSIM_TEST_LIB=$(abspath $(LIB_SO))

@@ -98,6 +98,13 @@ static double palm_flops(const Shape *s, int64_t N)
   return (double)s->S * (6.0 * (double)N + 12.0 * (double)(s->L * s->H) * Q * T);
 }
 
+/* MaxText's with its causal attention halved: S (6N + 6 L H Q T). */
+static double causal_halved_flops(const Shape *s, int64_t N)
+{
+  double Q = (double)(s->D / s->H), T = (double)s->S;
+  return (double)s->S * (6.0 * (double)N + 6.0 * (double)(s->L * s->H) * Q * T);
+}
+
 /* The weights of the decoder's matmuls: per block the four D x D
  * projections and the MLP's two, then the output layer. */
 static int64_t decoder_matmul_weights(const Shape *s)
@@ -129,6 +136,9 @@ static void test_model_flops_palm(void)
       g_assert_cmpint(N, ==, m->params - s->V * s->D - s->S * s->D - (2 * s->L + 1) * 2 * s->D);
       counted[causal] = ps_model_flops_per_example(m);
       assert_rel(counted[causal], palm_flops(s, N), 1e-15);
+      /* MaxText's count halves the causal one's attention, not the other's */
+      assert_rel(ps_model_flops_causal_halved_per_example(m),
+                 causal ? causal_halved_flops(s, N) : palm_flops(s, N), 1e-15);
       ps_model_free(m);
     }
     g_assert_cmpfloat(counted[0], ==, counted[1]);
@@ -182,6 +192,12 @@ static void test_mfu_replicate(void)
   assert_rel(s.model_flops_per_step, per_seq * 16, 1e-15);
   assert_rel(s.mfu, want, 1e-12);
   assert_rel(s.hfu, s.mfu, 1e-12);
+  /* the decoder is causal: MaxText's count, its MFU and its TFLOP/s over
+   * the 8 devices */
+  double halved = causal_halved_flops(&small, decoder_matmul_weights(&small)) * 16;
+  assert_rel(s.model_flops_causal_per_step, halved, 1e-15);
+  assert_rel(s.mfu_causal, halved / (s.step_time_s * 4 * 123e12), 1e-12);
+  assert_rel(s.tflops_per_device, halved / s.step_time_s / 8 / 1e12, 1e-12);
   g_assert_cmpint(s.sequence, ==, small.S);
   g_assert_cmpfloat(s.tokens_per_s, ==, s.examples_per_s * (double)small.S);
   /* every collective of a replicate plan is along data */
@@ -196,6 +212,10 @@ static void test_mfu_replicate(void)
   g_autofree char *text = ps_summary_to_json(e, &s);
   json_object *o = json_tokener_parse(text);
   g_assert_cmpfloat(json_object_get_double(json_object_object_get(o, "mfu")), ==, s.mfu);
+  g_assert_cmpfloat(json_object_get_double(json_object_object_get(o, "mfu_causal")), ==,
+                    s.mfu_causal);
+  g_assert_cmpfloat(json_object_get_double(json_object_object_get(o, "tflops_per_device")), ==,
+                    s.tflops_per_device);
   g_assert_cmpfloat(json_object_get_double(json_object_object_get(o, "tokens_per_s")), ==,
                     s.tokens_per_s);
   json_object *axes = json_object_object_get(o, "collective_axes"), *data;
@@ -228,6 +248,8 @@ static void test_tokens_none(void)
   fclose(f);
   g_assert_null(strstr(buf, "tokens/s"));
   g_assert_nonnull(strstr(buf, "MFU"));
+  g_assert_null(strstr(buf, "causal / 2")); /* no causal attention: the same count */
+  g_assert_cmpfloat(s.model_flops_causal_per_step, ==, s.model_flops_per_step);
   g_assert_nonnull(strstr(buf, "(data axis"));
   free(buf);
   ps_summary_clear(&s);

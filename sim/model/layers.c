@@ -879,19 +879,31 @@ int64_t ps_layer_adapted_params(const PsLayer *L)
   }
 }
 
-/* The score and context FLOPs an attention layer's window hides from a
- * query: none without one. */
-static double window_unseen(const PsLayer *L)
+/* An attention layer's score and context FLOPs over the whole square of
+ * its sequence (its matmuls 1 and 2), and the share of that square model
+ * FLOPs count (the window's, ps_attention_model_scores); 0 for another
+ * layer. */
+static double attention_square_flops(const PsLayer *L, double *counted)
 {
-  if (L->kind != PS_LAYER_ATTENTION || L->window <= 0 || L->n_mm < 3)
+  *counted = 1.0;
+  if (L->kind != PS_LAYER_ATTENTION || L->n_mm < 3)
     return 0;
   const int64_t s = L->in_shape[0];
-  const double share = 1.0 - ps_attention_model_scores(L, s) / ((double)s * (double)s);
+  *counted = ps_attention_model_scores(L, s) / ((double)s * (double)s);
   double f = 0;
   for (int m = 1; m <= 2; m++)
     f += 2.0 * (double)L->mm[m].rows * (double)L->mm[m].k * (double)L->mm[m].n *
          (double)L->mm[m].count;
-  return f * share;
+  return f;
+}
+
+/* The score and context FLOPs an attention layer's window hides from a
+ * query: none without one. */
+static double window_unseen(const PsLayer *L)
+{
+  double counted;
+  double f = attention_square_flops(L, &counted);
+  return f * (1.0 - counted);
 }
 
 /* The FLOPs a mixture of experts with a capacity spends beyond the useful
@@ -927,6 +939,20 @@ double ps_model_flops_per_example(const PsModel *model)
       fwd += ps_layer_matmul_flops(&model->layers[i]) - window_unseen(&model->layers[i]) -
              moe_overhead(&model->layers[i]);
   return 3.0 * fwd;
+}
+
+double ps_model_flops_causal_halved_per_example(const PsModel *model)
+{
+  g_return_val_if_fail(model != NULL, 0);
+  double halved = 0;
+  for (int i = 0; i < model->n_layers; i++) {
+    const PsLayer *L = &model->layers[i];
+    double counted;
+    double f = attention_square_flops(L, &counted);
+    if (L->causal)
+      halved += 0.5 * f * counted;
+  }
+  return ps_model_flops_per_example(model) - 3.0 * halved;
 }
 
 void ps_model_describe(const PsModel *model, GString *out)

@@ -283,6 +283,12 @@ int64_t ps_model_memory_bytes(const PsModel *model, int first, int last, int64_t
  * and attention's score and context products; no embedding lookup, no
  * element-wise work, no re-materialization). */
 double ps_model_flops_per_example(const PsModel *model);
+/* The same with a causal attention layer's score and context FLOPs
+ * halved (a sliding window's too, over the keys PaLM's count gives it), as
+ * MaxText counts the model FLOPs of its "TFLOP/s/device" and MFU
+ * (maxtext_utils.py, calculate_tflops_training_per_device:
+ * causal_attention_flops = noncausal_attention_flops / 2). */
+double ps_model_flops_causal_halved_per_example(const PsModel *model);
 
 /* The role of a mixture of experts' product m, in the order layer-moe.c
  * adds them: the router's; the experts' gate and up, their down (and the

@@ -68,6 +68,11 @@ typedef struct {
   int chips;
   double model_flops_per_step;
   double mfu, hfu;
+  /* the same with causal attention's score and context FLOPs halved, as
+   * MaxText counts them (model/layers.h), its MFU and its TFLOP/s/device:
+   * those FLOPs over the step and the plan's devices; a model without
+   * causal attention has model_flops_per_step here too */
+  double model_flops_causal_per_step, mfu_causal, tflops_per_device;
   /* per mesh axis (PsPlanColl.axis), seconds per step, the mean over
    * devices: exposed, the waits in COLL_DONE for the axis's collectives
    * (summed over axes, a device's collective category); busy, the time at

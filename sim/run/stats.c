@@ -247,6 +247,13 @@ static void summarise_flops(Run *r, PsSummary *s)
   executed /= (double)s->measured_steps;
   s->mfu = peak > 0 ? s->model_flops_per_step / peak : 0;
   s->hfu = peak > 0 ? executed / peak : 0;
+  s->model_flops_causal_per_step =
+      ps_model_flops_causal_halved_per_example(m) * (double)exp->global_batch;
+  s->mfu_causal = peak > 0 ? s->model_flops_causal_per_step / peak : 0;
+  s->tflops_per_device = s->step_time_s > 0 && r->n_dev > 0
+                             ? s->model_flops_causal_per_step / s->step_time_s /
+                                   (double)r->n_dev / 1e12
+                             : 0;
 }
 
 /* Collective time per axis, the mean over devices of each one's per step. */
@@ -355,6 +362,10 @@ static void add_utilization_json(json_object *o, const PsSummary *s)
                          json_object_new_double(s->model_flops_per_step));
   json_object_object_add(o, "mfu", json_object_new_double(s->mfu));
   json_object_object_add(o, "hfu", json_object_new_double(s->hfu));
+  json_object_object_add(o, "model_flops_causal_per_step",
+                         json_object_new_double(s->model_flops_causal_per_step));
+  json_object_object_add(o, "mfu_causal", json_object_new_double(s->mfu_causal));
+  json_object_object_add(o, "tflops_per_device", json_object_new_double(s->tflops_per_device));
   json_object *axes = json_object_new_object();
   for (int a = 0; a < PS_N_AXES; a++) {
     json_object *x = json_object_new_object();
@@ -583,6 +594,10 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
               ? "; the quantized products run at up to their faster peak, so it, HFU and "
                 "MXU utilization may pass 100%"
               : "");
+  if (s->model_flops_causal_per_step < s->model_flops_per_step)
+    fprintf(f, "MFU, causal / 2  %10.2f%%  (causal attention's FLOPs halved, as MaxText counts: "
+               "%.4g a step, %.1f TFLOP/s/device)\n",
+            100.0 * s->mfu_causal, s->model_flops_causal_per_step, s->tflops_per_device);
   fprintf(f, "HFU              %10.2f%%  (matmul FLOPs executed, re-materialization "
              "included)\n", 100.0 * s->hfu);
   fprintf(f, "HBM peak         %10.2f MiB per device (of %.0f GiB)%s\n",
