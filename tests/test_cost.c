@@ -147,13 +147,16 @@ static void test_matmul_points(void)
  * (MXU-bound) takes 1/f of its locked time; a 16384 x 16384 dense layer
  * at batch 1 (HBM-bound: its weights read once) its HBM time plus 1/f of
  * the fixed cost.  The shipped factor is its source's ratio, to the
- * three digits the file gives: the same recipe run, one step 186.48 s
- * with the clock locked and 213.68 s without (tpu7x.json's source). */
+ * three digits the file gives: XLA's TPU7x clock at the default p-state
+ * 3, 1.9 GHz, over p-state 7's 2.2 GHz (tpu7x.json's source); the same
+ * recipe run's steps with and without the flag (186.48 s, 213.68 s),
+ * almost all MXU-bound, are within 1.1% of it. */
 static void test_clock_factor(void)
 {
   PsTopology *t = topology_load("tpu7x-8", NULL);
   const double f = t->clock_factor;
-  g_assert_cmpfloat(fabs(f - 186.48 / 213.68), <, 5e-4);
+  g_assert_cmpfloat(fabs(f - 1.9 / 2.2), <, 5e-4);
+  g_assert_cmpfloat(fabs(186.48 / 213.68 / f - 1), <, 0.011);
   PsTopology *locked = NULL;
   PsOpCost c;
   const double n = 32768;
