@@ -71,15 +71,20 @@ static void test_dense_bytes(void)
  * roofline (its padding to the MXU included) and its fixed cost. */
 static double matmul_time_any(const char *name, int64_t n, PsTopology **out, PsOpCost *c)
 {
-  /* the benchmarks' clock: v7's run at DVFS p-state 7 (chip.clock_factor) */
-  static const char *const locked[] = {"chip.clock_factor=1", NULL};
+  /* the benchmarks' clock: on a chip with DVFS power states (v7) the state
+   * its figures were measured at, p-state 7 (chip.reference_p_state) */
+  static const char *const locked[] = {"chip.p_state=7", NULL};
+  PsTopology *probe = topology_load(name, NULL);
+  gboolean states = probe->n_p_states > 0;
+  g_assert_true(!states || probe->reference_p_state == 7);
+  ps_topology_free(probe);
   g_autofree char *text = g_strdup_printf(
       "{\"name\": \"mm\", \"input\": {\"shape\": [%" G_GINT64_FORMAT "], \"classes\": 8},"
       " \"layers\": [{\"type\": \"dense\", \"units\": %" G_GINT64_FORMAT ", \"bias\": false},"
       " {\"type\": \"dense\", \"units\": 8}, {\"type\": \"softmax_xent\"}]}",
       n, n);
   PsModel *m = model_from(text);
-  PsTopology *t = topology_load(name, locked);
+  PsTopology *t = topology_load(name, states ? locked : NULL);
   ps_cost_op(t, m, 0, 0, n, &xla_bf16, FALSE, NULL, c);
   ps_model_free(m);
   *out = t;
@@ -142,25 +147,32 @@ static void test_matmul_points(void)
 
 /* The core's clock (chip.clock_factor f): a kernel's MXU and vector-unit
  * times and its fixed cost take 1/f as long, its HBM time the same.  On
- * tpu7x-8, whose shipped factor is below 1 (a run at the default DVFS
- * state against the benchmarks' locked p-state 7): a 32768^3 matmul
- * (MXU-bound) takes 1/f of its locked time; a 16384 x 16384 dense layer
- * at batch 1 (HBM-bound: its weights read once) its HBM time plus 1/f of
- * the fixed cost.  The shipped factor is its source's ratio, to the
- * three digits the file gives: XLA's TPU7x clock at the default p-state
- * 3, 1.9 GHz, over p-state 7's 2.2 GHz (tpu7x.json's source); the same
- * recipe run's steps with and without the flag (186.48 s, 213.68 s),
- * almost all MXU-bound, are within 1.1% of it. */
+ * tpu7x-8, whose default DVFS state is slower than the benchmarks' locked
+ * p-state 7: a 32768^3 matmul (MXU-bound) takes 1/f of its locked time; a
+ * 16384 x 16384 dense layer at batch 1 (HBM-bound: its weights read once)
+ * its HBM time plus 1/f of the fixed cost.  f is the run's p-state's clock
+ * over the reference state's: XLA's TPU7x table, the default p-state 3 at
+ * 1.9 GHz over p-state 7's 2.2 GHz (tpu7x.json's source), and 2.05 GHz
+ * for p-state 5; the same recipe run's steps with and without the flag
+ * (186.48 s, 213.68 s), almost all MXU-bound, are within 1.1% of it. */
 static void test_clock_factor(void)
 {
   PsTopology *t = topology_load("tpu7x-8", NULL);
   const double f = t->clock_factor;
-  g_assert_cmpfloat(fabs(f - 1.9 / 2.2), <, 5e-4);
+  g_assert_cmpint(t->n_p_states, ==, 8);
+  g_assert_cmpint(t->p_state, ==, 3);
+  g_assert_cmpint(t->reference_p_state, ==, 7);
+  g_assert_cmpfloat(fabs(f - 1.9 / 2.2), <, 1e-12);
   g_assert_cmpfloat(fabs(186.48 / 213.68 / f - 1), <, 0.011);
+  static const char *const p5[] = {"chip.p_state=5", NULL};
+  PsTopology *t5 = topology_load("tpu7x-8", p5);
+  g_assert_cmpfloat(fabs(t5->clock_factor - 2.05 / 2.2), <, 1e-12);
+  ps_topology_free(t5);
   PsTopology *locked = NULL;
   PsOpCost c;
   const double n = 32768;
   double s1 = matmul_time("tpu7x-8", (int64_t)n, &locked);
+  g_assert_cmpfloat(locked->clock_factor, ==, 1.0);
   PsModel *m = model_from("{\"name\": \"mm\", \"input\": {\"shape\": [32768], \"classes\": 8},"
                           " \"layers\": [{\"type\": \"dense\", \"units\": 32768, \"bias\": false},"
                           " {\"type\": \"dense\", \"units\": 8}, {\"type\": \"softmax_xent\"}]}");
@@ -179,13 +191,25 @@ static void test_clock_factor(void)
   ps_model_free(m);
   ps_topology_free(locked);
   ps_topology_free(t);
-  /* a factor out of (0, 2] is refused, naming the key */
-  static const char *const bad[] = {"chip.clock_factor=0", NULL};
-  GError *error = NULL;
-  g_assert_null(ps_topology_load("tpu7x-8", bad, &error));
-  g_test_message("%s", error->message);
-  g_assert_nonnull(strstr(error->message, "clock_factor"));
-  g_clear_error(&error);
+  /* refused, each naming its key: a factor out of (0, 2]; a factor on a
+   * chip that sets its clock by power state; a state the table lacks; a
+   * state on a chip without one; a clock of 0 */
+  static const struct {
+    const char *topo, *set, *key;
+  } bad[] = {{"tpu-v5p-8", "chip.clock_factor=0", "clock_factor"},
+             {"tpu7x-8", "chip.clock_factor=1", "clock_factor"},
+             {"tpu7x-8", "chip.p_state=8", "p_state"},
+             {"tpu-v5p-8", "chip.p_state=1", "p_state"},
+             {"tpu7x-8", "chip.p_state_clocks_ghz=[1.9, 0]", "p_state_clocks_ghz[1]"}};
+  for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+    const char *const ov[] = {bad[i].set, NULL};
+    GError *error = NULL;
+    g_assert_null(ps_topology_load(bad[i].topo, ov, &error));
+    g_assert_nonnull(error);
+    g_test_message("%s", error->message);
+    g_assert_nonnull(strstr(error->message, bad[i].key));
+    g_clear_error(&error);
+  }
 }
 
 /* A 3x3 convolution of 64 channels to 100 filters on 5x5 images, laid out

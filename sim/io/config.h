@@ -17,6 +17,9 @@
 
 #define PS_MAX_DIMS 3
 
+/* Most DVFS power states a chip may list (TPU7x has 8). */
+#define PS_MAX_P_STATES 16
+
 typedef struct {
   char *name;
   char *file;        /* where it was loaded from, or "<inline>" */
@@ -34,8 +37,14 @@ typedef struct {
   double op_overhead_s;      /* fixed cost per kernel launched on a core */
   double clock_factor;       /* the core clock a run gets, as a fraction of the one
                                 mxu_efficiency, vpu_flops and op_overhead_s were
-                                measured at (1: the same; v7's default DVFS state
-                                against its locked benchmarks' p-state 7) */
+                                measured at (1: the same); on a chip with DVFS power
+                                states, p_state's clock over reference_p_state's */
+  /* DVFS power states (TPU7x): each state's core clock, the state a run sets
+   * (XLA's --xla_tpu_dvfs_p_state; the file gives the default) and the one
+   * the chip's figures were measured at; n_p_states 0 on a chip without */
+  int n_p_states;
+  double p_state_clocks_ghz[PS_MAX_P_STATES];
+  int p_state, reference_p_state;
   double vpu_flops;          /* vector-unit FLOP/s per chip (element-wise work) */
   double on_chip_bandwidth_Bps; /* between the cores of one chip */
   /* host */

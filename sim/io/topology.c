@@ -39,6 +39,9 @@ static const char *const chip_keys[] = {"cores",
                                         "int8_peak_flops",
                                         "fp8_peak_flops",
                                         "clock_factor",
+                                        "p_state_clocks_ghz",
+                                        "p_state",
+                                        "reference_p_state",
                                         NULL};
 static const char *const host_keys[] = {"chips",     "cpu_threads",     "pcie_bandwidth_Bps",
                                         "cpu_flops", "loop_overhead_s",
@@ -270,6 +273,74 @@ static gboolean parse_narrow_peak(json_object *c, const char *file, const char *
   return TRUE;
 }
 
+/* A chip's DVFS power states: with "p_state_clocks_ghz" (each state's
+ * core clock, GHz), "p_state" (the state a run sets) and
+ * "reference_p_state" (the state its figures were measured at) are
+ * required and clock_factor is their clocks' ratio, so "clock_factor"
+ * itself is refused; without the table neither state key may be given. */
+static gboolean parse_p_states(json_object *c, const char *file, const char *p, PsTopology *t,
+                               GError **error)
+{
+  json_object *arr = NULL;
+  t->n_p_states = 0;
+  t->p_state = t->reference_p_state = 0;
+  if (!json_object_object_get_ex(c, "p_state_clocks_ghz", &arr) || !arr) {
+    const char *const keys[] = {"p_state", "reference_p_state"};
+    for (int i = 0; i < 2; i++)
+      if (json_object_object_get_ex(c, keys[i], NULL)) {
+        g_autofree char *kp = ps_json_path_join(p, keys[i]);
+        ps_config__fail(error, PS_INPUT_ERROR_KEY, file, kp,
+                        "needs chip.p_state_clocks_ghz, the core clock of each power state; "
+                        "this chip has none (set chip.clock_factor for a slower clock)");
+        return FALSE;
+      }
+    return TRUE;
+  }
+  g_autofree char *ap = ps_json_path_join(p, "p_state_clocks_ghz");
+  if (json_object_object_get_ex(c, "clock_factor", NULL)) {
+    g_autofree char *kp = ps_json_path_join(p, "clock_factor");
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, kp,
+                    "this chip sets its clock by power state: set chip.p_state instead "
+                    "(chip.p_state_clocks_ghz gives each state's clock)");
+    return FALSE;
+  }
+  if (!json_object_is_type(arr, json_type_array)) {
+    ps_config__fail(error, PS_INPUT_ERROR_TYPE, file, ap,
+                    "must be an array of 1 to %d clocks in GHz, got %s", PS_MAX_P_STATES,
+                    ps_json_type_name(arr));
+    return FALSE;
+  }
+  size_t n = json_object_array_length(arr);
+  if (n < 1 || n > PS_MAX_P_STATES) {
+    ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, ap,
+                    "must list 1 to %d power states' clocks, got %zu", PS_MAX_P_STATES, n);
+    return FALSE;
+  }
+  for (size_t i = 0; i < n; i++) {
+    json_object *v = json_object_array_get_idx(arr, i);
+    g_autofree char *ep = ps_json_path_index(ap, (int)i);
+    if (!v || !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int))) {
+      ps_config__fail(error, PS_INPUT_ERROR_TYPE, file, ep, "must be a clock in GHz, got %s",
+                      v ? ps_json_type_name(v) : "null");
+      return FALSE;
+    }
+    double ghz = json_object_get_double(v);
+    if (!(ghz > 0 && ghz <= 100)) {
+      ps_config__fail(error, PS_INPUT_ERROR_VALUE, file, ep,
+                      "must be a clock in GHz, above 0 and at most 100, got %g", ghz);
+      return FALSE;
+    }
+    t->p_state_clocks_ghz[i] = ghz;
+  }
+  t->n_p_states = (int)n;
+  if (!ps_json_get_int32(c, file, p, "p_state", TRUE, 0, (int)n - 1, &t->p_state, error) ||
+      !ps_json_get_int32(c, file, p, "reference_p_state", TRUE, 0, (int)n - 1,
+                         &t->reference_p_state, error))
+    return FALSE;
+  t->clock_factor = t->p_state_clocks_ghz[t->p_state] / t->p_state_clocks_ghz[t->reference_p_state];
+  return TRUE;
+}
+
 static gboolean parse_chip(json_object *root, const char *file, const char *path, PsTopology *t,
                            GError **error)
 {
@@ -303,6 +374,7 @@ static gboolean parse_chip(json_object *root, const char *file, const char *path
                           error) ||
       !ps_json_get_double(c, file, p, "clock_factor", FALSE, 0, TRUE, 2.0, &t->clock_factor,
                           error) ||
+      !parse_p_states(c, file, p, t, error) ||
       !ps_json_get_double(c, file, p, "on_chip_bandwidth_Bps", TRUE, 0, TRUE, INFINITY,
                           &t->on_chip_bandwidth_Bps, error) ||
       !parse_narrow_peak(c, file, p, "int8_peak_flops", t->peak_flops, &t->int8_peak_flops,
@@ -809,7 +881,16 @@ json_object *ps_config__topology_to_json(const PsTopology *t, json_object *sourc
   json_object_object_add(c, "mxu_efficiency", ps_config__new_double(t->mxu_efficiency));
   json_object_object_add(c, "op_overhead_s", ps_config__new_double(t->op_overhead_s));
   json_object_object_add(c, "vpu_flops", ps_config__new_double(t->vpu_flops));
-  json_object_object_add(c, "clock_factor", ps_config__new_double(t->clock_factor));
+  if (t->n_p_states > 0) {
+    json_object *clocks = json_object_new_array();
+    for (int i = 0; i < t->n_p_states; i++)
+      json_object_array_add(clocks, ps_config__new_double(t->p_state_clocks_ghz[i]));
+    json_object_object_add(c, "p_state_clocks_ghz", clocks);
+    json_object_object_add(c, "p_state", json_object_new_int(t->p_state));
+    json_object_object_add(c, "reference_p_state", json_object_new_int(t->reference_p_state));
+  } else {
+    json_object_object_add(c, "clock_factor", ps_config__new_double(t->clock_factor));
+  }
   json_object_object_add(c, "on_chip_bandwidth_Bps",
                          ps_config__new_double(t->on_chip_bandwidth_Bps));
   if (t->int8_peak_flops > 0)
