@@ -348,8 +348,27 @@ static void test_run_header_what_if(void)
       ver);
   g_assert_cmpstr(header, ==, want);
   g_assert_null(strstr(err, "warning"));
+  g_assert_null(strstr(header, "DVFS")); /* v3 has no power states */
   g_free(out);
   g_free(err);
+
+  /* a chip with DVFS power states names the run's and its clock: the
+   * default, p-state 3, or the one --set picks */
+  static const struct {
+    const char *set, *clock;
+  } states[] = {{"topology.chip.p_state=3", ", DVFS p-state 3 (1.9 GHz)"},
+                {"topology.chip.p_state=7", ", DVFS p-state 7 (2.2 GHz)"}};
+  for (size_t i = 0; i < G_N_ELEMENTS(states); i++) {
+    g_assert_cmpint(podsim_run(&out, &err, "run", "tests/data/good/experiments/mlp-what-if.json",
+                               "--set", "topology=tpu7x-8", "--set", states[i].set, "--set",
+                               "steps_per_run=4", "--no-trace", NULL),
+                    ==, 0);
+    g_free(header);
+    header = first_line(out);
+    g_assert_true(g_str_has_suffix(header, states[i].clock));
+    g_free(out);
+    g_free(err);
+  }
 
   /* the file's own slice; and a v4 slice counts megacore chips */
   g_assert_cmpint(podsim_run(&out, &err, "run", "resnet50-v3-8", "--no-trace", "--steps", "2", NULL),

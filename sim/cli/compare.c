@@ -156,12 +156,13 @@ static char *side_text(const PsExperiment *e, const PsSummary *s)
       s->stages > 1 ? g_strdup_printf(" x %d stages, %d micro-batches", s->stages,
                                       s->micro_batches)
                     : g_strdup("");
+  g_autofree char *clock = ps_topology_clock_text(e->topology);
   return g_strdup_printf("%s: model %s on %s, %d replica%s%s, global batch %" G_GINT64_FORMAT
-                         ", %s, numerics %s",
+                         ", %s, numerics %s%s",
                          e->name, e->model->name, e->topology->name, s->replicas,
                          s->replicas == 1 ? "" : "s", stages, e->global_batch,
                          ps_config_precision_text(&e->numerics),
-                         e->numerics.enabled ? "on" : "off");
+                         e->numerics.enabled ? "on" : "off", clock);
 }
 
 static void print_sets(const char *flag, char **sets)

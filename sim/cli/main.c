@@ -133,13 +133,14 @@ static char *run_header(const PsExperiment *e, const PsPlan *plan)
   g_autofree char *of = used < devices ? g_strdup_printf("%d of %d", used, devices)
                                        : g_strdup_printf("%d", devices);
   g_autofree char *placement = placement_text(e, plan, TRUE);
+  g_autofree char *clock = ps_topology_clock_text(e->topology);
   return g_strdup_printf(
       "podsim %s: %s: model %s on %s (%s device%s: %s), global batch %" G_GINT64_FORMAT
-      ", %" G_GINT64_FORMAT " step%s, %s, numerics %s",
+      ", %" G_GINT64_FORMAT " step%s, %s, numerics %s%s",
       PS_VERSION, e->name, e->model->name, e->topology->name, of, devices == 1 ? "" : "s",
       placement, e->global_batch, e->steps, e->steps == 1 ? "" : "s",
       ps_config_precision_text(&e->numerics),
-      e->numerics.enabled ? "on" : "off");
+      e->numerics.enabled ? "on" : "off", clock);
 }
 
 /* One line on stderr when the plan leaves devices of the slice idle,

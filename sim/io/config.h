@@ -96,6 +96,9 @@ int ps_topology_hosts(const PsTopology *t);
  * chips when megacore. */
 int ps_topology_devices(const PsTopology *t);
 int ps_topology_devices_per_chip(const PsTopology *t);
+/* ", DVFS p-state 3 (1.9 GHz)" on a chip with power states, the state a run
+ * is at and its clock; "" on another.  (transfer full) */
+char *ps_topology_clock_text(const PsTopology *t);
 /* Peak FLOP/s and HBM of one device (a core, or a megacore chip). */
 double ps_topology_device_peak_flops(const PsTopology *t);
 double ps_topology_device_hbm_bandwidth(const PsTopology *t);

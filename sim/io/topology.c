@@ -831,6 +831,15 @@ int ps_topology_hosts(const PsTopology *t)
   return ps_topology_chips(t) / t->chips_per_host;
 }
 
+char *ps_topology_clock_text(const PsTopology *t)
+{
+  g_return_val_if_fail(t != NULL, NULL);
+  if (t->n_p_states <= 0)
+    return g_strdup("");
+  return g_strdup_printf(", DVFS p-state %d (%g GHz)", t->p_state,
+                         t->p_state_clocks_ghz[t->p_state]);
+}
+
 int ps_topology_devices_per_chip(const PsTopology *t)
 {
   g_return_val_if_fail(t != NULL, 0);
