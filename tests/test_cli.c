@@ -145,7 +145,7 @@ static void test_list_other(void)
 static void test_json_summary(void)
 {
   g_autofree char *out = NULL, *err = NULL;
-  g_assert_cmpint(podsim_run(&out, &err, "run", "default", "--json", "--no-trace", "--steps", "20",
+  g_assert_cmpint(podsim_run(&out, &err, "run", "default", "--json", "--no-trace", "--steps", "3",
                       "--set", "numerics.evaluate=false", NULL),
                   ==, 0);
   json_object *o = json_tokener_parse(out);
@@ -168,7 +168,7 @@ static void test_json_summary(void)
   double st = json_object_get_double(json_object_object_get(o, "step_time_s"));
   g_assert_cmpfloat(st, >, 0);
   g_assert_cmpfloat(fabs(sum - st), <, 1e-9 * st);
-  g_assert_cmpint(json_object_get_int(json_object_object_get(o, "steps")), ==, 20);
+  g_assert_cmpint(json_object_get_int(json_object_object_get(o, "steps")), ==, 3);
   json_object_put(o);
 }
 
