@@ -38,7 +38,23 @@
  *   reads the experts' outputs for the router's gradient), and the last
  *   one's combine too (the final norm reads its output);
  * - /moe/capacity/errors: a negative factor, a string, and a factor that
- *   leaves an expert no slot are refused naming the key and the fix. */
+ *   leaves an expert no slot are refused naming the key and the fix;
+ * - /moe/group-tiles: a dropless layer's grouped products walk their rows
+ *   in each kernel's tiles t (group_tiles), and each of the E - 1 group
+ *   boundaries lands inside a tile with probability (t - 1) / t: each
+ *   pass's padded FLOPs exceed the same layer's at tiles of one row by
+ *   2 ((m padded to t) - m + (E - 1)(t - 1)) K N a product, m = B S k, for
+ *   every tile and batch tried; the tiles default to 128; the dropping
+ *   layout has none;
+ * - /moe/apart: dropless, the sort, gating and combination are kernels of
+ *   their own, forward scores + 3 S k D + 3 S k F + S D elements and
+ *   8 S E + 5 S k F + 2 S k D FLOPs a sequence, backward 2 S E + 3 S k D +
+ *   5 S k F + 2 S D and 10 S E + 8 S k F + 4 S k D; the forward kernels'
+ *   traffic adds up to the layer's; the dropping layout has no such kernel;
+ *   on Qwen3's shapes the kernel is HBM-bound and its time adds to the
+ *   products' (no overlap);
+ * - /moe/group-tiles/errors: group_tiles with a capacity factor, an
+ *   unknown key and a tile of 0 are refused naming the key. */
 #include "common/json.h"
 #include "hw/cost.h"
 #include "model/layers.h"
@@ -500,6 +516,221 @@ static void test_capacity_errors(void)
   }
 }
 
+/* A dropless block over (S, D) with group_tiles `tiles` (a JSON object's
+ * members, or NULL). */
+static PsModel *tiled_block(int64_t s, int64_t d, int64_t e, int64_t k, int64_t f,
+                            const char *tiles, GError **error)
+{
+  g_autofree char *gt = tiles ? g_strdup_printf(", 'group_tiles': {%s}", tiles) : g_strdup("");
+  g_autofree char *text = g_strdup_printf(
+      "{'name': 'm', 'input': {'shape': [%" G_GINT64_FORMAT "], 'classes': 16, 'tokens': true},"
+      " 'layers': [{'type': 'embedding', 'name': 'embed', 'vocab': 16, 'dim': %" G_GINT64_FORMAT
+      "},"
+      " {'type': 'moe', 'name': 'moe', 'experts': %" G_GINT64_FORMAT ", 'top_k': %" G_GINT64_FORMAT
+      ", 'units': %" G_GINT64_FORMAT "%s},"
+      " {'type': 'dense', 'name': 'head', 'units': 16}, {'type': 'softmax_xent', 'name': 'loss'}]}",
+      s, d, e, k, f, gt);
+  return model_parse_quoted(text, error);
+}
+
+static int64_t round_up(int64_t x, int64_t t)
+{
+  return (x + t - 1) / t * t;
+}
+
+/* The padded FLOPs of layer 1's forward (pass 0), input-gradient (1) and
+ * weight-gradient (2) kernels at batch b. */
+static void pass_flops(const PsExperiment *ex, const PsModel *m, int64_t b, const PsCostOptions *o,
+                       double out[3])
+{
+  out[0] = out[1] = out[2] = 0;
+  for (int bwd = 0; bwd <= 1; bwd++) {
+    GArray *ks = g_array_new(FALSE, TRUE, sizeof(PsKernel));
+    PsOpCost c;
+    ps_cost_op(ex->topology, m, 1, 1, b, o, bwd, ks, &c);
+    for (guint i = 0; i < ks->len; i++) {
+      const PsKernel *k = &g_array_index(ks, PsKernel, i);
+      int pass = !bwd ? 0 : strcmp(k->what, "wgrad") == 0 ? 2 : 1;
+      out[pass] += k->padded_flops;
+    }
+    g_array_free(ks, TRUE);
+  }
+}
+
+static void test_group_tiles(void)
+{
+  GError *error = NULL;
+  PsExperiment *ex = ps_experiment_load("maxtext-tpu7x", small, &error);
+  g_assert_no_error(error);
+  PsCostOptions o;
+  ps_strategy_cost_options(ex, &o);
+  o.rerun = NULL;
+  o.quant_share = 0;
+  /* sides that are multiples of the MXU (256 on v7): only rows pad */
+  const int64_t s = 512, d = 256, e = 8, k = 2, f = 512;
+  PsModel *one = tiled_block(s, d, e, k, f,
+                             "'wi_fwd': 1, 'wi_dlhs': 1, 'wi_drhs': 1, 'wo_fwd': 1, "
+                             "'wo_dlhs': 1, 'wo_drhs': 1",
+                             &error);
+  g_assert_no_error(error);
+  static const int64_t tiles[][6] = {
+      {256, 1024, 512, 512, 1024, 512}, /* tokamax's table for Qwen3's shapes */
+      {128, 128, 128, 128, 128, 128},
+      {3, 5, 7, 11, 13, 17},            /* tiles that divide no count of rows */
+  };
+  for (size_t t = 0; t <= G_N_ELEMENTS(tiles); t++) {
+    const int64_t *tl = t < G_N_ELEMENTS(tiles) ? tiles[t] : tiles[1]; /* last: the default */
+    g_autofree char *json =
+        t < G_N_ELEMENTS(tiles)
+            ? g_strdup_printf("'wi_fwd': %" G_GINT64_FORMAT ", 'wi_dlhs': %" G_GINT64_FORMAT
+                              ", 'wi_drhs': %" G_GINT64_FORMAT ", 'wo_fwd': %" G_GINT64_FORMAT
+                              ", 'wo_dlhs': %" G_GINT64_FORMAT ", 'wo_drhs': %" G_GINT64_FORMAT,
+                              tl[0], tl[1], tl[2], tl[3], tl[4], tl[5])
+            : NULL;
+    PsModel *m = tiled_block(s, d, e, k, f, json, &error);
+    g_assert_no_error(error);
+    for (int64_t b = 1; b <= 3; b++) {
+      double got[3], base[3];
+      pass_flops(ex, m, b, &o, got);
+      pass_flops(ex, one, b, &o, base);
+      int64_t rows = b * s * k;
+      for (int p = 0; p < 3; p++) {
+        /* gate and up: K = D, N = F, two products; down: K = F, N = D */
+        double extra_wi = (double)(round_up(rows, tl[p]) - rows + (e - 1) * (tl[p] - 1));
+        double extra_wo = (double)(round_up(rows, tl[3 + p]) - rows + (e - 1) * (tl[3 + p] - 1));
+        double want = 2.0 * extra_wi * (double)(d * f) * 2.0 + 2.0 * extra_wo * (double)(f * d);
+        g_test_message("tiles %" G_GINT64_FORMAT "/%" G_GINT64_FORMAT " batch %" G_GINT64_FORMAT
+                       " pass %d: %.6e more padded FLOPs, closed form %.6e",
+                       tl[p], tl[3 + p], b, p, got[p] - base[p], want);
+        g_assert_cmpfloat(fabs(got[p] - base[p] - want), <=, 1e-9 * got[p]);
+        g_assert_cmpfloat(want, >, 0);
+      }
+    }
+    ps_model_free(m);
+  }
+  ps_model_free(one);
+  /* the dropping layout's products are dense: no groups */
+  PsModel *cap = capacity_block(s, d, e, k, f, "1.25", &error);
+  g_assert_no_error(error);
+  for (int j = 0; j < cap->layers[1].n_mm; j++)
+    g_assert_cmpint(cap->layers[1].mm[j].groups, ==, 0);
+  ps_model_free(cap);
+  ps_experiment_free(ex);
+}
+
+/* Layer 1's kernel named `what` at batch b, forward or backward. */
+static gboolean find_kernel(const PsExperiment *ex, const PsModel *m, int l, int64_t b,
+                            const PsCostOptions *o, gboolean bwd, const char *what, PsKernel *out,
+                            double *total_bytes)
+{
+  GArray *ks = g_array_new(FALSE, TRUE, sizeof(PsKernel));
+  PsOpCost c;
+  ps_cost_op(ex->topology, m, l, l, b, o, bwd, ks, &c);
+  gboolean found = FALSE;
+  for (guint i = 0; i < ks->len; i++)
+    if (strcmp(g_array_index(ks, PsKernel, i).what, what) == 0) {
+      *out = g_array_index(ks, PsKernel, i);
+      found = TRUE;
+    }
+  if (total_bytes)
+    *total_bytes = c.bytes;
+  g_array_free(ks, TRUE);
+  return found;
+}
+
+static void test_apart(void)
+{
+  GError *error = NULL;
+  PsExperiment *ex = ps_experiment_load("maxtext-tpu7x", small, &error);
+  g_assert_no_error(error);
+  PsCostOptions o;
+  ps_strategy_cost_options(ex, &o);
+  o.rerun = NULL;
+  o.quant_share = 0;
+  const double eb = o.act_bytes;
+  const int64_t s = 64, d = 32, e = 8, k = 2, f = 48;
+  PsModel *m = tiled_block(s, d, e, k, f, NULL, &error);
+  g_assert_no_error(error);
+  const PsLayer *L = &m->layers[1];
+  const double se = (double)(s * e), skd = (double)(s * k * d), skf = (double)(s * k * f),
+               sd = (double)(s * d);
+  for (int64_t b = 1; b <= 4; b *= 2) {
+    PsKernel fw, bw;
+    double fw_total = 0;
+    g_assert_true(find_kernel(ex, m, 1, b, &o, FALSE, "sort, gating, combine", &fw, &fw_total));
+    g_assert_true(find_kernel(ex, m, 1, b, &o, TRUE, "sort, gating, combine grad", &bw, NULL));
+    double want_fb = eb * (double)b * (se + 3 * skd + 3 * skf + sd);
+    double want_ff = (double)b * (8 * se + 5 * skf + 2 * skd);
+    double want_bb = eb * (double)b * (2 * se + 3 * skd + 5 * skf + 2 * sd);
+    double want_bf = (double)b * (10 * se + 8 * skf + 4 * skd);
+    g_test_message("batch %" G_GINT64_FORMAT ": forward %.0f bytes %.0f FLOPs (closed form "
+                   "%.0f, %.0f); backward %.0f, %.0f (%.0f, %.0f)",
+                   b, fw.bytes, fw.vpu_flops, want_fb, want_ff, bw.bytes, bw.vpu_flops, want_bb,
+                   want_bf);
+    g_assert_cmpfloat(fabs(fw.bytes - want_fb), <=, 1e-9 * want_fb);
+    g_assert_cmpfloat(fabs(fw.vpu_flops - want_ff), <=, 1e-9 * want_ff);
+    g_assert_cmpfloat(fabs(bw.bytes - want_bb), <=, 1e-9 * want_bb);
+    g_assert_cmpfloat(fabs(bw.vpu_flops - want_bf), <=, 1e-9 * want_bf);
+    g_assert_cmpfloat(fw.mxu_flops, ==, 0);
+    /* the forward kernels' traffic is the layer's: its per-sequence
+     * traffic over the batch, its weights once */
+    double layer = eb * ((L->fwd_bytes - (double)L->params) * (double)b + (double)L->params);
+    g_assert_cmpfloat(fabs(fw_total - layer), <=, 1e-9 * layer);
+  }
+  ps_model_free(m);
+  PsModel *cap = capacity_block(s, d, e, k, f, "1.25", &error);
+  g_assert_no_error(error);
+  PsKernel none;
+  g_assert_false(find_kernel(ex, cap, 1, 1, &o, FALSE, "sort, gating, combine", &none, NULL));
+  g_assert_false(find_kernel(ex, cap, 1, 1, &o, TRUE, "sort, gating, combine grad", &none, NULL));
+  ps_model_free(cap);
+  /* Qwen3's layer at 16 sequences a device: the fusions wait for HBM, and
+   * the forward op takes the products' time plus theirs */
+  int l = 0;
+  while (ex->model->layers[l].kind != PS_LAYER_MOE)
+    l++;
+  PsKernel a, p;
+  g_assert_true(find_kernel(ex, ex->model, l, 16, &o, FALSE, "sort, gating, combine", &a, NULL));
+  g_assert_true(find_kernel(ex, ex->model, l, 16, &o, FALSE, "moe", &p, NULL));
+  g_assert_cmpint(a.bound, ==, PS_BOUND_HBM);
+  g_assert_cmpint(p.bound, ==, PS_BOUND_MXU);
+  PsOpCost c;
+  ps_cost_op(ex->topology, ex->model, l, l, 16, &o, FALSE, NULL, &c);
+  g_test_message("Qwen3 layer, 16 sequences: products %.3f ms, sort, gating, combine %.3f ms, "
+                 "op %.3f ms",
+                 p.busy_s * 1e3, a.busy_s * 1e3, ps_time_to_s(c.time) * 1e3);
+  g_assert_cmpfloat(ps_time_to_s(c.time), >=, (p.busy_s + a.busy_s) * (1 - 1e-9));
+  ps_experiment_free(ex);
+}
+
+static void test_group_tiles_errors(void)
+{
+  static const struct {
+    const char *tiles, *cf, *want[2];
+  } cases[] = {
+      {"'wi_fwd': 256", "1.25", {"group_tiles", "capacity_factor"}},
+      {"'wi_bwd': 256", "0", {"group_tiles", "wi_bwd"}},
+      {"'wo_drhs': 0", "0", {"group_tiles.wo_drhs", ""}},
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *text = g_strdup_printf(
+        "{'name': 'm', 'input': {'shape': [8], 'classes': 16, 'tokens': true},"
+        " 'layers': [{'type': 'embedding', 'name': 'embed', 'vocab': 16, 'dim': 8},"
+        " {'type': 'moe', 'name': 'x', 'experts': 4, 'top_k': 2, 'units': 8,"
+        " 'capacity_factor': %s, 'group_tiles': {%s}},"
+        " {'type': 'dense', 'name': 'head', 'units': 16}, {'type': 'softmax_xent', 'name': "
+        "'loss'}]}",
+        cases[i].cf, cases[i].tiles);
+    GError *error = NULL;
+    g_assert_null(model_parse_quoted(text, &error));
+    g_assert_true(error->domain == PS_INPUT_ERROR);
+    g_test_message("%s", error->message);
+    for (int j = 0; j < 2; j++)
+      g_assert_nonnull(strstr(error->message, cases[i].want[j]));
+    g_error_free(error);
+  }
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -513,5 +744,8 @@ int main(int argc, char **argv)
   g_test_add_func("/moe/capacity/mixtral", test_capacity_mixtral);
   g_test_add_func("/moe/capacity/remat", test_capacity_remat);
   g_test_add_func("/moe/capacity/errors", test_capacity_errors);
+  g_test_add_func("/moe/group-tiles", test_group_tiles);
+  g_test_add_func("/moe/apart", test_apart);
+  g_test_add_func("/moe/group-tiles/errors", test_group_tiles_errors);
   return g_test_run();
 }

@@ -224,14 +224,28 @@ static gboolean quantized(const Ctx *c, const PsLayer *l, const PsMatmul *mm)
            ps_layer_kind_lower(c->m->layers[i + 1].kind)->tensor == PS_TP_LOSS);
 }
 
+/* The rows a product's kernel pass walks over the batch: padded to
+ * PS_MXU_ROW_TILE; a grouped product's to its tile t, plus a tile visited
+ * again for each of the groups - 1 boundaries that falls inside a tile
+ * (megablox's make_group_metadata), which under random routing is
+ * (t - 1) / t of them: (groups - 1)(t - 1) rows. */
+static double mm_rows(const Ctx *c, const PsMatmul *mm, PsMatmulPass pass)
+{
+  if (mm->groups <= 1)
+    return (double)pad_to(mm->rows * c->batch, PS_MXU_ROW_TILE);
+  int64_t t = MAX(mm->group_tile[pass], 1);
+  return (double)pad_to(mm->rows * c->batch, t) + (double)(mm->groups - 1) * (double)(t - 1);
+}
+
 /* A layer's products on the MXU, padded: a matmul's rows (the batch side)
- * to PS_MXU_ROW_TILE, its contraction and output sides to the MXU size
+ * as mm_rows, its contraction and output sides to the MXU size
  * (performance guide); a convolution's as conv_padded lays it out, the
- * kernel-gradient product (wgrad) its own way. */
-static double mm_padded(const Ctx *c, const PsLayer *l, gboolean wgrad, double *work)
+ * kernel-gradient product (PS_MM_WGRAD) its own way. */
+static double mm_padded(const Ctx *c, const PsLayer *l, PsMatmulPass pass, double *work)
 {
   const int64_t tile = c->topo->mxu_size;
   const gboolean conv = ps_layer_kind_lower(l->kind)->window_contraction;
+  const gboolean wgrad = pass == PS_MM_WGRAD;
   double f = 0, wk = 0;
   for (int m = 0; m < l->n_mm; m++) {
     const PsMatmul *mm = &l->mm[m];
@@ -239,9 +253,9 @@ static double mm_padded(const Ctx *c, const PsLayer *l, gboolean wgrad, double *
     if (run <= 0)
       continue;
     double one = run * (conv ? conv_padded(c, l, mm, wgrad)
-                             : 2.0 * (double)pad_to(mm->rows * c->batch, PS_MXU_ROW_TILE) *
-                                   (double)pad_to(mm->k, tile) * (double)pad_to(mm->n, tile) *
-                                   (double)mm->count * mm_share(mm, wgrad));
+                             : 2.0 * mm_rows(c, mm, pass) * (double)pad_to(mm->k, tile) *
+                                   (double)pad_to(mm->n, tile) * (double)mm->count *
+                                   mm_share(mm, wgrad));
     /* fp8 operands: one pass at the fp8 rate, whatever the step's precision */
     gboolean q = quantized(c, l, mm);
     f += one * (q ? c->opt->quant_share : (double)c->opt->passes);
@@ -459,6 +473,22 @@ static void elementwise_fwd(Ctx *c, int i)
   emit(c, &k);
 }
 
+/* The layer's work in fusions apart from its kernels (PsLayer's apart_*:
+ * a dropless mixture of experts' sort, gating and combination), one
+ * kernel of that traffic and vector work; nothing for other layers. */
+static void apart_kernel(Ctx *c, int i, gboolean backward)
+{
+  const PsLayer *l = L(c, i);
+  double bytes = backward ? l->apart_bwd_bytes : l->apart_fwd_bytes;
+  double flops = backward ? l->apart_bwd_flops : l->apart_fwd_flops;
+  if (bytes <= 0 && flops <= 0)
+    return;
+  PsKernel k = kernel(i, backward ? "sort, gating, combine grad" : "sort, gating, combine");
+  k.bytes = c->eb * bytes * (double)c->batch;
+  k.vpu_flops = flops * (double)c->batch;
+  emit(c, &k);
+}
+
 /* A producer: matmul, convolution, pool, embedding, normalization of
  * rows, the loss. */
 static void producer_fwd(Ctx *c, int i)
@@ -466,9 +496,10 @@ static void producer_fwd(Ctx *c, int i)
   const PsLayer *l = L(c, i);
   PsKernel k = kernel(i, ps_layer_kind_lower(l->kind)->kernel);
   k.mxu_flops = mm_flops(l, c->batch);
-  k.padded_flops = mm_padded(c, l, FALSE, &k.padded_work);
-  k.bytes = own_bytes(c, i, FALSE);
-  k.vpu_flops = l->fwd_flops * (double)c->batch - k.mxu_flops;
+  k.padded_flops = mm_padded(c, l, PS_MM_FWD, &k.padded_work);
+  k.bytes = own_bytes(c, i, FALSE) - c->eb * l->apart_fwd_bytes * (double)c->batch;
+  k.vpu_flops = (l->fwd_flops - l->apart_fwd_flops) * (double)c->batch - k.mxu_flops;
+  apart_kernel(c, i, FALSE);
   double run = mm_run_flops(c, l);
   if (c->opt->rerun && l->n_mm > 0 && run < k.mxu_flops) {
     /* rematerialized with some products kept: attention's products of two
@@ -545,7 +576,7 @@ static void wgrad_kernel(Ctx *c, int i, double mm_w, double bytes, double vpu_fl
 {
   PsKernel g = kernel(i, "wgrad");
   g.mxu_flops = mm_w;
-  g.padded_flops = mm_padded(c, L(c, i), TRUE, &g.padded_work);
+  g.padded_flops = mm_padded(c, L(c, i), PS_MM_WGRAD, &g.padded_work);
   g.bytes = bytes;
   g.vpu_flops = vpu_flops;
   if (c->opt->fusion == PS_FUSION_XLA)
@@ -566,16 +597,18 @@ static void matmul_bwd(Ctx *c, int i)
     wgrad_kernel(c, i, mm_w, own_bytes(c, i, TRUE), fmax(l->bwd_flops * b - mm_w, 0));
     return;
   }
-  double other = fmax(l->bwd_flops * b - mm - mm_w, 0);
+  double other = fmax((l->bwd_flops - l->apart_bwd_flops) * b - mm - mm_w, 0);
   double w = (double)l->params;
-  double act = c->eb * (l->fwd_bytes - w) * b; /* inputs and outputs once */
+  /* inputs and outputs once (the fusions apart have kernels of their own) */
+  double act = c->eb * (l->fwd_bytes - l->apart_fwd_bytes - w) * b;
+  apart_kernel(c, i, TRUE);
   /* dx = dy W^T: reads dy, W and the saved operands, writes dx.  Kept
    * for the model's first layer too, although XLA drops it there as dead
    * code: the pipeline's equal-stage checks rely on equal layers costing
    * the same (a refinement left for later). */
   PsKernel d = kernel(i, "dgrad");
   d.mxu_flops = mm;
-  d.padded_flops = mm_padded(c, l, FALSE, &d.padded_work);
+  d.padded_flops = mm_padded(c, l, PS_MM_DGRAD, &d.padded_work);
   d.bytes = act + c->eb * w + mask_bytes(c, i); /* attention's dropout mask */
   d.vpu_flops = other + mask_redraw_flops(c, i);
   if (fu == PS_FUSION_XLA)

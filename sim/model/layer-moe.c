@@ -18,8 +18,15 @@
  * use_random_routing makes it and as its load balancing loss aims for;
  * a group's padding to the kernel's tile and an imbalance's straggling
  * expert are not modelled), so the experts' FLOPs are 6 k D F a position;
- * the shared experts' on every position.  Element-wise: the
- * router's softmax and top-k (8 FLOPs a score forward, 10 backward), the
+ * the shared experts' on every position.  The grouped matmul visits its
+ * rows in tiles of "group_tiles" rows (each of its six kernels its own,
+ * MaxText's wi/wo_tile_{fwd,dlhs,drhs}_batch_seq; default 128, tokamax's
+ * ragged_dot Config for a shape its tuned table lacks), and a group that
+ * starts inside a tile visits that tile again (megablox's
+ * make_group_metadata: tiles_m <= visits <= tiles_m + groups - 1): the
+ * cost model adds (E - 1)(t - 1) rows a product, E - 1 boundaries each
+ * inside a tile with probability (t - 1) / t under random routing.
+ * Element-wise: the router's softmax and top-k (8 FLOPs a score forward, 10 backward), the
  * gating (SwiGLU's 5 and 8 an element) and the weighted combination
  * (2 and 4 an element of the k outputs).  Traffic: the input read, the
  * scores written and read, the routed copies of the input written (the
@@ -27,6 +34,20 @@
  * written and read by the combination, the output written, the weights
  * once.  Kept for backward: the scores, the routed input, both
  * projections and the experts' outputs.
+ *
+ * Dropless, the grouped matmuls are Pallas kernels, which XLA fuses
+ * nothing into: the router's softmax and top-k, the sort (a gather of the
+ * S k routed rows, written), the gating (silu(gate) x up: both
+ * projections read, the product written) and the combination (the
+ * experts' outputs gathered back and summed with the router's weights,
+ * the output written) run as fusions of their own between them (MaxText's
+ * moe.py: permute, apply_ffn_activation, unpermute).  They are the
+ * layer's apart_* work, costed as kernels apart: forward the scores read,
+ * 3 S k D (the sort's gather and write, the combination's gather), 3 S k F
+ * (gating) and S D (the output); backward the combination's gradient (dy
+ * and the experts' outputs read, their gradient written), the gating's
+ * (its gradient, both projections read, both gradients written), the
+ * sort's (the routed gradient gathered, dx written) and the router's.
  *
  * With "capacity_factor" cf > 0, as MaxText's dropping path lays it out
  * (its dense_matmul when capacity_factor > 0 and sparse_matmul is off;
@@ -62,9 +83,42 @@
  * every routed copy many times over. */
 #define PS_MOE_MAX_CAPACITY_FACTOR 1024.0
 
-static const char *const keys_moe[] = {"type",           "name",           "experts", "top_k",
-                                       "units",          "shared_experts", "capacity_factor",
-                                       NULL};
+static const char *const keys_moe[] = {"type",           "name",           "experts",
+                                       "top_k",          "units",          "shared_experts",
+                                       "capacity_factor", "group_tiles",   NULL};
+/* "group_tiles"' keys, in PsMatmulPass order for the gate and up products
+ * (MaxText's wi) and the down product (wo). */
+static const char *const keys_group_tiles[] = {"wi_fwd", "wi_dlhs", "wi_drhs", "wo_fwd",
+                                               "wo_dlhs", "wo_drhs", NULL};
+/* tokamax's ragged_dot on TPU, its Config's tile_m for a shape its tuned
+ * table lacks (openxla/tokamax, tokamax/_src/ops/ragged_dot/
+ * pallas_mosaic_tpu.py) */
+#define PS_MOE_GROUP_TILE_DEFAULT 128
+
+static gboolean group_tiles_parse(PsLayer *L, json_object *obj, const char *file,
+                                  const char *path, GError **error)
+{
+  for (int k = 0; k < 6; k++)
+    L->group_tiles[k] = PS_MOE_GROUP_TILE_DEFAULT;
+  json_object *gt = NULL;
+  if (!json_object_object_get_ex(obj, "group_tiles", &gt))
+    return TRUE;
+  g_autofree char *p = ps_json_path_join(path, "group_tiles");
+  if (L->capacity_factor > 0) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: %s: the tiles are the dropless layout's grouped matmul's; with a "
+                "capacity_factor the experts run as dense products: leave group_tiles out",
+                file, p);
+    return FALSE;
+  }
+  if (!ps_json_expect_object(gt, file, p, error) ||
+      !ps_json_check_keys(gt, file, p, keys_group_tiles, error))
+    return FALSE;
+  for (int k = 0; k < 6; k++)
+    if (!ps_layer_get_dim(gt, file, p, keys_group_tiles[k], FALSE, &L->group_tiles[k], error))
+      return FALSE;
+  return TRUE;
+}
 
 static gboolean moe_parse(PsLayer *L, json_object *obj, const char *file, const char *path,
                           GError **error)
@@ -79,7 +133,8 @@ static gboolean moe_parse(PsLayer *L, json_object *obj, const char *file, const 
       !ps_json_get_int(obj, file, path, "shared_experts", FALSE, 0, 1 << 16,
                        &L->shared_experts, error) ||
       !ps_json_get_double(obj, file, path, "capacity_factor", FALSE, 0, FALSE,
-                          PS_MOE_MAX_CAPACITY_FACTOR, &L->capacity_factor, error))
+                          PS_MOE_MAX_CAPACITY_FACTOR, &L->capacity_factor, error) ||
+      !group_tiles_parse(L, obj, file, path, error))
     return FALSE;
   if (L->top_k > L->experts) {
     ps_layer_error(error, PS_INPUT_ERROR_VALUE, file, path,
@@ -145,6 +200,11 @@ static gboolean moe_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   ps_layer_add_matmul(L, s, d, e, 1);    /* the router's scores */
   ps_layer_add_matmul(L, rows, d, f, 2); /* the experts' gate and up */
   ps_layer_add_matmul(L, rows, f, d, 1); /* down */
+  if (L->capacity == 0) /* dropless: one grouped matmul each, over E groups */
+    for (int m = 1; m <= 2; m++) {
+      L->mm[m].groups = e;
+      memcpy(L->mm[m].group_tile, &L->group_tiles[3 * (m - 1)], sizeof L->mm[m].group_tile);
+    }
   if (sh > 0) {
     ps_layer_add_matmul(L, s, d, sh * f, 2);  /* the shared experts' gate and up */
     ps_layer_add_matmul(L, s, sh * f, d, 1);  /* and down */
@@ -176,6 +236,21 @@ static gboolean moe_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   L->fwd_bytes = sd + 2.0 * scores + 2.0 * comb + 6.0 * gated + 2.0 * (comb + shared_out) +
                  sd + (double)L->params + 3.0 * slots;
   L->bwd_bytes = 2 * L->fwd_bytes;
+  if (L->capacity == 0) {
+    /* the fusions between the grouped matmuls (the comment above); the
+     * grouped matmuls also read the routed copies twice (gate and up are
+     * two calls), counted in fwd_bytes with them */
+    double gated_r = routed * (double)f;
+    L->apart_fwd_flops = PS_MOE_ROUTE_FWD * scores + PS_MOE_GATE_FWD * gated_r +
+                         PS_MOE_COMBINE_FWD * comb;
+    L->apart_bwd_flops = PS_MOE_ROUTE_BWD * scores + PS_MOE_GATE_BWD * gated_r +
+                         PS_MOE_COMBINE_BWD * comb;
+    L->apart_fwd_bytes = scores + 3.0 * comb + 3.0 * gated_r + sd;
+    L->apart_bwd_bytes = 2.0 * scores + 3.0 * comb + 5.0 * gated_r + 2.0 * sd;
+    L->fwd_bytes = sd + scores + 3.0 * comb + 3.0 * gated + 2.0 * shared_out + (double)L->params +
+                   L->apart_fwd_bytes;
+    L->bwd_bytes = 2 * (L->fwd_bytes - L->apart_fwd_bytes) + L->apart_bwd_bytes;
+  }
   L->saves = PS_SAVES_INPUT;
   L->act_elems = (int64_t)(scores + comb + 2.0 * gated + comb + slots);
   return TRUE;

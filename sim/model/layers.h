@@ -120,7 +120,18 @@ typedef struct {
   double bwd;
   gboolean activations; /* both operands activations (attention's scores and
                            context), not a weight: recomputed under "minimal" */
+  /* A grouped product (a dropless mixture of experts' grouped matmul,
+   * megablox or tokamax gmm): its rows over the batch are `groups` groups
+   * of one kernel that walks them in tiles of group_tile[p] rows, for
+   * PsMatmulPass p; a group that starts inside a tile visits that tile
+   * again (0 groups: a plain product). */
+  int64_t groups;
+  int64_t group_tile[3];
 } PsMatmul;
+
+/* The three kernels of a product: forward, the input gradient (dlhs) and
+ * the weight gradient (drhs, megablox's tgmm). */
+typedef enum { PS_MM_FWD, PS_MM_DGRAD, PS_MM_WGRAD } PsMatmulPass;
 
 /* Bytes of one dropout-mask element kept for backward: XLA's PRED, one
  * byte (assumption: the comparison's result is what stays live, not the
@@ -187,6 +198,16 @@ typedef struct {
                                   `capacity` positions of a sequence (MaxText's
                                   dropping path, its capacity_factor) */
   int64_t capacity;            /* MOE: that capacity (0 when dropless) */
+  int64_t group_tiles[6];      /* MOE, dropless: the grouped matmul's row tiles,
+                                  gate and up then down, each PsMatmulPass
+                                  ("group_tiles") */
+  /* Work per example in fusions of its own between the layer's kernels,
+   * which XLA cannot fuse into them (a dropless mixture of experts' sort,
+   * gating and combination around its Pallas grouped matmuls): part of
+   * fwd_flops and fwd_bytes (elements), costed as kernels apart forward
+   * and backward; 0 for every other layer. */
+  double apart_fwd_flops, apart_bwd_flops;
+  double apart_fwd_bytes, apart_bwd_bytes;
   int shortcut_of;             /* ADD: index of the first layer of the
                                   block whose input feeds the shortcut */
   int unit;                    /* the iteration of an outermost "repeat" it was
