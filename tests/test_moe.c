@@ -557,15 +557,24 @@ static void pass_flops(const PsExperiment *ex, const PsModel *m, int64_t b, cons
   }
 }
 
-static void test_group_tiles(void)
+/* The small Qwen3 experiment and its cost options, every product run
+ * once, none in fp8. */
+static PsExperiment *small_bf16(PsCostOptions *o)
 {
   GError *error = NULL;
   PsExperiment *ex = ps_experiment_load("maxtext-tpu7x", small, &error);
   g_assert_no_error(error);
+  ps_strategy_cost_options(ex, o);
+  o->rerun = NULL;
+  o->quant_share = 0;
+  return ex;
+}
+
+static void test_group_tiles(void)
+{
+  GError *error = NULL;
   PsCostOptions o;
-  ps_strategy_cost_options(ex, &o);
-  o.rerun = NULL;
-  o.quant_share = 0;
+  PsExperiment *ex = small_bf16(&o);
   /* sides that are multiples of the MXU (256 on v7): only rows pad */
   const int64_t s = 512, d = 256, e = 8, k = 2, f = 512;
   PsModel *one = tiled_block(s, d, e, k, f,
@@ -641,12 +650,8 @@ static gboolean find_kernel(const PsExperiment *ex, const PsModel *m, int l, int
 static void test_apart(void)
 {
   GError *error = NULL;
-  PsExperiment *ex = ps_experiment_load("maxtext-tpu7x", small, &error);
-  g_assert_no_error(error);
   PsCostOptions o;
-  ps_strategy_cost_options(ex, &o);
-  o.rerun = NULL;
-  o.quant_share = 0;
+  PsExperiment *ex = small_bf16(&o);
   const double eb = o.act_bytes;
   const int64_t s = 64, d = 32, e = 8, k = 2, f = 48;
   PsModel *m = tiled_block(s, d, e, k, f, NULL, &error);
