@@ -36,7 +36,22 @@
  *   context with the sequence axis,
  *   numerics on, and a mesh_order naming context among four: each a
  *   PS_INPUT_ERROR naming its key; a mesh_order of the four older names
- *   puts context just before tensor. */
+ *   puts context just before tensor;
+ * - /shard/context/ring/program: with strategy.context_strategy "ring"
+ *   (ring attention) device 0 runs no collective on the context axis; each
+ *   attention layer's forward, recomputed forward and backward run as C
+ *   parts of 1/C of its work each (the same FLOPs as the all-gather's
+ *   plan), with C - 1 transfers between them, each a block of the keys and
+ *   values (2 x examples x S / C x kv_heads x head_dim elements, twice that
+ *   backward with their gradients), sent to the next device of its context
+ *   group and received from the one before;
+ * - /shard/context/ring/run: on sequences of 32768 the ring's transfers
+ *   hide under the parts (less exposed communication and a shorter step
+ *   than the all-gathers'); with the ICI 1000 times slower they show, as
+ *   collective time, never as a pipeline bubble;
+ * - /shard/context/ring/bad-input: a ring without a context axis, with
+ *   collective matmul, and an unknown strategy, each naming
+ *   strategy.context_strategy. */
 #include "program/program.h"
 #include "run/experiment.h"
 #include "strategy/strategy.h"
@@ -332,6 +347,130 @@ static void test_bad_input(void)
   ps_experiment_free(e);
 }
 
+static const char *const ring_ov[] = {"strategy.mesh={\"fsdp\": 8, \"context\": 4}",
+                                      "global_batch=16", "strategy.rematerialize=full",
+                                      "strategy.context_strategy=ring", NULL};
+
+static void test_ring_program(void)
+{
+  PsExperiment *e, *eg;
+  PsPlan *p = compile(ring_ov, &e);
+  const char *gather_ov[] = {ring_ov[0], ring_ov[1], ring_ov[2], NULL};
+  PsPlan *pg = compile(gather_ov, &eg);
+  const PsModel *m = e->model;
+  int64_t kv = 0;
+  int layers = 0;
+  for (int i = 0; i < m->n_layers; i++)
+    if (m->layers[i].heads > 0 && m->layers[i].kind != PS_LAYER_EMBEDDING) {
+      int64_t dh = m->layers[i].dim / m->layers[i].heads;
+      /* 2 examples a device, a quarter of the positions each block */
+      kv = 2 * 2 * m->layers[i].in_shape[0] / 4 * m->layers[i].kv_heads * dh;
+      layers++;
+    }
+  const double block = (double)kv * 2; /* bf16 */
+  const PsProgram *pr = ps_plan_program(p, 0);
+  int sends[3] = {0}, recvs = 0, parts = 0, colls = 0;
+  for (int i = 0; i < pr->n_ops; i++) {
+    const PsOp *op = &pr->ops[i];
+    if (op->kind == PS_OP_COLL_START)
+      colls += p->colls[ps_plan_op_coll(p, 0, op)].axis == PS_AXIS_CONTEXT;
+    if (op->ctx_ring && (op->kind == PS_OP_FWD || op->kind == PS_OP_BWD ||
+                         op->kind == PS_OP_RECOMPUTE)) {
+      g_assert_cmpint(op->parts, ==, 4);
+      parts++;
+    }
+    if (op->kind == PS_OP_SEND && op->ctx_ring) {
+      /* the next device of device 0's context group: same fsdp
+       * coordinate, context coordinate + 1 */
+      g_assert_cmpint(ps_plan_coord(p, op->peer, PS_AXIS_CONTEXT), ==,
+                      (ps_plan_coord(p, 0, PS_AXIS_CONTEXT) + 1) % 4);
+      g_assert_cmpint(ps_plan_coord(p, op->peer, PS_AXIS_FSDP), ==,
+                      ps_plan_coord(p, 0, PS_AXIS_FSDP));
+      g_assert_cmpfloat(op->bytes, ==, op->ring_bwd ? 2 * block : block);
+      sends[op->ring_bwd ? 2 : pr->ops[i + 1].kind == PS_OP_RECOMPUTE ? 1 : 0]++;
+    }
+    if (op->kind == PS_OP_RECV && op->ctx_ring) {
+      g_assert_cmpint(ps_plan_coord(p, op->peer, PS_AXIS_CONTEXT), ==,
+                      (ps_plan_coord(p, 0, PS_AXIS_CONTEXT) + 3) % 4);
+      recvs++;
+    }
+  }
+  g_test_message("ring: %d context collectives, %d parts, %d + %d + %d sends of %.0f and %.0f "
+                 "bytes, %d receives",
+                 colls, parts, sends[0], sends[1], sends[2], block, 2 * block, recvs);
+  g_assert_cmpint(layers, ==, 32);
+  g_assert_cmpint(colls, ==, 0);
+  g_assert_cmpint(parts, ==, 3 * 4 * layers);
+  g_assert_cmpint(sends[0], ==, 3 * layers);
+  g_assert_cmpint(sends[1], ==, 3 * layers);
+  g_assert_cmpint(sends[2], ==, 3 * layers);
+  g_assert_cmpint(recvs, ==, 9 * layers);
+  double fr, mr, fg, mg;
+  compute_of(p, &fr, &mr);
+  compute_of(pg, &fg, &mg);
+  g_assert_cmpfloat(fabs(fr - fg), <=, 1e-9 * fg);
+  g_assert_cmpfloat(fabs(mr - mg), <=, 1e-9 * mg);
+  ps_plan_free(p);
+  ps_plan_free(pg);
+  ps_experiment_free(e);
+  ps_experiment_free(eg);
+}
+
+static PsSummary run_with(const char *const *ov, const char *extra)
+{
+  const char *o[10];
+  int n = 0;
+  for (; ov[n]; n++)
+    o[n] = ov[n];
+  o[n++] = "steps=2";
+  o[n++] = "collective.on_core=[]";
+  o[n++] = extra;
+  o[n] = NULL;
+  PsExperiment *e = experiment_load(llama, o);
+  PsSummary s = experiment_run(e);
+  ps_experiment_free(e);
+  return s;
+}
+
+static void test_ring_run(void)
+{
+  /* sequences of 32768: a block's attention outlasts its transfer */
+  const char *long_ov[] = {ring_ov[0], "global_batch=8", ring_ov[2], "model.input.shape=[32768]",
+                           ring_ov[3], NULL};
+  const char *gather_ov[] = {long_ov[0], long_ov[1], long_ov[2], long_ov[3], NULL};
+  PsSummary r = run_with(long_ov, NULL), g = run_with(gather_ov, NULL);
+  g_test_message("ring: step %.6f s, collective %.6f s; all-gather: step %.6f s, collective "
+                 "%.6f s (context axis exposed %.6f s)",
+                 r.step_time_s, r.breakdown[PS_TIME_COLLECTIVE], g.step_time_s,
+                 g.breakdown[PS_TIME_COLLECTIVE], g.axis_exposed_s[PS_AXIS_CONTEXT]);
+  g_assert_cmpfloat(g.axis_exposed_s[PS_AXIS_CONTEXT], >, 0);
+  g_assert_cmpfloat(r.breakdown[PS_TIME_COLLECTIVE], <, g.breakdown[PS_TIME_COLLECTIVE]);
+  g_assert_cmpfloat(r.step_time_s, <, g.step_time_s);
+  g_assert_cmpfloat(r.axis_colls_per_device[PS_AXIS_CONTEXT], ==, 0);
+  PsSummary slow = run_with(long_ov, "topology.ici.bandwidth_Bps=100MB/s");
+  g_test_message("ring on a 1000 times slower ICI: step %.6f s, collective %.6f s, bubble %.6f s",
+                 slow.step_time_s, slow.breakdown[PS_TIME_COLLECTIVE],
+                 slow.breakdown[PS_TIME_PIPELINE_BUBBLE]);
+  g_assert_cmpfloat(slow.breakdown[PS_TIME_COLLECTIVE], >, 10 * r.breakdown[PS_TIME_COLLECTIVE]);
+  g_assert_cmpfloat(slow.breakdown[PS_TIME_PIPELINE_BUBBLE], ==, 0);
+  ps_summary_clear(&r);
+  ps_summary_clear(&g);
+  ps_summary_clear(&slow);
+}
+
+static void test_ring_bad_input(void)
+{
+  const char *no_ctx[] = {"strategy.mesh={\"fsdp\": 32}", "strategy.context_strategy=ring",
+                          NULL};
+  bad(llama, no_ctx, "strategy.context_strategy: \"ring\" passes keys and values");
+  const char *cm[] = {"strategy.mesh={\"fsdp\": 4, \"tensor\": 2, \"context\": 4}",
+                      "strategy.collective_matmul=true", "strategy.context_strategy=ring", NULL};
+  bad(llama, cm, "strategy.context_strategy");
+  const char *word[] = {"strategy.mesh={\"fsdp\": 8, \"context\": 4}",
+                        "strategy.context_strategy=rings", NULL};
+  bad(llama, word, "strategy.context_strategy");
+}
+
 int main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
@@ -342,5 +481,8 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/context/pipeline", test_pipeline);
   g_test_add_func("/shard/context/run", test_run);
   g_test_add_func("/shard/context/bad-input", test_bad_input);
+  g_test_add_func("/shard/context/ring/program", test_ring_program);
+  g_test_add_func("/shard/context/ring/run", test_ring_run);
+  g_test_add_func("/shard/context/ring/bad-input", test_ring_bad_input);
   return g_test_run();
 }

@@ -363,7 +363,10 @@ static void mailbox_arrive(PsPod *pod, const Xfer *x, ps_time_t sent)
                      x->id);
   const PsOp *op = &d->prog->ops[d->pc];
   if (d->waiting == WAIT_RECV && op->peer == x->src && op->tag == x->tag) {
-    end_wait(pod, d, PS_TIME_PIPELINE_BUBBLE, op->name);
+    /* a ring step (collective matmul, ring attention) waits for
+     * communication its parts did not hide; a stage transfer, for the
+     * other stage */
+    end_wait(pod, d, op->parts > 0 ? PS_TIME_COLLECTIVE : PS_TIME_PIPELINE_BUBBLE, op->name);
     d->op_start = now(pod);
     finish_op_after(pod, d, 0);
     return;

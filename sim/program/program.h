@@ -80,6 +80,10 @@ typedef struct {
                            parts part and part + 1 (SEND/RECV, whose first/last are
                            the op's layers); 0 when not decomposed */
   gboolean ring_bwd;    /* a ring step of a decomposed BWD (else FWD) */
+  gboolean ctx_ring;    /* a part or ring step of an op decomposed over the
+                           context group (ring attention: its keys and values
+                           passed around the group), not the tensor group;
+                           peer is relative to the device's place in it */
   gboolean tail;        /* BWD: the weight-gradient kernels of the BWD op before
                            it, run while that op's input gradient is in its
                            collective (their numerics done with that op) */

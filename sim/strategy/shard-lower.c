@@ -382,24 +382,32 @@ static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
 
 /* op as M partial ops with M - 1 ring steps of `bytes` each between them
  * (SEND to the next member, RECV from the previous). */
+/* Part s (0-based) of op run as n parts: 1/n of its work, its live-bytes
+ * change on the first part, " s+1/n" after its name. */
+static PsOp op_part(const PsOp *op, int s, int n)
+{
+  PsOp part = *op;
+  part.time = op->time / n;
+  part.flops /= n;
+  part.mxu_flops /= n;
+  part.hbm_bytes /= n;
+  part.mxu_s /= n;
+  part.memory_s /= n;
+  part.overhead_s /= n;
+  part.act_bytes = s == 0 ? op->act_bytes : 0;
+  part.part = s + 1;
+  part.parts = n;
+  char suffix[24];
+  int k = snprintf(suffix, sizeof suffix, " %d/%d", s + 1, n);
+  size_t keep = MIN(strlen(part.name), sizeof part.name - 1 - (size_t)k);
+  memcpy(part.name + keep, suffix, (size_t)k + 1);
+  return part;
+}
+
 static void emit_decomposed(Lower *w, const PsOp *op, double bytes)
 {
   for (int s = 0; s < w->M; s++) {
-    PsOp part = *op;
-    part.time = op->time / w->M;
-    part.flops /= w->M;
-    part.mxu_flops /= w->M;
-    part.hbm_bytes /= w->M;
-    part.mxu_s /= w->M;
-    part.memory_s /= w->M;
-    part.overhead_s /= w->M;
-    part.act_bytes = s == 0 ? op->act_bytes : 0;
-    part.part = s + 1;
-    part.parts = w->M;
-    char suffix[16];
-    int n = snprintf(suffix, sizeof suffix, " %d/%d", s + 1, w->M);
-    size_t keep = MIN(strlen(part.name), sizeof part.name - 1 - (size_t)n);
-    memcpy(part.name + keep, suffix, (size_t)n + 1);
+    PsOp part = op_part(op, s, w->M);
     if (s + 1 < w->M) {
       PsOp sd = {.kind = PS_OP_SEND, .peer = 1, .tag = w->tag, .bytes = bytes,
                  .batch = w->batch, .first = op->first, .last = op->last, .part = s + 1,
@@ -624,6 +632,63 @@ static void context_scatter(Lower *w, int g)
   }
 }
 
+/* Ring attention (strategy.context_strategy "ring"; MaxText's
+ * context_parallel_strategy=ring, after Liu et al. 2023, "Ring Attention
+ * with Blockwise Transformers", arXiv:2310.01889): no all-gather; group
+ * g's op runs as C parts, each against one device's block of keys and
+ * values, and between parts each device passes the block it holds to the
+ * next device of its context group while the part computes (forward the
+ * keys and values, backward with their gradients' partial sums: twice
+ * the bytes), so a step's transfer shows only where it outlasts a part.
+ * The bytes of one block of group g's keys and values; 0 without the
+ * ring or without attention in the group. */
+static double context_ring_bytes(const Lower *w, int g)
+{
+  if (!w->c->context_ring)
+    return 0;
+  double b = 0;
+  for (int l = group_first(w, g); l <= group_last(w, g); l++)
+    b += (double)context_kv(w, l) / w->C * w->act_b;
+  return b;
+}
+
+/* Op as C parts over the context ring with `bytes` passed between them
+ * (context_ring_bytes); the op's live-bytes change rides on its first
+ * part. */
+static void emit_context_ring(Lower *w, const PsOp *op, double bytes)
+{
+  for (int s = 0; s < w->C; s++) {
+    PsOp part = op_part(op, s, w->C);
+    part.ctx_ring = TRUE;
+    PsOp step = {.peer = 1, .tag = w->tag, .bytes = bytes, .batch = w->batch,
+                 .first = op->first, .last = op->last, .part = s + 1, .parts = w->C,
+                 .ring_bwd = op->kind == PS_OP_BWD, .ctx_ring = TRUE};
+    snprintf(step.name, sizeof step.name, "context ring %d of %.22s", s + 1, op->name);
+    if (s + 1 < w->C) {
+      step.kind = PS_OP_SEND;
+      emit(w, &step);
+    }
+    emit(w, &part);
+    if (s + 1 < w->C) {
+      step.kind = PS_OP_RECV;
+      step.peer = -1;
+      step.bytes = 0;
+      step.tag = w->tag++;
+      emit(w, &step);
+    }
+  }
+}
+
+/* Op as emit does, or as ring attention's parts when group g has them. */
+static void emit_context(Lower *w, const PsOp *op, int g, double factor)
+{
+  double bytes = context_ring_bytes(w, g) * factor;
+  if (bytes > 0 && w->C > 1)
+    emit_context_ring(w, op, bytes);
+  else
+    emit(w, op);
+}
+
 /* The fsdp all-gather of group g's weights (a request), or -1. */
 static int gather_req(Lower *w, int g, const char *when)
 {
@@ -662,7 +727,7 @@ static void shard_forward(Lower *w, int *pending)
       }
       /* this group's keys and values before the next group's weights:
        * an all-gather started after that prefetch waits for it */
-      kv = context_gather(w, g, "fwd");
+      kv = w->c->context_ring ? 0 : context_gather(w, g, "fwd");
       kv_done = TRUE;
       int nx = next_param_group(w, g, 1, n);
       if (w->c->prefetch && nx >= 0) {
@@ -673,7 +738,7 @@ static void shard_forward(Lower *w, int *pending)
       g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes = wbytes;
     }
     forward_comps(w, first);
-    if (!kv_done)
+    if (!kv_done && !w->c->context_ring)
       kv = context_gather(w, g, "fwd");
     PsOp f = compute_op(w, PS_OP_FWD, g);
     if (w->c->remat == PS_REMAT_FULL)
@@ -693,7 +758,7 @@ static void shard_forward(Lower *w, int *pending)
     if (ring)
       emit_decomposed(w, &f, (double)out_elems(w, last) * w->act_b / w->M);
     else
-      emit(w, &f);
+      emit_context(w, &f, g, 1.0);
     ps_lower_host_calls(w->exp, &f, w->ops);
     ps_shard_offload_after(w, g);
     if (lp->vocab_loss) {
@@ -831,7 +896,7 @@ static void shard_backward(Lower *w, int *pending)
         pending[g] = gather_req(w, g, "bwd");
         coll(w, PS_OP_COLL_START, pending[g]);
       }
-      if (!context_kv_kept(w))
+      if (!context_kv_kept(w) && !w->c->context_ring)
         context_gather(w, g, "bwd"); /* before the next group's prefetch */
       kv_done = TRUE;
       int nx = next_param_group(w, g, -1, n);
@@ -844,14 +909,14 @@ static void shard_backward(Lower *w, int *pending)
           group_params(w, g) * ps_lower_weight_bytes(w->exp);
     }
     ps_shard_prefetch_done(w, down, g);
-    if (!context_kv_kept(w) && !kv_done)
+    if (!context_kv_kept(w) && !kv_done && !w->c->context_ring)
       context_gather(w, g, "bwd");
     PsOp bw = compute_op(w, PS_OP_BWD, g);
     bw.act_bytes -= w->Fw > 1 ? group_params(w, g) * ps_lower_weight_bytes(w->exp) : 0;
     if (w->c->remat == PS_REMAT_FULL) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
       r.act_bytes = ps_shard_recompute_live(w, g, r.act_bytes);
-      emit(w, &r);
+      emit_context(w, &r, g, 1.0); /* the ring again, forward */
       bw.act_bytes -= ps_shard_kept_bytes(w, g);
     } else if (w->c->remat == PS_REMAT_MINIMAL || w->c->remat == PS_REMAT_CUSTOM) {
       /* forward kept the products; the rest is live again until backward
@@ -883,13 +948,14 @@ static void shard_backward(Lower *w, int *pending)
       emit_decomposed(w, &bw, (double)out_elems(w, w->m->layers[first].input_from) * w->act_b /
                                   w->M);
     else
-      emit(w, &bw);
+      emit_context(w, &bw, g, 2.0); /* keys and values, and their gradients */
     int reqs[3], nr = backward_comps(w, first, ring, reqs);
     if (split)
       emit(w, &tail);
     for (int k = 0; k < nr; k++)
       coll(w, PS_OP_COLL_DONE, reqs[k]);
-    context_scatter(w, g);
+    if (!w->c->context_ring)
+      context_scatter(w, g); /* the ring brought each block's gradient home */
     if (w->final) { /* (the step's last micro-batch) */
       norm_grads(w, &b, g);
       gradients(w, &b, g, g == 0);

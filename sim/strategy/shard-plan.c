@@ -48,14 +48,16 @@ static int instance(const Lower *w, PsPlan *plan, const PsShardGroups *gr, int *
 /* Device d's slots (a slot per request: the template's COLL_START/DONE
  * name requests), resolved to its groups' instances in the order its ops
  * meet them; then its program: the template itself, shared by every
- * device of the stage, unless ring steps (collective matmul) or stage
- * transfers (peer: ps_shard_pipe_peers) name peers of its own. */
+ * device of the stage, unless ring steps (collective matmul over the
+ * tensor group, ring attention over the context group) or stage transfers
+ * (peer: ps_shard_pipe_peers) name peers of its own. */
 static void device_program(const Lower *w, PsPlan *plan, const PsShardGroups *gr, int **inst, int d,
                            const int *peer, PsOp *ops, int *shared)
 {
-  int n = (int)w->ops->len, M = gr->size[PS_GROUP_MODEL];
+  int n = (int)w->ops->len, M = gr->size[PS_GROUP_MODEL], C = gr->size[PS_GROUP_CONTEXT];
   const int *ring = gr->members[PS_GROUP_MODEL] + gr->gid[PS_GROUP_MODEL][d] * M;
-  int me = gr->pos[PS_GROUP_MODEL][d];
+  const int *cring = gr->members[PS_GROUP_CONTEXT] + gr->gid[PS_GROUP_CONTEXT][d] * C;
+  int me = gr->pos[PS_GROUP_MODEL][d], cme = gr->pos[PS_GROUP_CONTEXT][d];
   const PsOp *tmpl = (const PsOp *)w->ops->data;
   gboolean peers = FALSE;
   for (int i = 0; i < n; i++) {
@@ -72,7 +74,9 @@ static void device_program(const Lower *w, PsPlan *plan, const PsShardGroups *gr
   }
   memcpy(ops, tmpl, sizeof(PsOp) * (size_t)n);
   for (int i = 0; i < n; i++)
-    if (ops[i].kind == PS_OP_SEND || ops[i].kind == PS_OP_RECV)
+    if ((ops[i].kind == PS_OP_SEND || ops[i].kind == PS_OP_RECV) && ops[i].ctx_ring)
+      ops[i].peer = cring[(cme + ops[i].peer + C) % C];
+    else if (ops[i].kind == PS_OP_SEND || ops[i].kind == PS_OP_RECV)
       ops[i].peer = ring[(me + ops[i].peer + M) % M];
   for (guint j = 0; j < w->xfer->len; j++) {
     int i = g_array_index(w->xfer, int, j);

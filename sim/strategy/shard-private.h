@@ -52,6 +52,9 @@ typedef struct {
   PsAxis order[PS_SHARD_AXES];  /* increasing communication: data .. tensor */
   gboolean order_given;
   gboolean collective_matmul;
+  gboolean context_ring;        /* context parallelism as a ring (MaxText's
+                                   context_parallel_strategy "ring"), not an
+                                   all-gather of the keys and values */
   gboolean sequence_parallel;   /* the tensor group also splits the rows */
   PsRemat remat;
   unsigned remat_keep;          /* PsRematKeep bits kept in HBM, with remat "custom" */

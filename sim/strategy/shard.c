@@ -23,10 +23,12 @@ static const char *const keys[] = {"kind",           "mesh",     "mesh_order",
                                    "rematerialize", "remat_keep", "remat_offload", "prefetch",
                                    "regather",       "bucket_bytes", "loss_reduction",
                                    "reduce_precision", "micro_batches", "schedule", "vocab_tiling",
-                                   "accumulate", NULL};
+                                   "accumulate", "context_strategy", NULL};
 static const char *const mesh_keys[] = {"data", "fsdp", "tensor", "sequence", "context", NULL};
 static const PsAxis mesh_axes[] = {PS_AXIS_DATA, PS_AXIS_FSDP, PS_AXIS_TENSOR,
                                    PS_AXIS_SEQUENCE, PS_AXIS_CONTEXT};
+/* strategy.context_strategy: MaxText's context_parallel_strategy */
+static const char *const context_strategies[] = {"all_gather", "ring", NULL};
 static const char *const remats[] = {"none", "full", "attention_only", "minimal", "custom",
                                      NULL};
 /* remat_keep's and remat_offload's names (MaxText's checkpoint names of a
@@ -243,7 +245,7 @@ static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, G
 {
   const char *p = "strategy";
   int remat = c->remat, red = c->loss_reduction, sched = c->schedule,
-      acc = c->accumulate_whole ? 1 : 0;
+      acc = c->accumulate_whole ? 1 : 0, ctx = c->context_ring ? 1 : 0;
   if (!ps_json_check_keys(o, file, p, keys, error) || !parse_mesh(o, file, c, error) ||
       !parse_order(o, file, c, error) ||
       !ps_json_get_bool(o, file, p, "collective_matmul", FALSE, &c->collective_matmul,
@@ -262,8 +264,10 @@ static gboolean parse_keys(json_object *o, const char *file, PsShardConfig *c, G
       !ps_json_get_int32(o, file, p, "vocab_tiling", FALSE, 1, 1 << 24, &c->vocab_tiling,
                          error) ||
       !ps_json_get_enum(o, file, p, "schedule", FALSE, schedules, &sched, error) ||
-      !ps_json_get_enum(o, file, p, "accumulate", FALSE, accumulates, &acc, error))
+      !ps_json_get_enum(o, file, p, "accumulate", FALSE, accumulates, &acc, error) ||
+      !ps_json_get_enum(o, file, p, "context_strategy", FALSE, context_strategies, &ctx, error))
     return FALSE;
+  c->context_ring = ctx == 1;
   c->schedule = (PsSchedule)sched;
   /* one stage's micro-batches are gradient accumulation: each one's
    * forward then its backward (1f1b's order on one stage), unless the
@@ -493,6 +497,19 @@ static gboolean check_mesh(const PsExperiment *e, const PsShardConfig *c, GError
                      "strategy.mesh.tensor > 1 or sequence_parallel = false");
     return FALSE;
   }
+  if (c->context_ring && c->size[PS_AXIS_CONTEXT] == 1) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.context_strategy",
+                     "\"ring\" passes keys and values around a context group; set "
+                     "strategy.mesh.context > 1 or context_strategy = \"all_gather\"");
+    return FALSE;
+  }
+  if (c->context_ring && c->collective_matmul) {
+    ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.context_strategy",
+                     "\"ring\" and strategy.collective_matmul would both decompose the "
+                     "attention's ops into ring steps, which podsim does not combine; use "
+                     "one of them");
+    return FALSE;
+  }
   if (c->collective_matmul && ps_shard_model_ways(c) == 1) {
     ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.collective_matmul",
                      "true needs a tensor axis to decompose over; set strategy.mesh.tensor "
@@ -641,6 +658,9 @@ static json_object *shard_to_json(const void *config)
     json_object_array_add(order, json_object_new_string(ps_axis_name(c->order[i])));
   json_object_object_add(so, "mesh_order", order);
   json_object_object_add(so, "collective_matmul", json_object_new_boolean(c->collective_matmul));
+  if (c->size[PS_AXIS_CONTEXT] > 1) /* shown where there is a context axis */
+    json_object_object_add(so, "context_strategy",
+                           json_object_new_string(context_strategies[c->context_ring ? 1 : 0]));
   json_object_object_add(so, "sequence_parallel",
                          json_object_new_boolean(c->sequence_parallel ||
                                                  c->size[PS_AXIS_SEQUENCE] > 1));
