@@ -49,6 +49,16 @@
  *   hide under the parts (less exposed communication and a shorter step
  *   than the all-gathers'); with the ICI 1000 times slower they show, as
  *   collective time, never as a pipeline bubble;
+ * - /shard/context/ring/closed-form: a one-layer decoder of 65536 tokens
+ *   and one narrow head, context 4 on four chips in a ring (x wraps), the
+ *   ICI at 100 MB/s, no prefetch (each layer's weights gathered after the
+ *   ring before it is done, not queued behind its blocks on the links):
+ *   every block passes in far longer than its part
+ *   computes, and each ring step's wait is the closed form of an
+ *   uncontended transfer, max(0, bytes / bandwidth + latency - the part's
+ *   time), summed over device 0's steps (forward, recomputed forward and
+ *   backward): the run's collective time is that sum plus at most the
+ *   weights' fsdp collectives' busy time (under 2% of it);
  * - /shard/context/ring/bad-input: a ring without a context axis, with
  *   collective matmul, and an unknown strategy, each naming
  *   strategy.context_strategy. */
@@ -458,6 +468,63 @@ static void test_ring_run(void)
   ps_summary_clear(&slow);
 }
 
+static void test_ring_closed_form(void)
+{
+  const double bw = 1e8, lat = 1e-6;
+  const char *ov[] = {"model=tests/data/good/models/ring-attention.json",
+                      "topology=tpu-v5p-8",
+                      "topology.torus.dims=[4,1,1]",
+                      "topology.torus.wrap=[true,false,false]",
+                      "topology.ici.bandwidth_Bps=100MB/s",
+                      "global_batch=1",
+                      "strategy.mesh={\"context\": 4}",
+                      "strategy.rematerialize=full",
+                      "strategy.context_strategy=ring",
+                      "strategy.prefetch=false",
+                      "collective.on_core=[]",
+                      "steps=2",
+                      NULL};
+  PsExperiment *e = experiment_load(llama, ov);
+  g_assert_cmpfloat(e->topology->ici_latency_s, ==, lat);
+  g_assert_cmpfloat(e->topology->ici_bandwidth_Bps, ==, bw);
+  GError *error = NULL;
+  PsPlan *p = ps_strategy_compile(e, &error);
+  g_assert_no_error(error);
+  const PsProgram *pr = ps_plan_program(p, 0);
+  double want = 0, bytes = 0, part = 0;
+  int steps = 0;
+  for (int i = 0; i < pr->n_ops; i++) {
+    const PsOp *op = &pr->ops[i];
+    if (!op->ctx_ring)
+      continue;
+    if (op->kind == PS_OP_SEND)
+      bytes = op->bytes;
+    else if (op->kind == PS_OP_RECV) {
+      want += MAX(0.0, bytes / bw + lat - part);
+      steps++;
+    } else {
+      part = ps_time_to_s(op->time);
+    }
+  }
+  PsSummary s = experiment_run(e);
+  /* the weights' fsdp collectives (over the same group) take the rest of
+   * the collective time, at most their busy time */
+  double busy = 0;
+  for (int a = 0; a < PS_N_AXES; a++)
+    busy += s.axis_busy_s[a];
+  double coll = s.breakdown[PS_TIME_COLLECTIVE];
+  g_test_message("%d ring steps: closed form %.6f s; collective %.6f s, the axes' collectives "
+                 "busy %.6f s; step %.6f s",
+                 steps, want, coll, busy, s.step_time_s);
+  g_assert_cmpint(steps, ==, 9);
+  g_assert_cmpfloat(busy, <, 0.02 * want);
+  g_assert_cmpfloat(coll, >=, want * (1 - 1e-3));
+  g_assert_cmpfloat(coll, <=, (want + busy) * (1 + 1e-3));
+  ps_summary_clear(&s);
+  ps_plan_free(p);
+  ps_experiment_free(e);
+}
+
 static void test_ring_bad_input(void)
 {
   const char *no_ctx[] = {"strategy.mesh={\"fsdp\": 32}", "strategy.context_strategy=ring",
@@ -483,6 +550,7 @@ int main(int argc, char **argv)
   g_test_add_func("/shard/context/bad-input", test_bad_input);
   g_test_add_func("/shard/context/ring/program", test_ring_program);
   g_test_add_func("/shard/context/ring/run", test_ring_run);
+  g_test_add_func("/shard/context/ring/closed-form", test_ring_closed_form);
   g_test_add_func("/shard/context/ring/bad-input", test_ring_bad_input);
   return g_test_run();
 }
