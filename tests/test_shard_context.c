@@ -47,8 +47,8 @@
  *   group and received from the one before;
  * - /shard/context/ring/run: on sequences of 32768 the ring's transfers
  *   hide under the parts (less exposed communication and a shorter step
- *   than the all-gathers'); with the ICI 1000 times slower they show, as
- *   collective time, never as a pipeline bubble;
+ *   than the all-gathers', and no higher an HBM peak); with the ICI 1000
+ *   times slower they show, as collective time, never as a pipeline bubble;
  * - /shard/context/ring/closed-form: a one-layer decoder of 65536 tokens
  *   and one narrow head, context 4 on four chips in a ring (x wraps), the
  *   ICI at 100 MB/s, no prefetch (each layer's weights gathered after the
@@ -457,6 +457,10 @@ static void test_ring_run(void)
   g_assert_cmpfloat(r.breakdown[PS_TIME_COLLECTIVE], <, g.breakdown[PS_TIME_COLLECTIVE]);
   g_assert_cmpfloat(r.step_time_s, <, g.step_time_s);
   g_assert_cmpfloat(r.axis_colls_per_device[PS_AXIS_CONTEXT], ==, 0);
+  /* one block in flight beside the device's own, not the whole group's */
+  g_test_message("HBM peak: ring %.1f MiB, all-gather %.1f MiB", r.hbm_peak_bytes / 1048576.0,
+                 g.hbm_peak_bytes / 1048576.0);
+  g_assert_cmpfloat(r.hbm_peak_bytes, <=, g.hbm_peak_bytes);
   PsSummary slow = run_with(long_ov, "topology.ici.bandwidth_Bps=100MB/s");
   g_test_message("ring on a 1000 times slower ICI: step %.6f s, collective %.6f s, bubble %.6f s",
                  slow.step_time_s, slow.breakdown[PS_TIME_COLLECTIVE],

@@ -654,12 +654,17 @@ static double context_ring_bytes(const Lower *w, int g)
 
 /* Op as C parts over the context ring with `bytes` passed between them
  * (context_ring_bytes); the op's live-bytes change rides on its first
- * part. */
+ * part, and the block arriving while a part computes (a second buffer
+ * beside the one in use) is live from the first part to the last. */
 static void emit_context_ring(Lower *w, const PsOp *op, double bytes)
 {
   for (int s = 0; s < w->C; s++) {
     PsOp part = op_part(op, s, w->C);
     part.ctx_ring = TRUE;
+    if (s == 0)
+      part.act_bytes += (int64_t)bytes;
+    if (s == w->C - 1)
+      part.act_bytes -= (int64_t)bytes;
     PsOp step = {.peer = 1, .tag = w->tag, .bytes = bytes, .batch = w->batch,
                  .first = op->first, .last = op->last, .part = s + 1, .parts = w->C,
                  .ring_bwd = op->kind == PS_OP_BWD, .ctx_ring = TRUE};
