@@ -16,8 +16,7 @@
  * the positions, each expert taking its share (the grouped matmul's rows
  * of all groups together, padded once: routing balanced, as MaxText's
  * use_random_routing makes it and as its load balancing loss aims for;
- * a group's padding to the kernel's tile and an imbalance's straggling
- * expert are not modelled), so the experts' FLOPs are 6 k D F a position;
+ * an imbalance's straggling expert is not modelled), so the experts' FLOPs are 6 k D F a position;
  * the shared experts' on every position.  The grouped matmul visits its
  * rows in tiles of "group_tiles" rows (each of its six kernels its own,
  * MaxText's wi/wo_tile_{fwd,dlhs,drhs}_batch_seq; default 128, tokamax's
@@ -98,7 +97,7 @@ static const char *const keys_group_tiles[] = {"wi_fwd", "wi_dlhs", "wi_drhs", "
 static gboolean group_tiles_parse(PsLayer *L, json_object *obj, const char *file,
                                   const char *path, GError **error)
 {
-  for (int k = 0; k < 6; k++)
+  for (size_t k = 0; k < G_N_ELEMENTS(L->group_tiles); k++)
     L->group_tiles[k] = PS_MOE_GROUP_TILE_DEFAULT;
   json_object *gt = NULL;
   if (!json_object_object_get_ex(obj, "group_tiles", &gt))
@@ -114,7 +113,7 @@ static gboolean group_tiles_parse(PsLayer *L, json_object *obj, const char *file
   if (!ps_json_expect_object(gt, file, p, error) ||
       !ps_json_check_keys(gt, file, p, keys_group_tiles, error))
     return FALSE;
-  for (int k = 0; k < 6; k++)
+  for (size_t k = 0; k < G_N_ELEMENTS(L->group_tiles); k++)
     if (!ps_layer_get_dim(gt, file, p, keys_group_tiles[k], FALSE, &L->group_tiles[k], error))
       return FALSE;
   return TRUE;
@@ -233,10 +232,11 @@ static gboolean moe_shape(PsLayer *L, const PsLayerIn *in, GError **error)
    * written; the weights; with a capacity, the combine mask written and
    * read by both products */
   double sd = (double)(s * d), shared_out = sh > 0 ? sd : 0;
-  L->fwd_bytes = sd + 2.0 * scores + 2.0 * comb + 6.0 * gated + 2.0 * (comb + shared_out) +
-                 sd + (double)L->params + 3.0 * slots;
-  L->bwd_bytes = 2 * L->fwd_bytes;
-  if (L->capacity == 0) {
+  if (L->capacity > 0) {
+    L->fwd_bytes = sd + 2.0 * scores + 2.0 * comb + 6.0 * gated + 2.0 * (comb + shared_out) +
+                   sd + (double)L->params + 3.0 * slots;
+    L->bwd_bytes = 2 * L->fwd_bytes;
+  } else {
     /* the fusions between the grouped matmuls (the comment above); the
      * grouped matmuls also read the routed copies twice (gate and up are
      * two calls), counted in fwd_bytes with them */

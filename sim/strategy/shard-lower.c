@@ -380,8 +380,6 @@ static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
   return op;
 }
 
-/* op as M partial ops with M - 1 ring steps of `bytes` each between them
- * (SEND to the next member, RECV from the previous). */
 /* Part s (0-based) of op run as n parts: 1/n of its work, its live-bytes
  * change on the first part, " s+1/n" after its name. */
 static PsOp op_part(const PsOp *op, int s, int n)
@@ -404,6 +402,8 @@ static PsOp op_part(const PsOp *op, int s, int n)
   return part;
 }
 
+/* op as M partial ops with M - 1 ring steps of `bytes` each between them
+ * (SEND to the next member, RECV from the previous). */
 static void emit_decomposed(Lower *w, const PsOp *op, double bytes)
 {
   for (int s = 0; s < w->M; s++) {
