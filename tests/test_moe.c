@@ -211,15 +211,23 @@ static void test_run(void)
   g_clear_error(&error);
 }
 
+/* The maxtext-tpu7x experiment with overrides ov, compiled. */
+static PsPlan *compiled(const char *const *ov, PsExperiment **e)
+{
+  GError *error = NULL;
+  *e = ps_experiment_load("maxtext-tpu7x", ov, &error);
+  g_assert_no_error(error);
+  PsPlan *p = ps_strategy_compile(*e, &error);
+  g_assert_no_error(error);
+  return p;
+}
+
 /* Device 0's RECOMPUTE matmul FLOPs of the ops that hold a MoE layer, and
  * its program's HBM peak. */
 static void remat_figures(const char *const *ov, double *recompute, int64_t *peak)
 {
-  GError *error = NULL;
-  PsExperiment *e = ps_experiment_load("maxtext-tpu7x", ov, &error);
-  g_assert_no_error(error);
-  PsPlan *p = ps_strategy_compile(e, &error);
-  g_assert_no_error(error);
+  PsExperiment *e;
+  PsPlan *p = compiled(ov, &e);
   const PsProgram *pr = ps_plan_program(p, 0);
   *recompute = 0;
   for (int i = 0; i < pr->n_ops; i++) {
@@ -268,6 +276,52 @@ static void test_remat(void)
   g_assert_cmpfloat(fabs(r_full - moe_rerun), <=, 1e-9 * moe_rerun);
   g_assert_cmpfloat(r_kept, <, r_input);
   g_assert_cmpint(p_kept, >, p_input);
+}
+
+/* Device 0's bytes copied up to the host in a step. */
+static double offloaded_up(const char *const *ov)
+{
+  PsExperiment *e;
+  PsPlan *p = compiled(ov, &e);
+  const PsProgram *pr = ps_plan_program(p, 0);
+  double up = 0;
+  for (int i = 0; i < pr->n_ops; i++)
+    if (pr->ops[i].kind == PS_OP_COPY_START && pr->ops[i].to_host)
+      up += pr->ops[i].bytes;
+  ps_plan_free(p);
+  ps_experiment_free(e);
+  return up;
+}
+
+/* Offloading a mixture of experts' mlpwo (remat_offload, MaxText's
+ * mlpwo=offload) sends its down product's output up whole: the S k routed
+ * rows of D, which the combination's backward reads, not the S x D sum
+ * the residual add takes (a dense block's down product, whose sum the
+ * next layer's kept input holds, is not kept at all). Two layers of 4096
+ * positions, 8 experts a position, d_model 4096, 2-byte activations; with
+ * decoder_layer_input as well, the difference is the same. */
+static void test_remat_offload(void)
+{
+  const char *wo[] = {"model=qwen3-235b-a22b", "topology=tpu7x-8", "global_batch=8",
+                      "strategy.mesh={\"fsdp\": 8}", "model.layers[1].count=2",
+                      "strategy.remat_offload=[\"mlpwo\"]", NULL};
+  const char *input[] = {"model=qwen3-235b-a22b", "topology=tpu7x-8", "global_batch=8",
+                         "strategy.mesh={\"fsdp\": 8}", "model.layers[1].count=2",
+                         "strategy.remat_keep=[]",
+                         "strategy.remat_offload=[\"decoder_layer_input\"]", NULL};
+  const char *both[] = {"model=qwen3-235b-a22b", "topology=tpu7x-8", "global_batch=8",
+                        "strategy.mesh={\"fsdp\": 8}", "model.layers[1].count=2",
+                        "strategy.remat_keep=[]",
+                        "strategy.remat_offload=[\"decoder_layer_input\", \"mlpwo\"]", NULL};
+  const double layers = 2, s = 4096, k = 8, d = 4096, bytes = 2;
+  const double routed = layers * s * k * d * bytes;
+  double a = offloaded_up(wo), b = offloaded_up(input), c = offloaded_up(both);
+  g_test_message("offloaded up: mlpwo %.0f, decoder_layer_input %.0f, both %.0f; closed form "
+                 "of the routed rows %.0f",
+                 a, b, c, routed);
+  g_assert_cmpfloat(a, ==, routed);
+  g_assert_cmpfloat(b, >, 0);
+  g_assert_cmpfloat(c - b, ==, routed);
 }
 
 static void test_errors(void)
@@ -743,6 +797,7 @@ int main(int argc, char **argv)
   g_test_add_func("/moe/qwen3", test_qwen3);
   g_test_add_func("/moe/run", test_run);
   g_test_add_func("/moe/remat", test_remat);
+  g_test_add_func("/moe/remat/offload", test_remat_offload);
   g_test_add_func("/moe/errors", test_errors);
   g_test_add_func("/moe/advice", test_advice);
   g_test_add_func("/moe/capacity/closed-form", test_capacity_closed_form);

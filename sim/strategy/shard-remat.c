@@ -279,7 +279,9 @@ int64_t ps_shard_recompute_live(const Lower *w, int g, int64_t own)
  * scattered value, a 1/M of the partial sum); one whose output only
  * feeds a residual join whose output is itself kept (the last block of a
  * unit: the next unit's input holds the sum) is not needed by backward
- * and not kept, as JAX saves only the residuals backward reads. */
+ * and not kept, as JAX saves only the residuals backward reads; a mixture
+ * of experts' down product is (its S k routed rows, the combination's
+ * backward reads them), so its mlpwo is kept whole. */
 static int64_t products_of(const Lower *w, int g, unsigned mask, gboolean offload)
 {
   int64_t b = 0;
@@ -295,7 +297,10 @@ static int64_t products_of(const Lower *w, int g, unsigned mask, gboolean offloa
                        (double)(L->mm[m].rows * L->mm[m].n * L->mm[m].count));
     if (own > 0 && w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER)
       own -= MIN(own, out - out / w->M); /* the sum kept as its rows */
-    if (own > 0 && feeds_join(w, l) && output_kept(w, l + 1))
+    /* a mixture of experts' products are its routed rows, which its
+     * backward reads whatever comes after it (the router weights'
+     * gradient of the combination): kept whole */
+    if (own > 0 && ml[l].kind != PS_LAYER_MOE && feeds_join(w, l) && output_kept(w, l + 1))
       own -= MIN(own, w->lp[l].out_comp == PS_COLL_REDUCE_SCATTER ? out / w->M : out);
     b += own;
   }
