@@ -52,6 +52,8 @@ POINTS = [
      "the README's example log: 'TFLOP/s/device: 328.139'"),
     ("tpu-recipes-v6e-gemma3-12b-4x-tpu-v6e-256", "tflops", 304.788,
      "the README's example log: 'TFLOP/s/device: 304.788'"),
+    ("tpu-recipes-tpu7x-gpt-oss-120b-tpu7x-128", "tflops", 330.25 / 2,
+     "the Ironwood table's 330.25 TFLOP/s a chip, two devices a chip"),
 ]
 
 

@@ -11,6 +11,11 @@
  *   experts of 1536, 8 a token), 235,093,610,496, and its matmul FLOPs a
  *   token are 2 x its active weights (the router, 8 experts, attention's
  *   projections, the head) plus attention's products;
+ * - /moe/gpt-oss: models/gpt-oss-120b.json has the parameters of its
+ *   closed form (36 layers, attention with biases, 128 experts of 2880, 4
+ *   a token), 116,789,336,640, and 2 x 5.13 billion active weights a token
+ *   plus attention's products over the keys a query sees (a window of 128
+ *   in every other layer);
  * - /moe/run: the Qwen3 decoder, cut to 2 layers, fully sharded over a
  *   tpu7x-8 compiles and runs; each MoE layer's weights are gathered
  *   whole (fsdp), with its norm's, before its forward; fp8 quantization halves every one of
@@ -18,6 +23,8 @@
  *   tensor axis is refused naming strategy.mesh.tensor;
  * - /moe/remat: a full recompute runs the router and the experts' gate
  *   and up products again; remat_keep's mlpwi and mlpwo keep them;
+ * - /moe/remat/offload: remat_offload's mlpwo sends the S k routed rows of
+ *   D up to the host, whole, with or without decoder_layer_input;
  * - /moe/errors: top_k above experts, a rank-3 input, a missing key, and
  *   numerics on a model with a MoE layer (timing only): errors naming the
  *   file's path or key;
@@ -150,6 +157,38 @@ static void test_qwen3(void)
   g_test_message("matmul FLOPs a token %.6e; 2 x active weights %.6e (%.1f B) + attention "
                  "%.6e", per_token, 2 * active, active / 1e9, attn_core);
   g_assert_cmpfloat(fabs(per_token - (2 * active + attn_core)), <=, 1e-9 * per_token);
+  ps_model_free(m);
+}
+
+/* models/gpt-oss-120b.json: 36 layers alternating a causal window of 128
+ * positions and full causal attention, 64 query and 8 key/value heads of
+ * 64 (with biases), a mixture of 128 experts of 2880, 4 a token: the
+ * parameters of its closed form (the model card's 116.8 billion less the
+ * experts' biases and the attention sinks, which the file leaves out), and
+ * the model FLOPs a token of 2 x the active weights plus attention's two
+ * products over the keys a query may see (S in a full layer, the window in
+ * a local one). */
+static void test_gpt_oss(void)
+{
+  const char *dir = g_getenv("PODSIM_DATA_DIR");
+  g_autofree char *path =
+      g_build_filename(dir && *dir ? dir : ".", "models", "gpt-oss-120b.json", NULL);
+  GError *error = NULL;
+  PsModel *m = ps_model_load_file(path, &error);
+  g_assert_no_error(error);
+  const int64_t L = 36, d = 2880, h = 64, kv = 8, dh = 64, e = 128, k = 4, f = 2880;
+  const int64_t v = 201088, s = 8192, w = 128, inner = h * dh, proj = inner + 2 * kv * dh;
+  int64_t attn = d * proj + inner * d + proj + d;
+  int64_t moe = d * e + 3 * e * d * f;
+  int64_t params = v * d + L * (attn + moe + 2 * d) + d + d * v;
+  g_assert_cmpint(params, ==, INT64_C(116789336640));
+  g_assert_cmpint(m->params, ==, params);
+  double active = (double)(L * (d * proj + inner * d + d * e + 3 * k * d * f) + d * v);
+  double attn_core = (double)(L / 2) * 4.0 * (double)(s + w) * (double)inner;
+  double per_token = ps_model_flops_per_example(m) / 3.0 / (double)s;
+  g_test_message("matmul FLOPs a token %.6e; 2 x active weights %.6e (%.2f B) + attention "
+                 "%.6e", per_token, 2 * active, active / 1e9, attn_core);
+  g_assert_cmpfloat(fabs(per_token - (2 * active + attn_core)), <=, 1e-6 * per_token);
   ps_model_free(m);
 }
 
@@ -795,6 +834,7 @@ int main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/moe/closed-form", test_closed_form);
   g_test_add_func("/moe/qwen3", test_qwen3);
+  g_test_add_func("/moe/gpt-oss", test_gpt_oss);
   g_test_add_func("/moe/run", test_run);
   g_test_add_func("/moe/remat", test_remat);
   g_test_add_func("/moe/remat/offload", test_remat_offload);
