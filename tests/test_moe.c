@@ -250,23 +250,12 @@ static void test_run(void)
   g_clear_error(&error);
 }
 
-/* The maxtext-tpu7x experiment with overrides ov, compiled. */
-static PsPlan *compiled(const char *const *ov, PsExperiment **e)
-{
-  GError *error = NULL;
-  *e = ps_experiment_load("maxtext-tpu7x", ov, &error);
-  g_assert_no_error(error);
-  PsPlan *p = ps_strategy_compile(*e, &error);
-  g_assert_no_error(error);
-  return p;
-}
-
 /* Device 0's RECOMPUTE matmul FLOPs of the ops that hold a MoE layer, and
  * its program's HBM peak. */
 static void remat_figures(const char *const *ov, double *recompute, int64_t *peak)
 {
   PsExperiment *e;
-  PsPlan *p = compiled(ov, &e);
+  PsPlan *p = experiment_compile("maxtext-tpu7x", ov, &e);
   const PsProgram *pr = ps_plan_program(p, 0);
   *recompute = 0;
   for (int i = 0; i < pr->n_ops; i++) {
@@ -321,7 +310,7 @@ static void test_remat(void)
 static double offloaded_up(const char *const *ov)
 {
   PsExperiment *e;
-  PsPlan *p = compiled(ov, &e);
+  PsPlan *p = experiment_compile("maxtext-tpu7x", ov, &e);
   const PsProgram *pr = ps_plan_program(p, 0);
   double up = 0;
   for (int i = 0; i < pr->n_ops; i++)
@@ -374,20 +363,8 @@ static void test_errors(void)
        "gated"},
       {"{'type': 'moe', 'name': 'x', 'experts': 0, 'top_k': 1, 'units': 8}", "experts"},
   };
-  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
-    g_autofree char *text = g_strdup_printf(
-        "{'name': 'm', 'input': {'shape': [8], 'classes': 16, 'tokens': true},"
-        " 'layers': [{'type': 'embedding', 'name': 'embed', 'vocab': 16, 'dim': 8}, %s,"
-        " {'type': 'dense', 'name': 'head', 'units': 16}, {'type': 'softmax_xent', 'name': "
-        "'loss'}]}",
-        cases[i].layer);
-    GError *error = NULL;
-    g_assert_null(model_parse_quoted(text, &error));
-    g_assert_true(error->domain == PS_INPUT_ERROR);
-    g_test_message("%s", error->message);
-    g_assert_nonnull(strstr(error->message, cases[i].want));
-    g_error_free(error);
-  }
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++)
+    model_layer_refused(cases[i].layer, cases[i].want);
   /* an image's (H, W, C) is rank 3 */
   GError *error = NULL;
   g_assert_null(model_parse_quoted("{'name': 'm', 'input': {'shape': [4, 4, 8], 'classes': 16},"

@@ -10,18 +10,24 @@
  * (the rate of dropout on the probabilities, after the softmax and
  * before the product with V, training only; default 0), "flash",
  * "flash_block", "flash_blocks" (each flash kernel's blocks) and
- * "flash_fused_backward" (docs/models.md, flash attention).  A head-split
- * shard of one (heads / T, kv_heads / T, dim / T) is an attention layer.
+ * "flash_fused_backward" (docs/models.md, flash attention), and the
+ * latent keys "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim" and
+ * "v_head_dim" (DeepSeek's multi-head latent attention, latent_shape:
+ * flash only, timing only, no tensor or context axis over it).  A
+ * head-split shard of one (heads / T, kv_heads / T, dim / T) is an
+ * attention layer.
  * Invariant: its projections are one weight block, [W_qkv (D x (dim + 2
  * kv_heads head_dim)), W_o (dim x D)] (and one bias block when it has
  * biases); with the defaults its costs are those of plain multi-head
- * attention. */
+ * attention; a latent one's are its own (latent_shape). */
 #include "model/layer-private.h"
 
 static const char *const keys_attention[] = {"type",   "name", "heads", "kv_heads", "dim",
                                              "bias", "causal", "window", "rope", "dropout",
                                              "flash", "flash_block", "flash_blocks",
-                                             "flash_fused_backward", NULL};
+                                             "flash_fused_backward", "kv_lora_rank",
+                                             "q_lora_rank", "qk_rope_head_dim", "v_head_dim",
+                                             NULL};
 
 /* "flash_blocks"' keys, MaxText's sa_block_* names without the prefix:
  * each kernel's query and key/value blocks (PsFlashKernel's order). */
@@ -95,6 +101,46 @@ static gboolean flash_blocks_parse(PsLayer *L, json_object *obj, const char *fil
   return TRUE;
 }
 
+/* The latent keys ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
+ * "v_head_dim", MaxText's names): DeepSeek's multi-head latent attention,
+ * costed as flash attention (splash, as MaxText runs it on TPU), every
+ * head its own keys and values (kv_heads = heads), no biases; timing
+ * only.  The others need kv_lora_rank. */
+static gboolean latent_parse(PsLayer *L, json_object *obj, const char *file, const char *path,
+                             gboolean flash, GError **error)
+{
+  static const char *const needs_kv[] = {"q_lora_rank", "qk_rope_head_dim", "v_head_dim"};
+  L->kv_rank = L->q_rank = L->rope_dim = L->v_dim = 0;
+  if (!ps_layer_get_dim(obj, file, path, "kv_lora_rank", FALSE, &L->kv_rank, error) ||
+      !ps_layer_get_dim(obj, file, path, "q_lora_rank", FALSE, &L->q_rank, error) ||
+      !ps_layer_get_dim(obj, file, path, "qk_rope_head_dim", FALSE, &L->rope_dim, error) ||
+      !ps_layer_get_dim(obj, file, path, "v_head_dim", FALSE, &L->v_dim, error))
+    return FALSE;
+  const char *why = NULL, *key = NULL;
+  for (size_t i = 0; i < G_N_ELEMENTS(needs_kv) && L->kv_rank == 0; i++)
+    if (json_object_object_get_ex(obj, needs_kv[i], NULL)) {
+      key = needs_kv[i];
+      why = "belongs to latent attention; set kv_lora_rank too, or leave it out";
+    }
+  if (!why && L->kv_rank > 0) {
+    key = "kv_lora_rank";
+    if (!flash)
+      why = "latent attention is costed as flash attention (splash, as MaxText runs it); "
+            "set \"flash\": true";
+    else if (L->bias)
+      why = "latent attention has no biases; set \"bias\": false";
+    else if (L->kv_heads > 0 && L->kv_heads != L->heads)
+      why = "latent attention gives every head its own keys and values; leave kv_heads out "
+            "or set it to heads";
+  }
+  if (why) {
+    g_autofree char *p = ps_json_path_join(path, key);
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE, "%s: %s: %s", file, p, why);
+    return FALSE;
+  }
+  return TRUE;
+}
+
 /* causal and window are masks: the same counted cost (but flash
  * attention's skipped blocks), and the numerics honour them */
 static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
@@ -138,7 +184,8 @@ static gboolean attention_parse(PsLayer *L, json_object *obj, const char *file,
     return FALSE;
   }
   L->flash_block = flash ? (block > 0 ? block : PS_FLASH_BLOCK) : 0;
-  return flash_blocks_parse(L, obj, file, path, flash, L->flash_block, error);
+  return flash_blocks_parse(L, obj, file, path, flash, L->flash_block, error) &&
+         latent_parse(L, obj, file, path, flash, error);
 }
 
 /* Score elements flash attention computes per head over a sequence of s
@@ -234,30 +281,51 @@ typedef struct {
   double sd, si, skv, nb, rot, proj;
 } AttnTerms;
 
+/* The scores a flash layer's kernels compute a head, over a sequence of
+ * s (each kernel's own blocks skipping what the mask hides): forward,
+ * dk/dv (or the fused backward), dq; and backward's score-sized products,
+ * executed (2 PS_FLASH_*BWD_PRODUCTS of them over the forward's scores
+ * when the blocks are the same), which the score and context products
+ * (matmuls 1 and 2) take half each. */
+typedef struct {
+  double seen, dkv, dq, bprod;
+} FlashWork;
+
+static FlashWork flash_products(PsLayer *L, int64_t s)
+{
+  FlashWork f = {.seen = flash_kernel_scores(L, PS_FLASH_FWD, s),
+                 .dkv = flash_kernel_scores(L, PS_FLASH_DKV, s),
+                 .dq = L->flash_fused_bwd ? 0 : flash_kernel_scores(L, PS_FLASH_DQ, s)};
+  f.bprod = L->flash_fused_bwd
+                ? 2 * PS_FLASH_FUSED_BWD_PRODUCTS * f.dkv
+                : PS_FLASH_DKV_PRODUCTS * f.dkv + (2 * PS_FLASH_BWD_PRODUCTS - PS_FLASH_DKV_PRODUCTS) * f.dq;
+  for (int m = 1; m <= 2; m++) {
+    L->mm[m].done = f.seen / ((double)s * (double)s);
+    L->mm[m].bwd = f.bprod / (2 * f.seen);
+  }
+  return f;
+}
+
+/* The score and context products' FLOPs and the softmax's, forward and
+ * backward (each backward kernel runs the softmax again over its scores),
+ * with query and key heads dqk wide and value heads dv. */
+static void flash_core_flops(const PsLayer *L, const FlashWork *f, int64_t dqk, int64_t dv,
+                             double *fwd, double *bwd)
+{
+  const double h = (double)L->heads, w = (double)(dqk + dv);
+  *fwd = 2.0 * h * f->seen * w + (1 + PS_SOFTMAX_FWD) * h * f->seen;
+  *bwd = h * w * f->bprod + ((1 + PS_SOFTMAX_FWD) * (f->dkv + f->dq) + PS_SOFTMAX_BWD * f->dkv) * h;
+}
+
 static void flash_shape(PsLayer *L, const AttnTerms *t, int64_t s, int64_t dh)
 {
   const int64_t h = L->heads, b = MIN(L->flash_q[PS_FLASH_FWD], s);
-  /* the scores each kernel computes, its own blocks skipping what the
-   * mask hides: forward, dk/dv (or the fused backward), dq */
-  const double seen = flash_kernel_scores(L, PS_FLASH_FWD, s);
-  const double dkv = flash_kernel_scores(L, PS_FLASH_DKV, s);
-  const double dq = L->flash_fused_bwd ? 0 : flash_kernel_scores(L, PS_FLASH_DQ, s);
-  /* backward's score-sized products, executed: 2 PS_FLASH_*BWD_PRODUCTS
-   * of them over the forward's scores when the blocks are the same */
-  const double bprod = L->flash_fused_bwd ? 2 * PS_FLASH_FUSED_BWD_PRODUCTS * dkv
-                                          : PS_FLASH_DKV_PRODUCTS * dkv +
-                                                (2 * PS_FLASH_BWD_PRODUCTS - PS_FLASH_DKV_PRODUCTS) * dq;
-  for (int m = 1; m <= 2; m++) {
-    L->mm[m].done = seen / ((double)s * (double)s);
-    L->mm[m].bwd = bprod / (2 * seen);
-  }
-  double core = 4.0 * (double)h * seen * (double)dh; /* q k^T and P v, executed */
-  double scores = (double)h * seen;
-  L->fwd_flops = t->proj + core + (1 + PS_SOFTMAX_FWD) * scores + t->nb + t->rot;
-  /* each backward kernel runs the softmax again over its scores */
-  L->bwd_flops = 2 * t->proj + 2.0 * (double)h * (double)dh * bprod +
-                 ((1 + PS_SOFTMAX_FWD) * (dkv + dq) + PS_SOFTMAX_BWD * dkv) * (double)h + t->nb +
-                 t->rot;
+  const FlashWork f = flash_products(L, s);
+  const double seen = f.seen;
+  double core_fwd, core_bwd;
+  flash_core_flops(L, &f, dh, dh, &core_fwd, &core_bwd);
+  L->fwd_flops = t->proj + core_fwd + t->nb + t->rot;
+  L->bwd_flops = 2 * t->proj + core_bwd + t->nb + t->rot;
   /* x read, Q K V written, Q read once, the visible key and value blocks
    * read once per query head and block row (kv_reads), context written
    * and read, output written */
@@ -270,6 +338,90 @@ static void flash_shape(PsLayer *L, const AttnTerms *t, int64_t s, int64_t dh)
   L->mask_elems = 0;
 }
 
+/* Either kind's output (S, D) and its resolved widths. */
+static void attention_out(PsLayer *L, int64_t s, int64_t d, int64_t inner, int64_t kv)
+{
+  L->out_rank = 2;
+  L->out_shape[0] = s;
+  L->out_shape[1] = d;
+  L->dim = inner;
+  L->kv_heads = kv;
+}
+
+/* Latent attention (kv_rank > 0), as MaxText's MLA lays DeepSeek's out
+ * for training (Dai et al. 2024, DeepSeek-V2, arXiv:2405.04434, section
+ * 2.1): the keys' and values' latent (kv_rank wide) and one rotary key
+ * (rope_dim, shared by the heads) projected down from x; the latent
+ * RMS-normalized and projected up to each head's key (dim / heads wide) and
+ * value (v_dim); the queries projected down to their latent (q_rank,
+ * normalized) and up to each head's dim / heads + rope_dim, or straight
+ * from x without one; each head's query and key the up-projected part and
+ * the rotary one; flash attention over them; the heads' values out through
+ * the output projection.  Products: 0 the queries (from their latent or
+ * x), 1 and 2 the scores and context (flash_products), 3 the output
+ * projection, 4 the keys' and values' up, 5 the down projection of the
+ * latent and the rotary key, 6 the queries' down (with q_rank). */
+static gboolean latent_shape(PsLayer *L, const PsLayerIn *in, GError **error)
+{
+  const int64_t s = in->shape[0], d = in->shape[1], h = L->heads;
+  int64_t inner = L->dim > 0 ? L->dim : d;
+  if (!attention_check(L, in, inner, h, error))
+    return FALSE;
+  const int64_t dn = inner / h, dr = L->rope_dim, dv = L->v_dim > 0 ? L->v_dim : dn;
+  const int64_t dqk = dn + dr, ql = L->q_rank, kl = L->kv_rank;
+  const int64_t qw = h * dqk, kvw = h * (dn + dv), ow = h * dv;
+  const int64_t qin = ql > 0 ? ql : d;
+  if (!ps_layer_check_size((double)qin * (double)qw + (double)kl * (double)kvw +
+                               (double)d * (double)(kl + dr + ql) + (double)ow * (double)d,
+                           "weights", in, error))
+    return FALSE;
+  attention_out(L, s, d, inner, h);
+  L->v_dim = dv;
+  /* weights, with the latents' RMSNorm gains */
+  L->params = qin * qw + (ql > 0 ? d * ql + ql : 0) + d * (kl + dr) + kl + kl * kvw + ow * d;
+  ps_layer_add_matmul(L, s, qin, qw, 1); /* the queries */
+  ps_layer_add_matmul(L, s, dqk, s, h);  /* scores Q K^T per head */
+  ps_layer_add_matmul(L, s, s, dv, h);   /* context P V per head */
+  ps_layer_add_matmul(L, s, ow, d, 1);   /* output projection */
+  ps_layer_add_matmul(L, s, kl, kvw, 1); /* keys' and values' up */
+  ps_layer_add_matmul(L, s, d, kl + dr, 1); /* their latent and the rotary key, down */
+  if (ql > 0)
+    ps_layer_add_matmul(L, s, d, ql, 1); /* the queries' latent, down */
+  L->mm[1].activations = L->mm[2].activations = TRUE;
+  L->saves = PS_SAVES_INPUT;
+  const FlashWork f = flash_products(L, s);
+  double proj = 0;
+  for (int m = 0; m < L->n_mm; m++)
+    if (!L->mm[m].activations)
+      proj += 2.0 * (double)L->mm[m].rows * (double)L->mm[m].k * (double)L->mm[m].n *
+              (double)L->mm[m].count;
+  /* the latents' norms, and rope: 3 FLOPs per rotated element of the
+   * queries' rotary parts and the shared key each way */
+  const double lat = (double)s * (double)(ql + kl);
+  const double rot = L->rope ? 3.0 * (double)s * (double)(h * dr + dr) : 0;
+  double core_fwd, core_bwd;
+  flash_core_flops(L, &f, dqk, dv, &core_fwd, &core_bwd);
+  L->fwd_flops = proj + core_fwd + PS_RMSNORM_FWD * lat + rot;
+  L->bwd_flops = 2 * proj + core_bwd + PS_RMSNORM_BWD * lat + rot;
+  /* x read by both down projections, the latents (and the rotary key)
+   * written and read, Q written and read, K and V written (their visible
+   * blocks read once per query head and block row, kv_reads), the context
+   * written and read, the output written */
+  const double b = (double)MIN(L->flash_q[PS_FLASH_FWD], s);
+  const double sd = (double)(s * d), latents = (double)s * (double)(ql + kl + dr);
+  const double q = (double)(s * qw), kv = (double)s * (double)(h * (dqk + dv));
+  const double ctx = (double)(s * ow);
+  const double kv_reads = (double)h * (f.seen / b) * (double)(dqk + dv);
+  L->fwd_bytes = 3.0 * sd + 2.0 * latents + 2.0 * q + kv + 2.0 * ctx + kv_reads + (double)L->params;
+  L->core_bytes = q + kv_reads + ctx;
+  L->bwd_bytes = 2 * L->fwd_bytes;
+  /* kept for backward: the latents, Q, K, V and the context */
+  L->act_elems = (int64_t)(latents + q + kv + ctx);
+  L->stat_elems = h * s;
+  L->mask_elems = 0;
+  return TRUE;
+}
+
 static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
 {
   if (in->rank != 2) {
@@ -277,6 +429,8 @@ static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
                    "attention needs a rank-2 (S, D) input, got %s", in->str);
     return FALSE;
   }
+  if (L->kv_rank > 0)
+    return latent_shape(L, in, error);
   int64_t s = in->shape[0], d = in->shape[1], h = L->heads;
   int64_t inner = L->dim > 0 ? L->dim : d, kv = L->kv_heads > 0 ? L->kv_heads : h;
   if (!attention_check(L, in, inner, kv, error))
@@ -286,11 +440,7 @@ static gboolean attention_shape(PsLayer *L, const PsLayerIn *in, GError **error)
       (L->flash_block == 0 &&
        !ps_layer_check_size((double)h * (double)s * (double)s, "score tensor", in, error)))
     return FALSE;
-  L->out_rank = 2;
-  L->out_shape[0] = s;
-  L->out_shape[1] = d;
-  L->dim = inner;
-  L->kv_heads = kv;
+  attention_out(L, s, d, inner, kv);
   L->params = d * proj + inner * d + (L->bias ? proj + d : 0);
   ps_layer_add_matmul(L, s, d, proj, 1);   /* Q, K, V projections */
   ps_layer_add_matmul(L, s, dh, s, h);     /* scores Q K^T per head */
@@ -400,12 +550,19 @@ static gboolean attention_backward(const NetStep *st)
   return TRUE;
 }
 
+/* Latent attention is timing only. */
+static gboolean attention_numeric(const PsLayer *L)
+{
+  return L->kv_rank == 0;
+}
+
 const PsLayerOps ps_layer_attention = {
   .kind = PS_LAYER_ATTENTION,
   .name = "attention",
   .keys = keys_attention,
   .parse = attention_parse,
   .shape = attention_shape,
+  .numeric = attention_numeric,
   .ranks = 1u << 2,
   .plan = attention_plan,
   .init = attention_init,

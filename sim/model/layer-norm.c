@@ -157,8 +157,6 @@ const PsLayerOps ps_layer_layernorm = {
 
 /* ---- rmsnorm ------------------------------------------------------------ */
 
-#define PS_RMSNORM_FWD 4.0
-#define PS_RMSNORM_BWD 8.0
 
 static gboolean rmsnorm_shape(PsLayer *L, const PsLayerIn *in, GError **error)
 {

@@ -86,6 +86,12 @@ gboolean ps_layer_parse_plain(PsLayer *L, json_object *obj, const char *file, co
 #define PS_NORM_BWD 12.0
 #define PS_SOFTMAX_FWD 5.0
 #define PS_SOFTMAX_BWD 4.0
+
+/* rmsnorm (layer-norm.c), per element: 4 FLOPs forward (square, sum,
+ * scale, gain), 8 backward; latent attention normalizes its latents so. */
+#define PS_RMSNORM_FWD 4.0
+#define PS_RMSNORM_BWD 8.0
+
 /* Dropout, per element: forward a random draw (taken as one op), the
  * compare with the rate, the select and the scale; backward the select
  * and the scale of the gradient through the kept mask. */

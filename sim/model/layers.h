@@ -176,6 +176,14 @@ typedef struct {
   int64_t kv_heads;            /* ATTENTION: key/value heads (= heads unless grouped);
                                   its dim is the projection width (d_model unless given) */
   gboolean rope;               /* ATTENTION: rotary position embedding on Q and K */
+  int64_t kv_rank, q_rank;     /* ATTENTION, latent (DeepSeek's multi-head latent
+                                  attention): keys and values projected up from a
+                                  kv_rank-wide latent (0: not latent), queries from a
+                                  q_rank-wide one (0: straight from the input) */
+  int64_t rope_dim, v_dim;     /* ATTENTION, latent: the decoupled rotary part of each
+                                  query and key head (shared by the heads' keys) and
+                                  the value head's width; the query and key heads are
+                                  dim / heads + rope_dim wide */
   gboolean gelu_gate;          /* SWIGLU: the gate's activation is gelu (GeGLU,
                                   "activation": "gelu"), not silu */
   int64_t flash_block;         /* ATTENTION: 0, or flash attention over blocks of

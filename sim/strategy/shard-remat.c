@@ -130,6 +130,16 @@ static double share_of(const Lower *w, int l, int m, unsigned k)
     return L->mm[m].activations ? 0 : 1;
   switch (L->kind) {
   case PS_LAYER_ATTENTION: {
+    if (L->kv_rank > 0) { /* latent: 0 the queries, 4 the keys' and values' up */
+      double kw = (double)L->dim, vw = (double)L->heads * (double)L->v_dim;
+      if (m == 0)
+        return k & PS_KEEP_QUERY ? 1 : 0;
+      if (m == 4)
+        return ((k & PS_KEEP_KEY ? kw : 0) + (k & PS_KEEP_VALUE ? vw : 0)) / (kw + vw);
+      if (m == 2)
+        return k & PS_KEEP_CONTEXT ? 1 : 0;
+      return m == 3 && (k & PS_KEEP_OUT_PROJ) ? 1 : 0;
+    }
     double inner = (double)L->dim, kvw = (double)L->kv_heads * (double)(L->dim / L->heads);
     if (m == 0)
       return ((k & PS_KEEP_QUERY ? inner : 0) + (k & PS_KEEP_KEY ? kvw : 0) +

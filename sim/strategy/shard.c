@@ -359,12 +359,15 @@ static gboolean check_model(const PsExperiment *e, const PsShardConfig *c, GErro
   for (int i = 0; i < m->n_layers; i++) {
     const PsLayer *l = &m->layers[i];
     PsTensorRole r = ps_layer_kind_lower(l->kind)->tensor;
-    if (l->kind == PS_LAYER_MOE) {
+    gboolean latent = l->kind == PS_LAYER_ATTENTION && l->kv_rank > 0;
+    if (l->kind == PS_LAYER_MOE || latent) {
       ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, key,
-                       "%d: the mixture of experts '%s' is not split by a tensor axis here "
-                       "(MaxText shards its experts' width over one); lay the model out over "
-                       "fsdp, data and context",
-                       ways, l->name);
+                       "%d: the %s '%s' is not split by a tensor axis here (%s); lay the model "
+                       "out over %s",
+                       ways, latent ? "latent attention" : "mixture of experts", l->name,
+                       latent ? "its latents are shared by the heads"
+                              : "MaxText shards its experts' width over one",
+                       latent ? "fsdp and data" : "fsdp, data and context");
       return FALSE;
     }
     if (r == PS_TP_HEADS &&
@@ -424,6 +427,13 @@ static gboolean check_context(const PsExperiment *e, const PsShardConfig *c, GEr
     const PsLayer *l = &m->layers[i];
     if (ps_layer_kind_lower(l->kind)->tensor == PS_TP_LOSS)
       continue;
+    if (l->kind == PS_LAYER_ATTENTION && l->kv_rank > 0) {
+      ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh.context",
+                       "%d: the latent attention '%s' of model '%s' is not split by a context "
+                       "axis here; use context = 1",
+                       C, l->name, m->name);
+      return FALSE;
+    }
     if (l->out_rank < 2 || l->out_shape[0] != m->in_shape[0]) {
       ps_strategy_fail(error, PS_INPUT_ERROR_VALUE, e->file, "strategy.mesh.context",
                        "%d splits each sequence's positions, but layer '%s' of model '%s' "

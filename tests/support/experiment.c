@@ -6,6 +6,8 @@
 #include "program/program.h"
 #include "strategy/strategy.h"
 
+#include <string.h>
+
 PsTopology *topology_load(const char *name_or_path, const char *const *ov)
 {
   GError *error = NULL;
@@ -55,4 +57,21 @@ PsModel *model_parse_quoted(const char *text, GError **error)
   PsModel *m = ps_model_from_json(o, "t.json", "", error);
   json_object_put(o);
   return m;
+}
+
+void model_layer_refused(const char *layer, const char *want)
+{
+  g_autofree char *text = g_strdup_printf(
+      "{'name': 'm', 'input': {'shape': [8], 'classes': 16, 'tokens': true},"
+      " 'layers': [{'type': 'embedding', 'name': 'embed', 'vocab': 16, 'dim': 8}, %s,"
+      " {'type': 'dense', 'name': 'head', 'units': 16}, {'type': 'softmax_xent', 'name': "
+      "'loss'}]}",
+      layer);
+  GError *error = NULL;
+  g_assert_null(model_parse_quoted(text, &error));
+  g_assert_nonnull(error);
+  g_assert_true(error->domain == PS_INPUT_ERROR);
+  g_test_message("%s", error->message);
+  g_assert_nonnull(strstr(error->message, want));
+  g_error_free(error);
 }

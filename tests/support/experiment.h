@@ -22,6 +22,11 @@ PsPlan *experiment_compile(const char *path, const char *const *ov, PsExperiment
  * *error when it does not load (a parse error of the text fails the test).
  * (transfer full) */
 PsModel *model_parse_quoted(const char *text, GError **error);
+/* Asserts that a model of 8 token positions, an embedding of 8, the layer
+ * `layer` (JSON object text, ' for "), a dense head and a loss is refused
+ * with an input error whose message contains `want`, which the test log
+ * shows. */
+void model_layer_refused(const char *layer, const char *want);
 /* Runs e keeping device 0's final weights, asserting the run succeeds
  * (ps_summary_clear frees the summary). */
 PsSummary experiment_run(const PsExperiment *e);
