@@ -10,7 +10,7 @@ the MFU it gives, beside the step time.  podsim's `mfu_causal` and
 `model_flops_causal_per_step` (podsim run --json) count the same way from
 the model files, so the published figure over the published step is an
 independent check of each model file's shapes (heads, head_dim, the
-sliding windows, the vocabulary) and of the count, with no timing in it:
+sliding windows, the vocabulary, latent attention's) and of the count, with no timing in it:
 podsim's causal count over the point's measured step must give the
 published figure.  A point on several slices runs as one of its slices
 (topology.slices 1, its global batch over the slices): each device holds
@@ -54,6 +54,8 @@ POINTS = [
      "the README's example log: 'TFLOP/s/device: 304.788'"),
     ("tpu-recipes-tpu7x-gpt-oss-120b-tpu7x-128", "tflops", 330.25 / 2,
      "the Ironwood table's 330.25 TFLOP/s a chip, two devices a chip"),
+    ("tpu-recipes-tpu7x-deepseek3-671b-tpu7x-256", "tflops", 607.53 / 2,
+     "the Ironwood table's 607.53 TFLOP/s a chip, two devices a chip"),
 ]
 
 
