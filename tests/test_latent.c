@@ -24,8 +24,9 @@
  *   keeping nothing, and a full recompute reruns every product of it;
  * - /latent/errors: the latent keys without kv_lora_rank, latent attention
  *   without flash, with biases or with grouped key/value heads, a tensor
- *   or a context axis over it, and numerics on it (timing only): errors
- *   naming the key or the setting. */
+ *   or a context axis over it, numerics on it (timing only), and
+ *   attention_kernel unfused over it: errors naming the key or the
+ *   setting. */
 #include "model/layers.h"
 #include "program/program.h"
 #include "run/experiment.h"
@@ -207,6 +208,7 @@ static void test_errors(void)
       {"strategy.mesh={\"fsdp\": 4, \"tensor\": 2}", "strategy.mesh.tensor"},
       {"strategy.mesh={\"fsdp\": 4, \"context\": 2}", "strategy.mesh.context"},
       {"numerics.enabled=true", "numerics"},
+      {"attention_kernel=unfused", "attention_kernel"},
   };
   for (size_t i = 0; i < G_N_ELEMENTS(plans); i++) {
     const char *ov[] = {SMALL, plans[i].setting, NULL};

@@ -749,17 +749,20 @@ static json_object *experiment_to_json(const PsExperiment *e, json_object *root)
 /* Sets "flash" on every attention layer of a model's layer list, those
  * inside blocks included (removing "flash_block", "flash_blocks" and
  * "flash_fused_backward" when it turns flash off), for
- * "attention_kernel"; the resolved model then says so. */
-static void set_attention_kernel(json_object *layers, gboolean flash)
+ * "attention_kernel"; the resolved model then says so.  Returns how many
+ * of them are latent attention (a "kv_lora_rank"), which is flash only. */
+static int set_attention_kernel(json_object *layers, gboolean flash)
 {
+  int latent = 0;
   if (!json_object_is_type(layers, json_type_array))
-    return;
+    return 0;
   for (size_t i = 0; i < json_object_array_length(layers); i++) {
     json_object *l = json_object_array_get_idx(layers, i), *type = NULL;
     if (!json_object_is_type(l, json_type_object))
       continue;
     if (json_object_object_get_ex(l, "type", &type) &&
         g_strcmp0(json_object_get_string(type), "attention") == 0) {
+      latent += json_object_object_get_ex(l, "kv_lora_rank", NULL);
       json_object_object_add(l, "flash", json_object_new_boolean(flash));
       if (!flash) {
         json_object_object_del(l, "flash_block");
@@ -771,9 +774,10 @@ static void set_attention_kernel(json_object *layers, gboolean flash)
     {
       (void)key;
       if (json_object_is_type(val, json_type_array))
-        set_attention_kernel(val, flash);
+        latent += set_attention_kernel(val, flash);
     }
   }
+  return latent;
 }
 
 /* "attention_blocks": each flash kernel's blocks for every flash attention
@@ -875,8 +879,14 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
   if (!ps_json_get_enum(root, f, "", "attention_kernel", FALSE, attention_kernels, &kernel,
                         error))
     goto fail;
-  if (kernel > 0)
-    set_attention_kernel(json_object_object_get(model, "layers"), kernel == 1);
+  if (kernel > 0 && set_attention_kernel(json_object_object_get(model, "layers"), kernel == 1) > 0 &&
+      kernel == 2) {
+    g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
+                "%s: attention_kernel: \"unfused\" turns flash attention off, but the model's "
+                "latent attention (kv_lora_rank) runs as flash only; use \"flash\" or \"model\"",
+                f);
+    goto fail;
+  }
   if (!apply_attention_blocks(root, model, f, error))
     goto fail;
   e->model = ps_model_from_json(model, r->model_file, r->model_path, error);
