@@ -543,6 +543,76 @@ static void test_flash_attention(void)
   ps_model_free(flash);
 }
 
+/* The kernel of layer 0 named `what` among a step's kernels. */
+static const PsKernel *kernel_named(GArray *ks, const char *what)
+{
+  for (guint i = 0; i < ks->len; i++) {
+    const PsKernel *k = &g_array_index(ks, PsKernel, i);
+    if (k->layer == 0 && strcmp(k->what, what) == 0)
+      return k;
+  }
+  g_error("no kernel %s", what);
+  return NULL;
+}
+
+/* Flash attention's kernels on a 256-wide MXU (tpu7x), one causal layer
+ * of S = 2048, D = 1024 in blocks of 512 (seen = 0.625 S^2 scores a head),
+ * heads of 128 and of 256:
+ *  - the score product contracts over the head (padded to 256: 2 x 256 x
+ *    h x seen FLOPs on the MXU), the context product over the keys, its
+ *    head side the output, not padded (2 x dh x h x seen): MaxText's
+ *    Ironwood guide puts the under-used MXU of heads of 128 or 64 in the
+ *    QK product, the MXU being efficient when the contraction is a
+ *    multiple of 256;
+ *  - the softmax's vector work (1 + 5 FLOPs a visible score forward,
+ *    6 x 2 + 4 backward over the dk/dv and dq kernels' scores) waits on
+ *    the score product and feeds the context one, so it adds to the MXU
+ *    time: busy = padded / (peak x efficiency x clock) + vector / VPU. */
+static void test_flash_mxu_softmax(void)
+{
+  const char *fmt =
+      "{\"name\": \"fa\", \"input\": {\"shape\": [2048, 1024], \"classes\": 1024},"
+      " \"layers\": [{\"type\": \"attention\", \"name\": \"attn\", \"heads\": %d, \"causal\": true,"
+      " \"bias\": false, \"flash\": true, \"flash_block\": 512}, {\"type\": \"softmax_xent\"}]}";
+  PsTopology *t = topology_load("tpu7x-8", NULL);
+  const double S = 2048, D = 1024;
+  const double clock = t->clock_factor > 0 ? t->clock_factor : 1.0;
+  const double peak = ps_topology_device_peak_flops(t) * t->mxu_efficiency * clock;
+  const double vpu = t->vpu_flops * clock / ps_topology_devices_per_chip(t);
+  const int64_t B = 2;
+  const double proj = 2 * S * D * 3 * D + 2 * S * D * D;
+  /* causal blocks of 512 over 2048: 512 x (512 + 1024 + 1536 + 2048) */
+  const double vis = 512.0 * (512 + 1024 + 1536 + 2048);
+  const int heads[] = {8, 4};
+  for (int c = 0; c < 2; c++) {
+    const double h = heads[c], dh = D / h;
+    g_autofree char *text = g_strdup_printf(fmt, heads[c]);
+    PsModel *m = model_from(text);
+    g_assert_cmpfloat(m->layers[0].core_vec_fwd, ==, 6 * h * vis);
+    g_assert_cmpfloat(m->layers[0].core_vec_bwd, ==, 16 * h * vis);
+    GArray *ks = g_array_new(FALSE, TRUE, sizeof(PsKernel));
+    PsOpCost f, b;
+    ps_cost_op(t, m, 0, 0, B, &xla_bf16, FALSE, ks, &f);
+    ps_cost_op(t, m, 0, 0, B, &xla_bf16, TRUE, ks, &b);
+    const PsKernel *fk = kernel_named(ks, "matmul");
+    const double padded = B * (proj + 2 * h * vis * (256 + dh));
+    g_assert_cmpfloat(fabs(fk->padded_work - padded), <, 1e-9 * padded);
+    g_assert_cmpfloat(fk->serial_vpu_flops, ==, B * 6 * h * vis);
+    g_assert_cmpint(fk->bound, ==, PS_BOUND_MXU);
+    const double want = padded / peak + B * 6 * h * vis / vpu;
+    g_assert_cmpfloat(fabs(fk->busy_s - want), <, 1e-9 * want);
+    const PsKernel *dk = kernel_named(ks, "dgrad");
+    g_assert_cmpfloat(dk->serial_vpu_flops, ==, B * 16 * h * vis);
+    const double dwant = dk->padded_flops / peak + B * 16 * h * vis / vpu;
+    g_assert_cmpfloat(fabs(dk->busy_s - dwant), <, 1e-9 * dwant);
+    g_test_message("heads of %.0f: forward %.3f us (softmax %.3f us in series)", dh,
+                   fk->busy_s * 1e6, B * 6 * h * vis / vpu * 1e6);
+    g_array_free(ks, TRUE);
+    ps_model_free(m);
+  }
+  ps_topology_free(t);
+}
+
 /* Score elements of a head at block granularity, by brute force: a b x b
  * block counts whole when any query of it sees any key of it (causal: j <=
  * i; window w: |i - j| < w). */
@@ -902,6 +972,7 @@ int main(int argc, char **argv)
   g_test_add_func("/cost/flash-attention", test_flash_attention);
   g_test_add_func("/cost/flash-errors", test_flash_errors);
   g_test_add_func("/cost/flash-window", test_flash_window);
+  g_test_add_func("/cost/flash-mxu-softmax", test_flash_mxu_softmax);
   g_test_add_func("/cost/flash-blocks", test_flash_blocks);
   g_test_add_func("/cost/embedding-matmul", test_embedding_matmul);
   g_test_add_func("/cost/fp8", test_fp8);

@@ -61,6 +61,8 @@ static void kernel_finish(const PsTopology *topo, PsKernel *k)
   double t_mem = k->bytes / ps_topology_device_hbm_bandwidth(topo);
   double vpu = topo->vpu_flops * clock / ps_topology_devices_per_chip(topo);
   double t_vpu = vpu > 0 ? k->vpu_flops / vpu : 0;
+  if (vpu > 0)
+    t_mxu += k->serial_vpu_flops / vpu;
   k->busy_s = fmax(t_mxu, fmax(t_mem, t_vpu));
   k->launch_s = topo->op_overhead_s / clock;
   k->bound = t_mxu >= t_mem && t_mxu >= t_vpu ? PS_BOUND_MXU
@@ -254,7 +256,8 @@ static double mm_padded(const Ctx *c, const PsLayer *l, PsMatmulPass pass, doubl
       continue;
     double one = run * (conv ? conv_padded(c, l, mm, wgrad)
                              : 2.0 * mm_rows(c, mm, pass) * (double)pad_to(mm->k, tile) *
-                                   (double)pad_to(mm->n, tile) * (double)mm->count *
+                                   (double)(mm->activations ? mm->n : pad_to(mm->n, tile)) *
+                                   (double)mm->count *
                                    mm_share(mm, wgrad));
     /* fp8 operands: one pass at the fp8 rate, whatever the step's precision */
     gboolean q = quantized(c, l, mm);
@@ -499,6 +502,7 @@ static void producer_fwd(Ctx *c, int i)
   k.padded_flops = mm_padded(c, l, PS_MM_FWD, &k.padded_work);
   k.bytes = own_bytes(c, i, FALSE) - c->eb * l->apart_fwd_bytes * (double)c->batch;
   k.vpu_flops = (l->fwd_flops - l->apart_fwd_flops) * (double)c->batch - k.mxu_flops;
+  k.serial_vpu_flops = l->core_vec_fwd * (double)c->batch;
   apart_kernel(c, i, FALSE);
   double run = mm_run_flops(c, l);
   if (c->opt->rerun && l->n_mm > 0 && run < k.mxu_flops) {
@@ -519,6 +523,8 @@ static void producer_fwd(Ctx *c, int i)
         rows_io += r * ((double)(mm->rows * c->batch) * (double)(mm->k + mm->n * mm->count) +
                         (double)mm->k * (double)mm->n * (double)mm->count);
     }
+    if (!core)
+      k.serial_vpu_flops = 0;
     k.bytes = (core && l->core_bytes > 0 ? c->eb * l->core_bytes * (double)c->batch
                                          : 2.0 * c->eb * out_elems(c, i)) +
               c->eb * rows_io;
@@ -611,6 +617,7 @@ static void matmul_bwd(Ctx *c, int i)
   d.padded_flops = mm_padded(c, l, PS_MM_DGRAD, &d.padded_work);
   d.bytes = act + c->eb * w + mask_bytes(c, i); /* attention's dropout mask */
   d.vpu_flops = other + mask_redraw_flops(c, i);
+  d.serial_vpu_flops = l->core_vec_bwd * b;
   if (fu == PS_FUSION_XLA)
     fuse_consumers_bwd(c, i, &d);
   emit(c, &d);

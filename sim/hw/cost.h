@@ -95,8 +95,11 @@ typedef struct {
   double padded_work; /* matmul FLOPs after padding, times passes, an fp8
                          product's counted once: what padding costs, at any rate */
   double vpu_flops;   /* element-wise FLOPs on the vector unit */
+  double serial_vpu_flops; /* those of them that wait on the kernel's products and
+                              feed the next (flash attention's softmax), so run in
+                              series with the MXU, not beside it */
   double bytes;       /* HBM traffic */
-  double busy_s;      /* max(MXU, HBM, VPU) time */
+  double busy_s;      /* max(MXU + serial VPU, HBM, VPU) time */
   double launch_s;    /* launch overhead */
   ps_time_t time;     /* busy + launch */
   PsBound bound;      /* what the kernel waits for */

@@ -309,12 +309,14 @@ static FlashWork flash_products(PsLayer *L, int64_t s)
 /* The score and context products' FLOPs and the softmax's, forward and
  * backward (each backward kernel runs the softmax again over its scores),
  * with query and key heads dqk wide and value heads dv. */
-static void flash_core_flops(const PsLayer *L, const FlashWork *f, int64_t dqk, int64_t dv,
+static void flash_core_flops(PsLayer *L, const FlashWork *f, int64_t dqk, int64_t dv,
                              double *fwd, double *bwd)
 {
   const double h = (double)L->heads, w = (double)(dqk + dv);
-  *fwd = 2.0 * h * f->seen * w + (1 + PS_SOFTMAX_FWD) * h * f->seen;
-  *bwd = h * w * f->bprod + ((1 + PS_SOFTMAX_FWD) * (f->dkv + f->dq) + PS_SOFTMAX_BWD * f->dkv) * h;
+  L->core_vec_fwd = (1 + PS_SOFTMAX_FWD) * h * f->seen;
+  L->core_vec_bwd = ((1 + PS_SOFTMAX_FWD) * (f->dkv + f->dq) + PS_SOFTMAX_BWD * f->dkv) * h;
+  *fwd = 2.0 * h * f->seen * w + L->core_vec_fwd;
+  *bwd = h * w * f->bprod + L->core_vec_bwd;
 }
 
 static void flash_shape(PsLayer *L, const AttnTerms *t, int64_t s, int64_t dh)

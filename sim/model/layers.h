@@ -195,6 +195,11 @@ typedef struct {
                                   blocks (PsFlashKernel; "flash_blocks", default
                                   flash_block square), whose mask skipping the
                                   costs follow */
+  double core_vec_fwd, core_vec_bwd;
+                               /* ATTENTION, flash: the softmax's vector FLOPs per
+                                  example, forward and backward, which run between
+                                  the block products that feed and read them, in
+                                  series with the MXU (part of fwd_flops, bwd_flops) */
   double core_bytes;           /* ATTENTION: elements per example its products of
                                   activations read and write (Q, K, V in, the
                                   context out, and the scores unless flash) */

@@ -19,6 +19,8 @@ static void divide(PsLayer *L, int64_t k, gboolean rows)
   L->fwd_bytes /= (double)k;
   L->bwd_bytes /= (double)k;
   L->core_bytes /= (double)k;
+  L->core_vec_fwd /= (double)k;
+  L->core_vec_bwd /= (double)k;
   L->apart_fwd_flops /= (double)k;
   L->apart_bwd_flops /= (double)k;
   L->apart_fwd_bytes /= (double)k;
