@@ -311,7 +311,8 @@ uninstall:
 # slow ones run unsanitized in test-slow: one epoch under ASan at -O1 is
 # over ten minutes of CI).  PODSIM_TEST_SANITIZED makes the sharded
 # numerics' mesh lists run their first mesh only (each ten times slower
-# there; make test runs them all).  Its build runs on every core, as its
+# there; make test runs them all) and the CLI's numerics run skip the test
+# set's evaluation (over three minutes there).  Its build runs on every core, as its
 # suites do (deps are installed by then: make test ran first).
 check-asan:
 	PODSIM_TEST_SANITIZED=1 $(MAKE) -j$(PROVE_JOBS) BUILD=build-asan PODSIM_BIN=build-asan/podsim TESTBIN=build-asan/tests/bin \
