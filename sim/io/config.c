@@ -879,8 +879,9 @@ static PsExperiment *experiment_parse(Resolution *r, GError **error)
   if (!ps_json_get_enum(root, f, "", "attention_kernel", FALSE, attention_kernels, &kernel,
                         error))
     goto fail;
-  if (kernel > 0 && set_attention_kernel(json_object_object_get(model, "layers"), kernel == 1) > 0 &&
-      kernel == 2) {
+  const int latent =
+      kernel > 0 ? set_attention_kernel(json_object_object_get(model, "layers"), kernel == 1) : 0;
+  if (latent > 0 && kernel == 2) {
     g_set_error(error, PS_INPUT_ERROR, PS_INPUT_ERROR_VALUE,
                 "%s: attention_kernel: \"unfused\" turns flash attention off, but the model's "
                 "latent attention (kv_lora_rank) runs as flash only; use \"flash\" or \"model\"",

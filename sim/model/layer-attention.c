@@ -392,11 +392,7 @@ static gboolean latent_shape(PsLayer *L, const PsLayerIn *in, GError **error)
   L->mm[1].activations = L->mm[2].activations = TRUE;
   L->saves = PS_SAVES_INPUT;
   const FlashWork f = flash_products(L, s);
-  double proj = 0;
-  for (int m = 0; m < L->n_mm; m++)
-    if (!L->mm[m].activations)
-      proj += 2.0 * (double)L->mm[m].rows * (double)L->mm[m].k * (double)L->mm[m].n *
-              (double)L->mm[m].count;
+  const double proj = ps_layer_weight_matmul_flops(L);
   /* the latents' norms, and rope: 3 FLOPs per rotated element of the
    * queries' rotary parts and the shared key each way */
   const double lat = (double)s * (double)(ql + kl);

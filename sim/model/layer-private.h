@@ -55,8 +55,10 @@ gboolean ps_layer_get_dim(json_object *obj, const char *file, const char *path, 
  * for the int64 arithmetic that follows. */
 gboolean ps_layer_check_size(double n, const char *what, const PsLayerIn *in, GError **error);
 void ps_layer_add_matmul(PsLayer *L, int64_t rows, int64_t k, int64_t n, int64_t count);
-/* FLOPs of the layer's matmuls for one example. */
+/* FLOPs of the layer's matmuls for one example; of those with a weight
+ * operand only (not attention's products of two activations). */
 double ps_layer_matmul_flops(const PsLayer *L);
+double ps_layer_weight_matmul_flops(const PsLayer *L);
 
 /* Attention layer L's score elements per head over a sequence of s that
  * model FLOPs count: s^2 (PaLM's whole square), narrowed to what a

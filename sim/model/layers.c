@@ -251,13 +251,24 @@ void ps_layer_add_matmul(PsLayer *L, int64_t rows, int64_t k, int64_t n, int64_t
   L->mm[L->n_mm++] = (PsMatmul){.rows = rows, .k = k, .n = n, .count = count};
 }
 
-double ps_layer_matmul_flops(const PsLayer *L)
+static double matmul_flops(const PsLayer *L, gboolean weights_only)
 {
   double f = 0;
   for (int i = 0; i < L->n_mm; i++)
-    f += 2.0 * (double)L->mm[i].rows * (double)L->mm[i].k * (double)L->mm[i].n *
-         (double)L->mm[i].count;
+    if (!weights_only || !L->mm[i].activations)
+      f += 2.0 * (double)L->mm[i].rows * (double)L->mm[i].k * (double)L->mm[i].n *
+           (double)L->mm[i].count;
   return f;
+}
+
+double ps_layer_matmul_flops(const PsLayer *L)
+{
+  return matmul_flops(L, FALSE);
+}
+
+double ps_layer_weight_matmul_flops(const PsLayer *L)
+{
+  return matmul_flops(L, TRUE);
 }
 
 int64_t ps_layer_sweep_out(int64_t in, int64_t window, int64_t stride, gboolean same)
