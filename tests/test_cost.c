@@ -605,6 +605,10 @@ static void test_flash_mxu_softmax(void)
     g_assert_cmpfloat(dk->serial_vpu_flops, ==, B * 16 * h * vis);
     const double dwant = dk->padded_flops / peak + B * 16 * h * vis / vpu;
     g_assert_cmpfloat(fabs(dk->busy_s - dwant), <, 1e-9 * dwant);
+    /* the op's split: the softmax's time is part of its MXU-bound time */
+    g_assert_cmpfloat(fabs(f.serial_s - B * 6 * h * vis / vpu), <, 1e-9 * f.serial_s);
+    g_assert_cmpfloat(fabs(b.serial_s - B * 16 * h * vis / vpu), <, 1e-9 * b.serial_s);
+    g_assert_cmpfloat(f.serial_s, <, f.mxu_s);
     g_test_message("heads of %.0f: forward %.3f us (softmax %.3f us in series)", dh,
                    fk->busy_s * 1e6, B * 6 * h * vis / vpu * 1e6);
     g_array_free(ks, TRUE);

@@ -19,7 +19,9 @@
  *   being looked up, but as a matmul: MFU leaves it out) plus attention's
  *   products over the whole sequence;
  * - /latent/run: DeepSeek-V3 cut to one dense and one MoE layer, fully
- *   sharded over a tpu7x-8, compiles and runs; keeping the queries, the
+ *   sharded over a tpu7x-8, compiles and runs, its flash kernels' softmax
+ *   in series part of the MXU-bound time and halved by twice the vector
+ *   unit's rate; keeping the queries, the
  *   keys and values and the context (remat_keep) reruns less of it than
  *   keeping nothing, and a full recompute reruns every product of it;
  * - /latent/errors: the latent keys without kv_lora_rank, latent attention
@@ -172,6 +174,20 @@ static void test_run(void)
   g_assert_no_error(error);
   PsSummary s = experiment_run(e);
   g_assert_cmpfloat(s.step_time_s, >, 0);
+  /* the softmax in series with the flash kernels' products is part of the
+   * MXU-bound time, at the vector unit's rate: twice the rate, half of it */
+  g_assert_cmpfloat(s.compute_serial_s, >, 0);
+  g_assert_cmpfloat(s.compute_serial_s, <, s.compute_mxu_s);
+  const char *fast_vpu[] = {SMALL, "topology.chip.vpu_flops=140e12", NULL};
+  PsExperiment *e2 = ps_experiment_load("maxtext-tpu7x", fast_vpu, &error);
+  g_assert_no_error(error);
+  PsSummary s2 = experiment_run(e2);
+  g_test_message("softmax in series: %.6f s of %.6f s MXU-bound; %.6f s at twice the vector rate",
+                 s.compute_serial_s, s.compute_mxu_s, s2.compute_serial_s);
+  g_assert_cmpfloat(fabs(2 * s2.compute_serial_s - s.compute_serial_s), <=,
+                    1e-9 * s.compute_serial_s);
+  ps_summary_clear(&s2);
+  ps_experiment_free(e2);
   ps_summary_clear(&s);
   ps_experiment_free(e);
   const char *none[] = {SMALL, "strategy.remat_keep=[]", NULL};

@@ -61,13 +61,14 @@ static void kernel_finish(const PsTopology *topo, PsKernel *k)
   double t_mem = k->bytes / ps_topology_device_hbm_bandwidth(topo);
   double vpu = topo->vpu_flops * clock / ps_topology_devices_per_chip(topo);
   double t_vpu = vpu > 0 ? k->vpu_flops / vpu : 0;
-  if (vpu > 0)
-    t_mxu += k->serial_vpu_flops / vpu;
+  double t_serial = vpu > 0 ? k->serial_vpu_flops / vpu : 0;
+  t_mxu += t_serial;
   k->busy_s = fmax(t_mxu, fmax(t_mem, t_vpu));
   k->launch_s = topo->op_overhead_s / clock;
   k->bound = t_mxu >= t_mem && t_mxu >= t_vpu ? PS_BOUND_MXU
              : t_mem >= t_vpu                 ? PS_BOUND_HBM
                                               : PS_BOUND_VPU;
+  k->serial_s = k->bound == PS_BOUND_MXU ? t_serial : 0;
   if (k->launch_s > k->busy_s)
     k->bound = PS_BOUND_LAUNCH;
   k->time = ps_time_from_s(k->busy_s + k->launch_s); /* PS_TIME_NEVER if too long */
@@ -96,10 +97,12 @@ static void emit(Ctx *c, PsKernel *k)
                 : s->time + k->time;
   s->kernels++;
   s->overhead_s += k->launch_s;
-  if (k->bound == PS_BOUND_MXU)
+  if (k->bound == PS_BOUND_MXU) {
     s->mxu_s += k->busy_s;
-  else
+    s->serial_s += k->serial_s;
+  } else {
     s->memory_s += k->busy_s;
+  }
   if (c->out)
     g_array_append_val(c->out, *k);
 }

@@ -100,6 +100,8 @@ typedef struct {
                               series with the MXU, not beside it */
   double bytes;       /* HBM traffic */
   double busy_s;      /* max(MXU + serial VPU, HBM, VPU) time */
+  double serial_s;    /* of busy_s, when MXU-bound: serial_vpu_flops at the
+                         vector unit's rate */
   double launch_s;    /* launch overhead */
   ps_time_t time;     /* busy + launch */
   PsBound bound;      /* what the kernel waits for */
@@ -114,6 +116,8 @@ typedef struct {
   gboolean memory_bound;
   int kernels;
   double mxu_s;        /* busy time of MXU-bound kernels */
+  double serial_s;     /* of mxu_s: vector work in series with the products
+                          (flash attention's softmax; PsKernel.serial_s) */
   double memory_s;     /* busy time of HBM- and VPU-bound kernels */
   double overhead_s;   /* launches */
 } PsOpCost;

@@ -110,6 +110,8 @@ typedef struct {
   int kernels;          /* kernels launched (FWD/BWD/RECOMPUTE/UPDATE) */
   double mxu_s, memory_s, overhead_s; /* time split: MXU-bound kernels,
                            HBM/VPU-bound kernels, launches (hw/cost.h) */
+  double serial_s;      /* of mxu_s: vector work in series with the products
+                           (flash attention's softmax) */
   int64_t act_bytes;    /* activations it leaves live (FWD, RECOMPUTE: > 0) or
                            frees (BWD: < 0) in HBM */
   char name[64];        /* for traces: "fwd dense_1+relu_1" */

@@ -86,6 +86,8 @@ typedef struct {
    * its kernels wait for (hw/cost.h): MXU-bound kernels, HBM- or
    * VPU-bound kernels, launch overheads; seconds per step */
   double compute_mxu_s, compute_memory_s, compute_overhead_s;
+  double compute_serial_s; /* of compute_mxu_s: vector work in series with
+                              the products (flash attention's softmax) */
   int64_t hbm_peak_bytes;   /* device 0 */
   gboolean has_numerics;
   double loss_first, loss_last;

@@ -208,6 +208,7 @@ static void summarise(Run *r, PsSummary *s)
   const PsProgram *prog = ps_plan_program(r->plan, d);
   for (int i = 0; i < prog->n_ops; i++) {
     s->compute_mxu_s += prog->ops[i].mxu_s;
+    s->compute_serial_s += prog->ops[i].serial_s;
     s->compute_memory_s += prog->ops[i].memory_s;
     s->compute_overhead_s += prog->ops[i].overhead_s;
     if (prog->ops[i].kind == PS_OP_COPY_START)
@@ -439,6 +440,7 @@ char *ps_summary_to_json(const PsExperiment *exp, const PsSummary *s)
   json_object_object_add(cs, "mxu_s", json_object_new_double(s->compute_mxu_s));
   json_object_object_add(cs, "memory_s", json_object_new_double(s->compute_memory_s));
   json_object_object_add(cs, "overhead_s", json_object_new_double(s->compute_overhead_s));
+  json_object_object_add(cs, "serial_vector_s", json_object_new_double(s->compute_serial_s));
   json_object_object_add(o, "compute_split", cs);
   json_object_object_add(o, "hbm_peak_bytes", json_object_new_int64(s->hbm_peak_bytes));
   if (s->has_numerics) {
@@ -555,6 +557,9 @@ void ps_summary_print(const PsExperiment *exp, const PsSummary *s, FILE *f)
   fprintf(f, "  (compute        %10.3f %s MXU-bound, %.3f %s memory-bound (HBM or VPU), %.3f %s "
              "launch overhead)\n", s->compute_mxu_s * u.scale, u.name,
           s->compute_memory_s * u.scale, u.name, s->compute_overhead_s * u.scale, u.name);
+  if (s->compute_serial_s > 0)
+    fprintf(f, "  (softmax        %10.3f %s of the MXU-bound time: flash attention's softmax, in "
+               "series with its block products)\n", s->compute_serial_s * u.scale, u.name);
   int64_t chunk = exp->collective.chunk_bytes;
   g_autofree char *chunk_text = chunk % 1048576 == 0
                                     ? g_strdup_printf("%" G_GINT64_FORMAT " MiB", chunk / 1048576)

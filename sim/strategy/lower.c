@@ -44,6 +44,7 @@ static void set_cost(PsOp *op, const PsOpCost *c)
   op->memory_bound = c->memory_bound;
   op->kernels = c->kernels;
   op->mxu_s = c->mxu_s;
+  op->serial_s = c->serial_s;
   op->memory_s = c->memory_s;
   op->overhead_s = c->overhead_s;
 }

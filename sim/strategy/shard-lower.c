@@ -372,6 +372,7 @@ static PsOp compute_op(const Lower *w, PsOpKind kind, int g)
   op.memory_bound = cost.memory_bound;
   op.kernels = cost.kernels;
   op.mxu_s = cost.mxu_s;
+  op.serial_s = cost.serial_s;
   op.memory_s = cost.memory_s;
   op.overhead_s = cost.overhead_s;
   int64_t act = ps_shard_group_act(w, g);
@@ -390,6 +391,7 @@ static PsOp op_part(const PsOp *op, int s, int n)
   part.mxu_flops /= n;
   part.hbm_bytes /= n;
   part.mxu_s /= n;
+  part.serial_s /= n;
   part.memory_s /= n;
   part.overhead_s /= n;
   part.act_bytes = s == 0 ? op->act_bytes : 0;
