@@ -71,15 +71,16 @@ static gboolean has_cost_args(const PsOp *op)
 static char *op_args(const PsOp *op, int64_t step)
 {
   if (has_cost_args(op))
-    /* the time split as the cost model made it: MXU-bound kernels,
-     * HBM/VPU-bound kernels, launches (us) */
+    /* the time split as the cost model made it: MXU-bound kernels (of
+     * which flash attention's softmax in series), HBM/VPU-bound kernels,
+     * launches (us) */
     return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"mb\":%d,\"kernels\":%d,"
                            "\"flops\":%.0f,\"mxu_flops\":%.0f,\"hbm_bytes\":%.0f,"
-                           "\"bound\":\"%s\",\"mxu_us\":%.3f,\"memory_us\":%.3f,"
-                           "\"launch_us\":%.3f}",
+                           "\"bound\":\"%s\",\"mxu_us\":%.3f,\"softmax_us\":%.3f,"
+                           "\"memory_us\":%.3f,\"launch_us\":%.3f}",
                            step, op->mb, op->kernels, op->flops, op->mxu_flops, op->hbm_bytes,
                            op->memory_bound ? "hbm" : "mxu", op->mxu_s * 1e6,
-                           op->memory_s * 1e6, op->overhead_s * 1e6);
+                           op->serial_s * 1e6, op->memory_s * 1e6, op->overhead_s * 1e6);
   return g_strdup_printf("{\"step\":%" G_GINT64_FORMAT ",\"mb\":%d,\"bytes\":%.0f}", step,
                          op->mb, op->bytes);
 }
