@@ -405,12 +405,12 @@ static double digits(double x)
 
 /* Bytes of op's slice line: the line's fixed text (about 110: pid, tid,
  * category, start, duration, step and micro-batch), its name, and a
- * compute op's figures (op_args). */
+ * compute op's figures (op_args: about 130 besides its three counts). */
 static double op_line_bytes(const PsOp *op)
 {
   double line = 110 + (double)strlen(op->name);
   if (has_cost_args(op))
-    return line + 110 + digits(op->flops) + digits(op->mxu_flops) + digits(op->hbm_bytes);
+    return line + 130 + digits(op->flops) + digits(op->mxu_flops) + digits(op->hbm_bytes);
   return line + 10 + digits(op->bytes);
 }
 
