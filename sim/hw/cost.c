@@ -244,7 +244,9 @@ static double mm_rows(const Ctx *c, const PsMatmul *mm, PsMatmulPass pass)
 
 /* A layer's products on the MXU, padded: a matmul's rows (the batch side)
  * as mm_rows, its contraction and output sides to the MXU size
- * (performance guide); a convolution's as conv_padded lays it out, the
+ * (performance guide), a product of two activations (attention's scores
+ * and context) its contraction only (MaxText's Ironwood guide: the MXU is
+ * efficient when the contraction is a multiple of its size); a convolution's as conv_padded lays it out, the
  * kernel-gradient product (PS_MM_WGRAD) its own way. */
 static double mm_padded(const Ctx *c, const PsLayer *l, PsMatmulPass pass, double *work)
 {

@@ -105,7 +105,8 @@ typedef struct {
 
 /* One matrix product of a layer's forward pass, for one example:
  * (rows x k) times (k x n), `count` times.  The cost model pads rows to the
- * MXU's batch tile (times the batch) and k, n to the MXU size.  `done` is
+ * MXU's batch tile (times the batch) and k, n to the MXU size (k alone for a
+ * product of two activations).  `done` is
  * the fraction of it the kernels execute and `bwd` the products of its
  * size backward executes per forward one (0 in both: 1 and 2, a matmul
  * and its input- and weight-gradient products); flash attention's causal
