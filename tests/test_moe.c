@@ -379,13 +379,14 @@ static void test_errors(void)
 
 /* A refusal for HBM names what to change, well formed, without the
  * tensor axis a MoE cannot use: for a model of rows (no context axis
- * either), at one and at two examples a device. */
+ * either), at one and at two examples a device, on chips of 64 GiB
+ * (one example needs about 73 GiB). */
 static void test_advice(void)
 {
   for (int batch = 32; batch <= 64; batch *= 2) {
     g_autofree char *gb = g_strdup_printf("global_batch=%d", batch);
     const char *ov[] = {"model=tests/data/good/models/moe-rows.json", gb,
-                        "input.source=synthetic", NULL};
+                        "input.source=synthetic", "topology.chip.hbm_bytes=64GiB", NULL};
     GError *error = NULL;
     g_assert_null(ps_experiment_load("experiments/shard-llama2-7b.json", ov, &error));
     g_test_message("%s", error->message);

@@ -544,7 +544,8 @@ static void test_trace_estimate(void)
 
 /* Every track a trace draws on has a name, and a host's tracks past its
  * first of each lane are named only where something is drawn: the 32
- * devices of shard-llama2-7b (timing only) outfeed at the same instant at
+ * devices of shard-llama2-7b in float32 (timing only; its last weight
+ * gradients' reduce-scatter ends the step on every device) outfeed at the same instant at
  * the end of the step, four to a host, on sub-lanes "outfeed (2)" ..
  * "(4)" of each host (past eight such sub-lanes they were once left
  * bare, and a lane's sub-lanes were numbered across hosts, naming
@@ -552,7 +553,7 @@ static void test_trace_estimate(void)
 static void test_trace_tracks_named(void)
 {
   g_autofree char *path = g_build_filename(tmpdir, "named.json", NULL);
-  const char *const ov[] = {"steps=1", NULL};
+  const char *const ov[] = {"steps=1", "numerics.precision=f32", NULL};
   PsExperiment *e = experiment_load("shard-llama2-7b", ov);
   PsRunOptions opt = {.trace_path = path};
   PsSummary s;

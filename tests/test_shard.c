@@ -1236,9 +1236,12 @@ static void test_data_only_numerics(void)
 
 /* Weights stored in bf16 (numerics.weight_precision): LLaMA-2 7B over
  * fsdp 32 holds exactly half the static HBM (weights, gradients, Adam's
- * two slots: 2 x 4 bytes a weight's share against 4 x 4), its weight
- * all-gathers and its gradients' reduce-scatters carry 2-byte elements
- * (bf16 gradients are reduced in bf16, reduce_precision "f32" or not),
+ * two slots: 2 x 4 bytes a weight's share against 4 x 4), its
+ * gradients' reduce-scatters carry 2-byte elements (bf16 gradients are
+ * reduced in bf16, reduce_precision "f32" or not), its weight all-gathers
+ * 2-byte elements either way (a float32 weight is converted to the bf16
+ * step's compute type on its shard, before the gather; 4 bytes in a
+ * float32 step),
  * its update reads and writes half the bytes, and the compute ops (the
  * ops but the collectives', whose buckets now hold twice the weights) are
  * unchanged; with numerics on (the char
@@ -1249,6 +1252,17 @@ static void test_weight_precision(void)
   PsExperiment *e32, *e16;
   PsPlan *a = llama("strategy.rematerialize=full", NULL, &e32);
   PsPlan *b = llama("strategy.rematerialize=full", "numerics.weight_precision=bf16", &e16);
+  PsExperiment *e4;
+  PsPlan *f = llama("strategy.rematerialize=full", "numerics.precision=f32", &e4);
+  int gathers4 = 0;
+  for (int c = 0; c < f->n_colls; c++)
+    if (f->colls[c].buffer == PS_BUFFER_PARAMS && f->colls[c].op == PS_COLL_ALL_GATHER) {
+      g_assert_cmpint(f->colls[c].elem_bytes, ==, 4);
+      gathers4++;
+    }
+  g_assert_cmpint(gathers4, >, 0);
+  ps_plan_free(f);
+  ps_experiment_free(e4);
   const PsProgram *pa = ps_plan_program(a, 0), *pb = ps_plan_program(b, 0);
   g_assert_cmpint(pa->hbm_static_bytes, ==, 2 * pb->hbm_static_bytes);
   g_assert_cmpint(pa->hbm_static_bytes, ==, (int64_t)ceil(e32->model->params / 32.0) * 4 * 4);
@@ -1278,7 +1292,7 @@ static void test_weight_precision(void)
     for (int c = 0; c < p->n_colls; c++) {
       const PsPlanColl *pc = &p->colls[c];
       if (pc->buffer == PS_BUFFER_PARAMS && pc->op == PS_COLL_ALL_GATHER) {
-        g_assert_cmpint(pc->elem_bytes, ==, k ? 2 : 4);
+        g_assert_cmpint(pc->elem_bytes, ==, 2);
         gathers++;
       } else if (pc->buffer == PS_BUFFER_GRADS && pc->op == PS_COLL_REDUCE_SCATTER) {
         g_assert_cmpint(pc->elem_bytes, ==, k ? 2 : 4);

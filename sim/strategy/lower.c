@@ -145,6 +145,11 @@ int ps_lower_reduce_bytes(const PsExperiment *exp, PsPrecision reduce_precision)
   return MIN(ps_strategy_reduce_bytes(reduce_precision), ps_lower_weight_bytes(exp));
 }
 
+int ps_lower_gather_bytes(const PsExperiment *exp)
+{
+  return MIN(ps_lower_weight_bytes(exp), ps_cost_act_bytes(exp->numerics.precision));
+}
+
 ps_time_t ps_lower_launch(const PsExperiment *exp)
 {
   const double clock = exp->topology->clock_factor > 0 ? exp->topology->clock_factor : 1.0;

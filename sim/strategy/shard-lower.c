@@ -725,7 +725,7 @@ static void shard_forward(Lower *w, int *pending)
   }
   for (int g = 0; g < n; g++) {
     int first = group_first(w, g), last = group_last(w, g);
-    int64_t wbytes = group_params(w, g) * ps_lower_weight_bytes(w->exp), kv = 0;
+    int64_t wbytes = group_params(w, g) * ps_lower_gather_bytes(w->exp), kv = 0;
     gboolean kv_done = FALSE;
     if (w->Fw > 1 && wbytes > 0) {
       if (!w->c->prefetch) {
@@ -913,13 +913,13 @@ static void shard_backward(Lower *w, int *pending)
       }
       coll(w, PS_OP_COLL_DONE, pending[g]);
       g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes =
-          group_params(w, g) * ps_lower_weight_bytes(w->exp);
+          group_params(w, g) * ps_lower_gather_bytes(w->exp);
     }
     ps_shard_prefetch_done(w, down, g);
     if (!context_kv_kept(w) && !kv_done && !w->c->context_ring)
       context_gather(w, g, "bwd");
     PsOp bw = compute_op(w, PS_OP_BWD, g);
-    bw.act_bytes -= w->Fw > 1 ? group_params(w, g) * ps_lower_weight_bytes(w->exp) : 0;
+    bw.act_bytes -= w->Fw > 1 ? group_params(w, g) * ps_lower_gather_bytes(w->exp) : 0;
     if (w->c->remat == PS_REMAT_FULL) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
       r.act_bytes = ps_shard_recompute_live(w, g, r.act_bytes);

@@ -13,9 +13,10 @@
 /* ---- devices, groups and the plan --------------------------------------- */
 
 /* Bytes per element on the wire: activations in the step's precision,
- * reduced gradients in strategy.reduce_precision, weights as they are
- * stored (numerics.weight_precision: XLA gathers the stored weights and
- * converts them after the gather, as it does f32 ones). */
+ * reduced gradients in strategy.reduce_precision, weights gathered before
+ * use in the compute precision (ps_lower_gather_bytes: a float32 master
+ * copy is converted on the shard, then gathered), other weights as they
+ * are stored. */
 static int req_elem_bytes(const Lower *w, const Req *q)
 {
   if (q->buffer == PS_BUFFER_NORM)
@@ -25,6 +26,8 @@ static int req_elem_bytes(const Lower *w, const Req *q)
   if ((q->buffer == PS_BUFFER_GRADS || q->buffer == PS_BUFFER_GRAD_SHARDS) &&
       q->op != PS_COLL_ALL_GATHER)
     return ps_lower_reduce_bytes(w->exp, w->c->reduce_precision);
+  if (q->buffer == PS_BUFFER_PARAMS && q->op == PS_COLL_ALL_GATHER)
+    return ps_lower_gather_bytes(w->exp);
   return ps_lower_weight_bytes(w->exp);
 }
 

@@ -169,6 +169,11 @@ int ps_lower_weight_bytes(const PsExperiment *exp);
  * strategy.reduce_precision and the gradients' own type (the weights':
  * bf16 weights have bf16 gradients, which "f32" does not widen). */
 int ps_lower_reduce_bytes(const PsExperiment *exp, PsPrecision reduce_precision);
+/* Bytes of a weight element in an fsdp all-gather before use: the
+ * narrower of the stored weights and the step's compute precision (the
+ * convert to the compute type runs on each device's shard, ahead of the
+ * gather, as GSPMD partitions it and XLA's TPU compiler emits it). */
+int ps_lower_gather_bytes(const PsExperiment *exp);
 
 /* The one optimizer-slot rule: copies of the weights the optimizer keeps
  * (Adam's two moments; SGD's momentum, costed even at momentum 0). */
