@@ -490,6 +490,51 @@ static void test_compare_rows(void)
   g_free(err);
 }
 
+/* compare: the compute split under compute, its softmax row only where
+ * flash attention's softmax runs in series (not for ResNet-50 above);
+ * --json nests the split's differences and ratios under compute_split as
+ * the summary does: doubling the vector rate halves the softmax's time. */
+static void test_compare_split(void)
+{
+  char *out = NULL, *err = NULL;
+  g_assert_cmpint(podsim_run(&out, &err, "compare", "resnet50-v3-8", "--set", "steps=2",
+                             "--set-b", "global_batch=512", NULL), ==, 0);
+  g_assert_nonnull(strstr(out, "    MXU-bound"));
+  g_assert_nonnull(strstr(out, "    memory-bound"));
+  g_assert_null(strstr(out, "softmax"));
+  g_free(out);
+  g_free(err);
+  const char *flash[] = {"compare", "shard-llama2-7b", "--set", "steps=1", "--set",
+                         "attention_kernel=flash", "--set-b", "topology.chip.vpu_flops=28e12",
+                         NULL, NULL};
+  g_assert_cmpint(podsim_run(&out, &err, flash[0], flash[1], flash[2], flash[3], flash[4],
+                             flash[5], flash[6], flash[7], NULL), ==, 0);
+  g_assert_nonnull(strstr(out, "    softmax (serial)"));
+  g_free(out);
+  g_free(err);
+  g_assert_cmpint(podsim_run(&out, &err, flash[0], flash[1], flash[2], flash[3], flash[4],
+                             flash[5], flash[6], flash[7], "--json", NULL), ==, 0);
+  json_object *o = json_tokener_parse(out);
+  g_assert_nonnull(o);
+  double v[2];
+  const char *const names[] = {"a", "b"};
+  for (int k = 0; k < 2; k++)
+    v[k] = json_object_get_double(json_object_object_get(
+        json_object_object_get(json_object_object_get(o, names[k]), "compute_split"),
+        "serial_vector_s"));
+  g_assert_cmpfloat(v[0], >, 0);
+  json_object *d = json_object_object_get(json_object_object_get(o, "diff"), "compute_split");
+  json_object *r = json_object_object_get(json_object_object_get(o, "ratio"), "compute_split");
+  g_assert_cmpfloat(json_object_get_double(json_object_object_get(d, "serial_vector_s")), ==,
+                    v[1] - v[0]);
+  g_assert_cmpfloat(fabs(json_object_get_double(json_object_object_get(r, "serial_vector_s")) -
+                         0.5), <, 1e-9);
+  g_assert_true(json_object_object_get_ex(d, "mxu_s", NULL));
+  json_object_put(o);
+  g_free(out);
+  g_free(err);
+}
+
 /* sweep: the columns come from --json, so each row has MFU, HFU, tokens/s
  * (empty for images) and every axis's exposed and busy time. */
 static void test_sweep_columns(void)
@@ -526,6 +571,7 @@ int main(int argc, char **argv)
   g_test_add_func("/reports/hfu/rematerialize", test_hfu_rematerialize);
   g_test_add_func("/reports/axes/exposed", test_axes_exposed);
   g_test_add_func("/reports/cli/compare", test_compare_rows);
+  g_test_add_func("/reports/cli/compare-split", test_compare_split);
   g_test_add_func("/reports/cli/sweep", test_sweep_columns);
   int status = g_test_run();
   static const char *const files[] = {"decoder.json", "small-decoder.json", "reports.json",

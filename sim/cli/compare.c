@@ -5,8 +5,10 @@
  * A is loaded with --set then --set-a, B (A again when left out) with --set
  * then --set-b; both are loaded and checked (ps_run_check) before either
  * runs, then each runs as `podsim run --no-trace --quiet` would.  The
- * rows are the step time, its breakdown, the collective time exposed and
- * busy along each mesh axis either side has collectives on, examples/s,
+ * rows are the step time, its breakdown with the compute split under
+ * compute (MXU-bound, memory-bound, launch overhead, and flash attention's
+ * softmax in series where either side has any), the collective time
+ * exposed and busy along each mesh axis either side has collectives on, examples/s,
  * tokens/s (token-input models), MXU utilization, MFU, HFU and HBM peak;
  * each shows A, B, B - A and B / A.
  * Invariant: nothing is printed to stdout unless both runs succeeded; a
@@ -33,21 +35,32 @@ typedef struct {
   int category;         /* breakdown index, or -1 */
   int axis;             /* mesh axis of a collective_axes row, or -1 */
   gboolean busy;        /* that row: busy_s (else exposed_s) */
+  const char *split;    /* a compute_split row: its key there, or NULL */
   double scale;         /* printed value = value x scale */
   const char *format;   /* of a printed value */
   const char *dformat;  /* of a printed difference */
 } Metric;
 
 static const Metric metrics[] = {
-    {"step time (us)", "step_time_s", -1, -1, FALSE, 1e6, "%14.3f", "%+14.3f"},
-    {NULL, NULL, 0, -1, FALSE, 1e6, "%14.3f", "%+14.3f"}, /* one per breakdown category */
-    {NULL, "collective_axes", -1, 0, FALSE, 1e6, "%14.3f", "%+14.3f"}, /* two per axis used */
-    {"examples/s", "examples_per_s", -1, -1, FALSE, 1, "%14.0f", "%+14.0f"},
-    {"tokens/s", "tokens_per_s", -1, -1, FALSE, 1, "%14.0f", "%+14.0f"},
-    {"MXU utilization (%)", "mxu_utilization", -1, -1, FALSE, 100, "%14.2f", "%+14.2f"},
-    {"MFU (%)", "mfu", -1, -1, FALSE, 100, "%14.2f", "%+14.2f"},
-    {"HFU (%)", "hfu", -1, -1, FALSE, 100, "%14.2f", "%+14.2f"},
-    {"HBM peak (MiB)", "hbm_peak_bytes", -1, -1, FALSE, 1.0 / 1048576, "%14.2f", "%+14.2f"},
+    {"step time (us)", "step_time_s", -1, -1, FALSE, NULL, 1e6, "%14.3f", "%+14.3f"},
+    {NULL, NULL, 0, -1, FALSE, NULL, 1e6, "%14.3f", "%+14.3f"}, /* one per breakdown category */
+    {NULL, "collective_axes", -1, 0, FALSE, NULL, 1e6, "%14.3f", "%+14.3f"}, /* two per axis used */
+    {"examples/s", "examples_per_s", -1, -1, FALSE, NULL, 1, "%14.0f", "%+14.0f"},
+    {"tokens/s", "tokens_per_s", -1, -1, FALSE, NULL, 1, "%14.0f", "%+14.0f"},
+    {"MXU utilization (%)", "mxu_utilization", -1, -1, FALSE, NULL, 100, "%14.2f", "%+14.2f"},
+    {"MFU (%)", "mfu", -1, -1, FALSE, NULL, 100, "%14.2f", "%+14.2f"},
+    {"HFU (%)", "hfu", -1, -1, FALSE, NULL, 100, "%14.2f", "%+14.2f"},
+    {"HBM peak (MiB)", "hbm_peak_bytes", -1, -1, FALSE, NULL, 1.0 / 1048576, "%14.2f", "%+14.2f"},
+};
+
+/* The compute split, printed under the compute row: the summary's
+ * compute_split keys. */
+static const Metric split_rows[] = {
+    {"    MXU-bound", "compute_split", -1, -1, FALSE, "mxu_s", 1e6, "%14.3f", "%+14.3f"},
+    {"    memory-bound", "compute_split", -1, -1, FALSE, "memory_s", 1e6, "%14.3f", "%+14.3f"},
+    {"    launch overhead", "compute_split", -1, -1, FALSE, "overhead_s", 1e6, "%14.3f", "%+14.3f"},
+    {"    softmax (serial)", "compute_split", -1, -1, FALSE, "serial_vector_s", 1e6, "%14.3f",
+     "%+14.3f"},
 };
 
 #define input_error(...) ps_cli_input_error("compare", __VA_ARGS__)
@@ -58,6 +71,15 @@ static double metric_value(const Metric *m, const PsSummary *s)
     return s->breakdown[m->category];
   if (m->axis >= 0)
     return m->busy ? s->axis_busy_s[m->axis] : s->axis_exposed_s[m->axis];
+  if (m->split) {
+    if (strcmp(m->split, "mxu_s") == 0)
+      return s->compute_mxu_s;
+    if (strcmp(m->split, "memory_s") == 0)
+      return s->compute_memory_s;
+    if (strcmp(m->split, "overhead_s") == 0)
+      return s->compute_overhead_s;
+    return s->compute_serial_s;
+  }
   if (strcmp(m->key, "step_time_s") == 0)
     return s->step_time_s;
   if (strcmp(m->key, "examples_per_s") == 0)
@@ -74,9 +96,10 @@ static double metric_value(const Metric *m, const PsSummary *s)
 }
 
 /* The table's rows in order: the breakdown placeholder becomes a row per
- * category, the axes' a row of exposed and one of busy time per axis
- * either side has collectives along; tokens/s only when both sides count
- * tokens. */
+ * category, with the compute split under compute (its softmax row only
+ * when either side has flash attention's softmax in series), the axes' a
+ * row of exposed and one of busy time per axis either side has
+ * collectives along; tokens/s only when both sides count tokens. */
 static GArray *metric_rows(const PsSummary *a, const PsSummary *b)
 {
   GArray *rows = g_array_new(FALSE, FALSE, sizeof(Metric));
@@ -89,6 +112,10 @@ static GArray *metric_rows(const PsSummary *a, const PsSummary *b)
         m.label = ps_time_category_name(c);
         m.category = c;
         g_array_append_val(rows, m);
+        for (guint k = 0; c == PS_TIME_COMPUTE && k < G_N_ELEMENTS(split_rows); k++)
+          if (strcmp(split_rows[k].split, "serial_vector_s") != 0 ||
+              a->compute_serial_s > 0 || b->compute_serial_s > 0)
+            g_array_append_val(rows, split_rows[k]);
       }
     } else if (m.axis >= 0) {
       for (int x = 0; x < PS_N_AXES; x++)
@@ -242,6 +269,11 @@ static void print_json(const GArray *rows, const PsExperiment *ea, const PsSumma
                          ? json_object_new_int64(b->hbm_peak_bytes - a->hbm_peak_bytes)
                          : json_object_new_double(vb - va);
     json_object *r = va != 0 ? json_object_new_double(vb / va) : NULL;
+    if (m->split) {
+      json_object_object_add(nested(diff, m->key), m->split, d);
+      json_object_object_add(nested(ratio, m->key), m->split, r);
+      continue;
+    }
     if (m->category < 0 && m->axis < 0) {
       json_object_object_add(diff, m->key, d);
       json_object_object_add(ratio, m->key, r);
