@@ -318,10 +318,11 @@ int ps_cli_compare(int argc, char **argv)
   g_option_context_add_main_entries(ctx, entries, NULL);
   g_option_context_set_summary(
       ctx, "Runs A and B (A again when B is left out, so that --set-a and --set-b make\n"
-           "the difference) without traces and prints their step time, its breakdown,\n"
-           "the collective time exposed and busy along each mesh axis, examples/s,\n"
-           "tokens/s, MXU utilization, MFU, HFU and HBM peak, with B - A and B / A per\n"
-           "row.");
+           "the difference) without traces and prints their step time, its breakdown\n"
+           "(compute split into MXU-bound, memory-bound and launch time, and flash\n"
+           "attention's softmax in series where either side has it), the collective\n"
+           "time exposed and busy along each mesh axis, examples/s, tokens/s, MXU\n"
+           "utilization, MFU, HFU and HBM peak, with B - A and B / A per row.");
   g_option_context_set_description(
       ctx, "Examples:\n"
            "  podsim compare resnet50-v3-8 --set-b topology.ici.bandwidth_Bps=40GB/s\n"
