@@ -307,6 +307,13 @@ static int64_t group_params(const Lower *w, int g)
   return p;
 }
 
+/* Bytes of group g's weights once all-gathered: held from the gather's
+ * DONE until the kernels that read them end (ps_lower_gather_bytes). */
+static int64_t gathered_bytes(const Lower *w, int g)
+{
+  return group_params(w, g) * ps_lower_gather_bytes(w->exp);
+}
+
 /* Groups of ps_lower_layer_groups, cut again before any layer that needs
  * a collective at its input or after its backward. */
 static void cut_groups(Lower *w)
@@ -725,7 +732,7 @@ static void shard_forward(Lower *w, int *pending)
   }
   for (int g = 0; g < n; g++) {
     int first = group_first(w, g), last = group_last(w, g);
-    int64_t wbytes = group_params(w, g) * ps_lower_gather_bytes(w->exp), kv = 0;
+    int64_t wbytes = gathered_bytes(w, g), kv = 0;
     gboolean kv_done = FALSE;
     if (w->Fw > 1 && wbytes > 0) {
       if (!w->c->prefetch) {
@@ -912,14 +919,13 @@ static void shard_backward(Lower *w, int *pending)
         coll(w, PS_OP_COLL_START, pending[nx]);
       }
       coll(w, PS_OP_COLL_DONE, pending[g]);
-      g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes =
-          group_params(w, g) * ps_lower_gather_bytes(w->exp);
+      g_array_index(w->ops, PsOp, w->ops->len - 1).act_bytes = gathered_bytes(w, g);
     }
     ps_shard_prefetch_done(w, down, g);
     if (!context_kv_kept(w) && !kv_done && !w->c->context_ring)
       context_gather(w, g, "bwd");
     PsOp bw = compute_op(w, PS_OP_BWD, g);
-    bw.act_bytes -= w->Fw > 1 ? group_params(w, g) * ps_lower_gather_bytes(w->exp) : 0;
+    bw.act_bytes -= w->Fw > 1 ? gathered_bytes(w, g) : 0;
     if (w->c->remat == PS_REMAT_FULL) {
       PsOp r = compute_op(w, PS_OP_RECOMPUTE, g);
       r.act_bytes = ps_shard_recompute_live(w, g, r.act_bytes);
