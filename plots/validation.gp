@@ -35,8 +35,8 @@ set grid xtics ytics mxtics mytics lc rgb "#dddddd"
 
 set title "predicted against measured step time"
 set logscale xy 10
-set xrange [0.005:200]
-set yrange [0.005:200]
+set xrange [0.002:200]
+set yrange [0.002:200]
 set format x "%g"
 set format y "%g"
 set xlabel "measured step time (s)"
