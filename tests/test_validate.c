@@ -265,6 +265,29 @@ static void test_only(void)
   remove_dir(dir);
 }
 
+/* The points kept apart for their simulation time (tests/measured/slow)
+ * are whole point files: validate checks every file of the folder before
+ * it filters by --only, so a filter that matches none exits 2 with that
+ * message (not a file's), which runs nothing. */
+static void test_slow_set_loads(void)
+{
+  const char *top = g_getenv("PODSIM_DATA_DIR");
+  g_autofree char *dir = g_build_filename(top ? top : ".", "tests", "measured", "slow", NULL);
+  GError *error = NULL;
+  g_autoptr(GDir) d = g_dir_open(dir, 0, &error);
+  g_assert_no_error(error);
+  int n = 0;
+  for (const char *f; (f = g_dir_read_name(d)) != NULL;)
+    n += g_str_has_suffix(f, ".json");
+  g_assert_cmpint(n, >=, 6);
+  g_autofree char *out = NULL, *err = NULL;
+  g_assert_cmpint(podsim_run(&out, &err, "validate", "--dir", dir, "--only", "no-such-point", NULL),
+                  ==, 2);
+  g_assert_nonnull(strstr(err, "no point in"));
+  g_assert_nonnull(strstr(err, "no-such-point"));
+  g_assert_cmpstr(out, ==, "");
+}
+
 /* BERT-large at 32 sequences per v3 TensorCore needs more than its 16 GiB:
  * a row with the message and no prediction, left out of the summary, and
  * exit 1 after the other rows; --csv gives the same rows, the failure in
@@ -557,6 +580,7 @@ int main(int argc, char **argv)
   g_test_add_func("/validate/missing-field", test_missing_field);
   g_test_add_func("/validate/bad-values", test_bad_values);
   g_test_add_func("/validate/shipped", test_shipped);
+  g_test_add_func("/validate/slow-set-loads", test_slow_set_loads);
   g_test_add_func("/validate/bert-v4-128-fits", test_bert_v4_fits);
   g_test_add_func("/validate/real-loop", test_real_loop);
   g_test_add_func("/validate/exit-documented", test_exit_documented);

@@ -694,7 +694,9 @@ int ps_cli_validate(int argc, char **argv)
            "prints predicted and measured step time, the signed error (predicted - measured)\n"
            "/ measured and the source, then the median and worst |error| over the points\n"
            "other than the calibration points (marked *: at most one per TPU generation,\n"
-           "the point its topology file fits mxu_efficiency to).\n"
+           "the point its topology file fits mxu_efficiency to). tests/measured/slow holds\n"
+           "points kept apart for their simulation time (multislice rows of 16 and 32\n"
+           "slices, minutes each): --dir with that folder runs them.\n"
            "Exit status: 0 when every point ran, whatever its error; 1 if a point could not\n"
            "be simulated (its row says why; the others still run and are summarised); 2 for\n"
            "a bad point file or option (nothing runs).");
